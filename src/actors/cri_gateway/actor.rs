@@ -1,0 +1,228 @@
+//! `CriGatewayActor`: a thin actix shell over [`CriClient`] that adds per-call
+//! deadlines and the fault plan, and never serialises calls.
+
+use std::future::Future;
+use std::time::Duration;
+
+use actix::prelude::*;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use super::messages::*;
+use crate::config::{CriConfig, CriDeadlines};
+use crate::cri::{CriClient, CriEndpoint, CriError, CriErrorKind, Rpc};
+use crate::domain::{
+    Container, ContainerStatus, Image, ImageFsInfo, ImageStatus, PodSandbox, RuntimeVersion,
+};
+use crate::fault::{FaultAction, FaultPlan};
+
+/// Pause between `Version` attempts while waiting for the runtime at start.
+const STARTUP_RETRY: Duration = Duration::from_millis(200);
+
+/// The CRI gateway actor. See the module docs and `actors.md`.
+pub struct CriGatewayActor {
+    client: CriClient,
+    deadlines: CriDeadlines,
+    /// Applied before each call; empty = no faults (checked without locking).
+    faults: FaultPlan,
+    mailbox_capacity: usize,
+}
+
+impl CriGatewayActor {
+    /// A gateway over `client` (not started).
+    pub fn new(client: CriClient, cfg: &CriConfig) -> Self {
+        Self {
+            client,
+            deadlines: cfg.deadlines.clone(),
+            faults: FaultPlan::default(),
+            mailbox_capacity: cfg.mailbox_capacity,
+        }
+    }
+
+    /// The gateway with a fault plan already set.
+    #[must_use]
+    pub fn with_faults(mut self, plan: FaultPlan) -> Self {
+        self.faults = plan;
+        self
+    }
+
+    /// Connects to `endpoint`, checks the runtime answers `Version` (retrying
+    /// while it is unavailable, up to `startup_timeout`), and starts the
+    /// gateway on the current actix arbiter.
+    pub async fn connect(endpoint: &CriEndpoint, cfg: &CriConfig) -> Result<(Addr<Self>, RuntimeVersion), CriError> {
+        let client = CriClient::new(endpoint, cfg.connect_timeout)
+            .map_err(|e| CriError::new(CriErrorKind::InvalidArgument, e.to_string()))?;
+        let version = wait_for_version(&client, cfg).await?;
+        info!(
+            endpoint = %endpoint,
+            runtime = %version.runtime_name,
+            runtime_version = %version.runtime_version,
+            api = %version.runtime_api_version,
+            "connected to CRI runtime"
+        );
+        if version.runtime_api_version != "v1" {
+            warn!(api = %version.runtime_api_version, "runtime reports a CRI API other than v1");
+        }
+        Ok((Self::new(client, cfg).start(), version))
+    }
+
+    /// Runs one call: fault plan first, then the RPC, all within the call's deadline.
+    /// The returned future is detached from the actor (see `actors.md`).
+    fn call<T, F, Fut>(&self, rpc: Rpc, image: Option<&str>, f: F) -> ResponseFuture<Result<T, CriError>>
+    where
+        T: 'static,
+        F: FnOnce(CriClient, Option<Duration>) -> Fut + 'static,
+        Fut: Future<Output = Result<T, CriError>> + 'static,
+    {
+        let client = self.client.clone();
+        let deadline = self.deadlines.get(rpc);
+        // Decided here, in mailbox order, so a seeded plan replays exactly.
+        let fault = if self.faults.is_empty() { None } else { self.faults.decide(rpc, image) };
+        let image = image.map(str::to_owned);
+        Box::pin(async move {
+            let work = async move {
+                match fault {
+                    None => f(client, deadline).await,
+                    Some(FaultAction::Fail(e)) => Err(e),
+                    Some(FaultAction::Delay(d)) => {
+                        tokio::time::sleep(d).await;
+                        f(client, deadline).await
+                    }
+                    Some(FaultAction::Hang) => std::future::pending().await,
+                    Some(FaultAction::DropReply) => {
+                        let _lost = f(client, deadline).await;
+                        std::future::pending().await
+                    }
+                }
+            };
+            let started = Instant::now();
+            let result = match deadline {
+                Some(d) => tokio::time::timeout(d, work).await.unwrap_or_else(|_| Err(CriError::deadline_exceeded())),
+                None => work.await,
+            };
+            if let Err(e) = &result {
+                debug!(rpc = rpc.name(), image = image.as_deref().unwrap_or(""), kind = ?e.kind(),
+                    elapsed_ms = started.elapsed().as_millis() as u64, error = %e, "CRI call failed");
+            }
+            result
+        })
+    }
+}
+
+async fn wait_for_version(client: &CriClient, cfg: &CriConfig) -> Result<RuntimeVersion, CriError> {
+    let give_up = Instant::now() + cfg.startup_timeout;
+    loop {
+        let deadline = cfg.deadlines.get(Rpc::Version).unwrap_or(cfg.connect_timeout);
+        let attempt = tokio::time::timeout(deadline, client.version(Some(deadline)))
+            .await
+            .unwrap_or_else(|_| Err(CriError::deadline_exceeded()));
+        match attempt {
+            Ok(v) => return Ok(v),
+            Err(e) if e.is_retryable() && Instant::now() + STARTUP_RETRY < give_up => {
+                debug!(error = %e, "runtime not ready yet; retrying Version");
+                tokio::time::sleep(STARTUP_RETRY).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+impl Actor for CriGatewayActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(self.mailbox_capacity);
+        debug!(endpoint = %self.client.endpoint(), mailbox = self.mailbox_capacity, "CRI gateway started");
+    }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        debug!("CRI gateway stopped");
+    }
+}
+
+// === impl Handler ===
+
+impl Handler<GetVersion> for CriGatewayActor {
+    type Result = ResponseFuture<Result<RuntimeVersion, CriError>>;
+    /// Asks the runtime for its version.
+    fn handle(&mut self, _: GetVersion, _: &mut Self::Context) -> Self::Result {
+        self.call(Rpc::Version, None, move |c, d| async move { c.version(d).await })
+    }
+}
+
+impl Handler<ListImages> for CriGatewayActor {
+    type Result = ResponseFuture<Result<Vec<Image>, CriError>>;
+    /// Lists images.
+    fn handle(&mut self, m: ListImages, _: &mut Self::Context) -> Self::Result {
+        let image = m.filter.as_ref().map(|s| s.image.clone());
+        self.call(Rpc::ListImages, image.as_deref(), move |c, d| async move { c.list_images(m.filter, d).await })
+    }
+}
+
+impl Handler<GetImageStatus> for CriGatewayActor {
+    type Result = ResponseFuture<Result<ImageStatus, CriError>>;
+    /// Looks up one image.
+    fn handle(&mut self, m: GetImageStatus, _: &mut Self::Context) -> Self::Result {
+        let (image, verbose) = (m.image.image.clone(), m.verbose);
+        self.call(Rpc::ImageStatus, Some(&image), move |c, d| async move { c.image_status(m.image, verbose, d).await })
+    }
+}
+
+impl Handler<PullImage> for CriGatewayActor {
+    type Result = ResponseFuture<Result<String, CriError>>;
+    /// Pulls an image.
+    fn handle(&mut self, m: PullImage, _: &mut Self::Context) -> Self::Result {
+        let image = m.image.image.clone();
+        self.call(Rpc::PullImage, Some(&image), move |c, d| async move { c.pull_image(m.image, m.auth, m.sandbox, d).await })
+    }
+}
+
+impl Handler<RemoveImage> for CriGatewayActor {
+    type Result = ResponseFuture<Result<(), CriError>>;
+    /// Removes an image.
+    fn handle(&mut self, m: RemoveImage, _: &mut Self::Context) -> Self::Result {
+        let image = m.image.image.clone();
+        self.call(Rpc::RemoveImage, Some(&image), move |c, d| async move { c.remove_image(m.image, d).await })
+    }
+}
+
+impl Handler<GetImageFsInfo> for CriGatewayActor {
+    type Result = ResponseFuture<Result<ImageFsInfo, CriError>>;
+    /// Reads image filesystem usage.
+    fn handle(&mut self, _: GetImageFsInfo, _: &mut Self::Context) -> Self::Result {
+        self.call(Rpc::ImageFsInfo, None, move |c, d| async move { c.image_fs_info(d).await })
+    }
+}
+
+impl Handler<ListContainers> for CriGatewayActor {
+    type Result = ResponseFuture<Result<Vec<Container>, CriError>>;
+    /// Lists containers.
+    fn handle(&mut self, m: ListContainers, _: &mut Self::Context) -> Self::Result {
+        self.call(Rpc::ListContainers, None, move |c, d| async move { c.list_containers(m.filter, d).await })
+    }
+}
+
+impl Handler<ListPodSandboxes> for CriGatewayActor {
+    type Result = ResponseFuture<Result<Vec<PodSandbox>, CriError>>;
+    /// Lists pod sandboxes.
+    fn handle(&mut self, m: ListPodSandboxes, _: &mut Self::Context) -> Self::Result {
+        self.call(Rpc::ListPodSandbox, None, move |c, d| async move { c.list_pod_sandbox(m.filter, d).await })
+    }
+}
+
+impl Handler<GetContainerStatus> for CriGatewayActor {
+    type Result = ResponseFuture<Result<ContainerStatus, CriError>>;
+    /// Reads one container's status.
+    fn handle(&mut self, m: GetContainerStatus, _: &mut Self::Context) -> Self::Result {
+        let verbose = m.verbose;
+        self.call(Rpc::ContainerStatus, None, move |c, d| async move { c.container_status(m.id, verbose, d).await })
+    }
+}
+
+impl Handler<SetFaultPlan> for CriGatewayActor {
+    type Result = ();
+    /// Replaces the fault plan; calls already decided keep their fault.
+    fn handle(&mut self, m: SetFaultPlan, _: &mut Self::Context) {
+        self.faults = m.0;
+    }
+}

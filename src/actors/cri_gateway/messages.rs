@@ -1,0 +1,89 @@
+//! Messages the CRI gateway receives: one per CRI call, plus `SetFaultPlan`.
+
+use actix::Message;
+
+use crate::cri::CriError;
+use crate::domain::{
+    AuthConfig, Container, ContainerFilter, ContainerStatus, Image, ImageFsInfo, ImageSpec,
+    ImageStatus, PodSandbox, PodSandboxFilter, RuntimeVersion, SandboxConfig,
+};
+use crate::fault::FaultPlan;
+
+/// `Version`: the runtime's name and versions.
+#[derive(Debug, Clone, Default, Message)]
+#[rtype(result = "Result<RuntimeVersion, CriError>")]
+pub struct GetVersion;
+
+/// `ListImages`: every image, or those matching `filter`.
+#[derive(Debug, Clone, Default, Message)]
+#[rtype(result = "Result<Vec<Image>, CriError>")]
+pub struct ListImages {
+    /// Only images matching this spec.
+    pub filter: Option<ImageSpec>,
+}
+
+/// `ImageStatus`: one image, `None` when absent.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<ImageStatus, CriError>")]
+pub struct GetImageStatus {
+    /// The image.
+    pub image: ImageSpec,
+    /// Ask for runtime-specific details.
+    pub verbose: bool,
+}
+
+/// `PullImage`: pulls and returns the image reference (image id).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<String, CriError>")]
+pub struct PullImage {
+    /// The image.
+    pub image: ImageSpec,
+    /// Credentials, if any (never logged).
+    pub auth: Option<AuthConfig>,
+    /// The pod sandbox the pull is for.
+    pub sandbox: Option<SandboxConfig>,
+}
+
+/// `RemoveImage`: removes an image (by id, tag or digest); absent is success.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<(), CriError>")]
+pub struct RemoveImage {
+    /// The image.
+    pub image: ImageSpec,
+}
+
+/// `ImageFsInfo`: image and container filesystem usage.
+#[derive(Debug, Clone, Default, Message)]
+#[rtype(result = "Result<ImageFsInfo, CriError>")]
+pub struct GetImageFsInfo;
+
+/// `ListContainers`: containers matching the filter (all states by default).
+#[derive(Debug, Clone, Default, Message)]
+#[rtype(result = "Result<Vec<Container>, CriError>")]
+pub struct ListContainers {
+    /// Which containers.
+    pub filter: ContainerFilter,
+}
+
+/// `ListPodSandbox`: sandboxes matching the filter.
+#[derive(Debug, Clone, Default, Message)]
+#[rtype(result = "Result<Vec<PodSandbox>, CriError>")]
+pub struct ListPodSandboxes {
+    /// Which sandboxes.
+    pub filter: PodSandboxFilter,
+}
+
+/// `ContainerStatus`: one container's status.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<ContainerStatus, CriError>")]
+pub struct GetContainerStatus {
+    /// Container id.
+    pub id: String,
+    /// Ask for runtime-specific details.
+    pub verbose: bool,
+}
+
+/// Replaces the gateway's fault plan (an empty plan turns faults off).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct SetFaultPlan(pub FaultPlan);

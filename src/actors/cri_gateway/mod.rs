@@ -1,0 +1,19 @@
+//! The CRI gateway: the only actor that speaks CRI. Every other actor sends
+//! it typed messages carrying domain types and gets domain types or a
+//! [`CriError`](crate::cri::CriError) back.
+//!
+//! Calls are never serialised: each message starts its RPC on its own task
+//! and the actor is free for the next message at once, so 100 concurrent
+//! `PullImage` messages are 100 concurrent RPCs. A [`FaultPlan`](crate::fault::FaultPlan)
+//! set on the gateway is applied before each RPC.
+
+mod actor;
+mod messages;
+#[cfg(test)]
+mod tests;
+
+pub use actor::CriGatewayActor;
+pub use messages::{
+    GetContainerStatus, GetImageFsInfo, GetImageStatus, GetVersion, ListContainers, ListImages,
+    ListPodSandboxes, PullImage, RemoveImage, SetFaultPlan,
+};

@@ -1,0 +1,4 @@
+//! The actors. Each one's contract (mailbox, messages, timers, failure and
+//! shutdown policy) is written down in `actors.md` at the repository root.
+
+pub mod cri_gateway;

@@ -1,0 +1,304 @@
+//! Configuration: loading (file → `IMAGED_*` environment → flags) into a raw
+//! form, then validating into typed values.
+//!
+//! The defaults are `config/default.toml`, compiled into the binary, so the
+//! documented file and the running defaults cannot drift apart. Loading is
+//! separate from validation so tests feed plain strings and maps.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::cri::{CriEndpoint, Rpc};
+
+/// The documented defaults (`config/default.toml`).
+pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A source could not be read or parsed (unknown key, wrong type, bad TOML).
+    #[error("configuration: {0}")]
+    Load(String),
+    /// A key has a value that is not allowed.
+    #[error("configuration: invalid value {value:?} for {key}: {reason}")]
+    Invalid {
+        /// Dotted key (`runtime.deadlines.pull_image`).
+        key: String,
+        /// The rejected value, as given.
+        value: String,
+        /// What is allowed.
+        reason: String,
+    },
+    /// A `--set` override is not `key=value`.
+    #[error("configuration: override {0:?} is not key=value")]
+    BadOverride(String),
+}
+
+impl From<config::ConfigError> for ConfigError {
+    fn from(e: config::ConfigError) -> Self {
+        ConfigError::Load(e.to_string())
+    }
+}
+
+// === raw (as read) ===
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    runtime: RawRuntime,
+    log: RawLog,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRuntime {
+    endpoint: String,
+    embedded_socket: String,
+    connect_timeout: String,
+    startup_timeout: String,
+    mailbox_capacity: i64,
+    deadlines: RawDeadlines,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDeadlines {
+    version: String,
+    list_images: String,
+    image_status: String,
+    pull_image: String,
+    remove_image: String,
+    image_fs_info: String,
+    list_containers: String,
+    list_pod_sandbox: String,
+    container_status: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLog {
+    format: String,
+    filter: String,
+}
+
+// === validated ===
+
+/// Where the CRI runtime is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuntimeEndpoint {
+    /// Start the embedded runtime in-process, on this socket (or a fresh one).
+    Embedded {
+        /// Socket path; `None` = a fresh path in the temp dir.
+        socket: Option<PathBuf>,
+    },
+    /// A runtime listening at this endpoint.
+    Cri(CriEndpoint),
+}
+
+/// Per-RPC deadlines; `None` = no deadline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CriDeadlines {
+    deadlines: HashMap<Rpc, Option<Duration>>,
+}
+
+impl CriDeadlines {
+    /// Every call gets `d` (tests and embedders).
+    pub fn uniform(d: Option<Duration>) -> Self {
+        Self { deadlines: Rpc::ALL.into_iter().map(|r| (r, d)).collect() }
+    }
+
+    /// The deadline of one call kind.
+    pub fn get(&self, rpc: Rpc) -> Option<Duration> {
+        self.deadlines.get(&rpc).copied().flatten()
+    }
+
+    /// Sets one call kind's deadline.
+    #[must_use]
+    pub fn with(mut self, rpc: Rpc, d: Option<Duration>) -> Self {
+        self.deadlines.insert(rpc, d);
+        self
+    }
+}
+
+/// The CRI gateway's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CriConfig {
+    /// Time to establish a connection.
+    pub connect_timeout: Duration,
+    /// How long to retry `Version` at start.
+    pub startup_timeout: Duration,
+    /// Gateway mailbox capacity.
+    pub mailbox_capacity: usize,
+    /// Per-call deadlines.
+    pub deadlines: CriDeadlines,
+}
+
+impl Default for CriConfig {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(10),
+            startup_timeout: Duration::from_secs(30),
+            mailbox_capacity: 256,
+            deadlines: CriDeadlines::uniform(Some(Duration::from_secs(120))).with(Rpc::PullImage, None),
+        }
+    }
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Logging settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Output format.
+    pub format: LogFormat,
+    /// tracing filter directives (`RUST_LOG` wins when set).
+    pub filter: String,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Where the runtime is.
+    pub endpoint: RuntimeEndpoint,
+    /// CRI gateway settings.
+    pub cri: CriConfig,
+    /// Logging.
+    pub log: LogConfig,
+}
+
+/// Where configuration comes from, besides the built-in defaults.
+#[derive(Debug, Default, Clone)]
+pub struct Sources {
+    /// A TOML file (`--config`).
+    pub file: Option<PathBuf>,
+    /// Environment variables to read `IMAGED_*` keys from (`None` = none).
+    pub env: Option<HashMap<String, String>>,
+    /// `key=value` overrides (`--set`), applied last.
+    pub overrides: Vec<String>,
+}
+
+impl Sources {
+    /// The file, this process's environment and the overrides.
+    pub fn from_process(file: Option<PathBuf>, overrides: Vec<String>) -> Self {
+        Self { file, env: Some(std::env::vars().collect()), overrides }
+    }
+}
+
+impl Config {
+    /// The built-in defaults.
+    pub fn defaults() -> Result<Self, ConfigError> {
+        Self::load(&Sources::default())
+    }
+
+    /// Loads and validates from `sources`.
+    pub fn load(sources: &Sources) -> Result<Self, ConfigError> {
+        let mut b = config::Config::builder().add_source(config::File::from_str(DEFAULT_TOML, config::FileFormat::Toml));
+        if let Some(path) = &sources.file {
+            b = b.add_source(config::File::from(path.as_path()).format(config::FileFormat::Toml).required(true));
+        }
+        if let Some(env) = &sources.env {
+            // Only IMAGED_<SECTION>__<KEY> variables are configuration; other
+            // IMAGED_* variables (used by tests and tools) are left alone.
+            let vars: HashMap<String, String> = env
+                .iter()
+                .filter(|(k, _)| k.starts_with("IMAGED_") && k.contains("__"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            b = b.add_source(
+                config::Environment::with_prefix("IMAGED").prefix_separator("_").separator("__").source(Some(vars)),
+            );
+        }
+        for o in &sources.overrides {
+            let (k, v) = o.split_once('=').ok_or_else(|| ConfigError::BadOverride(o.clone()))?;
+            b = b.set_override(k.trim(), v.trim())?;
+        }
+        let raw: RawConfig = b.build()?.try_deserialize()?;
+        Self::from_raw(raw)
+    }
+
+    /// Loads from a TOML string layered over the defaults (for tests).
+    pub fn from_toml(toml: &str) -> Result<Self, ConfigError> {
+        let raw: RawConfig = config::Config::builder()
+            .add_source(config::File::from_str(DEFAULT_TOML, config::FileFormat::Toml))
+            .add_source(config::File::from_str(toml, config::FileFormat::Toml))
+            .build()?
+            .try_deserialize()?;
+        Self::from_raw(raw)
+    }
+
+    fn from_raw(raw: RawConfig) -> Result<Self, ConfigError> {
+        let r = raw.runtime;
+        let endpoint = if r.endpoint == "embedded" {
+            RuntimeEndpoint::Embedded {
+                socket: if r.embedded_socket.is_empty() { None } else { Some(PathBuf::from(&r.embedded_socket)) },
+            }
+        } else {
+            RuntimeEndpoint::Cri(r.endpoint.parse().map_err(|e: crate::cri::InvalidEndpoint| invalid(
+                "runtime.endpoint",
+                &r.endpoint,
+                format!("{}; or \"embedded\"", e.reason),
+            ))?)
+        };
+        let mailbox_capacity = usize::try_from(r.mailbox_capacity)
+            .ok()
+            .filter(|c| (1..=1_000_000).contains(c))
+            .ok_or_else(|| invalid("runtime.mailbox_capacity", &r.mailbox_capacity.to_string(), "must be from 1 to 1000000"))?;
+        let d = r.deadlines;
+        let deadline = |key: &str, v: &str| -> Result<Option<Duration>, ConfigError> {
+            let dur = duration(&format!("runtime.deadlines.{key}"), v)?;
+            Ok(if dur.is_zero() { None } else { Some(dur) })
+        };
+        let deadlines = CriDeadlines::uniform(None)
+            .with(Rpc::Version, deadline("version", &d.version)?)
+            .with(Rpc::ListImages, deadline("list_images", &d.list_images)?)
+            .with(Rpc::ImageStatus, deadline("image_status", &d.image_status)?)
+            .with(Rpc::PullImage, deadline("pull_image", &d.pull_image)?)
+            .with(Rpc::RemoveImage, deadline("remove_image", &d.remove_image)?)
+            .with(Rpc::ImageFsInfo, deadline("image_fs_info", &d.image_fs_info)?)
+            .with(Rpc::ListContainers, deadline("list_containers", &d.list_containers)?)
+            .with(Rpc::ListPodSandbox, deadline("list_pod_sandbox", &d.list_pod_sandbox)?)
+            .with(Rpc::ContainerStatus, deadline("container_status", &d.container_status)?);
+        let connect_timeout = duration("runtime.connect_timeout", &r.connect_timeout)?;
+        if connect_timeout.is_zero() {
+            return Err(invalid("runtime.connect_timeout", &r.connect_timeout, "must be more than 0s"));
+        }
+        let cri = CriConfig {
+            connect_timeout,
+            startup_timeout: duration("runtime.startup_timeout", &r.startup_timeout)?,
+            mailbox_capacity,
+            deadlines,
+        };
+        let format = match raw.log.format.as_str() {
+            "text" => LogFormat::Text,
+            "json" => LogFormat::Json,
+            other => return Err(invalid("log.format", other, "must be \"text\" or \"json\"")),
+        };
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&raw.log.filter) {
+            return Err(invalid("log.filter", &raw.log.filter, e.to_string()));
+        }
+        Ok(Config { endpoint, cri, log: LogConfig { format, filter: raw.log.filter } })
+    }
+}
+
+fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { key: key.to_string(), value: value.to_string(), reason: reason.into() }
+}
+
+/// Parses a duration (`500ms`, `2m`, `1h30m`), naming the key on failure.
+pub fn duration(key: &str, v: &str) -> Result<Duration, ConfigError> {
+    humantime::parse_duration(v.trim())
+        .map_err(|e| invalid(key, v, format!("not a duration ({e}); write e.g. \"500ms\", \"10s\", \"2m\"")))
+}
+
+#[cfg(test)]
+mod tests;

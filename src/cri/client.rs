@@ -1,0 +1,134 @@
+//! `CriClient`: typed async CRI calls over one lazily connected channel.
+//! Takes and returns domain types; knows nothing of actors or faults.
+
+use std::time::Duration;
+
+use tonic::transport::Channel;
+
+use super::proto as pb;
+use super::proto::image_service_client::ImageServiceClient;
+use super::proto::runtime_service_client::RuntimeServiceClient;
+use super::{CriEndpoint, CriError, CriErrorKind, InvalidEndpoint};
+use crate::domain::{
+    AuthConfig, Container, ContainerFilter, ContainerStatus, Image, ImageFsInfo, ImageSpec,
+    ImageStatus, PodSandbox, PodSandboxFilter, RuntimeVersion, SandboxConfig,
+};
+
+/// Version of the kubelet runtime API imaged sends in `VersionRequest`.
+pub const KUBE_RUNTIME_API_VERSION: &str = "0.1.0";
+
+/// Largest message imaged accepts from a runtime (ListImages on a busy node
+/// can pass tonic's 4 MiB default).
+const MAX_DECODING_MESSAGE_SIZE: usize = 64 * 1024 * 1024;
+
+/// A cloneable CRI client. Clones share the connection; calls on one client
+/// run concurrently (HTTP/2 streams), never one after another.
+#[derive(Debug, Clone)]
+pub struct CriClient {
+    endpoint: CriEndpoint,
+    images: ImageServiceClient<Channel>,
+    runtime: RuntimeServiceClient<Channel>,
+}
+
+fn request<T>(msg: T, deadline: Option<Duration>) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    if let Some(d) = deadline {
+        // Tell the runtime too, so it can stop work nobody waits for.
+        req.set_timeout(d);
+    }
+    req
+}
+
+impl CriClient {
+    /// A client for `endpoint`; connects on first call, reconnects after failures.
+    pub fn new(endpoint: &CriEndpoint, connect_timeout: Duration) -> Result<Self, InvalidEndpoint> {
+        let channel = endpoint.channel(connect_timeout)?;
+        Ok(Self {
+            endpoint: endpoint.clone(),
+            images: ImageServiceClient::new(channel.clone()).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE),
+            runtime: RuntimeServiceClient::new(channel).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE),
+        })
+    }
+
+    /// The endpoint this client talks to.
+    pub fn endpoint(&self) -> &CriEndpoint {
+        &self.endpoint
+    }
+
+    /// `Version`.
+    pub async fn version(&self, deadline: Option<Duration>) -> Result<RuntimeVersion, CriError> {
+        let req = pb::VersionRequest { version: KUBE_RUNTIME_API_VERSION.to_string() };
+        let resp = self.runtime.clone().version(request(req, deadline)).await?;
+        Ok(resp.into_inner().into())
+    }
+
+    /// `ListImages`, optionally filtered by an image spec.
+    pub async fn list_images(&self, filter: Option<ImageSpec>, deadline: Option<Duration>) -> Result<Vec<Image>, CriError> {
+        let req = pb::ListImagesRequest { filter: filter.map(|s| pb::ImageFilter { image: Some(s.into()) }) };
+        let resp = self.images.clone().list_images(request(req, deadline)).await?;
+        Ok(resp.into_inner().images.into_iter().map(Image::from).collect())
+    }
+
+    /// `ImageStatus`; an absent image is `image: None`, not an error.
+    pub async fn image_status(&self, image: ImageSpec, verbose: bool, deadline: Option<Duration>) -> Result<ImageStatus, CriError> {
+        let req = pb::ImageStatusRequest { image: Some(image.into()), verbose };
+        let resp = self.images.clone().image_status(request(req, deadline)).await?.into_inner();
+        Ok(ImageStatus { image: resp.image.map(Image::from), info: resp.info.into_iter().collect() })
+    }
+
+    /// `PullImage`; returns the image reference the runtime gives (its image id).
+    pub async fn pull_image(
+        &self,
+        image: ImageSpec,
+        auth: Option<AuthConfig>,
+        sandbox: Option<SandboxConfig>,
+        deadline: Option<Duration>,
+    ) -> Result<String, CriError> {
+        let req = pb::PullImageRequest {
+            image: Some(image.into()),
+            auth: auth.map(Into::into),
+            sandbox_config: sandbox.map(Into::into),
+        };
+        let resp = self.images.clone().pull_image(request(req, deadline)).await?.into_inner();
+        if resp.image_ref.is_empty() {
+            return Err(CriError::new(CriErrorKind::InvalidResponse, "PullImage returned an empty image reference"));
+        }
+        Ok(resp.image_ref)
+    }
+
+    /// `RemoveImage`; removing an absent image succeeds.
+    pub async fn remove_image(&self, image: ImageSpec, deadline: Option<Duration>) -> Result<(), CriError> {
+        let req = pb::RemoveImageRequest { image: Some(image.into()) };
+        self.images.clone().remove_image(request(req, deadline)).await?;
+        Ok(())
+    }
+
+    /// `ImageFsInfo`.
+    pub async fn image_fs_info(&self, deadline: Option<Duration>) -> Result<ImageFsInfo, CriError> {
+        let resp = self.images.clone().image_fs_info(request(pb::ImageFsInfoRequest {}, deadline)).await?;
+        Ok(resp.into_inner().into())
+    }
+
+    /// `ListContainers` (all states unless the filter says otherwise).
+    pub async fn list_containers(&self, filter: ContainerFilter, deadline: Option<Duration>) -> Result<Vec<Container>, CriError> {
+        let req = pb::ListContainersRequest { filter: Some(filter.into()) };
+        let resp = self.runtime.clone().list_containers(request(req, deadline)).await?;
+        Ok(resp.into_inner().containers.into_iter().map(Container::from).collect())
+    }
+
+    /// `ListPodSandbox`.
+    pub async fn list_pod_sandbox(&self, filter: PodSandboxFilter, deadline: Option<Duration>) -> Result<Vec<PodSandbox>, CriError> {
+        let req = pb::ListPodSandboxRequest { filter: Some(filter.into()) };
+        let resp = self.runtime.clone().list_pod_sandbox(request(req, deadline)).await?;
+        Ok(resp.into_inner().items.into_iter().map(PodSandbox::from).collect())
+    }
+
+    /// `ContainerStatus`.
+    pub async fn container_status(&self, id: String, verbose: bool, deadline: Option<Duration>) -> Result<ContainerStatus, CriError> {
+        let req = pb::ContainerStatusRequest { container_id: id.clone(), verbose };
+        let resp = self.runtime.clone().container_status(request(req, deadline)).await?.into_inner();
+        resp.status
+            .map(ContainerStatus::from)
+            .ok_or_else(|| CriError::new(CriErrorKind::InvalidResponse, format!("ContainerStatus for {id:?} returned no status")))
+    }
+}
