@@ -356,6 +356,11 @@ impl From<tonic::Status> for CriError {
         // transport error; report it as the runtime being unavailable, with
         // the text grpc-go would show.
         let code = StatusCode::from(s.code());
+        // A tonic server answers an expired grpc-timeout with this status
+        // where grpc-go says DeadlineExceeded; it is the same event.
+        if code == StatusCode::Canceled && s.message() == "Timeout expired" {
+            return CriError::deadline_exceeded();
+        }
         if matches!(code, StatusCode::Unknown | StatusCode::Unavailable) && is_transport(&s) {
             let detail = transport_detail(&s);
             return CriError {

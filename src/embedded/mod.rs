@@ -1,1 +1,264 @@
-//! placeholder
+//! The embedded CRI runtime: an in-memory ImageService and RuntimeService
+//! served by tonic on a unix socket, behaving like containerd's CRI plugin
+//! where a caller can tell. It is imaged's default runtime (README, demos)
+//! and the runtime of most tests.
+//!
+//! It holds a catalogue of remote images (name → digest, size, pull latency,
+//! required credentials), the pulled images, containers and sandboxes that
+//! tests set, and a simulated image filesystem (capacity; used = sum of image
+//! sizes). An RPC-level [`FaultPlan`] makes any call fail, stall or lose its
+//! reply on the wire.
+//!
+//! The server runs on a thread of its own, so it never competes with the
+//! caller's actix arbiter. [`EmbeddedRuntime::stop`] drops every connection
+//! at once, like a killed runtime; [`EmbeddedRuntime::resume`] serves the
+//! same state again on the same socket.
+
+mod catalogue;
+mod reference;
+mod server;
+mod state;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use tokio::sync::oneshot;
+
+pub use catalogue::{RemoteImage, demo_catalogue};
+pub use server::RuntimeStats;
+pub use state::IMAGE_FS_MOUNTPOINT;
+
+use crate::cri::proto::image_service_server::ImageServiceServer;
+use crate::cri::proto::runtime_service_server::RuntimeServiceServer;
+use crate::cri::{CriEndpoint, CriError};
+use crate::domain::{Container, Image, PodSandbox};
+use crate::fault::FaultPlan;
+use server::{CriService, Shared};
+
+/// `runtime_name` the embedded runtime reports in `Version`.
+pub const RUNTIME_NAME: &str = "imaged-embedded";
+
+/// Largest message the embedded runtime accepts or sends.
+const MAX_MESSAGE_SIZE: usize = 64 * 1024 * 1024;
+
+/// Why the embedded runtime could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbeddedError {
+    /// The socket could not be bound.
+    #[error("embedded runtime: cannot listen on {path}: {source}")]
+    Bind {
+        /// The socket path.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The server thread could not be started or died while starting.
+    #[error("embedded runtime: server thread failed: {0}")]
+    Thread(String),
+}
+
+struct ServerThread {
+    stop: oneshot::Sender<()>,
+    join: JoinHandle<()>,
+}
+
+/// A running (or stopped) embedded runtime and the embedder's handle to it.
+/// Dropping it stops the server and removes the socket.
+pub struct EmbeddedRuntime {
+    shared: Arc<Shared>,
+    socket: PathBuf,
+    server: Option<ServerThread>,
+}
+
+impl std::fmt::Debug for EmbeddedRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedRuntime").field("socket", &self.socket).field("serving", &self.server.is_some()).finish()
+    }
+}
+
+impl EmbeddedRuntime {
+    /// Starts serving on `socket` (a stale socket file there is replaced).
+    pub fn start(socket: impl Into<PathBuf>) -> Result<Self, EmbeddedError> {
+        let mut rt = Self { shared: Arc::new(Shared::default()), socket: socket.into(), server: None };
+        rt.resume()?;
+        Ok(rt)
+    }
+
+    /// Starts serving on `<dir>/embedded-cri.sock`.
+    pub fn start_in(dir: &Path) -> Result<Self, EmbeddedError> {
+        Self::start(dir.join("embedded-cri.sock"))
+    }
+
+    /// The socket path.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The endpoint to give a CRI client (`unix://<socket>`).
+    pub fn endpoint(&self) -> CriEndpoint {
+        CriEndpoint::Unix(self.socket.clone())
+    }
+
+    /// Whether it is serving.
+    pub fn is_serving(&self) -> bool {
+        self.server.is_some()
+    }
+
+    /// Serves again (after [`stop`](Self::stop)) with the same state.
+    pub fn resume(&mut self) -> Result<(), EmbeddedError> {
+        if self.server.is_some() {
+            return Ok(());
+        }
+        let bind_err = |source| EmbeddedError::Bind { path: self.socket.display().to_string(), source };
+        if self.socket.exists() {
+            std::fs::remove_file(&self.socket).map_err(bind_err)?;
+        }
+        // Bind here so the socket exists when this returns; serve on a thread.
+        let std_listener = std::os::unix::net::UnixListener::bind(&self.socket).map_err(bind_err)?;
+        std_listener.set_nonblocking(true).map_err(bind_err)?;
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let service = CriService::new(self.shared.clone());
+        let join = std::thread::Builder::new()
+            .name("imaged-embedded-cri".into())
+            .spawn(move || serve(std_listener, service, stop_rx))
+            .map_err(|e| EmbeddedError::Thread(e.to_string()))?;
+        self.server = Some(ServerThread { stop: stop_tx, join });
+        Ok(())
+    }
+
+    /// Stops serving at once: open connections are dropped and the socket is
+    /// removed, as when a runtime is killed. State is kept for [`resume`](Self::resume).
+    pub fn stop(&mut self) {
+        if let Some(s) = self.server.take() {
+            let _ = s.stop.send(());
+            let _ = s.join.join();
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+
+    /// Adds a remote image the runtime can pull (its name is normalised).
+    pub fn add_remote(&self, image: RemoteImage) -> Result<(), CriError> {
+        self.shared.state().add_remote(image)
+    }
+
+    /// Adds a remote image and makes it present locally at once, as if pulled.
+    pub fn preload(&self, image: RemoteImage) -> Result<String, CriError> {
+        let mut st = self.shared.state();
+        st.add_remote(image.clone())?;
+        let spec = crate::domain::ImageSpec::new(image.name.clone());
+        let planned = st.plan_pull(&spec, None).or_else(|e| {
+            // A private image is preloaded as if pulled with its own credentials.
+            match &image.credentials {
+                Some((u, p)) => st.plan_pull(&spec, Some(&crate::domain::AuthConfig::basic("", u.clone(), p.clone()))),
+                None => Err(e),
+            }
+        })?;
+        Ok(st.finish_pull(&planned, &spec))
+    }
+
+    /// Marks a local image pinned (or not). Returns false if it is absent.
+    pub fn set_pinned(&self, image: &str, pinned: bool) -> bool {
+        let mut st = self.shared.state();
+        let Some(id) = st.resolve(image).map(|i| i.id.clone()) else { return false };
+        if let Some(img) = st.images.get_mut(&id) {
+            img.pinned = pinned;
+        }
+        true
+    }
+
+    /// Adds a container (marks its image in use for GC).
+    pub fn add_container(&self, c: Container) {
+        self.shared.state().containers.push(c);
+    }
+
+    /// Removes a container by id.
+    pub fn remove_container(&self, id: &str) {
+        self.shared.state().containers.retain(|c| c.id != id);
+    }
+
+    /// Adds a pod sandbox.
+    pub fn add_sandbox(&self, s: PodSandbox) {
+        self.shared.state().sandboxes.push(s);
+    }
+
+    /// Sets the simulated image filesystem's capacity in bytes.
+    pub fn set_capacity(&self, bytes: u64) {
+        self.shared.state().capacity_bytes = bytes;
+    }
+
+    /// Capacity of the simulated image filesystem in bytes.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.shared.state().capacity_bytes
+    }
+
+    /// Bytes used on the simulated image filesystem (sum of image sizes).
+    pub fn used_bytes(&self) -> u64 {
+        self.shared.state().used_bytes()
+    }
+
+    /// The local images.
+    pub fn images(&self) -> Vec<Image> {
+        self.shared.state().images.values().cloned().collect()
+    }
+
+    /// Replaces the RPC-level fault plan (empty = none).
+    pub fn set_fault_plan(&self, plan: FaultPlan) {
+        *self.shared.faults.lock().unwrap_or_else(|p| p.into_inner()) = plan;
+    }
+
+    /// What reached the runtime so far.
+    pub fn stats(&self) -> RuntimeStats {
+        self.shared.counters.snapshot()
+    }
+
+    /// Zeroes the counters.
+    pub fn reset_stats(&self) {
+        self.shared.counters.reset();
+    }
+}
+
+impl Drop for EmbeddedRuntime {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn serve(listener: std::os::unix::net::UnixListener, service: CriService, stop: oneshot::Receiver<()>) {
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "embedded runtime: cannot build its tokio runtime");
+            return;
+        }
+    };
+    rt.block_on(async move {
+        let listener = match tokio::net::UnixListener::from_std(listener) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(error = %e, "embedded runtime: cannot use its socket");
+                return;
+            }
+        };
+        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+        let server = tonic::transport::Server::builder()
+            .add_service(
+                ImageServiceServer::new(service.clone())
+                    .max_decoding_message_size(MAX_MESSAGE_SIZE)
+                    .max_encoding_message_size(MAX_MESSAGE_SIZE),
+            )
+            .add_service(
+                RuntimeServiceServer::new(service)
+                    .max_decoding_message_size(MAX_MESSAGE_SIZE)
+                    .max_encoding_message_size(MAX_MESSAGE_SIZE),
+            )
+            .serve_with_incoming(incoming);
+        tokio::select! {
+            r = server => if let Err(e) = r { tracing::error!(error = %e, "embedded runtime: server failed") },
+            _ = stop => {}
+        }
+    });
+    // Dropping the runtime cancels every connection task: an abrupt stop.
+    rt.shutdown_background();
+}

@@ -1,0 +1,249 @@
+//! The tonic services of the embedded runtime: CRI `ImageService` and the
+//! `RuntimeService` calls imaged uses. Every other RuntimeService method is
+//! absent from our proto subset, so tonic answers it `Unimplemented`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tonic::{Request, Response, Status};
+
+use crate::cri::proto as pb;
+use crate::cri::proto::image_service_server::ImageService;
+use crate::cri::proto::runtime_service_server::RuntimeService;
+use crate::cri::{CriErrorKind, Rpc};
+use crate::domain::{AuthConfig, ContainerFilter, ImageSpec, PodSandboxFilter, RuntimeVersion};
+use crate::fault::{FaultAction, FaultPlan};
+
+use super::state::State;
+
+/// Counters the tests read to assert what reached the runtime.
+#[derive(Debug, Default)]
+pub struct Counters {
+    calls: [AtomicU64; Rpc::ALL.len()],
+    pulls_in_flight: AtomicU64,
+    max_pulls_in_flight: AtomicU64,
+    pulls_completed: AtomicU64,
+}
+
+/// A snapshot of [`Counters`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuntimeStats {
+    /// Calls received per RPC (including failed and faulted ones).
+    pub calls: Vec<(Rpc, u64)>,
+    /// Pulls running now.
+    pub pulls_in_flight: u64,
+    /// Most pulls that ran at once since the last reset.
+    pub max_pulls_in_flight: u64,
+    /// Pulls that finished successfully.
+    pub pulls_completed: u64,
+}
+
+impl RuntimeStats {
+    /// Calls received for one RPC.
+    pub fn calls(&self, rpc: Rpc) -> u64 {
+        self.calls.iter().find(|(r, _)| *r == rpc).map_or(0, |(_, n)| *n)
+    }
+}
+
+fn index(rpc: Rpc) -> usize {
+    Rpc::ALL.iter().position(|r| *r == rpc).unwrap_or(0)
+}
+
+impl Counters {
+    /// A snapshot.
+    pub fn snapshot(&self) -> RuntimeStats {
+        RuntimeStats {
+            calls: Rpc::ALL.iter().map(|r| (*r, self.calls[index(*r)].load(Ordering::Relaxed))).collect(),
+            pulls_in_flight: self.pulls_in_flight.load(Ordering::Relaxed),
+            max_pulls_in_flight: self.max_pulls_in_flight.load(Ordering::Relaxed),
+            pulls_completed: self.pulls_completed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Zeroes every counter but the pulls in flight.
+    pub fn reset(&self) {
+        for c in &self.calls {
+            c.store(0, Ordering::Relaxed);
+        }
+        self.max_pulls_in_flight.store(self.pulls_in_flight.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.pulls_completed.store(0, Ordering::Relaxed);
+    }
+}
+
+/// State shared by the services and the embedder's handle.
+#[derive(Debug, Default)]
+pub struct Shared {
+    /// The runtime's state.
+    pub state: Mutex<State>,
+    /// RPC-level fault plan.
+    pub faults: Mutex<FaultPlan>,
+    /// Call counters.
+    pub counters: Counters,
+}
+
+impl Shared {
+    /// Locks the state (a poisoned lock is still usable: state is plain data).
+    pub fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn plan(&self) -> FaultPlan {
+        self.faults.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Counts the call and applies the fault plan. `Ok(true)` = lose the reply.
+    async fn gate(&self, rpc: Rpc, image: Option<&str>) -> Result<bool, Status> {
+        self.counters.calls[index(rpc)].fetch_add(1, Ordering::Relaxed);
+        let plan = self.plan();
+        if plan.is_empty() {
+            return Ok(false);
+        }
+        match plan.decide(rpc, image) {
+            None => Ok(false),
+            Some(FaultAction::Fail(e)) => Err(Status::from(&e)),
+            Some(FaultAction::Delay(d)) => {
+                tokio::time::sleep(d).await;
+                Ok(false)
+            }
+            Some(FaultAction::Hang) => std::future::pending().await,
+            Some(FaultAction::DropReply) => Ok(true),
+        }
+    }
+}
+
+/// Answers `r`, or never answers when the fault plan dropped the reply.
+async fn reply<T>(drop_reply: bool, r: Result<T, Status>) -> Result<Response<T>, Status> {
+    if drop_reply {
+        return std::future::pending().await;
+    }
+    r.map(Response::new)
+}
+
+/// The CRI services over [`Shared`].
+#[derive(Debug, Clone)]
+pub struct CriService {
+    shared: Arc<Shared>,
+}
+
+impl CriService {
+    /// Services over `shared`.
+    pub fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+}
+
+fn spec_of(s: Option<pb::ImageSpec>) -> Result<ImageSpec, Status> {
+    match s {
+        Some(s) if !s.image.is_empty() => Ok(s.into()),
+        _ => Err(Status::invalid_argument("image spec must not be nil or empty")),
+    }
+}
+
+/// Decrements the in-flight pull count when a pull ends, however it ends
+/// (a cancelled RPC drops its future mid-sleep).
+struct InFlight<'a>(&'a Counters);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.pulls_in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[tonic::async_trait]
+impl ImageService for CriService {
+    async fn list_images(&self, req: Request<pb::ListImagesRequest>) -> Result<Response<pb::ListImagesResponse>, Status> {
+        let filter: Option<ImageSpec> = req.into_inner().filter.and_then(|f| f.image).map(Into::into);
+        let lost = self.shared.gate(Rpc::ListImages, filter.as_ref().map(|f| f.image.as_str())).await?;
+        let images = self.shared.state().list_images(filter.as_ref());
+        reply(lost, Ok(pb::ListImagesResponse { images: images.into_iter().map(Into::into).collect() })).await
+    }
+
+    async fn image_status(&self, req: Request<pb::ImageStatusRequest>) -> Result<Response<pb::ImageStatusResponse>, Status> {
+        let r = req.into_inner();
+        let spec = spec_of(r.image)?;
+        let lost = self.shared.gate(Rpc::ImageStatus, Some(&spec.image)).await?;
+        let image = self.shared.state().image_status(&spec);
+        let mut info = std::collections::HashMap::new();
+        if r.verbose {
+            if let Some(i) = &image {
+                info.insert("info".to_string(), format!("{{\"id\":{:?},\"size\":{}}}", i.id, i.size));
+            }
+        }
+        reply(lost, Ok(pb::ImageStatusResponse { image: image.map(Into::into), info })).await
+    }
+
+    async fn pull_image(&self, req: Request<pb::PullImageRequest>) -> Result<Response<pb::PullImageResponse>, Status> {
+        let r = req.into_inner();
+        let spec = spec_of(r.image)?;
+        let lost = self.shared.gate(Rpc::PullImage, Some(&spec.image)).await?;
+        let auth: Option<AuthConfig> = r.auth.map(Into::into);
+        let planned = self.shared.state().plan_pull(&spec, auth.as_ref()).map_err(|e| Status::from(&e))?;
+        let c = &self.shared.counters;
+        let now = c.pulls_in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        c.max_pulls_in_flight.fetch_max(now, Ordering::Relaxed);
+        let guard = InFlight(c);
+        if !planned.remote.pull_latency.is_zero() {
+            tokio::time::sleep(planned.remote.pull_latency).await;
+        }
+        // Room is checked again at the end: other pulls may have filled the disk.
+        let id = {
+            let mut st = self.shared.state();
+            let p = st.plan_pull(&spec, auth.as_ref()).map_err(|e| Status::from(&e))?;
+            st.finish_pull(&p, &spec)
+        };
+        drop(guard);
+        c.pulls_completed.fetch_add(1, Ordering::Relaxed);
+        reply(lost, Ok(pb::PullImageResponse { image_ref: id })).await
+    }
+
+    async fn remove_image(&self, req: Request<pb::RemoveImageRequest>) -> Result<Response<pb::RemoveImageResponse>, Status> {
+        let spec = spec_of(req.into_inner().image)?;
+        let lost = self.shared.gate(Rpc::RemoveImage, Some(&spec.image)).await?;
+        let r = self.shared.state().remove_image(&spec).map_err(|e| Status::from(&e));
+        reply(lost, r.map(|()| pb::RemoveImageResponse {})).await
+    }
+
+    async fn image_fs_info(&self, _req: Request<pb::ImageFsInfoRequest>) -> Result<Response<pb::ImageFsInfoResponse>, Status> {
+        let lost = self.shared.gate(Rpc::ImageFsInfo, None).await?;
+        let info = self.shared.state().image_fs_info();
+        reply(lost, Ok(info.into())).await
+    }
+}
+
+#[tonic::async_trait]
+impl RuntimeService for CriService {
+    async fn version(&self, _req: Request<pb::VersionRequest>) -> Result<Response<pb::VersionResponse>, Status> {
+        let lost = self.shared.gate(Rpc::Version, None).await?;
+        let v = RuntimeVersion {
+            version: crate::cri::KUBE_RUNTIME_API_VERSION.to_string(),
+            runtime_name: super::RUNTIME_NAME.to_string(),
+            runtime_version: env!("CARGO_PKG_VERSION").to_string(),
+            runtime_api_version: "v1".to_string(),
+        };
+        reply(lost, Ok(v.into())).await
+    }
+
+    async fn list_pod_sandbox(&self, req: Request<pb::ListPodSandboxRequest>) -> Result<Response<pb::ListPodSandboxResponse>, Status> {
+        let filter: PodSandboxFilter = req.into_inner().filter.map(Into::into).unwrap_or_default();
+        let lost = self.shared.gate(Rpc::ListPodSandbox, None).await?;
+        let items = self.shared.state().list_pod_sandbox(&filter);
+        reply(lost, Ok(pb::ListPodSandboxResponse { items: items.into_iter().map(Into::into).collect() })).await
+    }
+
+    async fn list_containers(&self, req: Request<pb::ListContainersRequest>) -> Result<Response<pb::ListContainersResponse>, Status> {
+        let filter: ContainerFilter = req.into_inner().filter.map(Into::into).unwrap_or_default();
+        let lost = self.shared.gate(Rpc::ListContainers, None).await?;
+        let containers = self.shared.state().list_containers(&filter);
+        reply(lost, Ok(pb::ListContainersResponse { containers: containers.into_iter().map(Into::into).collect() })).await
+    }
+
+    async fn container_status(&self, req: Request<pb::ContainerStatusRequest>) -> Result<Response<pb::ContainerStatusResponse>, Status> {
+        let id = req.into_inner().container_id;
+        if id.is_empty() {
+            return Err(Status::from(&crate::cri::CriError::new(CriErrorKind::InvalidArgument, "container id must not be empty")));
+        }
+        let lost = self.shared.gate(Rpc::ContainerStatus, None).await?;
+        let r = self.shared.state().container_status(&id).map_err(|e| Status::from(&e));
+        reply(lost, r.map(|s| pb::ContainerStatusResponse { status: Some(s.into()), info: Default::default() })).await
+    }
+}

@@ -1,0 +1,289 @@
+//! The embedded runtime's in-memory state and its CRI semantics, written to
+//! behave like containerd's CRI plugin wherever a caller can tell.
+//! Synchronous and free of tonic: the server maps results to statuses.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use crate::cri::{CriError, StatusCode};
+use crate::domain::{
+    AuthConfig, Container, ContainerFilter, ContainerStatus, FilesystemUsage, Image, ImageFsInfo,
+    ImageSpec, PodSandbox, PodSandboxFilter,
+};
+
+use super::catalogue::RemoteImage;
+use super::reference::docker_ref;
+
+/// Mountpoint the simulated image filesystem reports.
+pub const IMAGE_FS_MOUNTPOINT: &str = "/var/lib/imaged/embedded";
+
+/// The runtime's state.
+#[derive(Debug)]
+pub struct State {
+    /// Remote images by normalised `repo:tag`.
+    pub catalogue: BTreeMap<String, RemoteImage>,
+    /// Local images by id.
+    pub images: BTreeMap<String, Image>,
+    /// Containers (tests set them to mark images in use).
+    pub containers: Vec<Container>,
+    /// Pod sandboxes.
+    pub sandboxes: Vec<PodSandbox>,
+    /// Simulated image filesystem capacity in bytes.
+    pub capacity_bytes: u64,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        Self {
+            catalogue: BTreeMap::new(),
+            images: BTreeMap::new(),
+            containers: Vec::new(),
+            sandboxes: Vec::new(),
+            capacity_bytes: 100 * 1024 * 1024 * 1024,
+        }
+    }
+}
+
+/// What a pull will do once its latency has passed: checked up front (as a
+/// registry answers auth and existence before the layers come).
+#[derive(Debug, Clone)]
+pub struct PlannedPull {
+    /// The catalogue entry.
+    pub remote: RemoteImage,
+    /// Normalised reference pulled (`repo:tag` or `repo@digest`).
+    pub reference: String,
+    /// Repository (`docker.io/library/busybox`).
+    pub repo: String,
+    /// Whether the pull named a tag (only then is a repo tag recorded).
+    pub by_tag: bool,
+}
+
+fn err(code: StatusCode, msg: String) -> CriError {
+    CriError::from_status(code, msg)
+}
+
+fn split_repo(reference: &str) -> (&str, Option<&str>, Option<&str>) {
+    if let Some((repo, digest)) = reference.split_once('@') {
+        return (repo, None, Some(digest));
+    }
+    // A ':' after the last '/' starts the tag (a ':' before it is a port).
+    let slash = reference.rfind('/').unwrap_or(0);
+    match reference[slash..].rfind(':') {
+        Some(i) => (&reference[..slash + i], Some(&reference[slash + i + 1..]), None),
+        None => (reference, None, None),
+    }
+}
+
+impl State {
+    /// Adds (or replaces) a remote image, normalising its name.
+    pub fn add_remote(&mut self, mut img: RemoteImage) -> Result<(), CriError> {
+        img.name = docker_ref(&img.name).map_err(|e| err(StatusCode::InvalidArgument, e))?;
+        self.catalogue.insert(img.name.clone(), img);
+        Ok(())
+    }
+
+    /// The image a reference or id names, containerd's `localResolve`: a
+    /// digest-form string is an id; anything else is normalised and looked
+    /// up among repo tags and repo digests.
+    pub fn resolve(&self, ref_or_id: &str) -> Option<&Image> {
+        if is_digest(ref_or_id) {
+            return self.images.get(ref_or_id);
+        }
+        let normalised = docker_ref(ref_or_id).ok()?;
+        self.images
+            .values()
+            .find(|i| i.repo_tags.iter().chain(&i.repo_digests).any(|r| *r == normalised))
+    }
+
+    /// `ImageStatus`: `None` when absent.
+    pub fn image_status(&self, spec: &ImageSpec) -> Option<Image> {
+        self.resolve(&spec.image).cloned()
+    }
+
+    /// `ListImages`.
+    pub fn list_images(&self, filter: Option<&ImageSpec>) -> Vec<Image> {
+        match filter.filter(|f| !f.image.is_empty()) {
+            Some(f) => self.resolve(&f.image).cloned().into_iter().collect(),
+            None => self.images.values().cloned().collect(),
+        }
+    }
+
+    /// Checks a pull can go ahead: the reference parses, the registry has
+    /// it, the credentials are right and there is room. Errors carry
+    /// containerd's texts and codes.
+    pub fn plan_pull(&self, spec: &ImageSpec, auth: Option<&AuthConfig>) -> Result<PlannedPull, CriError> {
+        let reference = docker_ref(&spec.image).map_err(|e| {
+            err(StatusCode::Unknown, format!("failed to pull and unpack image {:?}: failed to resolve reference {:?}: {e}", spec.image, spec.image))
+        })?;
+        let fail = |code, detail: String| {
+            err(code, format!("failed to pull and unpack image {reference:?}: failed to resolve reference {reference:?}: {detail}"))
+        };
+        let (repo, tag, digest) = split_repo(&reference);
+        let remote = match (tag, digest) {
+            (_, Some(d)) => self.catalogue.values().find(|r| split_repo(&r.name).0 == repo && r.digest == d),
+            _ => self.catalogue.get(&reference),
+        };
+        let Some(remote) = remote else {
+            return Err(fail(StatusCode::NotFound, format!("{reference}: not found")));
+        };
+        if let Some((user, password)) = &remote.credentials {
+            let host = repo.split('/').next().unwrap_or(repo);
+            let what = match (tag, digest) {
+                (_, Some(d)) => d.to_string(),
+                (Some(t), None) => t.to_string(),
+                (None, None) => "latest".to_string(),
+            };
+            let unauthorized =
+                || fail(StatusCode::Unknown, format!("pulling from host {host} failed with status code [manifests {what}]: 401 Unauthorized"));
+            let Some(auth) = auth else { return Err(unauthorized()) };
+            check_server_address(&auth.server_address)?;
+            let (u, p) = credentials_of(auth).ok_or_else(unauthorized)?;
+            if u != *user || p != password.expose() {
+                return Err(unauthorized());
+            }
+        }
+        let used = self.used_bytes();
+        let already = self.images.contains_key(&remote.id);
+        if !already && used.saturating_add(remote.size) > self.capacity_bytes {
+            return Err(err(
+                StatusCode::Unknown,
+                format!("failed to pull and unpack image {reference:?}: failed to extract layer: write /var/lib/containerd: no space left on device"),
+            ));
+        }
+        Ok(PlannedPull { remote: remote.clone(), by_tag: digest.is_none(), repo: repo.to_string(), reference })
+    }
+
+    /// Records a finished pull and returns the image id. A tag moves to the
+    /// newly pulled image, as in containerd.
+    pub fn finish_pull(&mut self, p: &PlannedPull, spec: &ImageSpec) -> String {
+        let tag = if p.by_tag { Some(p.reference.clone()) } else { None };
+        let repo_digest = format!("{}@{}", p.repo, p.remote.digest);
+        if let Some(t) = &tag {
+            for img in self.images.values_mut() {
+                img.repo_tags.retain(|x| x != t);
+            }
+        }
+        let img = self.images.entry(p.remote.id.clone()).or_insert_with(|| Image {
+            id: p.remote.id.clone(),
+            size: p.remote.size,
+            spec: Some(ImageSpec { image: p.remote.id.clone(), runtime_handler: spec.runtime_handler.clone(), ..ImageSpec::default() }),
+            ..Image::default()
+        });
+        if let Some(t) = tag {
+            if !img.repo_tags.contains(&t) {
+                img.repo_tags.push(t);
+            }
+        }
+        if !img.repo_digests.contains(&repo_digest) {
+            img.repo_digests.push(repo_digest);
+        }
+        let id = img.id.clone();
+        // An image left with no names is gone, as containerd garbage-collects it.
+        self.images.retain(|_, i| !i.repo_tags.is_empty() || !i.repo_digests.is_empty());
+        id
+    }
+
+    /// `RemoveImage`: removes the image the reference resolves to (all its
+    /// tags); an absent image is success, as in containerd.
+    pub fn remove_image(&mut self, spec: &ImageSpec) -> Result<(), CriError> {
+        if let Some(id) = self.resolve(&spec.image).map(|i| i.id.clone()) {
+            // containerd removes pinned images too: pinning only stops GC.
+            self.images.remove(&id);
+        }
+        Ok(())
+    }
+
+    /// Sum of image sizes.
+    pub fn used_bytes(&self) -> u64 {
+        self.images.values().map(|i| i.size).sum()
+    }
+
+    /// `ImageFsInfo` for the simulated filesystem.
+    pub fn image_fs_info(&self) -> ImageFsInfo {
+        let usage = FilesystemUsage {
+            timestamp: SystemTime::now(),
+            mountpoint: IMAGE_FS_MOUNTPOINT.to_string(),
+            used_bytes: Some(self.used_bytes()),
+            inodes_used: Some(self.images.len() as u64),
+        };
+        ImageFsInfo { image_filesystems: vec![usage.clone()], container_filesystems: vec![usage] }
+    }
+
+    /// `ListContainers`.
+    pub fn list_containers(&self, f: &ContainerFilter) -> Vec<Container> {
+        self.containers
+            .iter()
+            .filter(|c| f.id.as_ref().is_none_or(|id| c.id == *id))
+            .filter(|c| f.state.is_none_or(|s| c.state == s))
+            .filter(|c| f.pod_sandbox_id.as_ref().is_none_or(|p| c.pod_sandbox_id == *p))
+            .filter(|c| f.label_selector.iter().all(|(k, v)| c.labels.get(k) == Some(v)))
+            .cloned()
+            .collect()
+    }
+
+    /// `ListPodSandbox`.
+    pub fn list_pod_sandbox(&self, f: &PodSandboxFilter) -> Vec<PodSandbox> {
+        self.sandboxes
+            .iter()
+            .filter(|s| f.id.as_ref().is_none_or(|id| s.id == *id))
+            .filter(|s| f.state.is_none_or(|st| s.state == st))
+            .filter(|s| f.label_selector.iter().all(|(k, v)| s.labels.get(k) == Some(v)))
+            .cloned()
+            .collect()
+    }
+
+    /// `ContainerStatus`; NotFound with containerd's text when absent.
+    pub fn container_status(&self, id: &str) -> Result<ContainerStatus, CriError> {
+        let c = self.containers.iter().find(|c| c.id == id).ok_or_else(|| {
+            err(StatusCode::NotFound, format!("an error occurred when try to find container {id:?}: not found"))
+        })?;
+        Ok(ContainerStatus {
+            id: c.id.clone(),
+            name: c.name.clone(),
+            state: c.state,
+            created_at: c.created_at,
+            image: c.image.clone(),
+            image_ref: c.image_ref.clone(),
+            image_id: c.image_id.clone(),
+            ..ContainerStatus::default()
+        })
+    }
+}
+
+fn is_digest(s: &str) -> bool {
+    s.split_once(':').is_some_and(|(alg, hex)| {
+        matches!(alg, "sha256" | "sha384" | "sha512") && !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit())
+    })
+}
+
+/// containerd 1.6 parses `server_address` as a URL and fails the pull when it
+/// has no scheme.
+fn check_server_address(addr: &str) -> Result<(), CriError> {
+    if addr.is_empty() || addr.contains("://") {
+        return Ok(());
+    }
+    Err(err(StatusCode::Unknown, format!("get image credentials: parse server address: parse {addr:?}: first path segment in URL cannot contain colon")))
+}
+
+/// (user, password) from an AuthConfig: `auth` (base64 `user:pass`) wins.
+fn credentials_of(a: &AuthConfig) -> Option<(String, String)> {
+    if !a.auth.is_empty() {
+        let decoded = base64_decode(a.auth.expose())?;
+        let text = String::from_utf8(decoded).ok()?;
+        let (u, p) = text.split_once(':')?;
+        return Some((u.to_string(), p.to_string()));
+    }
+    if a.username.is_empty() {
+        return None;
+    }
+    Some((a.username.clone(), a.password.expose().to_string()))
+}
+
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    let t = s.trim().trim_end_matches('=');
+    base64::engine::general_purpose::STANDARD_NO_PAD.decode(t).ok()
+}
+
+#[cfg(test)]
+mod tests;
