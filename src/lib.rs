@@ -12,14 +12,21 @@
 //!   calls CRI. Their contracts are in `actors.md`.
 //! - [`embedded`]: the embedded CRI runtime (in memory, served on a unix
 //!   socket) used by default, by the README and by tests.
-//! - [`config`], [`telemetry`]: configuration and logging.
+//! - [`runtime`]: resolves the configured endpoint (starting the embedded
+//!   runtime when asked) and connects the gateway.
+//! - [`config`], [`telemetry`], [`error`]: configuration, logging, exit codes.
+//! - [`demo`]: the README's main job; [`cli`]: flags shared by the binaries.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod actors;
+pub mod cli;
 pub mod config;
 pub mod cri;
+pub mod demo;
 pub mod domain;
 pub mod embedded;
+pub mod error;
 pub mod fault;
+pub mod runtime;
 pub mod telemetry;

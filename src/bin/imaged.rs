@@ -1,1 +1,94 @@
-fn main() {}
+//! `imaged`: the node image manager's binary.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use imaged::cli::{ConfigArgs, report, shutdown_signal};
+use imaged::config::Config;
+use imaged::embedded::{EmbeddedRuntime, demo_catalogue};
+use imaged::error::AppError;
+
+#[derive(Debug, Parser)]
+#[command(name = "imaged", version, about = "Node image manager: kubelet-compatible pulls and image GC over CRI")]
+struct Cli {
+    #[command(flatten)]
+    config: ConfigArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// One round of pull, list, status and remove through the CRI gateway, printing what happened.
+    Demo {
+        /// Images to pull and remove (default: a few from the embedded runtime's catalogue).
+        images: Vec<String>,
+    },
+    /// Serve the embedded CRI runtime on a unix socket until SIGINT/SIGTERM.
+    EmbeddedRuntime {
+        /// Socket path to serve on.
+        #[arg(long)]
+        socket: PathBuf,
+        /// Start with an empty catalogue instead of the demo images.
+        #[arg(long)]
+        empty: bool,
+    },
+    /// Validate the configuration and print it.
+    CheckConfig,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { imaged::error::EXIT_USAGE } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code as u8);
+        }
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => ExitCode::from(report("imaged", &e) as u8),
+    }
+}
+
+fn run(cli: Cli) -> Result<(), AppError> {
+    let cfg: Config = cli.config.load()?;
+    imaged::telemetry::init(&cfg.log).map_err(AppError::Other)?;
+    match cli.command {
+        Command::CheckConfig => {
+            println!("{cfg:#?}");
+            Ok(())
+        }
+        Command::Demo { images } => {
+            let images = if images.is_empty() {
+                ["busybox:1.36", "nginx:1.27", "registry.k8s.io/pause:3.10"].map(String::from).to_vec()
+            } else {
+                images
+            };
+            actix::System::new().block_on(async move {
+                let rt = imaged::runtime::connect(&cfg).await?;
+                let mut out = std::io::stdout().lock();
+                imaged::demo::run(&rt, &images, &mut out).await
+            })
+        }
+        Command::EmbeddedRuntime { socket, empty } => {
+            let rt = EmbeddedRuntime::start(&socket)?;
+            if !empty {
+                for img in demo_catalogue() {
+                    rt.add_remote(img).map_err(|e| AppError::cri("loading the catalogue", e))?;
+                }
+            }
+            tracing::info!(socket = %socket.display(), "embedded CRI runtime serving");
+            let signals = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| AppError::Other(format!("starting the signal runtime: {e}")))?;
+            signals.block_on(shutdown_signal());
+            tracing::info!("embedded CRI runtime stopping");
+            drop(rt);
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! Command-line pieces shared by `imaged` and `imagectl`: the configuration
+//! flags and the shutdown signal.
+
+use std::path::PathBuf;
+
+use crate::config::{Config, Sources};
+use crate::error::AppError;
+
+/// Flags every binary takes to build its configuration.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ConfigArgs {
+    /// Configuration file (TOML), layered over the built-in defaults.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Override one key, e.g. `--set runtime.deadlines.pull_image=5m` (repeatable).
+    #[arg(long = "set", global = true, value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
+    /// CRI endpoint (`embedded`, `unix:///path`, `tcp://host:port`); same as `--set runtime.endpoint=…`.
+    #[arg(long, global = true, value_name = "ENDPOINT")]
+    pub runtime_endpoint: Option<String>,
+    /// Log format (`text` or `json`); same as `--set log.format=…`.
+    #[arg(long, global = true, value_name = "FORMAT")]
+    pub log_format: Option<String>,
+}
+
+impl ConfigArgs {
+    /// Loads the configuration: defaults, file, `IMAGED_*` environment, flags.
+    pub fn load(&self) -> Result<Config, AppError> {
+        let mut overrides = self.overrides.clone();
+        if let Some(e) = &self.runtime_endpoint {
+            overrides.push(format!("runtime.endpoint={e}"));
+        }
+        if let Some(f) = &self.log_format {
+            overrides.push(format!("log.format={f}"));
+        }
+        Ok(Config::load(&Sources::from_process(self.config.clone(), overrides))?)
+    }
+}
+
+/// Resolves when the process gets SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+/// Prints `err` and returns its exit code (for `main`).
+pub fn report(bin: &str, err: &AppError) -> i32 {
+    eprintln!("{bin}: error: {err}");
+    let mut source = std::error::Error::source(err);
+    while let Some(s) = source {
+        eprintln!("  caused by: {s}");
+        source = s.source();
+    }
+    err.exit_code()
+}
