@@ -1,0 +1,5 @@
+//! Helpers shared by the integration tests that need real infrastructure.
+#![allow(dead_code)]
+
+pub mod containerd_env;
+pub mod oci;
