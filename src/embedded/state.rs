@@ -113,7 +113,7 @@ impl State {
     /// containerd's texts and codes.
     pub fn plan_pull(&self, spec: &ImageSpec, auth: Option<&AuthConfig>) -> Result<PlannedPull, CriError> {
         let reference = docker_ref(&spec.image).map_err(|e| {
-            err(StatusCode::Unknown, format!("failed to pull and unpack image {:?}: failed to resolve reference {:?}: {e}", spec.image, spec.image))
+            err(StatusCode::Unknown, format!("failed to parse image reference {:?}: {e}", spec.image))
         })?;
         let fail = |code, detail: String| {
             err(code, format!("failed to pull and unpack image {reference:?}: failed to resolve reference {reference:?}: {detail}"))
@@ -136,7 +136,15 @@ impl State {
             let unauthorized =
                 || fail(StatusCode::Unknown, format!("pulling from host {host} failed with status code [manifests {what}]: 401 Unauthorized"));
             let Some(auth) = auth else { return Err(unauthorized()) };
-            check_server_address(&auth.server_address)?;
+            // containerd 1.6 ParseAuth: a server address that does not parse as
+            // a URL fails the pull; one naming another host is ignored.
+            if !auth.server_address.is_empty() {
+                match server_host(&auth.server_address) {
+                    Err(detail) => return Err(fail(StatusCode::Unknown, detail)),
+                    Ok(h) if h != host => return Err(unauthorized()),
+                    Ok(_) => {}
+                }
+            }
             let (u, p) = credentials_of(auth).ok_or_else(unauthorized)?;
             if u != *user || p != password.expose() {
                 return Err(unauthorized());
@@ -256,13 +264,17 @@ fn is_digest(s: &str) -> bool {
     })
 }
 
-/// containerd 1.6 parses `server_address` as a URL and fails the pull when it
-/// has no scheme.
-fn check_server_address(addr: &str) -> Result<(), CriError> {
-    if addr.is_empty() || addr.contains("://") {
-        return Ok(());
+/// The host of a `server_address` as Go's `url.Parse` sees it: with a
+/// scheme, the part before the first `/`; without one, a colon in the first
+/// segment is a parse error and anything else has no host.
+fn server_host(addr: &str) -> Result<String, String> {
+    match addr.split_once("://") {
+        Some((_, rest)) => Ok(rest.split('/').next().unwrap_or("").to_string()),
+        None if addr.split('/').next().is_some_and(|first| first.contains(':')) => Err(format!(
+            "parse server address: parse {addr:?}: first path segment in URL cannot contain colon"
+        )),
+        None => Ok(String::new()),
     }
-    Err(err(StatusCode::Unknown, format!("get image credentials: parse server address: parse {addr:?}: first path segment in URL cannot contain colon")))
 }
 
 /// (user, password) from an AuthConfig: `auth` (base64 `user:pass`) wins.
