@@ -11,7 +11,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::actors::backoff_registry::BackoffConfig;
+use crate::actors::pull_queue::{Concurrency, PullQueueConfig, ThrottleMode};
 use crate::cri::{CriEndpoint, Rpc};
+use crate::ensure::EnsureConfig;
 
 /// The documented defaults (`config/default.toml`).
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
@@ -49,7 +52,34 @@ impl From<config::ConfigError> for ConfigError {
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     runtime: RawRuntime,
+    pull: RawPull,
+    backoff: RawBackoff,
     log: RawLog,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPull {
+    #[serde(default)]
+    serialize_image_pulls: Option<bool>,
+    #[serde(default)]
+    max_parallel_image_pulls: Option<i64>,
+    queue_capacity: i64,
+    registry_pull_qps: f64,
+    registry_burst: i64,
+    throttle_mode: String,
+    single_flight: bool,
+    pull_deadline: String,
+    annotate_error_class: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBackoff {
+    initial: String,
+    max: String,
+    gc_interval: String,
+    mailbox_capacity: i64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -165,13 +195,36 @@ pub struct LogConfig {
     pub filter: String,
 }
 
-/// The validated configuration.
+/// The backoff registry's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackoffSettings {
+    /// Delays.
+    pub backoff: BackoffConfig,
+    /// Periodic GC of expired entries (None = only after successful pulls).
+    pub gc_interval: Option<Duration>,
+    /// Mailbox capacity.
+    pub mailbox_capacity: usize,
+}
+
+impl Default for BackoffSettings {
+    fn default() -> Self {
+        Self { backoff: BackoffConfig::default(), gc_interval: Some(Duration::from_secs(60)), mailbox_capacity: 1024 }
+    }
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// Where the runtime is.
     pub endpoint: RuntimeEndpoint,
     /// CRI gateway settings.
     pub cri: CriConfig,
+    /// Pull queue settings.
+    pub pull: PullQueueConfig,
+    /// Ensure-flow settings.
+    pub ensure: EnsureConfig,
+    /// Backoff registry settings.
+    pub backoff: BackoffSettings,
     /// Logging.
     pub log: LogConfig,
 }
@@ -286,8 +339,81 @@ impl Config {
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&raw.log.filter) {
             return Err(invalid("log.filter", &raw.log.filter, e.to_string()));
         }
-        Ok(Config { endpoint, cri, log: LogConfig { format, filter: raw.log.filter } })
+        let (pull, ensure) = pull_from_raw(raw.pull)?;
+        let backoff = backoff_from_raw(raw.backoff)?;
+        Ok(Config { endpoint, cri, pull, ensure, backoff, log: LogConfig { format, filter: raw.log.filter } })
     }
+}
+
+/// The kubelet's validation and defaulting of the image pull fields.
+fn pull_from_raw(p: RawPull) -> Result<(PullQueueConfig, EnsureConfig), ConfigError> {
+    if p.registry_pull_qps < 0.0 || !p.registry_pull_qps.is_finite() {
+        let v = p.registry_pull_qps.to_string();
+        return Err(invalid("pull.registry_pull_qps", &v, format!("invalid configuration: registryPullQPS (--registry-qps) {v} must not be a negative number")));
+    }
+    if p.registry_burst < 0 {
+        let v = p.registry_burst.to_string();
+        return Err(invalid("pull.registry_burst", &v, format!("invalid configuration: registryBurst (--registry-burst) {v} must not be a negative number")));
+    }
+    if let Some(n) = p.max_parallel_image_pulls {
+        if n < 1 {
+            return Err(invalid("pull.max_parallel_image_pulls", &n.to_string(), format!("invalid configuration: maxParallelImagePulls {n} must be a positive number")));
+        }
+    }
+    // Defaulting: serial unless at least two parallel pulls are asked for.
+    let serialize = p.serialize_image_pulls.unwrap_or(!p.max_parallel_image_pulls.is_some_and(|n| n >= 2));
+    if serialize && p.max_parallel_image_pulls.is_some_and(|n| n > 1) {
+        let n = p.max_parallel_image_pulls.unwrap_or_default().to_string();
+        return Err(invalid(
+            "pull.max_parallel_image_pulls",
+            &n,
+            "invalid configuration: maxParallelImagePulls cannot be larger than 1 unless SerializeImagePulls (--serialize-image-pulls) is set to false",
+        ));
+    }
+    let concurrency = if serialize {
+        Concurrency::Serial
+    } else {
+        Concurrency::Parallel(p.max_parallel_image_pulls.and_then(|n| usize::try_from(n).ok()))
+    };
+    let capacity = match usize::try_from(p.queue_capacity) {
+        Ok(0) => None,
+        Ok(n) => Some(n),
+        Err(_) => return Err(invalid("pull.queue_capacity", &p.queue_capacity.to_string(), "must be 0 (unbounded) or more")),
+    };
+    let throttle_mode = match p.throttle_mode.as_str() {
+        "fail" => ThrottleMode::Fail,
+        "wait" => ThrottleMode::Wait,
+        other => return Err(invalid("pull.throttle_mode", other, "must be \"fail\" or \"wait\"")),
+    };
+    let burst = u32::try_from(p.registry_burst)
+        .map_err(|_| invalid("pull.registry_burst", &p.registry_burst.to_string(), "must be at most 4294967295"))?;
+    let deadline = duration("pull.pull_deadline", &p.pull_deadline)?;
+    Ok((
+        PullQueueConfig {
+            concurrency,
+            capacity,
+            single_flight: p.single_flight,
+            qps: p.registry_pull_qps,
+            // The kubelet's v1beta1 defaulting turns a zero burst into 10.
+            burst: if burst == 0 { 10 } else { burst },
+            throttle_mode,
+            pull_deadline: if deadline.is_zero() { None } else { Some(deadline) },
+        },
+        EnsureConfig { annotate_error_class: p.annotate_error_class },
+    ))
+}
+
+fn backoff_from_raw(b: RawBackoff) -> Result<BackoffSettings, ConfigError> {
+    let initial = duration("backoff.initial", &b.initial)?;
+    let max = duration("backoff.max", &b.max)?;
+    let backoff = BackoffConfig::try_new(initial, max)
+        .map_err(|e| invalid("backoff.initial/backoff.max", &format!("{}/{}", b.initial, b.max), e.to_string()))?;
+    let gc = duration("backoff.gc_interval", &b.gc_interval)?;
+    let mailbox_capacity = usize::try_from(b.mailbox_capacity)
+        .ok()
+        .filter(|c| (1..=1_000_000).contains(c))
+        .ok_or_else(|| invalid("backoff.mailbox_capacity", &b.mailbox_capacity.to_string(), "must be from 1 to 1000000"))?;
+    Ok(BackoffSettings { backoff, gc_interval: if gc.is_zero() { None } else { Some(gc) }, mailbox_capacity })
 }
 
 fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {

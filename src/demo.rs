@@ -34,7 +34,7 @@ pub async fn run(rt: &ConnectedRuntime, images: &[String], out: &mut impl Write)
         writeln!(out, "status  {image}: {}", if present { "present" } else { "absent" }).map_err(io)?;
         let t = Instant::now();
         let id = g
-            .send(PullImage { image: spec.clone(), auth: None, sandbox: None })
+            .send(PullImage::new(spec.clone()))
             .await
             .map_err(mailbox("pull"))?
             .map_err(|e| AppError::cri(format!("PullImage {image}"), e))?;

@@ -10,6 +10,8 @@
 //! - [`fault`]: message-level fault plans for CRI calls.
 //! - [`actors`]: the actors; [`actors::cri_gateway`] is the only one that
 //!   calls CRI. Their contracts are in `actors.md`.
+//! - [`ensure`]: the kubelet's `EnsureImageExists` flow over the actors
+//!   ([`ensure::ImageManager`]).
 //! - [`embedded`]: the embedded CRI runtime (in memory, served on a unix
 //!   socket) used by default, by the README and by tests.
 //! - [`runtime`]: resolves the configured endpoint (starting the embedded
@@ -26,6 +28,7 @@ pub mod cri;
 pub mod demo;
 pub mod domain;
 pub mod embedded;
+pub mod ensure;
 pub mod error;
 pub mod fault;
 pub mod runtime;

@@ -48,7 +48,7 @@ async fn fixture() -> Fixture {
 }
 
 fn pull(image: &str) -> PullImage {
-    PullImage { image: ImageSpec::new(image), auth: None, sandbox: None }
+    PullImage::new(ImageSpec::new(image))
 }
 
 fn status(image: &str) -> GetImageStatus {

@@ -114,7 +114,7 @@ async fn scenario(env: ContainerdEnv) {
         .await
         .expect("push to the open registry");
     let image_ref = g
-        .send(PullImage { image: spec(&pushed.reference), auth: None, sandbox: None })
+        .send(PullImage::new(spec(&pushed.reference)))
         .await
         .unwrap()
         .expect("containerd pulls from the open registry");
@@ -156,7 +156,7 @@ async fn scenario(env: ContainerdEnv) {
 
     // --- a missing image is NotFound ---
     let missing = format!("{}/imaged/does-not-exist:v1", env.registry_open);
-    let e = g.send(PullImage { image: spec(&missing), auth: None, sandbox: None }).await.unwrap().expect_err("missing");
+    let e = g.send(PullImage::new(spec(&missing))).await.unwrap().expect_err("missing");
     assert_eq!(e.kind(), CriErrorKind::NotFound, "{e}");
     assert!(e.to_string().contains("not found"), "{e}");
     assert!(!e.is_retryable());
@@ -168,7 +168,7 @@ async fn scenario(env: ContainerdEnv) {
         .await
         .expect("push to the auth registry");
     let e = g
-        .send(PullImage { image: spec(&private.reference), auth: None, sandbox: None })
+        .send(PullImage::new(spec(&private.reference)))
         .await
         .unwrap()
         .expect_err("no credentials");
@@ -177,7 +177,7 @@ async fn scenario(env: ContainerdEnv) {
 
     let wrong = AuthConfig::basic(env.registry_auth.clone(), env.user.clone(), "not-the-password");
     let e = g
-        .send(PullImage { image: spec(&private.reference), auth: Some(wrong), sandbox: None })
+        .send(PullImage { auth: Some(wrong), ..PullImage::new(spec(&private.reference)) })
         .await
         .unwrap()
         .expect_err("wrong password");
@@ -187,7 +187,7 @@ async fn scenario(env: ContainerdEnv) {
     // A scheme-less server address (what users write) works: imaged adds one.
     let right = AuthConfig::basic(env.registry_auth.clone(), env.user.clone(), env.pass.clone());
     let id = g
-        .send(PullImage { image: spec(&private.reference), auth: Some(right), sandbox: None })
+        .send(PullImage { auth: Some(right), ..PullImage::new(spec(&private.reference)) })
         .await
         .unwrap()
         .expect("pull with credentials");

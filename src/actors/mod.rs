@@ -1,4 +1,6 @@
 //! The actors. Each one's contract (mailbox, messages, timers, failure and
 //! shutdown policy) is written down in `actors.md` at the repository root.
 
+pub mod backoff_registry;
 pub mod cri_gateway;
+pub mod pull_queue;

@@ -109,7 +109,7 @@ fn run(cli: Cli) -> Result<u8, AppError> {
             }
             Command::Pull { image, username } => {
                 let auth = username.map(|u| AuthConfig::basic(registry_host(&image), u, password.unwrap_or_default()));
-                let id = g.send(PullImage { image: ImageSpec::new(image.clone()), auth, sandbox: None }).await.map_err(closed)?.map_err(|e| AppError::cri(format!("PullImage {image}"), e))?;
+                let id = g.send(PullImage { auth, ..PullImage::new(ImageSpec::new(image.clone())) }).await.map_err(closed)?.map_err(|e| AppError::cri(format!("PullImage {image}"), e))?;
                 writeln!(o, "Image is up to date for {id}").map_err(out)?;
             }
             Command::Rmi { image } => {

@@ -67,3 +67,51 @@ fn unknown_keys_and_wrong_types_are_rejected_by_name() {
     let err = Config::load(&missing).expect_err("missing file").to_string();
     assert!(err.contains("/nonexistent/imaged.toml"), "{err}");
 }
+
+#[test]
+fn pull_defaults_are_the_kubelets() {
+    let c = Config::defaults().expect("defaults");
+    assert_eq!(c.pull, PullQueueConfig::default());
+    assert_eq!(c.pull.concurrency, Concurrency::Serial);
+    assert_eq!(c.pull.capacity, Some(10));
+    assert_eq!((c.pull.qps, c.pull.burst), (5.0, 10));
+    assert_eq!(c.backoff, BackoffSettings::default());
+    assert_eq!(c.ensure, EnsureConfig::default());
+}
+
+#[test]
+fn serialize_and_max_parallel_follow_kubelet_defaulting() {
+    let mode = |toml: &str| Config::from_toml(toml).map(|c| c.pull.concurrency);
+    assert_eq!(mode("").unwrap(), Concurrency::Serial);
+    assert_eq!(mode("[pull]\nmax_parallel_image_pulls = 4").unwrap(), Concurrency::Parallel(Some(4)));
+    assert_eq!(mode("[pull]\nmax_parallel_image_pulls = 1").unwrap(), Concurrency::Serial);
+    assert_eq!(mode("[pull]\nserialize_image_pulls = false").unwrap(), Concurrency::Parallel(None));
+    assert_eq!(
+        mode("[pull]\nserialize_image_pulls = false\nmax_parallel_image_pulls = 1").unwrap(),
+        Concurrency::Parallel(Some(1))
+    );
+    let err = mode("[pull]\nserialize_image_pulls = true\nmax_parallel_image_pulls = 3").unwrap_err().to_string();
+    assert!(err.contains("invalid configuration: maxParallelImagePulls cannot be larger than 1 unless SerializeImagePulls (--serialize-image-pulls) is set to false"), "{err}");
+    let err = mode("[pull]\nmax_parallel_image_pulls = 0").unwrap_err().to_string();
+    assert!(err.contains("invalid configuration: maxParallelImagePulls 0 must be a positive number"), "{err}");
+}
+
+#[test]
+fn pull_values_are_validated_with_kubelet_texts() {
+    let err = Config::from_toml("[pull]\nregistry_pull_qps = -1.5").unwrap_err().to_string();
+    assert!(err.contains("invalid configuration: registryPullQPS (--registry-qps) -1.5 must not be a negative number"), "{err}");
+    let err = Config::from_toml("[pull]\nregistry_burst = -2").unwrap_err().to_string();
+    assert!(err.contains("invalid configuration: registryBurst (--registry-burst) -2 must not be a negative number"), "{err}");
+    assert_eq!(Config::from_toml("[pull]\nregistry_burst = 0").unwrap().pull.burst, 10);
+    let err = Config::from_toml("[pull]\nthrottle_mode = \"queue\"").unwrap_err().to_string();
+    assert!(err.contains("pull.throttle_mode") && err.contains("queue"), "{err}");
+    let c = Config::from_toml("[pull]\nthrottle_mode = \"wait\"\npull_deadline = \"5m\"\nqueue_capacity = 0").unwrap();
+    assert_eq!(c.pull.throttle_mode, ThrottleMode::Wait);
+    assert_eq!(c.pull.pull_deadline, Some(Duration::from_secs(300)));
+    assert_eq!(c.pull.capacity, None);
+    let err = Config::from_toml("[backoff]\ninitial = \"0s\"").unwrap_err().to_string();
+    assert!(err.contains("backoff"), "{err}");
+    let c = Config::from_toml("[backoff]\nmax = \"60s\"\ngc_interval = \"0s\"").unwrap();
+    assert_eq!(c.backoff.backoff.max, Duration::from_secs(60));
+    assert_eq!(c.backoff.gc_interval, None);
+}

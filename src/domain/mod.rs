@@ -1,7 +1,11 @@
 //! Pure domain types: what imaged knows about images, containers and the
 //! runtime, independent of CRI's wire types. Imports neither actix nor tonic.
 
+pub mod gofmt;
 mod image;
+mod image_error;
+pub mod pull_policy;
+pub mod reference;
 mod runtime;
 mod secret;
 
@@ -10,4 +14,5 @@ pub use runtime::{
     Container, ContainerFilter, ContainerState, ContainerStatus, PodSandbox, PodSandboxFilter,
     PodSandboxState, RuntimeVersion,
 };
+pub use image_error::{ErrorClass, ImageErrorKind, eval_cri_pull_err};
 pub use secret::Secret;

@@ -213,9 +213,15 @@ impl EmbeddedRuntime {
         self.shared.counters.snapshot()
     }
 
-    /// Zeroes the counters.
+    /// Zeroes the counters and clears the pull log.
     pub fn reset_stats(&self) {
         self.shared.counters.reset();
+        self.shared.pull_log.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// The images of every PullImage call received, in arrival order.
+    pub fn pull_log(&self) -> Vec<String> {
+        self.shared.pull_log.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 

@@ -79,6 +79,8 @@ pub struct Shared {
     pub faults: Mutex<FaultPlan>,
     /// Call counters.
     pub counters: Counters,
+    /// Images of the PullImage calls received, in arrival order.
+    pub pull_log: Mutex<Vec<String>>,
 }
 
 impl Shared {
@@ -175,6 +177,7 @@ impl ImageService for CriService {
     async fn pull_image(&self, req: Request<pb::PullImageRequest>) -> Result<Response<pb::PullImageResponse>, Status> {
         let r = req.into_inner();
         let spec = spec_of(r.image)?;
+        self.shared.pull_log.lock().unwrap_or_else(|p| p.into_inner()).push(spec.image.clone());
         let lost = self.shared.gate(Rpc::PullImage, Some(&spec.image)).await?;
         let auth: Option<AuthConfig> = r.auth.map(Into::into);
         let planned = self.shared.state().plan_pull(&spec, auth.as_ref()).map_err(|e| Status::from(&e))?;

@@ -2,4 +2,5 @@
 #![allow(dead_code)]
 
 pub mod containerd_env;
+pub mod fixture;
 pub mod oci;

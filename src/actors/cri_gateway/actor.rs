@@ -74,8 +74,28 @@ impl CriGatewayActor {
         F: FnOnce(CriClient, Option<Duration>) -> Fut + 'static,
         Fut: Future<Output = Result<T, CriError>> + 'static,
     {
+        self.call_within(rpc, image, None, f)
+    }
+
+    /// [`call`](Self::call) with a caller's deadline, used when it is
+    /// shorter than the configured one.
+    fn call_within<T, F, Fut>(
+        &self,
+        rpc: Rpc,
+        image: Option<&str>,
+        requested: Option<Duration>,
+        f: F,
+    ) -> ResponseFuture<Result<T, CriError>>
+    where
+        T: 'static,
+        F: FnOnce(CriClient, Option<Duration>) -> Fut + 'static,
+        Fut: Future<Output = Result<T, CriError>> + 'static,
+    {
         let client = self.client.clone();
-        let deadline = self.deadlines.get(rpc);
+        let deadline = match (self.deadlines.get(rpc), requested) {
+            (Some(c), Some(r)) => Some(c.min(r)),
+            (c, r) => c.or(r),
+        };
         // Decided here, in mailbox order, so a seeded plan replays exactly.
         let fault = if self.faults.is_empty() { None } else { self.faults.decide(rpc, image) };
         let image = image.map(str::to_owned);
@@ -173,7 +193,10 @@ impl Handler<PullImage> for CriGatewayActor {
     /// Pulls an image.
     fn handle(&mut self, m: PullImage, _: &mut Self::Context) -> Self::Result {
         let image = m.image.image.clone();
-        self.call(Rpc::PullImage, Some(&image), move |c, d| async move { c.pull_image(m.image, m.auth, m.sandbox, d).await })
+        let requested = m.deadline;
+        self.call_within(Rpc::PullImage, Some(&image), requested, move |c, d| async move {
+            c.pull_image(m.image, m.auth, m.sandbox, d).await
+        })
     }
 }
 

@@ -42,6 +42,17 @@ pub struct PullImage {
     pub auth: Option<AuthConfig>,
     /// The pod sandbox the pull is for.
     pub sandbox: Option<SandboxConfig>,
+    /// A deadline for this pull, used when it is shorter than the configured
+    /// `runtime.deadlines.pull_image` (or when that is off). On expiry the
+    /// RPC is cancelled.
+    pub deadline: Option<std::time::Duration>,
+}
+
+impl PullImage {
+    /// A pull of `image`, anonymous, with no sandbox and the configured deadline.
+    pub fn new(image: ImageSpec) -> Self {
+        Self { image, auth: None, sandbox: None, deadline: None }
+    }
 }
 
 /// `RemoveImage`: removes an image (by id, tag or digest); absent is success.

@@ -1,0 +1,129 @@
+//! `BackoffRegistryActor`: a thin actix shell over [`BackoffTable`]. Each
+//! handler reads the clock once and forwards to the table; an optional timer
+//! runs the table's GC periodically.
+
+use std::time::Duration;
+
+use actix::prelude::*;
+use tokio::time::Instant;
+use tracing::{debug, info};
+
+use super::messages::*;
+use super::table::{BackoffConfig, BackoffTable, BackoffView};
+
+/// The backoff registry actor. See the module docs and `actors.md`.
+pub struct BackoffRegistryActor {
+    table: BackoffTable,
+    /// Set in `started()`; at least 1.
+    mailbox_capacity: usize,
+    /// Period of the GC timer; `None` (or zero) = GC only on `RecordSuccess`,
+    /// like the kubelet. The timer bounds memory on a node where pulls keep
+    /// failing and none ever succeeds.
+    gc_interval: Option<Duration>,
+}
+
+impl BackoffRegistryActor {
+    /// A registry with periods `cfg` (not started). `mailbox_capacity` 0 is
+    /// taken as 1; a zero `gc_interval` turns the GC timer off.
+    pub fn new(cfg: BackoffConfig, mailbox_capacity: usize, gc_interval: Option<Duration>) -> Self {
+        Self {
+            table: BackoffTable::new(cfg),
+            mailbox_capacity: mailbox_capacity.max(1),
+            gc_interval: gc_interval.filter(|d| !d.is_zero()),
+        }
+    }
+
+    fn gc(&mut self, now: Instant, why: &'static str) {
+        let removed = self.table.gc(now);
+        if removed > 0 {
+            debug!(removed, remaining = self.table.len(), trigger = why, "expired back-offs deleted");
+        }
+    }
+}
+
+impl Actor for BackoffRegistryActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(self.mailbox_capacity);
+        if let Some(every) = self.gc_interval {
+            ctx.run_interval(every, |act, _| act.gc(Instant::now(), "timer"));
+        }
+        let cfg = self.table.config();
+        debug!(
+            mailbox = self.mailbox_capacity,
+            initial_ms = cfg.initial.as_millis() as u64,
+            max_ms = cfg.max.as_millis() as u64,
+            gc_interval_ms = self.gc_interval.map(|d| d.as_millis() as u64),
+            "backoff registry started"
+        );
+    }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        debug!(entries = self.table.len(), "backoff registry stopped; back-offs forgotten");
+    }
+}
+
+// === impl Handler ===
+
+impl Handler<CheckBackoff> for BackoffRegistryActor {
+    type Result = MessageResult<CheckBackoff>;
+    /// Reports whether the key is in back-off now, with its stored error text.
+    fn handle(&mut self, m: CheckBackoff, _: &mut Self::Context) -> Self::Result {
+        let now = Instant::now();
+        let t = &self.table;
+        let retry_in = t.retry_in(&m.key, now);
+        MessageResult(BackoffCheck {
+            in_backoff: retry_in.is_some(),
+            previous_error: t.previous_error(&m.key).map(str::to_owned),
+            retry_in,
+            backoff: t.current(&m.key).filter(|_| !t.is_expired(&m.key, now)),
+        })
+    }
+}
+
+impl Handler<BeginAttempt> for BackoffRegistryActor {
+    type Result = ();
+    /// Deletes the key's previous-error text.
+    fn handle(&mut self, m: BeginAttempt, _: &mut Self::Context) {
+        self.table.clear_previous_error(&m.key);
+    }
+}
+
+impl Handler<RecordFailure> for BackoffRegistryActor {
+    type Result = MessageResult<RecordFailure>;
+    /// Starts or doubles the key's back-off and stores the error text.
+    fn handle(&mut self, m: RecordFailure, _: &mut Self::Context) -> Self::Result {
+        let backoff = self.table.next(&m.key, Instant::now());
+        debug!(key = %m.key, backoff_ms = backoff.as_millis() as u64, error = %m.error_text, "pull back-off");
+        self.table.set_previous_error(&m.key, m.error_text);
+        MessageResult(backoff)
+    }
+}
+
+impl Handler<RecordSuccess> for BackoffRegistryActor {
+    type Result = ();
+    /// Deletes expired entries.
+    fn handle(&mut self, _: RecordSuccess, _: &mut Self::Context) {
+        self.gc(Instant::now(), "success");
+    }
+}
+
+impl Handler<ClearBackoff> for BackoffRegistryActor {
+    type Result = MessageResult<ClearBackoff>;
+    /// Deletes the back-offs in the scope and counts them.
+    fn handle(&mut self, m: ClearBackoff, _: &mut Self::Context) -> Self::Result {
+        let removed = self.table.clear(&m.scope);
+        info!(scope = %m.scope, removed, "back-offs cleared");
+        MessageResult(removed)
+    }
+}
+
+impl Handler<ListBackoffs> for BackoffRegistryActor {
+    type Result = MessageResult<ListBackoffs>;
+    /// Lists every entry.
+    fn handle(&mut self, _: ListBackoffs, _: &mut Self::Context) -> Self::Result {
+        let views: Vec<BackoffView> = self.table.entries(Instant::now());
+        MessageResult(views)
+    }
+}

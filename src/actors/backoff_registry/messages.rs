@@ -1,0 +1,78 @@
+//! Messages the backoff registry receives and the types of its replies.
+//!
+//! They follow the kubelet's `pullImage` steps (reference §1, 8.2–8.7):
+//! [`CheckBackoff`] before a pull, [`BeginAttempt`] when the pull really
+//! starts, then [`RecordFailure`] or [`RecordSuccess`] when it ends.
+
+use std::time::Duration;
+
+use actix::Message;
+
+use super::table::{BackoffKey, BackoffView, ClearScope};
+
+/// Step 8.2: is this key in back-off now? Read-only.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "BackoffCheck")]
+pub struct CheckBackoff {
+    /// The pod and requested image.
+    pub key: BackoffKey,
+}
+
+/// The answer to [`CheckBackoff`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackoffCheck {
+    /// Do not pull now: answer `ImagePullBackOff` with
+    /// `Back-off pulling image "<image>"`, plus `": <previous_error>"` when
+    /// one is stored.
+    pub in_backoff: bool,
+    /// The text of the key's last pull error, if still stored (it is deleted
+    /// by [`BeginAttempt`]); given whether or not the key is in back-off.
+    pub previous_error: Option<String>,
+    /// Time left in back-off; `None` when `in_backoff` is false.
+    pub retry_in: Option<Duration>,
+    /// The current period of an unexpired entry; `None` with no entry or an
+    /// expired one (the next failure then starts at the initial period).
+    pub backoff: Option<Duration>,
+}
+
+/// Step 8.3: a pull of this key is really being attempted; deletes its
+/// previous-error text (the period is kept).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct BeginAttempt {
+    /// The pod and requested image.
+    pub key: BackoffKey,
+}
+
+/// Step 8.6: a pull of this key failed. Doubles (or starts) its back-off and
+/// stores the error text; replies with the new period.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Duration")]
+pub struct RecordFailure {
+    /// The pod and requested image.
+    pub key: BackoffKey,
+    /// The text to repeat in the back-off message, in the kubelet's form
+    /// `"<reason>: <message>"` (for example `ErrImagePull: rpc error: …`).
+    pub error_text: String,
+}
+
+/// Step 8.7: a pull succeeded. Deletes expired entries (the kubelet's
+/// `backoff.GC()`); the succeeding key's own entry is left to expire, as in
+/// the kubelet.
+#[derive(Debug, Clone, Copy, Default, Message)]
+#[rtype(result = "()")]
+pub struct RecordSuccess;
+
+/// An operator's "retry now": deletes the back-offs in `scope`. Replies with
+/// the number of entries deleted.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "usize")]
+pub struct ClearBackoff {
+    /// Which back-offs.
+    pub scope: ClearScope,
+}
+
+/// Every entry, sorted by pod UID then image, for status display.
+#[derive(Debug, Clone, Copy, Default, Message)]
+#[rtype(result = "Vec<BackoffView>")]
+pub struct ListBackoffs;

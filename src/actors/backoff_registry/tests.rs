@@ -1,0 +1,405 @@
+//! Table logic with explicit instants (plain tests), then the actor with
+//! paused tokio time.
+
+use std::time::Duration;
+
+use actix::prelude::*;
+use tokio::time::Instant;
+
+use super::*;
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+fn key(pod: &str, image: &str) -> BackoffKey {
+    BackoffKey::new(pod, image)
+}
+
+// === BackoffTable ===
+
+#[test]
+fn key_displays_as_the_kubelet_key() {
+    assert_eq!(key("uid-1", "nginx").to_string(), "uid-1_nginx");
+    assert_eq!(key("uid-1", "docker.io/library/nginx:1.27").to_string(), "uid-1_docker.io/library/nginx:1.27");
+}
+
+#[test]
+fn default_config_is_the_kubelets() {
+    let cfg = BackoffConfig::default();
+    assert_eq!((cfg.initial, cfg.max, cfg.expiry()), (secs(10), secs(300), secs(600)));
+}
+
+#[test]
+fn backoff_doubles_from_10s_and_caps_at_300s() {
+    let mut t = BackoffTable::new(BackoffConfig::default());
+    let k = key("p", "img");
+    let mut now = Instant::now();
+    let mut seen = Vec::new();
+    for _ in 0..8 {
+        let b = t.next(&k, now);
+        assert_eq!(t.current(&k), Some(b));
+        seen.push(b.as_secs());
+        // Retry when the back-off ends, as the kubelet's pod worker would.
+        now += b;
+    }
+    assert_eq!(seen, [10, 20, 40, 80, 160, 300, 300, 300]);
+}
+
+#[test]
+fn in_backoff_until_last_update_plus_backoff_strictly() {
+    let mut t = BackoffTable::new(BackoffConfig::default());
+    let k = key("p", "img");
+    let t0 = Instant::now();
+    assert!(!t.is_in_backoff_since_update(&k, t0), "no entry, no back-off");
+    assert_eq!(t.retry_in(&k, t0), None);
+    t.next(&k, t0);
+    assert!(t.is_in_backoff_since_update(&k, t0));
+    assert_eq!(t.retry_in(&k, t0), Some(secs(10)));
+    let just_before = t0 + secs(10) - Duration::from_nanos(1);
+    assert!(t.is_in_backoff_since_update(&k, just_before));
+    assert_eq!(t.retry_in(&k, just_before), Some(Duration::from_nanos(1)));
+    assert!(!t.is_in_backoff_since_update(&k, t0 + secs(10)), "elapsed == backoff is out (strict <)");
+    assert_eq!(t.retry_in(&k, t0 + secs(10)), None);
+
+    // Second failure at 10 s: 20 s from then.
+    t.next(&k, t0 + secs(10));
+    assert!(t.is_in_backoff_since_update(&k, t0 + secs(30) - Duration::from_nanos(1)));
+    assert!(!t.is_in_backoff_since_update(&k, t0 + secs(30)));
+}
+
+#[test]
+fn entry_idle_over_600s_expires_and_restarts_at_10s() {
+    let mut t = BackoffTable::new(BackoffConfig::default());
+    let k = key("p", "img");
+    let t0 = Instant::now();
+    for i in 0..6 {
+        t.next(&k, t0 + secs(i));
+    }
+    assert_eq!(t.current(&k), Some(secs(300)));
+    let last = t0 + secs(5);
+
+    // Exactly 600 s idle: not expired, so the next failure stays at the cap.
+    assert!(!t.is_expired(&k, last + secs(600)));
+    let mut at_boundary = t.clone();
+    assert_eq!(at_boundary.next(&k, last + secs(600)), secs(300));
+
+    // A moment more: expired, not in back-off, and the next failure starts over.
+    let after = last + secs(600) + Duration::from_nanos(1);
+    assert!(t.is_expired(&k, after));
+    assert!(!t.is_in_backoff_since_update(&k, after));
+    assert_eq!(t.next(&k, after), secs(10));
+    assert_eq!(t.next(&k, after + secs(10)), secs(20));
+}
+
+#[test]
+fn previous_error_text_is_kept_until_cleared() {
+    let mut t = BackoffTable::new(BackoffConfig::default());
+    let k = key("p", "img");
+    let t0 = Instant::now();
+    t.next(&k, t0);
+    t.set_previous_error(&k, "ErrImagePull: rpc error: code = NotFound desc = nope");
+    assert_eq!(t.previous_error(&k), Some("ErrImagePull: rpc error: code = NotFound desc = nope"));
+    t.clear_previous_error(&k);
+    assert_eq!(t.previous_error(&k), None);
+    assert_eq!(t.current(&k), Some(secs(10)), "clearing the text keeps the period");
+}
+
+#[test]
+fn gc_deletes_only_expired_entries_and_their_texts() {
+    let mut t = BackoffTable::new(BackoffConfig::default());
+    let (old, fresh) = (key("p1", "a"), key("p2", "b"));
+    let t0 = Instant::now();
+    t.next(&old, t0);
+    t.set_previous_error(&old, "old error");
+    t.next(&fresh, t0 + secs(500));
+    t.set_previous_error(&fresh, "fresh error");
+    assert_eq!(t.gc(t0 + secs(600)), 0, "600 s idle is not expired");
+    assert_eq!(t.gc(t0 + secs(601)), 1);
+    assert_eq!((t.current(&old), t.previous_error(&old)), (None, None));
+    assert_eq!((t.current(&fresh), t.previous_error(&fresh)), (Some(secs(10)), Some("fresh error")));
+}
+
+#[test]
+fn clear_by_pod_image_key_and_all_counts_entries() {
+    let mut t = BackoffTable::new(BackoffConfig::default());
+    let now = Instant::now();
+    for (pod, image) in [("p1", "a"), ("p1", "b"), ("p2", "a"), ("p2", "c"), ("p3", "c")] {
+        t.next(&key(pod, image), now);
+        t.set_previous_error(&key(pod, image), "boom");
+    }
+    assert_eq!(t.clear(&ClearScope::Pod("p1".into())), 2);
+    assert_eq!(t.previous_error(&key("p1", "a")), None);
+    assert_eq!(t.clear(&ClearScope::Pod("p1".into())), 0, "already gone");
+    assert_eq!(t.clear(&ClearScope::Image("c".into())), 2, "image c of p2 and p3");
+    assert_eq!(t.clear(&ClearScope::Key(key("p2", "b"))), 0, "p2 never pulled b");
+    assert_eq!(t.clear(&ClearScope::Key(key("p2", "a"))), 1);
+    assert!(t.is_empty());
+    t.next(&key("p9", "z"), now);
+    t.next(&key("p8", "y"), now);
+    assert_eq!(t.clear(&ClearScope::All), 2);
+    assert_eq!(t.entries(now), []);
+}
+
+#[test]
+fn cleared_key_starts_again_at_initial() {
+    let mut t = BackoffTable::new(BackoffConfig::default());
+    let k = key("p", "img");
+    let now = Instant::now();
+    t.next(&k, now);
+    t.next(&k, now);
+    t.clear(&ClearScope::Key(k.clone()));
+    assert!(!t.is_in_backoff_since_update(&k, now));
+    assert_eq!(t.next(&k, now), secs(10));
+}
+
+#[test]
+fn custom_cap_of_60s_caps_the_sequence_and_expires_after_120s() {
+    let cfg = BackoffConfig::try_new(secs(10), secs(60)).expect("valid");
+    assert_eq!(cfg.expiry(), secs(120));
+    let mut t = BackoffTable::new(cfg);
+    let k = key("p", "img");
+    let mut now = Instant::now();
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let b = t.next(&k, now);
+        seen.push(b.as_secs());
+        now += b;
+    }
+    assert_eq!(seen, [10, 20, 40, 60, 60]);
+    let last = now - secs(60);
+    assert!(!t.is_expired(&k, last + secs(120)));
+    assert!(t.is_expired(&k, last + secs(121)));
+    assert_eq!(t.gc(last + secs(120)), 0);
+    assert_eq!(t.gc(last + secs(121)), 1);
+}
+
+#[test]
+fn try_new_rejects_zero_initial_and_max_below_initial_naming_both() {
+    let err = BackoffConfig::try_new(Duration::ZERO, secs(300)).expect_err("zero initial");
+    assert_eq!(err, InvalidBackoff::ZeroInitial { initial: Duration::ZERO, max: secs(300) });
+    let text = err.to_string();
+    assert!(text.contains("0ns") && text.contains("300s"), "{text}");
+
+    let err = BackoffConfig::try_new(secs(10), secs(5)).expect_err("max below initial");
+    let text = err.to_string();
+    assert!(text.contains("10s") && text.contains("5s"), "{text}");
+    assert_eq!(text, "back-off max period 5s is shorter than the initial period 10s");
+
+    assert!(BackoffConfig::try_new(secs(10), secs(10)).is_ok(), "max == initial is fine");
+}
+
+#[test]
+fn keys_are_per_pod_and_per_image_string() {
+    let mut t = BackoffTable::new(BackoffConfig::default());
+    let t0 = Instant::now();
+    let (a, b) = (key("pod-a", "nginx"), key("pod-b", "nginx"));
+    t.next(&a, t0);
+    t.next(&a, t0);
+    t.next(&b, t0);
+    assert_eq!((t.current(&a), t.current(&b)), (Some(secs(20)), Some(secs(10))));
+    assert_eq!(t.current(&key("pod-a", "nginx:latest")), None, "raw strings, not normalised");
+    assert!(!t.is_in_backoff_since_update(&b, t0 + secs(10)));
+    assert!(t.is_in_backoff_since_update(&a, t0 + secs(10)));
+}
+
+#[test]
+fn entries_are_sorted_and_show_retry_in_expiry_and_text() {
+    let mut t = BackoffTable::new(BackoffConfig::default());
+    let t0 = Instant::now();
+    t.next(&key("p2", "x"), t0);
+    t.next(&key("p1", "y"), t0 - secs(700));
+    t.set_previous_error(&key("p2", "x"), "ErrImagePull: boom");
+    let views = t.entries(t0 + secs(4));
+    assert_eq!(
+        views,
+        [
+            BackoffView {
+                key: key("p1", "y"),
+                backoff: secs(10),
+                retry_in: None,
+                expired: true,
+                previous_error: None,
+            },
+            BackoffView {
+                key: key("p2", "x"),
+                backoff: secs(10),
+                retry_in: Some(secs(6)),
+                expired: false,
+                previous_error: Some("ErrImagePull: boom".into()),
+            },
+        ]
+    );
+}
+
+// === BackoffRegistryActor (paused time) ===
+
+fn start(gc_interval: Option<Duration>) -> Addr<BackoffRegistryActor> {
+    BackoffRegistryActor::new(BackoffConfig::default(), 64, gc_interval).start()
+}
+
+async fn fail(addr: &Addr<BackoffRegistryActor>, k: &BackoffKey, text: &str) -> Duration {
+    addr.send(RecordFailure { key: k.clone(), error_text: text.into() }).await.expect("registry answers")
+}
+
+async fn check(addr: &Addr<BackoffRegistryActor>, k: &BackoffKey) -> BackoffCheck {
+    addr.send(CheckBackoff { key: k.clone() }).await.expect("registry answers")
+}
+
+async fn list(addr: &Addr<BackoffRegistryActor>) -> Vec<BackoffView> {
+    addr.send(ListBackoffs).await.expect("registry answers")
+}
+
+#[actix::test]
+async fn registry_follows_the_kubelet_sequence_with_paused_time() {
+    tokio::time::pause();
+    let addr = start(None);
+    let k = key("p", "img");
+    let mut seen = Vec::new();
+    for _ in 0..7 {
+        let b = fail(&addr, &k, "ErrImagePull: boom").await;
+        seen.push(b.as_secs());
+        tokio::time::advance(b - Duration::from_millis(1)).await;
+        assert!(check(&addr, &k).await.in_backoff, "1 ms before the end of {b:?}");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(!check(&addr, &k).await.in_backoff, "at the end of {b:?}");
+    }
+    assert_eq!(seen, [10, 20, 40, 80, 160, 300, 300]);
+}
+
+#[actix::test]
+async fn check_reports_previous_error_until_begin_attempt() {
+    tokio::time::pause();
+    let addr = start(None);
+    let k = key("p", "img");
+    let unknown = check(&addr, &k).await;
+    assert_eq!(unknown, BackoffCheck { in_backoff: false, previous_error: None, retry_in: None, backoff: None });
+
+    let text = "ErrImagePull: rpc error: code = Unknown desc = failed to resolve";
+    assert_eq!(fail(&addr, &k, text).await, secs(10));
+    tokio::time::advance(secs(3)).await;
+    let c = check(&addr, &k).await;
+    assert_eq!(
+        c,
+        BackoffCheck {
+            in_backoff: true,
+            previous_error: Some(text.into()),
+            retry_in: Some(secs(7)),
+            backoff: Some(secs(10)),
+        }
+    );
+
+    tokio::time::advance(secs(7)).await;
+    let c = check(&addr, &k).await;
+    assert!(!c.in_backoff);
+    assert_eq!(c.previous_error.as_deref(), Some(text), "kept until a pull is attempted");
+    addr.send(BeginAttempt { key: k.clone() }).await.expect("registry answers");
+    let c = check(&addr, &k).await;
+    assert_eq!((c.previous_error, c.backoff), (None, Some(secs(10))), "text gone, period kept");
+    assert_eq!(fail(&addr, &k, "ErrImagePull: again").await, secs(20));
+}
+
+#[actix::test]
+async fn check_reports_no_period_for_an_expired_entry() {
+    tokio::time::pause();
+    let addr = start(None);
+    let k = key("p", "img");
+    fail(&addr, &k, "x").await;
+    tokio::time::advance(secs(600)).await;
+    assert_eq!(check(&addr, &k).await.backoff, Some(secs(10)), "600 s idle: still live");
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert_eq!(check(&addr, &k).await.backoff, None);
+    assert_eq!(fail(&addr, &k, "x").await, secs(10), "expired: starts over");
+}
+
+#[actix::test]
+async fn record_success_gcs_expired_entries_only() {
+    tokio::time::pause();
+    let addr = start(None);
+    let (old, fresh) = (key("p1", "a"), key("p2", "b"));
+    fail(&addr, &old, "old").await;
+    tokio::time::advance(secs(500)).await;
+    fail(&addr, &fresh, "fresh").await;
+    tokio::time::advance(secs(101)).await; // old: 601 s idle, fresh: 101 s
+    assert_eq!(list(&addr).await.len(), 2, "nothing deletes entries without a success or a timer");
+    addr.send(RecordSuccess).await.expect("registry answers");
+    let left: Vec<BackoffKey> = list(&addr).await.into_iter().map(|v| v.key).collect();
+    assert_eq!(left, [fresh]);
+}
+
+#[actix::test]
+async fn clear_backoff_by_pod_image_key_and_all() {
+    tokio::time::pause();
+    let addr = start(None);
+    for (pod, image) in [("p1", "a"), ("p1", "b"), ("p2", "a"), ("p3", "c"), ("p4", "d")] {
+        fail(&addr, &key(pod, image), "boom").await;
+    }
+    let clear = |scope| addr.send(ClearBackoff { scope });
+    assert_eq!(clear(ClearScope::Pod("p1".into())).await.expect("answers"), 2);
+    assert_eq!(clear(ClearScope::Image("a".into())).await.expect("answers"), 1, "p2's a; p1's is gone");
+    assert_eq!(clear(ClearScope::Key(key("p3", "c"))).await.expect("answers"), 1);
+    assert!(!check(&addr, &key("p3", "c")).await.in_backoff, "retry now");
+    assert_eq!(clear(ClearScope::All).await.expect("answers"), 1);
+    assert_eq!(list(&addr).await, []);
+}
+
+#[actix::test]
+async fn same_image_in_two_pods_backs_off_independently() {
+    tokio::time::pause();
+    let addr = start(None);
+    let (a, b) = (key("pod-a", "nginx"), key("pod-b", "nginx"));
+    fail(&addr, &a, "a1").await;
+    tokio::time::advance(secs(10)).await;
+    assert_eq!(fail(&addr, &a, "a2").await, secs(20));
+    assert_eq!(fail(&addr, &b, "b1").await, secs(10));
+    tokio::time::advance(secs(10)).await;
+    let (ca, cb) = (check(&addr, &a).await, check(&addr, &b).await);
+    assert!(ca.in_backoff && !cb.in_backoff);
+    assert_eq!((ca.previous_error.as_deref(), cb.previous_error.as_deref()), (Some("a2"), Some("b1")));
+}
+
+#[actix::test]
+async fn gc_timer_deletes_expired_entries_while_the_registry_answers() {
+    tokio::time::pause();
+    let addr = start(Some(secs(60)));
+    let (old, fresh) = (key("p1", "a"), key("p2", "b"));
+    fail(&addr, &old, "old").await; // t = 0
+    // Ticks at 60, 120, … 600: none sees more than 600 s idle.
+    for _ in 0..10 {
+        tokio::time::advance(secs(60)).await;
+        assert_eq!(list(&addr).await.len(), 1);
+    }
+    tokio::time::advance(secs(30)).await; // t = 630
+    fail(&addr, &fresh, "fresh").await;
+    assert!(check(&addr, &fresh).await.in_backoff);
+    tokio::time::advance(secs(30)).await; // t = 660: a tick, old is 660 s idle
+    tokio::task::yield_now().await;
+    let left: Vec<BackoffKey> = list(&addr).await.into_iter().map(|v| v.key).collect();
+    assert_eq!(left, std::slice::from_ref(&fresh));
+    // The fresh entry goes once it has been idle over 600 s: tick at 1260 (idle 630).
+    tokio::time::advance(secs(600)).await;
+    tokio::task::yield_now().await;
+    assert_eq!(list(&addr).await, []);
+}
+
+#[actix::test]
+async fn zero_gc_interval_means_no_timer() {
+    tokio::time::pause();
+    let addr = start(Some(Duration::ZERO));
+    fail(&addr, &key("p", "img"), "x").await;
+    tokio::time::advance(secs(3600)).await;
+    assert_eq!(list(&addr).await.len(), 1, "only RecordSuccess deletes it");
+    addr.send(RecordSuccess).await.expect("registry answers");
+    assert_eq!(list(&addr).await, []);
+}
+
+#[actix::test]
+async fn mailbox_capacity_is_set_when_started() {
+    let addr = BackoffRegistryActor::new(BackoffConfig::default(), 2, None).start();
+    addr.send(ListBackoffs).await.expect("started");
+    let full = (0..50)
+        .map(|_| addr.try_send(RecordSuccess))
+        .filter(|r| matches!(r, Err(SendError::Full(_))))
+        .count();
+    assert!(full > 0, "a capacity of 2 rejects part of a burst of 50");
+}

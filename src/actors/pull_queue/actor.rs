@@ -1,0 +1,319 @@
+//! `PullQueueActor`: admits pull requests, orders and merges them
+//! ([`PullQueue`]), runs them through the CRI gateway under the
+//! concurrency limit, the throttle and the deadline, and answers every waiter.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use super::messages::*;
+use super::queue::{Concurrency, PullKey, PullQueue, Submitted};
+use super::throttle::{PullThrottle, ThrottleMode};
+use crate::actors::cri_gateway::{CriGatewayActor, GetImageStatus, PullImage};
+use crate::cri::CriErrorKind;
+use crate::domain::{AuthConfig, ImageSpec};
+
+/// The pull queue's settings (validated; see `config::PullConfig`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PullQueueConfig {
+    /// Serial, or parallel with an optional limit.
+    pub concurrency: Concurrency,
+    /// Pulls that may wait to start before senders wait (10 in serial mode,
+    /// like the kubelet; `None` = unbounded).
+    pub capacity: Option<usize>,
+    /// Merge requests for the same image, handler and credentials.
+    pub single_flight: bool,
+    /// `registry_pull_qps` (0 = no throttle).
+    pub qps: f64,
+    /// `registry_burst`.
+    pub burst: u32,
+    /// What a pull does when the throttle has no token.
+    pub throttle_mode: ThrottleMode,
+    /// Overall deadline of one pull, from its start (None = none).
+    pub pull_deadline: Option<Duration>,
+}
+
+impl Default for PullQueueConfig {
+    fn default() -> Self {
+        Self {
+            concurrency: Concurrency::Serial,
+            capacity: Some(10),
+            single_flight: true,
+            qps: 5.0,
+            burst: 10,
+            throttle_mode: ThrottleMode::Fail,
+            pull_deadline: None,
+        }
+    }
+}
+
+struct Waiter {
+    result: oneshot::Sender<PullResult>,
+    /// Set while the request is parked: told when it is admitted (and whether it joined).
+    admitted: Option<oneshot::Sender<bool>>,
+}
+
+/// Self-notification: a pull task ended.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct PullFinished {
+    key: PullKey,
+    result: PullResult,
+}
+
+/// The pull queue actor. See `actors.md`.
+pub struct PullQueueActor {
+    cfg: PullQueueConfig,
+    queue: PullQueue<PullRequest, Waiter>,
+    gateway: Addr<CriGatewayActor>,
+    throttle: Arc<PullThrottle>,
+    subscribers: Vec<Recipient<PullPhaseChanged>>,
+}
+
+impl PullQueueActor {
+    /// A queue that pulls through `gateway`.
+    pub fn new(cfg: PullQueueConfig, gateway: Addr<CriGatewayActor>) -> Self {
+        Self {
+            queue: PullQueue::new(cfg.concurrency, cfg.capacity, cfg.single_flight),
+            throttle: Arc::new(PullThrottle::new(cfg.qps, cfg.burst, cfg.throttle_mode)),
+            cfg,
+            gateway,
+            subscribers: Vec::new(),
+        }
+    }
+
+    fn publish(subscribers: &[Recipient<PullPhaseChanged>], image: &str, phase: PullPhase) {
+        for s in subscribers {
+            if s.try_send(PullPhaseChanged { image: image.to_string(), phase }).is_err() {
+                debug!(image, ?phase, "a phase subscriber is full or gone; event dropped");
+            }
+        }
+    }
+
+    /// Starts every pull a slot allows, admitting parked requests as room frees.
+    fn pump(&mut self, ctx: &mut Context<Self>) {
+        loop {
+            while let Some((key, request)) = self.queue.start_next() {
+                self.spawn_pull(key, request, ctx);
+            }
+            let subscribers = &self.subscribers;
+            let admitted = self.queue.admit_parked(|key, how, w| {
+                if let Some(tx) = w.admitted.take() {
+                    let _ = tx.send(how == Submitted::Joined);
+                }
+                let phase = if how == Submitted::Joined { PullPhase::WaitingOnSharedPull } else { PullPhase::Queued };
+                Self::publish(subscribers, &key.image, phase);
+            });
+            if admitted.is_empty() || self.queue.running() >= self.limit() {
+                break;
+            }
+        }
+    }
+
+    fn limit(&self) -> usize {
+        match self.cfg.concurrency {
+            Concurrency::Serial => 1,
+            Concurrency::Parallel(Some(n)) => n.max(1),
+            Concurrency::Parallel(None) => usize::MAX,
+        }
+    }
+
+    fn spawn_pull(&mut self, key: PullKey, request: PullRequest, ctx: &mut Context<Self>) {
+        let me = ctx.address();
+        let gateway = self.gateway.clone();
+        let throttle = self.throttle.clone();
+        let deadline = request.deadline.or(self.cfg.pull_deadline);
+        let subscribers = self.subscribers.clone();
+        // A task of its own (not ctx.spawn): actix polls every context future
+        // on each wake-up, which would make many parallel pulls quadratic.
+        actix::spawn(async move {
+            let result = run_pull(&gateway, &throttle, request, deadline, &subscribers).await;
+            let phase = if result.is_ok() { PullPhase::Done } else { PullPhase::Failed };
+            Self::publish(&subscribers, &key.image, phase);
+            me.do_send(PullFinished { key, result });
+        });
+    }
+}
+
+/// The normalised reference (so `busybox` and `docker.io/library/busybox:latest`
+/// share a pull), or the text as given when it does not parse.
+fn normalized_or_raw(image: &str) -> String {
+    match crate::domain::reference::parse_normalized_named(image) {
+        Ok(n) => match (n.tag(), n.digest()) {
+            (_, Some(d)) => format!("{}@{d}", n.name()),
+            (Some(t), None) => format!("{}:{t}", n.name()),
+            (None, None) => format!("{}:latest", n.name()),
+        },
+        Err(_) => image.to_string(),
+    }
+}
+
+/// The identity of a credential list (order matters: it is the order tried).
+fn credential_identity(creds: &[AuthConfig]) -> String {
+    creds.iter().map(AuthConfig::identity).collect::<Vec<_>>().join(",")
+}
+
+async fn run_pull(
+    gateway: &Addr<CriGatewayActor>,
+    throttle: &PullThrottle,
+    request: PullRequest,
+    deadline: Option<Duration>,
+    subscribers: &[Recipient<PullPhaseChanged>],
+) -> PullResult {
+    let image = request.image.image.clone();
+    if request.skip_if_present {
+        let status = gateway.send(GetImageStatus { image: request.image.clone(), verbose: false }).await;
+        match status {
+            Ok(Ok(s)) => {
+                if let Some(img) = s.image {
+                    PullQueueActor::publish(subscribers, &image, PullPhase::AlreadyPresent);
+                    return Ok(PullOutcome { image_ref: img.id, size: img.size, pull_duration: Duration::ZERO, pulled: false });
+                }
+            }
+            // An inspect error here is not fatal: the pull itself will tell.
+            Ok(Err(e)) => debug!(image, error = %e, "re-check before pulling failed; pulling"),
+            Err(_) => return Err(PullFailure::Stopped),
+        }
+    }
+    loop {
+        match throttle.try_acquire() {
+            Ok(()) => break,
+            Err(wait) => match throttle.mode() {
+                ThrottleMode::Fail => return Err(PullFailure::QpsExceeded),
+                ThrottleMode::Wait => {
+                    PullQueueActor::publish(subscribers, &image, PullPhase::Throttled);
+                    tokio::time::sleep(wait).await;
+                }
+            },
+        }
+    }
+    PullQueueActor::publish(subscribers, &image, PullPhase::Pulling);
+    let started = Instant::now();
+    let attempts: Vec<Option<AuthConfig>> =
+        if request.credentials.is_empty() { vec![None] } else { request.credentials.iter().cloned().map(Some).collect() };
+    let mut errors = Vec::new();
+    let mut image_ref = None;
+    for auth in attempts {
+        let left = match deadline {
+            Some(d) => match d.checked_sub(started.elapsed()) {
+                Some(left) if !left.is_zero() => Some(left),
+                _ => return Err(PullFailure::DeadlineExceeded(d)),
+            },
+            None => None,
+        };
+        let msg = PullImage { image: request.image.clone(), auth, sandbox: request.sandbox.clone(), deadline: left };
+        match gateway.send(msg).await {
+            Ok(Ok(r)) => {
+                image_ref = Some(r);
+                break;
+            }
+            Ok(Err(e)) => {
+                if let Some(d) = deadline {
+                    if e.kind() == CriErrorKind::DeadlineExceeded && started.elapsed() >= d {
+                        return Err(PullFailure::DeadlineExceeded(d));
+                    }
+                }
+                errors.push(e);
+            }
+            Err(_) => return Err(PullFailure::Stopped),
+        }
+    }
+    let Some(image_ref) = image_ref else { return Err(PullFailure::Cri(errors)) };
+    // Best effort, as the kubelet: a failed lookup reports size 0.
+    let spec = ImageSpec { image: image_ref.clone(), ..request.image.clone() };
+    let size = match gateway.send(GetImageStatus { image: spec, verbose: false }).await {
+        Ok(Ok(s)) => s.image.map_or(0, |i| i.size),
+        _ => 0,
+    };
+    Ok(PullOutcome { image_ref, size, pull_duration: started.elapsed(), pulled: true })
+}
+
+impl Actor for PullQueueActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        // Senders use send() and wait for room: backpressure, never loss.
+        ctx.set_mailbox_capacity(self.cfg.capacity.unwrap_or(1024).max(1));
+    }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        let status = (self.queue.queued(), self.queue.running(), self.queue.parked());
+        if status != (0, 0, 0) {
+            warn!(queued = status.0, running = status.1, parked = status.2, "pull queue stopped with pulls pending; their waiters get PullFailure::Stopped");
+        }
+    }
+}
+
+// === impl Handler ===
+
+impl Handler<EnqueuePull> for PullQueueActor {
+    type Result = ResponseFuture<PullTicket>;
+
+    /// Queues or joins a pull; replies once admitted.
+    fn handle(&mut self, EnqueuePull(request): EnqueuePull, ctx: &mut Self::Context) -> Self::Result {
+        let key = PullKey {
+            image: normalized_or_raw(&request.image.image),
+            runtime_handler: request.image.runtime_handler.clone(),
+            credentials: credential_identity(&request.credentials),
+        };
+        let (tx, rx) = oneshot::channel();
+        let (admitted_tx, admitted_rx) = oneshot::channel();
+        let image = key.image.clone();
+        let how = self.queue.submit(key, request.priority, request, Waiter { result: tx, admitted: Some(admitted_tx) });
+        let phase = match how {
+            Submitted::Joined => PullPhase::WaitingOnSharedPull,
+            Submitted::Queued => PullPhase::Queued,
+            Submitted::Parked => PullPhase::Parked,
+        };
+        Self::publish(&self.subscribers, &image, phase);
+        self.pump(ctx);
+        Box::pin(async move {
+            let joined = match how {
+                Submitted::Joined => true,
+                Submitted::Queued => false,
+                // Waits here, in arrival order, until a slot frees.
+                Submitted::Parked => admitted_rx.await.unwrap_or(false),
+            };
+            PullTicket { joined, rx }
+        })
+    }
+}
+
+impl Handler<PullFinished> for PullQueueActor {
+    type Result = ();
+
+    /// A pull ended: answer everyone who waited on it and start the next.
+    fn handle(&mut self, m: PullFinished, ctx: &mut Self::Context) {
+        for w in self.queue.finish(&m.key) {
+            let _ = w.result.send(m.result.clone());
+        }
+        self.pump(ctx);
+    }
+}
+
+impl Handler<GetQueueStatus> for PullQueueActor {
+    type Result = MessageResult<GetQueueStatus>;
+
+    /// Reports the queue's depths.
+    fn handle(&mut self, _: GetQueueStatus, _: &mut Self::Context) -> Self::Result {
+        MessageResult(QueueStatus {
+            queued: self.queue.queued(),
+            running: self.queue.running(),
+            parked: self.queue.parked(),
+            waiters: self.queue.waiters(),
+        })
+    }
+}
+
+impl Handler<SubscribePhases> for PullQueueActor {
+    type Result = ();
+
+    /// Adds a phase subscriber.
+    fn handle(&mut self, m: SubscribePhases, _: &mut Self::Context) {
+        self.subscribers.push(m.0);
+    }
+}

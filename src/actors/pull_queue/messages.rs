@@ -1,0 +1,211 @@
+//! Messages the pull queue receives and the types of its replies.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use actix::{Message, Recipient};
+use tokio::sync::oneshot;
+
+use crate::cri::{CriError, CriErrorKind};
+use crate::domain::{AuthConfig, ImageSpec, SandboxConfig};
+
+/// One image pull to make (or to join).
+#[derive(Debug, Clone)]
+pub struct PullRequest {
+    /// What to pull (image = the defaulted reference, runtime handler, annotations).
+    pub image: ImageSpec,
+    /// Credentials to try in order until one works; empty = anonymous.
+    pub credentials: Vec<AuthConfig>,
+    /// The pod sandbox the pull is for.
+    pub sandbox: Option<SandboxConfig>,
+    /// Higher pulls first; FIFO within a priority.
+    pub priority: i32,
+    /// When its turn comes, check the image is still absent before pulling
+    /// (set for pulls made because the image was absent, not for `Always`).
+    pub skip_if_present: bool,
+    /// Overall deadline for this pull (overrides the queue's `pull_deadline`).
+    pub deadline: Option<Duration>,
+}
+
+impl PullRequest {
+    /// An anonymous pull of `image` at priority 0.
+    pub fn new(image: ImageSpec) -> Self {
+        Self { image, credentials: Vec::new(), sandbox: None, priority: 0, skip_if_present: false, deadline: None }
+    }
+}
+
+/// A pull that ended well.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullOutcome {
+    /// Image reference (image id) the runtime returned.
+    pub image_ref: String,
+    /// Image size in bytes (0 when the size lookup failed).
+    pub size: u64,
+    /// Time from the pull's start (after queueing and throttling) to its end,
+    /// including the size lookup — the kubelet's `pullDuration`.
+    pub pull_duration: Duration,
+    /// False when the image turned out to be present when the pull's turn came.
+    pub pulled: bool,
+}
+
+/// Why a pull did not produce an image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PullFailure {
+    /// The runtime failed the pull (the last credential's error when one
+    /// was tried, or the aggregate of several).
+    Cri(Vec<CriError>),
+    /// The throttle had no token and the mode is `fail`.
+    QpsExceeded,
+    /// The pull's overall deadline passed; the CRI call was cancelled.
+    DeadlineExceeded(Duration),
+    /// The pull queue stopped before the pull ended.
+    Stopped,
+}
+
+impl PullFailure {
+    /// True when the registry could not be reached (for the fallback policy).
+    pub fn registry_unreachable(&self) -> bool {
+        match self {
+            PullFailure::Cri(errors) => {
+                !errors.is_empty()
+                    && errors.iter().all(|e| {
+                        e.kind() == CriErrorKind::RegistryUnavailable
+                            || (e.kind() == CriErrorKind::Other && is_connection_failure(e.message()))
+                    })
+            }
+            _ => false,
+        }
+    }
+
+    /// The CRI errors behind this failure.
+    pub fn cri_errors(&self) -> &[CriError] {
+        match self {
+            PullFailure::Cri(e) => e,
+            _ => &[],
+        }
+    }
+}
+
+/// Texts containerd uses when it cannot reach a registry at all.
+fn is_connection_failure(message: &str) -> bool {
+    ["connection refused", "no such host", "i/o timeout", "network is unreachable", "no route to host", "failed to do request"]
+        .iter()
+        .any(|p| message.contains(p))
+}
+
+impl fmt::Display for PullFailure {
+    /// The kubelet's text: a single error as is; several, de-duplicated, as `[e1, e2]`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PullFailure::Cri(errors) => {
+                let mut texts: Vec<String> = Vec::new();
+                for e in errors {
+                    let t = e.to_string();
+                    if !texts.contains(&t) {
+                        texts.push(t);
+                    }
+                }
+                match texts.as_slice() {
+                    [] => f.write_str("image pull failed"),
+                    [one] => f.write_str(one),
+                    many => write!(f, "[{}]", many.join(", ")),
+                }
+            }
+            PullFailure::QpsExceeded => f.write_str(super::throttle::QPS_EXCEEDED),
+            PullFailure::DeadlineExceeded(d) => {
+                write!(f, "image pull cancelled: it did not finish within its deadline of {}", crate::domain::gofmt::duration(*d))
+            }
+            PullFailure::Stopped => f.write_str("image pull abandoned: the pull queue stopped"),
+        }
+    }
+}
+
+impl std::error::Error for PullFailure {}
+
+/// What a pull ends with.
+pub type PullResult = Result<PullOutcome, PullFailure>;
+
+/// Proof of admission to the queue; await it for the pull's result.
+pub struct PullTicket {
+    /// True when the request joined a pull already queued or running.
+    pub joined: bool,
+    pub(super) rx: oneshot::Receiver<PullResult>,
+}
+
+impl fmt::Debug for PullTicket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PullTicket").field("joined", &self.joined).finish()
+    }
+}
+
+impl Future for PullTicket {
+    type Output = PullResult;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<PullResult> {
+        Pin::new(&mut self.rx).poll(cx).map(|r| r.unwrap_or(Err(PullFailure::Stopped)))
+    }
+}
+
+/// Queues a pull (or joins one). The reply comes when the request is
+/// admitted: at once, unless the queue is full — then the sender waits, in
+/// arrival order, until a queued pull starts (the kubelet's blocking channel).
+#[derive(Debug, Message)]
+#[rtype(result = "PullTicket")]
+pub struct EnqueuePull(pub PullRequest);
+
+/// What the queue holds now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueStatus {
+    /// Pulls waiting to start.
+    pub queued: usize,
+    /// Pulls running.
+    pub running: usize,
+    /// Requests waiting for room in a full queue.
+    pub parked: usize,
+    /// Requests waiting on queued or running pulls.
+    pub waiters: usize,
+}
+
+/// Asks for the queue's [`QueueStatus`].
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "QueueStatus")]
+pub struct GetQueueStatus;
+
+/// The phase a request is in, for progress watchers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PullPhase {
+    /// Waiting in the queue for its turn.
+    Queued,
+    /// Waiting for room in a full queue.
+    Parked,
+    /// Joined a pull of the same image already queued or running.
+    WaitingOnSharedPull,
+    /// Waiting for a throttle token.
+    Throttled,
+    /// The CRI pull is running.
+    Pulling,
+    /// Found present when its turn came; no pull made.
+    AlreadyPresent,
+    /// Pulled.
+    Done,
+    /// Failed.
+    Failed,
+}
+
+/// A pull changed phase.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct PullPhaseChanged {
+    /// Image being pulled.
+    pub image: String,
+    /// The new phase.
+    pub phase: PullPhase,
+}
+
+/// Subscribes a recipient to phase changes (delivered with `try_send`; a
+/// full subscriber mailbox loses the event, never blocks the queue).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct SubscribePhases(pub Recipient<PullPhaseChanged>);

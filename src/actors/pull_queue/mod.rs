@@ -1,0 +1,17 @@
+//! The pull queue: admits image pull requests, merges duplicates
+//! (single-flight), orders them by priority, and runs them through the CRI
+//! gateway one at a time (serial mode) or up to a token limit (parallel
+//! mode), under the registry throttle and an optional deadline.
+
+mod actor;
+mod messages;
+pub mod queue;
+pub mod throttle;
+
+pub use actor::{PullQueueActor, PullQueueConfig};
+pub use messages::{
+    EnqueuePull, GetQueueStatus, PullFailure, PullOutcome, PullPhase, PullPhaseChanged, PullRequest, PullResult,
+    PullTicket, QueueStatus, SubscribePhases,
+};
+pub use queue::Concurrency;
+pub use throttle::ThrottleMode;

@@ -1,0 +1,149 @@
+//! Typed image events (the kubelet's `Pulling`, `Pulled`, `Failed`, `BackOff`,
+//! `InspectFailed`, `ErrImageNeverPull`) and their delivery to subscribers
+//! and to tracing.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use actix::{Message, Recipient};
+
+use crate::domain::ErrorClass;
+
+/// Kubernetes event type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    /// `Normal`.
+    Normal,
+    /// `Warning`.
+    Warning,
+}
+
+impl fmt::Display for EventType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        })
+    }
+}
+
+/// The kubelet's event reasons for images.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventReason {
+    /// `Pulling`: a pull starts.
+    Pulling,
+    /// `Pulled`: the image is there (pulled or already present).
+    Pulled,
+    /// `Failed`: the pull failed.
+    Failed,
+    /// `BackOff`: back-off is running; no pull was attempted.
+    BackOff,
+    /// `InspectFailed`: the image could not be inspected, or its name is invalid.
+    InspectFailed,
+    /// `ErrImageNeverPull`: absent with pull policy `Never`.
+    ErrImageNeverPull,
+}
+
+impl EventReason {
+    /// The reason as the kubelet writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventReason::Pulling => "Pulling",
+            EventReason::Pulled => "Pulled",
+            EventReason::Failed => "Failed",
+            EventReason::BackOff => "BackOff",
+            EventReason::InspectFailed => "InspectFailed",
+            EventReason::ErrImageNeverPull => "ErrImageNeverPull",
+        }
+    }
+
+    /// The event type the kubelet gives this reason.
+    pub fn event_type(self) -> EventType {
+        match self {
+            EventReason::Pulling | EventReason::Pulled | EventReason::BackOff => EventType::Normal,
+            EventReason::Failed | EventReason::InspectFailed | EventReason::ErrImageNeverPull => EventType::Warning,
+        }
+    }
+}
+
+impl fmt::Display for EventReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What an event is about.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ObjectRef {
+    /// Pod UID.
+    pub pod_uid: String,
+    /// Pod namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub pod_name: String,
+    /// Container name, when the caller gave one.
+    pub container: Option<String>,
+}
+
+/// One image event.
+#[derive(Debug, Clone, PartialEq, Eq, Message)]
+#[rtype(result = "()")]
+pub struct ImageEvent {
+    /// `Normal` or `Warning`.
+    pub event_type: EventType,
+    /// The kubelet reason.
+    pub reason: EventReason,
+    /// The kubelet's message, exactly.
+    pub message: String,
+    /// The object the event is attached to.
+    pub object: ObjectRef,
+    /// The image as the pod asked for it.
+    pub image: String,
+    /// For failures: whether retrying can help (imaged's addition; the
+    /// message stays the kubelet's).
+    pub class: Option<ErrorClass>,
+}
+
+/// Delivers events to subscribers (`try_send`: a full subscriber loses the
+/// event and it is logged, never blocking a pull) and to tracing.
+#[derive(Clone, Default)]
+pub struct EventSink {
+    subscribers: Arc<Mutex<Vec<Recipient<ImageEvent>>>>,
+}
+
+impl fmt::Debug for EventSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventSink").finish_non_exhaustive()
+    }
+}
+
+impl EventSink {
+    /// Adds a subscriber.
+    pub fn subscribe(&self, r: Recipient<ImageEvent>) {
+        self.subscribers.lock().unwrap_or_else(|p| p.into_inner()).push(r);
+    }
+
+    /// Emits an event.
+    pub fn emit(&self, event: ImageEvent) {
+        let o = &event.object;
+        match event.event_type {
+            EventType::Normal => tracing::info!(
+                target: "imaged::events", reason = %event.reason, pod = %format!("{}/{}", o.namespace, o.pod_name),
+                pod_uid = %o.pod_uid, image = %event.image, "{}", event.message
+            ),
+            EventType::Warning => tracing::warn!(
+                target: "imaged::events", reason = %event.reason, pod = %format!("{}/{}", o.namespace, o.pod_name),
+                pod_uid = %o.pod_uid, image = %event.image, class = ?event.class, "{}", event.message
+            ),
+        }
+        let mut subs = self.subscribers.lock().unwrap_or_else(|p| p.into_inner());
+        subs.retain(|s| match s.try_send(event.clone()) {
+            Ok(()) => true,
+            Err(actix::dev::SendError::Full(_)) => {
+                tracing::warn!(reason = %event.reason, "an event subscriber's mailbox is full; event dropped for it");
+                true
+            }
+            Err(actix::dev::SendError::Closed(_)) => false,
+        });
+    }
+}

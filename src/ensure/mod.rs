@@ -1,0 +1,356 @@
+//! `EnsureImageExists`: the kubelet's image manager flow over the actors.
+//!
+//! [`ImageManager`] is a cloneable handle (no actor of its own): each call
+//! runs on the caller's task and talks to the CRI gateway (presence
+//! checks), the backoff registry and the pull queue, emitting the kubelet's
+//! events with its exact messages. See `actors.md` for the actors.
+
+mod events;
+mod recorder;
+#[cfg(test)]
+mod tests;
+mod text;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use actix::Addr;
+use tokio::time::Instant;
+
+pub use events::{EventReason, EventSink, EventType, ImageEvent, ObjectRef};
+pub use recorder::{PodPullTimes, PullingRecorder};
+pub use text::*;
+
+use crate::actors::backoff_registry::{BackoffKey, BackoffRegistryActor, BeginAttempt, CheckBackoff, RecordFailure, RecordSuccess};
+use crate::actors::cri_gateway::{CriGatewayActor, GetImageStatus};
+use crate::actors::pull_queue::{EnqueuePull, PullFailure, PullOutcome, PullQueueActor, PullRequest};
+use crate::cri::{CriError, CriErrorKind};
+use crate::domain::pull_policy::PullPolicy;
+use crate::domain::reference::apply_default_image_tag;
+use crate::domain::{AuthConfig, ErrorClass, ImageErrorKind, ImageSpec, SandboxConfig, eval_cri_pull_err};
+
+/// The pod an image is for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodInfo {
+    /// Pod UID (back-off is per pod UID and image).
+    pub uid: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Pod annotations, passed to the runtime in the image spec.
+    pub annotations: BTreeMap<String, String>,
+    /// RuntimeClass handler; empty = the runtime's default.
+    pub runtime_handler: String,
+    /// Pull priority (e.g. from the pod's priority class); higher first.
+    pub priority: i32,
+}
+
+/// One `EnsureImageExists` call.
+#[derive(Debug, Clone)]
+pub struct EnsureImageRequest {
+    /// The pod.
+    pub pod: PodInfo,
+    /// Container name, for the event's object reference.
+    pub container: Option<String>,
+    /// The image as the pod spec gives it.
+    pub image: String,
+    /// The pull policy (see [`crate::domain::pull_policy::default_pull_policy`]
+    /// for the API server's defaulting of an empty one).
+    pub pull_policy: PullPolicy,
+    /// Credentials to try in order; empty = anonymous.
+    pub credentials: Vec<AuthConfig>,
+    /// The pod sandbox config passed to `PullImage`.
+    pub sandbox: Option<SandboxConfig>,
+    /// Overall pull deadline for this request (overrides the configured one).
+    pub deadline: Option<Duration>,
+}
+
+impl EnsureImageRequest {
+    /// A request for `image` with `policy` for pod `uid`, anonymous.
+    pub fn new(uid: impl Into<String>, image: impl Into<String>, policy: PullPolicy) -> Self {
+        Self {
+            pod: PodInfo { uid: uid.into(), ..PodInfo::default() },
+            container: None,
+            image: image.into(),
+            pull_policy: policy,
+            credentials: Vec::new(),
+            sandbox: None,
+            deadline: None,
+        }
+    }
+}
+
+/// The image is there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnsureOk {
+    /// Image reference (image id) to create the container from.
+    pub image_ref: String,
+    /// The kubelet's message (non-empty when the image was already present).
+    pub message: String,
+}
+
+/// The image is not there, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct EnsureError {
+    /// The kubelet's error kind (the container's waiting reason).
+    pub kind: ImageErrorKind,
+    /// The kubelet's message (the container's waiting message).
+    pub message: String,
+    /// Whether retrying can help.
+    pub class: ErrorClass,
+}
+
+/// Settings of the ensure flow.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EnsureConfig {
+    /// Append the error class (`(permanent)`/`(transient)`) to returned
+    /// failure messages. Off by default: messages stay the kubelet's.
+    pub annotate_error_class: bool,
+}
+
+/// The handle embedders call. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct ImageManager {
+    gateway: Addr<CriGatewayActor>,
+    queue: Addr<PullQueueActor>,
+    backoff: Addr<BackoffRegistryActor>,
+    events: EventSink,
+    recorder: PullingRecorder,
+    cfg: EnsureConfig,
+}
+
+/// Class of a CRI failure.
+pub fn class_of_cri(e: &CriError) -> ErrorClass {
+    match e.kind() {
+        CriErrorKind::NotFound
+        | CriErrorKind::Unauthorized
+        | CriErrorKind::InvalidArgument
+        | CriErrorKind::SignatureValidationFailed => ErrorClass::Permanent,
+        _ => ErrorClass::Transient,
+    }
+}
+
+/// Class of a failed pull: permanent only when every attempt failed permanently.
+pub fn class_of_pull(f: &PullFailure) -> ErrorClass {
+    match f {
+        PullFailure::Cri(errs) if !errs.is_empty() && errs.iter().all(|e| class_of_cri(e) == ErrorClass::Permanent) => {
+            ErrorClass::Permanent
+        }
+        _ => ErrorClass::Transient,
+    }
+}
+
+impl ImageManager {
+    /// A manager over running actors.
+    pub fn new(
+        gateway: Addr<CriGatewayActor>,
+        queue: Addr<PullQueueActor>,
+        backoff: Addr<BackoffRegistryActor>,
+        cfg: EnsureConfig,
+    ) -> Self {
+        Self { gateway, queue, backoff, events: EventSink::default(), recorder: PullingRecorder::default(), cfg }
+    }
+
+    /// Starts a backoff registry and a pull queue on the current actix
+    /// arbiter and returns a manager over them and `gateway`.
+    pub fn start(
+        gateway: Addr<CriGatewayActor>,
+        pull: &crate::actors::pull_queue::PullQueueConfig,
+        backoff: &crate::config::BackoffSettings,
+        cfg: EnsureConfig,
+    ) -> Self {
+        use actix::Actor as _;
+        let queue = PullQueueActor::new(pull.clone(), gateway.clone()).start();
+        let backoff = BackoffRegistryActor::new(backoff.backoff, backoff.mailbox_capacity, backoff.gc_interval).start();
+        Self::new(gateway, queue, backoff, cfg)
+    }
+
+    /// The pull queue.
+    pub fn queue(&self) -> &Addr<PullQueueActor> {
+        &self.queue
+    }
+
+    /// The backoff registry (send it `ClearBackoff` to retry now).
+    pub fn backoff(&self) -> &Addr<BackoffRegistryActor> {
+        &self.backoff
+    }
+
+    /// The CRI gateway.
+    pub fn gateway(&self) -> &Addr<CriGatewayActor> {
+        &self.gateway
+    }
+
+    /// The event sink (subscribe to it for events).
+    pub fn events(&self) -> &EventSink {
+        &self.events
+    }
+
+    /// The pod pulling-time recorder.
+    pub fn recorder(&self) -> &PullingRecorder {
+        &self.recorder
+    }
+
+    fn emit(&self, req: &EnsureImageRequest, reason: EventReason, message: &str, class: Option<ErrorClass>) {
+        self.events.emit(ImageEvent {
+            event_type: reason.event_type(),
+            reason,
+            message: message.to_string(),
+            object: ObjectRef {
+                pod_uid: req.pod.uid.clone(),
+                namespace: req.pod.namespace.clone(),
+                pod_name: req.pod.name.clone(),
+                container: req.container.clone(),
+            },
+            image: req.image.clone(),
+            class,
+        });
+    }
+
+    fn fail(&self, kind: ImageErrorKind, message: String, class: ErrorClass) -> EnsureError {
+        let message = if self.cfg.annotate_error_class { format!("{message} ({class})") } else { message };
+        EnsureError { kind, message, class }
+    }
+
+    async fn image_present(&self, spec: &ImageSpec) -> Result<Option<String>, CriError> {
+        let status = self
+            .gateway
+            .send(GetImageStatus { image: spec.clone(), verbose: false })
+            .await
+            .map_err(|_| CriError::new(CriErrorKind::RuntimeUnavailable, "CRI gateway stopped"))??;
+        Ok(status.image.map(|i| i.id))
+    }
+
+    /// The kubelet's `EnsureImageExists`: makes sure the image is present
+    /// according to the pull policy, pulling it if needed.
+    pub async fn ensure_image_exists(&self, req: &EnsureImageRequest) -> Result<EnsureOk, EnsureError> {
+        let requested = req.image.as_str();
+        // 1. Default tag.
+        let image = match apply_default_image_tag(requested) {
+            Ok(i) => i,
+            Err(e) => {
+                let msg = failed_to_apply_default_tag(requested, &e.to_string());
+                self.emit(req, EventReason::InspectFailed, &msg, Some(ErrorClass::Permanent));
+                return Err(self.fail(ImageErrorKind::InvalidImageName, msg, ErrorClass::Permanent));
+            }
+        };
+        // 2. Image spec.
+        let spec = ImageSpec {
+            image,
+            annotations: req.pod.annotations.clone(),
+            user_specified_image: requested.to_string(),
+            runtime_handler: req.pod.runtime_handler.clone(),
+            image_ref: String::new(),
+        };
+        // 3. Pre-check by policy.
+        if matches!(req.pull_policy, PullPolicy::IfNotPresent | PullPolicy::Never) {
+            let image_ref = match self.image_present(&spec).await {
+                Ok(r) => r,
+                Err(e) => {
+                    // The kubelet prints the (empty) image ref here, not the image.
+                    let msg = failed_to_inspect("", &e.to_string());
+                    self.emit(req, EventReason::InspectFailed, &msg, Some(class_of_cri(&e)));
+                    return Err(self.fail(ImageErrorKind::ImageInspectError, msg, class_of_cri(&e)));
+                }
+            };
+            match image_ref {
+                Some(image_ref) => {
+                    let msg = already_present(requested);
+                    self.emit(req, EventReason::Pulled, &msg, None);
+                    self.recorder.finished(&req.pod.uid, Instant::now());
+                    return Ok(EnsureOk { image_ref, message: msg });
+                }
+                None if req.pull_policy == PullPolicy::Never => {
+                    let msg = never_pull(requested);
+                    self.emit(req, EventReason::ErrImageNeverPull, &msg, Some(ErrorClass::Permanent));
+                    return Err(self.fail(ImageErrorKind::ErrImageNeverPull, msg, ErrorClass::Permanent));
+                }
+                None => {}
+            }
+        }
+        self.pull(req, spec).await
+    }
+
+    async fn pull(&self, req: &EnsureImageRequest, spec: ImageSpec) -> Result<EnsureOk, EnsureError> {
+        let requested = req.image.as_str();
+        let key = BackoffKey { pod_uid: req.pod.uid.clone(), image: requested.to_string() };
+        let stopped = || self.fail(ImageErrorKind::ErrImagePull, "imaged is shutting down".into(), ErrorClass::Transient);
+        // Back-off.
+        let check = self.backoff.send(CheckBackoff { key: key.clone() }).await.map_err(|_| stopped())?;
+        if check.in_backoff {
+            let event_msg = back_off_pulling(requested);
+            self.emit(req, EventReason::BackOff, &event_msg, None);
+            let msg = match &check.previous_error {
+                Some(prev) => format!("{event_msg}: {prev}"),
+                None => event_msg,
+            };
+            let class = if check.previous_error.as_deref().is_some_and(|p| p.contains("(permanent)")) {
+                ErrorClass::Permanent
+            } else {
+                ErrorClass::Transient
+            };
+            return Err(self.fail(ImageErrorKind::ImagePullBackOff, msg, class));
+        }
+        let _ = self.backoff.send(BeginAttempt { key: key.clone() }).await;
+        // Pull.
+        let start = Instant::now();
+        self.recorder.started(&req.pod.uid, start);
+        self.emit(req, EventReason::Pulling, &pulling(requested), None);
+        let request = PullRequest {
+            image: spec.clone(),
+            credentials: req.credentials.clone(),
+            sandbox: req.sandbox.clone(),
+            priority: req.pod.priority,
+            skip_if_present: req.pull_policy != PullPolicy::Always && req.pull_policy != PullPolicy::AlwaysWithLocalFallback,
+            deadline: req.deadline,
+        };
+        let result = match self.queue.send(EnqueuePull(request)).await {
+            Ok(ticket) => ticket.await,
+            Err(_) => Err(PullFailure::Stopped),
+        };
+        match result {
+            Ok(outcome) => Ok(self.pulled(req, &outcome, start)),
+            Err(failure) => {
+                if req.pull_policy == PullPolicy::AlwaysWithLocalFallback && failure.registry_unreachable() {
+                    if let Ok(Some(image_ref)) = self.image_present(&spec).await {
+                        let msg = using_local_image(requested, &failure.to_string());
+                        self.emit(req, EventReason::Pulled, &msg, Some(ErrorClass::Transient));
+                        self.recorder.finished(&req.pod.uid, Instant::now());
+                        return Ok(EnsureOk { image_ref, message: msg });
+                    }
+                }
+                let err_text = failure.to_string();
+                let class = class_of_pull(&failure);
+                self.emit(req, EventReason::Failed, &failed_to_pull(requested, &err_text), Some(class));
+                let (msg, kind) = eval_cri_pull_err(requested, &err_text);
+                // The kubelet keeps "<error>: <message>" for the next back-off message.
+                let mut previous = format!("{kind}: {msg}");
+                if self.cfg.annotate_error_class {
+                    previous = format!("{previous} ({class})");
+                }
+                let _ = self.backoff.send(RecordFailure { key, error_text: previous }).await;
+                Err(self.fail(kind, msg, class))
+            }
+        }
+    }
+
+    fn pulled(&self, req: &EnsureImageRequest, outcome: &PullOutcome, start: Instant) -> EnsureOk {
+        let requested = req.image.as_str();
+        let now = Instant::now();
+        self.recorder.finished(&req.pod.uid, now);
+        let backoff = self.backoff.clone();
+        actix::spawn(async move {
+            let _ = backoff.send(RecordSuccess).await;
+        });
+        if !outcome.pulled {
+            // Found present when the pull's turn came (another pod pulled it).
+            let msg = already_present(requested);
+            self.emit(req, EventReason::Pulled, &msg, None);
+            return EnsureOk { image_ref: outcome.image_ref.clone(), message: msg };
+        }
+        let msg = successfully_pulled(requested, outcome.pull_duration, now.duration_since(start), outcome.size);
+        self.emit(req, EventReason::Pulled, &msg, None);
+        EnsureOk { image_ref: outcome.image_ref.clone(), message: String::new() }
+    }
+}

@@ -1,0 +1,279 @@
+//! The pull queue against the embedded runtime: serial backpressure and
+//! order, the parallel token limit, single-flight, priority, the throttle in
+//! both modes, the deadline, and the presence re-check. Concurrency is
+//! asserted with the runtime's counters, not with wall time.
+
+mod support;
+
+use std::time::Duration;
+
+use actix::{Actor, Addr};
+use futures_util::future::join_all;
+use imaged::actors::pull_queue::*;
+use imaged::cri::Rpc;
+use imaged::domain::{AuthConfig, ImageSpec};
+use imaged::embedded::RemoteImage;
+use support::fixture::{Runtime, runtime};
+
+fn queue(rt: &Runtime, cfg: PullQueueConfig) -> Addr<PullQueueActor> {
+    PullQueueActor::new(cfg, rt.gateway.clone()).start()
+}
+
+fn no_throttle(concurrency: Concurrency) -> PullQueueConfig {
+    PullQueueConfig { concurrency, qps: 0.0, ..PullQueueConfig::default() }
+}
+
+fn add(rt: &Runtime, name: &str, latency_ms: u64) {
+    rt.runtime.add_remote(RemoteImage::new(name, 100).latency(Duration::from_millis(latency_ms))).expect("add");
+}
+
+fn req(image: &str) -> PullRequest {
+    PullRequest::new(ImageSpec::new(image))
+}
+
+async fn status(q: &Addr<PullQueueActor>) -> QueueStatus {
+    q.send(GetQueueStatus).await.expect("status")
+}
+
+#[actix::test]
+async fn serial_queue_applies_backpressure_and_keeps_order() {
+    let rt = runtime().await;
+    add(&rt, "example.com/slow:1", 400);
+    for i in 0..11 {
+        add(&rt, &format!("example.com/q{i}:1"), 5);
+    }
+    let q = queue(&rt, no_throttle(Concurrency::Serial));
+    let first = q.send(EnqueuePull(req("example.com/slow:1"))).await.expect("admitted");
+    // Ten more fill the queue (capacity 10) while the first runs.
+    let mut tickets = vec![first];
+    for i in 0..10 {
+        tickets.push(q.send(EnqueuePull(req(&format!("example.com/q{i}:1")))).await.expect("admitted"));
+    }
+    assert_eq!(status(&q).await, QueueStatus { queued: 10, running: 1, parked: 0, waiters: 11 });
+    // The next sender waits: its admission does not come while the queue is full.
+    let mut late = Box::pin(q.send(EnqueuePull(req("example.com/q10:1"))));
+    assert!(tokio::time::timeout(Duration::from_millis(100), &mut late).await.is_err(), "admitted into a full queue");
+    assert_eq!(status(&q).await.parked, 1);
+    // Once the first pull finishes and the next starts, it is admitted.
+    let late = late.await.expect("admitted after room freed");
+    tickets.push(late);
+    for t in tickets {
+        t.await.expect("pulled");
+    }
+    let mut expected = vec!["example.com/slow:1".to_string()];
+    expected.extend((0..11).map(|i| format!("example.com/q{i}:1")));
+    assert_eq!(rt.runtime.pull_log(), expected, "FIFO order kept");
+    assert_eq!(rt.runtime.stats().max_pulls_in_flight, 1, "one at a time");
+}
+
+#[actix::test]
+async fn parallel_mode_runs_at_most_the_token_limit() {
+    let rt = runtime().await;
+    for i in 0..12 {
+        add(&rt, &format!("example.com/p{i}:1"), 100);
+    }
+    let q = queue(&rt, no_throttle(Concurrency::Parallel(Some(3))));
+    let sends = (0..12).map(|i| q.send(EnqueuePull(req(&format!("example.com/p{i}:1")))));
+    let tickets: Vec<PullTicket> = join_all(sends).await.into_iter().map(|t| t.expect("admitted")).collect();
+    for r in join_all(tickets).await {
+        r.expect("pulled");
+    }
+    let stats = rt.runtime.stats();
+    assert_eq!(stats.pulls_completed, 12);
+    assert_eq!(stats.max_pulls_in_flight, 3);
+}
+
+#[actix::test]
+async fn parallel_mode_without_a_limit_runs_everything_at_once() {
+    let rt = runtime().await;
+    for i in 0..20 {
+        add(&rt, &format!("example.com/u{i}:1"), 150);
+    }
+    let q = queue(&rt, PullQueueConfig { capacity: None, ..no_throttle(Concurrency::Parallel(None)) });
+    let sends = (0..20).map(|i| q.send(EnqueuePull(req(&format!("example.com/u{i}:1")))));
+    let tickets: Vec<PullTicket> = join_all(sends).await.into_iter().map(|t| t.expect("admitted")).collect();
+    for r in join_all(tickets).await {
+        r.expect("pulled");
+    }
+    assert_eq!(rt.runtime.stats().max_pulls_in_flight, 20);
+}
+
+#[actix::test]
+async fn one_hundred_requests_for_one_absent_image_make_one_pull() {
+    let rt = runtime().await;
+    add(&rt, "example.com/shared:1", 200);
+    let q = queue(&rt, PullQueueConfig { capacity: None, ..no_throttle(Concurrency::Parallel(None)) });
+    let sends = (0..100).map(|_| q.send(EnqueuePull(req("example.com/shared:1"))));
+    let tickets: Vec<PullTicket> = join_all(sends).await.into_iter().map(|t| t.expect("admitted")).collect();
+    assert_eq!(tickets.iter().filter(|t| t.joined).count(), 99);
+    let results = join_all(tickets).await;
+    let refs: std::collections::HashSet<String> = results.into_iter().map(|r| r.expect("pulled").image_ref).collect();
+    assert_eq!(refs.len(), 1, "every waiter got the same image");
+    assert_eq!(rt.runtime.stats().calls(Rpc::PullImage), 1);
+}
+
+#[actix::test]
+async fn requests_with_different_credentials_are_never_merged() {
+    let rt = runtime().await;
+    rt.runtime
+        .add_remote(RemoteImage::new("example.com/private:1", 10).latency(Duration::from_millis(100)).private("u", "right"))
+        .expect("add");
+    let q = queue(&rt, no_throttle(Concurrency::Parallel(None)));
+    let with = |pw: &str| PullRequest { credentials: vec![AuthConfig::basic("example.com", "u", pw)], ..req("example.com/private:1") };
+    let (a, b, c) = (with("right"), with("wrong"), with("right"));
+    let ta = q.send(EnqueuePull(a)).await.expect("admitted");
+    let tb = q.send(EnqueuePull(b)).await.expect("admitted");
+    let tc = q.send(EnqueuePull(c)).await.expect("admitted");
+    assert!(!ta.joined && !tb.joined && tc.joined, "only identical credentials share");
+    let (ra, rb, rc) = (ta.await, tb.await, tc.await);
+    assert!(ra.is_ok() && rc.is_ok());
+    let err = rb.expect_err("the wrong password does not ride on the right one");
+    assert!(err.to_string().contains("401 Unauthorized"), "{err}");
+    assert_eq!(rt.runtime.stats().calls(Rpc::PullImage), 2);
+}
+
+#[actix::test]
+async fn higher_priorities_are_pulled_first_in_both_modes() {
+    for concurrency in [Concurrency::Serial, Concurrency::Parallel(Some(1))] {
+        let rt = runtime().await;
+        add(&rt, "example.com/blocker:1", 300);
+        for name in ["low", "mid", "high", "high2"] {
+            add(&rt, &format!("example.com/{name}:1"), 5);
+        }
+        let q = queue(&rt, no_throttle(concurrency));
+        let blocker = q.send(EnqueuePull(req("example.com/blocker:1"))).await.expect("admitted");
+        let mut tickets = vec![blocker];
+        for (name, prio) in [("low", 0), ("mid", 5), ("high", 10), ("high2", 10)] {
+            let r = PullRequest { priority: prio, ..req(&format!("example.com/{name}:1")) };
+            tickets.push(q.send(EnqueuePull(r)).await.expect("admitted"));
+        }
+        for t in tickets {
+            t.await.expect("pulled");
+        }
+        let order: Vec<String> = rt.runtime.pull_log();
+        assert_eq!(
+            order,
+            ["example.com/blocker:1", "example.com/high:1", "example.com/high2:1", "example.com/mid:1", "example.com/low:1"],
+            "{concurrency:?}"
+        );
+    }
+}
+
+#[actix::test]
+async fn throttle_fails_fast_like_the_kubelet() {
+    let rt = runtime().await;
+    for i in 0..3 {
+        add(&rt, &format!("example.com/t{i}:1"), 0);
+    }
+    let cfg = PullQueueConfig { qps: 0.01, burst: 2, throttle_mode: ThrottleMode::Fail, ..no_throttle(Concurrency::Serial) };
+    let q = queue(&rt, cfg);
+    let mut results = Vec::new();
+    for i in 0..3 {
+        let t = q.send(EnqueuePull(req(&format!("example.com/t{i}:1")))).await.expect("admitted");
+        results.push(t.await);
+    }
+    assert!(results[0].is_ok() && results[1].is_ok());
+    let err = results[2].clone().expect_err("third pull has no token");
+    assert_eq!(err, PullFailure::QpsExceeded);
+    assert_eq!(err.to_string(), "pull QPS exceeded");
+    assert_eq!(rt.runtime.stats().calls(Rpc::PullImage), 2, "the throttled pull never reached the runtime");
+}
+
+#[actix::test]
+async fn throttle_in_wait_mode_queues_instead_of_failing() {
+    let rt = runtime().await;
+    for i in 0..3 {
+        add(&rt, &format!("example.com/w{i}:1"), 0);
+    }
+    let cfg = PullQueueConfig { qps: 20.0, burst: 1, throttle_mode: ThrottleMode::Wait, ..no_throttle(Concurrency::Serial) };
+    let q = queue(&rt, cfg);
+    let phases = support_phases::Recorder::start();
+    q.send(SubscribePhases(phases.clone().recipient())).await.expect("subscribe");
+    let sends = (0..3).map(|i| q.send(EnqueuePull(req(&format!("example.com/w{i}:1")))));
+    let tickets: Vec<PullTicket> = join_all(sends).await.into_iter().map(|t| t.expect("admitted")).collect();
+    for r in join_all(tickets).await {
+        r.expect("waited for a token, then pulled");
+    }
+    assert_eq!(rt.runtime.stats().calls(Rpc::PullImage), 3);
+    let seen = phases.send(support_phases::Take).await.expect("phases");
+    assert!(seen.iter().filter(|p| p.phase == PullPhase::Throttled).count() >= 2, "{seen:?}");
+}
+
+#[actix::test]
+async fn a_pull_past_its_deadline_is_cancelled_and_says_so() {
+    let rt = runtime().await;
+    add(&rt, "example.com/hung:1", 30_000);
+    let q = queue(&rt, PullQueueConfig { pull_deadline: Some(Duration::from_millis(300)), ..no_throttle(Concurrency::Serial) });
+    let t = q.send(EnqueuePull(req("example.com/hung:1"))).await.expect("admitted");
+    let err = t.await.expect_err("deadline");
+    assert_eq!(err, PullFailure::DeadlineExceeded(Duration::from_millis(300)));
+    assert_eq!(err.to_string(), "image pull cancelled: it did not finish within its deadline of 300ms");
+    // The RPC was cancelled on the runtime, not left running (bounded wait).
+    for _ in 0..50 {
+        if rt.runtime.stats().pulls_in_flight == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stats = rt.runtime.stats();
+    assert_eq!((stats.pulls_in_flight, stats.pulls_completed), (0, 0));
+    // The queue moves on.
+    add(&rt, "example.com/next:1", 0);
+    q.send(EnqueuePull(req("example.com/next:1"))).await.expect("admitted").await.expect("next pulls");
+}
+
+#[actix::test]
+async fn a_queued_pull_rechecks_presence_when_its_turn_comes() {
+    let rt = runtime().await;
+    add(&rt, "example.com/blocker:1", 300);
+    let q = queue(&rt, no_throttle(Concurrency::Serial));
+    let blocker = q.send(EnqueuePull(req("example.com/blocker:1"))).await.expect("admitted");
+    let late = PullRequest { skip_if_present: true, ..req("example.com/arrived:1") };
+    let ticket = q.send(EnqueuePull(late)).await.expect("admitted");
+    // Someone else puts the image there while the request waits.
+    rt.runtime.preload(RemoteImage::new("example.com/arrived:1", 100)).expect("preload");
+    blocker.await.expect("blocker pulled");
+    let outcome = ticket.await.expect("present");
+    assert!(!outcome.pulled);
+    assert_eq!(rt.runtime.pull_log(), ["example.com/blocker:1"]);
+}
+
+/// A phase recorder actor.
+mod support_phases {
+    use actix::prelude::*;
+    use imaged::actors::pull_queue::PullPhaseChanged;
+
+    #[derive(Default)]
+    pub struct Recorder(Vec<PullPhaseChanged>);
+
+    impl Recorder {
+        pub fn start() -> Addr<Self> {
+            Actor::start(Self::default())
+        }
+    }
+
+    impl Actor for Recorder {
+        type Context = Context<Self>;
+        fn started(&mut self, ctx: &mut Self::Context) {
+            ctx.set_mailbox_capacity(10_000);
+        }
+    }
+
+    impl Handler<PullPhaseChanged> for Recorder {
+        type Result = ();
+        fn handle(&mut self, m: PullPhaseChanged, _: &mut Self::Context) {
+            self.0.push(m);
+        }
+    }
+
+    #[derive(Message)]
+    #[rtype(result = "Vec<PullPhaseChanged>")]
+    pub struct Take;
+
+    impl Handler<Take> for Recorder {
+        type Result = MessageResult<Take>;
+        fn handle(&mut self, _: Take, _: &mut Self::Context) -> Self::Result {
+            MessageResult(std::mem::take(&mut self.0))
+        }
+    }
+}
