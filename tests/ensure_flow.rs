@@ -1,0 +1,282 @@
+//! `EnsureImageExists` end to end against the embedded runtime: every pull
+//! policy × present/absent × back-off cell, the kubelet's messages and
+//! events, error mapping, the fallback policy and back-off control.
+
+mod support;
+
+use std::time::Duration;
+
+use actix::prelude::*;
+use imaged::actors::backoff_registry::{ClearBackoff, ClearScope};
+use imaged::actors::pull_queue::{Concurrency, PullQueueConfig};
+use imaged::config::BackoffSettings;
+use imaged::cri::{CriError, CriErrorKind, Rpc};
+use imaged::domain::pull_policy::PullPolicy;
+use imaged::domain::{ErrorClass, ImageErrorKind};
+use imaged::embedded::RemoteImage;
+use imaged::ensure::*;
+use imaged::fault::{FaultPlan, FaultRule};
+use support::fixture::{Runtime, runtime};
+
+const PRESENT: &str = "example.com/present:1";
+const ABSENT: &str = "example.com/absent:1";
+const MISSING: &str = "example.com/missing:1";
+
+struct Flow {
+    rt: Runtime,
+    manager: ImageManager,
+    events: Addr<Events>,
+}
+
+async fn flow_with(ensure: EnsureConfig) -> Flow {
+    let rt = runtime().await;
+    rt.runtime.preload(RemoteImage::new(PRESENT, 1_000)).expect("preload");
+    rt.runtime.add_remote(RemoteImage::new(ABSENT, 2_000).latency(Duration::from_millis(20))).expect("add");
+    let pull = PullQueueConfig { concurrency: Concurrency::Parallel(None), qps: 0.0, ..PullQueueConfig::default() };
+    let manager = ImageManager::start(rt.gateway.clone(), &pull, &BackoffSettings::default(), ensure);
+    let events = Events::default().start();
+    manager.events().subscribe(events.clone().recipient());
+    Flow { rt, manager, events }
+}
+
+async fn flow() -> Flow {
+    flow_with(EnsureConfig::default()).await
+}
+
+fn req(uid: &str, image: &str, policy: PullPolicy) -> EnsureImageRequest {
+    let mut r = EnsureImageRequest::new(uid, image, policy);
+    r.pod.namespace = "default".into();
+    r.pod.name = format!("pod-{uid}");
+    r
+}
+
+impl Flow {
+    async fn ensure(&self, uid: &str, image: &str, policy: PullPolicy) -> Result<EnsureOk, EnsureError> {
+        self.manager.ensure_image_exists(&req(uid, image, policy)).await
+    }
+
+    async fn events(&self) -> Vec<(EventType, EventReason, String)> {
+        self.events.send(Take).await.expect("events").into_iter().map(|e| (e.event_type, e.reason, e.message)).collect()
+    }
+
+    fn pulls(&self) -> u64 {
+        self.rt.runtime.stats().calls(Rpc::PullImage)
+    }
+}
+
+#[derive(Default)]
+struct Events(Vec<ImageEvent>);
+impl Actor for Events {
+    type Context = Context<Self>;
+}
+impl Handler<ImageEvent> for Events {
+    type Result = ();
+    fn handle(&mut self, e: ImageEvent, _: &mut Self::Context) {
+        self.0.push(e);
+    }
+}
+#[derive(Message)]
+#[rtype(result = "Vec<ImageEvent>")]
+struct Take;
+impl Handler<Take> for Events {
+    type Result = MessageResult<Take>;
+    fn handle(&mut self, _: Take, _: &mut Self::Context) -> Self::Result {
+        MessageResult(std::mem::take(&mut self.0))
+    }
+}
+
+fn success_message(msg: &str, image: &str) -> bool {
+    msg.starts_with(&format!("Successfully pulled image \"{image}\" in ")) && msg.ends_with("Image size: 2000 bytes.")
+        && msg.contains(" including waiting). ")
+}
+
+#[actix::test]
+async fn always_pulls_whether_present_or_not() {
+    let f = flow().await;
+    let ok = f.ensure("u1", ABSENT, PullPolicy::Always).await.expect("pulled");
+    assert_eq!(ok.message, "");
+    assert_eq!(ok.image_ref, RemoteImage::new(ABSENT, 0).id);
+    let ev = f.events().await;
+    assert_eq!(ev[0], (EventType::Normal, EventReason::Pulling, format!("Pulling image \"{ABSENT}\"")));
+    assert_eq!((ev[1].0, ev[1].1), (EventType::Normal, EventReason::Pulled));
+    assert!(success_message(&ev[1].2, ABSENT), "{}", ev[1].2);
+    // Present now, Always pulls again.
+    f.ensure("u1", ABSENT, PullPolicy::Always).await.expect("pulled again");
+    assert_eq!(f.pulls(), 2);
+}
+
+#[actix::test]
+async fn if_not_present_uses_a_present_image_and_pulls_an_absent_one() {
+    let f = flow().await;
+    let ok = f.ensure("u1", PRESENT, PullPolicy::IfNotPresent).await.expect("present");
+    assert_eq!(ok.message, format!("Container image \"{PRESENT}\" already present on machine"));
+    assert_eq!(ok.image_ref, RemoteImage::new(PRESENT, 0).id);
+    assert_eq!(f.pulls(), 0);
+    assert_eq!(f.events().await, [(EventType::Normal, EventReason::Pulled, ok.message.clone())]);
+
+    let ok = f.ensure("u1", ABSENT, PullPolicy::IfNotPresent).await.expect("pulled");
+    assert_eq!(ok.message, "");
+    assert_eq!(f.pulls(), 1);
+    assert!(f.manager.recorder().get("u1").is_some_and(|t| t.first_started.is_some() && t.last_finished.is_some()));
+}
+
+#[actix::test]
+async fn never_uses_a_present_image_and_refuses_an_absent_one() {
+    let f = flow().await;
+    f.ensure("u1", PRESENT, PullPolicy::Never).await.expect("present");
+    let err = f.ensure("u1", ABSENT, PullPolicy::Never).await.expect_err("absent");
+    assert_eq!(err.kind, ImageErrorKind::ErrImageNeverPull);
+    assert_eq!(err.message, format!("Container image \"{ABSENT}\" is not present with pull policy of Never"));
+    assert_eq!(err.class, ErrorClass::Permanent);
+    assert_eq!(f.pulls(), 0);
+    let ev = f.events().await;
+    assert_eq!(ev.last().cloned(), Some((EventType::Warning, EventReason::ErrImageNeverPull, err.message.clone())));
+}
+
+#[actix::test]
+async fn a_failed_pull_backs_off_with_the_previous_error_in_the_message() {
+    let f = flow().await;
+    let err = f.ensure("u1", MISSING, PullPolicy::IfNotPresent).await.expect_err("missing");
+    assert_eq!(err.kind, ImageErrorKind::ErrImagePull);
+    assert!(err.message.starts_with("rpc error: code = NotFound desc = failed to pull and unpack image"), "{}", err.message);
+    assert_eq!(err.class, ErrorClass::Permanent);
+    let ev = f.events().await;
+    assert_eq!(ev[0].1, EventReason::Pulling);
+    assert_eq!(ev[1], (EventType::Warning, EventReason::Failed, format!("Failed to pull image \"{MISSING}\": {}", err.message)));
+
+    // In back-off now: no pull, BackOff event, the previous error appended to the returned message only.
+    let again = f.ensure("u1", MISSING, PullPolicy::IfNotPresent).await.expect_err("backing off");
+    assert_eq!(again.kind, ImageErrorKind::ImagePullBackOff);
+    assert_eq!(again.message, format!("Back-off pulling image \"{MISSING}\": ErrImagePull: {}", err.message));
+    assert_eq!(f.events().await, [(EventType::Normal, EventReason::BackOff, format!("Back-off pulling image \"{MISSING}\""))]);
+    assert_eq!(f.pulls(), 1);
+
+    // Back-off is per pod: another pod pulls (and fails) at once.
+    let other = f.ensure("u2", MISSING, PullPolicy::Always).await.expect_err("fails");
+    assert_eq!(other.kind, ImageErrorKind::ErrImagePull);
+    assert_eq!(f.pulls(), 2);
+
+    // A present image is not subject to back-off under IfNotPresent.
+    f.ensure("u1", PRESENT, PullPolicy::IfNotPresent).await.expect("present, no back-off check");
+    // Always is: the same pod and image stays in back-off.
+    let always = f.ensure("u1", MISSING, PullPolicy::Always).await.expect_err("back-off");
+    assert_eq!(always.kind, ImageErrorKind::ImagePullBackOff);
+
+    // Operator "retry now": clearing the pod's back-off lets the next request pull.
+    let cleared = f.manager.backoff().send(ClearBackoff { scope: ClearScope::Pod("u1".into()) }).await.expect("clear");
+    assert_eq!(cleared, 1);
+    f.rt.runtime.add_remote(RemoteImage::new(MISSING, 10)).expect("now it exists");
+    f.ensure("u1", MISSING, PullPolicy::IfNotPresent).await.expect("pulled after clearing");
+}
+
+#[actix::test]
+async fn policy_cells_with_back_off_running() {
+    // policy × present/absent while the pod/image key is in back-off.
+    let f = flow().await;
+    let run_failure = |uid: &'static str, image: &'static str| {
+        let f = &f;
+        async move {
+            // Make the key fail once so it is in back-off.
+            f.rt.runtime.set_fault_plan(FaultPlan::new(1).rule(
+                FaultRule::on(Rpc::PullImage).times(1).fail(CriError::new(CriErrorKind::Other, "boom")),
+            ));
+            let e = f.ensure(uid, image, PullPolicy::Always).await.expect_err("injected failure");
+            assert_eq!(e.message, "boom");
+            f.rt.runtime.set_fault_plan(FaultPlan::default());
+        }
+    };
+    run_failure("p", PRESENT).await;
+    run_failure("a", ABSENT).await;
+    let cells = [
+        (PullPolicy::Always, "p", PRESENT, Err(ImageErrorKind::ImagePullBackOff)),
+        (PullPolicy::Always, "a", ABSENT, Err(ImageErrorKind::ImagePullBackOff)),
+        (PullPolicy::IfNotPresent, "p", PRESENT, Ok(())),
+        (PullPolicy::IfNotPresent, "a", ABSENT, Err(ImageErrorKind::ImagePullBackOff)),
+        (PullPolicy::Never, "p", PRESENT, Ok(())),
+        (PullPolicy::Never, "a", ABSENT, Err(ImageErrorKind::ErrImageNeverPull)),
+    ];
+    for (policy, uid, image, want) in cells {
+        let got = f.ensure(uid, image, policy).await.map(|_| ()).map_err(|e| e.kind);
+        assert_eq!(got, want, "{policy:?} {image}");
+    }
+    let backed_off = f.ensure("a", ABSENT, PullPolicy::IfNotPresent).await.expect_err("backoff");
+    assert_eq!(backed_off.message, format!("Back-off pulling image \"{ABSENT}\": ErrImagePull: boom"));
+}
+
+#[actix::test]
+async fn invalid_names_and_inspect_errors_use_the_kubelet_texts() {
+    let f = flow().await;
+    let err = f.ensure("u1", "Not/Valid", PullPolicy::IfNotPresent).await.expect_err("invalid");
+    assert_eq!(err.kind, ImageErrorKind::InvalidImageName);
+    assert!(err.message.starts_with("Failed to apply default image tag \"Not/Valid\": "), "{}", err.message);
+    let ev = f.events().await;
+    assert_eq!((ev[0].0, ev[0].1), (EventType::Warning, EventReason::InspectFailed));
+
+    let plan = FaultPlan::new(1).rule(FaultRule::on(Rpc::ImageStatus).times(1).fail(CriError::new(CriErrorKind::RuntimeUnavailable, "down")));
+    f.rt.runtime.set_fault_plan(plan);
+    let err = f.ensure("u1", PRESENT, PullPolicy::IfNotPresent).await.expect_err("inspect");
+    assert_eq!(err.kind, ImageErrorKind::ImageInspectError);
+    assert_eq!(err.message, "Failed to inspect image \"\": rpc error: code = Unavailable desc = down");
+    assert_eq!(err.class, ErrorClass::Transient);
+}
+
+#[actix::test]
+async fn registry_and_signature_errors_map_like_eval_cri_pull_err() {
+    let f = flow().await;
+    let plan = FaultPlan::new(1)
+        .rule(FaultRule::on(Rpc::PullImage).nth(1).fail(CriError::new(CriErrorKind::RegistryUnavailable, "dial tcp 10.0.0.1:443: i/o timeout")))
+        .rule(FaultRule::on(Rpc::PullImage).nth(2).fail(CriError::new(CriErrorKind::SignatureValidationFailed, "")));
+    f.rt.runtime.set_fault_plan(plan);
+    let e = f.ensure("u1", ABSENT, PullPolicy::Always).await.expect_err("registry");
+    assert_eq!(e.kind, ImageErrorKind::RegistryUnavailable);
+    assert_eq!(e.message, format!("image pull failed for {ABSENT} because the registry is unavailable: dial tcp 10.0.0.1:443: i/o timeout"));
+    assert_eq!(e.class, ErrorClass::Transient);
+    let e = f.ensure("u2", ABSENT, PullPolicy::Always).await.expect_err("signature");
+    assert_eq!(e.kind, ImageErrorKind::SignatureValidationFailed);
+    assert_eq!(e.message, format!("image pull failed for {ABSENT} because the signature validation failed"));
+    assert_eq!(e.class, ErrorClass::Permanent);
+}
+
+#[actix::test]
+async fn local_fallback_uses_the_present_image_only_when_the_registry_is_unreachable() {
+    let f = flow().await;
+    let unreachable = CriError::new(CriErrorKind::RegistryUnavailable, "dial tcp: connection refused");
+    f.rt.runtime.set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::PullImage).fail(unreachable)));
+    let ok = f.ensure("u1", PRESENT, PullPolicy::AlwaysWithLocalFallback).await.expect("falls back");
+    assert_eq!(ok.image_ref, RemoteImage::new(PRESENT, 0).id);
+    assert!(ok.message.contains("the registry is unreachable"), "{}", ok.message);
+    let ev = f.events().await;
+    assert_eq!(ev.last().map(|e| e.1), Some(EventReason::Pulled));
+    // Absent image: nothing to fall back to.
+    let e = f.ensure("u1", ABSENT, PullPolicy::AlwaysWithLocalFallback).await.expect_err("no local copy");
+    assert_eq!(e.kind, ImageErrorKind::RegistryUnavailable);
+    // Not an outage (image missing upstream): no fallback.
+    f.rt.runtime.set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::PullImage).fail(CriError::new(CriErrorKind::NotFound, "gone"))));
+    let e = f.ensure("u2", PRESENT, PullPolicy::AlwaysWithLocalFallback).await.expect_err("not found is not an outage");
+    assert_eq!(e.kind, ImageErrorKind::ErrImagePull);
+    // Registry reachable: it pulls like Always.
+    f.rt.runtime.set_fault_plan(FaultPlan::default());
+    let before = f.pulls();
+    f.ensure("u3", PRESENT, PullPolicy::AlwaysWithLocalFallback).await.expect("pulls");
+    assert_eq!(f.pulls(), before + 1);
+}
+
+#[actix::test]
+async fn annotated_error_class_is_opt_in() {
+    let f = flow_with(EnsureConfig { annotate_error_class: true }).await;
+    let e = f.ensure("u1", MISSING, PullPolicy::Always).await.expect_err("missing");
+    assert!(e.message.ends_with(" (permanent)"), "{}", e.message);
+    let b = f.ensure("u1", MISSING, PullPolicy::Always).await.expect_err("backoff");
+    assert_eq!(b.class, ErrorClass::Permanent);
+    assert!(b.message.ends_with("(permanent)"), "{}", b.message);
+}
+
+#[actix::test]
+async fn concurrent_ensures_of_one_image_share_one_pull() {
+    let f = flow().await;
+    f.rt.runtime.add_remote(RemoteImage::new("example.com/popular:1", 10).latency(Duration::from_millis(200))).expect("add");
+    let reqs: Vec<EnsureImageRequest> = (0..50).map(|i| req(&format!("pod-{i}"), "example.com/popular:1", PullPolicy::IfNotPresent)).collect();
+    let results = futures_util::future::join_all(reqs.iter().map(|r| f.manager.ensure_image_exists(r))).await;
+    assert!(results.iter().all(Result::is_ok));
+    assert_eq!(f.pulls(), 1);
+}
