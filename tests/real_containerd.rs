@@ -202,4 +202,55 @@ async fn scenario(env: ContainerdEnv) {
     assert_eq!(e.kind(), CriErrorKind::DeadlineExceeded);
     let st = g2.send(GetImageStatus { image: spec("busybox"), verbose: false }).await.unwrap().expect("then served");
     assert_eq!(st.image, None);
+
+    ensure_flow(&env, g).await;
+}
+
+/// `EnsureImageExists` once against containerd: pull, present, missing,
+/// private with credentials.
+async fn ensure_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>) {
+    use imaged::actors::pull_queue::PullQueueConfig;
+    use imaged::domain::ImageErrorKind;
+    use imaged::domain::pull_policy::PullPolicy;
+    use imaged::ensure::{EnsureConfig, EnsureImageRequest, ImageManager};
+
+    let manager = ImageManager::start(gateway, &PullQueueConfig::default(), &imaged::config::BackoffSettings::default(), EnsureConfig::default());
+    let open = Registry::open(&env.registry_open);
+    let pushed = open.push_image("imaged/ensure", "v1", &[("etc/ensure.txt", b"ensured\n")]).await.expect("push");
+
+    let ok = manager
+        .ensure_image_exists(&EnsureImageRequest::new("pod-a", pushed.reference.clone(), PullPolicy::IfNotPresent))
+        .await
+        .expect("pulled by EnsureImageExists");
+    assert_eq!(ok.image_ref, pushed.config_digest);
+    assert_eq!(ok.message, "");
+    let again = manager
+        .ensure_image_exists(&EnsureImageRequest::new("pod-b", pushed.reference.clone(), PullPolicy::IfNotPresent))
+        .await
+        .expect("present");
+    assert_eq!(again.message, format!("Container image \"{}\" already present on machine", pushed.reference));
+
+    let missing = format!("{}/imaged/ensure-missing:v1", env.registry_open);
+    let err = manager
+        .ensure_image_exists(&EnsureImageRequest::new("pod-a", missing.clone(), PullPolicy::IfNotPresent))
+        .await
+        .expect_err("missing");
+    assert_eq!(err.kind, ImageErrorKind::ErrImagePull);
+    assert!(err.message.starts_with("rpc error: code = NotFound desc = failed to pull and unpack image"), "{}", err.message);
+    let backoff = manager
+        .ensure_image_exists(&EnsureImageRequest::new("pod-a", missing.clone(), PullPolicy::IfNotPresent))
+        .await
+        .expect_err("back-off");
+    assert_eq!(backoff.kind, ImageErrorKind::ImagePullBackOff);
+    assert_eq!(backoff.message, format!("Back-off pulling image \"{missing}\": ErrImagePull: {}", err.message));
+
+    let auth_reg = Registry::with_auth(&env.registry_auth, &env.user, &env.pass);
+    let private = auth_reg.push_image("imaged/ensure-private", "v1", &[("etc/p.txt", b"p\n")]).await.expect("push");
+    let mut req = EnsureImageRequest::new("pod-c", private.reference.clone(), PullPolicy::Always);
+    req.credentials = vec![
+        AuthConfig::basic(env.registry_auth.clone(), env.user.clone(), "wrong-first"),
+        AuthConfig::basic(env.registry_auth.clone(), env.user.clone(), env.pass.clone()),
+    ];
+    let ok = manager.ensure_image_exists(&req).await.expect("second credential works");
+    assert_eq!(ok.image_ref, private.config_digest);
 }
