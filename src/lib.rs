@@ -33,3 +33,5 @@ pub mod error;
 pub mod fault;
 pub mod runtime;
 pub mod telemetry;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing;

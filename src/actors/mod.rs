@@ -2,5 +2,6 @@
 //! shutdown policy) is written down in `actors.md` at the repository root.
 
 pub mod backoff_registry;
+pub mod cache_refresher;
 pub mod cri_gateway;
 pub mod pull_queue;

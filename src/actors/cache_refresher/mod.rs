@@ -1,0 +1,139 @@
+//! The cache refresher: keeps the node's image list (for node status) fresh
+//! by listing images through the CRI gateway every `gc.cache_refresh_period`.
+//! It is the list's only writer; readers hold an [`ImageListReader`] and get
+//! the latest snapshot without a round trip through the actor.
+
+mod cache;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use tokio::sync::watch;
+use tracing::{debug, warn};
+
+pub use cache::{ImageList, MAX_NAMES_PER_IMAGE, NodeImage};
+
+use crate::actors::cri_gateway::ListImages;
+use crate::cri::{CriError, CriErrorKind};
+
+/// A cheap, cloneable read handle on the cached image list.
+#[derive(Debug, Clone)]
+pub struct ImageListReader {
+    rx: watch::Receiver<Arc<ImageList>>,
+    max_images: Option<usize>,
+}
+
+impl ImageListReader {
+    /// The latest list (never blocks, never fails; empty before the first refresh).
+    pub fn snapshot(&self) -> Arc<ImageList> {
+        self.rx.borrow().clone()
+    }
+
+    /// The node-status view with the configured `node_status_max_images`.
+    pub fn node_status(&self) -> Vec<NodeImage> {
+        self.snapshot().node_status(self.max_images)
+    }
+
+    /// Waits until the list changes (for watchers).
+    pub async fn changed(&mut self) -> bool {
+        self.rx.changed().await.is_ok()
+    }
+}
+
+/// Refreshes the list now (also done by the timer); replies with the number of images.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "Result<usize, CriError>")]
+pub struct RefreshImageList;
+
+/// Timer tick.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+struct Tick;
+
+/// The cache refresher actor. See `actors.md`.
+pub struct CacheRefresherActor {
+    gateway: Recipient<ListImages>,
+    period: Duration,
+    tx: watch::Sender<Arc<ImageList>>,
+    in_flight: bool,
+}
+
+impl CacheRefresherActor {
+    /// A refresher listing through `gateway` (the CRI gateway's
+    /// `Recipient<ListImages>`) every `period`, and the reader
+    /// for its list; `max_images` is the node-status limit (`None` = all).
+    pub fn new(gateway: Recipient<ListImages>, period: Duration, max_images: Option<usize>) -> (Self, ImageListReader) {
+        let (tx, rx) = watch::channel(Arc::new(ImageList::default()));
+        (Self { gateway, period, tx, in_flight: false }, ImageListReader { rx, max_images })
+    }
+
+    fn refresh(&mut self) -> ResponseActFuture<Self, Result<usize, CriError>> {
+        if self.in_flight {
+            // A tick while a refresh runs is skipped; an explicit request waits for nothing and says so.
+            return Box::pin(actix::fut::ready(Err(CriError::new(CriErrorKind::Other, "an image list refresh is already running"))));
+        }
+        self.in_flight = true;
+        let gateway = self.gateway.clone();
+        Box::pin(
+            async move {
+                gateway
+                    .send(ListImages::default())
+                    .await
+                    .map_err(|_| CriError::new(CriErrorKind::RuntimeUnavailable, "CRI gateway stopped"))?
+            }
+            .into_actor(self)
+            .map(|res, act, _| {
+                act.in_flight = false;
+                match res {
+                    Ok(images) => {
+                        let n = images.len();
+                        act.tx.send_replace(Arc::new(ImageList::new(images)));
+                        debug!(images = n, "image list refreshed");
+                        Ok(n)
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "Failed to update image list");
+                        Err(e)
+                    }
+                }
+            }),
+        )
+    }
+}
+
+impl Actor for CacheRefresherActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(16);
+        // First refresh at once, then every period.
+        ctx.notify(Tick);
+        ctx.run_interval(self.period, |_, ctx| ctx.notify(Tick));
+    }
+}
+
+impl Handler<Tick> for CacheRefresherActor {
+    type Result = ();
+
+    /// Refreshes unless a refresh is already running.
+    fn handle(&mut self, _: Tick, ctx: &mut Self::Context) {
+        if self.in_flight {
+            debug!("image list refresh still running; tick skipped");
+            return;
+        }
+        let fut = self.refresh().map(|_, _, _| ());
+        ctx.spawn(fut);
+    }
+}
+
+impl Handler<RefreshImageList> for CacheRefresherActor {
+    type Result = ResponseActFuture<Self, Result<usize, CriError>>;
+
+    /// Refreshes now.
+    fn handle(&mut self, _: RefreshImageList, _: &mut Self::Context) -> Self::Result {
+        self.refresh()
+    }
+}

@@ -1,0 +1,7 @@
+//! Test support shipped with the library (feature `test-util`): a fake CRI
+//! gateway actor for message-level tests of the actors that call CRI, with
+//! paused time and no sockets.
+
+mod fake_cri;
+
+pub use fake_cri::{FakeCri, FakeCriCalls, SetFakeImages, SetFakeContainers, SetFakeFs, GetFakeCalls, FailNext};
