@@ -1,9 +1,15 @@
 //! The README's main job until the daemon lands: one round of pull, list,
-//! status and remove through the CRI gateway, printing what happened.
+//! status and remove through the CRI gateway, then the kubelet's
+//! `EnsureImageExists` flow with its events, printing what happened.
 
 use std::io::Write;
 
+use actix::prelude::*;
 use tokio::time::Instant;
+
+use crate::config::Config;
+use crate::domain::pull_policy::PullPolicy;
+use crate::ensure::{EnsureImageRequest, ImageEvent, ImageManager};
 
 use crate::actors::cri_gateway::{GetImageFsInfo, GetImageStatus, ListImages, PullImage, RemoveImage};
 use crate::domain::ImageSpec;
@@ -58,6 +64,43 @@ pub async fn run(rt: &ConnectedRuntime, images: &[String], out: &mut impl Write)
     }
     let left = g.send(ListImages::default()).await.map_err(mailbox("list"))?.map_err(|e| AppError::cri("ListImages", e))?;
     writeln!(out, "list    {} image(s) left", left.len()).map_err(io)?;
+    Ok(())
+}
+
+/// Prints image events as they come.
+struct EventPrinter;
+
+impl Actor for EventPrinter {
+    type Context = Context<Self>;
+}
+
+impl Handler<ImageEvent> for EventPrinter {
+    type Result = ();
+    fn handle(&mut self, e: ImageEvent, _: &mut Self::Context) {
+        println!("event   {:<7} {:<17} {}/{}: {}", e.event_type.to_string(), e.reason.to_string(), e.object.namespace, e.object.pod_name, e.message);
+    }
+}
+
+/// The `EnsureImageExists` round: a pull, a present image, a missing image
+/// twice (the second time in back-off), printing events and results.
+pub async fn run_ensure(cfg: &Config, rt: &ConnectedRuntime, image: &str, out: &mut impl Write) -> Result<(), AppError> {
+    let manager = ImageManager::start(rt.gateway.clone(), &cfg.pull, &cfg.backoff, cfg.ensure.clone());
+    manager.events().subscribe(EventPrinter.start().recipient());
+    let missing = "docker.io/library/does-not-exist:1.0";
+    let steps = [("demo-1", image, PullPolicy::IfNotPresent), ("demo-2", image, PullPolicy::IfNotPresent), ("demo-1", missing, PullPolicy::IfNotPresent), ("demo-1", missing, PullPolicy::IfNotPresent)];
+    for (pod, img, policy) in steps {
+        let mut req = EnsureImageRequest::new(format!("uid-{pod}"), img, policy);
+        req.pod.namespace = "default".into();
+        req.pod.name = pod.into();
+        let result = manager.ensure_image_exists(&req).await;
+        // Let the event printer catch up so output stays in order.
+        tokio::task::yield_now().await;
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        match result {
+            Ok(ok) => writeln!(out, "ensure  {pod} {img} ({policy:?}): ok, image ref {}", short(&ok.image_ref)).map_err(io)?,
+            Err(e) => writeln!(out, "ensure  {pod} {img} ({policy:?}): {}: {}", e.kind, e.message).map_err(io)?,
+        }
+    }
     Ok(())
 }
 

@@ -69,8 +69,8 @@ fn run(cli: Cli) -> Result<(), AppError> {
             };
             actix::System::new().block_on(async move {
                 let rt = imaged::runtime::connect(&cfg).await?;
-                let mut out = std::io::stdout().lock();
-                imaged::demo::run(&rt, &images, &mut out).await
+                imaged::demo::run(&rt, &images, &mut std::io::stdout()).await?;
+                imaged::demo::run_ensure(&cfg, &rt, &images[0], &mut std::io::stdout()).await
             })
         }
         Command::EmbeddedRuntime { socket, empty } => {
