@@ -361,7 +361,7 @@ fn pull_from_raw(p: RawPull) -> Result<(PullQueueConfig, EnsureConfig), ConfigEr
         }
     }
     // Defaulting: serial unless at least two parallel pulls are asked for.
-    let serialize = p.serialize_image_pulls.unwrap_or(!p.max_parallel_image_pulls.is_some_and(|n| n >= 2));
+    let serialize = p.serialize_image_pulls.unwrap_or(p.max_parallel_image_pulls.is_none_or(|n| n < 2));
     if serialize && p.max_parallel_image_pulls.is_some_and(|n| n > 1) {
         let n = p.max_parallel_image_pulls.unwrap_or_default().to_string();
         return Err(invalid(

@@ -271,6 +271,9 @@ impl Handler<EnqueuePull> for PullQueueActor {
         };
         Self::publish(&self.subscribers, &image, phase);
         self.pump(ctx);
+        // The reply is the admission; the ticket it carries is awaited later
+        // for the result, on purpose.
+        #[allow(clippy::async_yields_async)]
         Box::pin(async move {
             let joined = match how {
                 Submitted::Joined => true,

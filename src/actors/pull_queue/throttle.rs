@@ -54,7 +54,7 @@ impl PullThrottle {
     /// A throttle of `qps` pulls per second with bursts of `burst` (0 QPS =
     /// no throttle; a burst of 0 is treated as 1).
     pub fn new(qps: f64, burst: u32, mode: ThrottleMode) -> Self {
-        if !(qps > 0.0) || !qps.is_finite() {
+        if qps.is_nan() || qps <= 0.0 || !qps.is_finite() {
             return Self { limiter: None, mode };
         }
         let period = Duration::from_secs_f64(1.0 / qps);
