@@ -54,7 +54,31 @@ struct RawConfig {
     runtime: RawRuntime,
     pull: RawPull,
     backoff: RawBackoff,
+    gc: RawGc,
+    state: RawState,
     log: RawLog,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGc {
+    image_gc_high_threshold_percent: i64,
+    image_gc_low_threshold_percent: i64,
+    image_minimum_gc_age: String,
+    image_maximum_gc_age: String,
+    detect_period: String,
+    gc_period: String,
+    cache_refresh_period: String,
+    node_status_max_images: i64,
+    sandbox_image: String,
+    pinned_images: Vec<String>,
+    keep_newest_tags_per_repo: i64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawState {
+    dir: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -212,6 +236,40 @@ impl Default for BackoffSettings {
     }
 }
 
+/// Image garbage collection settings (validated with the kubelet's rules).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GcSettings {
+    /// `image_gc_high_threshold_percent` (0-100).
+    pub high_threshold_percent: i64,
+    /// `image_gc_low_threshold_percent` (0-100, below high).
+    pub low_threshold_percent: i64,
+    /// `image_minimum_gc_age`.
+    pub min_age: Duration,
+    /// `image_maximum_gc_age` (zero = off).
+    pub max_age: Duration,
+    /// Detector period.
+    pub detect_period: Duration,
+    /// GC period.
+    pub gc_period: Duration,
+    /// Node-status image list refresh period.
+    pub cache_refresh_period: Duration,
+    /// Images in node status (`None` = all).
+    pub node_status_max_images: Option<usize>,
+    /// The sandbox image (protected by its resolved id); empty = none.
+    pub sandbox_image: String,
+    /// Patterns of images GC never removes.
+    pub pinned_images: Vec<String>,
+    /// Keep at most this many unused tags per repository (`None` = off).
+    pub keep_newest_tags_per_repo: Option<usize>,
+}
+
+impl GcSettings {
+    /// GC is off entirely (the kubelet: high threshold 100 and no max age).
+    pub fn disabled(&self) -> bool {
+        self.high_threshold_percent == 100 && self.max_age.is_zero()
+    }
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -225,6 +283,10 @@ pub struct Config {
     pub ensure: EnsureConfig,
     /// Backoff registry settings.
     pub backoff: BackoffSettings,
+    /// Image GC settings.
+    pub gc: GcSettings,
+    /// Directory of durable state (`None` = memory only).
+    pub state_dir: Option<PathBuf>,
     /// Logging.
     pub log: LogConfig,
 }
@@ -341,7 +403,9 @@ impl Config {
         }
         let (pull, ensure) = pull_from_raw(raw.pull)?;
         let backoff = backoff_from_raw(raw.backoff)?;
-        Ok(Config { endpoint, cri, pull, ensure, backoff, log: LogConfig { format, filter: raw.log.filter } })
+        let gc = gc_from_raw(raw.gc)?;
+        let state_dir = if raw.state.dir.is_empty() { None } else { Some(PathBuf::from(raw.state.dir)) };
+        Ok(Config { endpoint, cri, pull, ensure, backoff, gc, state_dir, log: LogConfig { format, filter: raw.log.filter } })
     }
 }
 
@@ -401,6 +465,73 @@ fn pull_from_raw(p: RawPull) -> Result<(PullQueueConfig, EnsureConfig), ConfigEr
         },
         EnsureConfig { annotate_error_class: p.annotate_error_class },
     ))
+}
+
+/// The kubelet's image GC validation (its texts), plus imaged's own keys.
+fn gc_from_raw(g: RawGc) -> Result<GcSettings, ConfigError> {
+    use crate::domain::gofmt::duration as go;
+    let (high, low) = (g.image_gc_high_threshold_percent, g.image_gc_low_threshold_percent);
+    if !(0..=100).contains(&high) {
+        return Err(invalid("gc.image_gc_high_threshold_percent", &high.to_string(), format!(
+            "invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) {high} must be between 0 and 100, inclusive"
+        )));
+    }
+    if !(0..=100).contains(&low) {
+        return Err(invalid("gc.image_gc_low_threshold_percent", &low.to_string(), format!(
+            "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) {low} must be between 0 and 100, inclusive"
+        )));
+    }
+    if low >= high {
+        return Err(invalid("gc.image_gc_low_threshold_percent", &low.to_string(), format!(
+            "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) {low} must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {high}"
+        )));
+    }
+    let min_age = duration("gc.image_minimum_gc_age", &g.image_minimum_gc_age)?;
+    let max_age = duration("gc.image_maximum_gc_age", &g.image_maximum_gc_age)?;
+    if !max_age.is_zero() && max_age <= min_age {
+        return Err(invalid("gc.image_maximum_gc_age", &g.image_maximum_gc_age, format!(
+            "invalid configuration: imageMaximumGCAge {} must be greater than imageMinimumGCAge {}", go(max_age), go(min_age)
+        )));
+    }
+    let period = |key: &str, v: &str| -> Result<Duration, ConfigError> {
+        let d = duration(key, v)?;
+        if d.is_zero() {
+            return Err(invalid(key, v, "must be more than 0s"));
+        }
+        Ok(d)
+    };
+    let node_status_max_images = match g.node_status_max_images {
+        -1 => None,
+        n if n < -1 => {
+            return Err(invalid("gc.node_status_max_images", &n.to_string(), format!(
+                "invalid configuration: nodeStatusMaxImages (--node-status-max-images) {n} must be -1 or greater"
+            )))
+        }
+        n => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+    };
+    for p in &g.pinned_images {
+        if p.trim().is_empty() || p.contains(char::is_whitespace) {
+            return Err(invalid("gc.pinned_images", p, "a pattern is a reference, \"repo:*\" or \"prefix/*\", without spaces"));
+        }
+    }
+    let keep = match usize::try_from(g.keep_newest_tags_per_repo) {
+        Ok(0) => None,
+        Ok(n) => Some(n),
+        Err(_) => return Err(invalid("gc.keep_newest_tags_per_repo", &g.keep_newest_tags_per_repo.to_string(), "must be 0 (off) or more")),
+    };
+    Ok(GcSettings {
+        high_threshold_percent: high,
+        low_threshold_percent: low,
+        min_age,
+        max_age,
+        detect_period: period("gc.detect_period", &g.detect_period)?,
+        gc_period: period("gc.gc_period", &g.gc_period)?,
+        cache_refresh_period: period("gc.cache_refresh_period", &g.cache_refresh_period)?,
+        node_status_max_images,
+        sandbox_image: g.sandbox_image,
+        pinned_images: g.pinned_images,
+        keep_newest_tags_per_repo: keep,
+    })
 }
 
 fn backoff_from_raw(b: RawBackoff) -> Result<BackoffSettings, ConfigError> {

@@ -14,6 +14,9 @@
 //!   ([`ensure::ImageManager`]).
 //! - [`embedded`]: the embedded CRI runtime (in memory, served on a unix
 //!   socket) used by default, by the README and by tests.
+//! - [`gc`]: image garbage collection logic (records, detection, the plan).
+//! - [`store`]: the embedded database (redb) holding all of imaged's durable
+//!   state (GC image records today).
 //! - [`runtime`]: resolves the configured endpoint (starting the embedded
 //!   runtime when asked) and connects the gateway.
 //! - [`config`], [`telemetry`], [`error`]: configuration, logging, exit codes.
@@ -31,7 +34,9 @@ pub mod embedded;
 pub mod ensure;
 pub mod error;
 pub mod fault;
+pub mod gc;
 pub mod runtime;
+pub mod store;
 pub mod telemetry;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;

@@ -1,4 +1,5 @@
 use super::*;
+use std::path::PathBuf;
 
 fn env(pairs: &[(&str, &str)]) -> Option<HashMap<String, String>> {
     Some(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
@@ -114,4 +115,31 @@ fn pull_values_are_validated_with_kubelet_texts() {
     let c = Config::from_toml("[backoff]\nmax = \"60s\"\ngc_interval = \"0s\"").unwrap();
     assert_eq!(c.backoff.backoff.max, Duration::from_secs(60));
     assert_eq!(c.backoff.gc_interval, None);
+}
+
+#[test]
+fn gc_defaults_and_kubelet_validation_texts() {
+    let c = Config::defaults().expect("defaults");
+    assert_eq!((c.gc.high_threshold_percent, c.gc.low_threshold_percent), (85, 80));
+    assert_eq!((c.gc.min_age, c.gc.max_age), (Duration::from_secs(120), Duration::ZERO));
+    assert_eq!(c.gc.node_status_max_images, Some(50));
+    assert_eq!(c.state_dir, None);
+    assert!(!c.gc.disabled());
+    let cases = [
+        ("[gc]\nimage_gc_high_threshold_percent = 101", "invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) 101 must be between 0 and 100, inclusive"),
+        ("[gc]\nimage_gc_low_threshold_percent = -1", "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) -1 must be between 0 and 100, inclusive"),
+        ("[gc]\nimage_gc_low_threshold_percent = 85", "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 85 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 85"),
+        ("[gc]\nimage_maximum_gc_age = \"1m\"", "invalid configuration: imageMaximumGCAge 1m0s must be greater than imageMinimumGCAge 2m0s"),
+        ("[gc]\nnode_status_max_images = -2", "invalid configuration: nodeStatusMaxImages (--node-status-max-images) -2 must be -1 or greater"),
+    ];
+    for (toml, text) in cases {
+        let err = Config::from_toml(toml).expect_err(toml).to_string();
+        assert!(err.contains(text), "{toml}: {err}");
+    }
+    let off = Config::from_toml("[gc]\nimage_gc_high_threshold_percent = 100").unwrap();
+    assert!(off.gc.disabled());
+    let all = Config::from_toml("[gc]\nnode_status_max_images = -1\npinned_images = [\"registry.k8s.io/*\"]\n[state]\ndir = \"/var/lib/imaged\"").unwrap();
+    assert_eq!(all.gc.node_status_max_images, None);
+    assert_eq!(all.gc.pinned_images, ["registry.k8s.io/*"]);
+    assert_eq!(all.state_dir, Some(PathBuf::from("/var/lib/imaged")));
 }

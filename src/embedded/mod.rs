@@ -188,6 +188,12 @@ impl EmbeddedRuntime {
         self.shared.state().capacity_bytes = bytes;
     }
 
+    /// The simulated filesystem's capacity, as a GC capacity source.
+    pub fn capacity_source(&self) -> crate::gc::capacity::CapacitySource {
+        let shared = self.shared.clone();
+        crate::gc::capacity::CapacitySource::Simulated(std::sync::Arc::new(move || shared.state().capacity_bytes))
+    }
+
     /// Capacity of the simulated image filesystem in bytes.
     pub fn capacity_bytes(&self) -> u64 {
         self.shared.state().capacity_bytes

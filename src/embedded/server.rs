@@ -113,6 +113,15 @@ impl Shared {
     }
 }
 
+/// Waits `d` precisely: tokio's timer rounds sleeps up to the next
+/// millisecond, which would make every simulated pull ~1 ms too long, so the
+/// wait is a thread sleep on the blocking pool (cancelling the RPC abandons it).
+async fn simulate(d: std::time::Duration) {
+    if tokio::task::spawn_blocking(move || std::thread::sleep(d)).await.is_err() {
+        tokio::time::sleep(d).await;
+    }
+}
+
 /// Answers `r`, or never answers when the fault plan dropped the reply.
 async fn reply<T>(drop_reply: bool, r: Result<T, Status>) -> Result<Response<T>, Status> {
     if drop_reply {
@@ -186,7 +195,7 @@ impl ImageService for CriService {
         c.max_pulls_in_flight.fetch_max(now, Ordering::Relaxed);
         let guard = InFlight(c);
         if !planned.remote.pull_latency.is_zero() {
-            tokio::time::sleep(planned.remote.pull_latency).await;
+            simulate(planned.remote.pull_latency).await;
         }
         // Room is checked again at the end: other pulls may have filled the disk.
         let id = {

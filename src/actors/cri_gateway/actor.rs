@@ -100,25 +100,33 @@ impl CriGatewayActor {
         let fault = if self.faults.is_empty() { None } else { self.faults.decide(rpc, image) };
         let image = image.map(str::to_owned);
         Box::pin(async move {
-            let work = async move {
-                match fault {
-                    None => f(client, deadline).await,
-                    Some(FaultAction::Fail(e)) => Err(e),
-                    Some(FaultAction::Delay(d)) => {
-                        tokio::time::sleep(d).await;
-                        f(client, deadline).await
-                    }
-                    Some(FaultAction::Hang) => std::future::pending().await,
-                    Some(FaultAction::DropReply) => {
-                        let _lost = f(client, deadline).await;
-                        std::future::pending().await
+            let started = Instant::now();
+            let result = match fault {
+                // No fault: the request carries its deadline as grpc-timeout and
+                // tonic's client enforces it (mapped to DeadlineExceeded by
+                // CriError); a second timer here would only cost time.
+                None => f(client, deadline).await,
+                Some(fault) => {
+                    let work = async move {
+                        match fault {
+                            FaultAction::Fail(e) => Err(e),
+                            FaultAction::Delay(d) => {
+                                tokio::time::sleep(d).await;
+                                f(client, deadline).await
+                            }
+                            FaultAction::Hang => std::future::pending().await,
+                            FaultAction::DropReply => {
+                                let _lost = f(client, deadline).await;
+                                std::future::pending().await
+                            }
+                        }
+                    };
+                    // A fault's delay counts against the call's deadline.
+                    match deadline {
+                        Some(d) => tokio::time::timeout(d, work).await.unwrap_or_else(|_| Err(CriError::deadline_exceeded())),
+                        None => work.await,
                     }
                 }
-            };
-            let started = Instant::now();
-            let result = match deadline {
-                Some(d) => tokio::time::timeout(d, work).await.unwrap_or_else(|_| Err(CriError::deadline_exceeded())),
-                None => work.await,
             };
             if let Err(e) = &result {
                 debug!(rpc = rpc.name(), image = image.as_deref().unwrap_or(""), kind = ?e.kind(),

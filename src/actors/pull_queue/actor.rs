@@ -57,6 +57,14 @@ struct Waiter {
     admitted: Option<oneshot::Sender<bool>>,
 }
 
+/// Self-notification: a pull's CRI call ended (its slot can go to the next
+/// pull while the size lookup runs).
+#[derive(Message)]
+#[rtype(result = "()")]
+struct SlotFreed {
+    key: PullKey,
+}
+
 /// Self-notification: a pull task ended.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -131,7 +139,11 @@ impl PullQueueActor {
         // A task of its own (not ctx.spawn): actix polls every context future
         // on each wake-up, which would make many parallel pulls quadratic.
         actix::spawn(async move {
-            let result = run_pull(&gateway, &throttle, request, deadline, &subscribers).await;
+            let freed = {
+                let (me, key) = (me.clone(), key.clone());
+                move || me.do_send(SlotFreed { key })
+            };
+            let result = run_pull(&gateway, &throttle, request, deadline, &subscribers, freed).await;
             let phase = if result.is_ok() { PullPhase::Done } else { PullPhase::Failed };
             Self::publish(&subscribers, &key.image, phase);
             me.do_send(PullFinished { key, result });
@@ -163,6 +175,7 @@ async fn run_pull(
     request: PullRequest,
     deadline: Option<Duration>,
     subscribers: &[Recipient<PullPhaseChanged>],
+    slot_freed: impl FnOnce(),
 ) -> PullResult {
     let image = request.image.image.clone();
     if request.skip_if_present {
@@ -223,6 +236,8 @@ async fn run_pull(
         }
     }
     let Some(image_ref) = image_ref else { return Err(PullFailure::Cri(errors)) };
+    // The registry work is done: let the next pull start during the lookup.
+    slot_freed();
     // Best effort, as the kubelet: a failed lookup reports size 0.
     let spec = ImageSpec { image: image_ref.clone(), ..request.image.clone() };
     let size = match gateway.send(GetImageStatus { image: spec, verbose: false }).await {
@@ -283,6 +298,16 @@ impl Handler<EnqueuePull> for PullQueueActor {
             };
             PullTicket { joined, rx }
         })
+    }
+}
+
+impl Handler<SlotFreed> for PullQueueActor {
+    type Result = ();
+
+    /// A pull's CRI call ended: start the next pull.
+    fn handle(&mut self, m: SlotFreed, ctx: &mut Self::Context) {
+        self.queue.release_slot(&m.key);
+        self.pump(ctx);
     }
 }
 

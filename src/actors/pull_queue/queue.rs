@@ -61,6 +61,8 @@ struct Job<R, W> {
     request: Option<R>,
     waiters: Vec<W>,
     running: bool,
+    /// Its slot was released before it finished.
+    released: bool,
 }
 
 /// The queue. `R` is the pull request, `W` whatever a waiter is notified
@@ -145,7 +147,7 @@ impl<R, W> PullQueue<R, W> {
         self.seq += 1;
         let order = (-i64::from(priority), self.seq);
         self.order.insert(order, key.clone());
-        self.jobs.insert(key, Job { order, request: Some(request), waiters: vec![waiter], running: false });
+        self.jobs.insert(key, Job { order, request: Some(request), waiters: vec![waiter], running: false, released: false });
     }
 
     /// Moves parked requests into the queue while there is room, calling
@@ -188,13 +190,25 @@ impl<R, W> PullQueue<R, W> {
         Some((key, request))
     }
 
+    /// The pull's CRI call ended: its slot is free for the next pull, but
+    /// the job stays (later requests still join it) until [`finish`](Self::finish).
+    pub fn release_slot(&mut self, key: &PullKey) {
+        if let Some(job) = self.jobs.get_mut(key) {
+            if job.running {
+                job.running = false;
+                job.released = true;
+                self.running = self.running.saturating_sub(1);
+            }
+        }
+    }
+
     /// A pull ended: returns everyone who waited on it.
     pub fn finish(&mut self, key: &PullKey) -> Vec<W> {
         match self.jobs.remove(key) {
             Some(job) => {
                 if job.running {
                     self.running = self.running.saturating_sub(1);
-                } else {
+                } else if !job.released {
                     self.order.remove(&job.order);
                 }
                 job.waiters

@@ -95,3 +95,21 @@ fn parallel_limit_bounds_running_pulls() {
     assert!(q.start_next().is_some());
     assert!(q.start_next().is_none());
 }
+
+#[test]
+fn a_released_slot_starts_the_next_pull_while_the_first_still_takes_joiners() {
+    let mut q: PullQueue<u32, u32> = PullQueue::new(Concurrency::Serial, None, true);
+    q.submit(key("a"), 0, 0, 0);
+    q.submit(key("b"), 0, 1, 1);
+    let (a, _) = q.start_next().expect("a");
+    assert!(q.start_next().is_none());
+    q.release_slot(&a);
+    assert_eq!(q.running(), 0);
+    assert_eq!(q.submit(key("a"), 0, 2, 2), Submitted::Joined, "a still takes joiners until it finishes");
+    let (b, _) = q.start_next().expect("b starts once a's slot is free");
+    assert_eq!(b, key("b"));
+    assert_eq!(q.finish(&a), vec![0, 2]);
+    assert_eq!(q.running(), 1, "finishing a released job frees nothing more");
+    assert_eq!(q.finish(&b), vec![1]);
+    assert_eq!(q.running(), 0);
+}

@@ -1,0 +1,460 @@
+//! `EnsureImageExists` costs against the embedded runtime, in one run.
+//! Prints `name: value` lines. The three headline figures:
+//!
+//! - `hot_path_ratio`: p50 of `ImageManager::ensure_image_exists` for a
+//!   present image (`IfNotPresent`) ÷ p50 of one bare tonic `ImageStatus` on
+//!   the same socket. Sequential calls, interleaved in blocks. The layers in
+//!   between are measured as extra sides, to tell where any overhead is.
+//!   Target ≤ 1.15.
+//! - `parallel_makespan_ratio`: wall time of 200 concurrent ensures of
+//!   distinct absent images (8 pull tokens, 20 ms pulls) ÷ the ideal
+//!   25 × 20 ms; median of several runs, each on a fresh runtime, interleaved
+//!   with two references: the queue fed directly, and 8 bare tonic workers
+//!   (the floor the runtime itself allows). Target ≤ 1.05.
+//! - `single_flight_cri_pulls`: CRI `PullImage` calls for 100 concurrent
+//!   ensures of one absent image. Target 1. The same with single-flight off
+//!   gives `kubelet_equivalent_cri_pulls` (what the kubelet does).
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use futures_util::future::join_all;
+use imaged::actors::cri_gateway::{CriGatewayActor, GetImageStatus};
+use imaged::actors::pull_queue::{
+    Concurrency, EnqueuePull, PullPhase, PullPhaseChanged, PullQueueConfig, PullRequest, SubscribePhases,
+};
+use imaged::config::{BackoffSettings, CriConfig};
+use imaged::cri::proto::image_service_client::ImageServiceClient;
+use imaged::cri::proto::{ImageSpec as PbSpec, ImageStatusRequest, PullImageRequest};
+use imaged::cri::{CriClient, Rpc};
+use imaged::domain::ImageSpec;
+use imaged::domain::pull_policy::PullPolicy;
+use imaged::embedded::{EmbeddedRuntime, RemoteImage};
+use imaged::ensure::{EnsureConfig, EnsureImageRequest, ImageManager};
+
+// Hot path.
+const HOT_IMAGE: &str = "busybox:1.36";
+const HOT_WARMUP: usize = 500;
+const HOT_BLOCKS: usize = 40;
+const HOT_BLOCK_SIZE: usize = 100;
+
+// Parallel makespan.
+const MAKESPAN_IMAGES: usize = 200;
+const MAKESPAN_TOKENS: usize = 8;
+const MAKESPAN_LATENCY: Duration = Duration::from_millis(20);
+const MAKESPAN_RUNS: usize = 5;
+const TIMER_SAMPLES: usize = 25;
+
+// Single flight.
+const SF_WAITERS: usize = 100;
+const SF_LATENCY: Duration = Duration::from_millis(200);
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn median_f64(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// A fresh embedded runtime (in its own temp dir), a gateway to it, and a
+/// manager with `pull` as the queue's settings.
+async fn stack(pull: &PullQueueConfig) -> (tempfile::TempDir, EmbeddedRuntime, Addr<CriGatewayActor>, ImageManager) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = EmbeddedRuntime::start_in(dir.path()).expect("embedded runtime");
+    let (gateway, _) = CriGatewayActor::connect(&runtime.endpoint(), &CriConfig::default()).await.expect("gateway");
+    let manager = ImageManager::start(gateway.clone(), pull, &BackoffSettings::default(), EnsureConfig::default());
+    (dir, runtime, gateway, manager)
+}
+
+fn bare_client(runtime: &EmbeddedRuntime) -> ImageServiceClient<tonic::transport::Channel> {
+    ImageServiceClient::new(runtime.endpoint().channel(Duration::from_secs(5)).expect("channel"))
+}
+
+// === Hot path ===
+
+/// One side of the hot-path comparison: the two the ratio compares, and the
+/// layers in between (each adds one thing to the one below it).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// `ImageManager::ensure_image_exists`: the whole path.
+    Ensure,
+    /// `GetImageStatus` through the gateway actor (no ensure logic).
+    Gateway,
+    /// What the gateway runs, on the caller's task: `CriClient::image_status`
+    /// with the configured deadline, inside `tokio::time::timeout` (no actor).
+    Client,
+    /// A bare tonic call awaited through one spawned task (`actix::spawn`,
+    /// which is how actix runs a `ResponseFuture` reply): the cost of the hop.
+    BareSpawned,
+    /// A bare tonic call on the caller's task.
+    Bare,
+}
+
+const SIDES: [Side; 5] = [Side::Ensure, Side::Gateway, Side::Client, Side::BareSpawned, Side::Bare];
+const SIDE_NAMES: [&str; 5] = ["ensure", "gateway_status", "cri_client_status", "bare_status_spawned", "bare_status"];
+
+fn bare_status_request() -> ImageStatusRequest {
+    ImageStatusRequest { image: Some(PbSpec { image: HOT_IMAGE.into(), ..Default::default() }), verbose: false }
+}
+
+async fn hot_path() {
+    let pull = PullQueueConfig { qps: 0.0, ..PullQueueConfig::default() };
+    let (_dir, runtime, gateway, manager) = stack(&pull).await;
+    runtime.preload(RemoteImage::new(HOT_IMAGE, 1_000)).expect("preload");
+    let bare = bare_client(&runtime);
+    let cri_cfg = CriConfig::default();
+    let client = CriClient::new(&runtime.endpoint(), cri_cfg.connect_timeout).expect("client");
+    let status_deadline = cri_cfg.deadlines.get(Rpc::ImageStatus);
+    let req = EnsureImageRequest::new("bench-pod", HOT_IMAGE, PullPolicy::IfNotPresent);
+
+    let one = |side: Side| {
+        let (manager, gateway, client, mut bare, req) = (&manager, &gateway, &client, bare.clone(), &req);
+        async move {
+            let t = Instant::now();
+            match side {
+                Side::Ensure => {
+                    let ok = manager.ensure_image_exists(req).await.expect("ensure");
+                    assert!(!ok.image_ref.is_empty());
+                }
+                Side::Gateway => {
+                    let s = gateway
+                        .send(GetImageStatus { image: ImageSpec::new(HOT_IMAGE), verbose: false })
+                        .await
+                        .expect("mailbox")
+                        .expect("status");
+                    assert!(s.image.is_some());
+                }
+                Side::Client => {
+                    let call = client.image_status(ImageSpec::new(HOT_IMAGE), false, status_deadline);
+                    let s = match status_deadline {
+                        Some(d) => tokio::time::timeout(d, call).await.expect("in time"),
+                        None => call.await,
+                    };
+                    assert!(s.expect("status").image.is_some());
+                }
+                Side::BareSpawned => {
+                    let found = actix::spawn(async move {
+                        bare.image_status(bare_status_request()).await.expect("status").into_inner().image.is_some()
+                    })
+                    .await
+                    .expect("task");
+                    assert!(found);
+                }
+                Side::Bare => {
+                    let r = bare.image_status(bare_status_request()).await.expect("status");
+                    assert!(r.into_inner().image.is_some());
+                }
+            }
+            t.elapsed()
+        }
+    };
+
+    for _ in 0..HOT_WARMUP {
+        for s in SIDES {
+            one(s).await;
+        }
+    }
+    let mut times: [Vec<Duration>; SIDES.len()] = Default::default();
+    for block in 0..HOT_BLOCKS {
+        // Rotate the order of the sides so none always follows the same one.
+        for k in 0..SIDES.len() {
+            let i = (block + k) % SIDES.len();
+            for _ in 0..HOT_BLOCK_SIZE {
+                times[i].push(one(SIDES[i]).await);
+            }
+        }
+    }
+    for t in &mut times {
+        t.sort();
+    }
+    let bare_p50 = pct(&times[SIDES.len() - 1], 0.5);
+    println!("hot_samples_per_side: {}", HOT_BLOCKS * HOT_BLOCK_SIZE);
+    for (name, t) in SIDE_NAMES.iter().zip(&times) {
+        println!("hot_{name}_p50_us: {:.1}", us(pct(t, 0.5)));
+        println!("hot_{name}_p90_us: {:.1}", us(pct(t, 0.9)));
+    }
+    for (name, t) in SIDE_NAMES.iter().zip(&times).skip(1).take(SIDES.len() - 2) {
+        println!("hot_{name}_ratio: {:.3}", pct(t, 0.5).as_secs_f64() / bare_p50.as_secs_f64());
+    }
+    println!("hot_path_ratio: {:.3}", pct(&times[0], 0.5).as_secs_f64() / bare_p50.as_secs_f64());
+}
+
+// === Parallel makespan ===
+
+fn makespan_names() -> Vec<String> {
+    (0..MAKESPAN_IMAGES).map(|i| format!("example.com/makespan/img{i}:1")).collect()
+}
+
+fn makespan_ideal() -> Duration {
+    MAKESPAN_LATENCY * MAKESPAN_IMAGES.div_ceil(MAKESPAN_TOKENS) as u32
+}
+
+/// How the 200 pulls are driven.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Driver {
+    /// 200 concurrent `ensure_image_exists` (the figure).
+    Ensure,
+    /// 200 `EnqueuePull` straight to the manager's queue (skip-if-present set,
+    /// as ensure sets it): the queue without ensure's presence check and back-off.
+    Queue,
+    /// 8 workers each making bare tonic `PullImage` calls one after another:
+    /// the floor this runtime allows (its timers, one RPC per pull).
+    BareWorkers,
+}
+
+/// One makespan run on a fresh runtime; with `log`, the queue's phase
+/// changes are recorded (that perturbs the run a little: not counted).
+async fn makespan_once(driver: Driver, log: Option<&Addr<PhaseLog>>) -> Duration {
+    let pull = PullQueueConfig {
+        concurrency: Concurrency::Parallel(Some(MAKESPAN_TOKENS)),
+        qps: 0.0,
+        capacity: None,
+        ..PullQueueConfig::default()
+    };
+    let (_dir, runtime, _gateway, manager) = stack(&pull).await;
+    let names = makespan_names();
+    for n in &names {
+        runtime.add_remote(RemoteImage::new(n.clone(), 1_000).latency(MAKESPAN_LATENCY)).expect("add");
+    }
+    if let Some(log) = log {
+        manager.queue().send(SubscribePhases(log.clone().recipient())).await.expect("subscribe");
+    }
+    let bare = bare_client(&runtime);
+    // Connect the bare channel before the clock starts (the gateway's is connected).
+    let _ = bare.clone().image_status(ImageStatusRequest::default()).await;
+    let t = Instant::now();
+    if let Some(log) = log {
+        log.send(Mark(t)).await.expect("mark");
+    }
+    match driver {
+        Driver::Ensure => {
+            let reqs: Vec<EnsureImageRequest> = names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| EnsureImageRequest::new(format!("pod-{i}"), n.clone(), PullPolicy::IfNotPresent))
+                .collect();
+            for r in join_all(reqs.iter().map(|r| manager.ensure_image_exists(r))).await {
+                r.expect("pulled");
+            }
+        }
+        Driver::Queue => {
+            let q = manager.queue();
+            let sends = names.iter().map(|n| {
+                q.send(EnqueuePull(PullRequest { skip_if_present: true, ..PullRequest::new(ImageSpec::new(n.clone())) }))
+            });
+            let tickets: Vec<_> = join_all(sends).await.into_iter().map(|t| t.expect("admitted")).collect();
+            for r in join_all(tickets).await {
+                r.expect("pulled");
+            }
+        }
+        Driver::BareWorkers => {
+            let next = Cell::new(0usize);
+            let workers = (0..MAKESPAN_TOKENS).map(|_| {
+                let (mut c, next, names) = (bare.clone(), &next, &names);
+                async move {
+                    while next.get() < names.len() {
+                        let i = next.get();
+                        next.set(i + 1);
+                        let image = Some(PbSpec { image: names[i].clone(), ..Default::default() });
+                        c.pull_image(PullImageRequest { image, ..Default::default() }).await.expect("pulled");
+                    }
+                }
+            });
+            join_all(workers).await;
+        }
+    }
+    let elapsed = t.elapsed();
+    let stats = runtime.stats();
+    assert_eq!(stats.calls(Rpc::PullImage), MAKESPAN_IMAGES as u64, "one pull per image");
+    assert_eq!(stats.max_pulls_in_flight, MAKESPAN_TOKENS as u64, "token limit reached and kept");
+    elapsed
+}
+
+/// Records pull-queue phase changes with their arrival times.
+#[derive(Default)]
+struct PhaseLog {
+    start: Option<Instant>,
+    events: Vec<(Duration, String, PullPhase)>,
+}
+
+impl Actor for PhaseLog {
+    type Context = Context<Self>;
+    fn started(&mut self, ctx: &mut Self::Context) {
+        // Phases are delivered with try_send: room for all of them.
+        ctx.set_mailbox_capacity(100_000);
+    }
+}
+
+impl Handler<PullPhaseChanged> for PhaseLog {
+    type Result = ();
+    fn handle(&mut self, m: PullPhaseChanged, _: &mut Self::Context) {
+        let at = self.start.map_or(Duration::ZERO, |s| s.elapsed());
+        self.events.push((at, m.image, m.phase));
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Mark(Instant);
+
+impl Handler<Mark> for PhaseLog {
+    type Result = ();
+    fn handle(&mut self, m: Mark, _: &mut Self::Context) {
+        self.start = Some(m.0);
+        self.events.clear();
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "Vec<(Duration, String, PullPhase)>")]
+struct Take;
+
+impl Handler<Take> for PhaseLog {
+    type Result = MessageResult<Take>;
+    fn handle(&mut self, _: Take, _: &mut Self::Context) -> Self::Result {
+        MessageResult(std::mem::take(&mut self.events))
+    }
+}
+
+/// One traced ensure run: when the first pull starts, how long a pull holds
+/// its token (Pulling → Done), and how long a freed token stays idle.
+async fn makespan_trace() {
+    let log = PhaseLog::default().start();
+    let total = makespan_once(Driver::Ensure, Some(&log)).await;
+    let events = log.send(Take).await.expect("take");
+    let (mut starts, mut dones) = (Vec::new(), Vec::new());
+    let mut started_at: HashMap<&str, Duration> = HashMap::new();
+    let mut spans = Vec::new();
+    for (at, image, phase) in &events {
+        match phase {
+            PullPhase::Pulling => {
+                starts.push(*at);
+                started_at.insert(image, *at);
+            }
+            PullPhase::Done => {
+                dones.push(*at);
+                if let Some(s) = started_at.get(image.as_str()) {
+                    spans.push(at.saturating_sub(*s));
+                }
+            }
+            _ => {}
+        }
+    }
+    if starts.len() != MAKESPAN_IMAGES || dones.len() != MAKESPAN_IMAGES {
+        println!("makespan_trace_incomplete: {} starts, {} dones", starts.len(), dones.len());
+        return;
+    }
+    starts.sort();
+    dones.sort();
+    spans.sort();
+    // The k-th finish frees the token the (k+8)-th start takes.
+    let mut idle: Vec<Duration> = starts.iter().skip(MAKESPAN_TOKENS).zip(&dones).map(|(s, d)| s.saturating_sub(*d)).collect();
+    idle.sort();
+    println!("makespan_trace_total_ms: {:.1}", ms(total));
+    println!("makespan_trace_first_pull_start_ms: {:.2}", ms(starts[0]));
+    println!("makespan_trace_pull_span_p50_ms: {:.2}", ms(pct(&spans, 0.5)));
+    println!("makespan_trace_token_idle_p50_us: {:.0}", us(pct(&idle, 0.5)));
+    println!("makespan_trace_token_idle_p90_us: {:.0}", us(pct(&idle, 0.9)));
+}
+
+/// p50 of a 20 ms tokio sleep and of one bare 20 ms PullImage, sequential:
+/// what the runtime's timer and one RPC add to each pull.
+async fn timer_reference() {
+    let mut sleeps = Vec::new();
+    for _ in 0..TIMER_SAMPLES {
+        let t = Instant::now();
+        tokio::time::sleep(MAKESPAN_LATENCY).await;
+        sleeps.push(t.elapsed());
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = EmbeddedRuntime::start_in(dir.path()).expect("embedded runtime");
+    let mut bare = bare_client(&runtime);
+    let _ = bare.image_status(ImageStatusRequest::default()).await;
+    let mut pulls = Vec::new();
+    for i in 0..TIMER_SAMPLES {
+        let name = format!("example.com/timer/img{i}:1");
+        runtime.add_remote(RemoteImage::new(name.clone(), 1_000).latency(MAKESPAN_LATENCY)).expect("add");
+        let image = Some(PbSpec { image: name, ..Default::default() });
+        let t = Instant::now();
+        bare.pull_image(PullImageRequest { image, ..Default::default() }).await.expect("pulled");
+        pulls.push(t.elapsed());
+    }
+    sleeps.sort();
+    pulls.sort();
+    println!("tokio_sleep_20ms_p50_ms: {:.2}", ms(pct(&sleeps, 0.5)));
+    println!("bare_pull_20ms_p50_ms: {:.2}", ms(pct(&pulls, 0.5)));
+}
+
+async fn parallel_makespan() {
+    let ideal = makespan_ideal();
+    println!("makespan_images: {MAKESPAN_IMAGES}");
+    println!("makespan_tokens: {MAKESPAN_TOKENS}");
+    println!("makespan_ideal_ms: {}", ideal.as_millis());
+    timer_reference().await;
+    let drivers = [Driver::Ensure, Driver::Queue, Driver::BareWorkers];
+    let names = ["ensure", "queue_direct", "bare_workers_floor"];
+    let mut runs: [Vec<f64>; 3] = Default::default();
+    // Warm-up (allocator, first connections), not counted.
+    makespan_once(Driver::Ensure, None).await;
+    for run in 0..MAKESPAN_RUNS {
+        for k in 0..drivers.len() {
+            let i = (run + k) % drivers.len();
+            runs[i].push(ms(makespan_once(drivers[i], None).await));
+        }
+    }
+    let ensure_runs: Vec<String> = runs[0].iter().map(|m| format!("{m:.1}")).collect();
+    println!("makespan_ensure_runs_ms: {}", ensure_runs.join(","));
+    let medians: Vec<f64> = runs.iter().map(|r| median_f64(r.clone())).collect();
+    for (name, m) in names.iter().zip(&medians) {
+        println!("makespan_{name}_p50_ms: {m:.1}");
+    }
+    makespan_trace().await;
+    let ideal_ms = ms(ideal);
+    println!("parallel_makespan_floor_ratio: {:.3}", medians[2] / ideal_ms);
+    println!("parallel_makespan_vs_floor: {:.3}", medians[0] / medians[2]);
+    println!("parallel_makespan_ratio: {:.3}", medians[0] / ideal_ms);
+}
+
+// === Single flight ===
+
+/// CRI PullImage calls for `SF_WAITERS` concurrent ensures of one absent image.
+async fn shared_pulls(single_flight: bool) -> u64 {
+    let pull = PullQueueConfig {
+        concurrency: Concurrency::Parallel(None),
+        qps: 0.0,
+        capacity: None,
+        single_flight,
+        ..PullQueueConfig::default()
+    };
+    let (_dir, runtime, _gateway, manager) = stack(&pull).await;
+    let image = "example.com/shared:1";
+    runtime.add_remote(RemoteImage::new(image, 1_000).latency(SF_LATENCY)).expect("add");
+    let reqs: Vec<EnsureImageRequest> =
+        (0..SF_WAITERS).map(|i| EnsureImageRequest::new(format!("pod-{i}"), image, PullPolicy::IfNotPresent)).collect();
+    let results = join_all(reqs.iter().map(|r| manager.ensure_image_exists(r))).await;
+    let refs: std::collections::HashSet<String> = results.into_iter().map(|r| r.expect("ensured").image_ref).collect();
+    assert_eq!(refs.len(), 1, "every waiter got the same image");
+    runtime.stats().calls(Rpc::PullImage)
+}
+
+fn main() {
+    actix::System::new().block_on(async {
+        hot_path().await;
+        parallel_makespan().await;
+        println!("single_flight_waiters: {SF_WAITERS}");
+        println!("single_flight_cri_pulls: {}", shared_pulls(true).await);
+        println!("kubelet_equivalent_cri_pulls: {}", shared_pulls(false).await);
+    });
+}

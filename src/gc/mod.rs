@@ -1,0 +1,6 @@
+//! Image garbage collection logic: records, detection, the explainable GC
+//! plan and the filesystem measurements it needs. Pure (but `capacity`,
+//! which measures a filesystem); the actors in `crate::actors` run it.
+
+pub mod capacity;
+pub mod record;
