@@ -74,7 +74,7 @@ async fn stack(pull: &PullQueueConfig) -> (tempfile::TempDir, EmbeddedRuntime, A
     let dir = tempfile::tempdir().expect("tempdir");
     let runtime = EmbeddedRuntime::start_in(dir.path()).expect("embedded runtime");
     let (gateway, _) = CriGatewayActor::connect(&runtime.endpoint(), &CriConfig::default()).await.expect("gateway");
-    let manager = ImageManager::start(gateway.clone(), pull, &BackoffSettings::default(), EnsureConfig::default());
+    let manager = ImageManager::start(gateway.clone(), pull, &BackoffSettings::default(), EnsureConfig::default()).await.expect("manager starts");
     (dir, runtime, gateway, manager)
 }
 

@@ -84,7 +84,7 @@ impl Handler<ImageEvent> for EventPrinter {
 /// The `EnsureImageExists` round: a pull, a present image, a missing image
 /// twice (the second time in back-off), printing events and results.
 pub async fn run_ensure(cfg: &Config, rt: &ConnectedRuntime, image: &str, out: &mut impl Write) -> Result<(), AppError> {
-    let manager = ImageManager::start(rt.gateway.clone(), &cfg.pull, &cfg.backoff, cfg.ensure.clone());
+    let manager = ImageManager::start(rt.gateway.clone(), &cfg.pull, &cfg.backoff, cfg.ensure.clone()).await.map_err(|_| AppError::Mailbox("CRI gateway".into()))?;
     manager.events().subscribe(EventPrinter.start().recipient());
     let missing = "docker.io/library/does-not-exist:1.0";
     let steps = [("demo-1", image, PullPolicy::IfNotPresent), ("demo-2", image, PullPolicy::IfNotPresent), ("demo-1", missing, PullPolicy::IfNotPresent), ("demo-1", missing, PullPolicy::IfNotPresent)];

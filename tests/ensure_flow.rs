@@ -33,7 +33,7 @@ async fn flow_with(ensure: EnsureConfig) -> Flow {
     rt.runtime.preload(RemoteImage::new(PRESENT, 1_000)).expect("preload");
     rt.runtime.add_remote(RemoteImage::new(ABSENT, 2_000).latency(Duration::from_millis(20))).expect("add");
     let pull = PullQueueConfig { concurrency: Concurrency::Parallel(None), qps: 0.0, ..PullQueueConfig::default() };
-    let manager = ImageManager::start(rt.gateway.clone(), &pull, &BackoffSettings::default(), ensure);
+    let manager = ImageManager::start(rt.gateway.clone(), &pull, &BackoffSettings::default(), ensure).await.expect("manager starts");
     let events = Events::default().start();
     manager.events().subscribe(events.clone().recipient());
     Flow { rt, manager, events }

@@ -15,8 +15,9 @@ use imaged::domain::{AuthConfig, ImageSpec};
 use imaged::embedded::RemoteImage;
 use support::fixture::{Runtime, runtime};
 
-fn queue(rt: &Runtime, cfg: PullQueueConfig) -> Addr<PullQueueActor> {
-    PullQueueActor::new(cfg, rt.gateway.clone()).start()
+async fn queue(rt: &Runtime, cfg: PullQueueConfig) -> Addr<PullQueueActor> {
+    let reader = rt.gateway.send(imaged::actors::cri_gateway::GetReader).await.expect("reader");
+    PullQueueActor::new(cfg, rt.gateway.clone(), reader).start()
 }
 
 fn no_throttle(concurrency: Concurrency) -> PullQueueConfig {
@@ -42,7 +43,7 @@ async fn serial_queue_applies_backpressure_and_keeps_order() {
     for i in 0..11 {
         add(&rt, &format!("example.com/q{i}:1"), 5);
     }
-    let q = queue(&rt, no_throttle(Concurrency::Serial));
+    let q = queue(&rt, no_throttle(Concurrency::Serial)).await;
     let first = q.send(EnqueuePull(req("example.com/slow:1"))).await.expect("admitted");
     // Ten more fill the queue (capacity 10) while the first runs.
     let mut tickets = vec![first];
@@ -72,7 +73,7 @@ async fn parallel_mode_runs_at_most_the_token_limit() {
     for i in 0..12 {
         add(&rt, &format!("example.com/p{i}:1"), 100);
     }
-    let q = queue(&rt, no_throttle(Concurrency::Parallel(Some(3))));
+    let q = queue(&rt, no_throttle(Concurrency::Parallel(Some(3)))).await;
     let sends = (0..12).map(|i| q.send(EnqueuePull(req(&format!("example.com/p{i}:1")))));
     let tickets: Vec<PullTicket> = join_all(sends).await.into_iter().map(|t| t.expect("admitted")).collect();
     for r in join_all(tickets).await {
@@ -89,7 +90,7 @@ async fn parallel_mode_without_a_limit_runs_everything_at_once() {
     for i in 0..20 {
         add(&rt, &format!("example.com/u{i}:1"), 150);
     }
-    let q = queue(&rt, PullQueueConfig { capacity: None, ..no_throttle(Concurrency::Parallel(None)) });
+    let q = queue(&rt, PullQueueConfig { capacity: None, ..no_throttle(Concurrency::Parallel(None)) }).await;
     let sends = (0..20).map(|i| q.send(EnqueuePull(req(&format!("example.com/u{i}:1")))));
     let tickets: Vec<PullTicket> = join_all(sends).await.into_iter().map(|t| t.expect("admitted")).collect();
     for r in join_all(tickets).await {
@@ -102,7 +103,7 @@ async fn parallel_mode_without_a_limit_runs_everything_at_once() {
 async fn one_hundred_requests_for_one_absent_image_make_one_pull() {
     let rt = runtime().await;
     add(&rt, "example.com/shared:1", 200);
-    let q = queue(&rt, PullQueueConfig { capacity: None, ..no_throttle(Concurrency::Parallel(None)) });
+    let q = queue(&rt, PullQueueConfig { capacity: None, ..no_throttle(Concurrency::Parallel(None)) }).await;
     let sends = (0..100).map(|_| q.send(EnqueuePull(req("example.com/shared:1"))));
     let tickets: Vec<PullTicket> = join_all(sends).await.into_iter().map(|t| t.expect("admitted")).collect();
     assert_eq!(tickets.iter().filter(|t| t.joined).count(), 99);
@@ -118,7 +119,7 @@ async fn requests_with_different_credentials_are_never_merged() {
     rt.runtime
         .add_remote(RemoteImage::new("example.com/private:1", 10).latency(Duration::from_millis(100)).private("u", "right"))
         .expect("add");
-    let q = queue(&rt, no_throttle(Concurrency::Parallel(None)));
+    let q = queue(&rt, no_throttle(Concurrency::Parallel(None))).await;
     let with = |pw: &str| PullRequest { credentials: vec![AuthConfig::basic("example.com", "u", pw)], ..req("example.com/private:1") };
     let (a, b, c) = (with("right"), with("wrong"), with("right"));
     let ta = q.send(EnqueuePull(a)).await.expect("admitted");
@@ -140,7 +141,7 @@ async fn higher_priorities_are_pulled_first_in_both_modes() {
         for name in ["low", "mid", "high", "high2"] {
             add(&rt, &format!("example.com/{name}:1"), 5);
         }
-        let q = queue(&rt, no_throttle(concurrency));
+        let q = queue(&rt, no_throttle(concurrency)).await;
         let blocker = q.send(EnqueuePull(req("example.com/blocker:1"))).await.expect("admitted");
         let mut tickets = vec![blocker];
         for (name, prio) in [("low", 0), ("mid", 5), ("high", 10), ("high2", 10)] {
@@ -166,7 +167,7 @@ async fn throttle_fails_fast_like_the_kubelet() {
         add(&rt, &format!("example.com/t{i}:1"), 0);
     }
     let cfg = PullQueueConfig { qps: 0.01, burst: 2, throttle_mode: ThrottleMode::Fail, ..no_throttle(Concurrency::Serial) };
-    let q = queue(&rt, cfg);
+    let q = queue(&rt, cfg).await;
     let mut results = Vec::new();
     for i in 0..3 {
         let t = q.send(EnqueuePull(req(&format!("example.com/t{i}:1")))).await.expect("admitted");
@@ -186,7 +187,7 @@ async fn throttle_in_wait_mode_queues_instead_of_failing() {
         add(&rt, &format!("example.com/w{i}:1"), 0);
     }
     let cfg = PullQueueConfig { qps: 20.0, burst: 1, throttle_mode: ThrottleMode::Wait, ..no_throttle(Concurrency::Serial) };
-    let q = queue(&rt, cfg);
+    let q = queue(&rt, cfg).await;
     let phases = support_phases::Recorder::start();
     q.send(SubscribePhases(phases.clone().recipient())).await.expect("subscribe");
     let sends = (0..3).map(|i| q.send(EnqueuePull(req(&format!("example.com/w{i}:1")))));
@@ -203,7 +204,7 @@ async fn throttle_in_wait_mode_queues_instead_of_failing() {
 async fn a_pull_past_its_deadline_is_cancelled_and_says_so() {
     let rt = runtime().await;
     add(&rt, "example.com/hung:1", 30_000);
-    let q = queue(&rt, PullQueueConfig { pull_deadline: Some(Duration::from_millis(300)), ..no_throttle(Concurrency::Serial) });
+    let q = queue(&rt, PullQueueConfig { pull_deadline: Some(Duration::from_millis(300)), ..no_throttle(Concurrency::Serial) }).await;
     let t = q.send(EnqueuePull(req("example.com/hung:1"))).await.expect("admitted");
     let err = t.await.expect_err("deadline");
     assert_eq!(err, PullFailure::DeadlineExceeded(Duration::from_millis(300)));
@@ -226,7 +227,7 @@ async fn a_pull_past_its_deadline_is_cancelled_and_says_so() {
 async fn a_queued_pull_rechecks_presence_when_its_turn_comes() {
     let rt = runtime().await;
     add(&rt, "example.com/blocker:1", 300);
-    let q = queue(&rt, no_throttle(Concurrency::Serial));
+    let q = queue(&rt, no_throttle(Concurrency::Serial)).await;
     let blocker = q.send(EnqueuePull(req("example.com/blocker:1"))).await.expect("admitted");
     let late = PullRequest { skip_if_present: true, ..req("example.com/arrived:1") };
     let ticket = q.send(EnqueuePull(late)).await.expect("admitted");
@@ -236,6 +237,28 @@ async fn a_queued_pull_rechecks_presence_when_its_turn_comes() {
     let outcome = ticket.await.expect("present");
     assert!(!outcome.pulled);
     assert_eq!(rt.runtime.pull_log(), ["example.com/blocker:1"]);
+}
+
+#[actix::test]
+async fn a_fresh_presence_check_spares_the_recheck_unless_the_same_image_was_pulled_since() {
+    let rt = runtime().await;
+    add(&rt, "example.com/blocker:1", 200);
+    rt.runtime.add_remote(RemoteImage::new("example.com/shared:1", 10).private("u", "p")).expect("add");
+    let q = queue(&rt, no_throttle(Concurrency::Serial)).await;
+    let creds = |pw: &str| vec![AuthConfig::basic("example.com", "u", pw)];
+    let blocker = q.send(EnqueuePull(req("example.com/blocker:1"))).await.expect("admitted");
+    // Two requests for one image with different credentials: never merged.
+    let now = tokio::time::Instant::now();
+    let first = PullRequest { skip_if_present: true, absent_at: Some(now), credentials: creds("p"), ..req("example.com/shared:1") };
+    let second = PullRequest { skip_if_present: true, absent_at: Some(now), credentials: creds("p2"), ..req("example.com/shared:1") };
+    let t1 = q.send(EnqueuePull(first)).await.expect("admitted");
+    let t2 = q.send(EnqueuePull(second)).await.expect("admitted");
+    blocker.await.expect("blocker");
+    assert!(t1.await.expect("first pulls (its check is fresh)").pulled);
+    // The second's check predates the first's pull: it re-checks, finds the image, and does not pull.
+    let second = t2.await.expect("present");
+    assert!(!second.pulled);
+    assert_eq!(rt.runtime.pull_log(), ["example.com/blocker:1", "example.com/shared:1"]);
 }
 
 /// A phase recorder actor.

@@ -214,7 +214,7 @@ async fn ensure_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>)
     use imaged::domain::pull_policy::PullPolicy;
     use imaged::ensure::{EnsureConfig, EnsureImageRequest, ImageManager};
 
-    let manager = ImageManager::start(gateway, &PullQueueConfig::default(), &imaged::config::BackoffSettings::default(), EnsureConfig::default());
+    let manager = ImageManager::start(gateway, &PullQueueConfig::default(), &imaged::config::BackoffSettings::default(), EnsureConfig::default()).await.expect("manager starts");
     let open = Registry::open(&env.registry_open);
     let pushed = open.push_image("imaged/ensure", "v1", &[("etc/ensure.txt", b"ensured\n")]).await.expect("push");
 

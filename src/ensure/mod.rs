@@ -22,7 +22,7 @@ pub use recorder::{PodPullTimes, PullingRecorder};
 pub use text::*;
 
 use crate::actors::backoff_registry::{BackoffKey, BackoffRegistryActor, BeginAttempt, CheckBackoff, RecordFailure, RecordSuccess};
-use crate::actors::cri_gateway::{CriGatewayActor, GetImageStatus};
+use crate::actors::cri_gateway::{CriGatewayActor, CriReader, GetReader};
 use crate::actors::pull_queue::{EnqueuePull, PullFailure, PullOutcome, PullQueueActor, PullRequest};
 use crate::cri::{CriError, CriErrorKind};
 use crate::domain::pull_policy::PullPolicy;
@@ -114,6 +114,8 @@ pub struct EnsureConfig {
 #[derive(Debug, Clone)]
 pub struct ImageManager {
     gateway: Addr<CriGatewayActor>,
+    /// Presence checks on the caller's task (the hot path).
+    reader: CriReader,
     queue: Addr<PullQueueActor>,
     backoff: Addr<BackoffRegistryActor>,
     events: EventSink,
@@ -146,25 +148,28 @@ impl ImageManager {
     /// A manager over running actors.
     pub fn new(
         gateway: Addr<CriGatewayActor>,
+        reader: CriReader,
         queue: Addr<PullQueueActor>,
         backoff: Addr<BackoffRegistryActor>,
         cfg: EnsureConfig,
     ) -> Self {
-        Self { gateway, queue, backoff, events: EventSink::default(), recorder: PullingRecorder::default(), cfg }
+        Self { gateway, reader, queue, backoff, events: EventSink::default(), recorder: PullingRecorder::default(), cfg }
     }
 
     /// Starts a backoff registry and a pull queue on the current actix
-    /// arbiter and returns a manager over them and `gateway`.
-    pub fn start(
+    /// arbiter and returns a manager over them and `gateway`. Fails only if
+    /// the gateway has stopped.
+    pub async fn start(
         gateway: Addr<CriGatewayActor>,
         pull: &crate::actors::pull_queue::PullQueueConfig,
         backoff: &crate::config::BackoffSettings,
         cfg: EnsureConfig,
-    ) -> Self {
+    ) -> Result<Self, actix::MailboxError> {
         use actix::Actor as _;
-        let queue = PullQueueActor::new(pull.clone(), gateway.clone()).start();
+        let reader = gateway.send(GetReader).await?;
+        let queue = PullQueueActor::new(pull.clone(), gateway.clone(), reader.clone()).start();
         let backoff = BackoffRegistryActor::new(backoff.backoff, backoff.mailbox_capacity, backoff.gc_interval).start();
-        Self::new(gateway, queue, backoff, cfg)
+        Ok(Self::new(gateway, reader, queue, backoff, cfg))
     }
 
     /// The pull queue.
@@ -214,11 +219,7 @@ impl ImageManager {
     }
 
     async fn image_present(&self, spec: &ImageSpec) -> Result<Option<String>, CriError> {
-        let status = self
-            .gateway
-            .send(GetImageStatus { image: spec.clone(), verbose: false })
-            .await
-            .map_err(|_| CriError::new(CriErrorKind::RuntimeUnavailable, "CRI gateway stopped"))??;
+        let status = self.reader.image_status(spec.clone(), false).await?;
         Ok(status.image.map(|i| i.id))
     }
 
@@ -244,6 +245,7 @@ impl ImageManager {
             image_ref: String::new(),
         };
         // 3. Pre-check by policy.
+        let mut absent_at = None;
         if matches!(req.pull_policy, PullPolicy::IfNotPresent | PullPolicy::Never) {
             let image_ref = match self.image_present(&spec).await {
                 Ok(r) => r,
@@ -266,13 +268,13 @@ impl ImageManager {
                     self.emit(req, EventReason::ErrImageNeverPull, &msg, Some(ErrorClass::Permanent));
                     return Err(self.fail(ImageErrorKind::ErrImageNeverPull, msg, ErrorClass::Permanent));
                 }
-                None => {}
+                None => absent_at = Some(Instant::now()),
             }
         }
-        self.pull(req, spec).await
+        self.pull(req, spec, absent_at).await
     }
 
-    async fn pull(&self, req: &EnsureImageRequest, spec: ImageSpec) -> Result<EnsureOk, EnsureError> {
+    async fn pull(&self, req: &EnsureImageRequest, spec: ImageSpec, absent_at: Option<Instant>) -> Result<EnsureOk, EnsureError> {
         let requested = req.image.as_str();
         let key = BackoffKey { pod_uid: req.pod.uid.clone(), image: requested.to_string() };
         let stopped = || self.fail(ImageErrorKind::ErrImagePull, "imaged is shutting down".into(), ErrorClass::Transient);
@@ -303,6 +305,7 @@ impl ImageManager {
             sandbox: req.sandbox.clone(),
             priority: req.pod.priority,
             skip_if_present: req.pull_policy != PullPolicy::Always && req.pull_policy != PullPolicy::AlwaysWithLocalFallback,
+            absent_at,
             deadline: req.deadline,
         };
         let result = match self.queue.send(EnqueuePull(request)).await {

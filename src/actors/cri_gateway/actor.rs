@@ -2,6 +2,8 @@
 //! deadlines and the fault plan, and never serialises calls.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -12,37 +14,71 @@ use super::messages::*;
 use crate::config::{CriConfig, CriDeadlines};
 use crate::cri::{CriClient, CriEndpoint, CriError, CriErrorKind, Rpc};
 use crate::domain::{
-    Container, ContainerStatus, Image, ImageFsInfo, ImageStatus, PodSandbox, RuntimeVersion,
+    Container, ContainerStatus, Image, ImageFsInfo, ImageSpec, ImageStatus, PodSandbox, RuntimeVersion,
 };
 use crate::fault::{FaultAction, FaultPlan};
 
 /// Pause between `Version` attempts while waiting for the runtime at start.
 const STARTUP_RETRY: Duration = Duration::from_millis(200);
 
-/// The CRI gateway actor. See the module docs and `actors.md`.
-pub struct CriGatewayActor {
+/// What every call needs: the client, the deadlines and the fault plan.
+/// Shared by the actor and the [`CriReader`]s it hands out.
+#[derive(Clone)]
+struct Core {
     client: CriClient,
     deadlines: CriDeadlines,
-    /// Applied before each call; empty = no faults (checked without locking).
-    faults: FaultPlan,
+    /// Applied before each call.
+    faults: Arc<RwLock<FaultPlan>>,
+    /// False while the plan is empty: the common case reads no lock.
+    has_faults: Arc<AtomicBool>,
+}
+
+/// The CRI gateway actor. See the module docs and `actors.md`.
+pub struct CriGatewayActor {
+    core: Core,
     mailbox_capacity: usize,
+}
+
+/// A read-only handle on the gateway for hot-path lookups: `ImageStatus`
+/// run on the caller's task with the gateway's deadlines and fault plan,
+/// without a trip through the mailbox. Get one with [`GetReader`].
+#[derive(Clone)]
+pub struct CriReader {
+    core: Core,
+}
+
+impl std::fmt::Debug for CriReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CriReader").field("endpoint", &self.core.client.endpoint().to_string()).finish()
+    }
+}
+
+impl CriReader {
+    /// `ImageStatus`, exactly as [`GetImageStatus`] through the actor.
+    pub fn image_status(&self, image: ImageSpec, verbose: bool) -> impl Future<Output = Result<ImageStatus, CriError>> + 'static + use<> {
+        let name = image.image.clone();
+        self.core.call_within(Rpc::ImageStatus, Some(&name), None, move |c, d| async move { c.image_status(image, verbose, d).await })
+    }
 }
 
 impl CriGatewayActor {
     /// A gateway over `client` (not started).
     pub fn new(client: CriClient, cfg: &CriConfig) -> Self {
         Self {
-            client,
-            deadlines: cfg.deadlines.clone(),
-            faults: FaultPlan::default(),
+            core: Core {
+                client,
+                deadlines: cfg.deadlines.clone(),
+                faults: Arc::new(RwLock::new(FaultPlan::default())),
+                has_faults: Arc::new(AtomicBool::new(false)),
+            },
             mailbox_capacity: cfg.mailbox_capacity,
         }
     }
 
     /// The gateway with a fault plan already set.
     #[must_use]
-    pub fn with_faults(mut self, plan: FaultPlan) -> Self {
-        self.faults = plan;
+    pub fn with_faults(self, plan: FaultPlan) -> Self {
+        self.core.set_faults(plan);
         self
     }
 
@@ -66,26 +102,36 @@ impl CriGatewayActor {
         Ok((Self::new(client, cfg).start(), version))
     }
 
-    /// Runs one call: fault plan first, then the RPC, all within the call's deadline.
-    /// The returned future is detached from the actor (see `actors.md`).
     fn call<T, F, Fut>(&self, rpc: Rpc, image: Option<&str>, f: F) -> ResponseFuture<Result<T, CriError>>
     where
         T: 'static,
         F: FnOnce(CriClient, Option<Duration>) -> Fut + 'static,
         Fut: Future<Output = Result<T, CriError>> + 'static,
     {
-        self.call_within(rpc, image, None, f)
+        Box::pin(self.core.call_within(rpc, image, None, f))
+    }
+}
+
+// === impl Core ===
+
+impl Core {
+    fn set_faults(&self, plan: FaultPlan) {
+        let empty = plan.is_empty();
+        *self.faults.write().unwrap_or_else(|p| p.into_inner()) = plan;
+        self.has_faults.store(!empty, Ordering::Release);
     }
 
-    /// [`call`](Self::call) with a caller's deadline, used when it is
-    /// shorter than the configured one.
+    /// Runs one call: fault plan first, then the RPC, all within the call's
+    /// deadline (the caller's, when shorter than the configured one). The
+    /// fault is decided now, when the call is made: in mailbox order for the
+    /// actor's calls, in call order for a reader's.
     fn call_within<T, F, Fut>(
         &self,
         rpc: Rpc,
         image: Option<&str>,
         requested: Option<Duration>,
         f: F,
-    ) -> ResponseFuture<Result<T, CriError>>
+    ) -> impl Future<Output = Result<T, CriError>> + 'static + use<T, F, Fut>
     where
         T: 'static,
         F: FnOnce(CriClient, Option<Duration>) -> Fut + 'static,
@@ -96,10 +142,13 @@ impl CriGatewayActor {
             (Some(c), Some(r)) => Some(c.min(r)),
             (c, r) => c.or(r),
         };
-        // Decided here, in mailbox order, so a seeded plan replays exactly.
-        let fault = if self.faults.is_empty() { None } else { self.faults.decide(rpc, image) };
+        let fault = if self.has_faults.load(Ordering::Acquire) {
+            self.faults.read().unwrap_or_else(|p| p.into_inner()).decide(rpc, image)
+        } else {
+            None
+        };
         let image = image.map(str::to_owned);
-        Box::pin(async move {
+        async move {
             let started = Instant::now();
             let result = match fault {
                 // No fault: the request carries its deadline as grpc-timeout and
@@ -133,7 +182,7 @@ impl CriGatewayActor {
                     elapsed_ms = started.elapsed().as_millis() as u64, error = %e, "CRI call failed");
             }
             result
-        })
+        }
     }
 }
 
@@ -160,7 +209,7 @@ impl Actor for CriGatewayActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(self.mailbox_capacity);
-        debug!(endpoint = %self.client.endpoint(), mailbox = self.mailbox_capacity, "CRI gateway started");
+        debug!(endpoint = %self.core.client.endpoint(), mailbox = self.mailbox_capacity, "CRI gateway started");
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
@@ -202,9 +251,9 @@ impl Handler<PullImage> for CriGatewayActor {
     fn handle(&mut self, m: PullImage, _: &mut Self::Context) -> Self::Result {
         let image = m.image.image.clone();
         let requested = m.deadline;
-        self.call_within(Rpc::PullImage, Some(&image), requested, move |c, d| async move {
+        Box::pin(self.core.call_within(Rpc::PullImage, Some(&image), requested, move |c, d| async move {
             c.pull_image(m.image, m.auth, m.sandbox, d).await
-        })
+        }))
     }
 }
 
@@ -254,6 +303,14 @@ impl Handler<SetFaultPlan> for CriGatewayActor {
     type Result = ();
     /// Replaces the fault plan; calls already decided keep their fault.
     fn handle(&mut self, m: SetFaultPlan, _: &mut Self::Context) {
-        self.faults = m.0;
+        self.core.set_faults(m.0);
+    }
+}
+
+impl Handler<GetReader> for CriGatewayActor {
+    type Result = MessageResult<GetReader>;
+    /// Hands out a read handle sharing this gateway's client, deadlines and faults.
+    fn handle(&mut self, _: GetReader, _: &mut Self::Context) -> Self::Result {
+        MessageResult(CriReader { core: self.core.clone() })
     }
 }

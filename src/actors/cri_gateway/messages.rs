@@ -98,3 +98,10 @@ pub struct GetContainerStatus {
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct SetFaultPlan(pub FaultPlan);
+
+/// Asks for a [`CriReader`](super::CriReader): a handle that runs
+/// `ImageStatus` on the caller's task (hot path), sharing the gateway's
+/// client, deadlines and fault plan.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "super::CriReader")]
+pub struct GetReader;

@@ -12,8 +12,8 @@ mod messages;
 #[cfg(test)]
 mod tests;
 
-pub use actor::CriGatewayActor;
+pub use actor::{CriGatewayActor, CriReader};
 pub use messages::{
-    GetContainerStatus, GetImageFsInfo, GetImageStatus, GetVersion, ListContainers, ListImages,
+    GetContainerStatus, GetImageFsInfo, GetImageStatus, GetReader, GetVersion, ListContainers, ListImages,
     ListPodSandboxes, PullImage, RemoveImage, SetFaultPlan,
 };

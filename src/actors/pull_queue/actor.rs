@@ -2,6 +2,7 @@
 //! ([`PullQueue`]), runs them through the CRI gateway under the
 //! concurrency limit, the throttle and the deadline, and answers every waiter.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use tracing::{debug, warn};
 use super::messages::*;
 use super::queue::{Concurrency, PullKey, PullQueue, Submitted};
 use super::throttle::{PullThrottle, ThrottleMode};
-use crate::actors::cri_gateway::{CriGatewayActor, GetImageStatus, PullImage};
+use crate::actors::cri_gateway::{CriGatewayActor, CriReader, PullImage};
 use crate::cri::CriErrorKind;
 use crate::domain::{AuthConfig, ImageSpec};
 
@@ -57,8 +58,8 @@ struct Waiter {
     admitted: Option<oneshot::Sender<bool>>,
 }
 
-/// Self-notification: a pull's CRI call ended (its slot can go to the next
-/// pull while the size lookup runs).
+/// Self-notification: a pull's CRI call succeeded (its slot can go to the
+/// next pull while the size lookup runs).
 #[derive(Message)]
 #[rtype(result = "()")]
 struct SlotFreed {
@@ -78,19 +79,29 @@ pub struct PullQueueActor {
     cfg: PullQueueConfig,
     queue: PullQueue<PullRequest, Waiter>,
     gateway: Addr<CriGatewayActor>,
+    /// Presence re-checks and size lookups, on the pull's own task.
+    reader: CriReader,
     throttle: Arc<PullThrottle>,
     subscribers: Vec<Recipient<PullPhaseChanged>>,
+    /// When pulls of each image last finished well (recent ones only): a
+    /// request whose presence check predates one must re-check.
+    finished: HashMap<String, Instant>,
 }
 
+/// How fresh a caller's presence check must be to spare the re-check.
+const RECHECK_WINDOW: Duration = Duration::from_secs(1);
+
 impl PullQueueActor {
-    /// A queue that pulls through `gateway`.
-    pub fn new(cfg: PullQueueConfig, gateway: Addr<CriGatewayActor>) -> Self {
+    /// A queue that pulls through `gateway` and looks images up with its `reader`.
+    pub fn new(cfg: PullQueueConfig, gateway: Addr<CriGatewayActor>, reader: CriReader) -> Self {
         Self {
+            reader,
             queue: PullQueue::new(cfg.concurrency, cfg.capacity, cfg.single_flight),
             throttle: Arc::new(PullThrottle::new(cfg.qps, cfg.burst, cfg.throttle_mode)),
             cfg,
             gateway,
             subscribers: Vec::new(),
+            finished: HashMap::new(),
         }
     }
 
@@ -133,8 +144,14 @@ impl PullQueueActor {
     fn spawn_pull(&mut self, key: PullKey, request: PullRequest, ctx: &mut Context<Self>) {
         let me = ctx.address();
         let gateway = self.gateway.clone();
+        let reader = self.reader.clone();
         let throttle = self.throttle.clone();
         let deadline = request.deadline.or(self.cfg.pull_deadline);
+        let recheck = request.skip_if_present
+            && match request.absent_at {
+                None => true,
+                Some(t) => t.elapsed() > RECHECK_WINDOW || self.finished.get(&key.image).is_some_and(|f| *f >= t),
+            };
         let subscribers = self.subscribers.clone();
         // A task of its own (not ctx.spawn): actix polls every context future
         // on each wake-up, which would make many parallel pulls quadratic.
@@ -143,7 +160,7 @@ impl PullQueueActor {
                 let (me, key) = (me.clone(), key.clone());
                 move || me.do_send(SlotFreed { key })
             };
-            let result = run_pull(&gateway, &throttle, request, deadline, &subscribers, freed).await;
+            let result = run_pull(&gateway, &reader, &throttle, request, recheck, deadline, &subscribers, freed).await;
             let phase = if result.is_ok() { PullPhase::Done } else { PullPhase::Failed };
             Self::publish(&subscribers, &key.image, phase);
             me.do_send(PullFinished { key, result });
@@ -171,25 +188,25 @@ fn credential_identity(creds: &[AuthConfig]) -> String {
 
 async fn run_pull(
     gateway: &Addr<CriGatewayActor>,
+    reader: &CriReader,
     throttle: &PullThrottle,
     request: PullRequest,
+    recheck: bool,
     deadline: Option<Duration>,
     subscribers: &[Recipient<PullPhaseChanged>],
     slot_freed: impl FnOnce(),
 ) -> PullResult {
     let image = request.image.image.clone();
-    if request.skip_if_present {
-        let status = gateway.send(GetImageStatus { image: request.image.clone(), verbose: false }).await;
-        match status {
-            Ok(Ok(s)) => {
+    if recheck {
+        match reader.image_status(request.image.clone(), false).await {
+            Ok(s) => {
                 if let Some(img) = s.image {
                     PullQueueActor::publish(subscribers, &image, PullPhase::AlreadyPresent);
                     return Ok(PullOutcome { image_ref: img.id, size: img.size, pull_duration: Duration::ZERO, pulled: false });
                 }
             }
             // An inspect error here is not fatal: the pull itself will tell.
-            Ok(Err(e)) => debug!(image, error = %e, "re-check before pulling failed; pulling"),
-            Err(_) => return Err(PullFailure::Stopped),
+            Err(e) => debug!(image, error = %e, "re-check before pulling failed; pulling"),
         }
     }
     loop {
@@ -240,9 +257,9 @@ async fn run_pull(
     slot_freed();
     // Best effort, as the kubelet: a failed lookup reports size 0.
     let spec = ImageSpec { image: image_ref.clone(), ..request.image.clone() };
-    let size = match gateway.send(GetImageStatus { image: spec, verbose: false }).await {
-        Ok(Ok(s)) => s.image.map_or(0, |i| i.size),
-        _ => 0,
+    let size = match reader.image_status(spec, false).await {
+        Ok(s) => s.image.map_or(0, |i| i.size),
+        Err(_) => 0,
     };
     Ok(PullOutcome { image_ref, size, pull_duration: started.elapsed(), pulled: true })
 }
@@ -306,6 +323,13 @@ impl Handler<SlotFreed> for PullQueueActor {
 
     /// A pull's CRI call ended: start the next pull.
     fn handle(&mut self, m: SlotFreed, ctx: &mut Self::Context) {
+        // The image is in the runtime now (the slot is freed only after a
+        // successful PullImage): requests checked before must re-check.
+        let now = Instant::now();
+        if self.finished.len() >= 4096 {
+            self.finished.retain(|_, t| now.duration_since(*t) <= RECHECK_WINDOW);
+        }
+        self.finished.insert(m.key.image.clone(), now);
         self.queue.release_slot(&m.key);
         self.pump(ctx);
     }

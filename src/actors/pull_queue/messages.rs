@@ -26,6 +26,10 @@ pub struct PullRequest {
     /// When its turn comes, check the image is still absent before pulling
     /// (set for pulls made because the image was absent, not for `Always`).
     pub skip_if_present: bool,
+    /// When the caller last saw the image absent (its own presence check).
+    /// A check younger than one second spares the re-check, unless a pull
+    /// of the same image finished since.
+    pub absent_at: Option<tokio::time::Instant>,
     /// Overall deadline for this pull (overrides the queue's `pull_deadline`).
     pub deadline: Option<Duration>,
 }
@@ -33,7 +37,7 @@ pub struct PullRequest {
 impl PullRequest {
     /// An anonymous pull of `image` at priority 0.
     pub fn new(image: ImageSpec) -> Self {
-        Self { image, credentials: Vec::new(), sandbox: None, priority: 0, skip_if_present: false, deadline: None }
+        Self { image, credentials: Vec::new(), sandbox: None, priority: 0, skip_if_present: false, absent_at: None, deadline: None }
     }
 }
 
