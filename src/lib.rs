@@ -26,6 +26,7 @@
 
 pub mod actors;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod cri;
 pub mod demo;

@@ -42,6 +42,12 @@ pub enum EventReason {
     InspectFailed,
     /// `ErrImageNeverPull`: absent with pull policy `Never`.
     ErrImageNeverPull,
+    /// `InvalidDiskCapacity` (node): the image filesystem reports capacity 0.
+    InvalidDiskCapacity,
+    /// `FreeDiskSpaceFailed` (node): GC could not free enough space.
+    FreeDiskSpaceFailed,
+    /// `ImageGCFailed` (node): image GC failed several times in a row.
+    ImageGcFailed,
 }
 
 impl EventReason {
@@ -54,6 +60,9 @@ impl EventReason {
             EventReason::BackOff => "BackOff",
             EventReason::InspectFailed => "InspectFailed",
             EventReason::ErrImageNeverPull => "ErrImageNeverPull",
+            EventReason::InvalidDiskCapacity => "InvalidDiskCapacity",
+            EventReason::FreeDiskSpaceFailed => "FreeDiskSpaceFailed",
+            EventReason::ImageGcFailed => "ImageGCFailed",
         }
     }
 
@@ -61,7 +70,12 @@ impl EventReason {
     pub fn event_type(self) -> EventType {
         match self {
             EventReason::Pulling | EventReason::Pulled | EventReason::BackOff => EventType::Normal,
-            EventReason::Failed | EventReason::InspectFailed | EventReason::ErrImageNeverPull => EventType::Warning,
+            EventReason::Failed
+            | EventReason::InspectFailed
+            | EventReason::ErrImageNeverPull
+            | EventReason::InvalidDiskCapacity
+            | EventReason::FreeDiskSpaceFailed
+            | EventReason::ImageGcFailed => EventType::Warning,
         }
     }
 }
@@ -72,7 +86,7 @@ impl fmt::Display for EventReason {
     }
 }
 
-/// What an event is about.
+/// What an event is about (a pod's container; all empty for node events).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ObjectRef {
     /// Pod UID.

@@ -171,14 +171,7 @@ impl PullQueueActor {
 /// The normalised reference (so `busybox` and `docker.io/library/busybox:latest`
 /// share a pull), or the text as given when it does not parse.
 fn normalized_or_raw(image: &str) -> String {
-    match crate::domain::reference::parse_normalized_named(image) {
-        Ok(n) => match (n.tag(), n.digest()) {
-            (_, Some(d)) => format!("{}@{d}", n.name()),
-            (Some(t), None) => format!("{}:{t}", n.name()),
-            (None, None) => format!("{}:latest", n.name()),
-        },
-        Err(_) => image.to_string(),
-    }
+    crate::domain::reference::parse_normalized_named(image).map_or_else(|_| image.to_string(), |n| n.docker_ref())
 }
 
 /// The identity of a credential list (order matters: it is the order tried).
