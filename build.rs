@@ -10,9 +10,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for p in protos {
         println!("cargo:rerun-if-changed={p}");
     }
-    tonic_prost_build::configure()
-        .build_client(true)
-        .build_server(true)
-        .compile_protos(&protos, &["proto"])?;
+    tonic_prost_build::configure().build_client(true).build_server(true).compile_protos(&protos, &["proto"])?;
     Ok(())
 }

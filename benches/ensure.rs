@@ -74,7 +74,9 @@ async fn stack(pull: &PullQueueConfig) -> (tempfile::TempDir, EmbeddedRuntime, A
     let dir = tempfile::tempdir().expect("tempdir");
     let runtime = EmbeddedRuntime::start_in(dir.path()).expect("embedded runtime");
     let (gateway, _) = CriGatewayActor::connect(&runtime.endpoint(), &CriConfig::default()).await.expect("gateway");
-    let manager = ImageManager::start(gateway.clone(), pull, &BackoffSettings::default(), EnsureConfig::default()).await.expect("manager starts");
+    let manager = ImageManager::start(gateway.clone(), pull, &BackoffSettings::default(), EnsureConfig::default())
+        .await
+        .expect("manager starts");
     (dir, runtime, gateway, manager)
 }
 
@@ -252,7 +254,10 @@ async fn makespan_once(driver: Driver, log: Option<&Addr<PhaseLog>>) -> Duration
         Driver::Queue => {
             let q = manager.queue();
             let sends = names.iter().map(|n| {
-                q.send(EnqueuePull(PullRequest { skip_if_present: true, ..PullRequest::new(ImageSpec::new(n.clone())) }))
+                q.send(EnqueuePull(PullRequest {
+                    skip_if_present: true,
+                    ..PullRequest::new(ImageSpec::new(n.clone()))
+                }))
             });
             let tickets: Vec<_> = join_all(sends).await.into_iter().map(|t| t.expect("admitted")).collect();
             for r in join_all(tickets).await {
@@ -360,7 +365,8 @@ async fn makespan_trace() {
     dones.sort();
     spans.sort();
     // The k-th finish frees the token the (k+8)-th start takes.
-    let mut idle: Vec<Duration> = starts.iter().skip(MAKESPAN_TOKENS).zip(&dones).map(|(s, d)| s.saturating_sub(*d)).collect();
+    let mut idle: Vec<Duration> =
+        starts.iter().skip(MAKESPAN_TOKENS).zip(&dones).map(|(s, d)| s.saturating_sub(*d)).collect();
     idle.sort();
     println!("makespan_trace_total_ms: {:.1}", ms(total));
     println!("makespan_trace_first_pull_start_ms: {:.2}", ms(starts[0]));

@@ -317,7 +317,8 @@ impl Config {
 
     /// Loads and validates from `sources`.
     pub fn load(sources: &Sources) -> Result<Self, ConfigError> {
-        let mut b = config::Config::builder().add_source(config::File::from_str(DEFAULT_TOML, config::FileFormat::Toml));
+        let mut b =
+            config::Config::builder().add_source(config::File::from_str(DEFAULT_TOML, config::FileFormat::Toml));
         if let Some(path) = &sources.file {
             b = b.add_source(config::File::from(path.as_path()).format(config::FileFormat::Toml).required(true));
         }
@@ -358,16 +359,14 @@ impl Config {
                 socket: if r.embedded_socket.is_empty() { None } else { Some(PathBuf::from(&r.embedded_socket)) },
             }
         } else {
-            RuntimeEndpoint::Cri(r.endpoint.parse().map_err(|e: crate::cri::InvalidEndpoint| invalid(
-                "runtime.endpoint",
-                &r.endpoint,
-                format!("{}; or \"embedded\"", e.reason),
-            ))?)
+            RuntimeEndpoint::Cri(r.endpoint.parse().map_err(|e: crate::cri::InvalidEndpoint| {
+                invalid("runtime.endpoint", &r.endpoint, format!("{}; or \"embedded\"", e.reason))
+            })?)
         };
-        let mailbox_capacity = usize::try_from(r.mailbox_capacity)
-            .ok()
-            .filter(|c| (1..=1_000_000).contains(c))
-            .ok_or_else(|| invalid("runtime.mailbox_capacity", &r.mailbox_capacity.to_string(), "must be from 1 to 1000000"))?;
+        let mailbox_capacity =
+            usize::try_from(r.mailbox_capacity).ok().filter(|c| (1..=1_000_000).contains(c)).ok_or_else(|| {
+                invalid("runtime.mailbox_capacity", &r.mailbox_capacity.to_string(), "must be from 1 to 1000000")
+            })?;
         let d = r.deadlines;
         let deadline = |key: &str, v: &str| -> Result<Option<Duration>, ConfigError> {
             let dur = duration(&format!("runtime.deadlines.{key}"), v)?;
@@ -405,7 +404,16 @@ impl Config {
         let backoff = backoff_from_raw(raw.backoff)?;
         let gc = gc_from_raw(raw.gc)?;
         let state_dir = if raw.state.dir.is_empty() { None } else { Some(PathBuf::from(raw.state.dir)) };
-        Ok(Config { endpoint, cri, pull, ensure, backoff, gc, state_dir, log: LogConfig { format, filter: raw.log.filter } })
+        Ok(Config {
+            endpoint,
+            cri,
+            pull,
+            ensure,
+            backoff,
+            gc,
+            state_dir,
+            log: LogConfig { format, filter: raw.log.filter },
+        })
     }
 }
 
@@ -413,16 +421,28 @@ impl Config {
 fn pull_from_raw(p: RawPull) -> Result<(PullQueueConfig, EnsureConfig), ConfigError> {
     if p.registry_pull_qps < 0.0 || !p.registry_pull_qps.is_finite() {
         let v = p.registry_pull_qps.to_string();
-        return Err(invalid("pull.registry_pull_qps", &v, format!("invalid configuration: registryPullQPS (--registry-qps) {v} must not be a negative number")));
+        return Err(invalid(
+            "pull.registry_pull_qps",
+            &v,
+            format!("invalid configuration: registryPullQPS (--registry-qps) {v} must not be a negative number"),
+        ));
     }
     if p.registry_burst < 0 {
         let v = p.registry_burst.to_string();
-        return Err(invalid("pull.registry_burst", &v, format!("invalid configuration: registryBurst (--registry-burst) {v} must not be a negative number")));
+        return Err(invalid(
+            "pull.registry_burst",
+            &v,
+            format!("invalid configuration: registryBurst (--registry-burst) {v} must not be a negative number"),
+        ));
     }
-    if let Some(n) = p.max_parallel_image_pulls {
-        if n < 1 {
-            return Err(invalid("pull.max_parallel_image_pulls", &n.to_string(), format!("invalid configuration: maxParallelImagePulls {n} must be a positive number")));
-        }
+    if let Some(n) = p.max_parallel_image_pulls
+        && n < 1
+    {
+        return Err(invalid(
+            "pull.max_parallel_image_pulls",
+            &n.to_string(),
+            format!("invalid configuration: maxParallelImagePulls {n} must be a positive number"),
+        ));
     }
     // Defaulting: serial unless at least two parallel pulls are asked for.
     let serialize = p.serialize_image_pulls.unwrap_or(p.max_parallel_image_pulls.is_none_or(|n| n < 2));
@@ -442,7 +462,9 @@ fn pull_from_raw(p: RawPull) -> Result<(PullQueueConfig, EnsureConfig), ConfigEr
     let capacity = match usize::try_from(p.queue_capacity) {
         Ok(0) => None,
         Ok(n) => Some(n),
-        Err(_) => return Err(invalid("pull.queue_capacity", &p.queue_capacity.to_string(), "must be 0 (unbounded) or more")),
+        Err(_) => {
+            return Err(invalid("pull.queue_capacity", &p.queue_capacity.to_string(), "must be 0 (unbounded) or more"));
+        }
     };
     let throttle_mode = match p.throttle_mode.as_str() {
         "fail" => ThrottleMode::Fail,
@@ -472,26 +494,44 @@ fn gc_from_raw(g: RawGc) -> Result<GcSettings, ConfigError> {
     use crate::domain::gofmt::duration as go;
     let (high, low) = (g.image_gc_high_threshold_percent, g.image_gc_low_threshold_percent);
     if !(0..=100).contains(&high) {
-        return Err(invalid("gc.image_gc_high_threshold_percent", &high.to_string(), format!(
-            "invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) {high} must be between 0 and 100, inclusive"
-        )));
+        return Err(invalid(
+            "gc.image_gc_high_threshold_percent",
+            &high.to_string(),
+            format!(
+                "invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) {high} must be between 0 and 100, inclusive"
+            ),
+        ));
     }
     if !(0..=100).contains(&low) {
-        return Err(invalid("gc.image_gc_low_threshold_percent", &low.to_string(), format!(
-            "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) {low} must be between 0 and 100, inclusive"
-        )));
+        return Err(invalid(
+            "gc.image_gc_low_threshold_percent",
+            &low.to_string(),
+            format!(
+                "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) {low} must be between 0 and 100, inclusive"
+            ),
+        ));
     }
     if low >= high {
-        return Err(invalid("gc.image_gc_low_threshold_percent", &low.to_string(), format!(
-            "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) {low} must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {high}"
-        )));
+        return Err(invalid(
+            "gc.image_gc_low_threshold_percent",
+            &low.to_string(),
+            format!(
+                "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) {low} must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {high}"
+            ),
+        ));
     }
     let min_age = duration("gc.image_minimum_gc_age", &g.image_minimum_gc_age)?;
     let max_age = duration("gc.image_maximum_gc_age", &g.image_maximum_gc_age)?;
     if !max_age.is_zero() && max_age <= min_age {
-        return Err(invalid("gc.image_maximum_gc_age", &g.image_maximum_gc_age, format!(
-            "invalid configuration: imageMaximumGCAge {} must be greater than imageMinimumGCAge {}", go(max_age), go(min_age)
-        )));
+        return Err(invalid(
+            "gc.image_maximum_gc_age",
+            &g.image_maximum_gc_age,
+            format!(
+                "invalid configuration: imageMaximumGCAge {} must be greater than imageMinimumGCAge {}",
+                go(max_age),
+                go(min_age)
+            ),
+        ));
     }
     let period = |key: &str, v: &str| -> Result<Duration, ConfigError> {
         let d = duration(key, v)?;
@@ -503,21 +543,35 @@ fn gc_from_raw(g: RawGc) -> Result<GcSettings, ConfigError> {
     let node_status_max_images = match g.node_status_max_images {
         -1 => None,
         n if n < -1 => {
-            return Err(invalid("gc.node_status_max_images", &n.to_string(), format!(
-                "invalid configuration: nodeStatusMaxImages (--node-status-max-images) {n} must be -1 or greater"
-            )))
+            return Err(invalid(
+                "gc.node_status_max_images",
+                &n.to_string(),
+                format!(
+                    "invalid configuration: nodeStatusMaxImages (--node-status-max-images) {n} must be -1 or greater"
+                ),
+            ));
         }
         n => Some(usize::try_from(n).unwrap_or(usize::MAX)),
     };
     for p in &g.pinned_images {
         if p.trim().is_empty() || p.contains(char::is_whitespace) {
-            return Err(invalid("gc.pinned_images", p, "a pattern is a reference, \"repo:*\" or \"prefix/*\", without spaces"));
+            return Err(invalid(
+                "gc.pinned_images",
+                p,
+                "a pattern is a reference, \"repo:*\" or \"prefix/*\", without spaces",
+            ));
         }
     }
     let keep = match usize::try_from(g.keep_newest_tags_per_repo) {
         Ok(0) => None,
         Ok(n) => Some(n),
-        Err(_) => return Err(invalid("gc.keep_newest_tags_per_repo", &g.keep_newest_tags_per_repo.to_string(), "must be 0 (off) or more")),
+        Err(_) => {
+            return Err(invalid(
+                "gc.keep_newest_tags_per_repo",
+                &g.keep_newest_tags_per_repo.to_string(),
+                "must be 0 (off) or more",
+            ));
+        }
     };
     Ok(GcSettings {
         high_threshold_percent: high,
@@ -540,10 +594,10 @@ fn backoff_from_raw(b: RawBackoff) -> Result<BackoffSettings, ConfigError> {
     let backoff = BackoffConfig::try_new(initial, max)
         .map_err(|e| invalid("backoff.initial/backoff.max", &format!("{}/{}", b.initial, b.max), e.to_string()))?;
     let gc = duration("backoff.gc_interval", &b.gc_interval)?;
-    let mailbox_capacity = usize::try_from(b.mailbox_capacity)
-        .ok()
-        .filter(|c| (1..=1_000_000).contains(c))
-        .ok_or_else(|| invalid("backoff.mailbox_capacity", &b.mailbox_capacity.to_string(), "must be from 1 to 1000000"))?;
+    let mailbox_capacity =
+        usize::try_from(b.mailbox_capacity).ok().filter(|c| (1..=1_000_000).contains(c)).ok_or_else(|| {
+            invalid("backoff.mailbox_capacity", &b.mailbox_capacity.to_string(), "must be from 1 to 1000000")
+        })?;
     Ok(BackoffSettings { backoff, gc_interval: if gc.is_zero() { None } else { Some(gc) }, mailbox_capacity })
 }
 

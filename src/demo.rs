@@ -46,7 +46,8 @@ pub async fn run(rt: &ConnectedRuntime, images: &[String], out: &mut impl Write)
             .map_err(|e| AppError::cri(format!("PullImage {image}"), e))?;
         writeln!(out, "pull    {image}: {id} in {}ms", t.elapsed().as_millis()).map_err(io)?;
     }
-    let listed = g.send(ListImages::default()).await.map_err(mailbox("list"))?.map_err(|e| AppError::cri("ListImages", e))?;
+    let listed =
+        g.send(ListImages::default()).await.map_err(mailbox("list"))?.map_err(|e| AppError::cri("ListImages", e))?;
     writeln!(out, "list    {} image(s)", listed.len()).map_err(io)?;
     for img in &listed {
         writeln!(out, "        {} {} bytes {}", short(&img.id), img.size, img.repo_tags.join(",")).map_err(io)?;
@@ -62,7 +63,8 @@ pub async fn run(rt: &ConnectedRuntime, images: &[String], out: &mut impl Write)
             .map_err(|e| AppError::cri(format!("RemoveImage {image}"), e))?;
         writeln!(out, "remove  {image}: done").map_err(io)?;
     }
-    let left = g.send(ListImages::default()).await.map_err(mailbox("list"))?.map_err(|e| AppError::cri("ListImages", e))?;
+    let left =
+        g.send(ListImages::default()).await.map_err(mailbox("list"))?.map_err(|e| AppError::cri("ListImages", e))?;
     writeln!(out, "list    {} image(s) left", left.len()).map_err(io)?;
     Ok(())
 }
@@ -77,17 +79,36 @@ impl Actor for EventPrinter {
 impl Handler<ImageEvent> for EventPrinter {
     type Result = ();
     fn handle(&mut self, e: ImageEvent, _: &mut Self::Context) {
-        println!("event   {:<7} {:<17} {}/{}: {}", e.event_type.to_string(), e.reason.to_string(), e.object.namespace, e.object.pod_name, e.message);
+        println!(
+            "event   {:<7} {:<17} {}/{}: {}",
+            e.event_type.to_string(),
+            e.reason.to_string(),
+            e.object.namespace,
+            e.object.pod_name,
+            e.message
+        );
     }
 }
 
 /// The `EnsureImageExists` round: a pull, a present image, a missing image
 /// twice (the second time in back-off), printing events and results.
-pub async fn run_ensure(cfg: &Config, rt: &ConnectedRuntime, image: &str, out: &mut impl Write) -> Result<(), AppError> {
-    let manager = ImageManager::start(rt.gateway.clone(), &cfg.pull, &cfg.backoff, cfg.ensure.clone()).await.map_err(|_| AppError::Mailbox("CRI gateway".into()))?;
+pub async fn run_ensure(
+    cfg: &Config,
+    rt: &ConnectedRuntime,
+    image: &str,
+    out: &mut impl Write,
+) -> Result<(), AppError> {
+    let manager = ImageManager::start(rt.gateway.clone(), &cfg.pull, &cfg.backoff, cfg.ensure.clone())
+        .await
+        .map_err(|_| AppError::Mailbox("CRI gateway".into()))?;
     manager.events().subscribe(EventPrinter.start().recipient());
     let missing = "docker.io/library/does-not-exist:1.0";
-    let steps = [("demo-1", image, PullPolicy::IfNotPresent), ("demo-2", image, PullPolicy::IfNotPresent), ("demo-1", missing, PullPolicy::IfNotPresent), ("demo-1", missing, PullPolicy::IfNotPresent)];
+    let steps = [
+        ("demo-1", image, PullPolicy::IfNotPresent),
+        ("demo-2", image, PullPolicy::IfNotPresent),
+        ("demo-1", missing, PullPolicy::IfNotPresent),
+        ("demo-1", missing, PullPolicy::IfNotPresent),
+    ];
     for (pod, img, policy) in steps {
         let mut req = EnsureImageRequest::new(format!("uid-{pod}"), img, policy);
         req.pod.namespace = "default".into();
@@ -97,7 +118,9 @@ pub async fn run_ensure(cfg: &Config, rt: &ConnectedRuntime, image: &str, out: &
         tokio::task::yield_now().await;
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         match result {
-            Ok(ok) => writeln!(out, "ensure  {pod} {img} ({policy:?}): ok, image ref {}", short(&ok.image_ref)).map_err(io)?,
+            Ok(ok) => {
+                writeln!(out, "ensure  {pod} {img} ({policy:?}): ok, image ref {}", short(&ok.image_ref)).map_err(io)?
+            }
             Err(e) => writeln!(out, "ensure  {pod} {img} ({policy:?}): {}: {}", e.kind, e.message).map_err(io)?,
         }
     }

@@ -282,7 +282,10 @@ mod tests {
     #[test]
     fn rules_match_kind_and_image_glob() {
         let plan = FaultPlan::new(1).rule(FaultRule::on(Rpc::PullImage).image("*/nginx:*").fail(not_found()));
-        assert_eq!(plan.decide(Rpc::PullImage, Some("docker.io/library/nginx:1.25")), Some(FaultAction::Fail(not_found())));
+        assert_eq!(
+            plan.decide(Rpc::PullImage, Some("docker.io/library/nginx:1.25")),
+            Some(FaultAction::Fail(not_found()))
+        );
         assert_eq!(plan.decide(Rpc::PullImage, Some("docker.io/library/busybox:1")), None);
         assert_eq!(plan.decide(Rpc::ImageStatus, Some("docker.io/library/nginx:1.25")), None);
         assert_eq!(plan.decide(Rpc::PullImage, None), None);

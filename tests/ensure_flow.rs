@@ -33,7 +33,9 @@ async fn flow_with(ensure: EnsureConfig) -> Flow {
     rt.runtime.preload(RemoteImage::new(PRESENT, 1_000)).expect("preload");
     rt.runtime.add_remote(RemoteImage::new(ABSENT, 2_000).latency(Duration::from_millis(20))).expect("add");
     let pull = PullQueueConfig { concurrency: Concurrency::Parallel(None), qps: 0.0, ..PullQueueConfig::default() };
-    let manager = ImageManager::start(rt.gateway.clone(), &pull, &BackoffSettings::default(), ensure).await.expect("manager starts");
+    let manager = ImageManager::start(rt.gateway.clone(), &pull, &BackoffSettings::default(), ensure)
+        .await
+        .expect("manager starts");
     let events = Events::default().start();
     manager.events().subscribe(events.clone().recipient());
     Flow { rt, manager, events }
@@ -86,7 +88,8 @@ impl Handler<Take> for Events {
 }
 
 fn success_message(msg: &str, image: &str) -> bool {
-    msg.starts_with(&format!("Successfully pulled image \"{image}\" in ")) && msg.ends_with("Image size: 2000 bytes.")
+    msg.starts_with(&format!("Successfully pulled image \"{image}\" in "))
+        && msg.ends_with("Image size: 2000 bytes.")
         && msg.contains(" including waiting). ")
 }
 
@@ -138,17 +141,27 @@ async fn a_failed_pull_backs_off_with_the_previous_error_in_the_message() {
     let f = flow().await;
     let err = f.ensure("u1", MISSING, PullPolicy::IfNotPresent).await.expect_err("missing");
     assert_eq!(err.kind, ImageErrorKind::ErrImagePull);
-    assert!(err.message.starts_with("rpc error: code = NotFound desc = failed to pull and unpack image"), "{}", err.message);
+    assert!(
+        err.message.starts_with("rpc error: code = NotFound desc = failed to pull and unpack image"),
+        "{}",
+        err.message
+    );
     assert_eq!(err.class, ErrorClass::Permanent);
     let ev = f.events().await;
     assert_eq!(ev[0].1, EventReason::Pulling);
-    assert_eq!(ev[1], (EventType::Warning, EventReason::Failed, format!("Failed to pull image \"{MISSING}\": {}", err.message)));
+    assert_eq!(
+        ev[1],
+        (EventType::Warning, EventReason::Failed, format!("Failed to pull image \"{MISSING}\": {}", err.message))
+    );
 
     // In back-off now: no pull, BackOff event, the previous error appended to the returned message only.
     let again = f.ensure("u1", MISSING, PullPolicy::IfNotPresent).await.expect_err("backing off");
     assert_eq!(again.kind, ImageErrorKind::ImagePullBackOff);
     assert_eq!(again.message, format!("Back-off pulling image \"{MISSING}\": ErrImagePull: {}", err.message));
-    assert_eq!(f.events().await, [(EventType::Normal, EventReason::BackOff, format!("Back-off pulling image \"{MISSING}\""))]);
+    assert_eq!(
+        f.events().await,
+        [(EventType::Normal, EventReason::BackOff, format!("Back-off pulling image \"{MISSING}\""))]
+    );
     assert_eq!(f.pulls(), 1);
 
     // Back-off is per pod: another pod pulls (and fails) at once.
@@ -177,9 +190,10 @@ async fn policy_cells_with_back_off_running() {
         let f = &f;
         async move {
             // Make the key fail once so it is in back-off.
-            f.rt.runtime.set_fault_plan(FaultPlan::new(1).rule(
-                FaultRule::on(Rpc::PullImage).times(1).fail(CriError::new(CriErrorKind::Other, "boom")),
-            ));
+            f.rt.runtime.set_fault_plan(
+                FaultPlan::new(1)
+                    .rule(FaultRule::on(Rpc::PullImage).times(1).fail(CriError::new(CriErrorKind::Other, "boom"))),
+            );
             let e = f.ensure(uid, image, PullPolicy::Always).await.expect_err("injected failure");
             assert_eq!(e.message, "boom");
             f.rt.runtime.set_fault_plan(FaultPlan::default());
@@ -212,7 +226,8 @@ async fn invalid_names_and_inspect_errors_use_the_kubelet_texts() {
     let ev = f.events().await;
     assert_eq!((ev[0].0, ev[0].1), (EventType::Warning, EventReason::InspectFailed));
 
-    let plan = FaultPlan::new(1).rule(FaultRule::on(Rpc::ImageStatus).times(1).fail(CriError::new(CriErrorKind::RuntimeUnavailable, "down")));
+    let plan = FaultPlan::new(1)
+        .rule(FaultRule::on(Rpc::ImageStatus).times(1).fail(CriError::new(CriErrorKind::RuntimeUnavailable, "down")));
     f.rt.runtime.set_fault_plan(plan);
     let err = f.ensure("u1", PRESENT, PullPolicy::IfNotPresent).await.expect_err("inspect");
     assert_eq!(err.kind, ImageErrorKind::ImageInspectError);
@@ -224,12 +239,21 @@ async fn invalid_names_and_inspect_errors_use_the_kubelet_texts() {
 async fn registry_and_signature_errors_map_like_eval_cri_pull_err() {
     let f = flow().await;
     let plan = FaultPlan::new(1)
-        .rule(FaultRule::on(Rpc::PullImage).nth(1).fail(CriError::new(CriErrorKind::RegistryUnavailable, "dial tcp 10.0.0.1:443: i/o timeout")))
+        .rule(
+            FaultRule::on(Rpc::PullImage)
+                .nth(1)
+                .fail(CriError::new(CriErrorKind::RegistryUnavailable, "dial tcp 10.0.0.1:443: i/o timeout")),
+        )
         .rule(FaultRule::on(Rpc::PullImage).nth(2).fail(CriError::new(CriErrorKind::SignatureValidationFailed, "")));
     f.rt.runtime.set_fault_plan(plan);
     let e = f.ensure("u1", ABSENT, PullPolicy::Always).await.expect_err("registry");
     assert_eq!(e.kind, ImageErrorKind::RegistryUnavailable);
-    assert_eq!(e.message, format!("image pull failed for {ABSENT} because the registry is unavailable: dial tcp 10.0.0.1:443: i/o timeout"));
+    assert_eq!(
+        e.message,
+        format!(
+            "image pull failed for {ABSENT} because the registry is unavailable: dial tcp 10.0.0.1:443: i/o timeout"
+        )
+    );
     assert_eq!(e.class, ErrorClass::Transient);
     let e = f.ensure("u2", ABSENT, PullPolicy::Always).await.expect_err("signature");
     assert_eq!(e.kind, ImageErrorKind::SignatureValidationFailed);
@@ -251,7 +275,9 @@ async fn local_fallback_uses_the_present_image_only_when_the_registry_is_unreach
     let e = f.ensure("u1", ABSENT, PullPolicy::AlwaysWithLocalFallback).await.expect_err("no local copy");
     assert_eq!(e.kind, ImageErrorKind::RegistryUnavailable);
     // Not an outage (image missing upstream): no fallback.
-    f.rt.runtime.set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::PullImage).fail(CriError::new(CriErrorKind::NotFound, "gone"))));
+    f.rt.runtime.set_fault_plan(
+        FaultPlan::new(1).rule(FaultRule::on(Rpc::PullImage).fail(CriError::new(CriErrorKind::NotFound, "gone"))),
+    );
     let e = f.ensure("u2", PRESENT, PullPolicy::AlwaysWithLocalFallback).await.expect_err("not found is not an outage");
     assert_eq!(e.kind, ImageErrorKind::ErrImagePull);
     // Registry reachable: it pulls like Always.
@@ -274,8 +300,11 @@ async fn annotated_error_class_is_opt_in() {
 #[actix::test]
 async fn concurrent_ensures_of_one_image_share_one_pull() {
     let f = flow().await;
-    f.rt.runtime.add_remote(RemoteImage::new("example.com/popular:1", 10).latency(Duration::from_millis(200))).expect("add");
-    let reqs: Vec<EnsureImageRequest> = (0..50).map(|i| req(&format!("pod-{i}"), "example.com/popular:1", PullPolicy::IfNotPresent)).collect();
+    f.rt.runtime
+        .add_remote(RemoteImage::new("example.com/popular:1", 10).latency(Duration::from_millis(200)))
+        .expect("add");
+    let reqs: Vec<EnsureImageRequest> =
+        (0..50).map(|i| req(&format!("pod-{i}"), "example.com/popular:1", PullPolicy::IfNotPresent)).collect();
     let results = futures_util::future::join_all(reqs.iter().map(|r| f.manager.ensure_image_exists(r))).await;
     assert!(results.iter().all(Result::is_ok));
     assert_eq!(f.pulls(), 1);

@@ -8,8 +8,7 @@ use imaged::actors::cri_gateway::*;
 use imaged::config::{CriConfig, CriDeadlines};
 use imaged::cri::{CriError, CriErrorKind, Rpc};
 use imaged::domain::{
-    AuthConfig, Container, ContainerFilter, ContainerState, ImageSpec, PodSandbox, PodSandboxFilter,
-    PodSandboxState,
+    AuthConfig, Container, ContainerFilter, ContainerState, ImageSpec, PodSandbox, PodSandboxFilter, PodSandboxState,
 };
 use imaged::embedded::{EmbeddedRuntime, RemoteImage};
 use imaged::fault::{FaultPlan, FaultRule};
@@ -34,9 +33,7 @@ async fn fixture_with(cfg: CriConfig) -> Fixture {
     let runtime = EmbeddedRuntime::start_in(dir.path()).expect("embedded runtime starts");
     runtime.add_remote(RemoteImage::new("busybox:1.36", 1_000)).expect("add");
     runtime.add_remote(RemoteImage::new("nginx:1.27", 5_000)).expect("add");
-    runtime
-        .add_remote(RemoteImage::new("registry.example.com/team/app:v1", 2_000).private("team", "pw"))
-        .expect("add");
+    runtime.add_remote(RemoteImage::new("registry.example.com/team/app:v1", 2_000).private("team", "pw")).expect("add");
     let (gateway, version) = CriGatewayActor::connect(&runtime.endpoint(), &cfg).await.expect("gateway connects");
     assert_eq!(version.runtime_name, imaged::embedded::RUNTIME_NAME);
     assert_eq!(version.runtime_api_version, "v1");
@@ -159,7 +156,8 @@ async fn runtime_rpcs_list_what_the_runtime_holds() {
     assert_eq!(running[0].image.image, "docker.io/library/nginx:1.27");
     assert_eq!(running[0].image_ref, "sha256:abc");
 
-    let sandboxes = g.send(ListPodSandboxes { filter: PodSandboxFilter::default() }).await.unwrap().expect("list sandboxes");
+    let sandboxes =
+        g.send(ListPodSandboxes { filter: PodSandboxFilter::default() }).await.unwrap().expect("list sandboxes");
     assert_eq!(sandboxes.len(), 1);
     assert_eq!((sandboxes[0].uid.as_str(), sandboxes[0].state), ("uid-1", PodSandboxState::Ready));
 

@@ -72,7 +72,10 @@ fn parse(text: &str) -> Proto {
                 let decl = decl.trim();
                 let (ty, field) = decl.rsplit_once(' ').expect("type and name");
                 let ty: String = ty.split_whitespace().collect::<Vec<_>>().join(" ").replace(", ", ",");
-                p.messages.get_mut(&name).unwrap().insert(field.to_string(), (num.trim().parse().expect("field number"), ty));
+                p.messages
+                    .get_mut(&name)
+                    .unwrap()
+                    .insert(field.to_string(), (num.trim().parse().expect("field number"), ty));
             }
             _ => {}
         }
@@ -94,7 +97,8 @@ fn reference() -> Option<serde_json::Value> {
 }
 
 fn ours() -> Proto {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/proto/runtime/v1/api.proto")).expect("read proto");
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/proto/runtime/v1/api.proto"))
+        .expect("read proto");
     parse(&text)
 }
 
@@ -111,7 +115,9 @@ fn our_cri_subset_is_wire_compatible_with_upstream() {
             .as_object()
             .expect("fields object")
             .iter()
-            .map(|(k, v)| (k.clone(), (v[0].as_u64().expect("number"), v[1].as_str().expect("type").replace(", ", ","))))
+            .map(|(k, v)| {
+                (k.clone(), (v[0].as_u64().expect("number"), v[1].as_str().expect("type").replace(", ", ",")))
+            })
             .collect();
         // Nested enum types are written unqualified inside their message.
         let ours: Fields = fields.clone();
@@ -119,7 +125,8 @@ fn our_cri_subset_is_wire_compatible_with_upstream() {
     }
     for (name, values) in &p.enums {
         let up = upstream["enums"].get(name).unwrap_or_else(|| panic!("enum {name} is not upstream"));
-        let up: BTreeMap<String, i64> = up.as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.as_i64().unwrap())).collect();
+        let up: BTreeMap<String, i64> =
+            up.as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.as_i64().unwrap())).collect();
         assert_eq!(values, &up, "values of enum {name} differ");
     }
     for ((svc, rpc), (req, resp)) in &p.rpcs {
@@ -153,7 +160,10 @@ fn the_subset_declares_what_imaged_calls_and_what_its_messages_reference() {
             let base = base.strip_prefix("map<string,").map(|s| s.trim_end_matches('>')).unwrap_or(base);
             let nested = format!("{msg}.{base}");
             assert!(
-                scalars.contains(&base) || p.messages.contains_key(base) || p.enums.contains_key(base) || p.enums.contains_key(&nested),
+                scalars.contains(&base)
+                    || p.messages.contains_key(base)
+                    || p.enums.contains_key(base)
+                    || p.enums.contains_key(&nested),
                 "{msg}.{field} has undeclared type {ty}"
             );
         }

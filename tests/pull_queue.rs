@@ -117,10 +117,15 @@ async fn one_hundred_requests_for_one_absent_image_make_one_pull() {
 async fn requests_with_different_credentials_are_never_merged() {
     let rt = runtime().await;
     rt.runtime
-        .add_remote(RemoteImage::new("example.com/private:1", 10).latency(Duration::from_millis(100)).private("u", "right"))
+        .add_remote(
+            RemoteImage::new("example.com/private:1", 10).latency(Duration::from_millis(100)).private("u", "right"),
+        )
         .expect("add");
     let q = queue(&rt, no_throttle(Concurrency::Parallel(None))).await;
-    let with = |pw: &str| PullRequest { credentials: vec![AuthConfig::basic("example.com", "u", pw)], ..req("example.com/private:1") };
+    let with = |pw: &str| PullRequest {
+        credentials: vec![AuthConfig::basic("example.com", "u", pw)],
+        ..req("example.com/private:1")
+    };
     let (a, b, c) = (with("right"), with("wrong"), with("right"));
     let ta = q.send(EnqueuePull(a)).await.expect("admitted");
     let tb = q.send(EnqueuePull(b)).await.expect("admitted");
@@ -154,7 +159,13 @@ async fn higher_priorities_are_pulled_first_in_both_modes() {
         let order: Vec<String> = rt.runtime.pull_log();
         assert_eq!(
             order,
-            ["example.com/blocker:1", "example.com/high:1", "example.com/high2:1", "example.com/mid:1", "example.com/low:1"],
+            [
+                "example.com/blocker:1",
+                "example.com/high:1",
+                "example.com/high2:1",
+                "example.com/mid:1",
+                "example.com/low:1"
+            ],
             "{concurrency:?}"
         );
     }
@@ -166,7 +177,8 @@ async fn throttle_fails_fast_like_the_kubelet() {
     for i in 0..3 {
         add(&rt, &format!("example.com/t{i}:1"), 0);
     }
-    let cfg = PullQueueConfig { qps: 0.01, burst: 2, throttle_mode: ThrottleMode::Fail, ..no_throttle(Concurrency::Serial) };
+    let cfg =
+        PullQueueConfig { qps: 0.01, burst: 2, throttle_mode: ThrottleMode::Fail, ..no_throttle(Concurrency::Serial) };
     let q = queue(&rt, cfg).await;
     let mut results = Vec::new();
     for i in 0..3 {
@@ -186,7 +198,8 @@ async fn throttle_in_wait_mode_queues_instead_of_failing() {
     for i in 0..3 {
         add(&rt, &format!("example.com/w{i}:1"), 0);
     }
-    let cfg = PullQueueConfig { qps: 20.0, burst: 1, throttle_mode: ThrottleMode::Wait, ..no_throttle(Concurrency::Serial) };
+    let cfg =
+        PullQueueConfig { qps: 20.0, burst: 1, throttle_mode: ThrottleMode::Wait, ..no_throttle(Concurrency::Serial) };
     let q = queue(&rt, cfg).await;
     let phases = support_phases::Recorder::start();
     q.send(SubscribePhases(phases.clone().recipient())).await.expect("subscribe");
@@ -204,7 +217,11 @@ async fn throttle_in_wait_mode_queues_instead_of_failing() {
 async fn a_pull_past_its_deadline_is_cancelled_and_says_so() {
     let rt = runtime().await;
     add(&rt, "example.com/hung:1", 30_000);
-    let q = queue(&rt, PullQueueConfig { pull_deadline: Some(Duration::from_millis(300)), ..no_throttle(Concurrency::Serial) }).await;
+    let q = queue(
+        &rt,
+        PullQueueConfig { pull_deadline: Some(Duration::from_millis(300)), ..no_throttle(Concurrency::Serial) },
+    )
+    .await;
     let t = q.send(EnqueuePull(req("example.com/hung:1"))).await.expect("admitted");
     let err = t.await.expect_err("deadline");
     assert_eq!(err, PullFailure::DeadlineExceeded(Duration::from_millis(300)));
@@ -249,8 +266,18 @@ async fn a_fresh_presence_check_spares_the_recheck_unless_the_same_image_was_pul
     let blocker = q.send(EnqueuePull(req("example.com/blocker:1"))).await.expect("admitted");
     // Two requests for one image with different credentials: never merged.
     let now = tokio::time::Instant::now();
-    let first = PullRequest { skip_if_present: true, absent_at: Some(now), credentials: creds("p"), ..req("example.com/shared:1") };
-    let second = PullRequest { skip_if_present: true, absent_at: Some(now), credentials: creds("p2"), ..req("example.com/shared:1") };
+    let first = PullRequest {
+        skip_if_present: true,
+        absent_at: Some(now),
+        credentials: creds("p"),
+        ..req("example.com/shared:1")
+    };
+    let second = PullRequest {
+        skip_if_present: true,
+        absent_at: Some(now),
+        credentials: creds("p2"),
+        ..req("example.com/shared:1")
+    };
     let t1 = q.send(EnqueuePull(first)).await.expect("admitted");
     let t2 = q.send(EnqueuePull(second)).await.expect("admitted");
     blocker.await.expect("blocker");

@@ -51,7 +51,9 @@ fn environment() -> Option<(ContainerdEnv, Option<Started>)> {
     if !missing.is_empty() {
         let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
         assert!(!ci, "real_containerd: {missing:?} not installed under CI=true (.ci/run installs them)");
-        eprintln!("real_containerd: skipped, {missing:?} not installed (apt-get install containerd docker-registry apache2-utils)");
+        eprintln!(
+            "real_containerd: skipped, {missing:?} not installed (apt-get install containerd docker-registry apache2-utils)"
+        );
         return None;
     }
     // Short path: unix socket paths are limited to ~100 bytes.
@@ -73,10 +75,10 @@ fn spec(image: &str) -> ImageSpec {
 fn real_containerd() {
     let Some((env, started)) = environment() else { return };
     let result = std::panic::catch_unwind(|| actix::System::new().block_on(scenario(env)));
-    if result.is_err() {
-        if let Some(s) = &started {
-            dump_logs(&s.dir);
-        }
+    if result.is_err()
+        && let Some(s) = &started
+    {
+        dump_logs(&s.dir);
     }
     drop(started);
     if let Err(p) = result {
@@ -150,7 +152,8 @@ async fn scenario(env: ContainerdEnv) {
     assert_eq!(absent.expect_err("absent container").kind(), CriErrorKind::NotFound);
 
     g.send(RemoveImage { image: spec(&pushed.reference) }).await.unwrap().expect("remove by tag");
-    let gone = g.send(GetImageStatus { image: spec(&pushed.config_digest), verbose: false }).await.unwrap().expect("status");
+    let gone =
+        g.send(GetImageStatus { image: spec(&pushed.config_digest), verbose: false }).await.unwrap().expect("status");
     assert_eq!(gone.image, None, "removing by tag removed the image");
     g.send(RemoveImage { image: spec(&pushed.reference) }).await.unwrap().expect("removing an absent image succeeds");
 
@@ -167,11 +170,7 @@ async fn scenario(env: ContainerdEnv) {
         .push_image("imaged/real-private", "v1", &[("etc/secret.txt", b"private layer\n")])
         .await
         .expect("push to the auth registry");
-    let e = g
-        .send(PullImage::new(spec(&private.reference)))
-        .await
-        .unwrap()
-        .expect_err("no credentials");
+    let e = g.send(PullImage::new(spec(&private.reference))).await.unwrap().expect_err("no credentials");
     assert_eq!(e.kind(), CriErrorKind::Unauthorized, "{e}");
     assert!(e.to_string().contains("401 Unauthorized"), "{e}");
 
@@ -214,7 +213,14 @@ async fn ensure_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>)
     use imaged::domain::pull_policy::PullPolicy;
     use imaged::ensure::{EnsureConfig, EnsureImageRequest, ImageManager};
 
-    let manager = ImageManager::start(gateway, &PullQueueConfig::default(), &imaged::config::BackoffSettings::default(), EnsureConfig::default()).await.expect("manager starts");
+    let manager = ImageManager::start(
+        gateway,
+        &PullQueueConfig::default(),
+        &imaged::config::BackoffSettings::default(),
+        EnsureConfig::default(),
+    )
+    .await
+    .expect("manager starts");
     let open = Registry::open(&env.registry_open);
     let pushed = open.push_image("imaged/ensure", "v1", &[("etc/ensure.txt", b"ensured\n")]).await.expect("push");
 
@@ -236,7 +242,11 @@ async fn ensure_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>)
         .await
         .expect_err("missing");
     assert_eq!(err.kind, ImageErrorKind::ErrImagePull);
-    assert!(err.message.starts_with("rpc error: code = NotFound desc = failed to pull and unpack image"), "{}", err.message);
+    assert!(
+        err.message.starts_with("rpc error: code = NotFound desc = failed to pull and unpack image"),
+        "{}",
+        err.message
+    );
     let backoff = manager
         .ensure_image_exists(&EnsureImageRequest::new("pod-a", missing.clone(), PullPolicy::IfNotPresent))
         .await

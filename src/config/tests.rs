@@ -62,7 +62,8 @@ fn unknown_keys_and_wrong_types_are_rejected_by_name() {
     assert!(err.contains("endpont"), "{err}");
     let err = Config::from_toml("[runtime]\nmailbox_capacity = \"lots\"").expect_err("type").to_string();
     assert!(err.contains("mailbox_capacity") || err.contains("lots"), "{err}");
-    let err = Config::load(&Sources { overrides: vec!["noequals".into()], ..Default::default() }).expect_err("override");
+    let err =
+        Config::load(&Sources { overrides: vec!["noequals".into()], ..Default::default() }).expect_err("override");
     assert!(err.to_string().contains("noequals"), "{err}");
     let missing = Sources { file: Some("/nonexistent/imaged.toml".into()), ..Default::default() };
     let err = Config::load(&missing).expect_err("missing file").to_string();
@@ -100,9 +101,15 @@ fn serialize_and_max_parallel_follow_kubelet_defaulting() {
 #[test]
 fn pull_values_are_validated_with_kubelet_texts() {
     let err = Config::from_toml("[pull]\nregistry_pull_qps = -1.5").unwrap_err().to_string();
-    assert!(err.contains("invalid configuration: registryPullQPS (--registry-qps) -1.5 must not be a negative number"), "{err}");
+    assert!(
+        err.contains("invalid configuration: registryPullQPS (--registry-qps) -1.5 must not be a negative number"),
+        "{err}"
+    );
     let err = Config::from_toml("[pull]\nregistry_burst = -2").unwrap_err().to_string();
-    assert!(err.contains("invalid configuration: registryBurst (--registry-burst) -2 must not be a negative number"), "{err}");
+    assert!(
+        err.contains("invalid configuration: registryBurst (--registry-burst) -2 must not be a negative number"),
+        "{err}"
+    );
     assert_eq!(Config::from_toml("[pull]\nregistry_burst = 0").unwrap().pull.burst, 10);
     let err = Config::from_toml("[pull]\nthrottle_mode = \"queue\"").unwrap_err().to_string();
     assert!(err.contains("pull.throttle_mode") && err.contains("queue"), "{err}");
@@ -126,11 +133,26 @@ fn gc_defaults_and_kubelet_validation_texts() {
     assert_eq!(c.state_dir, None);
     assert!(!c.gc.disabled());
     let cases = [
-        ("[gc]\nimage_gc_high_threshold_percent = 101", "invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) 101 must be between 0 and 100, inclusive"),
-        ("[gc]\nimage_gc_low_threshold_percent = -1", "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) -1 must be between 0 and 100, inclusive"),
-        ("[gc]\nimage_gc_low_threshold_percent = 85", "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 85 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 85"),
-        ("[gc]\nimage_maximum_gc_age = \"1m\"", "invalid configuration: imageMaximumGCAge 1m0s must be greater than imageMinimumGCAge 2m0s"),
-        ("[gc]\nnode_status_max_images = -2", "invalid configuration: nodeStatusMaxImages (--node-status-max-images) -2 must be -1 or greater"),
+        (
+            "[gc]\nimage_gc_high_threshold_percent = 101",
+            "invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) 101 must be between 0 and 100, inclusive",
+        ),
+        (
+            "[gc]\nimage_gc_low_threshold_percent = -1",
+            "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) -1 must be between 0 and 100, inclusive",
+        ),
+        (
+            "[gc]\nimage_gc_low_threshold_percent = 85",
+            "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 85 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 85",
+        ),
+        (
+            "[gc]\nimage_maximum_gc_age = \"1m\"",
+            "invalid configuration: imageMaximumGCAge 1m0s must be greater than imageMinimumGCAge 2m0s",
+        ),
+        (
+            "[gc]\nnode_status_max_images = -2",
+            "invalid configuration: nodeStatusMaxImages (--node-status-max-images) -2 must be -1 or greater",
+        ),
     ];
     for (toml, text) in cases {
         let err = Config::from_toml(toml).expect_err(toml).to_string();

@@ -10,8 +10,8 @@ use super::proto::image_service_client::ImageServiceClient;
 use super::proto::runtime_service_client::RuntimeServiceClient;
 use super::{CriEndpoint, CriError, CriErrorKind, InvalidEndpoint};
 use crate::domain::{
-    AuthConfig, Container, ContainerFilter, ContainerStatus, Image, ImageFsInfo, ImageSpec,
-    ImageStatus, PodSandbox, PodSandboxFilter, RuntimeVersion, SandboxConfig,
+    AuthConfig, Container, ContainerFilter, ContainerStatus, Image, ImageFsInfo, ImageSpec, ImageStatus, PodSandbox,
+    PodSandboxFilter, RuntimeVersion, SandboxConfig,
 };
 
 /// Version of the kubelet runtime API imaged sends in `VersionRequest`.
@@ -63,14 +63,23 @@ impl CriClient {
     }
 
     /// `ListImages`, optionally filtered by an image spec.
-    pub async fn list_images(&self, filter: Option<ImageSpec>, deadline: Option<Duration>) -> Result<Vec<Image>, CriError> {
+    pub async fn list_images(
+        &self,
+        filter: Option<ImageSpec>,
+        deadline: Option<Duration>,
+    ) -> Result<Vec<Image>, CriError> {
         let req = pb::ListImagesRequest { filter: filter.map(|s| pb::ImageFilter { image: Some(s.into()) }) };
         let resp = self.images.clone().list_images(request(req, deadline)).await?;
         Ok(resp.into_inner().images.into_iter().map(Image::from).collect())
     }
 
     /// `ImageStatus`; an absent image is `image: None`, not an error.
-    pub async fn image_status(&self, image: ImageSpec, verbose: bool, deadline: Option<Duration>) -> Result<ImageStatus, CriError> {
+    pub async fn image_status(
+        &self,
+        image: ImageSpec,
+        verbose: bool,
+        deadline: Option<Duration>,
+    ) -> Result<ImageStatus, CriError> {
         let req = pb::ImageStatusRequest { image: Some(image.into()), verbose };
         let resp = self.images.clone().image_status(request(req, deadline)).await?.into_inner();
         Ok(ImageStatus { image: resp.image.map(Image::from), info: resp.info.into_iter().collect() })
@@ -110,25 +119,38 @@ impl CriClient {
     }
 
     /// `ListContainers` (all states unless the filter says otherwise).
-    pub async fn list_containers(&self, filter: ContainerFilter, deadline: Option<Duration>) -> Result<Vec<Container>, CriError> {
+    pub async fn list_containers(
+        &self,
+        filter: ContainerFilter,
+        deadline: Option<Duration>,
+    ) -> Result<Vec<Container>, CriError> {
         let req = pb::ListContainersRequest { filter: Some(filter.into()) };
         let resp = self.runtime.clone().list_containers(request(req, deadline)).await?;
         Ok(resp.into_inner().containers.into_iter().map(Container::from).collect())
     }
 
     /// `ListPodSandbox`.
-    pub async fn list_pod_sandbox(&self, filter: PodSandboxFilter, deadline: Option<Duration>) -> Result<Vec<PodSandbox>, CriError> {
+    pub async fn list_pod_sandbox(
+        &self,
+        filter: PodSandboxFilter,
+        deadline: Option<Duration>,
+    ) -> Result<Vec<PodSandbox>, CriError> {
         let req = pb::ListPodSandboxRequest { filter: Some(filter.into()) };
         let resp = self.runtime.clone().list_pod_sandbox(request(req, deadline)).await?;
         Ok(resp.into_inner().items.into_iter().map(PodSandbox::from).collect())
     }
 
     /// `ContainerStatus`.
-    pub async fn container_status(&self, id: String, verbose: bool, deadline: Option<Duration>) -> Result<ContainerStatus, CriError> {
+    pub async fn container_status(
+        &self,
+        id: String,
+        verbose: bool,
+        deadline: Option<Duration>,
+    ) -> Result<ContainerStatus, CriError> {
         let req = pb::ContainerStatusRequest { container_id: id.clone(), verbose };
         let resp = self.runtime.clone().container_status(request(req, deadline)).await?.into_inner();
-        resp.status
-            .map(ContainerStatus::from)
-            .ok_or_else(|| CriError::new(CriErrorKind::InvalidResponse, format!("ContainerStatus for {id:?} returned no status")))
+        resp.status.map(ContainerStatus::from).ok_or_else(|| {
+            CriError::new(CriErrorKind::InvalidResponse, format!("ContainerStatus for {id:?} returned no status"))
+        })
     }
 }

@@ -7,9 +7,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::proto as pb;
 use crate::domain::{
-    AuthConfig, Container, ContainerFilter, ContainerState, ContainerStatus, FilesystemUsage, Image,
-    ImageFsInfo, ImageSpec, PodSandbox, PodSandboxFilter, PodSandboxState, RuntimeVersion,
-    SandboxConfig, Secret,
+    AuthConfig, Container, ContainerFilter, ContainerState, ContainerStatus, FilesystemUsage, Image, ImageFsInfo,
+    ImageSpec, PodSandbox, PodSandboxFilter, PodSandboxState, RuntimeVersion, SandboxConfig, Secret,
 };
 
 fn btree(m: HashMap<String, String>) -> BTreeMap<String, String> {

@@ -70,10 +70,7 @@ impl fmt::Display for Rpc {
 impl std::str::FromStr for Rpc {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Rpc::ALL
-            .into_iter()
-            .find(|r| r.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("unknown CRI call {s:?}"))
+        Rpc::ALL.into_iter().find(|r| r.name().eq_ignore_ascii_case(s)).ok_or_else(|| format!("unknown CRI call {s:?}"))
     }
 }
 
@@ -167,9 +164,9 @@ impl CriErrorKind {
             CriErrorKind::ResourceExhausted => StatusCode::ResourceExhausted,
             CriErrorKind::InvalidArgument => StatusCode::InvalidArgument,
             CriErrorKind::InvalidResponse => StatusCode::Internal,
-            CriErrorKind::RegistryUnavailable
-            | CriErrorKind::SignatureValidationFailed
-            | CriErrorKind::Other => StatusCode::Unknown,
+            CriErrorKind::RegistryUnavailable | CriErrorKind::SignatureValidationFailed | CriErrorKind::Other => {
+                StatusCode::Unknown
+            }
         }
     }
 }
@@ -203,10 +200,10 @@ impl CriError {
             CriErrorKind::SignatureValidationFailed => Some(SIGNATURE_VALIDATION_FAILED),
             _ => None,
         };
-        if let Some(p) = prefix {
-            if !message.starts_with(p) {
-                message = if message.is_empty() { p.to_string() } else { format!("{p}: {message}") };
-            }
+        if let Some(p) = prefix
+            && !message.starts_with(p)
+        {
+            message = if message.is_empty() { p.to_string() } else { format!("{p}: {message}") };
         }
         Self { kind, code: kind.default_code(), message }
     }
@@ -268,9 +265,7 @@ fn classify(code: StatusCode, message: &str) -> CriErrorKind {
         StatusCode::Unauthenticated | StatusCode::PermissionDenied => CriErrorKind::Unauthorized,
         StatusCode::ResourceExhausted => CriErrorKind::ResourceExhausted,
         StatusCode::InvalidArgument => CriErrorKind::InvalidArgument,
-        _ if message.contains("401 Unauthorized") || message.contains("403 Forbidden") => {
-            CriErrorKind::Unauthorized
-        }
+        _ if message.contains("401 Unauthorized") || message.contains("403 Forbidden") => CriErrorKind::Unauthorized,
         _ => CriErrorKind::Other,
     }
 }

@@ -84,11 +84,7 @@ pub struct AuthConfig {
 
 impl AuthConfig {
     /// Basic-auth credentials for a registry.
-    pub fn basic(
-        server_address: impl Into<String>,
-        username: impl Into<String>,
-        password: impl Into<Secret>,
-    ) -> Self {
+    pub fn basic(server_address: impl Into<String>, username: impl Into<String>, password: impl Into<Secret>) -> Self {
         Self {
             username: username.into(),
             password: password.into(),

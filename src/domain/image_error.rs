@@ -90,11 +90,18 @@ mod tests {
     fn eval_cri_pull_err_matches_the_kubelet() {
         assert_eq!(
             eval_cri_pull_err("busybox", "RegistryUnavailable: dial tcp: connection refused"),
-            ("image pull failed for busybox because the registry is unavailable: dial tcp: connection refused".into(), ImageErrorKind::RegistryUnavailable)
+            (
+                "image pull failed for busybox because the registry is unavailable: dial tcp: connection refused"
+                    .into(),
+                ImageErrorKind::RegistryUnavailable
+            )
         );
         assert_eq!(
             eval_cri_pull_err("x:1", "SignatureValidationFailed"),
-            ("image pull failed for x:1 because the signature validation failed".into(), ImageErrorKind::SignatureValidationFailed)
+            (
+                "image pull failed for x:1 because the signature validation failed".into(),
+                ImageErrorKind::SignatureValidationFailed
+            )
         );
         assert_eq!(
             eval_cri_pull_err("x", "rpc error: code = NotFound desc = nope"),

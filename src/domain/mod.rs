@@ -9,10 +9,10 @@ pub mod reference;
 mod runtime;
 mod secret;
 
-pub use image::{AuthConfig, Image, ImageFsInfo, ImageSpec, FilesystemUsage, ImageStatus, SandboxConfig};
-pub use runtime::{
-    Container, ContainerFilter, ContainerState, ContainerStatus, PodSandbox, PodSandboxFilter,
-    PodSandboxState, RuntimeVersion,
-};
+pub use image::{AuthConfig, FilesystemUsage, Image, ImageFsInfo, ImageSpec, ImageStatus, SandboxConfig};
 pub use image_error::{ErrorClass, ImageErrorKind, eval_cri_pull_err};
+pub use runtime::{
+    Container, ContainerFilter, ContainerState, ContainerStatus, PodSandbox, PodSandboxFilter, PodSandboxState,
+    RuntimeVersion,
+};
 pub use secret::Secret;

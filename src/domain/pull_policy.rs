@@ -62,11 +62,7 @@ impl FromStr for PullPolicy {
 /// `IfNotPresent`: upstream ignores the error (validation reports it).
 pub fn default_pull_policy(image: &str) -> PullPolicy {
     let tag = parse_image_name(image).map(|(_, tag, _)| tag).unwrap_or_default();
-    if tag == "latest" {
-        PullPolicy::Always
-    } else {
-        PullPolicy::IfNotPresent
-    }
+    if tag == "latest" { PullPolicy::Always } else { PullPolicy::IfNotPresent }
 }
 
 #[cfg(test)]
@@ -92,7 +88,8 @@ mod tests {
 
     #[test]
     fn names_parse_and_print() {
-        for p in [PullPolicy::Always, PullPolicy::IfNotPresent, PullPolicy::Never, PullPolicy::AlwaysWithLocalFallback] {
+        for p in [PullPolicy::Always, PullPolicy::IfNotPresent, PullPolicy::Never, PullPolicy::AlwaysWithLocalFallback]
+        {
             assert_eq!(p.as_str().parse::<PullPolicy>(), Ok(p));
         }
         let e = "always".parse::<PullPolicy>().unwrap_err();

@@ -136,10 +136,10 @@ impl Named {
         let mut path = self.path.as_str();
         let mut out = String::new();
         if self.domain == DEFAULT_DOMAIN {
-            if let Some(rest) = path.strip_prefix(OFFICIAL_REPO_PREFIX) {
-                if !rest.contains('/') {
-                    path = rest;
-                }
+            if let Some(rest) = path.strip_prefix(OFFICIAL_REPO_PREFIX)
+                && !rest.contains('/')
+            {
+                path = rest;
             }
         } else {
             out.push_str(&self.domain);

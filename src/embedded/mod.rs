@@ -74,7 +74,10 @@ pub struct EmbeddedRuntime {
 
 impl std::fmt::Debug for EmbeddedRuntime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EmbeddedRuntime").field("socket", &self.socket).field("serving", &self.server.is_some()).finish()
+        f.debug_struct("EmbeddedRuntime")
+            .field("socket", &self.socket)
+            .field("serving", &self.server.is_some())
+            .finish()
     }
 }
 

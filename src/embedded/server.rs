@@ -162,23 +162,29 @@ impl Drop for InFlight<'_> {
 
 #[tonic::async_trait]
 impl ImageService for CriService {
-    async fn list_images(&self, req: Request<pb::ListImagesRequest>) -> Result<Response<pb::ListImagesResponse>, Status> {
+    async fn list_images(
+        &self,
+        req: Request<pb::ListImagesRequest>,
+    ) -> Result<Response<pb::ListImagesResponse>, Status> {
         let filter: Option<ImageSpec> = req.into_inner().filter.and_then(|f| f.image).map(Into::into);
         let lost = self.shared.gate(Rpc::ListImages, filter.as_ref().map(|f| f.image.as_str())).await?;
         let images = self.shared.state().list_images(filter.as_ref());
         reply(lost, Ok(pb::ListImagesResponse { images: images.into_iter().map(Into::into).collect() })).await
     }
 
-    async fn image_status(&self, req: Request<pb::ImageStatusRequest>) -> Result<Response<pb::ImageStatusResponse>, Status> {
+    async fn image_status(
+        &self,
+        req: Request<pb::ImageStatusRequest>,
+    ) -> Result<Response<pb::ImageStatusResponse>, Status> {
         let r = req.into_inner();
         let spec = spec_of(r.image)?;
         let lost = self.shared.gate(Rpc::ImageStatus, Some(&spec.image)).await?;
         let image = self.shared.state().image_status(&spec);
         let mut info = std::collections::HashMap::new();
-        if r.verbose {
-            if let Some(i) = &image {
-                info.insert("info".to_string(), format!("{{\"id\":{:?},\"size\":{}}}", i.id, i.size));
-            }
+        if r.verbose
+            && let Some(i) = &image
+        {
+            info.insert("info".to_string(), format!("{{\"id\":{:?},\"size\":{}}}", i.id, i.size));
         }
         reply(lost, Ok(pb::ImageStatusResponse { image: image.map(Into::into), info })).await
     }
@@ -208,14 +214,20 @@ impl ImageService for CriService {
         reply(lost, Ok(pb::PullImageResponse { image_ref: id })).await
     }
 
-    async fn remove_image(&self, req: Request<pb::RemoveImageRequest>) -> Result<Response<pb::RemoveImageResponse>, Status> {
+    async fn remove_image(
+        &self,
+        req: Request<pb::RemoveImageRequest>,
+    ) -> Result<Response<pb::RemoveImageResponse>, Status> {
         let spec = spec_of(req.into_inner().image)?;
         let lost = self.shared.gate(Rpc::RemoveImage, Some(&spec.image)).await?;
         let r = self.shared.state().remove_image(&spec).map_err(|e| Status::from(&e));
         reply(lost, r.map(|()| pb::RemoveImageResponse {})).await
     }
 
-    async fn image_fs_info(&self, _req: Request<pb::ImageFsInfoRequest>) -> Result<Response<pb::ImageFsInfoResponse>, Status> {
+    async fn image_fs_info(
+        &self,
+        _req: Request<pb::ImageFsInfoRequest>,
+    ) -> Result<Response<pb::ImageFsInfoResponse>, Status> {
         let lost = self.shared.gate(Rpc::ImageFsInfo, None).await?;
         let info = self.shared.state().image_fs_info();
         reply(lost, Ok(info.into())).await
@@ -235,24 +247,37 @@ impl RuntimeService for CriService {
         reply(lost, Ok(v.into())).await
     }
 
-    async fn list_pod_sandbox(&self, req: Request<pb::ListPodSandboxRequest>) -> Result<Response<pb::ListPodSandboxResponse>, Status> {
+    async fn list_pod_sandbox(
+        &self,
+        req: Request<pb::ListPodSandboxRequest>,
+    ) -> Result<Response<pb::ListPodSandboxResponse>, Status> {
         let filter: PodSandboxFilter = req.into_inner().filter.map(Into::into).unwrap_or_default();
         let lost = self.shared.gate(Rpc::ListPodSandbox, None).await?;
         let items = self.shared.state().list_pod_sandbox(&filter);
         reply(lost, Ok(pb::ListPodSandboxResponse { items: items.into_iter().map(Into::into).collect() })).await
     }
 
-    async fn list_containers(&self, req: Request<pb::ListContainersRequest>) -> Result<Response<pb::ListContainersResponse>, Status> {
+    async fn list_containers(
+        &self,
+        req: Request<pb::ListContainersRequest>,
+    ) -> Result<Response<pb::ListContainersResponse>, Status> {
         let filter: ContainerFilter = req.into_inner().filter.map(Into::into).unwrap_or_default();
         let lost = self.shared.gate(Rpc::ListContainers, None).await?;
         let containers = self.shared.state().list_containers(&filter);
-        reply(lost, Ok(pb::ListContainersResponse { containers: containers.into_iter().map(Into::into).collect() })).await
+        reply(lost, Ok(pb::ListContainersResponse { containers: containers.into_iter().map(Into::into).collect() }))
+            .await
     }
 
-    async fn container_status(&self, req: Request<pb::ContainerStatusRequest>) -> Result<Response<pb::ContainerStatusResponse>, Status> {
+    async fn container_status(
+        &self,
+        req: Request<pb::ContainerStatusRequest>,
+    ) -> Result<Response<pb::ContainerStatusResponse>, Status> {
         let id = req.into_inner().container_id;
         if id.is_empty() {
-            return Err(Status::from(&crate::cri::CriError::new(CriErrorKind::InvalidArgument, "container id must not be empty")));
+            return Err(Status::from(&crate::cri::CriError::new(
+                CriErrorKind::InvalidArgument,
+                "container id must not be empty",
+            )));
         }
         let lost = self.shared.gate(Rpc::ContainerStatus, None).await?;
         let r = self.shared.state().container_status(&id).map_err(|e| Status::from(&e));

@@ -7,8 +7,8 @@ use std::time::SystemTime;
 
 use crate::cri::{CriError, StatusCode};
 use crate::domain::{
-    AuthConfig, Container, ContainerFilter, ContainerStatus, FilesystemUsage, Image, ImageFsInfo,
-    ImageSpec, PodSandbox, PodSandboxFilter,
+    AuthConfig, Container, ContainerFilter, ContainerStatus, FilesystemUsage, Image, ImageFsInfo, ImageSpec,
+    PodSandbox, PodSandboxFilter,
 };
 
 use super::catalogue::RemoteImage;
@@ -90,9 +90,7 @@ impl State {
             return self.images.get(ref_or_id);
         }
         let normalised = docker_ref(ref_or_id).ok()?;
-        self.images
-            .values()
-            .find(|i| i.repo_tags.iter().chain(&i.repo_digests).any(|r| *r == normalised))
+        self.images.values().find(|i| i.repo_tags.iter().chain(&i.repo_digests).any(|r| *r == normalised))
     }
 
     /// `ImageStatus`: `None` when absent.
@@ -112,11 +110,15 @@ impl State {
     /// it, the credentials are right and there is room. Errors carry
     /// containerd's texts and codes.
     pub fn plan_pull(&self, spec: &ImageSpec, auth: Option<&AuthConfig>) -> Result<PlannedPull, CriError> {
-        let reference = docker_ref(&spec.image).map_err(|e| {
-            err(StatusCode::Unknown, format!("failed to parse image reference {:?}: {e}", spec.image))
-        })?;
+        let reference = docker_ref(&spec.image)
+            .map_err(|e| err(StatusCode::Unknown, format!("failed to parse image reference {:?}: {e}", spec.image)))?;
         let fail = |code, detail: String| {
-            err(code, format!("failed to pull and unpack image {reference:?}: failed to resolve reference {reference:?}: {detail}"))
+            err(
+                code,
+                format!(
+                    "failed to pull and unpack image {reference:?}: failed to resolve reference {reference:?}: {detail}"
+                ),
+            )
         };
         let (repo, tag, digest) = split_repo(&reference);
         let remote = match (tag, digest) {
@@ -133,8 +135,12 @@ impl State {
                 (Some(t), None) => t.to_string(),
                 (None, None) => "latest".to_string(),
             };
-            let unauthorized =
-                || fail(StatusCode::Unknown, format!("pulling from host {host} failed with status code [manifests {what}]: 401 Unauthorized"));
+            let unauthorized = || {
+                fail(
+                    StatusCode::Unknown,
+                    format!("pulling from host {host} failed with status code [manifests {what}]: 401 Unauthorized"),
+                )
+            };
             let Some(auth) = auth else { return Err(unauthorized()) };
             // containerd 1.6 ParseAuth: a server address that does not parse as
             // a URL fails the pull; one naming another host is ignored.
@@ -155,7 +161,9 @@ impl State {
         if !already && used.saturating_add(remote.size) > self.capacity_bytes {
             return Err(err(
                 StatusCode::Unknown,
-                format!("failed to pull and unpack image {reference:?}: failed to extract layer: write /var/lib/containerd: no space left on device"),
+                format!(
+                    "failed to pull and unpack image {reference:?}: failed to extract layer: write /var/lib/containerd: no space left on device"
+                ),
             ));
         }
         Ok(PlannedPull { remote: remote.clone(), by_tag: digest.is_none(), repo: repo.to_string(), reference })
@@ -174,13 +182,17 @@ impl State {
         let img = self.images.entry(p.remote.id.clone()).or_insert_with(|| Image {
             id: p.remote.id.clone(),
             size: p.remote.size,
-            spec: Some(ImageSpec { image: p.remote.id.clone(), runtime_handler: spec.runtime_handler.clone(), ..ImageSpec::default() }),
+            spec: Some(ImageSpec {
+                image: p.remote.id.clone(),
+                runtime_handler: spec.runtime_handler.clone(),
+                ..ImageSpec::default()
+            }),
             ..Image::default()
         });
-        if let Some(t) = tag {
-            if !img.repo_tags.contains(&t) {
-                img.repo_tags.push(t);
-            }
+        if let Some(t) = tag
+            && !img.repo_tags.contains(&t)
+        {
+            img.repo_tags.push(t);
         }
         if !img.repo_digests.contains(&repo_digest) {
             img.repo_digests.push(repo_digest);
@@ -270,9 +282,9 @@ fn is_digest(s: &str) -> bool {
 fn server_host(addr: &str) -> Result<String, String> {
     match addr.split_once("://") {
         Some((_, rest)) => Ok(rest.split('/').next().unwrap_or("").to_string()),
-        None if addr.split('/').next().is_some_and(|first| first.contains(':')) => Err(format!(
-            "parse server address: parse {addr:?}: first path segment in URL cannot contain colon"
-        )),
+        None if addr.split('/').next().is_some_and(|first| first.contains(':')) => {
+            Err(format!("parse server address: parse {addr:?}: first path segment in URL cannot contain colon"))
+        }
         None => Ok(String::new()),
     }
 }

@@ -21,7 +21,9 @@ pub use events::{EventReason, EventSink, EventType, ImageEvent, ObjectRef};
 pub use recorder::{PodPullTimes, PullingRecorder};
 pub use text::*;
 
-use crate::actors::backoff_registry::{BackoffKey, BackoffRegistryActor, BeginAttempt, CheckBackoff, RecordFailure, RecordSuccess};
+use crate::actors::backoff_registry::{
+    BackoffKey, BackoffRegistryActor, BeginAttempt, CheckBackoff, RecordFailure, RecordSuccess,
+};
 use crate::actors::cri_gateway::{CriGatewayActor, CriReader, GetReader};
 use crate::actors::pull_queue::{EnqueuePull, PullFailure, PullOutcome, PullQueueActor, PullRequest};
 use crate::cri::{CriError, CriErrorKind};
@@ -153,7 +155,15 @@ impl ImageManager {
         backoff: Addr<BackoffRegistryActor>,
         cfg: EnsureConfig,
     ) -> Self {
-        Self { gateway, reader, queue, backoff, events: EventSink::default(), recorder: PullingRecorder::default(), cfg }
+        Self {
+            gateway,
+            reader,
+            queue,
+            backoff,
+            events: EventSink::default(),
+            recorder: PullingRecorder::default(),
+            cfg,
+        }
     }
 
     /// Starts a backoff registry and a pull queue on the current actix
@@ -274,10 +284,16 @@ impl ImageManager {
         self.pull(req, spec, absent_at).await
     }
 
-    async fn pull(&self, req: &EnsureImageRequest, spec: ImageSpec, absent_at: Option<Instant>) -> Result<EnsureOk, EnsureError> {
+    async fn pull(
+        &self,
+        req: &EnsureImageRequest,
+        spec: ImageSpec,
+        absent_at: Option<Instant>,
+    ) -> Result<EnsureOk, EnsureError> {
         let requested = req.image.as_str();
         let key = BackoffKey { pod_uid: req.pod.uid.clone(), image: requested.to_string() };
-        let stopped = || self.fail(ImageErrorKind::ErrImagePull, "imaged is shutting down".into(), ErrorClass::Transient);
+        let stopped =
+            || self.fail(ImageErrorKind::ErrImagePull, "imaged is shutting down".into(), ErrorClass::Transient);
         // Back-off.
         let check = self.backoff.send(CheckBackoff { key: key.clone() }).await.map_err(|_| stopped())?;
         if check.in_backoff {
@@ -304,7 +320,8 @@ impl ImageManager {
             credentials: req.credentials.clone(),
             sandbox: req.sandbox.clone(),
             priority: req.pod.priority,
-            skip_if_present: req.pull_policy != PullPolicy::Always && req.pull_policy != PullPolicy::AlwaysWithLocalFallback,
+            skip_if_present: req.pull_policy != PullPolicy::Always
+                && req.pull_policy != PullPolicy::AlwaysWithLocalFallback,
             absent_at,
             deadline: req.deadline,
         };
@@ -315,13 +332,14 @@ impl ImageManager {
         match result {
             Ok(outcome) => Ok(self.pulled(req, &outcome, start)),
             Err(failure) => {
-                if req.pull_policy == PullPolicy::AlwaysWithLocalFallback && failure.registry_unreachable() {
-                    if let Ok(Some(image_ref)) = self.image_present(&spec).await {
-                        let msg = using_local_image(requested, &failure.to_string());
-                        self.emit(req, EventReason::Pulled, &msg, Some(ErrorClass::Transient));
-                        self.recorder.finished(&req.pod.uid, Instant::now());
-                        return Ok(EnsureOk { image_ref, message: msg });
-                    }
+                if req.pull_policy == PullPolicy::AlwaysWithLocalFallback
+                    && failure.registry_unreachable()
+                    && let Ok(Some(image_ref)) = self.image_present(&spec).await
+                {
+                    let msg = using_local_image(requested, &failure.to_string());
+                    self.emit(req, EventReason::Pulled, &msg, Some(ErrorClass::Transient));
+                    self.recorder.finished(&req.pod.uid, Instant::now());
+                    return Ok(EnsureOk { image_ref, message: msg });
                 }
                 let err_text = failure.to_string();
                 let class = class_of_pull(&failure);

@@ -68,7 +68,10 @@ mod tests {
         r.started("p", t0 + Duration::from_secs(1));
         r.finished("p", t0 + Duration::from_secs(2));
         r.finished("p", t0 + Duration::from_secs(5));
-        assert_eq!(r.get("p"), Some(PodPullTimes { first_started: Some(t0), last_finished: Some(t0 + Duration::from_secs(5)) }));
+        assert_eq!(
+            r.get("p"),
+            Some(PodPullTimes { first_started: Some(t0), last_finished: Some(t0 + Duration::from_secs(5)) })
+        );
         assert_eq!(r.get("other"), None);
         r.forget("p");
         assert_eq!(r.get("p"), None);

@@ -65,7 +65,10 @@ mod tests {
 
     #[test]
     fn messages_are_the_kubelets() {
-        assert_eq!(failed_to_inspect("", "rpc error: code = Unavailable desc = x"), "Failed to inspect image \"\": rpc error: code = Unavailable desc = x");
+        assert_eq!(
+            failed_to_inspect("", "rpc error: code = Unavailable desc = x"),
+            "Failed to inspect image \"\": rpc error: code = Unavailable desc = x"
+        );
         assert_eq!(never_pull("busybox"), "Container image \"busybox\" is not present with pull policy of Never");
         assert_eq!(already_present("busybox:1"), "Container image \"busybox:1\" already present on machine");
         assert_eq!(back_off_pulling("a\"b"), "Back-off pulling image \"a\\\"b\"");

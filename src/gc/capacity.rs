@@ -74,7 +74,12 @@ mod tests {
     use std::time::SystemTime;
 
     fn usage(mountpoint: &str, used: u64) -> FilesystemUsage {
-        FilesystemUsage { timestamp: SystemTime::now(), mountpoint: mountpoint.into(), used_bytes: Some(used), inodes_used: None }
+        FilesystemUsage {
+            timestamp: SystemTime::now(),
+            mountpoint: mountpoint.into(),
+            used_bytes: Some(used),
+            inodes_used: None,
+        }
     }
 
     #[test]

@@ -42,8 +42,7 @@ use std::path::{Path, PathBuf};
 
 use redb::backends::FileBackend;
 use redb::{
-    Database, DatabaseError, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata,
-    TableDefinition,
+    Database, DatabaseError, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
 };
 
 use crate::gc::record::{ImageRecord, RecordKey};
@@ -228,9 +227,7 @@ impl Store {
             })
             .create_with_backend(backend)
             .map_err(|source| match source {
-                DatabaseError::DatabaseAlreadyOpen => {
-                    StoreError::AlreadyOpen { path: path.clone() }
-                }
+                DatabaseError::DatabaseAlreadyOpen => StoreError::AlreadyOpen { path: path.clone() },
                 source => StoreError::Open { path: path.clone(), source: Box::new(source) },
             })?;
 
@@ -288,11 +285,7 @@ impl Store {
     /// missing key is not an error) in one write transaction: when this
     /// returns `Ok` all of it is durable, and a crash applies all or none of
     /// it. A key both upserted and deleted ends up deleted.
-    pub fn apply_image_records(
-        &self,
-        upserts: &[ImageRecord],
-        deletes: &[RecordKey],
-    ) -> Result<(), StoreError> {
+    pub fn apply_image_records(&self, upserts: &[ImageRecord], deletes: &[RecordKey]) -> Result<(), StoreError> {
         let encoded = self.encode_records(upserts)?;
         let op = "committing image records";
         self.write(op, |table| {
@@ -329,13 +322,11 @@ impl Store {
         txn.set_durability(Durability::Immediate).map_err(|e| self.tx_error(op, e))?;
         {
             let mut meta = txn.open_table(META).map_err(|e| self.tx_error(op, e))?;
-            let found =
-                meta.get(SCHEMA_VERSION_KEY).map_err(|e| self.tx_error(op, e))?.map(|v| v.value());
+            let found = meta.get(SCHEMA_VERSION_KEY).map_err(|e| self.tx_error(op, e))?.map(|v| v.value());
             match found {
                 Some(SCHEMA_VERSION) => {}
                 None => {
-                    meta.insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)
-                        .map_err(|e| self.tx_error(op, e))?;
+                    meta.insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION).map_err(|e| self.tx_error(op, e))?;
                 }
                 // Dropping the transaction aborts it: nothing is written.
                 Some(found) => {
@@ -356,9 +347,7 @@ impl Store {
     fn write(
         &self,
         op: &'static str,
-        f: impl FnOnce(
-            &mut redb::Table<'_, &'static str, &'static [u8]>,
-        ) -> Result<(), redb::StorageError>,
+        f: impl FnOnce(&mut redb::Table<'_, &'static str, &'static [u8]>) -> Result<(), redb::StorageError>,
     ) -> Result<(), StoreError> {
         let mut txn = self.db.begin_write().map_err(|e| self.tx_error(op, e))?;
         txn.set_durability(Durability::Immediate).map_err(|e| self.tx_error(op, e))?;
@@ -371,10 +360,7 @@ impl Store {
 
     /// Encodes records before a write transaction starts, so the write lock
     /// is not held while serialising.
-    fn encode_records(
-        &self,
-        records: &[ImageRecord],
-    ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+    fn encode_records(&self, records: &[ImageRecord]) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
         records
             .iter()
             .map(|record| {

@@ -37,7 +37,7 @@ fn record(id: &str, handler: &str, size: u64) -> ImageRecord {
         first_detected: time(1_700_000_000, 123_456_789),
         last_used: Some(time(1_700_000_100, 987_654_321)),
         size,
-        pinned: size % 2 == 0,
+        pinned: size.is_multiple_of(2),
         repo_tags: vec![format!("docker.io/library/{id}:latest"), format!("{id}:v1")],
         repo_digests: vec![format!("docker.io/library/{id}@sha256:{size:064x}")],
     }
@@ -95,16 +95,8 @@ fn upserts_replace_and_deletes_remove_in_one_transaction() {
     a2.last_used = Some(time(1_800_000_000, 5));
     let d = record("sha256:d", "kata", 4);
     // Update a, add d, delete b and a key that never existed, in one call.
-    store
-        .apply_image_records(
-            &[a2.clone(), d.clone()],
-            &[b.key.clone(), RecordKey::id("sha256:none")],
-        )
-        .unwrap();
-    assert_eq!(
-        sorted(store.image_records().unwrap()),
-        sorted(vec![a2.clone(), c.clone(), d.clone()])
-    );
+    store.apply_image_records(&[a2.clone(), d.clone()], &[b.key.clone(), RecordKey::id("sha256:none")]).unwrap();
+    assert_eq!(sorted(store.image_records().unwrap()), sorted(vec![a2.clone(), c.clone(), d.clone()]));
 
     // A key both upserted and deleted ends up deleted.
     store.apply_image_records(std::slice::from_ref(&c), std::slice::from_ref(&c.key)).unwrap();
@@ -316,7 +308,7 @@ fn batch_record(batch: u64, i: usize) -> ImageRecord {
         first_detected: time(1_700_000_000 + batch, i as u32),
         last_used: Some(time(1_700_000_000 + batch, 999_999_999 - i as u32)),
         size: batch * 1_000 + i as u64,
-        pinned: i % 3 == 0,
+        pinned: i.is_multiple_of(3),
         repo_tags: vec![format!("registry.example/batch-{batch}:{i}")],
         repo_digests: vec![format!("registry.example/batch-{batch}@sha256:{i:064x}")],
     }
@@ -404,10 +396,7 @@ fn check_complete_batches(dir: &Path, at_least: u64) -> u64 {
         batches.entry(batch_of(&record)).or_default().push(record);
     }
     let last = *batches.keys().next_back().expect("no batch survived");
-    assert!(
-        last >= at_least,
-        "batch {at_least} was reported committed but the last batch is {last}"
-    );
+    assert!(last >= at_least, "batch {at_least} was reported committed but the last batch is {last}");
     let expected: Vec<u64> = (last.saturating_sub(KEPT_BATCHES - 1)..=last).collect();
     assert_eq!(batches.keys().copied().collect::<Vec<_>>(), expected, "partial or missing batch");
     for (batch, records) in batches {
@@ -422,9 +411,7 @@ fn sigkill_mid_write_leaves_each_transaction_all_or_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let mut next_batch = 0;
     // Several rounds on the same database, each killed at a different point.
-    for (round, kill_delay_us) in
-        [0_u64, 500, 1_000, 2_000, 3_500, 5_000, 8_000].into_iter().enumerate()
-    {
+    for (round, kill_delay_us) in [0_u64, 500, 1_000, 2_000, 3_500, 5_000, 8_000].into_iter().enumerate() {
         let extra_commits = 3;
         let (mut child, lines) = spawn_child("write", dir.path(), next_batch);
         let target = next_batch + extra_commits;
@@ -456,4 +443,3 @@ fn sigkill_mid_write_leaves_each_transaction_all_or_nothing() {
         next_batch = last + 1;
     }
 }
-

@@ -92,7 +92,11 @@ impl Handler<GetImageStatus> for FakeCri {
     fn handle(&mut self, m: GetImageStatus, _: &mut Self::Context) -> Self::Result {
         self.count(Rpc::ImageStatus)?;
         let want = m.image.image;
-        let image = self.images.iter().find(|i| i.id == want || i.repo_tags.contains(&want) || i.repo_digests.contains(&want)).cloned();
+        let image = self
+            .images
+            .iter()
+            .find(|i| i.id == want || i.repo_tags.contains(&want) || i.repo_digests.contains(&want))
+            .cloned();
         Ok(ImageStatus { image, info: BTreeMap::new() })
     }
 }

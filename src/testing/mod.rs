@@ -4,4 +4,4 @@
 
 mod fake_cri;
 
-pub use fake_cri::{FakeCri, FakeCriCalls, SetFakeImages, SetFakeContainers, SetFakeFs, GetFakeCalls, FailNext};
+pub use fake_cri::{FailNext, FakeCri, FakeCriCalls, GetFakeCalls, SetFakeContainers, SetFakeFs, SetFakeImages};

@@ -38,8 +38,8 @@ impl ContainerdEnv {
 
     /// Parses an `env` file.
     pub fn from_file(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {} ({ENV_VAR}): {e}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| format!("cannot read {} ({ENV_VAR}): {e}", path.display()))?;
         Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 
@@ -51,9 +51,8 @@ impl ContainerdEnv {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let (k, v) = line
-                .split_once('=')
-                .ok_or_else(|| format!("line {}: expected KEY=VALUE, got {line:?}", n + 1))?;
+            let (k, v) =
+                line.split_once('=').ok_or_else(|| format!("line {}: expected KEY=VALUE, got {line:?}", n + 1))?;
             vars.insert(k.trim().to_string(), v.trim().to_string());
         }
         let get = |k: &str| -> Result<String, String> {
@@ -96,13 +95,8 @@ impl ContainerdEnv {
         let env = Self::load();
         if env.is_none() {
             let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-            assert!(
-                !ci,
-                "{test}: {ENV_VAR} is not set under CI=true; .ci/run must start .ci/containerd-env.sh up"
-            );
-            eprintln!(
-                "{test}: skipped, {ENV_VAR} not set (run .ci/containerd-env.sh up DIR and set it to DIR/env)"
-            );
+            assert!(!ci, "{test}: {ENV_VAR} is not set under CI=true; .ci/run must start .ci/containerd-env.sh up");
+            eprintln!("{test}: skipped, {ENV_VAR} not set (run .ci/containerd-env.sh up DIR and set it to DIR/env)");
         }
         env
     }

@@ -225,18 +225,13 @@ pub fn build_layer_tar(files: &[(&str, &[u8])]) -> Result<Vec<u8>, BoxError> {
 
 /// Gzips `data` deterministically (header mtime 0, no file name).
 pub fn gzip(data: &[u8]) -> Result<Vec<u8>, BoxError> {
-    let mut enc = flate2::GzBuilder::new()
-        .mtime(0)
-        .write(Vec::new(), flate2::Compression::default());
+    let mut enc = flate2::GzBuilder::new().mtime(0).write(Vec::new(), flate2::Compression::default());
     enc.write_all(data)?;
     Ok(enc.finish()?)
 }
 
 /// Builds layer, config and manifest for `files` without touching the network.
-pub fn build_image(
-    files: &[(&str, &[u8])],
-    format: ManifestFormat,
-) -> Result<BuiltImage, BoxError> {
+pub fn build_image(files: &[(&str, &[u8])], format: ManifestFormat) -> Result<BuiltImage, BoxError> {
     let (manifest_mt, config_mt, layer_mt) = format.media_types();
     let tar = build_layer_tar(files)?;
     let diff_id = sha256_digest(&tar);
@@ -285,44 +280,26 @@ fn check_repo(repo: &str) -> Result<(), BoxError> {
     let ok = !repo.is_empty()
         && repo.split('/').all(|c| {
             !c.is_empty()
-                && c.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
+                && c.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
                 && c.as_bytes().first().is_some_and(u8::is_ascii_alphanumeric)
                 && c.as_bytes().last().is_some_and(u8::is_ascii_alphanumeric)
         });
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("invalid repository name {repo:?}").into())
-    }
+    if ok { Ok(()) } else { Err(format!("invalid repository name {repo:?}").into()) }
 }
 
 /// Checks a tag against `[\w][\w.-]{0,127}`.
 fn check_tag(tag: &str) -> Result<(), BoxError> {
     let ok = !tag.is_empty()
         && tag.len() <= 128
-        && tag
-            .as_bytes()
-            .first()
-            .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
-        && tag
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("invalid tag {tag:?}").into())
-    }
+        && tag.as_bytes().first().is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
+        && tag.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+    if ok { Ok(()) } else { Err(format!("invalid tag {tag:?}").into()) }
 }
 
 /// The monolithic-upload URL: the upload `Location` (absolute `http://host/v2/...` as
 /// registry 2.8 sends it, or relative `/v2/...`) resolved against the URL of the `POST`,
 /// with `digest=<digest>` appended to any query it already has (registry 2.8 puts `_state` there).
-pub fn upload_put_url(
-    start_url: &str,
-    location: &str,
-    digest: &str,
-) -> Result<reqwest::Url, BoxError> {
+pub fn upload_put_url(start_url: &str, location: &str, digest: &str) -> Result<reqwest::Url, BoxError> {
     let base = reqwest::Url::parse(start_url)?;
     let mut url = base.join(location)?;
     url.query_pairs_mut().append_pair("digest", digest);
@@ -330,11 +307,7 @@ pub fn upload_put_url(
 }
 
 /// Errors if the response's `Docker-Content-Digest` header is present and differs from `expected`.
-fn check_reported_digest(
-    resp: &reqwest::Response,
-    expected: &str,
-    what: &str,
-) -> Result<(), BoxError> {
+fn check_reported_digest(resp: &reqwest::Response, expected: &str, what: &str) -> Result<(), BoxError> {
     match resp.headers().get("docker-content-digest") {
         Some(got) if got.as_bytes() != expected.as_bytes() => {
             Err(format!("{what}: registry reports digest {got:?}, expected {expected}").into())
@@ -357,22 +330,12 @@ async fn body_snippet(resp: reqwest::Response) -> String {
 impl Registry {
     /// A registry without authentication.
     pub fn open(addr: impl Into<String>) -> Self {
-        Registry {
-            addr: addr.into(),
-            auth: None,
-        }
+        Registry { addr: addr.into(), auth: None }
     }
 
     /// A registry with Basic-auth credentials.
-    pub fn with_auth(
-        addr: impl Into<String>,
-        user: impl Into<String>,
-        pass: impl Into<String>,
-    ) -> Self {
-        Registry {
-            addr: addr.into(),
-            auth: Some((user.into(), pass.into())),
-        }
+    pub fn with_auth(addr: impl Into<String>, user: impl Into<String>, pass: impl Into<String>) -> Self {
+        Registry { addr: addr.into(), auth: Some((user.into(), pass.into())) }
     }
 
     fn base(&self) -> String {
@@ -397,14 +360,8 @@ impl Registry {
 
     /// Builds a one-layer image from `files` (`(path in image, contents)`) and pushes it as
     /// `repo:tag` with an OCI manifest. See [`Registry::push_image_as`].
-    pub async fn push_image(
-        &self,
-        repo: &str,
-        tag: &str,
-        files: &[(&str, &[u8])],
-    ) -> Result<PushedImage, BoxError> {
-        self.push_image_as(repo, tag, files, ManifestFormat::Oci)
-            .await
+    pub async fn push_image(&self, repo: &str, tag: &str, files: &[(&str, &[u8])]) -> Result<PushedImage, BoxError> {
+        self.push_image_as(repo, tag, files, ManifestFormat::Oci).await
     }
 
     /// Like [`Registry::push_image`], with the manifest schema chosen by `format`.
@@ -419,10 +376,8 @@ impl Registry {
         check_tag(tag)?;
         let image = build_image(files, format)?;
         let client = Self::client()?;
-        self.upload_blob(&client, repo, &image.layer_digest, &image.layer_gz)
-            .await?;
-        self.upload_blob(&client, repo, &image.config_digest, &image.config)
-            .await?;
+        self.upload_blob(&client, repo, &image.layer_digest, &image.layer_gz).await?;
+        self.upload_blob(&client, repo, &image.config_digest, &image.config).await?;
         self.put_manifest(&client, repo, tag, &image).await?;
         let size = u64::try_from(image.layer_gz.len() + image.config.len() + image.manifest.len())?;
         Ok(PushedImage {
@@ -438,10 +393,7 @@ impl Registry {
     /// True if `GET /v2/` answers 200 with these credentials (401 without valid ones).
     pub async fn ping(&self) -> Result<bool, BoxError> {
         let client = Self::client()?;
-        let resp = self
-            .authed(client.get(format!("{}/v2/", self.base())))
-            .send()
-            .await?;
+        let resp = self.authed(client.get(format!("{}/v2/", self.base()))).send().await?;
         Ok(resp.status() == reqwest::StatusCode::OK)
     }
 
@@ -478,27 +430,15 @@ impl Registry {
             reqwest::StatusCode::OK => return Ok(()),
             reqwest::StatusCode::NOT_FOUND => {}
             status => {
-                return Err(format!(
-                    "HEAD {blob_url}: HTTP {status}: {}",
-                    body_snippet(head).await
-                )
-                .into());
+                return Err(format!("HEAD {blob_url}: HTTP {status}: {}", body_snippet(head).await).into());
             }
         }
 
         let start_url = format!("{}/v2/{repo}/blobs/uploads/", self.base());
-        let resp = self
-            .authed(client.post(&start_url))
-            .header(reqwest::header::CONTENT_LENGTH, "0")
-            .send()
-            .await?;
+        let resp = self.authed(client.post(&start_url)).header(reqwest::header::CONTENT_LENGTH, "0").send().await?;
         let status = resp.status();
         if status != reqwest::StatusCode::ACCEPTED {
-            return Err(format!(
-                "POST {start_url}: HTTP {status}: {}",
-                body_snippet(resp).await
-            )
-            .into());
+            return Err(format!("POST {start_url}: HTTP {status}: {}", body_snippet(resp).await).into());
         }
         let location = resp
             .headers()
@@ -518,11 +458,7 @@ impl Registry {
             .await?;
         let status = resp.status();
         if status != reqwest::StatusCode::CREATED {
-            return Err(format!(
-                "PUT blob {digest} ({put_url}): HTTP {status}: {}",
-                body_snippet(resp).await
-            )
-            .into());
+            return Err(format!("PUT blob {digest} ({put_url}): HTTP {status}: {}", body_snippet(resp).await).into());
         }
         check_reported_digest(&resp, digest, "PUT blob")
     }

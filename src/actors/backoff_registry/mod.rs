@@ -19,7 +19,9 @@ mod table;
 mod tests;
 
 pub use actor::BackoffRegistryActor;
-pub use messages::{BackoffCheck, BeginAttempt, CheckBackoff, ClearBackoff, ListBackoffs, RecordFailure, RecordSuccess};
+pub use messages::{
+    BackoffCheck, BeginAttempt, CheckBackoff, ClearBackoff, ListBackoffs, RecordFailure, RecordSuccess,
+};
 pub use table::{
     BackoffConfig, BackoffKey, BackoffTable, BackoffView, ClearScope, DEFAULT_INITIAL, DEFAULT_MAX, InvalidBackoff,
 };

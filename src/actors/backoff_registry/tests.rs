@@ -214,13 +214,7 @@ fn entries_are_sorted_and_show_retry_in_expiry_and_text() {
     assert_eq!(
         views,
         [
-            BackoffView {
-                key: key("p1", "y"),
-                backoff: secs(10),
-                retry_in: None,
-                expired: true,
-                previous_error: None,
-            },
+            BackoffView { key: key("p1", "y"), backoff: secs(10), retry_in: None, expired: true, previous_error: None },
             BackoffView {
                 key: key("p2", "x"),
                 backoff: secs(10),
@@ -397,9 +391,6 @@ async fn zero_gc_interval_means_no_timer() {
 async fn mailbox_capacity_is_set_when_started() {
     let addr = BackoffRegistryActor::new(BackoffConfig::default(), 2, None).start();
     addr.send(ListBackoffs).await.expect("started");
-    let full = (0..50)
-        .map(|_| addr.try_send(RecordSuccess))
-        .filter(|r| matches!(r, Err(SendError::Full(_))))
-        .count();
+    let full = (0..50).map(|_| addr.try_send(RecordSuccess)).filter(|r| matches!(r, Err(SendError::Full(_)))).count();
     assert!(full > 0, "a capacity of 2 rejects part of a burst of 50");
 }

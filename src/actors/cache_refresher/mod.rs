@@ -73,7 +73,10 @@ impl CacheRefresherActor {
     fn refresh(&mut self) -> ResponseActFuture<Self, Result<usize, CriError>> {
         if self.in_flight {
             // A tick while a refresh runs is skipped; an explicit request waits for nothing and says so.
-            return Box::pin(actix::fut::ready(Err(CriError::new(CriErrorKind::Other, "an image list refresh is already running"))));
+            return Box::pin(actix::fut::ready(Err(CriError::new(
+                CriErrorKind::Other,
+                "an image list refresh is already running",
+            ))));
         }
         self.in_flight = true;
         let gateway = self.gateway.clone();

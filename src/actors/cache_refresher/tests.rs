@@ -40,9 +40,12 @@ async fn a_failed_refresh_keeps_the_previous_list() {
     let (actor, reader) = CacheRefresherActor::new(fake.clone().recipient(), Duration::from_secs(30), None);
     let refresher = actor.start();
     tokio::time::sleep(Duration::from_millis(1)).await;
-    fake.send(FailNext(Rpc::ListImages, crate::cri::CriError::new(crate::cri::CriErrorKind::RuntimeUnavailable, "down")))
-        .await
-        .unwrap();
+    fake.send(FailNext(
+        Rpc::ListImages,
+        crate::cri::CriError::new(crate::cri::CriErrorKind::RuntimeUnavailable, "down"),
+    ))
+    .await
+    .unwrap();
     let e = refresher.send(RefreshImageList).await.unwrap().expect_err("runtime down");
     assert_eq!(e.kind(), crate::cri::CriErrorKind::RuntimeUnavailable);
     assert_eq!(reader.snapshot().len(), 1);

@@ -55,9 +55,15 @@ impl std::fmt::Debug for CriReader {
 
 impl CriReader {
     /// `ImageStatus`, exactly as [`GetImageStatus`] through the actor.
-    pub fn image_status(&self, image: ImageSpec, verbose: bool) -> impl Future<Output = Result<ImageStatus, CriError>> + 'static + use<> {
+    pub fn image_status(
+        &self,
+        image: ImageSpec,
+        verbose: bool,
+    ) -> impl Future<Output = Result<ImageStatus, CriError>> + 'static + use<> {
         let name = image.image.clone();
-        self.core.call_within(Rpc::ImageStatus, Some(&name), None, move |c, d| async move { c.image_status(image, verbose, d).await })
+        self.core.call_within(Rpc::ImageStatus, Some(&name), None, move |c, d| async move {
+            c.image_status(image, verbose, d).await
+        })
     }
 }
 
@@ -172,7 +178,9 @@ impl Core {
                     };
                     // A fault's delay counts against the call's deadline.
                     match deadline {
-                        Some(d) => tokio::time::timeout(d, work).await.unwrap_or_else(|_| Err(CriError::deadline_exceeded())),
+                        Some(d) => {
+                            tokio::time::timeout(d, work).await.unwrap_or_else(|_| Err(CriError::deadline_exceeded()))
+                        }
                         None => work.await,
                     }
                 }

@@ -4,8 +4,8 @@ use actix::Message;
 
 use crate::cri::CriError;
 use crate::domain::{
-    AuthConfig, Container, ContainerFilter, ContainerStatus, Image, ImageFsInfo, ImageSpec,
-    ImageStatus, PodSandbox, PodSandboxFilter, RuntimeVersion, SandboxConfig,
+    AuthConfig, Container, ContainerFilter, ContainerStatus, Image, ImageFsInfo, ImageSpec, ImageStatus, PodSandbox,
+    PodSandboxFilter, RuntimeVersion, SandboxConfig,
 };
 use crate::fault::FaultPlan;
 

@@ -179,6 +179,8 @@ fn credential_identity(creds: &[AuthConfig]) -> String {
     creds.iter().map(AuthConfig::identity).collect::<Vec<_>>().join(",")
 }
 
+// One pull's whole context, passed once from `spawn_pull`.
+#[allow(clippy::too_many_arguments)]
 async fn run_pull(
     gateway: &Addr<CriGatewayActor>,
     reader: &CriReader,
@@ -195,7 +197,12 @@ async fn run_pull(
             Ok(s) => {
                 if let Some(img) = s.image {
                     PullQueueActor::publish(subscribers, &image, PullPhase::AlreadyPresent);
-                    return Ok(PullOutcome { image_ref: img.id, size: img.size, pull_duration: Duration::ZERO, pulled: false });
+                    return Ok(PullOutcome {
+                        image_ref: img.id,
+                        size: img.size,
+                        pull_duration: Duration::ZERO,
+                        pulled: false,
+                    });
                 }
             }
             // An inspect error here is not fatal: the pull itself will tell.
@@ -216,8 +223,11 @@ async fn run_pull(
     }
     PullQueueActor::publish(subscribers, &image, PullPhase::Pulling);
     let started = Instant::now();
-    let attempts: Vec<Option<AuthConfig>> =
-        if request.credentials.is_empty() { vec![None] } else { request.credentials.iter().cloned().map(Some).collect() };
+    let attempts: Vec<Option<AuthConfig>> = if request.credentials.is_empty() {
+        vec![None]
+    } else {
+        request.credentials.iter().cloned().map(Some).collect()
+    };
     let mut errors = Vec::new();
     let mut image_ref = None;
     for auth in attempts {
@@ -235,10 +245,11 @@ async fn run_pull(
                 break;
             }
             Ok(Err(e)) => {
-                if let Some(d) = deadline {
-                    if e.kind() == CriErrorKind::DeadlineExceeded && started.elapsed() >= d {
-                        return Err(PullFailure::DeadlineExceeded(d));
-                    }
+                if let Some(d) = deadline
+                    && e.kind() == CriErrorKind::DeadlineExceeded
+                    && started.elapsed() >= d
+                {
+                    return Err(PullFailure::DeadlineExceeded(d));
                 }
                 errors.push(e);
             }
@@ -268,7 +279,12 @@ impl Actor for PullQueueActor {
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         let status = (self.queue.queued(), self.queue.running(), self.queue.parked());
         if status != (0, 0, 0) {
-            warn!(queued = status.0, running = status.1, parked = status.2, "pull queue stopped with pulls pending; their waiters get PullFailure::Stopped");
+            warn!(
+                queued = status.0,
+                running = status.1,
+                parked = status.2,
+                "pull queue stopped with pulls pending; their waiters get PullFailure::Stopped"
+            );
         }
     }
 }

@@ -37,7 +37,15 @@ pub struct PullRequest {
 impl PullRequest {
     /// An anonymous pull of `image` at priority 0.
     pub fn new(image: ImageSpec) -> Self {
-        Self { image, credentials: Vec::new(), sandbox: None, priority: 0, skip_if_present: false, absent_at: None, deadline: None }
+        Self {
+            image,
+            credentials: Vec::new(),
+            sandbox: None,
+            priority: 0,
+            skip_if_present: false,
+            absent_at: None,
+            deadline: None,
+        }
     }
 }
 
@@ -95,9 +103,16 @@ impl PullFailure {
 
 /// Texts containerd uses when it cannot reach a registry at all.
 fn is_connection_failure(message: &str) -> bool {
-    ["connection refused", "no such host", "i/o timeout", "network is unreachable", "no route to host", "failed to do request"]
-        .iter()
-        .any(|p| message.contains(p))
+    [
+        "connection refused",
+        "no such host",
+        "i/o timeout",
+        "network is unreachable",
+        "no route to host",
+        "failed to do request",
+    ]
+    .iter()
+    .any(|p| message.contains(p))
 }
 
 impl fmt::Display for PullFailure {
@@ -120,7 +135,11 @@ impl fmt::Display for PullFailure {
             }
             PullFailure::QpsExceeded => f.write_str(super::throttle::QPS_EXCEEDED),
             PullFailure::DeadlineExceeded(d) => {
-                write!(f, "image pull cancelled: it did not finish within its deadline of {}", crate::domain::gofmt::duration(*d))
+                write!(
+                    f,
+                    "image pull cancelled: it did not finish within its deadline of {}",
+                    crate::domain::gofmt::duration(*d)
+                )
             }
             PullFailure::Stopped => f.write_str("image pull abandoned: the pull queue stopped"),
         }

@@ -147,7 +147,8 @@ impl<R, W> PullQueue<R, W> {
         self.seq += 1;
         let order = (-i64::from(priority), self.seq);
         self.order.insert(order, key.clone());
-        self.jobs.insert(key, Job { order, request: Some(request), waiters: vec![waiter], running: false, released: false });
+        self.jobs
+            .insert(key, Job { order, request: Some(request), waiters: vec![waiter], running: false, released: false });
     }
 
     /// Moves parked requests into the queue while there is room, calling
@@ -193,12 +194,12 @@ impl<R, W> PullQueue<R, W> {
     /// The pull's CRI call ended: its slot is free for the next pull, but
     /// the job stays (later requests still join it) until [`finish`](Self::finish).
     pub fn release_slot(&mut self, key: &PullKey) {
-        if let Some(job) = self.jobs.get_mut(key) {
-            if job.running {
-                job.running = false;
-                job.released = true;
-                self.running = self.running.saturating_sub(1);
-            }
+        if let Some(job) = self.jobs.get_mut(key)
+            && job.running
+        {
+            job.running = false;
+            job.released = true;
+            self.running = self.running.saturating_sub(1);
         }
     }
 

@@ -11,7 +11,12 @@ fn kinds_follow_codes_and_kubelet_prefixes() {
         (StatusCode::ResourceExhausted, "disk full", CriErrorKind::ResourceExhausted, true),
         (StatusCode::Unknown, "RegistryUnavailable: dial tcp: refused", CriErrorKind::RegistryUnavailable, true),
         (StatusCode::Unknown, "SignatureValidationFailed: bad sig", CriErrorKind::SignatureValidationFailed, false),
-        (StatusCode::Unknown, "failed to pull and unpack image \"x\": unexpected status: 401 Unauthorized", CriErrorKind::Unauthorized, false),
+        (
+            StatusCode::Unknown,
+            "failed to pull and unpack image \"x\": unexpected status: 401 Unauthorized",
+            CriErrorKind::Unauthorized,
+            false,
+        ),
         (StatusCode::InvalidArgument, "bad", CriErrorKind::InvalidArgument, false),
         (StatusCode::Internal, "boom", CriErrorKind::Other, true),
         (StatusCode::Unknown, "registryunavailable lower case is not the prefix", CriErrorKind::Other, true),

@@ -9,6 +9,7 @@ fn ok(s: &str) -> Named {
 }
 
 #[test]
+#[allow(clippy::type_complexity)]
 fn familiar_and_full_names_normalise_as_upstream() {
     let table: &[(&str, &str, &str, Option<&str>, Option<String>)] = &[
         ("busybox", "docker.io", "library/busybox", None, None),
@@ -28,7 +29,13 @@ fn familiar_and_full_names_normalise_as_upstream() {
         ("a.b-c/d__e/f--g/h.i_j:1_A.b-c", "a.b-c", "d__e/f--g/h.i_j", Some("1_A.b-c"), None),
         ("registry.k8s.io/pause:3.10", "registry.k8s.io", "pause", Some("3.10"), None),
         (&format!("busybox@sha256:{HEX64}"), "docker.io", "library/busybox", None, Some(format!("sha256:{HEX64}"))),
-        (&format!("busybox:latest@sha256:{HEX64}"), "docker.io", "library/busybox", Some("latest"), Some(format!("sha256:{HEX64}"))),
+        (
+            &format!("busybox:latest@sha256:{HEX64}"),
+            "docker.io",
+            "library/busybox",
+            Some("latest"),
+            Some(format!("sha256:{HEX64}")),
+        ),
     ];
     for (input, domain, path, tag, digest) in table {
         let n = ok(input);
@@ -39,7 +46,10 @@ fn familiar_and_full_names_normalise_as_upstream() {
     assert_eq!(ok("quay.io/a/b").familiar(), "quay.io/a/b");
     assert_eq!(ok("docker.io/user/app").familiar(), "user/app");
     assert_eq!(ok("busybox").docker_ref(), "docker.io/library/busybox:latest");
-    assert_eq!(ok(&format!("busybox:1@sha256:{HEX64}")).docker_ref(), format!("docker.io/library/busybox@sha256:{HEX64}"));
+    assert_eq!(
+        ok(&format!("busybox:1@sha256:{HEX64}")).docker_ref(),
+        format!("docker.io/library/busybox@sha256:{HEX64}")
+    );
 }
 
 #[test]
@@ -96,7 +106,10 @@ fn parse_reports_uppercase_and_empty_like_upstream() {
 
 #[test]
 fn kubelet_parse_image_name_and_default_tag() {
-    assert_eq!(parse_image_name("busybox").unwrap(), ("docker.io/library/busybox".into(), "latest".into(), String::new()));
+    assert_eq!(
+        parse_image_name("busybox").unwrap(),
+        ("docker.io/library/busybox".into(), "latest".into(), String::new())
+    );
     assert_eq!(parse_image_name(&format!("busybox@sha256:{HEX64}")).unwrap().1, "");
     assert_eq!(apply_default_image_tag("busybox").unwrap(), "busybox:latest");
     assert_eq!(apply_default_image_tag("busybox:1").unwrap(), "busybox:1");
@@ -105,6 +118,9 @@ fn kubelet_parse_image_name_and_default_tag() {
     let digested = format!("busybox@sha256:{HEX64}");
     assert_eq!(apply_default_image_tag(&digested).unwrap(), digested);
     let err = apply_default_image_tag("Busybox").unwrap_err();
-    assert_eq!(err.to_string(), "couldn't parse image name \"Busybox\": invalid reference format: repository name (library/Busybox) must be lowercase");
+    assert_eq!(
+        err.to_string(),
+        "couldn't parse image name \"Busybox\": invalid reference format: repository name (library/Busybox) must be lowercase"
+    );
     assert_eq!(repository_of("nginx:1.27").unwrap(), "docker.io/library/nginx");
 }

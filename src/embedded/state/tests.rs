@@ -59,7 +59,11 @@ fn private_images_take_basic_or_auth_credentials() {
     let wrong = AuthConfig::basic("", "u", "x");
     let e = pull(&mut s, img, Some(&wrong)).unwrap_err();
     assert_eq!(e.kind(), crate::cri::CriErrorKind::Unauthorized);
-    assert!(e.message().contains("pulling from host example.com:5000 failed with status code [manifests v1]: 401 Unauthorized"), "{e}");
+    assert!(
+        e.message()
+            .contains("pulling from host example.com:5000 failed with status code [manifests v1]: 401 Unauthorized"),
+        "{e}"
+    );
     let no_scheme = AuthConfig::basic("example.com:5000", "u", "p");
     let e = pull(&mut s, img, Some(&no_scheme)).unwrap_err();
     assert!(e.message().contains("example.com:5000"), "{e}");
