@@ -4,4 +4,5 @@
 pub mod backoff_registry;
 pub mod cache_refresher;
 pub mod cri_gateway;
+// pub mod detector; (enabled when gc::detect lands)
 pub mod pull_queue;

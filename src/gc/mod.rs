@@ -3,4 +3,5 @@
 //! which measures a filesystem); the actors in `crate::actors` run it.
 
 pub mod capacity;
+pub mod hints;
 pub mod record;

@@ -8,9 +8,9 @@ use std::time::SystemTime;
 
 use actix::prelude::*;
 
-use crate::actors::cri_gateway::{GetImageFsInfo, GetImageStatus, ListContainers, ListImages, RemoveImage};
+use crate::actors::cri_gateway::{GetImageFsInfo, GetImageStatus, ListContainers, ListImages, ListPodSandboxes, RemoveImage};
 use crate::cri::{CriError, Rpc};
-use crate::domain::{Container, FilesystemUsage, Image, ImageFsInfo, ImageStatus};
+use crate::domain::{Container, FilesystemUsage, Image, ImageFsInfo, ImageStatus, PodSandbox};
 
 /// Calls received, per kind.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -33,6 +33,7 @@ impl FakeCriCalls {
 pub struct FakeCri {
     images: Vec<Image>,
     containers: Vec<Container>,
+    sandboxes: Vec<PodSandbox>,
     capacity: u64,
     /// Bytes used by other things than images.
     other_used: u64,
@@ -87,6 +88,14 @@ impl Handler<ListContainers> for FakeCri {
     }
 }
 
+impl Handler<ListPodSandboxes> for FakeCri {
+    type Result = Result<Vec<PodSandbox>, CriError>;
+    fn handle(&mut self, _: ListPodSandboxes, _: &mut Self::Context) -> Self::Result {
+        self.count(Rpc::ListPodSandbox)?;
+        Ok(self.sandboxes.clone())
+    }
+}
+
 impl Handler<GetImageStatus> for FakeCri {
     type Result = Result<ImageStatus, CriError>;
     fn handle(&mut self, m: GetImageStatus, _: &mut Self::Context) -> Self::Result {
@@ -138,15 +147,29 @@ impl Handler<SetFakeImages> for FakeCri {
     }
 }
 
-/// Replaces the fake's containers.
+/// Replaces the fake's containers (and their pod sandboxes).
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
-pub struct SetFakeContainers(pub Vec<Container>);
+pub struct SetFakeContainers(pub Vec<Container>, pub Vec<PodSandbox>);
 
 impl Handler<SetFakeContainers> for FakeCri {
     type Result = ();
     fn handle(&mut self, m: SetFakeContainers, _: &mut Self::Context) {
         self.containers = m.0;
+        self.sandboxes = m.1;
+    }
+}
+
+#[cfg(any())]
+impl FakeCri {
+    /// The recipients a detector needs.
+    pub fn detector_cri(addr: &Addr<FakeCri>) -> crate::actors::detector::DetectorCri {
+        crate::actors::detector::DetectorCri {
+            list_images: addr.clone().recipient(),
+            list_containers: addr.clone().recipient(),
+            list_sandboxes: addr.clone().recipient(),
+            image_status: addr.clone().recipient(),
+        }
     }
 }
 

@@ -1,0 +1,250 @@
+//! The detector ticker: every `gc.detect_period` (and at start) it lists
+//! images and containers (all states) through the CRI gateway, works out
+//! which images are in use (containers' images, the sandbox image by its
+//! resolved id, images ensured within the min-age window), updates the image
+//! records as the kubelet's `detectImages` does, and persists what changed.
+//! It is the records' only writer; the GC executor asks it for a detection.
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use actix::prelude::*;
+use tracing::{debug, info, warn};
+
+use crate::actors::cri_gateway::{GetImageStatus, ListContainers, ListImages, ListPodSandboxes};
+use crate::clock::WallClock;
+use crate::cri::{CriError, CriErrorKind};
+use crate::domain::{Container, ContainerFilter, Image, ImageSpec, ImageStatus, PodSandbox, PodSandboxFilter};
+use crate::gc::detect::{DetectDiff, Records};
+use crate::gc::hints::InUseHints;
+use crate::gc::record::ImageRecord;
+use crate::store::Store;
+
+/// What the detector needs from the CRI gateway (its recipients).
+#[derive(Clone)]
+pub struct DetectorCri {
+    /// `ListImages`.
+    pub list_images: Recipient<ListImages>,
+    /// `ListContainers`.
+    pub list_containers: Recipient<ListContainers>,
+    /// `ListPodSandboxes` (pod names for explanations).
+    pub list_sandboxes: Recipient<ListPodSandboxes>,
+    /// `GetImageStatus` (resolving the sandbox image).
+    pub image_status: Recipient<GetImageStatus>,
+}
+
+/// The detector's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DetectorConfig {
+    /// Detection period (the kubelet's 5 minutes).
+    pub period: Duration,
+    /// The sandbox image reference; empty = none.
+    pub sandbox_image: String,
+    /// Images ensured within this window count as in use (GC's min age).
+    pub recent_window: Duration,
+}
+
+/// One detection: the records after it and who uses what.
+#[derive(Debug, Clone)]
+pub struct Detection {
+    /// When it ran (wall clock).
+    pub at: SystemTime,
+    /// The records (shared; the detector copies on its next write).
+    pub records: Arc<Records>,
+    /// Image id → who uses it (`namespace/pod/container`, `sandbox image`,
+    /// `ensured recently`).
+    pub in_use: BTreeMap<String, Vec<String>>,
+    /// The sandbox image's id, when it is present.
+    pub sandbox_image_id: Option<String>,
+}
+
+impl Detection {
+    /// The ids in use.
+    pub fn in_use_ids(&self) -> HashSet<String> {
+        self.in_use.keys().cloned().collect()
+    }
+}
+
+/// Runs a detection now and returns it.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "Result<Arc<Detection>, CriError>")]
+pub struct DetectImages;
+
+/// The last detection, without running one.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "Option<Arc<Detection>>")]
+pub struct GetLastDetection;
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Tick;
+
+/// The detector actor. See `actors.md`.
+pub struct DetectorActor {
+    cfg: DetectorConfig,
+    cri: DetectorCri,
+    records: Arc<Records>,
+    store: Option<Arc<Store>>,
+    hints: InUseHints,
+    clock: WallClock,
+    in_flight: bool,
+    last: Option<Arc<Detection>>,
+}
+
+struct Listed {
+    images: Vec<Image>,
+    containers: Vec<Container>,
+    sandboxes: Vec<PodSandbox>,
+    sandbox: Option<ImageStatus>,
+}
+
+fn closed(_: MailboxError) -> CriError {
+    CriError::new(CriErrorKind::RuntimeUnavailable, "CRI gateway stopped")
+}
+
+impl DetectorActor {
+    /// A detector; with a `store`, records are loaded from it at start and
+    /// every change is written back.
+    pub fn new(cfg: DetectorConfig, cri: DetectorCri, store: Option<Arc<Store>>, hints: InUseHints, clock: WallClock) -> Self {
+        Self { cfg, cri, records: Arc::new(Records::default()), store, hints, clock, in_flight: false, last: None }
+    }
+
+    fn detect(&mut self) -> ResponseActFuture<Self, Result<Arc<Detection>, CriError>> {
+        self.in_flight = true;
+        let cri = self.cri.clone();
+        let sandbox = self.cfg.sandbox_image.clone();
+        let list = async move {
+            let all = ContainerFilter::default();
+            let (images, containers, sandboxes) = tokio::join!(
+                cri.list_images.send(ListImages::default()),
+                cri.list_containers.send(ListContainers { filter: all }),
+                cri.list_sandboxes.send(ListPodSandboxes { filter: PodSandboxFilter::default() }),
+            );
+            let sandbox = if sandbox.is_empty() {
+                None
+            } else {
+                // A sandbox image that cannot be resolved protects nothing, but does not fail detection.
+                cri.image_status.send(GetImageStatus { image: ImageSpec::new(sandbox), verbose: false }).await.ok().and_then(Result::ok)
+            };
+            Ok::<_, CriError>(Listed {
+                images: images.map_err(closed)??,
+                containers: containers.map_err(closed)??,
+                // Pod names only decorate explanations.
+                sandboxes: sandboxes.ok().and_then(Result::ok).unwrap_or_default(),
+                sandbox,
+            })
+        };
+        Box::pin(list.into_actor(self).map(|listed, act, _| {
+            act.in_flight = false;
+            let listed = listed.inspect_err(|e| warn!(error = %e, "Failed to monitor images"))?;
+            Ok(act.apply(listed))
+        }))
+    }
+
+    fn apply(&mut self, l: Listed) -> Arc<Detection> {
+        let now = self.clock.now();
+        let pods: HashMap<&str, String> =
+            l.sandboxes.iter().map(|s| (s.id.as_str(), format!("{}/{}", s.namespace, s.name))).collect();
+        let mut in_use: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for c in &l.containers {
+            let id = if c.image_id.is_empty() { &c.image_ref } else { &c.image_id };
+            if id.is_empty() {
+                continue;
+            }
+            let pod = pods.get(c.pod_sandbox_id.as_str()).cloned().unwrap_or_else(|| c.pod_sandbox_id.clone());
+            in_use.entry(id.clone()).or_default().push(format!("{pod}/{}", c.name));
+        }
+        let sandbox_image_id = l.sandbox.and_then(|s| s.image).map(|i| i.id);
+        if let Some(id) = &sandbox_image_id {
+            in_use.entry(id.clone()).or_default().push("sandbox image".into());
+        }
+        for id in self.hints.recent(now, self.cfg.recent_window) {
+            in_use.entry(id).or_default().push("ensured recently".into());
+        }
+        let ids: HashSet<String> = in_use.keys().cloned().collect();
+        let records = Arc::make_mut(&mut self.records);
+        let diff = records.detect(&l.images, &ids, now);
+        debug!(images = l.images.len(), in_use = ids.len(), added = diff.added.len(), updated = diff.updated.len(), removed = diff.removed.len(), "images detected");
+        self.persist(diff);
+        let d = Arc::new(Detection { at: now, records: self.records.clone(), in_use, sandbox_image_id });
+        self.last = Some(d.clone());
+        d
+    }
+
+    /// Writes the changed records off the actor's thread. A failed write is
+    /// logged and the next detection writes its own changes; the records in
+    /// memory stay right either way.
+    fn persist(&self, diff: DetectDiff) {
+        let Some(store) = self.store.clone() else { return };
+        if diff.is_empty() {
+            return;
+        }
+        let upserts: Vec<ImageRecord> =
+            diff.added.iter().chain(&diff.updated).filter_map(|k| self.records.get(k).cloned()).collect();
+        let deletes = diff.removed;
+        actix::spawn(async move {
+            let r = tokio::task::spawn_blocking(move || store.apply_image_records(&upserts, &deletes)).await;
+            match r {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => warn!(error = %e, "could not persist image records"),
+                Err(e) => warn!(error = %e, "could not persist image records"),
+            }
+        });
+    }
+}
+
+impl Actor for DetectorActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(64);
+        if let Some(store) = self.store.clone() {
+            // Load durable records before the first detection (the mailbox
+            // waits meanwhile), so first-detected and last-used survive restarts.
+            let load = async move { tokio::task::spawn_blocking(move || store.image_records_with_skipped()).await };
+            ctx.wait(load.into_actor(self).map(|r, act, _| match r {
+                Ok(Ok((records, skipped))) => {
+                    info!(records = records.len(), skipped, "image records loaded");
+                    act.records = Arc::new(records.into_iter().collect());
+                }
+                Ok(Err(e)) => warn!(error = %e, "could not load image records; starting without them"),
+                Err(e) => warn!(error = %e, "could not load image records; starting without them"),
+            }));
+        }
+        ctx.notify(Tick);
+        ctx.run_interval(self.cfg.period, |_, ctx| ctx.notify(Tick));
+    }
+}
+
+impl Handler<Tick> for DetectorActor {
+    type Result = ();
+    /// Detects unless a detection is running.
+    fn handle(&mut self, _: Tick, ctx: &mut Self::Context) {
+        if self.in_flight {
+            debug!("detection still running; tick skipped");
+            return;
+        }
+        let fut = self.detect().map(|_, _, _| ());
+        ctx.spawn(fut);
+    }
+}
+
+impl Handler<DetectImages> for DetectorActor {
+    type Result = ResponseActFuture<Self, Result<Arc<Detection>, CriError>>;
+    /// Detects now.
+    fn handle(&mut self, _: DetectImages, _: &mut Self::Context) -> Self::Result {
+        self.detect()
+    }
+}
+
+impl Handler<GetLastDetection> for DetectorActor {
+    type Result = MessageResult<GetLastDetection>;
+    /// The last detection.
+    fn handle(&mut self, _: GetLastDetection, _: &mut Self::Context) -> Self::Result {
+        MessageResult(self.last.clone())
+    }
+}
