@@ -4,5 +4,6 @@
 pub mod backoff_registry;
 pub mod cache_refresher;
 pub mod cri_gateway;
-// pub mod detector; (enabled when gc::detect lands)
+pub mod detector;
+pub mod gc_executor;
 pub mod pull_queue;

@@ -3,5 +3,8 @@
 //! which measures a filesystem); the actors in `crate::actors` run it.
 
 pub mod capacity;
+pub mod detect;
 pub mod hints;
+pub mod plan;
+pub mod policy;
 pub mod record;

@@ -160,7 +160,6 @@ impl Handler<SetFakeContainers> for FakeCri {
     }
 }
 
-#[cfg(any())]
 impl FakeCri {
     /// The recipients a detector needs.
     pub fn detector_cri(addr: &Addr<FakeCri>) -> crate::actors::detector::DetectorCri {

@@ -79,6 +79,11 @@ pub struct DetectImages;
 #[rtype(result = "Option<Arc<Detection>>")]
 pub struct GetLastDetection;
 
+/// Stops the detector (shutdown). Records already written stay written.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct StopDetector;
+
 #[derive(Message)]
 #[rtype(result = "()")]
 struct Tick;
@@ -246,5 +251,13 @@ impl Handler<GetLastDetection> for DetectorActor {
     /// The last detection.
     fn handle(&mut self, _: GetLastDetection, _: &mut Self::Context) -> Self::Result {
         MessageResult(self.last.clone())
+    }
+}
+
+impl Handler<StopDetector> for DetectorActor {
+    type Result = ();
+    /// Stops the actor.
+    fn handle(&mut self, _: StopDetector, ctx: &mut Self::Context) {
+        ctx.stop();
     }
 }
