@@ -266,7 +266,26 @@ pub struct GcSettings {
 impl GcSettings {
     /// GC is off entirely (the kubelet: high threshold 100 and no max age).
     pub fn disabled(&self) -> bool {
-        self.high_threshold_percent == 100 && self.max_age.is_zero()
+        self.policy().is_disabled()
+    }
+
+    /// The thresholds and ages as a GC policy.
+    pub fn policy(&self) -> crate::gc::policy::GcPolicy {
+        crate::gc::policy::GcPolicy {
+            high_threshold_percent: self.high_threshold_percent,
+            low_threshold_percent: self.low_threshold_percent,
+            min_age: self.min_age,
+            max_age: self.max_age,
+        }
+    }
+
+    /// The protection rules (the sandbox image id is resolved at each detection).
+    pub fn rules(&self) -> crate::gc::policy::ProtectionRules {
+        crate::gc::policy::ProtectionRules {
+            pinned_images: self.pinned_images.clone(),
+            sandbox_image_id: None,
+            keep_newest_tags_per_repo: self.keep_newest_tags_per_repo,
+        }
     }
 }
 

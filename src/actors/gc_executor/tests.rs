@@ -1,0 +1,173 @@
+use std::time::{Duration, SystemTime};
+
+use actix::prelude::*;
+
+use super::*;
+use crate::actors::detector::{DetectorActor, DetectorConfig};
+use crate::cri::{CriErrorKind, Rpc};
+use crate::domain::{Container, ContainerState, Image};
+use crate::ensure::EventReason;
+use crate::gc::hints::InUseHints;
+use crate::gc::plan::{DeleteReason, KeepReason};
+use crate::testing::{FailNext, FakeCri, GetFakeCalls, SetFakeContainers, SetFakeFs};
+
+const GB: u64 = 1 << 30;
+
+fn img(id: &str, size: u64) -> Image {
+    Image { id: id.into(), size, repo_tags: vec![format!("example.com/{}:1", id.trim_start_matches("sha256:"))], ..Image::default() }
+}
+
+struct Rig {
+    fake: Addr<FakeCri>,
+    gc: Addr<GcExecutorActor>,
+    events: Addr<Events>,
+}
+
+#[derive(Default)]
+struct Events(Vec<ImageEvent>);
+impl Actor for Events {
+    type Context = Context<Self>;
+}
+impl Handler<ImageEvent> for Events {
+    type Result = ();
+    fn handle(&mut self, e: ImageEvent, _: &mut Self::Context) {
+        self.0.push(e);
+    }
+}
+#[derive(Message)]
+#[rtype(result = "Vec<EventReason>")]
+struct Reasons;
+impl Handler<Reasons> for Events {
+    type Result = MessageResult<Reasons>;
+    fn handle(&mut self, _: Reasons, _: &mut Self::Context) -> Self::Result {
+        MessageResult(self.0.iter().map(|e| e.reason).collect())
+    }
+}
+
+/// Images a..e of 10 GiB each on a 100 GiB disk with `other` GiB used by
+/// other data; GC every 5 min; min age 2 min.
+async fn rig(other_gb: u64, policy: GcPolicy) -> Rig {
+    let images = ["a", "b", "c", "d", "e"].map(|n| img(&format!("sha256:{n}"), 10 * GB)).to_vec();
+    let fake = FakeCri::new(images, 100 * GB).start();
+    fake.send(SetFakeFs { capacity: 100 * GB, other_used: other_gb * GB }).await.unwrap();
+    let clock = WallClock::starting_at(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
+    let dcfg = DetectorConfig { period: Duration::from_secs(300), sandbox_image: String::new(), recent_window: policy.min_age };
+    let detector = DetectorActor::new(dcfg, FakeCri::detector_cri(&fake), None, InUseHints::default(), clock).start();
+    let sink = EventSink::default();
+    let events = Events::default().start();
+    sink.subscribe(events.clone().recipient());
+    let cfg = GcExecutorConfig {
+        policy,
+        rules: ProtectionRules::default(),
+        period: Duration::from_secs(300),
+        capacity: CapacitySource::fixed(100 * GB),
+    };
+    let gc = GcExecutorActor::new(cfg, detector, fake.clone().recipient(), fake.clone().recipient(), sink, clock).start();
+    Rig { fake, gc, events }
+}
+
+#[actix::test]
+async fn gc_runs_every_period_and_frees_down_to_the_low_threshold_oldest_first() {
+    tokio::time::pause();
+    // 50 GiB images + 40 GiB other = 90 % used: above 85 %.
+    let r = rig(40, GcPolicy::default()).await;
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    // First run at start: every image is younger than the minimum age.
+    let first = r.gc.send(RunGc { dry_run: true }).await.unwrap().expect("dry run");
+    assert!(first.entries.iter().all(|e| matches!(e.verdict, Verdict::Keep(KeepReason::TooYoung { .. }))), "{:?}", first.entries);
+    assert_eq!(first.usage_percent, Some(90));
+    assert_eq!(first.amount_to_free, 10 * GB, "100 GiB × 20 % − 10 GiB available");
+    let short = first.shortfall.as_ref().expect("target cannot be met yet");
+    assert_eq!(short.eligible_bytes, 0);
+
+    // Keep "a" in use; after the 5-minute tick the others are old enough.
+    let c = Container {
+        id: "c1".into(),
+        name: "app".into(),
+        pod_sandbox_id: "sb1".into(),
+        image_ref: "sha256:a".into(),
+        state: ContainerState::Running,
+        ..Container::default()
+    };
+    r.fake.send(SetFakeContainers(vec![c], vec![])).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let calls = r.fake.send(GetFakeCalls).await.unwrap();
+    assert_eq!(calls.removed.len(), 1, "one 10 GiB image frees enough: {:?}", calls.removed);
+    assert_ne!(calls.removed[0], "sha256:a", "in-use image kept");
+    let report = r.gc.send(GetLastGcReport).await.unwrap().expect("a report");
+    assert_eq!(report.bytes_expected, 10 * GB);
+    assert_eq!(report.bytes_freed_measured, Some(i128::from(10 * GB)), "verified on the filesystem");
+    let a = report.entries.iter().find(|e| e.id == "sha256:a").expect("a listed");
+    assert_eq!(a.explain(), "keep: in use by sb1/app", "pod unknown to the runtime: its sandbox id stands in");
+    assert!(report.entries.iter().any(|e| e.verdict == Verdict::Delete(DeleteReason::Space)));
+    assert!(report.entries.iter().any(|e| matches!(e.verdict, Verdict::Keep(KeepReason::NotNeeded))));
+}
+
+#[actix::test]
+async fn dry_run_removes_nothing_and_delete_unused_removes_every_unused_old_image() {
+    tokio::time::pause();
+    let r = rig(0, GcPolicy::default()).await;
+    tokio::time::sleep(Duration::from_secs(200)).await;
+    let plan = r.gc.send(DeleteUnusedImages { dry_run: true }).await.unwrap().expect("plan");
+    assert_eq!(plan.entries.iter().filter(|e| matches!(e.verdict, Verdict::Delete(_))).count(), 5);
+    assert!(r.fake.send(GetFakeCalls).await.unwrap().removed.is_empty());
+    let done = r.gc.send(DeleteUnusedImages { dry_run: false }).await.unwrap().expect("reclaim");
+    assert_eq!(done.removed.len(), 5);
+    assert_eq!(r.fake.send(GetFakeCalls).await.unwrap().of(Rpc::RemoveImage), 5);
+}
+
+#[actix::test]
+async fn not_enough_space_emits_free_disk_space_failed_and_repeated_failures_image_gc_failed() {
+    tokio::time::pause();
+    // 50 GiB images + 45 GiB other = 95 %; need 15 GiB; only "b" (10 GiB) may go.
+    let r = rig(45, GcPolicy::default()).await;
+    let containers = ["a", "c", "d", "e"]
+        .map(|n| Container { id: format!("c-{n}"), image_ref: format!("sha256:{n}"), ..Container::default() })
+        .to_vec();
+    r.fake.send(SetFakeContainers(containers, vec![])).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(200)).await;
+    let err = r.gc.send(RunGc { dry_run: false }).await.unwrap().expect_err("cannot free 15 GiB");
+    assert_eq!(
+        err.to_string(),
+        "Insufficient free disk space on the node's image filesystem (95% of 100.0 GiB used). Failed to free sufficient space by deleting unused images (freed 10737418240 bytes). Investigate disk usage, as it could be used by active images, logs, volumes, or other data."
+    );
+    // The run at start failed too (everything was younger than the minimum
+    // age): this is the second failure in a row, so ImageGCFailed follows.
+    let reasons = r.events.send(Reasons).await.unwrap();
+    assert_eq!(reasons, [EventReason::FreeDiskSpaceFailed, EventReason::FreeDiskSpaceFailed, EventReason::ImageGcFailed]);
+}
+
+#[actix::test]
+async fn zero_capacity_is_invalid_and_listing_failures_are_reported() {
+    tokio::time::pause();
+    let r = rig(0, GcPolicy::default()).await;
+    r.fake.send(SetFakeFs { capacity: 0, other_used: 0 }).await.unwrap();
+    // The capacity source is fixed at 100 GiB in the rig; use a zero one here.
+    let clock = WallClock::new();
+    let dcfg = DetectorConfig { period: Duration::from_secs(300), sandbox_image: String::new(), recent_window: Duration::from_secs(120) };
+    let detector = DetectorActor::new(dcfg, FakeCri::detector_cri(&r.fake), None, InUseHints::default(), clock).start();
+    let sink = EventSink::default();
+    let events = Events::default().start();
+    sink.subscribe(events.clone().recipient());
+    let cfg = GcExecutorConfig { policy: GcPolicy::default(), rules: ProtectionRules::default(), period: Duration::from_secs(300), capacity: CapacitySource::fixed(0) };
+    let gc = GcExecutorActor::new(cfg, detector, r.fake.clone().recipient(), r.fake.clone().recipient(), sink, clock).start();
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let err = gc.send(RunGc { dry_run: false }).await.unwrap().expect_err("capacity 0");
+    assert_eq!(err, GcError::InvalidCapacity);
+    assert_eq!(err.to_string(), "invalid capacity 0 on image filesystem");
+    assert!(events.send(Reasons).await.unwrap().contains(&EventReason::InvalidDiskCapacity));
+
+    r.fake.send(FailNext(Rpc::ListImages, CriError::new(CriErrorKind::RuntimeUnavailable, "down"))).await.unwrap();
+    let err = r.gc.send(RunGc { dry_run: false }).await.unwrap().expect_err("listing failed");
+    assert!(matches!(err, GcError::Detection(_)), "{err:?}");
+}
+
+#[actix::test]
+async fn disabled_gc_never_runs_by_itself() {
+    tokio::time::pause();
+    let policy = GcPolicy { high_threshold_percent: 100, ..GcPolicy::default() };
+    let r = rig(45, policy).await;
+    tokio::time::sleep(Duration::from_secs(3_600)).await;
+    assert_eq!(r.fake.send(GetFakeCalls).await.unwrap().of(Rpc::ImageFsInfo), 0);
+}
