@@ -14,7 +14,8 @@
 //!   ([`ensure::ImageManager`]).
 //! - [`embedded`]: the embedded CRI runtime (in memory, served on a unix
 //!   socket) used by default, by the README and by tests.
-//! - [`gc`]: image garbage collection logic (records, detection, the plan).
+//! - [`gc`]: image garbage collection logic (records, detection, the plan);
+//!   [`gc_service`] starts the detector, cache refresher and GC executor.
 //! - [`store`]: the embedded database (redb) holding all of imaged's durable
 //!   state (GC image records today).
 //! - [`runtime`]: resolves the configured endpoint (starting the embedded
@@ -36,6 +37,7 @@ pub mod ensure;
 pub mod error;
 pub mod fault;
 pub mod gc;
+pub mod gc_service;
 pub mod runtime;
 pub mod store;
 pub mod telemetry;

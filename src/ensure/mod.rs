@@ -122,6 +122,7 @@ pub struct ImageManager {
     backoff: Addr<BackoffRegistryActor>,
     events: EventSink,
     recorder: PullingRecorder,
+    hints: crate::gc::hints::InUseHints,
     cfg: EnsureConfig,
 }
 
@@ -162,6 +163,7 @@ impl ImageManager {
             backoff,
             events: EventSink::default(),
             recorder: PullingRecorder::default(),
+            hints: crate::gc::hints::InUseHints::default(),
             cfg,
         }
     }
@@ -200,6 +202,12 @@ impl ImageManager {
     /// The event sink (subscribe to it for events).
     pub fn events(&self) -> &EventSink {
         &self.events
+    }
+
+    /// In-use hints for GC: every image this manager ensures is marked, so
+    /// GC keeps it for the min-age window (give these to `GcService::start`).
+    pub fn hints(&self) -> &crate::gc::hints::InUseHints {
+        &self.hints
     }
 
     /// The pod pulling-time recorder.
@@ -268,6 +276,7 @@ impl ImageManager {
             };
             match image_ref {
                 Some(image_ref) => {
+                    self.hints.ensured(&image_ref, std::time::SystemTime::now());
                     let msg = already_present(requested);
                     self.emit(req, EventReason::Pulled, &msg, None);
                     self.recorder.finished(&req.pod.uid, Instant::now());
@@ -360,6 +369,7 @@ impl ImageManager {
         let requested = req.image.as_str();
         let now = Instant::now();
         self.recorder.finished(&req.pod.uid, now);
+        self.hints.ensured(&outcome.image_ref, std::time::SystemTime::now());
         let backoff = self.backoff.clone();
         actix::spawn(async move {
             let _ = backoff.send(RecordSuccess).await;

@@ -171,3 +171,40 @@ async fn disabled_gc_never_runs_by_itself() {
     tokio::time::sleep(Duration::from_secs(3_600)).await;
     assert_eq!(r.fake.send(GetFakeCalls).await.unwrap().of(Rpc::ImageFsInfo), 0);
 }
+
+#[actix::test]
+async fn min_age_counts_from_the_first_detection_before_a_restart() {
+    tokio::time::pause();
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let fake = FakeCri::new(vec![img("sha256:old", 10 * GB)], 100 * GB).start();
+    let policy = GcPolicy { min_age: Duration::from_secs(1_800), ..GcPolicy::default() };
+    let dcfg = || DetectorConfig { period: Duration::from_secs(300), sandbox_image: String::new(), recent_window: Duration::from_secs(1_800) };
+    {
+        let store = Arc::new(crate::store::Store::open(dir.path()).unwrap());
+        let d = DetectorActor::new(dcfg(), FakeCri::detector_cri(&fake), Some(store.clone()), InUseHints::default(), WallClock::starting_at(t0)).start();
+        d.send(crate::actors::detector::DetectImages).await.unwrap().expect("detect");
+        for _ in 0..100 {
+            if !store.image_records().unwrap().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        d.send(crate::actors::detector::StopDetector).await.unwrap();
+    }
+    // imaged restarts an hour later; the image was first seen an hour ago.
+    let mut store = None;
+    for _ in 0..100 {
+        if let Ok(s) = crate::store::Store::open(dir.path()) {
+            store = Some(Arc::new(s));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let clock = WallClock::starting_at(t0 + Duration::from_secs(3_600));
+    let d = DetectorActor::new(dcfg(), FakeCri::detector_cri(&fake), store, InUseHints::default(), clock).start();
+    let cfg = GcExecutorConfig { policy, rules: ProtectionRules::default(), period: Duration::from_secs(300), capacity: CapacitySource::fixed(100 * GB) };
+    let gc = GcExecutorActor::new(cfg, d, fake.clone().recipient(), fake.clone().recipient(), EventSink::default(), clock).start();
+    let plan = gc.send(DeleteUnusedImages { dry_run: true }).await.unwrap().expect("plan");
+    assert_eq!(plan.entries[0].verdict, Verdict::Delete(DeleteReason::Space), "old enough: its age survived the restart");
+}

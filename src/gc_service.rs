@@ -1,0 +1,82 @@
+//! Starts image garbage collection from configuration: the detector ticker,
+//! the cache refresher and the GC executor, wired to one CRI gateway.
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+
+use crate::actors::cache_refresher::{CacheRefresherActor, ImageListReader};
+use crate::actors::cri_gateway::CriGatewayActor;
+use crate::actors::detector::{DetectorActor, DetectorConfig, DetectorCri};
+use crate::actors::gc_executor::{GcExecutorActor, GcExecutorConfig};
+use crate::clock::WallClock;
+use crate::config::GcSettings;
+use crate::ensure::EventSink;
+use crate::gc::capacity::CapacitySource;
+use crate::gc::hints::InUseHints;
+use crate::store::Store;
+
+/// The running GC actors.
+#[derive(Clone)]
+pub struct GcService {
+    /// The detector ticker (records' only writer).
+    pub detector: Addr<DetectorActor>,
+    /// The GC executor (`RunGc`, `DeleteUnusedImages`, `GetLastGcReport`).
+    pub executor: Addr<GcExecutorActor>,
+    /// The cache refresher.
+    pub refresher: Addr<CacheRefresherActor>,
+    /// Node-status image list, read without a round trip.
+    pub images: ImageListReader,
+}
+
+impl std::fmt::Debug for GcService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GcService").finish_non_exhaustive()
+    }
+}
+
+impl GcService {
+    /// Starts the three actors on the current arbiter. `hints` should be the
+    /// `ImageManager`'s (images it ensured count as in use for the min-age
+    /// window); `events` receives the node events (`InvalidDiskCapacity`,
+    /// `FreeDiskSpaceFailed`, `ImageGCFailed`).
+    pub fn start(
+        gateway: &Addr<CriGatewayActor>,
+        settings: &GcSettings,
+        capacity: CapacitySource,
+        store: Option<Arc<Store>>,
+        hints: InUseHints,
+        events: EventSink,
+    ) -> Self {
+        let clock = WallClock::new();
+        let cri = DetectorCri {
+            list_images: gateway.clone().recipient(),
+            list_containers: gateway.clone().recipient(),
+            list_sandboxes: gateway.clone().recipient(),
+            image_status: gateway.clone().recipient(),
+        };
+        let dcfg = DetectorConfig {
+            period: settings.detect_period,
+            sandbox_image: settings.sandbox_image.clone(),
+            recent_window: settings.min_age,
+        };
+        let detector = DetectorActor::new(dcfg, cri, store, hints, clock).start();
+        let ecfg =
+            GcExecutorConfig { policy: settings.policy(), rules: settings.rules(), period: settings.gc_period, capacity };
+        let executor = GcExecutorActor::new(
+            ecfg,
+            detector.clone(),
+            gateway.clone().recipient(),
+            gateway.clone().recipient(),
+            events,
+            clock,
+        )
+        .start();
+        let (refresher, images) = CacheRefresherActor::new(
+            gateway.clone().recipient(),
+            settings.cache_refresh_period,
+            settings.node_status_max_images,
+        );
+        Self { detector, executor, refresher: refresher.start(), images }
+    }
+}
