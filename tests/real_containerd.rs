@@ -202,7 +202,45 @@ async fn scenario(env: ContainerdEnv) {
     let st = g2.send(GetImageStatus { image: spec("busybox"), verbose: false }).await.unwrap().expect("then served");
     assert_eq!(st.image, None);
 
-    ensure_flow(&env, g).await;
+    ensure_flow(&env, g.clone()).await;
+    gc_flow(&env, g).await;
+}
+
+/// Image GC against containerd: unused images are removed through CRI, a
+/// pinned-by-rule image and the sandbox image are kept, and the filesystem
+/// is measured with statvfs on the mountpoint containerd reports.
+async fn gc_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>) {
+    use imaged::actors::gc_executor::DeleteUnusedImages;
+    use imaged::ensure::EventSink;
+    use imaged::gc::capacity::CapacitySource;
+    use imaged::gc::hints::InUseHints;
+    use imaged::gc::plan::{KeepReason, Verdict};
+    use imaged::gc_service::GcService;
+
+    let open = Registry::open(&env.registry_open);
+    let mut pushed = Vec::new();
+    for name in ["gc-unused", "gc-pinned", "gc-pause"] {
+        let p = open.push_image(&format!("imaged/{name}"), "v1", &[("etc/name", name.as_bytes())]).await.expect("push");
+        gateway.send(PullImage::new(spec(&p.reference))).await.unwrap().expect("pull");
+        pushed.push(p);
+    }
+    let toml = format!(
+        "[gc]\nimage_minimum_gc_age = \"0s\"\nsandbox_image = \"{}\"\npinned_images = [\"{}/imaged/gc-pinned:*\"]",
+        pushed[2].reference, env.registry_open
+    );
+    let settings = imaged::config::Config::from_toml(&toml).expect("config").gc;
+    let svc = GcService::start(&gateway, &settings, CapacitySource::Statvfs, None, InUseHints::default(), EventSink::default());
+    let plan = svc.executor.send(DeleteUnusedImages { dry_run: true }).await.unwrap().expect("plan");
+    assert!(plan.before.capacity > 0, "statvfs measured the containerd mountpoint");
+    let verdict = |id: &str| plan.entries.iter().find(|e| e.id == id).map(|e| e.verdict.clone());
+    assert!(matches!(verdict(&pushed[1].config_digest), Some(Verdict::Keep(KeepReason::PinnedByRule(_)))));
+    assert_eq!(verdict(&pushed[2].config_digest), Some(Verdict::Keep(KeepReason::SandboxImage)));
+    let report = svc.executor.send(DeleteUnusedImages { dry_run: false }).await.unwrap().expect("reclaim");
+    assert!(report.removed.iter().any(|r| r.id == pushed[0].config_digest), "{:?}", report.removed);
+    for (p, present) in [(&pushed[0], false), (&pushed[1], true), (&pushed[2], true)] {
+        let st = gateway.send(GetImageStatus { image: spec(&p.config_digest), verbose: false }).await.unwrap().expect("status");
+        assert_eq!(st.image.is_some(), present, "{}", p.reference);
+    }
 }
 
 /// `EnsureImageExists` once against containerd: pull, present, missing,
