@@ -61,8 +61,12 @@ impl GcService {
             recent_window: settings.min_age,
         };
         let detector = DetectorActor::new(dcfg, cri, store, hints, clock).start();
-        let ecfg =
-            GcExecutorConfig { policy: settings.policy(), rules: settings.rules(), period: settings.gc_period, capacity };
+        let ecfg = GcExecutorConfig {
+            policy: settings.policy(),
+            rules: settings.rules(),
+            period: settings.gc_period,
+            capacity,
+        };
         let executor = GcExecutorActor::new(
             ecfg,
             detector.clone(),

@@ -45,15 +45,28 @@ async fn gc_brings_a_full_filesystem_under_the_low_threshold() {
         state: ContainerState::Exited,
         ..Container::default()
     });
-    let svc = GcService::start(&rt.gateway, &settings(), rt.runtime.capacity_source(), None, InUseHints::default(), EventSink::default());
+    let svc = GcService::start(
+        &rt.gateway,
+        &settings(),
+        rt.runtime.capacity_source(),
+        None,
+        InUseHints::default(),
+        EventSink::default(),
+    );
 
     let plan = svc.executor.send(RunGc { dry_run: true }).await.unwrap().expect("plan");
     assert_eq!(plan.usage_percent, Some(90));
     assert_eq!(plan.amount_to_free, 100, "1000 × 20 % − 100 available");
     let verdict = |id: &str| plan.entries.iter().find(|e| e.id == id).map(|e| e.verdict.clone());
     assert_eq!(verdict(&used), Some(Verdict::Keep(KeepReason::InUse)));
-    assert_eq!(verdict(&RemoteImage::new("example.com/keep/base:1", 0).id), Some(Verdict::Keep(KeepReason::PinnedByRule("example.com/keep/*".into()))));
-    assert_eq!(verdict(&RemoteImage::new("registry.k8s.io/pause:3.10", 0).id), Some(Verdict::Keep(KeepReason::SandboxImage)));
+    assert_eq!(
+        verdict(&RemoteImage::new("example.com/keep/base:1", 0).id),
+        Some(Verdict::Keep(KeepReason::PinnedByRule("example.com/keep/*".into())))
+    );
+    assert_eq!(
+        verdict(&RemoteImage::new("registry.k8s.io/pause:3.10", 0).id),
+        Some(Verdict::Keep(KeepReason::SandboxImage))
+    );
     assert_eq!(rt.runtime.stats().calls(Rpc::RemoveImage), 0, "a dry run removes nothing");
 
     let report = svc.executor.send(RunGc { dry_run: false }).await.unwrap().expect("gc");
@@ -77,7 +90,14 @@ async fn the_node_status_image_list_comes_from_the_cache() {
     let rt = runtime().await;
     rt.runtime.preload(RemoteImage::new("example.com/big:1", 300)).expect("preload");
     rt.runtime.preload(RemoteImage::new("example.com/small:1", 10)).expect("preload");
-    let svc = GcService::start(&rt.gateway, &settings(), rt.runtime.capacity_source(), None, InUseHints::default(), EventSink::default());
+    let svc = GcService::start(
+        &rt.gateway,
+        &settings(),
+        rt.runtime.capacity_source(),
+        None,
+        InUseHints::default(),
+        EventSink::default(),
+    );
     let reader = svc.images.clone();
     // The first refresh runs at start (bounded wait).
     for _ in 0..50 {

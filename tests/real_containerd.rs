@@ -229,7 +229,14 @@ async fn gc_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>) {
         pushed[2].reference, env.registry_open
     );
     let settings = imaged::config::Config::from_toml(&toml).expect("config").gc;
-    let svc = GcService::start(&gateway, &settings, CapacitySource::Statvfs, None, InUseHints::default(), EventSink::default());
+    let svc = GcService::start(
+        &gateway,
+        &settings,
+        CapacitySource::Statvfs,
+        None,
+        InUseHints::default(),
+        EventSink::default(),
+    );
     let plan = svc.executor.send(DeleteUnusedImages { dry_run: true }).await.unwrap().expect("plan");
     assert!(plan.before.capacity > 0, "statvfs measured the containerd mountpoint");
     let verdict = |id: &str| plan.entries.iter().find(|e| e.id == id).map(|e| e.verdict.clone());
@@ -238,7 +245,11 @@ async fn gc_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>) {
     let report = svc.executor.send(DeleteUnusedImages { dry_run: false }).await.unwrap().expect("reclaim");
     assert!(report.removed.iter().any(|r| r.id == pushed[0].config_digest), "{:?}", report.removed);
     for (p, present) in [(&pushed[0], false), (&pushed[1], true), (&pushed[2], true)] {
-        let st = gateway.send(GetImageStatus { image: spec(&p.config_digest), verbose: false }).await.unwrap().expect("status");
+        let st = gateway
+            .send(GetImageStatus { image: spec(&p.config_digest), verbose: false })
+            .await
+            .unwrap()
+            .expect("status");
         assert_eq!(st.image.is_some(), present, "{}", p.reference);
     }
 }

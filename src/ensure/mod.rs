@@ -11,7 +11,8 @@ mod recorder;
 mod tests;
 mod text;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::Addr;
@@ -123,8 +124,15 @@ pub struct ImageManager {
     events: EventSink,
     recorder: PullingRecorder,
     hints: crate::gc::hints::InUseHints,
+    /// `applyDefaultImageTag` results: pods name the same images over and
+    /// over, and the grammar's regular expression is the costliest step of
+    /// a present-image ensure. Bounded; cleared when full.
+    defaulted: Arc<Mutex<HashMap<String, Result<String, String>>>>,
     cfg: EnsureConfig,
 }
+
+/// Most remembered `applyDefaultImageTag` results.
+const DEFAULTED_CACHE: usize = 4096;
 
 /// Class of a CRI failure.
 pub fn class_of_cri(e: &CriError) -> ErrorClass {
@@ -164,6 +172,7 @@ impl ImageManager {
             events: EventSink::default(),
             recorder: PullingRecorder::default(),
             hints: crate::gc::hints::InUseHints::default(),
+            defaulted: Arc::default(),
             cfg,
         }
     }
@@ -236,6 +245,19 @@ impl ImageManager {
         EnsureError { kind, message, class }
     }
 
+    fn default_tag(&self, image: &str) -> Result<String, String> {
+        let mut cache = self.defaulted.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(r) = cache.get(image) {
+            return r.clone();
+        }
+        let r = apply_default_image_tag(image).map_err(|e| e.to_string());
+        if cache.len() >= DEFAULTED_CACHE {
+            cache.clear();
+        }
+        cache.insert(image.to_string(), r.clone());
+        r
+    }
+
     async fn image_present(&self, spec: &ImageSpec) -> Result<Option<String>, CriError> {
         let status = self.reader.image_status(spec.clone(), false).await?;
         Ok(status.image.map(|i| i.id))
@@ -246,10 +268,10 @@ impl ImageManager {
     pub async fn ensure_image_exists(&self, req: &EnsureImageRequest) -> Result<EnsureOk, EnsureError> {
         let requested = req.image.as_str();
         // 1. Default tag.
-        let image = match apply_default_image_tag(requested) {
+        let image = match self.default_tag(requested) {
             Ok(i) => i,
             Err(e) => {
-                let msg = failed_to_apply_default_tag(requested, &e.to_string());
+                let msg = failed_to_apply_default_tag(requested, &e);
                 self.emit(req, EventReason::InspectFailed, &msg, Some(ErrorClass::Permanent));
                 return Err(self.fail(ImageErrorKind::InvalidImageName, msg, ErrorClass::Permanent));
             }

@@ -36,9 +36,11 @@ impl PullingRecorder {
 
     /// A pull (or presence check) finished for `pod_uid`: overwrites the last finish.
     pub fn finished(&self, pod_uid: &str, at: Instant) {
-        self.with(|m| {
-            let e = m.entry(pod_uid.to_string()).or_insert(PodPullTimes { first_started: None, last_finished: None });
-            e.last_finished = Some(at);
+        self.with(|m| match m.get_mut(pod_uid) {
+            Some(e) => e.last_finished = Some(at),
+            None => {
+                m.insert(pod_uid.to_string(), PodPullTimes { first_started: None, last_finished: Some(at) });
+            }
         });
     }
 

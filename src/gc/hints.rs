@@ -16,7 +16,12 @@ impl InUseHints {
     /// `image_id` was ensured (pulled or found present) for a pod at `at`.
     pub fn ensured(&self, image_id: &str, at: SystemTime) {
         let mut m = self.ensured.lock().unwrap_or_else(|p| p.into_inner());
-        m.insert(image_id.to_string(), at);
+        match m.get_mut(image_id) {
+            Some(t) => *t = at,
+            None => {
+                m.insert(image_id.to_string(), at);
+            }
+        }
     }
 
     /// Image ids ensured within `window` before `now`; older hints are dropped.

@@ -8,7 +8,9 @@ use std::time::SystemTime;
 
 use actix::prelude::*;
 
-use crate::actors::cri_gateway::{GetImageFsInfo, GetImageStatus, ListContainers, ListImages, ListPodSandboxes, RemoveImage};
+use crate::actors::cri_gateway::{
+    GetImageFsInfo, GetImageStatus, ListContainers, ListImages, ListPodSandboxes, RemoveImage,
+};
 use crate::cri::{CriError, Rpc};
 use crate::domain::{Container, FilesystemUsage, Image, ImageFsInfo, ImageStatus, PodSandbox};
 

@@ -114,7 +114,13 @@ fn closed(_: MailboxError) -> CriError {
 impl DetectorActor {
     /// A detector; with a `store`, records are loaded from it at start and
     /// every change is written back.
-    pub fn new(cfg: DetectorConfig, cri: DetectorCri, store: Option<Arc<Store>>, hints: InUseHints, clock: WallClock) -> Self {
+    pub fn new(
+        cfg: DetectorConfig,
+        cri: DetectorCri,
+        store: Option<Arc<Store>>,
+        hints: InUseHints,
+        clock: WallClock,
+    ) -> Self {
         Self { cfg, cri, records: Arc::new(Records::default()), store, hints, clock, in_flight: false, last: None }
     }
 
@@ -133,7 +139,11 @@ impl DetectorActor {
                 None
             } else {
                 // A sandbox image that cannot be resolved protects nothing, but does not fail detection.
-                cri.image_status.send(GetImageStatus { image: ImageSpec::new(sandbox), verbose: false }).await.ok().and_then(Result::ok)
+                cri.image_status
+                    .send(GetImageStatus { image: ImageSpec::new(sandbox), verbose: false })
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
             };
             Ok::<_, CriError>(Listed {
                 images: images.map_err(closed)??,
@@ -173,7 +183,14 @@ impl DetectorActor {
         let ids: HashSet<String> = in_use.keys().cloned().collect();
         let records = Arc::make_mut(&mut self.records);
         let diff = records.detect(&l.images, &ids, now);
-        debug!(images = l.images.len(), in_use = ids.len(), added = diff.added.len(), updated = diff.updated.len(), removed = diff.removed.len(), "images detected");
+        debug!(
+            images = l.images.len(),
+            in_use = ids.len(),
+            added = diff.added.len(),
+            updated = diff.updated.len(),
+            removed = diff.removed.len(),
+            "images detected"
+        );
         self.persist(diff);
         let d = Arc::new(Detection { at: now, records: self.records.clone(), in_use, sandbox_image_id });
         self.last = Some(d.clone());

@@ -24,7 +24,11 @@ fn container(id: &str, image: &str, sandbox: &str) -> Container {
 }
 
 fn cfg() -> DetectorConfig {
-    DetectorConfig { period: Duration::from_secs(300), sandbox_image: "registry.k8s.io/pause:3.10".into(), recent_window: Duration::from_secs(120) }
+    DetectorConfig {
+        period: Duration::from_secs(300),
+        sandbox_image: "registry.k8s.io/pause:3.10".into(),
+        recent_window: Duration::from_secs(120),
+    }
 }
 
 const BASE: u64 = 1_700_000_000;
@@ -41,7 +45,11 @@ fn at(secs: u64) -> SystemTime {
 async fn detects_at_start_and_every_period_with_kubelet_record_rules() {
     tokio::time::pause();
     let fake = FakeCri::new(
-        vec![img("sha256:a", 10, "a:1"), img("sha256:b", 20, "b:1"), img("sha256:pause", 1, "registry.k8s.io/pause:3.10")],
+        vec![
+            img("sha256:a", 10, "a:1"),
+            img("sha256:b", 20, "b:1"),
+            img("sha256:pause", 1, "registry.k8s.io/pause:3.10"),
+        ],
         1_000,
     )
     .start();
@@ -84,7 +92,14 @@ async fn records_survive_a_restart_through_the_store() {
     let fake = FakeCri::new(vec![img("sha256:a", 10, "a:1")], 1_000).start();
     {
         let store = Arc::new(Store::open(dir.path()).unwrap());
-        let d = DetectorActor::new(cfg(), FakeCri::detector_cri(&fake), Some(store.clone()), InUseHints::default(), clock()).start();
+        let d = DetectorActor::new(
+            cfg(),
+            FakeCri::detector_cri(&fake),
+            Some(store.clone()),
+            InUseHints::default(),
+            clock(),
+        )
+        .start();
         d.send(DetectImages).await.unwrap().expect("detect");
         // Let the background write finish (bounded).
         for _ in 0..100 {

@@ -22,7 +22,10 @@ use crate::domain::ImageSpec;
 use crate::ensure::{EventReason, EventSink, ImageEvent, ObjectRef};
 use crate::gc::capacity::{CapacitySource, FsCapacity};
 pub use crate::gc::plan::GcMode;
-use crate::gc::plan::{GcPlanError, KeepReason, Shortfall, Verdict, free_disk_space_failed_message, plan_gc};
+use crate::gc::plan::{
+    DeleteReason as DeleteReasonText, GcPlanError, KeepReason, Shortfall, Verdict, free_disk_space_failed_message,
+    plan_gc,
+};
 use crate::gc::policy::{GcPolicy, ProtectionRules};
 
 /// The GC executor's settings.
@@ -56,6 +59,8 @@ pub struct RemovedImage {
 pub struct ReportEntry {
     /// Image id.
     pub id: String,
+    /// Runtime handler the image was pulled for (passed back on removal).
+    pub runtime_handler: String,
     /// Its tags.
     pub repo_tags: Vec<String>,
     /// Its size.
@@ -190,7 +195,18 @@ impl GcExecutorActor {
         clock: WallClock,
     ) -> Self {
         let began = clock.now();
-        Self { cfg, detector, fs_info, remove, events, clock, began, running: false, consecutive_failures: 0, last: None }
+        Self {
+            cfg,
+            detector,
+            fs_info,
+            remove,
+            events,
+            clock,
+            began,
+            running: false,
+            consecutive_failures: 0,
+            last: None,
+        }
     }
 
     fn node_event(events: &EventSink, reason: EventReason, message: String) {
@@ -220,9 +236,14 @@ impl GcExecutorActor {
         let work = async move {
             let started = clock.now();
             let measure = || async {
-                let info = fs_info.send(GetImageFsInfo).await.map_err(|_| GcError::FsInfo("CRI gateway stopped".into()))?;
+                let info =
+                    fs_info.send(GetImageFsInfo).await.map_err(|_| GcError::FsInfo("CRI gateway stopped".into()))?;
                 let info = info.map_err(|e| GcError::FsInfo(format!("failed to get image filesystem info: {e}")))?;
-                let fs = info.image_filesystems.into_iter().next().ok_or_else(|| GcError::FsInfo("the runtime reported no image filesystem".into()))?;
+                let fs = info
+                    .image_filesystems
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| GcError::FsInfo("the runtime reported no image filesystem".into()))?;
                 let capacity = capacity.clone();
                 tokio::task::spawn_blocking(move || capacity.measure(&fs))
                     .await
@@ -235,34 +256,48 @@ impl GcExecutorActor {
             rules.sandbox_image_id = detection.sandbox_image_id.clone();
             let now = clock.now();
             let in_use = detection.in_use_ids();
-            let (entries, deletions, summary) = match plan_gc(&detection.records, &in_use, before, &policy, &rules, began, now, mode) {
-                Ok(plan) => {
-                    let entries: Vec<ReportEntry> = plan
-                        .entries
-                        .iter()
-                        .map(|e| ReportEntry {
-                            id: e.record.key.id.clone(),
-                            repo_tags: e.record.repo_tags.clone(),
-                            size: e.record.size,
-                            verdict: e.verdict.clone(),
-                            used_by: detection.in_use.get(&e.record.key.id).cloned().unwrap_or_default(),
-                        })
-                        .collect();
-                    let deletions: Vec<ReportEntry> = entries.iter().filter(|e| matches!(e.verdict, Verdict::Delete(_))).cloned().collect();
-                    let summary = (plan.usage_percent, plan.projected_usage_percent, plan.amount_to_free, plan.bytes_to_delete, plan.shortfall.clone());
-                    (entries, deletions, summary)
-                }
-                Err(GcPlanError::InvalidCapacity { age_deletions }) => {
-                    // As the kubelet: the max-age pass runs before the capacity check.
-                    if !dry_run {
-                        for key in age_deletions {
-                            let _ = remove.send(RemoveImage { image: ImageSpec::new(key.id) }).await;
-                        }
+            let (entries, deletions, summary) =
+                match plan_gc(&detection.records, &in_use, before, &policy, &rules, began, now, mode) {
+                    Ok(plan) => {
+                        let entries: Vec<ReportEntry> = plan
+                            .entries
+                            .iter()
+                            .map(|e| ReportEntry {
+                                id: e.record.key.id.clone(),
+                                runtime_handler: e.record.key.runtime_handler.clone(),
+                                repo_tags: e.record.repo_tags.clone(),
+                                size: e.record.size,
+                                verdict: e.verdict.clone(),
+                                used_by: detection.in_use.get(&e.record.key.id).cloned().unwrap_or_default(),
+                            })
+                            .collect();
+                        let deletions: Vec<ReportEntry> =
+                            entries.iter().filter(|e| matches!(e.verdict, Verdict::Delete(_))).cloned().collect();
+                        let summary = (
+                            plan.usage_percent,
+                            plan.projected_usage_percent,
+                            plan.amount_to_free,
+                            plan.bytes_to_delete,
+                            plan.shortfall.clone(),
+                        );
+                        (entries, deletions, summary)
                     }
-                    Self::node_event(&events, EventReason::InvalidDiskCapacity, GcError::InvalidCapacity.to_string());
-                    return Err(GcError::InvalidCapacity);
-                }
-            };
+                    Err(GcPlanError::InvalidCapacity { age_deletions }) => {
+                        // As the kubelet: the max-age pass runs before the capacity check.
+                        if !dry_run {
+                            for key in age_deletions {
+                                let spec = ImageSpec::new(key.id).with_runtime_handler(key.runtime_handler);
+                                let _ = remove.send(RemoveImage { image: spec }).await;
+                            }
+                        }
+                        Self::node_event(
+                            &events,
+                            EventReason::InvalidDiskCapacity,
+                            GcError::InvalidCapacity.to_string(),
+                        );
+                        return Err(GcError::InvalidCapacity);
+                    }
+                };
             let (usage_percent, projected_usage_percent, amount_to_free, bytes_to_delete, shortfall) = summary;
             let mut report = GcReport {
                 mode,
@@ -284,11 +319,17 @@ impl GcExecutorActor {
             }
             for v in &deletions {
                 let Verdict::Delete(reason) = &v.verdict else { continue };
-                let msg = RemoveImage { image: ImageSpec::new(v.id.clone()) };
+                let msg =
+                    RemoveImage { image: ImageSpec::new(v.id.clone()).with_runtime_handler(v.runtime_handler.clone()) };
                 match remove.send(msg).await {
                     Ok(Ok(())) => {
                         info!(image = %v.id, reason = %reason, bytes = v.size, "image removed");
-                        report.removed.push(RemovedImage { id: v.id.clone(), repo_tags: v.repo_tags.clone(), size: v.size, reason: reason.to_string() });
+                        report.removed.push(RemovedImage {
+                            id: v.id.clone(),
+                            repo_tags: v.repo_tags.clone(),
+                            size: v.size,
+                            reason: reason.to_string(),
+                        });
                     }
                     Ok(Err(e)) => report.failed.push((v.id.clone(), e.to_string())),
                     Err(_) => report.failed.push((v.id.clone(), "CRI gateway stopped".into())),
@@ -330,19 +371,36 @@ impl GcExecutorActor {
             return Ok(Arc::new(r));
         }
         let freed: u64 = r.removed.iter().map(|i| i.size).sum();
+        // The free-space target already counts the age and retention
+        // deletions as done: compare what the space pass freed.
+        let space = DeleteReasonText::Space.to_string();
+        let freed_space: u64 = r.removed.iter().filter(|i| i.reason == space).map(|i| i.size).sum();
         if !r.failed.is_empty() {
             let errors: Vec<String> = r.failed.iter().map(|(_, e)| e.clone()).collect();
             let agg = aggregate(&errors);
-            let msg = if r.amount_to_free > 0 {
-                format!("wanted to free {} bytes, but freed {freed} bytes space with errors in image deletion: {agg}", r.amount_to_free)
+            let msg = if r.mode == GcMode::DeleteUnused {
+                // The kubelet frees "math.MaxInt64" bytes here, and says so.
+                format!(
+                    "wanted to free {} bytes, but freed {freed} bytes space with errors in image deletion: {agg}",
+                    i64::MAX
+                )
+            } else if r.amount_to_free > 0 {
+                format!(
+                    "wanted to free {} bytes, but freed {freed_space} bytes space with errors in image deletion: {agg}",
+                    r.amount_to_free
+                )
             } else {
-                format!("wanted to free images older than {}, encountered errors in image deletion: {agg}", crate::domain::gofmt::duration(self.cfg.policy.max_age))
+                format!(
+                    "wanted to free images older than {}, encountered errors in image deletion: {agg}",
+                    crate::domain::gofmt::duration(self.cfg.policy.max_age)
+                )
             };
             return Err(GcError::Deletion(msg));
         }
-        if r.mode == GcMode::Threshold && r.amount_to_free > 0 && freed < r.amount_to_free {
-            let usage = r.usage_percent.unwrap_or(100);
-            let msg = free_disk_space_failed_message(usage, r.before.capacity, freed);
+        if r.mode == GcMode::Threshold && r.amount_to_free > 0 && freed_space < r.amount_to_free {
+            // The usage after the max-age pass, as the kubelet re-reads it.
+            let usage = r.projected_usage_percent.or(r.usage_percent).unwrap_or(100);
+            let msg = free_disk_space_failed_message(usage, r.before.capacity, freed_space);
             Self::node_event(&self.events, EventReason::FreeDiskSpaceFailed, msg.clone());
             return Err(GcError::NotEnoughFreed(msg));
         }

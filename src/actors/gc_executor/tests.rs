@@ -14,7 +14,12 @@ use crate::testing::{FailNext, FakeCri, GetFakeCalls, SetFakeContainers, SetFake
 const GB: u64 = 1 << 30;
 
 fn img(id: &str, size: u64) -> Image {
-    Image { id: id.into(), size, repo_tags: vec![format!("example.com/{}:1", id.trim_start_matches("sha256:"))], ..Image::default() }
+    Image {
+        id: id.into(),
+        size,
+        repo_tags: vec![format!("example.com/{}:1", id.trim_start_matches("sha256:"))],
+        ..Image::default()
+    }
 }
 
 struct Rig {
@@ -51,7 +56,11 @@ async fn rig(other_gb: u64, policy: GcPolicy) -> Rig {
     let fake = FakeCri::new(images, 100 * GB).start();
     fake.send(SetFakeFs { capacity: 100 * GB, other_used: other_gb * GB }).await.unwrap();
     let clock = WallClock::starting_at(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
-    let dcfg = DetectorConfig { period: Duration::from_secs(300), sandbox_image: String::new(), recent_window: policy.min_age };
+    let dcfg = DetectorConfig {
+        period: Duration::from_secs(300),
+        sandbox_image: String::new(),
+        recent_window: policy.min_age,
+    };
     let detector = DetectorActor::new(dcfg, FakeCri::detector_cri(&fake), None, InUseHints::default(), clock).start();
     let sink = EventSink::default();
     let events = Events::default().start();
@@ -62,7 +71,8 @@ async fn rig(other_gb: u64, policy: GcPolicy) -> Rig {
         period: Duration::from_secs(300),
         capacity: CapacitySource::fixed(100 * GB),
     };
-    let gc = GcExecutorActor::new(cfg, detector, fake.clone().recipient(), fake.clone().recipient(), sink, clock).start();
+    let gc =
+        GcExecutorActor::new(cfg, detector, fake.clone().recipient(), fake.clone().recipient(), sink, clock).start();
     Rig { fake, gc, events }
 }
 
@@ -74,7 +84,11 @@ async fn gc_runs_every_period_and_frees_down_to_the_low_threshold_oldest_first()
     tokio::time::sleep(Duration::from_millis(1)).await;
     // First run at start: every image is younger than the minimum age.
     let first = r.gc.send(RunGc { dry_run: true }).await.unwrap().expect("dry run");
-    assert!(first.entries.iter().all(|e| matches!(e.verdict, Verdict::Keep(KeepReason::TooYoung { .. }))), "{:?}", first.entries);
+    assert!(
+        first.entries.iter().all(|e| matches!(e.verdict, Verdict::Keep(KeepReason::TooYoung { .. }))),
+        "{:?}",
+        first.entries
+    );
     assert_eq!(first.usage_percent, Some(90));
     assert_eq!(first.amount_to_free, 10 * GB, "100 GiB × 20 % − 10 GiB available");
     let short = first.shortfall.as_ref().expect("target cannot be met yet");
@@ -135,7 +149,10 @@ async fn not_enough_space_emits_free_disk_space_failed_and_repeated_failures_ima
     // The run at start failed too (everything was younger than the minimum
     // age): this is the second failure in a row, so ImageGCFailed follows.
     let reasons = r.events.send(Reasons).await.unwrap();
-    assert_eq!(reasons, [EventReason::FreeDiskSpaceFailed, EventReason::FreeDiskSpaceFailed, EventReason::ImageGcFailed]);
+    assert_eq!(
+        reasons,
+        [EventReason::FreeDiskSpaceFailed, EventReason::FreeDiskSpaceFailed, EventReason::ImageGcFailed]
+    );
 }
 
 #[actix::test]
@@ -145,13 +162,23 @@ async fn zero_capacity_is_invalid_and_listing_failures_are_reported() {
     r.fake.send(SetFakeFs { capacity: 0, other_used: 0 }).await.unwrap();
     // The capacity source is fixed at 100 GiB in the rig; use a zero one here.
     let clock = WallClock::new();
-    let dcfg = DetectorConfig { period: Duration::from_secs(300), sandbox_image: String::new(), recent_window: Duration::from_secs(120) };
+    let dcfg = DetectorConfig {
+        period: Duration::from_secs(300),
+        sandbox_image: String::new(),
+        recent_window: Duration::from_secs(120),
+    };
     let detector = DetectorActor::new(dcfg, FakeCri::detector_cri(&r.fake), None, InUseHints::default(), clock).start();
     let sink = EventSink::default();
     let events = Events::default().start();
     sink.subscribe(events.clone().recipient());
-    let cfg = GcExecutorConfig { policy: GcPolicy::default(), rules: ProtectionRules::default(), period: Duration::from_secs(300), capacity: CapacitySource::fixed(0) };
-    let gc = GcExecutorActor::new(cfg, detector, r.fake.clone().recipient(), r.fake.clone().recipient(), sink, clock).start();
+    let cfg = GcExecutorConfig {
+        policy: GcPolicy::default(),
+        rules: ProtectionRules::default(),
+        period: Duration::from_secs(300),
+        capacity: CapacitySource::fixed(0),
+    };
+    let gc = GcExecutorActor::new(cfg, detector, r.fake.clone().recipient(), r.fake.clone().recipient(), sink, clock)
+        .start();
     tokio::time::sleep(Duration::from_millis(1)).await;
     let err = gc.send(RunGc { dry_run: false }).await.unwrap().expect_err("capacity 0");
     assert_eq!(err, GcError::InvalidCapacity);
@@ -179,10 +206,21 @@ async fn min_age_counts_from_the_first_detection_before_a_restart() {
     let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
     let fake = FakeCri::new(vec![img("sha256:old", 10 * GB)], 100 * GB).start();
     let policy = GcPolicy { min_age: Duration::from_secs(1_800), ..GcPolicy::default() };
-    let dcfg = || DetectorConfig { period: Duration::from_secs(300), sandbox_image: String::new(), recent_window: Duration::from_secs(1_800) };
+    let dcfg = || DetectorConfig {
+        period: Duration::from_secs(300),
+        sandbox_image: String::new(),
+        recent_window: Duration::from_secs(1_800),
+    };
     {
         let store = Arc::new(crate::store::Store::open(dir.path()).unwrap());
-        let d = DetectorActor::new(dcfg(), FakeCri::detector_cri(&fake), Some(store.clone()), InUseHints::default(), WallClock::starting_at(t0)).start();
+        let d = DetectorActor::new(
+            dcfg(),
+            FakeCri::detector_cri(&fake),
+            Some(store.clone()),
+            InUseHints::default(),
+            WallClock::starting_at(t0),
+        )
+        .start();
         d.send(crate::actors::detector::DetectImages).await.unwrap().expect("detect");
         for _ in 0..100 {
             if !store.image_records().unwrap().is_empty() {
@@ -203,8 +241,19 @@ async fn min_age_counts_from_the_first_detection_before_a_restart() {
     }
     let clock = WallClock::starting_at(t0 + Duration::from_secs(3_600));
     let d = DetectorActor::new(dcfg(), FakeCri::detector_cri(&fake), store, InUseHints::default(), clock).start();
-    let cfg = GcExecutorConfig { policy, rules: ProtectionRules::default(), period: Duration::from_secs(300), capacity: CapacitySource::fixed(100 * GB) };
-    let gc = GcExecutorActor::new(cfg, d, fake.clone().recipient(), fake.clone().recipient(), EventSink::default(), clock).start();
+    let cfg = GcExecutorConfig {
+        policy,
+        rules: ProtectionRules::default(),
+        period: Duration::from_secs(300),
+        capacity: CapacitySource::fixed(100 * GB),
+    };
+    let gc =
+        GcExecutorActor::new(cfg, d, fake.clone().recipient(), fake.clone().recipient(), EventSink::default(), clock)
+            .start();
     let plan = gc.send(DeleteUnusedImages { dry_run: true }).await.unwrap().expect("plan");
-    assert_eq!(plan.entries[0].verdict, Verdict::Delete(DeleteReason::Space), "old enough: its age survived the restart");
+    assert_eq!(
+        plan.entries[0].verdict,
+        Verdict::Delete(DeleteReason::Space),
+        "old enough: its age survived the restart"
+    );
 }
