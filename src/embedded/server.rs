@@ -113,11 +113,24 @@ impl Shared {
     }
 }
 
-/// Waits `d` precisely: tokio's timer rounds sleeps up to the next
-/// millisecond, which would make every simulated pull ~1 ms too long, so the
-/// wait is a thread sleep on the blocking pool (cancelling the RPC abandons it).
+/// Waits `d` precisely, measured from the call's arrival: tokio's timer
+/// rounds sleeps up to the next millisecond and a plain thread sleep wakes
+/// late by the kernel's timer slack, either of which would make every
+/// simulated pull visibly longer than asked. A blocking-pool thread sleeps
+/// to just before the deadline and spins the rest (cancelling the RPC
+/// abandons the wait).
 async fn simulate(d: std::time::Duration) {
-    if tokio::task::spawn_blocking(move || std::thread::sleep(d)).await.is_err() {
+    let until = std::time::Instant::now() + d;
+    let wait = tokio::task::spawn_blocking(move || {
+        let spin = std::time::Duration::from_micros(300);
+        if let Some(coarse) = until.checked_duration_since(std::time::Instant::now()).and_then(|left| left.checked_sub(spin)) {
+            std::thread::sleep(coarse);
+        }
+        while std::time::Instant::now() < until {
+            std::hint::spin_loop();
+        }
+    });
+    if wait.await.is_err() {
         tokio::time::sleep(d).await;
     }
 }
