@@ -123,7 +123,9 @@ async fn simulate(d: std::time::Duration) {
     let until = std::time::Instant::now() + d;
     let wait = tokio::task::spawn_blocking(move || {
         let spin = std::time::Duration::from_micros(300);
-        if let Some(coarse) = until.checked_duration_since(std::time::Instant::now()).and_then(|left| left.checked_sub(spin)) {
+        if let Some(coarse) =
+            until.checked_duration_since(std::time::Instant::now()).and_then(|left| left.checked_sub(spin))
+        {
             std::thread::sleep(coarse);
         }
         while std::time::Instant::now() < until {

@@ -356,6 +356,9 @@ impl ImageManager {
             absent_at,
             deadline: req.deadline,
         };
+        // While the pull runs, an image it would replace counts as in use for GC.
+        let normalized = crate::domain::reference::parse_normalized_named(&spec.image).map(|n| n.docker_ref()).ok();
+        let _in_flight = normalized.map(|r| self.hints.pull_started(&r));
         let result = match self.queue.send(EnqueuePull(request)).await {
             Ok(ticket) => ticket.await,
             Err(_) => Err(PullFailure::Stopped),

@@ -10,6 +10,27 @@ use std::time::{Duration, SystemTime};
 #[derive(Debug, Clone, Default)]
 pub struct InUseHints {
     ensured: Arc<Mutex<HashMap<String, SystemTime>>>,
+    /// Normalised references with a pull in flight, and how many.
+    pulling: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+/// Marks a pull in flight until dropped.
+#[derive(Debug)]
+pub struct PullInFlight {
+    hints: InUseHints,
+    reference: String,
+}
+
+impl Drop for PullInFlight {
+    fn drop(&mut self) {
+        let mut m = self.hints.pulling.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = m.get_mut(&self.reference) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.reference);
+            }
+        }
+    }
 }
 
 impl InUseHints {
@@ -22,6 +43,20 @@ impl InUseHints {
                 m.insert(image_id.to_string(), at);
             }
         }
+    }
+
+    /// A pull of `reference` (normalised, as the runtime names images) is in
+    /// flight until the returned guard is dropped: the image it replaces, if
+    /// present, counts as in use meanwhile.
+    pub fn pull_started(&self, reference: &str) -> PullInFlight {
+        *self.pulling.lock().unwrap_or_else(|p| p.into_inner()).entry(reference.to_string()).or_insert(0) += 1;
+        PullInFlight { hints: self.clone(), reference: reference.to_string() }
+    }
+
+    /// Whether any of these references has a pull in flight.
+    pub fn pulling_any<'a>(&self, mut references: impl Iterator<Item = &'a String>) -> bool {
+        let m = self.pulling.lock().unwrap_or_else(|p| p.into_inner());
+        !m.is_empty() && references.any(|r| m.contains_key(r))
     }
 
     /// Image ids ensured within `window` before `now`; older hints are dropped.
@@ -46,5 +81,18 @@ mod tests {
         recent.sort();
         assert_eq!(recent, ["sha256:b"]);
         assert!(h.recent(t0 + Duration::from_secs(1_000), Duration::from_secs(120)).is_empty());
+    }
+
+    #[test]
+    fn pulls_in_flight_last_as_long_as_their_guards() {
+        let h = InUseHints::default();
+        let r = "docker.io/library/nginx:1.27".to_string();
+        let g1 = h.pull_started(&r);
+        let g2 = h.pull_started(&r);
+        assert!(h.pulling_any([r.clone()].iter()));
+        drop(g1);
+        assert!(h.pulling_any([r.clone()].iter()));
+        drop(g2);
+        assert!(!h.pulling_any([r].iter()));
     }
 }

@@ -1,7 +1,8 @@
 //! The detector ticker: every `gc.detect_period` (and at start) it lists
 //! images and containers (all states) through the CRI gateway, works out
 //! which images are in use (containers' images, the sandbox image by its
-//! resolved id, images ensured within the min-age window), updates the image
+//! resolved id, images ensured within the min-age window or with a pull in
+//! flight), updates the image
 //! records as the kubelet's `detectImages` does, and persists what changed.
 //! It is the records' only writer; the GC executor asks it for a detection.
 
@@ -179,6 +180,11 @@ impl DetectorActor {
         }
         for id in self.hints.recent(now, self.cfg.recent_window) {
             in_use.entry(id).or_default().push("ensured recently".into());
+        }
+        for i in &l.images {
+            if self.hints.pulling_any(i.repo_tags.iter().chain(&i.repo_digests)) {
+                in_use.entry(i.id.clone()).or_default().push("pull in flight".into());
+            }
         }
         let ids: HashSet<String> = in_use.keys().cloned().collect();
         let records = Arc::make_mut(&mut self.records);
