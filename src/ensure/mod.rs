@@ -341,7 +341,11 @@ impl ImageManager {
             };
             return Err(self.fail(ImageErrorKind::ImagePullBackOff, msg, class));
         }
-        let _ = self.backoff.send(BeginAttempt { key: key.clone() }).await;
+        // The kubelet deletes the stored previous error when it really
+        // attempts a pull; with none stored there is nothing to delete.
+        if check.previous_error.is_some() {
+            let _ = self.backoff.send(BeginAttempt { key: key.clone() }).await;
+        }
         // Pull.
         let start = Instant::now();
         self.recorder.started(&req.pod.uid, start);

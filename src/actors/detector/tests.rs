@@ -73,7 +73,7 @@ async fn detects_at_start_and_every_period_with_kubelet_record_rules() {
     fake.send(SetFakeContainers(vec![], vec![])).await.unwrap();
     fake.send(SetFakeImages(vec![img("sha256:a", 10, "a:1"), img("sha256:c", 30, "c:1")])).await.unwrap();
     hints.ensured("sha256:c", at(250));
-    let pulling = hints.pull_started(&"a:1".to_string());
+    let pulling = hints.pull_started("a:1");
     tokio::time::sleep(Duration::from_secs(300)).await;
     assert_eq!(fake.send(GetFakeCalls).await.unwrap().of(Rpc::ListImages), 2);
     let d = detector.send(GetLastDetection).await.unwrap().expect("detected");
