@@ -1,6 +1,7 @@
 //! The README's main job until the daemon lands: one round of pull, list,
 //! status and remove through the CRI gateway, then the kubelet's
-//! `EnsureImageExists` flow with its events, printing what happened.
+//! `EnsureImageExists` flow with its events, then a GC plan (dry run) with
+//! every image's verdict, printing what happened.
 
 use std::io::Write;
 
@@ -130,4 +131,43 @@ pub async fn run_ensure(
 fn short(id: &str) -> &str {
     let hex = id.strip_prefix("sha256:").unwrap_or(id);
     hex.get(..12).unwrap_or(hex)
+}
+
+/// The GC round: pulls the demo catalogue's public images, then plans a
+/// garbage collection (dry run) and prints every image with its verdict.
+pub async fn run_gc(cfg: &Config, rt: &ConnectedRuntime, out: &mut impl Write) -> Result<(), AppError> {
+    use crate::actors::cri_gateway::PullImage;
+    use crate::actors::gc_executor::DeleteUnusedImages;
+    use crate::ensure::EventSink;
+    use crate::gc::capacity::CapacitySource;
+    use crate::gc::hints::InUseHints;
+    use crate::gc_service::GcService;
+
+    for image in ["busybox:1.36", "nginx:1.27", "redis:7", "registry.k8s.io/pause:3.10"] {
+        rt.gateway
+            .send(PullImage::new(ImageSpec::new(image)))
+            .await
+            .map_err(|_| AppError::Mailbox("CRI gateway".into()))?
+            .map_err(|e| AppError::cri(format!("PullImage {image}"), e))?;
+    }
+    let capacity = match &rt.embedded {
+        Some(e) => e.capacity_source(),
+        None => CapacitySource::Statvfs,
+    };
+    // The demo's images were pulled a moment ago: plan as if they were old enough.
+    let mut settings = cfg.gc.clone();
+    settings.min_age = std::time::Duration::ZERO;
+    let svc = GcService::start(&rt.gateway, &settings, capacity, None, InUseHints::default(), EventSink::default());
+    let plan = svc
+        .executor
+        .send(DeleteUnusedImages { dry_run: true })
+        .await
+        .map_err(|_| AppError::Mailbox("GC executor".into()))?
+        .map_err(|e| AppError::Other(format!("GC plan: {e}")))?;
+    writeln!(out, "gc      dry run of DeleteUnusedImages (sandbox image {}):", settings.sandbox_image).map_err(io)?;
+    for e in &plan.entries {
+        writeln!(out, "        {} {:>10} bytes  {}  {}", short(&e.id), e.size, e.repo_tags.join(","), e.explain()).map_err(io)?;
+    }
+    writeln!(out, "gc      would free {} bytes", plan.bytes_expected).map_err(io)?;
+    Ok(())
 }

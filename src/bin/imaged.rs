@@ -70,7 +70,8 @@ fn run(cli: Cli) -> Result<(), AppError> {
             actix::System::new().block_on(async move {
                 let rt = imaged::runtime::connect(&cfg).await?;
                 imaged::demo::run(&rt, &images, &mut std::io::stdout()).await?;
-                imaged::demo::run_ensure(&cfg, &rt, &images[0], &mut std::io::stdout()).await
+                imaged::demo::run_ensure(&cfg, &rt, &images[0], &mut std::io::stdout()).await?;
+                imaged::demo::run_gc(&cfg, &rt, &mut std::io::stdout()).await
             })
         }
         Command::EmbeddedRuntime { socket, empty } => {
