@@ -63,3 +63,13 @@ pub fn report(bin: &str, err: &AppError) -> i32 {
     }
     err.exit_code()
 }
+
+/// Parses the command line, or exits: `--help`/`--version` with 0, a usage
+/// error with 64 (`EX_USAGE`), as both binaries do.
+pub fn parse_or_exit<P: clap::Parser>() -> Result<P, std::process::ExitCode> {
+    P::try_parse().map_err(|e| {
+        let code = if e.use_stderr() { crate::error::EXIT_USAGE } else { 0 };
+        let _ = e.print();
+        std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))
+    })
+}

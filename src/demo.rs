@@ -166,7 +166,8 @@ pub async fn run_gc(cfg: &Config, rt: &ConnectedRuntime, out: &mut impl Write) -
         .map_err(|e| AppError::Other(format!("GC plan: {e}")))?;
     writeln!(out, "gc      dry run of DeleteUnusedImages (sandbox image {}):", settings.sandbox_image).map_err(io)?;
     for e in &plan.entries {
-        writeln!(out, "        {} {:>10} bytes  {}  {}", short(&e.id), e.size, e.repo_tags.join(","), e.explain()).map_err(io)?;
+        writeln!(out, "        {} {:>10} bytes  {}  {}", short(&e.id), e.size, e.repo_tags.join(","), e.explain())
+            .map_err(io)?;
     }
     writeln!(out, "gc      would free {} bytes", plan.bytes_expected).map_err(io)?;
     Ok(())

@@ -16,6 +16,7 @@ use imaged::domain::{ErrorClass, ImageErrorKind};
 use imaged::embedded::RemoteImage;
 use imaged::ensure::*;
 use imaged::fault::{FaultPlan, FaultRule};
+use imaged::testing::{EventLog, TakeEvents};
 use support::fixture::{Runtime, runtime};
 
 const PRESENT: &str = "example.com/present:1";
@@ -25,7 +26,7 @@ const MISSING: &str = "example.com/missing:1";
 struct Flow {
     rt: Runtime,
     manager: ImageManager,
-    events: Addr<Events>,
+    events: Addr<EventLog>,
 }
 
 async fn flow_with(ensure: EnsureConfig) -> Flow {
@@ -36,7 +37,7 @@ async fn flow_with(ensure: EnsureConfig) -> Flow {
     let manager = ImageManager::start(rt.gateway.clone(), &pull, &BackoffSettings::default(), ensure)
         .await
         .expect("manager starts");
-    let events = Events::default().start();
+    let events = EventLog::default().start();
     manager.events().subscribe(events.clone().recipient());
     Flow { rt, manager, events }
 }
@@ -58,32 +59,17 @@ impl Flow {
     }
 
     async fn events(&self) -> Vec<(EventType, EventReason, String)> {
-        self.events.send(Take).await.expect("events").into_iter().map(|e| (e.event_type, e.reason, e.message)).collect()
+        self.events
+            .send(TakeEvents)
+            .await
+            .expect("events")
+            .into_iter()
+            .map(|e| (e.event_type, e.reason, e.message))
+            .collect()
     }
 
     fn pulls(&self) -> u64 {
         self.rt.runtime.stats().calls(Rpc::PullImage)
-    }
-}
-
-#[derive(Default)]
-struct Events(Vec<ImageEvent>);
-impl Actor for Events {
-    type Context = Context<Self>;
-}
-impl Handler<ImageEvent> for Events {
-    type Result = ();
-    fn handle(&mut self, e: ImageEvent, _: &mut Self::Context) {
-        self.0.push(e);
-    }
-}
-#[derive(Message)]
-#[rtype(result = "Vec<ImageEvent>")]
-struct Take;
-impl Handler<Take> for Events {
-    type Result = MessageResult<Take>;
-    fn handle(&mut self, _: Take, _: &mut Self::Context) -> Self::Result {
-        MessageResult(std::mem::take(&mut self.0))
     }
 }
 

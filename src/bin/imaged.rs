@@ -39,13 +39,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli: Cli = match imaged::cli::parse_or_exit() {
         Ok(c) => c,
-        Err(e) => {
-            let code = if e.use_stderr() { imaged::error::EXIT_USAGE } else { 0 };
-            let _ = e.print();
-            return ExitCode::from(code as u8);
-        }
+        Err(code) => return code,
     };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,6 +2,8 @@
 //! gateway actor for message-level tests of the actors that call CRI, with
 //! paused time and no sockets.
 
+mod events;
 mod fake_cri;
 
+pub use events::{EventLog, EventReasons, TakeEvents};
 pub use fake_cri::{FailNext, FakeCri, FakeCriCalls, GetFakeCalls, SetFakeContainers, SetFakeFs, SetFakeImages};

@@ -9,7 +9,7 @@ use crate::domain::{Container, ContainerState, Image};
 use crate::ensure::EventReason;
 use crate::gc::hints::InUseHints;
 use crate::gc::plan::{DeleteReason, KeepReason};
-use crate::testing::{FailNext, FakeCri, GetFakeCalls, SetFakeContainers, SetFakeFs};
+use crate::testing::{EventLog, EventReasons, FailNext, FakeCri, GetFakeCalls, SetFakeContainers, SetFakeFs};
 
 const GB: u64 = 1 << 30;
 
@@ -25,28 +25,7 @@ fn img(id: &str, size: u64) -> Image {
 struct Rig {
     fake: Addr<FakeCri>,
     gc: Addr<GcExecutorActor>,
-    events: Addr<Events>,
-}
-
-#[derive(Default)]
-struct Events(Vec<ImageEvent>);
-impl Actor for Events {
-    type Context = Context<Self>;
-}
-impl Handler<ImageEvent> for Events {
-    type Result = ();
-    fn handle(&mut self, e: ImageEvent, _: &mut Self::Context) {
-        self.0.push(e);
-    }
-}
-#[derive(Message)]
-#[rtype(result = "Vec<EventReason>")]
-struct Reasons;
-impl Handler<Reasons> for Events {
-    type Result = MessageResult<Reasons>;
-    fn handle(&mut self, _: Reasons, _: &mut Self::Context) -> Self::Result {
-        MessageResult(self.0.iter().map(|e| e.reason).collect())
-    }
+    events: Addr<EventLog>,
 }
 
 /// Images a..e of 10 GiB each on a 100 GiB disk with `other` GiB used by
@@ -63,7 +42,7 @@ async fn rig(other_gb: u64, policy: GcPolicy) -> Rig {
     };
     let detector = DetectorActor::new(dcfg, FakeCri::detector_cri(&fake), None, InUseHints::default(), clock).start();
     let sink = EventSink::default();
-    let events = Events::default().start();
+    let events = EventLog::default().start();
     sink.subscribe(events.clone().recipient());
     let cfg = GcExecutorConfig {
         policy,
@@ -148,7 +127,7 @@ async fn not_enough_space_emits_free_disk_space_failed_and_repeated_failures_ima
     );
     // The run at start failed too (everything was younger than the minimum
     // age): this is the second failure in a row, so ImageGCFailed follows.
-    let reasons = r.events.send(Reasons).await.unwrap();
+    let reasons = r.events.send(EventReasons).await.unwrap();
     assert_eq!(
         reasons,
         [EventReason::FreeDiskSpaceFailed, EventReason::FreeDiskSpaceFailed, EventReason::ImageGcFailed]
@@ -169,7 +148,7 @@ async fn zero_capacity_is_invalid_and_listing_failures_are_reported() {
     };
     let detector = DetectorActor::new(dcfg, FakeCri::detector_cri(&r.fake), None, InUseHints::default(), clock).start();
     let sink = EventSink::default();
-    let events = Events::default().start();
+    let events = EventLog::default().start();
     sink.subscribe(events.clone().recipient());
     let cfg = GcExecutorConfig {
         policy: GcPolicy::default(),
@@ -183,7 +162,7 @@ async fn zero_capacity_is_invalid_and_listing_failures_are_reported() {
     let err = gc.send(RunGc { dry_run: false }).await.unwrap().expect_err("capacity 0");
     assert_eq!(err, GcError::InvalidCapacity);
     assert_eq!(err.to_string(), "invalid capacity 0 on image filesystem");
-    assert!(events.send(Reasons).await.unwrap().contains(&EventReason::InvalidDiskCapacity));
+    assert!(events.send(EventReasons).await.unwrap().contains(&EventReason::InvalidDiskCapacity));
 
     r.fake.send(FailNext(Rpc::ListImages, CriError::new(CriErrorKind::RuntimeUnavailable, "down"))).await.unwrap();
     let err = r.gc.send(RunGc { dry_run: false }).await.unwrap().expect_err("listing failed");

@@ -1,0 +1,62 @@
+//! The binaries as a user runs them: exit codes and the main job's output.
+
+use std::process::Command;
+
+fn imaged() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_imaged"));
+    // Keep the environment's IMAGED_* settings out of these runs.
+    c.env_remove("RUST_LOG");
+    c
+}
+
+#[test]
+fn bad_configuration_exits_64_naming_the_key_and_value() {
+    let out = imaged().args(["--set", "runtime.mailbox_capacity=0", "check-config"]).output().expect("run imaged");
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("runtime.mailbox_capacity") && err.contains("\"0\""), "{err}");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("bad.toml");
+    std::fs::write(&file, "[pull]\nregistry_pull_qps = -1\n").expect("write");
+    let out = imaged().arg("--config").arg(&file).arg("check-config").output().expect("run imaged");
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("invalid configuration: registryPullQPS (--registry-qps) -1 must not be a negative number"), "{err}");
+
+    let out = imaged().env("IMAGED_GC__IMAGE_GC_HIGH_THRESHOLD_PERCENT", "120").arg("check-config").output().expect("run");
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("imageGCHighThresholdPercent"));
+
+    let out = imaged().arg("--no-such-flag").output().expect("run imaged");
+    assert_eq!(out.status.code(), Some(64), "usage errors exit 64 too");
+}
+
+#[test]
+fn an_unreachable_runtime_exits_69() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock = dir.path().join("none.sock");
+    let out = imaged()
+        .args(["--runtime-endpoint", &format!("unix://{}", sock.display()), "--set", "runtime.startup_timeout=300ms", "demo"])
+        .output()
+        .expect("run imaged");
+    assert_eq!(out.status.code(), Some(69), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn the_main_job_runs_on_the_embedded_runtime() {
+    let out = imaged().arg("demo").output().expect("run imaged");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "runtime: imaged-embedded",
+        "pull    busybox:1.36: sha256:",
+        "list    0 image(s) left",
+        "Successfully pulled image \"busybox:1.36\" in ",
+        "Container image \"busybox:1.36\" already present on machine",
+        "ImagePullBackOff: Back-off pulling image \"docker.io/library/does-not-exist:1.0\": ErrImagePull: ",
+        "keep: sandbox image",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+}
