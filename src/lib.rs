@@ -4,6 +4,7 @@
 //!
 //! # Layout
 //!
+//! - [`credentials`]: pull secrets and the kubelet's keyring matching rules.
 //! - [`domain`]: pure types (images, specs, credentials, containers); no actix, no tonic.
 //! - [`cri`]: everything that speaks CRI: generated types, conversions, the
 //!   typed [`cri::CriClient`] and [`cri::CriError`].
@@ -29,6 +30,7 @@ pub mod actors;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod credentials;
 pub mod cri;
 pub mod demo;
 pub mod domain;

@@ -295,3 +295,34 @@ async fn concurrent_ensures_of_one_image_share_one_pull() {
     assert!(results.iter().all(Result::is_ok));
     assert_eq!(f.pulls(), 1);
 }
+
+#[actix::test]
+async fn pull_secrets_supply_the_credentials_and_a_bad_one_fails_by_name() {
+    use imaged::credentials::PullSecret;
+    let f = flow().await;
+    f.rt.runtime
+        .add_remote(RemoteImage::new("registry.example.com/team/app:v1", 10).private("team", "s3cret"))
+        .expect("add");
+    let secret = |pw: &str| {
+        let json = format!(r#"{{"auths":{{"registry.example.com":{{"username":"team","password":"{pw}"}}}}}}"#);
+        PullSecret::new("default", "regcred", "kubernetes.io/dockerconfigjson")
+            .with_data(".dockerconfigjson", json.into_bytes())
+    };
+    let mut r = req("u1", "registry.example.com/team/app:v1", PullPolicy::Always);
+    r.pull_secrets = vec![secret("wrong-one")];
+    let e = f.manager.ensure_image_exists(&r).await.expect_err("wrong password");
+    assert_eq!(e.kind, ImageErrorKind::ErrImagePull);
+    assert!(e.message.contains("401 Unauthorized") && !e.message.contains("wrong-one"), "{}", e.message);
+
+    let mut r = req("u2", "registry.example.com/team/app:v1", PullPolicy::Always);
+    r.pull_secrets = vec![secret("s3cret")];
+    f.manager.ensure_image_exists(&r).await.expect("the secret's credentials work");
+
+    let mut r = req("u3", "registry.example.com/team/app:v1", PullPolicy::Always);
+    r.pull_secrets = vec![
+        PullSecret::new("default", "broken", "kubernetes.io/dockerconfigjson")
+            .with_data(".dockerconfigjson", b"{not json s3cret".to_vec()),
+    ];
+    let e = f.manager.ensure_image_exists(&r).await.expect_err("undecodable secret");
+    assert!(e.message.contains("default/broken") && !e.message.contains("s3cret"), "{}", e.message);
+}

@@ -312,4 +312,24 @@ async fn ensure_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>)
     ];
     let ok = manager.ensure_image_exists(&req).await.expect("second credential works");
     assert_eq!(ok.image_ref, private.config_digest);
+
+    // A dockerconfigjson pull secret supplies the credentials.
+    let other = auth_reg.push_image("imaged/ensure-secret", "v1", &[("etc/s.txt", b"s\n")]).await.expect("push");
+    let json = format!(
+        r#"{{"auths":{{"{}":{{"auth":"{}"}}}}}}"#,
+        env.registry_auth,
+        base64_encode(&format!("{}:{}", env.user, env.pass))
+    );
+    let mut req = EnsureImageRequest::new("pod-d", other.reference.clone(), PullPolicy::IfNotPresent);
+    req.pull_secrets = vec![
+        imaged::credentials::PullSecret::new("default", "regcred", "kubernetes.io/dockerconfigjson")
+            .with_data(".dockerconfigjson", json.into_bytes()),
+    ];
+    let ok = manager.ensure_image_exists(&req).await.expect("pulled with the secret");
+    assert_eq!(ok.image_ref, other.config_digest);
+}
+
+fn base64_encode(s: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(s)
 }

@@ -61,7 +61,11 @@ pub struct EnsureImageRequest {
     /// The pull policy (see [`crate::domain::pull_policy::default_pull_policy`]
     /// for the API server's defaulting of an empty one).
     pub pull_policy: PullPolicy,
-    /// Credentials to try in order; empty = anonymous.
+    /// The pod's pull secrets (`kubernetes.io/dockerconfigjson` or
+    /// `kubernetes.io/dockercfg`); their credentials matching the image are
+    /// tried first, in the kubelet's keyring order.
+    pub pull_secrets: Vec<crate::credentials::PullSecret>,
+    /// Further credentials (node credentials) tried after the secrets' ones.
     pub credentials: Vec<AuthConfig>,
     /// The pod sandbox config passed to `PullImage`.
     pub sandbox: Option<SandboxConfig>,
@@ -77,6 +81,7 @@ impl EnsureImageRequest {
             container: None,
             image: image.into(),
             pull_policy: policy,
+            pull_secrets: Vec::new(),
             credentials: Vec::new(),
             sandbox: None,
             deadline: None,
@@ -346,13 +351,22 @@ impl ImageManager {
         if check.previous_error.is_some() {
             let _ = self.backoff.send(BeginAttempt { key: key.clone() }).await;
         }
+        // Credentials: pod secrets first (a secret that does not decode fails
+        // the request, as in the kubelet), then the caller's.
+        let mut credentials = if req.pull_secrets.is_empty() {
+            Vec::new()
+        } else {
+            crate::credentials::credentials_for_image(&req.pull_secrets, None, &spec.image)
+                .map_err(|e| self.fail(ImageErrorKind::ErrImagePull, e.to_string(), ErrorClass::Permanent))?
+        };
+        credentials.extend(req.credentials.iter().cloned());
         // Pull.
         let start = Instant::now();
         self.recorder.started(&req.pod.uid, start);
         self.emit(req, EventReason::Pulling, &pulling(requested), None);
         let request = PullRequest {
             image: spec.clone(),
-            credentials: req.credentials.clone(),
+            credentials,
             sandbox: req.sandbox.clone(),
             priority: req.pod.priority,
             skip_if_present: req.pull_policy != PullPolicy::Always
