@@ -22,9 +22,13 @@ fn bad_configuration_exits_64_naming_the_key_and_value() {
     let out = imaged().arg("--config").arg(&file).arg("check-config").output().expect("run imaged");
     assert_eq!(out.status.code(), Some(64));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("invalid configuration: registryPullQPS (--registry-qps) -1 must not be a negative number"), "{err}");
+    assert!(
+        err.contains("invalid configuration: registryPullQPS (--registry-qps) -1 must not be a negative number"),
+        "{err}"
+    );
 
-    let out = imaged().env("IMAGED_GC__IMAGE_GC_HIGH_THRESHOLD_PERCENT", "120").arg("check-config").output().expect("run");
+    let out =
+        imaged().env("IMAGED_GC__IMAGE_GC_HIGH_THRESHOLD_PERCENT", "120").arg("check-config").output().expect("run");
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("imageGCHighThresholdPercent"));
 
@@ -37,7 +41,13 @@ fn an_unreachable_runtime_exits_69() {
     let dir = tempfile::tempdir().expect("tempdir");
     let sock = dir.path().join("none.sock");
     let out = imaged()
-        .args(["--runtime-endpoint", &format!("unix://{}", sock.display()), "--set", "runtime.startup_timeout=300ms", "demo"])
+        .args([
+            "--runtime-endpoint",
+            &format!("unix://{}", sock.display()),
+            "--set",
+            "runtime.startup_timeout=300ms",
+            "demo",
+        ])
         .output()
         .expect("run imaged");
     assert_eq!(out.status.code(), Some(69), "{}", String::from_utf8_lossy(&out.stderr));
