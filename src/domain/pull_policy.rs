@@ -3,9 +3,10 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::reference::parse_image_name;
+use super::gofmt::quote;
+use super::reference::{DEFAULT_TAG, parse_image_name};
 
-/// When to pull.
+/// When to pull an image (a container's `imagePullPolicy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PullPolicy {
     /// Always pull (the registry decides whether anything changed).
@@ -14,13 +15,18 @@ pub enum PullPolicy {
     IfNotPresent,
     /// Never pull; fail if the image is not present.
     Never,
-    /// imaged's addition: pull like `Always`, but when the registry cannot
-    /// be reached and the image is present, use the local image.
+    /// imaged's addition, not a Kubernetes value: pull like `Always`, but
+    /// when the registry cannot be reached and the image is present, use
+    /// the local image.
     AlwaysWithLocalFallback,
 }
 
 impl PullPolicy {
-    /// The policy's name as written in a pod spec.
+    /// Every policy, Kubernetes' three first.
+    pub const ALL: [PullPolicy; 4] =
+        [PullPolicy::Always, PullPolicy::IfNotPresent, PullPolicy::Never, PullPolicy::AlwaysWithLocalFallback];
+
+    /// The policy's name as written in a pod spec or configuration.
     pub fn as_str(self) -> &'static str {
         match self {
             PullPolicy::Always => "Always",
@@ -28,6 +34,12 @@ impl PullPolicy {
             PullPolicy::Never => "Never",
             PullPolicy::AlwaysWithLocalFallback => "AlwaysWithLocalFallback",
         }
+    }
+
+    /// Whether this is one of Kubernetes' own values (`Always`,
+    /// `IfNotPresent`, `Never`), i.e. not an imaged extension.
+    pub fn is_kubernetes(self) -> bool {
+        !matches!(self, PullPolicy::AlwaysWithLocalFallback)
     }
 }
 
@@ -37,62 +49,92 @@ impl fmt::Display for PullPolicy {
     }
 }
 
-/// A pull policy name that is not one of the known ones.
+/// A pull policy name that is not one of the known ones (names are
+/// case-sensitive, as in Kubernetes). `Display`:
+/// `unknown pull policy "<value>": must be one of Always, IfNotPresent, Never, AlwaysWithLocalFallback`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown pull policy {0:?}: use Always, IfNotPresent, Never or AlwaysWithLocalFallback")]
+#[error("unknown pull policy {}: must be one of Always, IfNotPresent, Never, AlwaysWithLocalFallback", quote(.0))]
 pub struct UnknownPullPolicy(pub String);
 
 impl FromStr for PullPolicy {
     type Err = UnknownPullPolicy;
+
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "Always" => Ok(PullPolicy::Always),
-            "IfNotPresent" => Ok(PullPolicy::IfNotPresent),
-            "Never" => Ok(PullPolicy::Never),
-            "AlwaysWithLocalFallback" => Ok(PullPolicy::AlwaysWithLocalFallback),
-            other => Err(UnknownPullPolicy(other.to_string())),
-        }
+        PullPolicy::ALL.into_iter().find(|p| p.as_str() == s).ok_or_else(|| UnknownPullPolicy(s.to_string()))
     }
 }
 
-/// The API server's defaulting of an empty pull policy
-/// (`SetDefaults_Container`): `Always` when the tag is `latest` (written or
-/// implied), otherwise `IfNotPresent` (so a digest-only image is
-/// `IfNotPresent`). A name that does not parse has no tag, so it gets
-/// `IfNotPresent`: upstream ignores the error (validation reports it).
+/// The API server's defaulting of an empty pull policy (core/v1
+/// `SetDefaults_Container`, also used for image volumes): the tag from the
+/// kubelet's `ParseImageName`, parse errors ignored (the tag is then empty);
+/// `latest`, written or implied by the absence of both tag and digest, gives
+/// `Always`; anything else gives `IfNotPresent` — including a digest-only
+/// image and an image that does not parse (validation rejects those).
 pub fn default_pull_policy(image: &str) -> PullPolicy {
-    let tag = parse_image_name(image).map(|(_, tag, _)| tag).unwrap_or_default();
-    if tag == "latest" { PullPolicy::Always } else { PullPolicy::IfNotPresent }
+    match parse_image_name(image) {
+        Ok((_, tag, _)) if tag == DEFAULT_TAG => PullPolicy::Always,
+        _ => PullPolicy::IfNotPresent,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const DIGEST: &str = "sha256:7cc4b5aefd1d0cadf8d97d4350462ba51c694ebca145b08d7d41b41acc8db5aa";
+
     #[test]
     fn defaulting_follows_the_api_server() {
-        let d = "sha256:7cc4b5aefd1d0cadf8d97d4350462ba51c694ebca145b08d7d41b41acc8db5aa";
-        let table = [
-            ("busybox", PullPolicy::Always),
-            ("busybox:latest", PullPolicy::Always),
-            ("busybox:1.36", PullPolicy::IfNotPresent),
-            ("registry.k8s.io/pause:3.10", PullPolicy::IfNotPresent),
+        let table: Vec<(String, PullPolicy)> = vec![
+            ("busybox".into(), PullPolicy::Always),
+            ("busybox:latest".into(), PullPolicy::Always),
+            ("docker.io/library/busybox".into(), PullPolicy::Always),
+            ("localhost:5000/app".into(), PullPolicy::Always),
+            ("busybox:1.36".into(), PullPolicy::IfNotPresent),
+            ("busybox:Latest".into(), PullPolicy::IfNotPresent),
+            ("busybox:latest-alpine".into(), PullPolicy::IfNotPresent),
+            ("registry.k8s.io/pause:3.10".into(), PullPolicy::IfNotPresent),
+            ("localhost:5000/app:5000".into(), PullPolicy::IfNotPresent),
+            (format!("busybox@{DIGEST}"), PullPolicy::IfNotPresent),
+            (format!("busybox:latest@{DIGEST}"), PullPolicy::Always),
+            (format!("busybox:1@{DIGEST}"), PullPolicy::IfNotPresent),
+            // Unparsable images: the error is ignored, no tag → IfNotPresent.
+            ("Not/Valid".into(), PullPolicy::IfNotPresent),
+            ("BUSYBOX".into(), PullPolicy::IfNotPresent),
+            ("".into(), PullPolicy::IfNotPresent),
+            ("http://example.com/x".into(), PullPolicy::IfNotPresent),
+            (format!("busybox@sha256:{}", &DIGEST[7..40]), PullPolicy::IfNotPresent),
         ];
         for (image, want) in table {
-            assert_eq!(default_pull_policy(image), want, "{image}");
+            assert_eq!(default_pull_policy(&image), want, "{image:?}");
         }
-        assert_eq!(default_pull_policy(&format!("busybox@{d}")), PullPolicy::IfNotPresent);
-        assert_eq!(default_pull_policy(&format!("busybox:latest@{d}")), PullPolicy::Always);
-        assert_eq!(default_pull_policy("Not/Valid"), PullPolicy::IfNotPresent);
     }
 
     #[test]
     fn names_parse_and_print() {
-        for p in [PullPolicy::Always, PullPolicy::IfNotPresent, PullPolicy::Never, PullPolicy::AlwaysWithLocalFallback]
-        {
+        for p in PullPolicy::ALL {
             assert_eq!(p.as_str().parse::<PullPolicy>(), Ok(p));
+            assert_eq!(p.to_string(), p.as_str());
         }
-        let e = "always".parse::<PullPolicy>().unwrap_err();
-        assert!(e.to_string().contains("\"always\""));
+        assert!(PullPolicy::Never.is_kubernetes() && !PullPolicy::AlwaysWithLocalFallback.is_kubernetes());
+        let table = [
+            (
+                "always",
+                "unknown pull policy \"always\": must be one of Always, IfNotPresent, Never, AlwaysWithLocalFallback",
+            ),
+            ("", "unknown pull policy \"\": must be one of Always, IfNotPresent, Never, AlwaysWithLocalFallback"),
+            (
+                " Never",
+                "unknown pull policy \" Never\": must be one of Always, IfNotPresent, Never, AlwaysWithLocalFallback",
+            ),
+            (
+                "If\nNotPresent",
+                "unknown pull policy \"If\\nNotPresent\": must be one of Always, IfNotPresent, Never, AlwaysWithLocalFallback",
+            ),
+        ];
+        for (input, text) in table {
+            let err = input.parse::<PullPolicy>().map_err(|e| e.to_string());
+            assert_eq!(err, Err(text.to_string()), "{input:?}");
+        }
     }
 }
