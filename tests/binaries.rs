@@ -70,3 +70,19 @@ fn the_main_job_runs_on_the_embedded_runtime() {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");
     }
 }
+
+#[test]
+fn logs_are_json_lines_when_asked_and_rust_log_filters_them() {
+    let out = imaged().args(["--log-format", "json", "demo"]).output().expect("run imaged");
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(!lines.is_empty(), "info logs expected");
+    for l in &lines {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+        assert!(v.get("level").is_some() && v.get("message").is_some(), "{l}");
+    }
+    let quiet = imaged().env("RUST_LOG", "error").arg("demo").output().expect("run imaged");
+    assert!(quiet.status.success());
+    assert!(String::from_utf8_lossy(&quiet.stderr).trim().is_empty(), "RUST_LOG=error silences info logs");
+}
