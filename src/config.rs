@@ -510,47 +510,22 @@ fn pull_from_raw(p: RawPull) -> Result<(PullQueueConfig, EnsureConfig), ConfigEr
 
 /// The kubelet's image GC validation (its texts), plus imaged's own keys.
 fn gc_from_raw(g: RawGc) -> Result<GcSettings, ConfigError> {
-    use crate::domain::gofmt::duration as go;
     let (high, low) = (g.image_gc_high_threshold_percent, g.image_gc_low_threshold_percent);
-    if !(0..=100).contains(&high) {
-        return Err(invalid(
-            "gc.image_gc_high_threshold_percent",
-            &high.to_string(),
-            format!(
-                "invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) {high} must be between 0 and 100, inclusive"
-            ),
-        ));
-    }
-    if !(0..=100).contains(&low) {
-        return Err(invalid(
-            "gc.image_gc_low_threshold_percent",
-            &low.to_string(),
-            format!(
-                "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) {low} must be between 0 and 100, inclusive"
-            ),
-        ));
-    }
-    if low >= high {
-        return Err(invalid(
-            "gc.image_gc_low_threshold_percent",
-            &low.to_string(),
-            format!(
-                "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) {low} must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {high}"
-            ),
-        ));
-    }
     let min_age = duration("gc.image_minimum_gc_age", &g.image_minimum_gc_age)?;
     let max_age = duration("gc.image_maximum_gc_age", &g.image_maximum_gc_age)?;
-    if !max_age.is_zero() && max_age <= min_age {
-        return Err(invalid(
-            "gc.image_maximum_gc_age",
-            &g.image_maximum_gc_age,
-            format!(
-                "invalid configuration: imageMaximumGCAge {} must be greater than imageMinimumGCAge {}",
-                go(max_age),
-                go(min_age)
-            ),
-        ));
+    // The kubelet's texts live in `GcPolicy::validate`; name the key here.
+    let policy =
+        crate::gc::policy::GcPolicy { high_threshold_percent: high, low_threshold_percent: low, min_age, max_age };
+    if let Err(errors) = policy.validate() {
+        let first = errors.into_iter().next().unwrap_or_default();
+        let (key, value) = if first.contains("imageMaximumGCAge") {
+            ("gc.image_maximum_gc_age", g.image_maximum_gc_age.clone())
+        } else if first.starts_with("invalid configuration: imageGCLowThresholdPercent") {
+            ("gc.image_gc_low_threshold_percent", low.to_string())
+        } else {
+            ("gc.image_gc_high_threshold_percent", high.to_string())
+        };
+        return Err(invalid(key, &value, first));
     }
     let period = |key: &str, v: &str| -> Result<Duration, ConfigError> {
         let d = duration(key, v)?;

@@ -127,17 +127,9 @@ impl PullQueueActor {
                 let phase = if how == Submitted::Joined { PullPhase::WaitingOnSharedPull } else { PullPhase::Queued };
                 Self::publish(subscribers, &key.image, phase);
             });
-            if admitted.is_empty() || self.queue.running() >= self.limit() {
+            if admitted.is_empty() || self.queue.running() >= self.cfg.concurrency.limit() {
                 break;
             }
-        }
-    }
-
-    fn limit(&self) -> usize {
-        match self.cfg.concurrency {
-            Concurrency::Serial => 1,
-            Concurrency::Parallel(Some(n)) => n.max(1),
-            Concurrency::Parallel(None) => usize::MAX,
         }
     }
 

@@ -36,7 +36,8 @@ pub enum Concurrency {
 }
 
 impl Concurrency {
-    fn limit(self) -> usize {
+    /// Most pulls that may run at once.
+    pub fn limit(self) -> usize {
         match self {
             Concurrency::Serial => 1,
             Concurrency::Parallel(Some(n)) => n.max(1),
