@@ -20,6 +20,7 @@
 //! - [`store`]: the embedded database (redb) holding all of imaged's durable
 //!   state (GC image records today).
 //! - [`api`]: the daemon's gRPC API (`proto/imaged/v1`): service, socket, client.
+//! - [`daemon`]: `imaged run`: a [`node::Node`] behind the API, with signals.
 //! - [`node`]: the library entry point ([`node::Node`]): every actor from one config.
 //! - [`runtime`]: resolves the configured endpoint (starting the embedded
 //!   runtime when asked) and connects the gateway.
@@ -35,6 +36,7 @@ pub mod clock;
 pub mod config;
 pub mod credentials;
 pub mod cri;
+pub mod daemon;
 pub mod demo;
 pub mod domain;
 pub mod embedded;

@@ -45,6 +45,7 @@ fn status_of(e: NodeError) -> Status {
 pub struct ImagedService {
     node: Arc<Node>,
     events: broadcast::Sender<proto::Event>,
+    recent: hub::Recent,
     stopping: watch::Receiver<bool>,
 }
 
@@ -55,10 +56,15 @@ impl std::fmt::Debug for ImagedService {
 }
 
 impl ImagedService {
-    /// The service over `node`; `events` is the [`EventHub`]'s channel;
-    /// event streams end when `stopping` turns true.
-    pub fn new(node: Arc<Node>, events: broadcast::Sender<proto::Event>, stopping: watch::Receiver<bool>) -> Self {
-        Self { node, events, stopping }
+    /// The service over `node`; `events` and `recent` are the
+    /// [`EventHub`]'s; event streams end when `stopping` turns true.
+    pub fn new(
+        node: Arc<Node>,
+        events: broadcast::Sender<proto::Event>,
+        recent: hub::Recent,
+        stopping: watch::Receiver<bool>,
+    ) -> Self {
+        Self { node, events, recent, stopping }
     }
 
     fn pull_mode(&self) -> String {
@@ -140,11 +146,24 @@ impl Imaged for ImagedService {
 
     async fn watch_events(
         &self,
-        _: Request<proto::WatchEventsRequest>,
+        request: Request<proto::WatchEventsRequest>,
     ) -> Result<Response<Self::WatchEventsStream>, Status> {
+        use futures_util::StreamExt as _;
+        let r = request.into_inner();
+        // Subscribe before copying the backlog: an event in between is sent
+        // twice rather than lost.
         let rx = self.events.subscribe();
+        let backlog: Vec<Result<proto::Event, Status>> = if r.recent {
+            self.recent.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().map(Ok).collect()
+        } else {
+            Vec::new()
+        };
+        let backlog = futures_util::stream::iter(backlog);
+        if !r.follow {
+            return Ok(Response::new(Box::pin(backlog)));
+        }
         let stopping = self.stopping.clone();
-        let stream = futures_util::stream::unfold((rx, stopping), |(mut rx, mut stopping)| async move {
+        let live = futures_util::stream::unfold((rx, stopping), |(mut rx, mut stopping)| async move {
             loop {
                 if *stopping.borrow() {
                     return None;
@@ -161,7 +180,7 @@ impl Imaged for ImagedService {
                 }
             }
         });
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Response::new(Box::pin(backlog.chain(live))))
     }
 
     async fn get_status(&self, _: Request<proto::GetStatusRequest>) -> Result<Response<proto::StatusResponse>, Status> {

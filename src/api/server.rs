@@ -67,9 +67,10 @@ impl ApiSocket {
 
     /// Serves `service` until `shutdown` resolves; in-flight calls finish
     /// first (event streams end when the service's `stopping` turns true).
-    /// Requests larger than `max_request_bytes` are refused.
+    /// Requests larger than `max_request_bytes` are refused. The socket
+    /// file is removed when serving ends.
     pub async fn serve(
-        &mut self,
+        mut self,
         service: ImagedService,
         max_request_bytes: usize,
         shutdown: impl Future<Output = ()>,
