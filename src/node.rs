@@ -29,6 +29,7 @@ use crate::actors::Stop;
 use crate::actors::backoff_registry::{BackoffView, ClearBackoff, ClearScope, ListBackoffs};
 use crate::actors::cache_refresher::ImageListReader;
 use crate::actors::cri_gateway::{CriGatewayActor, ListImages};
+use crate::actors::detector::DetectImages;
 use crate::actors::gc_executor::{DeleteUnusedImages, GcError, GcReport, GetLastGcReport, RunGc};
 use crate::actors::pull_queue::{GetQueueStatus, PullPhaseChanged, QueueStatus, SubscribePhases};
 use crate::config::Config;
@@ -43,6 +44,9 @@ use crate::store::Store;
 
 /// How often [`Node::shutdown`] looks whether in-flight pulls are done.
 const DRAIN_POLL: Duration = Duration::from_millis(20);
+
+/// Least time the final detection at shutdown gets, even past the grace.
+const FINAL_DETECTION: Duration = Duration::from_secs(2);
 
 /// Why a [`Node`] call failed (besides an ensure's own [`EnsureError`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -260,9 +264,11 @@ impl Node {
     }
 
     /// Graceful stop: stop taking requests, let queued and running pulls
-    /// finish for up to `grace`, then stop every actor. The store needs no
-    /// flush (every write is a committed transaction); it closes when the
-    /// last handle drops. The embedded runtime, if any, stops with the node.
+    /// finish for up to `grace`, run a last image detection (so the durable
+    /// records include what those pulls brought), then stop every actor.
+    /// The store needs no flush (every write is a committed transaction); it
+    /// closes when the last handle drops. The embedded runtime, if any,
+    /// stops with the node.
     pub async fn shutdown(&self, grace: Duration) -> ShutdownReport {
         self.stop_accepting();
         let deadline = tokio::time::Instant::now() + grace;
@@ -278,6 +284,18 @@ impl Node {
         };
         if abandoned_pulls > 0 {
             tracing::warn!(abandoned_pulls, ?grace, "shutdown grace period ended with pulls still in flight");
+        }
+        // A last detection records what the drained pulls brought (first
+        // seen, last used) in the durable state before the actors stop.
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now()).max(FINAL_DETECTION);
+        match tokio::time::timeout(left, self.gc.detector.send(DetectImages)).await {
+            Ok(Ok(Ok(_))) => {}
+            Ok(Ok(Err(e))) => {
+                tracing::warn!(error = %e, "final image detection failed; records are as of the last one")
+            }
+            Ok(Err(_)) | Err(_) => {
+                tracing::warn!("final image detection did not finish; records are as of the last one")
+            }
         }
         self.gc.detector.do_send(Stop);
         self.gc.executor.do_send(Stop);
