@@ -30,8 +30,24 @@ use crate::error::AppError;
 use crate::node::Node;
 use crate::telemetry::LogReload;
 
+/// Makes any panic, on any thread or task, end the process (after logging
+/// it) instead of leaving an actor or a connection task silently dead:
+/// tokio catches task panics and actix does not restart a panicked actor,
+/// so without this a daemon could go on half-alive. The service manager
+/// (systemd `Restart=on-failure`, a DaemonSet) restarts the process; the
+/// durable state is crash-safe. Release builds also set `panic = "abort"`.
+pub fn abort_on_panic() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        tracing::error!(panic = %info, "imaged: a panic is a bug; aborting so the service manager restarts the process");
+        default(info);
+        std::process::abort();
+    }));
+}
+
 /// Runs the daemon until SIGTERM/SIGINT. `sources` are re-read on SIGHUP.
 pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Result<(), AppError> {
+    abort_on_panic();
     let mut term = signal(SignalKind::terminate()).map_err(|e| AppError::Other(format!("SIGTERM handler: {e}")))?;
     let mut hup = signal(SignalKind::hangup()).map_err(|e| AppError::Other(format!("SIGHUP handler: {e}")))?;
     let daemon = cfg.daemon.clone();
@@ -46,7 +62,7 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
     let (hub, events, recent) = EventHub::new();
     let hub = hub.start();
     node.subscribe_events(hub.clone().recipient());
-    node.subscribe_phases(hub.recipient());
+    node.subscribe_phases(hub.recipient()).await.map_err(|e| AppError::Other(e.to_string()))?;
 
     let socket = ApiSocket::bind(&daemon).await?;
     info!(socket = %socket.path().display(), "imaged API serving");

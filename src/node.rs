@@ -198,8 +198,8 @@ impl Node {
     }
 
     /// Subscribes to pull phases (queued, throttled, pulling, done, …).
-    pub fn subscribe_phases(&self, to: Recipient<PullPhaseChanged>) {
-        self.manager.queue().do_send(SubscribePhases(to));
+    pub async fn subscribe_phases(&self, to: Recipient<PullPhaseChanged>) -> Result<(), NodeError> {
+        self.manager.queue().send(SubscribePhases(to)).await.map_err(|_| NodeError::Stopped("pull queue"))
     }
 
     /// The node-status image list, as the cache refresher last saw it.
