@@ -120,6 +120,7 @@ struct RawBackoff {
 #[serde(deny_unknown_fields)]
 struct RawRuntime {
     endpoint: String,
+    fault_plan: String,
     embedded_socket: String,
     connect_timeout: String,
     startup_timeout: String,
@@ -316,6 +317,9 @@ pub struct Config {
     pub gc: GcSettings,
     /// Directory of durable state (`None` = memory only).
     pub state_dir: Option<PathBuf>,
+    /// A fault plan file (TOML, see `fault::FaultPlan::from_toml`) applied
+    /// at the CRI gateway; `None` = no faults.
+    pub fault_plan: Option<PathBuf>,
     /// The daemon's settings (`imaged run`).
     pub daemon: DaemonSettings,
     /// Logging.
@@ -398,6 +402,7 @@ impl Config {
 
     fn from_raw(raw: RawConfig) -> Result<Self, ConfigError> {
         let r = raw.runtime;
+        let r_fault_plan = r.fault_plan.clone();
         let endpoint = if r.endpoint == "embedded" {
             RuntimeEndpoint::Embedded {
                 socket: if r.embedded_socket.is_empty() { None } else { Some(PathBuf::from(&r.embedded_socket)) },
@@ -449,6 +454,13 @@ impl Config {
         let gc = gc_from_raw(raw.gc)?;
         let state_dir = if raw.state.dir.is_empty() { None } else { Some(PathBuf::from(raw.state.dir)) };
         let daemon = daemon_from_raw(raw.daemon)?;
+        let fault_plan = if r_fault_plan.is_empty() {
+            None
+        } else {
+            let path = PathBuf::from(&r_fault_plan);
+            load_fault_plan(&path).map_err(|reason| invalid("runtime.fault_plan", &r_fault_plan, reason))?;
+            Some(path)
+        };
         Ok(Config {
             endpoint,
             cri,
@@ -457,10 +469,17 @@ impl Config {
             backoff,
             gc,
             state_dir,
+            fault_plan,
             daemon,
             log: LogConfig { format, filter: raw.log.filter },
         })
     }
+}
+
+/// Reads and parses a fault plan file.
+pub fn load_fault_plan(path: &std::path::Path) -> Result<crate::fault::FaultPlan, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("reading it: {e}"))?;
+    crate::fault::FaultPlan::from_toml(&text)
 }
 
 fn daemon_from_raw(d: RawDaemon) -> Result<DaemonSettings, ConfigError> {

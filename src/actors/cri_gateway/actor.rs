@@ -174,6 +174,9 @@ impl Core {
                                 let _lost = f(client, deadline).await;
                                 std::future::pending().await
                             }
+                            // Deliberate: a fault plan's stand-in for a bug.
+                            #[allow(clippy::panic)]
+                            FaultAction::Panic => panic!("fault plan: injected panic in the CRI gateway ({rpc})"),
                         }
                     };
                     // A fault's delay counts against the call's deadline.
