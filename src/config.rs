@@ -15,6 +15,7 @@ use crate::actors::backoff_registry::BackoffConfig;
 use crate::actors::pull_queue::{Concurrency, PullQueueConfig, ThrottleMode};
 use crate::cri::{CriEndpoint, Rpc};
 use crate::ensure::EnsureConfig;
+use crate::metrics::Metrics;
 
 /// The documented defaults (`config/default.toml`).
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
@@ -188,6 +189,8 @@ pub struct CriConfig {
     pub mailbox_capacity: usize,
     /// Per-call deadlines.
     pub deadlines: CriDeadlines,
+    /// Where the gateway reports call latencies and errors.
+    pub metrics: Metrics,
 }
 
 impl Default for CriConfig {
@@ -197,6 +200,7 @@ impl Default for CriConfig {
             startup_timeout: Duration::from_secs(30),
             mailbox_capacity: 256,
             deadlines: CriDeadlines::uniform(Some(Duration::from_secs(120))).with(Rpc::PullImage, None),
+            metrics: Metrics::default(),
         }
     }
 }
@@ -228,11 +232,18 @@ pub struct BackoffSettings {
     pub gc_interval: Option<Duration>,
     /// Mailbox capacity.
     pub mailbox_capacity: usize,
+    /// Where the registry reports its size.
+    pub metrics: Metrics,
 }
 
 impl Default for BackoffSettings {
     fn default() -> Self {
-        Self { backoff: BackoffConfig::default(), gc_interval: Some(Duration::from_secs(60)), mailbox_capacity: 1024 }
+        Self {
+            backoff: BackoffConfig::default(),
+            gc_interval: Some(Duration::from_secs(60)),
+            mailbox_capacity: 1024,
+            metrics: Metrics::default(),
+        }
     }
 }
 
@@ -261,6 +272,8 @@ pub struct GcSettings {
     pub pinned_images: Vec<String>,
     /// Keep at most this many unused tags per repository (`None` = off).
     pub keep_newest_tags_per_repo: Option<usize>,
+    /// Where the GC executor reports removals, bytes freed and runs.
+    pub metrics: Metrics,
 }
 
 impl GcSettings {
@@ -329,6 +342,17 @@ impl Sources {
 }
 
 impl Config {
+    /// This configuration with every component reporting to `metrics` (the
+    /// gateway, the pull queue and ensure flow, the backoff registry, GC).
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: &Metrics) -> Self {
+        self.cri.metrics = metrics.clone();
+        self.pull.metrics = metrics.clone();
+        self.backoff.metrics = metrics.clone();
+        self.gc.metrics = metrics.clone();
+        self
+    }
+
     /// The built-in defaults.
     pub fn defaults() -> Result<Self, ConfigError> {
         Self::load(&Sources::default())
@@ -410,6 +434,7 @@ impl Config {
             startup_timeout: duration("runtime.startup_timeout", &r.startup_timeout)?,
             mailbox_capacity,
             deadlines,
+            metrics: Metrics::default(),
         };
         let format = match raw.log.format.as_str() {
             "text" => LogFormat::Text,
@@ -423,6 +448,7 @@ impl Config {
         let backoff = backoff_from_raw(raw.backoff)?;
         let gc = gc_from_raw(raw.gc)?;
         let state_dir = if raw.state.dir.is_empty() { None } else { Some(PathBuf::from(raw.state.dir)) };
+        // One registry for every component (see `with_metrics` to use the daemon's).
         Ok(Config {
             endpoint,
             cri,
@@ -432,7 +458,8 @@ impl Config {
             gc,
             state_dir,
             log: LogConfig { format, filter: raw.log.filter },
-        })
+        }
+        .with_metrics(&Metrics::default()))
     }
 }
 
@@ -503,6 +530,7 @@ fn pull_from_raw(p: RawPull) -> Result<(PullQueueConfig, EnsureConfig), ConfigEr
             burst: if burst == 0 { 10 } else { burst },
             throttle_mode,
             pull_deadline: if deadline.is_zero() { None } else { Some(deadline) },
+            metrics: Metrics::default(),
         },
         EnsureConfig { annotate_error_class: p.annotate_error_class },
     ))
@@ -579,6 +607,7 @@ fn gc_from_raw(g: RawGc) -> Result<GcSettings, ConfigError> {
         sandbox_image: g.sandbox_image,
         pinned_images: g.pinned_images,
         keep_newest_tags_per_repo: keep,
+        metrics: Metrics::default(),
     })
 }
 
@@ -592,7 +621,12 @@ fn backoff_from_raw(b: RawBackoff) -> Result<BackoffSettings, ConfigError> {
         usize::try_from(b.mailbox_capacity).ok().filter(|c| (1..=1_000_000).contains(c)).ok_or_else(|| {
             invalid("backoff.mailbox_capacity", &b.mailbox_capacity.to_string(), "must be from 1 to 1000000")
         })?;
-    Ok(BackoffSettings { backoff, gc_interval: if gc.is_zero() { None } else { Some(gc) }, mailbox_capacity })
+    Ok(BackoffSettings {
+        backoff,
+        gc_interval: if gc.is_zero() { None } else { Some(gc) },
+        mailbox_capacity,
+        metrics: Metrics::default(),
+    })
 }
 
 fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {
