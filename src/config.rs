@@ -58,6 +58,14 @@ struct RawConfig {
     gc: RawGc,
     state: RawState,
     log: RawLog,
+    daemon: RawDaemon,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDaemon {
+    metrics_address: String,
+    metrics_allow_non_loopback: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -302,6 +310,20 @@ impl GcSettings {
     }
 }
 
+/// The `imaged run` daemon's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DaemonSettings {
+    /// Where `/metrics`, `/healthz` and `/readyz` are served (`None` = not
+    /// served). A loopback address unless `metrics_allow_non_loopback`.
+    pub metrics_address: Option<std::net::SocketAddr>,
+}
+
+impl Default for DaemonSettings {
+    fn default() -> Self {
+        Self { metrics_address: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 9464))) }
+    }
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -321,6 +343,8 @@ pub struct Config {
     pub state_dir: Option<PathBuf>,
     /// Logging.
     pub log: LogConfig,
+    /// The daemon's own settings.
+    pub daemon: DaemonSettings,
 }
 
 /// Where configuration comes from, besides the built-in defaults.
@@ -458,6 +482,7 @@ impl Config {
             gc,
             state_dir,
             log: LogConfig { format, filter: raw.log.filter },
+            daemon: daemon_from_raw(raw.daemon)?,
         }
         .with_metrics(&Metrics::default()))
     }
@@ -609,6 +634,26 @@ fn gc_from_raw(g: RawGc) -> Result<GcSettings, ConfigError> {
         keep_newest_tags_per_repo: keep,
         metrics: Metrics::default(),
     })
+}
+
+fn daemon_from_raw(d: RawDaemon) -> Result<DaemonSettings, ConfigError> {
+    let key = "daemon.metrics_address";
+    let text = d.metrics_address.trim();
+    if text.is_empty() {
+        return Ok(DaemonSettings { metrics_address: None });
+    }
+    let addr: std::net::SocketAddr = text.parse().map_err(|_| {
+        invalid(key, text, "not an IP address and port; write e.g. \"127.0.0.1:9464\" or \"[::1]:9464\" (\"\" = off)")
+    })?;
+    if !addr.ip().is_loopback() && !d.metrics_allow_non_loopback {
+        return Err(invalid(
+            key,
+            text,
+            "not a loopback address: /metrics, /healthz and /readyz would be reachable from the network; \
+             use 127.0.0.1 or ::1, or set daemon.metrics_allow_non_loopback = true",
+        ));
+    }
+    Ok(DaemonSettings { metrics_address: Some(addr) })
 }
 
 fn backoff_from_raw(b: RawBackoff) -> Result<BackoffSettings, ConfigError> {
