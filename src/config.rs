@@ -39,6 +39,9 @@ pub enum ConfigError {
     /// A `--set` override is not `key=value`.
     #[error("configuration: override {0:?} is not key=value")]
     BadOverride(String),
+    /// The `--kubelet-config` file cannot be used (names the file and field).
+    #[error("configuration: {0}")]
+    Kubelet(#[from] crate::kubelet_config::KubeletConfigError),
 }
 
 impl From<config::ConfigError> for ConfigError {
@@ -352,6 +355,9 @@ pub struct Config {
 pub struct Sources {
     /// A TOML file (`--config`).
     pub file: Option<PathBuf>,
+    /// A KubeletConfiguration YAML whose image fields are layered after
+    /// `file` and before the environment (`--kubelet-config`).
+    pub kubelet_config: Option<PathBuf>,
     /// Environment variables to read `IMAGED_*` keys from (`None` = none).
     pub env: Option<HashMap<String, String>>,
     /// `key=value` overrides (`--set`), applied last.
@@ -361,7 +367,14 @@ pub struct Sources {
 impl Sources {
     /// The file, this process's environment and the overrides.
     pub fn from_process(file: Option<PathBuf>, overrides: Vec<String>) -> Self {
-        Self { file, env: Some(std::env::vars().collect()), overrides }
+        Self { file, kubelet_config: None, env: Some(std::env::vars().collect()), overrides }
+    }
+
+    /// The same sources with a KubeletConfiguration file layered after the file.
+    #[must_use]
+    pub fn with_kubelet_config(mut self, path: Option<PathBuf>) -> Self {
+        self.kubelet_config = path;
+        self
     }
 }
 
@@ -389,6 +402,14 @@ impl Config {
         if let Some(path) = &sources.file {
             b = b.add_source(config::File::from(path.as_path()).format(config::FileFormat::Toml).required(true));
         }
+        let kubelet = match &sources.kubelet_config {
+            Some(path) => {
+                let fields = crate::kubelet_config::KubeletImageFields::read(path)?;
+                b = b.add_source(crate::kubelet_config::KubeletSource(fields.clone()));
+                Some(fields)
+            }
+            None => None,
+        };
         if let Some(env) = &sources.env {
             // Only IMAGED_<SECTION>__<KEY> variables are configuration; other
             // IMAGED_* variables (used by tests and tools) are left alone.
@@ -406,7 +427,10 @@ impl Config {
             b = b.set_override(k.trim(), v.trim())?;
         }
         let raw: RawConfig = b.build()?.try_deserialize()?;
-        Self::from_raw(raw)
+        Self::from_raw(raw).map_err(|e| match &kubelet {
+            Some(k) => blame_kubelet_field(e, k, sources),
+            None => e,
+        })
     }
 
     /// Loads from a TOML string layered over the defaults (for tests).
@@ -672,6 +696,29 @@ fn backoff_from_raw(b: RawBackoff) -> Result<BackoffSettings, ConfigError> {
         mailbox_capacity,
         metrics: Metrics::default(),
     })
+}
+
+/// A value the KubeletConfiguration set (and nothing later overrode) that
+/// imaged's validation refused: name the file and the kubelet's field.
+fn blame_kubelet_field(
+    e: ConfigError,
+    k: &crate::kubelet_config::KubeletImageFields,
+    sources: &Sources,
+) -> ConfigError {
+    let ConfigError::Invalid { key, value, reason } = &e else { return e };
+    let Some((_, _, field)) = k.overrides().into_iter().find(|(k, _, _)| key == k) else { return e };
+    let env_name = format!("IMAGED_{}", key.replace('.', "__").to_uppercase());
+    let overridden = sources.env.as_ref().is_some_and(|env| env.contains_key(&env_name))
+        || sources.overrides.iter().any(|o| o.split_once('=').is_some_and(|(k, _)| k.trim() == key));
+    if overridden {
+        return e;
+    }
+    crate::kubelet_config::KubeletConfigError::Field {
+        file: k.file.clone(),
+        field: field.to_string(),
+        reason: format!("{value}: {reason} (imaged key {key})"),
+    }
+    .into()
 }
 
 fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {

@@ -28,6 +28,7 @@ fn file_then_env_then_overrides_win_in_that_order() {
             ("PATH", "/bin"),
         ]),
         overrides: vec!["runtime.deadlines.pull_image=5m".into()],
+        ..Sources::default()
     };
     let c = Config::load(&sources).expect("loads");
     assert_eq!(c.endpoint, RuntimeEndpoint::Cri(CriEndpoint::Unix("/from/file.sock".into())));
