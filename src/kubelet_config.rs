@@ -294,7 +294,11 @@ impl config::Source for KubeletSource {
 
 fn duration_text(d: Duration) -> KeyValue {
     let nanos = d.as_nanos();
-    KeyValue::Str(if nanos % 1_000_000 == 0 { format!("{}ms", nanos / 1_000_000) } else { format!("{nanos}ns") })
+    KeyValue::Str(if nanos.is_multiple_of(1_000_000) {
+        format!("{}ms", nanos / 1_000_000)
+    } else {
+        format!("{nanos}ns")
+    })
 }
 
 fn show(v: &serde_yaml_ng::Value) -> String {
