@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use imaged::actors::backoff_registry::{ClearBackoff, ClearScope};
 use imaged::actors::cri_gateway::CriGatewayActor;
 use imaged::actors::gc_executor::RunGc;
 use imaged::actors::pull_queue::{Concurrency, GetQueueStatus, PullQueueConfig, ThrottleMode};
@@ -189,6 +190,10 @@ async fn throttle_rejections_are_counted() {
     assert_eq!(s.value("imaged_pull_throttle_rejections_total", &[]), Some(1.0));
     assert_eq!(s.value("imaged_pull_throttle_waits_total", &[]), Some(0.0));
     assert_eq!(s.value("imaged_backoff_entries", &[]), Some(1.0));
+    // An operator clears the back-off: the gauge follows.
+    let cleared = st.manager.backoff().send(ClearBackoff { scope: ClearScope::All }).await.expect("registry");
+    assert_eq!(cleared, 1);
+    assert_eq!(scrape(&st.metrics).value("imaged_backoff_entries", &[]), Some(0.0));
 }
 
 #[test]
@@ -200,4 +205,20 @@ fn a_loaded_configuration_shares_one_registry() {
     let m = Metrics::default();
     let cfg = cfg.with_metrics(&m);
     assert!(cfg.gc.metrics.same_registry(&m) && cfg.cri.metrics.same_registry(&m));
+}
+
+#[actix::test]
+async fn throttle_waits_are_counted_once_per_pull() {
+    let pull = PullQueueConfig { qps: 20.0, burst: 1, throttle_mode: ThrottleMode::Wait, ..PullQueueConfig::default() };
+    let st = stack(pull).await;
+    for n in ["a", "b"] {
+        st.runtime.add_remote(RemoteImage::new(format!("example.com/{n}:1"), 10)).expect("add");
+    }
+    for n in ["a", "b"] {
+        let r = EnsureImageRequest::new(n, format!("example.com/{n}:1"), PullPolicy::Always);
+        st.manager.ensure_image_exists(&r).await.expect("pulled after waiting for a token");
+    }
+    let s = scrape(&st.metrics);
+    assert_eq!(s.value("imaged_pull_throttle_waits_total", &[]), Some(1.0), "the second pull waited");
+    assert_eq!(s.value("imaged_pull_throttle_rejections_total", &[]), Some(0.0));
 }
