@@ -17,8 +17,11 @@
 //!   socket) used by default, by the README and by tests.
 //! - [`gc`]: image garbage collection logic (records, detection, the plan);
 //!   [`gc_service`] starts the detector, cache refresher and GC executor.
+//! - [`pull_records`]: KEP-2535 pull intents and pulled records, the
+//!   verification policy and the must-pull decision (verified access to
+//!   cached private images).
 //! - [`store`]: the embedded database (redb) holding all of imaged's durable
-//!   state (GC image records today).
+//!   state (GC image records, pull intents and pulled records).
 //! - [`runtime`]: resolves the configured endpoint (starting the embedded
 //!   runtime when asked) and connects the gateway.
 //! - [`config`], [`telemetry`], [`error`]: configuration, logging, exit codes.
@@ -40,6 +43,7 @@ pub mod error;
 pub mod fault;
 pub mod gc;
 pub mod gc_service;
+pub mod pull_records;
 pub mod runtime;
 pub mod store;
 pub mod telemetry;
