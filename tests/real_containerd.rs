@@ -283,7 +283,10 @@ async fn ensure_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>)
         .ensure_image_exists(&EnsureImageRequest::new("pod-b", pushed.reference.clone(), PullPolicy::IfNotPresent))
         .await
         .expect("present");
-    assert_eq!(again.message, format!("Container image \"{}\" already present on machine", pushed.reference));
+    assert_eq!(
+        again.message,
+        format!("Container image \"{}\" already present on machine and can be accessed by the pod", pushed.reference)
+    );
 
     let missing = format!("{}/imaged/ensure-missing:v1", env.registry_open);
     let err = manager

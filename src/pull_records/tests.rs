@@ -373,7 +373,7 @@ async fn intents_and_records_persist_and_reload() {
     }
     let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
     let rec = r.record(REF).expect("record reloaded");
-    assert_eq!(rec.credential_mapping[REPO].kubernetes_secrets, [a.clone()]);
+    assert_eq!(rec.credential_mapping[REPO].kubernetes_secrets, std::slice::from_ref(&a));
     assert!(!r.must_attempt_pull(IMAGE, REF, pod(vec![a])).await.unwrap());
     assert!(r.must_attempt_pull(IMAGE, REF, pod(vec![])).await.unwrap());
     let counts = r.must_pull_counts();
