@@ -404,6 +404,25 @@ impl PullRecords {
         Ok(recovered)
     }
 
+    /// [`PullRecords::recover_intents`] over the images the runtime behind
+    /// `gateway` lists (listed only when intents are stored, as the kubelet
+    /// does). A listing failure leaves the intents as they are (the images
+    /// keep counting as pulled by imaged) and is returned.
+    pub async fn recover_intents_from_runtime(
+        &self,
+        gateway: &actix::Addr<crate::actors::cri_gateway::CriGatewayActor>,
+    ) -> Result<usize, String> {
+        if self.state().stored_intents.is_empty() {
+            return Ok(0);
+        }
+        let images = gateway
+            .send(crate::actors::cri_gateway::ListImages::default())
+            .await
+            .map_err(|_| "the CRI gateway stopped".to_string())?
+            .map_err(|e| format!("failed to list images: {e}"))?;
+        self.recover_intents(&images).await.map_err(|e| e.to_string())
+    }
+
     /// The kubelet's `PruneUnknownRecords`: deletes every record last
     /// updated before `until` whose image ref is not in `present` (the ids
     /// of the images the runtime still has). Returns how many were deleted.
