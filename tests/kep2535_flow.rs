@@ -265,3 +265,49 @@ async fn a_crash_between_intent_and_record_is_recovered_at_the_next_start() {
     );
     assert_eq!(pulls(&rt), 2);
 }
+
+#[actix::test]
+async fn gc_prunes_the_records_of_the_images_it_removes_and_keeps_the_others() {
+    use imaged::actors::gc_executor::DeleteUnusedImages;
+    use imaged::ensure::EventSink;
+    use imaged::gc_service::GcService;
+
+    let rt = runtime().await;
+    rt.runtime.add_remote(private_remote()).expect("add");
+    rt.runtime.add_remote(RemoteImage::new("example.com/public:1", 100)).expect("add");
+    let state = tempfile::tempdir().expect("tempdir");
+    let m = manager(&rt, state.path(), VerificationPolicy::NeverVerifyPreloadedImages, Concurrency::Serial).await;
+    let private = m
+        .ensure_image_exists(&req("a", PullPolicy::IfNotPresent, vec![secret("ns", "s", "u", PASSWORD)]))
+        .await
+        .expect("pulled");
+    let public = m
+        .ensure_image_exists(&EnsureImageRequest::new("p", "example.com/public:1", PullPolicy::IfNotPresent))
+        .await
+        .expect("pulled");
+    // The private image stays in use by a container.
+    rt.runtime.add_container(imaged::domain::Container {
+        id: "c1".into(),
+        name: "app".into(),
+        image: imaged::domain::ImageSpec::new(PRIVATE),
+        image_ref: private.image_ref.clone(),
+        state: imaged::domain::ContainerState::Running,
+        ..Default::default()
+    });
+    let settings = imaged::config::Config::from_toml("[gc]\nimage_minimum_gc_age = \"0s\"\nsandbox_image = \"\"")
+        .expect("config")
+        .gc;
+    let svc = GcService::start_with(
+        &rt.gateway,
+        &settings,
+        rt.runtime.capacity_source(),
+        None,
+        imaged::gc::hints::InUseHints::default(),
+        EventSink::default(),
+        Some(m.pull_records().clone()),
+    );
+    let report = svc.executor.send(DeleteUnusedImages { dry_run: false }).await.expect("executor").expect("gc");
+    assert_eq!(report.removed.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [public.image_ref.as_str()]);
+    assert!(m.pull_records().record(&public.image_ref).is_none(), "the removed image's record is pruned");
+    assert!(m.pull_records().record(&private.image_ref).is_some(), "the in-use image keeps its record");
+}

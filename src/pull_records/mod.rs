@@ -111,7 +111,22 @@ struct Inner {
     /// Serialises writers: read-merge-write and the store write are one step.
     writes: tokio::sync::Mutex<()>,
     counters: Counters,
+    /// Image → (repository, intent key): pods name the same images over and
+    /// over and parsing is the costliest step of a present-image check.
+    /// Bounded; cleared when full.
+    names: Mutex<HashMap<String, Arc<ImageNames>>>,
 }
+
+/// An image's normalised repository (`None` if it does not parse) and its
+/// intent key.
+#[derive(Debug)]
+struct ImageNames {
+    repo: Option<String>,
+    key: String,
+}
+
+/// Most remembered [`ImageNames`].
+const NAMES_CACHE: usize = 4096;
 
 /// The pull records handle. Cheap to clone. See the module docs.
 #[derive(Clone)]
@@ -169,6 +184,7 @@ impl PullRecords {
                 state: Mutex::new(state),
                 writes: tokio::sync::Mutex::new(()),
                 counters: Counters::default(),
+                names: Mutex::default(),
             }),
         }
     }
@@ -206,6 +222,22 @@ impl PullRecords {
         v
     }
 
+    fn names(&self, image: &str) -> Arc<ImageNames> {
+        let mut cache = self.inner.names.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = cache.get(image) {
+            return n.clone();
+        }
+        let names = Arc::new(match parse_normalized_named(image) {
+            Ok(n) => ImageNames { repo: Some(n.name()), key: n.docker_ref() },
+            Err(_) => ImageNames { repo: None, key: image.to_string() },
+        });
+        if cache.len() >= NAMES_CACHE {
+            cache.clear();
+        }
+        cache.insert(image.to_string(), names.clone());
+        names
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -232,12 +264,12 @@ impl PullRecords {
         if image_ref.is_empty() {
             return Ok(true);
         }
-        let repo = image_repo(image);
+        let names = self.names(image);
+        let repo = &names.repo;
         let (record, unreadable, pulled_by_kubelet) = {
             let st = self.state();
             let record = st.records.get(image_ref).cloned();
-            let key = image_key(image);
-            (record, st.unreadable.contains(image_ref), st.pulled_by_kubelet(image_ref, &key))
+            (record, st.unreadable.contains(image_ref), st.pulled_by_kubelet(image_ref, &names.key))
         };
         let lookup = match (&record, unreadable) {
             (Some(r), _) => RecordLookup::Found(r),
@@ -249,7 +281,7 @@ impl PullRecords {
         if let Some(e) = error {
             return Err(e);
         }
-        if let (Some(repo), false) = (&repo, decision.record_secrets.is_empty()) {
+        if let (Some(repo), false) = (repo, decision.record_secrets.is_empty()) {
             let creds = ImagePullCredentials { kubernetes_secrets: decision.record_secrets, ..Default::default() };
             if let Err(e) = self.write_pulled(image_ref, repo, &creds, None).await {
                 tracing::warn!(image, image_ref, error = %e, "failed to record a matching pull secret");
