@@ -311,3 +311,23 @@ async fn gc_prunes_the_records_of_the_images_it_removes_and_keeps_the_others() {
     assert!(m.pull_records().record(&public.image_ref).is_none(), "the removed image's record is pruned");
     assert!(m.pull_records().record(&private.image_ref).is_some(), "the in-use image keeps its record");
 }
+
+#[actix::test]
+async fn the_local_fallback_serves_only_pods_that_may_use_the_image() {
+    use imaged::cri::{CriError, CriErrorKind};
+    use imaged::fault::{FaultPlan, FaultRule};
+    let rt = runtime().await;
+    rt.runtime.add_remote(private_remote()).expect("add");
+    let state = tempfile::tempdir().expect("tempdir");
+    let m = manager(&rt, state.path(), VerificationPolicy::NeverVerifyPreloadedImages, Concurrency::Serial).await;
+    let a = || vec![secret("ns", "regcred", "uid-a", PASSWORD)];
+    m.ensure_image_exists(&req("a", PullPolicy::IfNotPresent, a())).await.expect("A pulls");
+    // The registry goes away.
+    let unreachable = CriError::new(CriErrorKind::RegistryUnavailable, "dial tcp: connection refused");
+    rt.runtime.set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::PullImage).fail(unreachable)));
+    let b = m.ensure_image_exists(&req("b", PullPolicy::AlwaysWithLocalFallback, vec![])).await;
+    let e = b.expect_err("a pod without the secret gets no local copy");
+    assert_eq!(e.kind, ImageErrorKind::RegistryUnavailable);
+    let a2 = m.ensure_image_exists(&req("a2", PullPolicy::AlwaysWithLocalFallback, a())).await.expect("A falls back");
+    assert!(a2.message.contains("the registry is unreachable"), "{}", a2.message);
+}
