@@ -420,10 +420,13 @@ impl ImageManager {
             proves.push(ImagePullCredentials::node_accessible());
         }
         // KEP-2535: the intent is on disk before the pull starts.
-        if let Err(e) = self.records.record_pull_intent(&spec.image).await {
-            let msg = failed_to_record_pull_intent(requested, &e.to_string());
-            return Err(self.fail(ImageErrorKind::ErrImagePull, msg, ErrorClass::Transient));
-        }
+        let intent = match self.records.begin_pull(&spec.image).await {
+            Ok(guard) => guard,
+            Err(e) => {
+                let msg = failed_to_record_pull_intent(requested, &e.to_string());
+                return Err(self.fail(ImageErrorKind::ErrImagePull, msg, ErrorClass::Transient));
+            }
+        };
         // Pull.
         let start = Instant::now();
         self.recorder.started(&req.pod.uid, start);
@@ -476,10 +479,12 @@ impl ImageManager {
                 } else {
                     self.records.record_image_pull_failed(&spec.image).await;
                 }
+                intent.disarm();
                 Ok(self.pulled(req, &outcome, start))
             }
             Err(failure) => {
                 self.records.record_image_pull_failed(&spec.image).await;
+                intent.disarm();
                 if req.pull_policy == PullPolicy::AlwaysWithLocalFallback
                     && failure.registry_unreachable()
                     && let Ok(Some(image_ref)) = self.image_present(&spec).await

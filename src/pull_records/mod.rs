@@ -305,6 +305,15 @@ impl PullRecords {
         Ok(())
     }
 
+    /// [`PullRecords::record_pull_intent`], returning a guard that ends the
+    /// intent (as a failed pull) if it is dropped before
+    /// [`IntentGuard::disarm`]: an ensure whose caller gave up mid-pull does
+    /// not leave the intent counted for the rest of the process.
+    pub async fn begin_pull(&self, image: &str) -> Result<IntentGuard, StoreError> {
+        self.record_pull_intent(image).await?;
+        Ok(IntentGuard { records: Some(self.clone()), image: image.to_string() })
+    }
+
     /// The kubelet's `RecordImagePulled`: the pull of `image` (as the pod
     /// names it) produced `image_ref` using `creds`. Merges the credentials
     /// into the record and ends the intent, in one transaction. When the
@@ -493,6 +502,33 @@ impl PullRecords {
         match tokio::task::spawn_blocking(move || store.apply_pull_records(&w)).await {
             Ok(r) => r,
             Err(e) => Err(StoreError::Blocking(e.to_string())),
+        }
+    }
+}
+
+/// An intent recorded by [`PullRecords::begin_pull`]; see there.
+#[derive(Debug)]
+pub struct IntentGuard {
+    records: Option<PullRecords>,
+    image: String,
+}
+
+impl IntentGuard {
+    /// The pull's end was recorded (pulled or failed): nothing to do on drop.
+    pub fn disarm(mut self) {
+        self.records = None;
+    }
+}
+
+impl Drop for IntentGuard {
+    fn drop(&mut self) {
+        let Some(records) = self.records.take() else { return };
+        let image = std::mem::take(&mut self.image);
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(async move { records.record_image_pull_failed(&image).await });
+            }
+            Err(_) => tracing::warn!(image, "pull intent left in place: no runtime to end it on"),
         }
     }
 }

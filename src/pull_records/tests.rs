@@ -465,3 +465,27 @@ async fn prune_deletes_old_records_of_absent_images_only() {
     let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
     assert!(r.record("sha256:b").is_none(), "pruned on disk too");
 }
+
+#[tokio::test]
+async fn a_dropped_intent_guard_ends_the_intent_and_a_disarmed_one_does_not() {
+    let r = PullRecords::in_memory(VerifyPolicy::default());
+    let guard = r.begin_pull(IMAGE).await.unwrap();
+    assert_eq!(r.stored_intents().len(), 1);
+    drop(guard); // the caller gave up mid-pull
+    for _ in 0..100 {
+        if r.stored_intents().is_empty() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(r.stored_intents().is_empty(), "ended by the guard");
+
+    let guard = r.begin_pull(IMAGE).await.unwrap();
+    r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::node_accessible()).await.unwrap();
+    guard.disarm();
+    r.record_pull_intent(IMAGE).await.unwrap();
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(r.stored_intents().len(), 1, "a disarmed guard ends nothing");
+}
