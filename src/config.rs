@@ -59,9 +59,17 @@ struct RawConfig {
     pull: RawPull,
     backoff: RawBackoff,
     gc: RawGc,
+    credential_verification: RawCredentialVerification,
     state: RawState,
     daemon: RawDaemon,
     log: RawLog,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCredentialVerification {
+    policy: String,
+    allowlist: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -333,6 +341,9 @@ pub struct Config {
     pub backoff: BackoffSettings,
     /// Image GC settings.
     pub gc: GcSettings,
+    /// KEP-2535: when a present image needs the pod's credentials verified
+    /// (`credential_verification.policy` and `.allowlist`).
+    pub verification: crate::pull_records::VerifyPolicy,
     /// Directory of durable state (`None` = memory only).
     pub state_dir: Option<PathBuf>,
     /// A fault plan file (TOML, see `fault::FaultPlan::from_toml`) applied
@@ -506,6 +517,7 @@ impl Config {
         let (pull, ensure) = pull_from_raw(raw.pull)?;
         let backoff = backoff_from_raw(raw.backoff)?;
         let gc = gc_from_raw(raw.gc)?;
+        let verification = verification_from_raw(raw.credential_verification)?;
         let state_dir = if raw.state.dir.is_empty() { None } else { Some(PathBuf::from(raw.state.dir)) };
         let daemon = daemon_from_raw(raw.daemon)?;
         let fault_plan = if r_fault_plan.is_empty() {
@@ -523,6 +535,7 @@ impl Config {
             ensure,
             backoff,
             gc,
+            verification,
             state_dir,
             fault_plan,
             daemon,
@@ -726,6 +739,22 @@ fn metrics_address(d: &RawDaemon) -> Result<Option<std::net::SocketAddr>, Config
         ));
     }
     Ok(Some(addr))
+}
+
+/// The kubelet's `imagePullCredentialsVerificationPolicy` and
+/// `preloadedImagesVerificationAllowlist`, with its texts.
+fn verification_from_raw(v: RawCredentialVerification) -> Result<crate::pull_records::VerifyPolicy, ConfigError> {
+    use crate::pull_records::{Allowlist, VerificationPolicy, VerifyPolicy};
+    let policy: VerificationPolicy = v.policy.parse().map_err(|e: crate::pull_records::UnknownPolicy| {
+        invalid("credential_verification.policy", &v.policy, e.to_string())
+    })?;
+    for p in &v.allowlist {
+        Allowlist::new(std::slice::from_ref(p))
+            .map_err(|e| invalid("credential_verification.allowlist", p, e.to_string()))?;
+    }
+    let allowlist = Allowlist::new(&v.allowlist)
+        .map_err(|e| invalid("credential_verification.allowlist", &v.allowlist.join(","), e.to_string()))?;
+    Ok(VerifyPolicy { policy, allowlist })
 }
 
 fn backoff_from_raw(b: RawBackoff) -> Result<BackoffSettings, ConfigError> {

@@ -17,8 +17,11 @@
 //!   socket) used by default, by the README and by tests.
 //! - [`gc`]: image garbage collection logic (records, detection, the plan);
 //!   [`gc_service`] starts the detector, cache refresher and GC executor.
+//! - [`pull_records`]: KEP-2535 pull intents and pulled records, the
+//!   verification policy and the must-pull decision (verified access to
+//!   cached private images).
 //! - [`store`]: the embedded database (redb) holding all of imaged's durable
-//!   state (GC image records today).
+//!   state (GC image records, pull intents and pulled records).
 //! - [`api`]: the daemon's gRPC API (`proto/imaged/v1`): service, socket, client.
 //! - [`daemon`]: `imaged run`: a [`node::Node`] behind the API, with signals.
 //! - [`node`]: the library entry point ([`node::Node`]): every actor from one config.
@@ -52,6 +55,7 @@ pub mod http;
 pub mod kubelet_config;
 pub mod metrics;
 pub mod node;
+pub mod pull_records;
 pub mod runtime;
 pub mod store;
 pub mod telemetry;

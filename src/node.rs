@@ -39,6 +39,7 @@ use crate::ensure::{EnsureError, EnsureImageRequest, EnsureOk, ImageEvent, Image
 use crate::error::AppError;
 use crate::gc::capacity::CapacitySource;
 use crate::gc_service::GcService;
+use crate::pull_records::PullRecords;
 use crate::runtime::ConnectedRuntime;
 use crate::store::Store;
 
@@ -137,20 +138,31 @@ impl Node {
             )),
             None => None,
         };
+        // KEP-2535 pull records: durable with the store; intents a crash
+        // left are turned into records every pod must re-verify.
+        let records = PullRecords::open(cfg.verification.clone(), store.clone())
+            .map_err(|e| AppError::Other(format!("opening the pull records: {e}")))?;
+        match records.recover_intents_from_runtime(&runtime.gateway).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(recovered = n, "pull intents left by an earlier run recovered"),
+            Err(e) => tracing::warn!(error = %e, "pull intents not recovered; their images keep needing verification"),
+        }
         let manager = ImageManager::start(runtime.gateway.clone(), &cfg.pull, &cfg.backoff, cfg.ensure.clone())
             .await
-            .map_err(|_| AppError::Mailbox("CRI gateway".into()))?;
+            .map_err(|_| AppError::Mailbox("CRI gateway".into()))?
+            .with_pull_records(records.clone());
         let capacity = match &runtime.embedded {
             Some(e) => e.capacity_source(),
             None => CapacitySource::Statvfs,
         };
-        let gc = GcService::start(
+        let gc = GcService::start_with(
             &runtime.gateway,
             &cfg.gc,
             capacity,
             store.clone(),
             manager.hints().clone(),
             manager.events().clone(),
+            Some(records),
         );
         Ok(Self { cfg, runtime, manager, gc, store, accepting: Arc::new(AtomicBool::new(true)) })
     }

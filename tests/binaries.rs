@@ -63,7 +63,7 @@ fn the_main_job_runs_on_the_embedded_runtime() {
         "pull    busybox:1.36: sha256:",
         "list    0 image(s) left",
         "Successfully pulled image \"busybox:1.36\" in ",
-        "Container image \"busybox:1.36\" already present on machine",
+        "Container image \"busybox:1.36\" already present on machine and can be accessed by the pod",
         "ImagePullBackOff: Back-off pulling image \"docker.io/library/does-not-exist:1.0\": ErrImagePull: ",
         "keep: sandbox image",
     ] {

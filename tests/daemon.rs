@@ -37,7 +37,10 @@ fn the_api_serves_every_rpc_on_an_owner_only_socket() {
         assert!(ok.image_ref.starts_with("sha256:"), "{ok:?}");
         let r = c.ensure_image(ensure_req("p2", "busybox:1.36", "")).await.expect("rpc").into_inner();
         let Some(proto::ensure_image_response::Result::Ok(ok2)) = r.result else { panic!("{r:?}") };
-        assert_eq!(ok2.message, "Container image \"busybox:1.36\" already present on machine");
+        assert_eq!(
+            ok2.message,
+            "Container image \"busybox:1.36\" already present on machine and can be accessed by the pod"
+        );
 
         // A missing image: the kubelet's error, then back-off.
         let missing = "docker.io/library/missing:1";
@@ -157,7 +160,10 @@ fn imagectl_drives_the_daemon_with_tables_json_and_exit_codes() {
     let o = d.imagectl(&["-o", "json", "ensure", "busybox:1.36"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     assert_eq!(v["ok"], true);
-    assert_eq!(v["message"], "Container image \"busybox:1.36\" already present on machine");
+    assert_eq!(
+        v["message"],
+        "Container image \"busybox:1.36\" already present on machine and can be accessed by the pod"
+    );
 
     let o = d.imagectl(&["ensure", "docker.io/library/missing:2"]);
     assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
@@ -310,5 +316,43 @@ fn a_node_refuses_new_work_once_stopping_and_drains_what_runs() {
         assert_eq!(report.abandoned_pulls, 0);
         let done = running.await.expect("task").expect("accepted before shutdown").expect("pulled");
         assert!(done.image_ref.starts_with("sha256:"));
+    });
+}
+
+#[test]
+fn metrics_and_health_are_served_next_to_the_api() {
+    let d = Daemon::start(&[]);
+    assert_eq!(d.imagectl(&["ensure", "busybox:1.36", "--pod-uid", "m1"]).status.code(), Some(0));
+    assert_eq!(d.imagectl(&["ensure", "busybox:1.36", "--pod-uid", "m2"]).status.code(), Some(0));
+    let base = format!("http://{}", d.http_addr());
+    rt().block_on(async {
+        let client = reqwest::Client::new();
+        let get = |path: &str| client.get(format!("{base}{path}")).send();
+        let ready = get("/readyz").await.expect("readyz");
+        assert_eq!(ready.status(), 200);
+        let live = get("/healthz").await.expect("healthz");
+        assert_eq!(live.status(), 200);
+        let text = get("/metrics").await.expect("metrics").text().await.expect("body");
+        let value = |needle: &str| -> f64 {
+            text.lines()
+                .find(|l| l.starts_with(needle))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{needle} not in\n{text}"))
+        };
+        // One pull (absent), one present: the kubelet's labels.
+        assert_eq!(
+            value(
+                "imaged_image_manager_ensure_image_requests_total{pull_policy=\"ifnotpresent\",present_locally=\"false\",pull_required=\"true\"}"
+            ),
+            1.0
+        );
+        assert_eq!(
+            value(
+                "imaged_image_manager_ensure_image_requests_total{pull_policy=\"ifnotpresent\",present_locally=\"true\",pull_required=\"false\"}"
+            ),
+            1.0
+        );
+        assert!(value("imaged_cri_request_duration_seconds_count{method=\"PullImage\"}") >= 1.0);
     });
 }

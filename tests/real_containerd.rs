@@ -338,7 +338,10 @@ async fn ensure_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>)
         .ensure_image_exists(&EnsureImageRequest::new("pod-b", pushed.reference.clone(), PullPolicy::IfNotPresent))
         .await
         .expect("present");
-    assert_eq!(again.message, format!("Container image \"{}\" already present on machine", pushed.reference));
+    assert_eq!(
+        again.message,
+        format!("Container image \"{}\" already present on machine and can be accessed by the pod", pushed.reference)
+    );
 
     let missing = format!("{}/imaged/ensure-missing:v1", env.registry_open);
     let err = manager
@@ -382,6 +385,27 @@ async fn ensure_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>)
     ];
     let ok = manager.ensure_image_exists(&req).await.expect("pulled with the secret");
     assert_eq!(ok.image_ref, other.config_digest);
+
+    // KEP-2535: a pod without the secret does not get the cached private
+    // image: it must pull, and containerd's registry says no.
+    let no_secret = EnsureImageRequest::new("pod-e", other.reference.clone(), PullPolicy::IfNotPresent);
+    let e = manager.ensure_image_exists(&no_secret).await.expect_err("refused without the secret");
+    assert_eq!(e.kind, ImageErrorKind::ErrImagePull);
+    assert!(e.message.contains("401 Unauthorized"), "{}", e.message);
+    assert!(!e.message.contains(&env.pass), "{}", e.message);
+    // The same credential in another secret: served from the node, no pull.
+    let mut copy = req.clone();
+    copy.pod.uid = "pod-f".into();
+    copy.pull_secrets = vec![
+        imaged::credentials::PullSecret::new("other-ns", "copy", "kubernetes.io/dockerconfigjson")
+            .with_data(".dockerconfigjson", req.pull_secrets[0].data[".dockerconfigjson"].clone())
+            .with_uid("uid-copy"),
+    ];
+    let ok = manager.ensure_image_exists(&copy).await.expect("same credential");
+    assert_eq!(
+        ok.message,
+        format!("Container image \"{}\" already present on machine and can be accessed by the pod", other.reference)
+    );
 }
 
 fn base64_encode(s: &str) -> String {

@@ -198,3 +198,42 @@ fn a_metrics_address_that_is_not_ip_and_port_is_rejected() {
         assert!(text.contains("daemon.metrics_address") && text.contains("not an IP address and port"), "{text}");
     }
 }
+
+#[test]
+fn credential_verification_policy_and_allowlist_are_parsed_and_validated_naming_the_key() {
+    use crate::pull_records::{VerificationPolicy, VerifyPolicy};
+    let c = Config::defaults().expect("defaults load");
+    assert_eq!(c.verification, VerifyPolicy::default());
+    assert_eq!(c.verification.policy, VerificationPolicy::NeverVerifyPreloadedImages);
+
+    let c = Config::from_toml(
+        "[credential_verification]\npolicy = \"NeverVerifyAllowlistedImages\"\nallowlist = [\"docker.io/library/nginx\", \"registry.example.com/team/*\"]\n",
+    )
+    .expect("valid");
+    assert_eq!(c.verification.policy, VerificationPolicy::NeverVerifyAllowlistedImages);
+    assert!(c.verification.allowlist.matches("registry.example.com/team/app"));
+    assert!(c.verification.allowlist.matches("docker.io/library/nginx"));
+
+    let e = Config::from_toml("[credential_verification]\npolicy = \"Sometimes\"\n").unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "configuration: invalid value \"Sometimes\" for credential_verification.policy: \
+         unknown image pull credential verification policy: Sometimes"
+    );
+    let e = Config::from_toml("[credential_verification]\nallowlist = [\"docker.io/library/nginx\", \"nginx:1.27\"]\n")
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "configuration: invalid value \"nginx:1.27\" for credential_verification.allowlist: \
+         neither tag nor digest is accepted in an image reference: nginx:1.27"
+    );
+    let e =
+        Config::from_toml("[credential_verification]\nallowlist = [\"registry.io/*/x\"]\n").unwrap_err().to_string();
+    assert!(
+        e.contains("credential_verification.allowlist") && e.contains("only patterns ending with '/*' are allowed"),
+        "{e}"
+    );
+    let e = Config::from_toml("[credential_verification]\nverify = true\n").unwrap_err().to_string();
+    assert!(e.contains("verify"), "unknown key rejected: {e}");
+}

@@ -30,6 +30,9 @@ impl Daemon {
             .arg(format!("daemon.socket={}", socket.display()))
             .arg("--set")
             .arg(format!("runtime.embedded_socket={}", dir.path().join("cri.sock").display()))
+            // Parallel daemons: an ephemeral port each (read back from the log).
+            .arg("--set")
+            .arg("daemon.metrics_address=127.0.0.1:0")
             .args(args)
             .arg("run")
             .stdout(Stdio::null())
@@ -58,6 +61,14 @@ impl Daemon {
     /// The daemon's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// The address `/metrics`, `/healthz` and `/readyz` are served on.
+    pub fn http_addr(&self) -> String {
+        let log = self.log();
+        let line = log.lines().find(|l| l.contains("serving /metrics")).expect("the HTTP address is logged");
+        let at = line.find("addr=").expect("addr field") + "addr=".len();
+        line[at..].split_whitespace().next().expect("address").to_string()
     }
 
     /// Runs `imagectl --socket … args`.

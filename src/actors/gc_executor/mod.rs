@@ -4,10 +4,13 @@
 //! an explanation for every image, removes the chosen images through the
 //! CRI gateway, measures again, and reports. It also runs on demand
 //! (`RunGc { dry_run }`) and for disk-pressure reclaim (`DeleteUnusedImages`).
+//! After the removals of a run it prunes the KEP-2535 pulled records of
+//! images the runtime no longer has (`PullRecords::prune_unknown_records`).
 
 #[cfg(test)]
 mod tests;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -185,6 +188,8 @@ pub struct GcExecutorActor {
     last: Option<Arc<GcReport>>,
     /// Removals by reason, bytes freed, runs.
     metrics: Metrics,
+    /// Pulled records to prune after each run (KEP-2535).
+    pull_records: Option<crate::pull_records::PullRecords>,
 }
 
 impl GcExecutorActor {
@@ -210,6 +215,7 @@ impl GcExecutorActor {
             consecutive_failures: 0,
             last: None,
             metrics: Metrics::default(),
+            pull_records: None,
         }
     }
 
@@ -217,6 +223,14 @@ impl GcExecutorActor {
     #[must_use]
     pub fn with_metrics(mut self, metrics: Metrics) -> Self {
         self.metrics = metrics;
+        self
+    }
+
+    /// The same executor, pruning `records` after each run: records last
+    /// updated before the run began, of images the runtime no longer has.
+    #[must_use]
+    pub fn with_pull_records(mut self, records: crate::pull_records::PullRecords) -> Self {
+        self.pull_records = Some(records);
         self
     }
 
@@ -243,6 +257,7 @@ impl GcExecutorActor {
         let policy = self.cfg.policy.clone();
         let mut rules = self.cfg.rules.clone();
         let events = self.events.clone();
+        let pull_records = self.pull_records.clone();
         let (began, clock) = (self.began, self.clock);
         let metrics = self.metrics.clone();
         let work = async move {
@@ -353,6 +368,21 @@ impl GcExecutorActor {
             }
             if let Ok(after) = measure().await {
                 report.bytes_freed_measured = Some(i128::from(after.available) - i128::from(before.available));
+            }
+            // The kubelet's post-GC hook. Unlike the kubelet (which passes
+            // only the remaining GC candidates), every image still present
+            // keeps its record, in use or not.
+            if let Some(records) = pull_records {
+                let removed: HashSet<&str> = report.removed.iter().map(|r| r.id.as_str()).collect();
+                let present: HashSet<String> = detection
+                    .records
+                    .iter()
+                    .map(|r| r.key.id.clone())
+                    .filter(|id| !removed.contains(id.as_str()))
+                    .collect();
+                if let Err(e) = records.prune_unknown_records(&present, started).await {
+                    warn!(error = %e, "failed to prune pulled records of removed images");
+                }
             }
             Ok(report)
         };

@@ -214,6 +214,7 @@ async fn run_pull(
                         size: img.size,
                         pull_duration: Duration::ZERO,
                         pulled: false,
+                        credential: None,
                     });
                 }
             }
@@ -250,7 +251,9 @@ async fn run_pull(
     };
     let mut errors = Vec::new();
     let mut image_ref = None;
-    for auth in attempts {
+    let mut used = None;
+    for (index, auth) in attempts.into_iter().enumerate() {
+        let with_credential = auth.is_some();
         let left = match deadline {
             Some(d) => match d.checked_sub(started.elapsed()) {
                 Some(left) if !left.is_zero() => Some(left),
@@ -262,6 +265,7 @@ async fn run_pull(
         match gateway.send(msg).await {
             Ok(Ok(r)) => {
                 image_ref = Some(r);
+                used = with_credential.then_some(index);
                 break;
             }
             Ok(Err(e)) => {
@@ -285,7 +289,7 @@ async fn run_pull(
         Ok(s) => s.image.map_or(0, |i| i.size),
         Err(_) => 0,
     };
-    Ok(PullOutcome { image_ref, size, pull_duration: started.elapsed(), pulled: true })
+    Ok(PullOutcome { image_ref, size, pull_duration: started.elapsed(), pulled: true, credential: used })
 }
 
 impl Actor for PullQueueActor {
@@ -318,10 +322,17 @@ impl Handler<EnqueuePull> for PullQueueActor {
 
     /// Queues or joins a pull; replies once admitted.
     fn handle(&mut self, EnqueuePull(request): EnqueuePull, ctx: &mut Self::Context) -> Self::Result {
+        // A pull that must reach the registry (Always, credential
+        // verification) never joins one that may be skipped when the image
+        // turns out present: its key differs.
+        let mut credentials = credential_identity(&request.credentials);
+        if !request.skip_if_present {
+            credentials.push_str(";must-pull");
+        }
         let key = PullKey {
             image: normalized_or_raw(&request.image.image),
             runtime_handler: request.image.runtime_handler.clone(),
-            credentials: credential_identity(&request.credentials),
+            credentials,
         };
         let (tx, rx) = oneshot::channel();
         let (admitted_tx, admitted_rx) = oneshot::channel();
