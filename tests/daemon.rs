@@ -356,3 +356,55 @@ fn metrics_and_health_are_served_next_to_the_api() {
         assert!(value("imaged_cri_request_duration_seconds_count{method=\"PullImage\"}") >= 1.0);
     });
 }
+
+#[test]
+fn a_fault_plan_file_injects_failures_and_a_panic_ends_the_daemon_loudly() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().expect("dir");
+    let plan = dir.path().join("faults.toml");
+    std::fs::write(
+        &plan,
+        r#"
+        [[rule]]
+        rpc = "PullImage"
+        image = "*redis:*"
+        action = "fail"
+        kind = "RegistryUnavailable"
+        message = "RegistryUnavailable: injected outage"
+        [[rule]]
+        rpc = "PullImage"
+        image = "*nginx:*"
+        action = "panic"
+        "#,
+    )
+    .expect("write plan");
+    let plan_arg = format!("runtime.fault_plan={}", plan.display());
+    let mut d = Daemon::start(&["--set", &plan_arg]);
+    // Injected failure: the kubelet's reason for an unreachable registry.
+    let o = d.imagectl(&["ensure", "redis:7"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(
+        stdout(&o).starts_with("RegistryUnavailable: ") && stdout(&o).contains("injected outage"),
+        "{}",
+        stdout(&o)
+    );
+    // Other images are untouched.
+    assert_eq!(d.imagectl(&["ensure", "busybox:1.36"]).status.code(), Some(0));
+    // An injected panic (a stand-in for a bug): the daemon does not go on half-alive.
+    let o = d.imagectl(&["ensure", "nginx:1.27"]);
+    assert_ne!(o.status.code(), Some(0), "{}", stdout(&o));
+    let status = d.wait_status(Duration::from_secs(20));
+    assert_eq!(status.signal(), Some(nix::libc::SIGABRT), "{status:?}: {}", d.log());
+    let log = d.log();
+    assert!(log.contains("a panic is a bug; aborting") && log.contains("injected panic in the CRI gateway"), "{log}");
+
+    // A bad plan is a configuration error naming the key and the rule.
+    std::fs::write(&plan, "[[rule]]\nrpc = \"PullImage\"\naction = \"explode\"\n").expect("write");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_imaged"))
+        .args(["--set", &plan_arg, "check-config"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(64));
+    let err = stderr(&out);
+    assert!(err.contains("runtime.fault_plan") && err.contains("rule 1: action: unknown action \"explode\""), "{err}");
+}

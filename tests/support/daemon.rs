@@ -84,10 +84,15 @@ impl Daemon {
 
     /// Waits (bounded) for the daemon to exit; returns its exit code.
     pub fn wait_exit(&mut self, within: Duration) -> Option<i32> {
+        self.wait_status(within).code()
+    }
+
+    /// Waits (bounded) for the daemon to exit; returns how it ended.
+    pub fn wait_status(&mut self, within: Duration) -> std::process::ExitStatus {
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
-                return status.code();
+                return status;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
