@@ -65,7 +65,7 @@ pub struct EnsureImageRequest {
     /// `kubernetes.io/dockercfg`); their credentials matching the image are
     /// tried first, in the kubelet's keyring order.
     pub pull_secrets: Vec<crate::credentials::PullSecret>,
-    /// Further credentials (node credentials) tried after the secrets' ones.
+    /// Further credentials tried after the secrets' and the node's ones.
     pub credentials: Vec<AuthConfig>,
     /// The pod sandbox config passed to `PullImage`.
     pub sandbox: Option<SandboxConfig>,
@@ -134,6 +134,8 @@ pub struct ImageManager {
     /// a present-image ensure. Bounded; cleared when full.
     defaulted: Arc<Mutex<HashMap<String, Result<String, String>>>>,
     cfg: EnsureConfig,
+    /// The node's credentials (config files, plugins), tried after pod secrets.
+    node_credentials: Option<Arc<crate::credentials::NodeCredentials>>,
 }
 
 /// Most remembered `applyDefaultImageTag` results.
@@ -179,7 +181,16 @@ impl ImageManager {
             hints: crate::gc::hints::InUseHints::default(),
             defaulted: Arc::default(),
             cfg,
+            node_credentials: None,
         }
+    }
+
+    /// The same manager, looking up `node` credentials (docker config files,
+    /// credential-provider plugins) after each pod's pull secrets.
+    #[must_use]
+    pub fn with_node_credentials(mut self, node: Arc<crate::credentials::NodeCredentials>) -> Self {
+        self.node_credentials = Some(node);
+        self
     }
 
     /// Starts a backoff registry and a pull queue on the current actix
@@ -352,13 +363,12 @@ impl ImageManager {
             let _ = self.backoff.send(BeginAttempt { key: key.clone() }).await;
         }
         // Credentials: pod secrets first (a secret that does not decode fails
-        // the request, as in the kubelet), then the caller's.
-        let mut credentials = if req.pull_secrets.is_empty() {
-            Vec::new()
-        } else {
-            crate::credentials::credentials_for_image(&req.pull_secrets, None, &spec.image)
-                .map_err(|e| self.fail(ImageErrorKind::ErrImagePull, e.to_string(), ErrorClass::Permanent))?
-        };
+        // the request, as in the kubelet), then the node's (config files,
+        // plugins), then the caller's.
+        let mut credentials =
+            crate::credentials::lookup_credentials(&req.pull_secrets, self.node_credentials.as_deref(), &spec.image)
+                .await
+                .map_err(|e| self.fail(ImageErrorKind::ErrImagePull, e.to_string(), ErrorClass::Permanent))?;
         credentials.extend(req.credentials.iter().cloned());
         // Pull.
         let start = Instant::now();
