@@ -162,6 +162,23 @@ fn truncated_text(bytes: &[u8], limit: usize) -> String {
     out
 }
 
+/// Spawns `cmd`, retrying briefly while the executable is busy (`ETXTBSY`:
+/// it is being replaced, or was just written and a fork elsewhere still
+/// holds it open for writing).
+async fn spawn(cmd: &mut tokio::process::Command) -> std::io::Result<tokio::process::Child> {
+    const ETXTBSY: i32 = 26;
+    let mut tries = 0;
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(ETXTBSY) && tries < 5 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 type Shared = Arc<OnceCell<Result<PluginResponse, PluginError>>>;
 
 /// A registered plugin with its cache.
@@ -241,7 +258,7 @@ impl PluginProvider {
         if let Some(config) = self.cached(image) {
             return config;
         }
-        let response = match self.run_once(image).await {
+        let response = match self.run(image).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(plugin = %self.spec.name, "Failed getting credential from external registry credential provider: {e}");
@@ -268,8 +285,9 @@ impl PluginProvider {
         response.auth
     }
 
-    /// Runs the plugin for `image`, once for all concurrent callers.
-    async fn run_once(&self, image: &str) -> Result<PluginResponse, PluginError> {
+    /// Runs the plugin for `image` (no cache), once for all concurrent
+    /// callers: they all get the one run's result.
+    pub async fn run(&self, image: &str) -> Result<PluginResponse, PluginError> {
         let cell: Shared = {
             let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
             in_flight.entry(image.to_string()).or_default().clone()
@@ -308,8 +326,8 @@ impl PluginProvider {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let mut child = cmd
-            .spawn()
+        let mut child = spawn(&mut cmd)
+            .await
             .map_err(|e| self.exec_error(image, format!("fork/exec {}: {e}", self.executable.display()), b""))?;
         let run = async move {
             if let Some(mut stdin) = child.stdin.take() {
