@@ -54,6 +54,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
     imaged::telemetry::init(&cfg.log).map_err(AppError::Other)?;
     match cli.command {
         Command::CheckConfig => {
+            imaged::runtime::node_credentials(&cfg)?;
             println!("{cfg:#?}");
             Ok(())
         }

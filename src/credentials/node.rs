@@ -101,3 +101,6 @@ impl NodeCredentials {
 
 /// Shared node credentials.
 pub type SharedNodeCredentials = Arc<NodeCredentials>;
+
+#[cfg(test)]
+mod tests;
