@@ -3,6 +3,13 @@
 //! and a timeout, its `CredentialProviderResponse` validated, cached by
 //! image, registry or globally, and concurrent identical requests merged
 //! into one run.
+//!
+//! A plugin's stderr is kept in its exec error, as the kubelet does (it is
+//! what tells an operator why the plugin failed), but cut at
+//! [`STDERR_LIMIT`] bytes with control characters escaped. That error is
+//! only logged: a failing plugin gives no credentials instead of failing the
+//! pull, so it never reaches events or ensure errors. stdout (which carries
+//! the credentials) is never shown.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
