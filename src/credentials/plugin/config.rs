@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use crate::credentials::keyring::normalize_key;
 use crate::domain::Secret;
-use crate::domain::gofmt::{parse_duration, quote};
+use crate::domain::gofmt::{duration as go_duration, parse_duration, quote};
 
 /// API group of `CredentialProviderConfig`.
 pub const CONFIG_GROUP: &str = "kubelet.config.k8s.io";
@@ -145,6 +145,9 @@ struct RawProvider {
     match_images: Option<Vec<String>>,
     #[serde(default)]
     default_cache_duration: Option<String>,
+    /// `default_cache_duration` parsed (Go nanoseconds), set by [`decode`].
+    #[serde(skip)]
+    default_cache_ns: Option<i64>,
     #[serde(default)]
     api_version: String,
     #[serde(default)]
@@ -187,7 +190,14 @@ fn decode(path: &Path, bytes: &[u8]) -> Result<Vec<RawProvider>, ProviderConfigE
             quote(&raw.api_version)
         )));
     }
-    Ok(raw.providers.unwrap_or_default())
+    let mut providers = raw.providers.unwrap_or_default();
+    // A `metav1.Duration` that does not parse fails decoding, with Go's text.
+    for p in &mut providers {
+        if let Some(text) = &p.default_cache_duration {
+            p.default_cache_ns = Some(parse_duration(text).map_err(|e| fail(e.to_string()))?);
+        }
+    }
+    Ok(providers)
 }
 
 /// The files of `config_path`: itself, or the `*.json`, `*.yaml`, `*.yml`
@@ -244,8 +254,9 @@ fn invalid_value(field: &str, value: &str, detail: &str) -> String {
     format!("{field}: Invalid value: {}: {detail}", quote(value))
 }
 
+/// `field.Required`: the detail, when given, after the body.
 fn required(field: &str, detail: &str) -> String {
-    format!("{field}: Required value: {detail}")
+    if detail.is_empty() { format!("{field}: Required value") } else { format!("{field}: Required value: {detail}") }
 }
 
 /// The kubelet's `validateCredentialProviderConfig` (service-account token
@@ -279,9 +290,10 @@ fn validate(providers: Vec<RawProvider>) -> Result<Vec<ProviderSpec>, ProviderCo
         }
         seen.push(name.to_string());
         if p.api_version.is_empty() {
-            errs.push(required("providers.apiVersion", "apiVersion is required"));
+            errs.push(required("providers.apiVersion", ""));
         } else if !PROVIDER_API_VERSIONS.contains(&p.api_version.as_str()) {
-            let supported: Vec<String> = PROVIDER_API_VERSIONS.iter().map(|v| quote(v)).collect();
+            let mut supported: Vec<String> = PROVIDER_API_VERSIONS.iter().map(|v| quote(v)).collect();
+            supported.sort();
             errs.push(format!(
                 "providers.apiVersion: Unsupported value: {}: supported values: {}",
                 quote(&p.api_version),
@@ -294,21 +306,19 @@ fn validate(providers: Vec<RawProvider>) -> Result<Vec<ProviderSpec>, ProviderCo
         }
         for m in &match_images {
             if let Err(e) = normalize_key(m) {
-                errs.push(invalid_value("providers.matchImages", m, &format!("match image is invalid: {}", e.reason)));
+                let detail = format!("match image is invalid: parse {}: {}", quote(&format!("https://{m}")), e.reason);
+                errs.push(invalid_value("providers.matchImages", m, &detail));
             }
         }
         let mut default_cache_duration = Duration::ZERO;
-        match p.default_cache_duration.as_deref() {
-            None => errs.push(required("providers.defaultCacheDuration", "defaultCacheDuration is required")),
-            Some(text) => match parse_duration(text) {
-                Ok(ns) if ns < 0 => errs.push(invalid_value(
-                    "providers.defaultCacheDuration",
-                    text,
-                    "must be greater than or equal to 0",
-                )),
-                Ok(ns) => default_cache_duration = Duration::from_nanos(ns.unsigned_abs()),
-                Err(e) => errs.push(invalid_value("providers.defaultCacheDuration", text, &e.to_string())),
-            },
+        match p.default_cache_ns {
+            None => errs.push(required("providers.defaultCacheDuration", "")),
+            // A Go duration value is printed unquoted (`-1m0s`).
+            Some(ns) if ns < 0 => errs.push(format!(
+                "providers.defaultCacheDuration: Invalid value: -{}: must be greater than or equal to 0",
+                go_duration(Duration::from_nanos(ns.unsigned_abs()))
+            )),
+            Some(ns) => default_cache_duration = Duration::from_nanos(ns.unsigned_abs()),
         }
         if p.token_attributes.as_ref().is_some_and(|t| !t.is_null()) {
             errs.push(format!(

@@ -116,11 +116,12 @@ struct RawAuth {
 /// Errors never quote the body.
 pub fn decode_response(stdout: &[u8], expected_api_version: &str) -> Result<PluginResponse, PluginError> {
     let raw: RawResponse = serde_json::from_slice(stdout).map_err(|_| PluginError::Decode)?;
-    if !PROVIDER_API_VERSIONS.contains(&raw.api_version.as_str()) || raw.kind != "CredentialProviderResponse" {
-        return Err(PluginError::Decode);
-    }
+    // The kubelet checks the version before decoding the rest.
     if raw.api_version != expected_api_version {
         return Err(PluginError::ApiVersion { expected: expected_api_version.to_string(), actual: raw.api_version });
+    }
+    if !PROVIDER_API_VERSIONS.contains(&raw.api_version.as_str()) || raw.kind != "CredentialProviderResponse" {
+        return Err(PluginError::Decode);
     }
     let cache_duration = match raw.cache_duration {
         None => None,
@@ -236,7 +237,8 @@ impl PluginProvider {
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         for key in [image, registry_of(image), GLOBAL_CACHE_KEY] {
             match cache.get(key) {
-                Some((expires, config)) if now < *expires => return Some(config.clone()),
+                // Expired only once strictly past the expiry (the kubelet's policy).
+                Some((expires, config)) if now <= *expires => return Some(config.clone()),
                 Some(_) => {
                     cache.remove(key);
                 }
@@ -250,7 +252,7 @@ impl PluginProvider {
         let now = self.clock.now();
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         // Expired entries go when anything is stored (the kubelet lists every 15 min).
-        cache.retain(|_, (expires, _)| now < *expires);
+        cache.retain(|_, (expires, _)| now <= *expires);
         cache.insert(key, (now + ttl, config));
     }
 

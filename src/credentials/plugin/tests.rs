@@ -119,20 +119,20 @@ fn provider_validation_uses_the_kubelets_texts() {
         (one(provider_yaml("p", "[]", "1m", "")), "providers.matchImages: Required value: at least 1 item in matchImages is required"),
         (
             one(provider_yaml("p", "[\"r.io:port\"]", "1m", "")),
-            "providers.matchImages: Invalid value: \"r.io:port\": match image is invalid: invalid port after host",
+            "providers.matchImages: Invalid value: \"r.io:port\": match image is invalid: parse \"https://r.io:port\": invalid port after host",
         ),
-        (one(provider_yaml("p", "[r.io]", "-1m", "")), "providers.defaultCacheDuration: Invalid value: \"-1m\": must be greater than or equal to 0"),
+        (one(provider_yaml("p", "[r.io]", "-1m", "")), "providers.defaultCacheDuration: Invalid value: -1m0s: must be greater than or equal to 0"),
         (
             "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: p\n    matchImages: [r.io]\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n".to_string(),
-            "providers.defaultCacheDuration: Required value: defaultCacheDuration is required",
+            "providers.defaultCacheDuration: Required value",
         ),
         (
             "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: p\n    matchImages: [r.io]\n    defaultCacheDuration: 1m\n".to_string(),
-            "providers.apiVersion: Required value: apiVersion is required",
+            "providers.apiVersion: Required value",
         ),
         (
             "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: p\n    matchImages: [r.io]\n    defaultCacheDuration: 1m\n    apiVersion: credentialprovider.kubelet.k8s.io/v2\n".to_string(),
-            "providers.apiVersion: Unsupported value: \"credentialprovider.kubelet.k8s.io/v2\": supported values: \"credentialprovider.kubelet.k8s.io/v1alpha1\", \"credentialprovider.kubelet.k8s.io/v1beta1\", \"credentialprovider.kubelet.k8s.io/v1\"",
+            "providers.apiVersion: Unsupported value: \"credentialprovider.kubelet.k8s.io/v2\": supported values: \"credentialprovider.kubelet.k8s.io/v1\", \"credentialprovider.kubelet.k8s.io/v1alpha1\", \"credentialprovider.kubelet.k8s.io/v1beta1\"",
         ),
         ("apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: []\n".to_string(), "providers: Required value: at least 1 item in plugins is required"),
         (
@@ -175,6 +175,10 @@ fn undecodable_configs_name_the_file_never_env_values() {
             "no kind \"CredentialProviderConfig\" is registered for version \"kubelet.config.k8s.io/v9\"",
         ),
         ("providers: [unclosed hunter2", "invalid document at line"),
+        (
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: p\n    defaultCacheDuration: soon\n",
+            "time: invalid duration \"soon\"",
+        ),
         (
             "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: p\n    env: hunter2\n",
             "invalid document",
@@ -253,7 +257,10 @@ fn responses_are_validated_without_quoting_them() {
             ok.replace("/v1\"", "/v1beta1\""),
             "apiVersion from credential plugin response did not match expected apiVersion:credentialprovider.kubelet.k8s.io/v1, actual apiVersion:credentialprovider.kubelet.k8s.io/v1beta1",
         ),
-        (ok.replace("/v1\"", "/v7\""), "error decoding credential provider plugin response from stdout"),
+        (
+            ok.replace("/v1\"", "/v7\""),
+            "apiVersion from credential plugin response did not match expected apiVersion:credentialprovider.kubelet.k8s.io/v1, actual apiVersion:credentialprovider.kubelet.k8s.io/v7",
+        ),
         (
             ok.replace("CredentialProviderResponse", "Secret"),
             "error decoding credential provider plugin response from stdout",
@@ -379,12 +386,13 @@ async fn responses_are_cached_per_key_type() {
             assert_eq!(users(&got), [("*.example.com", "plugin-user", "plugin-pass")], "{key_type} {image}");
             assert_eq!(p.runs(), *runs, "{key_type} {image}");
         }
-        // The response's duration (10m), not the default (1m), sets expiry.
+        // The response's duration (10m), not the default (1m), sets expiry;
+        // an entry expires once strictly past it.
         let (first, _) = steps[0];
-        clock.advance(Duration::from_secs(599));
+        clock.advance(Duration::from_secs(600));
         let _ = provider.provide(first).await;
         assert_eq!(p.runs(), steps.last().map_or(0, |s| s.1), "{key_type}: still cached");
-        clock.advance(Duration::from_secs(1));
+        clock.advance(Duration::from_nanos(1));
         let _ = provider.provide(first).await;
         assert_eq!(p.runs(), steps.last().map_or(0, |s| s.1) + 1, "{key_type}: expired");
     }
@@ -392,7 +400,7 @@ async fn responses_are_cached_per_key_type() {
 
 #[tokio::test]
 async fn cache_durations_null_takes_the_default_and_zero_does_not_cache() {
-    // (response cacheDuration, provider default, runs after two lookups, after 1m more)
+    // (response cacheDuration, provider default, runs after two lookups, after just over 1m more)
     let cases = [(None, "1m", 1, 2), (Some("0"), "1m", 2, 3), (Some("0s"), "1h", 2, 3), (None, "0s", 2, 3)];
     for (duration, default, runs, later) in cases {
         let p = Plugin::new(&response("Image", duration));
@@ -401,7 +409,7 @@ async fn cache_durations_null_takes_the_default_and_zero_does_not_cache() {
         provider.provide("a.example.com/x").await;
         provider.provide("a.example.com/x").await;
         assert_eq!(p.runs(), runs, "{duration:?} {default}");
-        clock.advance(MINUTE);
+        clock.advance(MINUTE + Duration::from_nanos(1));
         provider.provide("a.example.com/x").await;
         assert_eq!(p.runs(), later, "{duration:?} {default}");
     }
