@@ -181,7 +181,7 @@ impl NodeConfigFiles {
         let keyring = Arc::new(match read_docker_config(&self.search) {
             Ok(found) => config_keyring(&found.config, &found.path.display().to_string()),
             Err(e) => {
-                tracing::debug!("{e}");
+                tracing::debug!("Docker config file not found: {e}");
                 Keyring::new()
             }
         });
