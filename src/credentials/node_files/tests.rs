@@ -180,3 +180,39 @@ fn zero_period_re_reads_every_time() {
     write(dir.path(), &[("a", "config.json", JSON_B)]);
     assert_eq!(users(&files.keyring(), "reg.io/x"), vec![("b".into(), "pb".into())]);
 }
+
+#[test]
+fn no_valid_file_is_logged_with_the_kubelets_text() {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), &[("a", "config.json", r#"{"auths":{"reg.io":{"password":"hunter2","auth":"!!"}}}"#)]);
+    let files = NodeConfigFiles::new(search(dir.path()), DEFAULT_CACHE_PERIOD);
+    tracing::subscriber::with_default(subscriber, || assert!(files.keyring().is_empty()));
+    let log = String::from_utf8_lossy(&buf.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned();
+    let (c, d) = (dir.path().join("c").display().to_string(), dir.path().join("d").display().to_string());
+    assert!(
+        log.contains(&format!(
+            "Docker config file not found: couldn't find valid .dockercfg after checking in [{c} {d}]"
+        )),
+        "{log}"
+    );
+    assert!(log.contains("unable to parse auth field") && !log.contains("hunter2"), "{log}");
+}
