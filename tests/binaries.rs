@@ -86,3 +86,38 @@ fn logs_are_json_lines_when_asked_and_rust_log_filters_them() {
     assert!(quiet.status.success());
     assert!(String::from_utf8_lossy(&quiet.stderr).trim().is_empty(), "RUST_LOG=error silences info logs");
 }
+
+#[test]
+fn a_bad_credential_provider_setup_exits_1_with_the_kubelets_text() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = dir.path().join("no-such-bin");
+    let conf = dir.path().join("providers.yaml");
+    std::fs::write(&conf, "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: []\n")
+        .expect("write");
+    let set = |k: &str, v: &std::path::Path| format!("credentials.{k}={}", v.display());
+    let out = imaged()
+        .args(["--set", &set("provider_config", &conf), "--set", &set("provider_bin_dir", &bin), "check-config"])
+        .output()
+        .expect("run imaged");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "Failed to register CRI auth plugins: plugin binary directory {} did not exist",
+            bin.display()
+        )),
+        "{err}"
+    );
+
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let out = imaged()
+        .args(["--set", &set("provider_config", &conf), "--set", &set("provider_bin_dir", &bin), "check-config"])
+        .output()
+        .expect("run imaged");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("failed to validate credential provider config: providers: Required value: at least 1 item in plugins is required"),
+        "{err}"
+    );
+}
