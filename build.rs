@@ -6,7 +6,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // SAFETY-free: build scripts are single-threaded at this point.
         unsafe { std::env::set_var("PROTOC", protoc) };
     }
-    let protos = ["proto/runtime/v1/api.proto"];
+    let protos = ["proto/runtime/v1/api.proto", "proto/imaged/v1/imaged.proto"];
     for p in protos {
         println!("cargo:rerun-if-changed={p}");
     }

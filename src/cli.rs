@@ -26,6 +26,11 @@ pub struct ConfigArgs {
 impl ConfigArgs {
     /// Loads the configuration: defaults, file, `IMAGED_*` environment, flags.
     pub fn load(&self) -> Result<Config, AppError> {
+        Ok(Config::load(&self.sources())?)
+    }
+
+    /// Where the configuration comes from (for reloads).
+    pub fn sources(&self) -> Sources {
         let mut overrides = self.overrides.clone();
         if let Some(e) = &self.runtime_endpoint {
             overrides.push(format!("runtime.endpoint={e}"));
@@ -33,7 +38,7 @@ impl ConfigArgs {
         if let Some(f) = &self.log_format {
             overrides.push(format!("log.format={f}"));
         }
-        Ok(Config::load(&Sources::from_process(self.config.clone(), overrides))?)
+        Sources::from_process(self.config.clone(), overrides)
     }
 }
 

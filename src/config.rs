@@ -57,6 +57,7 @@ struct RawConfig {
     backoff: RawBackoff,
     gc: RawGc,
     state: RawState,
+    daemon: RawDaemon,
     log: RawLog,
     credentials: RawCredentials,
 }
@@ -89,6 +90,15 @@ struct RawGc {
     sandbox_image: String,
     pinned_images: Vec<String>,
     keep_newest_tags_per_repo: i64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDaemon {
+    socket: String,
+    socket_group: String,
+    shutdown_grace: String,
+    max_request_bytes: i64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -322,10 +332,25 @@ pub struct Config {
     pub gc: GcSettings,
     /// Directory of durable state (`None` = memory only).
     pub state_dir: Option<PathBuf>,
+    /// The daemon's settings (`imaged run`).
+    pub daemon: DaemonSettings,
     /// Logging.
     pub log: LogConfig,
     /// Node credentials: docker config files and credential-provider plugins.
     pub credentials: NodeCredentialSettings,
+}
+
+/// The daemon's settings (`[daemon]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DaemonSettings {
+    /// The API's unix socket.
+    pub socket: PathBuf,
+    /// Group given access to the socket (mode 0660); `None` = owner only (0600).
+    pub socket_group: Option<String>,
+    /// How long in-flight pulls may go on after SIGTERM/SIGINT.
+    pub shutdown_grace: Duration,
+    /// Largest API request accepted, in bytes.
+    pub max_request_bytes: usize,
 }
 
 /// Where configuration comes from, besides the built-in defaults.
@@ -442,6 +467,7 @@ impl Config {
         let gc = gc_from_raw(raw.gc)?;
         let credentials = credentials_from_raw(raw.credentials)?;
         let state_dir = if raw.state.dir.is_empty() { None } else { Some(PathBuf::from(raw.state.dir)) };
+        let daemon = daemon_from_raw(raw.daemon)?;
         Ok(Config {
             endpoint,
             cri,
@@ -450,10 +476,31 @@ impl Config {
             backoff,
             gc,
             state_dir,
+            daemon,
             log: LogConfig { format, filter: raw.log.filter },
             credentials,
         })
     }
+}
+
+fn daemon_from_raw(d: RawDaemon) -> Result<DaemonSettings, ConfigError> {
+    if d.socket.is_empty() {
+        return Err(invalid("daemon.socket", &d.socket, "must be a path"));
+    }
+    let group = d.socket_group.trim();
+    if group.contains(char::is_whitespace) || group.contains(':') {
+        return Err(invalid("daemon.socket_group", &d.socket_group, "must be a group name or number"));
+    }
+    let max_request_bytes =
+        usize::try_from(d.max_request_bytes).ok().filter(|n| (1024..=256 << 20).contains(n)).ok_or_else(|| {
+            invalid("daemon.max_request_bytes", &d.max_request_bytes.to_string(), "must be from 1024 to 268435456")
+        })?;
+    Ok(DaemonSettings {
+        socket: PathBuf::from(d.socket),
+        socket_group: if group.is_empty() { None } else { Some(group.to_string()) },
+        shutdown_grace: duration("daemon.shutdown_grace", &d.shutdown_grace)?,
+        max_request_bytes,
+    })
 }
 
 /// The kubelet's validation and defaulting of the image pull fields.

@@ -32,6 +32,10 @@ pub enum AppError {
         #[source]
         source: CriError,
     },
+    /// A service imaged needs is not there (no daemon on the socket, or it
+    /// is shutting down).
+    #[error("{0}")]
+    Unavailable(String),
     /// An actor's mailbox was closed (the actor stopped).
     #[error("{0}: actor stopped")]
     Mailbox(String),
@@ -51,6 +55,7 @@ impl AppError {
         match self {
             AppError::Config(_) | AppError::Usage(_) => EXIT_USAGE,
             AppError::Cri { source, .. } if source.kind() == CriErrorKind::RuntimeUnavailable => EXIT_UNAVAILABLE,
+            AppError::Unavailable(_) => EXIT_UNAVAILABLE,
             _ => EXIT_FAILURE,
         }
     }

@@ -20,6 +20,9 @@
 //!   [`gc_service`] starts the detector, cache refresher and GC executor.
 //! - [`store`]: the embedded database (redb) holding all of imaged's durable
 //!   state (GC image records today).
+//! - [`api`]: the daemon's gRPC API (`proto/imaged/v1`): service, socket, client.
+//! - [`daemon`]: `imaged run`: a [`node::Node`] behind the API, with signals.
+//! - [`node`]: the library entry point ([`node::Node`]): every actor from one config.
 //! - [`runtime`]: resolves the configured endpoint (starting the embedded
 //!   runtime when asked) and connects the gateway.
 //! - [`config`], [`telemetry`], [`error`]: configuration, logging, exit codes.
@@ -28,11 +31,13 @@
 #![deny(missing_docs)]
 
 pub mod actors;
+pub mod api;
 pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod credentials;
 pub mod cri;
+pub mod daemon;
 pub mod demo;
 pub mod domain;
 pub mod embedded;
@@ -41,6 +46,7 @@ pub mod error;
 pub mod fault;
 pub mod gc;
 pub mod gc_service;
+pub mod node;
 pub mod runtime;
 pub mod store;
 pub mod telemetry;

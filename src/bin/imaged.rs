@@ -20,6 +20,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the daemon: serve the API on `daemon.socket` until SIGTERM/SIGINT (SIGHUP reloads).
+    Run,
     /// One round of pull, list, status and remove through the CRI gateway, printing what happened.
     Demo {
         /// Images to pull and remove (default: a few from the embedded runtime's catalogue).
@@ -51,8 +53,12 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<(), AppError> {
     let cfg: Config = cli.config.load()?;
-    imaged::telemetry::init(&cfg.log).map_err(AppError::Other)?;
+    let log = imaged::telemetry::init(&cfg.log).map_err(AppError::Other)?;
     match cli.command {
+        Command::Run => {
+            let sources = cli.config.sources();
+            actix::System::new().block_on(imaged::daemon::run(cfg, sources, Some(log)))
+        }
         Command::CheckConfig => {
             imaged::runtime::node_credentials(&cfg)?;
             println!("{cfg:#?}");

@@ -423,10 +423,10 @@ impl ImageManager {
         let now = Instant::now();
         self.recorder.finished(&req.pod.uid, now);
         self.hints.ensured(&outcome.image_ref, std::time::SystemTime::now());
-        let backoff = self.backoff.clone();
-        actix::spawn(async move {
-            let _ = backoff.send(RecordSuccess).await;
-        });
+        // Fire and forget, and without needing an actix LocalSet on this
+        // task (callers may be plain tokio tasks, e.g. the API server's):
+        // a full mailbox only delays the entry GC to its periodic run.
+        let _ = self.backoff.try_send(RecordSuccess);
         if !outcome.pulled {
             // Found present when the pull's turn came (another pod pulled it).
             let msg = already_present(requested);

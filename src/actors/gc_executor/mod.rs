@@ -438,8 +438,11 @@ impl Actor for GcExecutorActor {
 
 impl Handler<Tick> for GcExecutorActor {
     type Result = ();
-    /// Runs GC unless a run is going on.
+    /// Runs GC unless a run is going on (or GC was disabled by a reload).
     fn handle(&mut self, _: Tick, ctx: &mut Self::Context) {
+        if self.cfg.policy.is_disabled() {
+            return;
+        }
         if self.running {
             debug!("image GC still running; tick skipped");
             return;
@@ -463,6 +466,33 @@ impl Handler<DeleteUnusedImages> for GcExecutorActor {
     fn handle(&mut self, m: DeleteUnusedImages, _: &mut Self::Context) -> Self::Result {
         info!("Attempting to delete unused images");
         self.run(GcMode::DeleteUnused, m.dry_run)
+    }
+}
+
+/// Replaces the policy and protection rules (a configuration reload). Takes
+/// effect from the next run; a run going on finishes with the old ones.
+/// Enabling a disabled GC starts the periodic loop.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct UpdateGcPolicy {
+    /// Thresholds and ages.
+    pub policy: GcPolicy,
+    /// Pinned patterns and retention (the sandbox image id is kept).
+    pub rules: ProtectionRules,
+}
+
+impl Handler<UpdateGcPolicy> for GcExecutorActor {
+    type Result = ();
+    fn handle(&mut self, m: UpdateGcPolicy, ctx: &mut Self::Context) {
+        let was_disabled = self.cfg.policy.is_disabled();
+        self.cfg.policy = m.policy;
+        let sandbox = self.cfg.rules.sandbox_image_id.take();
+        self.cfg.rules = ProtectionRules { sandbox_image_id: sandbox, ..m.rules };
+        if was_disabled && !self.cfg.policy.is_disabled() {
+            ctx.notify(Tick);
+            ctx.run_interval(self.cfg.period, |_, ctx| ctx.notify(Tick));
+        }
+        info!(policy = ?self.cfg.policy, "image GC policy updated");
     }
 }
 

@@ -183,7 +183,8 @@ async fn run_pull(
     subscribers: &[Recipient<PullPhaseChanged>],
     slot_freed: impl FnOnce(),
 ) -> PullResult {
-    let image = request.image.image.clone();
+    // Phases name the image as the queue's key does (normalised).
+    let image = normalized_or_raw(&request.image.image);
     if recheck {
         match reader.image_status(request.image.clone(), false).await {
             Ok(s) => {

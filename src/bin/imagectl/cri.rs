@@ -1,28 +1,18 @@
-//! `imagectl`: a terminal client. Until the daemon's API exists it talks CRI
-//! to a runtime through imaged's CRI gateway (like `crictl`'s image commands).
+//! `imagectl cri …`: talks CRI to a runtime directly through imaged's CRI
+//! gateway (like `crictl`'s image commands), without a daemon.
 
 use std::io::{BufRead, Write};
-use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::Subcommand;
 use imaged::actors::cri_gateway::{
     GetImageFsInfo, GetImageStatus, GetVersion, ListContainers, ListImages, PullImage, RemoveImage,
 };
-use imaged::cli::{ConfigArgs, report};
 use imaged::domain::{AuthConfig, ImageSpec};
 use imaged::error::AppError;
 
-#[derive(Debug, Parser)]
-#[command(name = "imagectl", version, about = "Talk to a CRI runtime's image service through imaged's gateway")]
-struct Cli {
-    #[command(flatten)]
-    config: ConfigArgs,
-    #[command(subcommand)]
-    command: Command,
-}
-
+/// CRI commands (no daemon needed).
 #[derive(Debug, Subcommand)]
-enum Command {
+pub enum Command {
     /// Runtime name and versions.
     Version,
     /// List images.
@@ -51,25 +41,13 @@ enum Command {
     Ps,
 }
 
-fn main() -> ExitCode {
-    let cli: Cli = match imaged::cli::parse_or_exit() {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    match run(cli) {
-        Ok(code) => ExitCode::from(code),
-        Err(e) => ExitCode::from(report("imagectl", &e) as u8),
-    }
-}
-
 fn out(e: std::io::Error) -> AppError {
     AppError::Other(format!("writing output: {e}"))
 }
 
-fn run(cli: Cli) -> Result<u8, AppError> {
-    let cfg = cli.config.load()?;
-    let _ = imaged::telemetry::init(&imaged::config::LogConfig { filter: "warn".into(), ..cfg.log.clone() });
-    let password = match &cli.command {
+/// Runs one CRI command; returns the exit code.
+pub fn run(cfg: imaged::config::Config, command: Command) -> Result<u8, AppError> {
+    let password = match &command {
         Command::Pull { username: Some(_), .. } => {
             let mut line = String::new();
             std::io::stdin()
@@ -85,7 +63,7 @@ fn run(cli: Cli) -> Result<u8, AppError> {
         let g = &rt.gateway;
         let closed = |_| AppError::Mailbox("CRI gateway".into());
         let mut o = std::io::stdout().lock();
-        match cli.command {
+        match command {
             Command::Version => {
                 let v = g.send(GetVersion).await.map_err(closed)?.map_err(|e| AppError::cri("Version", e))?;
                 writeln!(

@@ -1,0 +1,223 @@
+//! Between the API's messages and imaged's types. Requests are validated
+//! here: a bad one becomes `InvalidArgument` naming the field.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tonic::Status;
+
+use super::proto;
+use crate::actors::backoff_registry::{BackoffKey, BackoffView, ClearScope};
+use crate::actors::gc_executor::GcReport;
+use crate::actors::pull_queue::{PullPhase, PullPhaseChanged};
+use crate::credentials::PullSecret;
+use crate::domain::Image;
+use crate::domain::pull_policy::{PullPolicy, default_pull_policy};
+use crate::ensure::{EnsureError, EnsureImageRequest, EnsureOk, ImageEvent, PodInfo};
+use crate::gc::plan::{GcMode, Verdict};
+
+/// Longest image reference accepted (the grammar's own limit is 255 for the
+/// name; a tag or digest adds at most ~140).
+const MAX_IMAGE_LEN: usize = 4096;
+
+fn field(name: &str, reason: impl std::fmt::Display) -> Status {
+    Status::invalid_argument(format!("{name}: {reason}"))
+}
+
+/// The API's `EnsureImageRequest` as the ensure flow's.
+pub fn ensure_request(r: proto::EnsureImageRequest) -> Result<EnsureImageRequest, Status> {
+    if r.image.is_empty() {
+        return Err(field("image", "must not be empty"));
+    }
+    if r.image.len() > MAX_IMAGE_LEN {
+        return Err(field("image", format!("longer than {MAX_IMAGE_LEN} bytes")));
+    }
+    let pod = r.pod.ok_or_else(|| field("pod", "must be set (pod.uid at least: back-off is per pod)"))?;
+    if pod.uid.is_empty() {
+        return Err(field("pod.uid", "must not be empty"));
+    }
+    let pull_policy = if r.pull_policy.is_empty() {
+        default_pull_policy(&r.image)
+    } else {
+        r.pull_policy.parse::<PullPolicy>().map_err(|e| field("pull_policy", e))?
+    };
+    let pull_secrets = r
+        .pull_secrets
+        .iter()
+        .enumerate()
+        .map(|(i, bytes)| PullSecret::from_manifest(bytes).map_err(|e| field(&format!("pull_secrets[{i}]"), e)))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(EnsureImageRequest {
+        pod: PodInfo {
+            uid: pod.uid,
+            namespace: pod.namespace,
+            name: pod.name,
+            annotations: pod.annotations.into_iter().collect(),
+            runtime_handler: pod.runtime_handler,
+            priority: pod.priority,
+        },
+        container: (!r.container.is_empty()).then_some(r.container),
+        image: r.image,
+        pull_policy,
+        pull_secrets,
+        credentials: Vec::new(),
+        sandbox: None,
+        deadline: (r.deadline_ms > 0).then(|| Duration::from_millis(r.deadline_ms)),
+    })
+}
+
+/// An ensure's result as the API's response.
+pub fn ensure_response(r: Result<EnsureOk, EnsureError>) -> proto::EnsureImageResponse {
+    let result = match r {
+        Ok(ok) => {
+            proto::ensure_image_response::Result::Ok(proto::EnsureOk { image_ref: ok.image_ref, message: ok.message })
+        }
+        Err(e) => proto::ensure_image_response::Result::Failure(proto::EnsureFailure {
+            kind: e.kind.to_string(),
+            message: e.message,
+            class: e.class.to_string(),
+        }),
+    };
+    proto::EnsureImageResponse { result: Some(result) }
+}
+
+/// The back-off scope of a `ClearBackoffRequest`.
+pub fn clear_scope(r: proto::ClearBackoffRequest) -> ClearScope {
+    match (r.pod_uid.is_empty(), r.image.is_empty()) {
+        (true, true) => ClearScope::All,
+        (false, true) => ClearScope::Pod(r.pod_uid),
+        (true, false) => ClearScope::Image(r.image),
+        (false, false) => ClearScope::Key(BackoffKey { pod_uid: r.pod_uid, image: r.image }),
+    }
+}
+
+/// An image with its node-status names.
+pub fn image(i: &Image) -> proto::Image {
+    proto::Image {
+        id: i.id.clone(),
+        repo_tags: i.repo_tags.clone(),
+        repo_digests: i.repo_digests.clone(),
+        size: i.size,
+        pinned: i.pinned,
+        names: i
+            .repo_digests
+            .iter()
+            .chain(&i.repo_tags)
+            .take(crate::actors::cache_refresher::MAX_NAMES_PER_IMAGE)
+            .cloned()
+            .collect(),
+    }
+}
+
+/// A GC report, every image with its verdict and explanation.
+pub fn gc_report(r: &GcReport) -> proto::GcReport {
+    let shortfall = r.shortfall.as_ref().map_or_else(String::new, |s| {
+        let held: Vec<String> =
+            s.held.iter().map(|h| format!("{:?}: {} image(s), {} bytes", h.reason, h.images, h.bytes)).collect();
+        format!(
+            "wanted {} bytes, {} eligible; held: {}; {} bytes not accounted for by images",
+            s.wanted,
+            s.eligible_bytes,
+            if held.is_empty() { "nothing".to_string() } else { held.join(", ") },
+            s.unaccounted_bytes
+        )
+    });
+    proto::GcReport {
+        mode: match r.mode {
+            GcMode::Threshold => "threshold",
+            GcMode::DeleteUnused => "delete-unused",
+        }
+        .to_string(),
+        dry_run: r.dry_run,
+        usage_percent: r.usage_percent.map(u32::from),
+        projected_usage_percent: r.projected_usage_percent.map(u32::from),
+        amount_to_free: r.amount_to_free,
+        entries: r
+            .entries
+            .iter()
+            .map(|e| proto::GcEntry {
+                id: e.id.clone(),
+                repo_tags: e.repo_tags.clone(),
+                size: e.size,
+                verdict: match e.verdict {
+                    Verdict::Delete(_) => "delete",
+                    Verdict::Keep(_) => "keep",
+                }
+                .to_string(),
+                reason: e.explain(),
+                used_by: e.used_by.clone(),
+            })
+            .collect(),
+        removed: r.removed.iter().map(|x| x.id.clone()).collect(),
+        failed: r.failed.iter().map(|(id, e)| format!("{id}: {e}")).collect(),
+        bytes_expected: r.bytes_expected,
+        bytes_freed_measured: r.bytes_freed_measured.map(|b| i64::try_from(b).unwrap_or(i64::MAX)),
+        shortfall,
+    }
+}
+
+/// One back-off entry.
+pub fn backoff(v: &BackoffView) -> proto::BackoffEntry {
+    proto::BackoffEntry {
+        pod_uid: v.key.pod_uid.clone(),
+        image: v.key.image.clone(),
+        backoff_ms: millis(v.backoff),
+        retry_in_ms: v.retry_in.map_or(0, millis),
+        previous_error: v.previous_error.clone().unwrap_or_default(),
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// A phase's name on the wire.
+pub fn phase_name(p: PullPhase) -> &'static str {
+    match p {
+        PullPhase::Queued => "queued",
+        PullPhase::Parked => "parked",
+        PullPhase::WaitingOnSharedPull => "waiting-on-shared-pull",
+        PullPhase::Throttled => "throttled",
+        PullPhase::Pulling => "pulling",
+        PullPhase::AlreadyPresent => "already-present",
+        PullPhase::Done => "done",
+        PullPhase::Failed => "failed",
+    }
+}
+
+/// An image event on the wire.
+pub fn image_event(e: &ImageEvent) -> proto::Event {
+    proto::Event {
+        time_ms: now_ms(),
+        kind: Some(proto::event::Kind::ImageEvent(proto::ImageEvent {
+            r#type: e.event_type.to_string(),
+            reason: e.reason.to_string(),
+            message: e.message.clone(),
+            pod_uid: e.object.pod_uid.clone(),
+            namespace: e.object.namespace.clone(),
+            pod_name: e.object.pod_name.clone(),
+            container: e.object.container.clone().unwrap_or_default(),
+            image: e.image.clone(),
+            class: e.class.map(|c| c.to_string()).unwrap_or_default(),
+        })),
+    }
+}
+
+/// A pull phase on the wire.
+pub fn phase_event(p: &PullPhaseChanged) -> proto::Event {
+    proto::Event {
+        time_ms: now_ms(),
+        kind: Some(proto::event::Kind::PullPhase(proto::PullPhase {
+            image: p.image.clone(),
+            phase: phase_name(p.phase).to_string(),
+        })),
+    }
+}
+
+/// The watcher fell behind by `n` events.
+pub fn lagged(n: u64) -> proto::Event {
+    proto::Event { time_ms: now_ms(), kind: Some(proto::event::Kind::Lagged(n)) }
+}

@@ -1,0 +1,215 @@
+//! imaged's own gRPC API (`proto/imaged/v1`): the service over a [`Node`],
+//! the unix-socket server the daemon runs, and the client `imagectl` uses.
+
+pub mod convert;
+pub mod hub;
+pub mod server;
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures_util::Stream;
+use tokio::sync::{broadcast, watch};
+use tonic::{Request, Response, Status};
+
+use crate::cri::{CriEndpoint, CriErrorKind};
+use crate::node::{Node, NodeError};
+
+/// The generated API types (`imaged.v1`).
+#[allow(missing_docs, clippy::all)]
+pub mod proto {
+    tonic::include_proto!("imaged.v1");
+}
+
+pub use hub::EventHub;
+pub use proto::imaged_client::ImagedClient;
+pub use proto::imaged_server::{Imaged, ImagedServer};
+
+fn status_of(e: NodeError) -> Status {
+    match &e {
+        NodeError::ShuttingDown => Status::unavailable(e.to_string()),
+        NodeError::Stopped(_) => Status::internal(e.to_string()),
+        NodeError::Cri(c) => match c.kind() {
+            CriErrorKind::RuntimeUnavailable => Status::unavailable(e.to_string()),
+            CriErrorKind::DeadlineExceeded => Status::deadline_exceeded(e.to_string()),
+            CriErrorKind::NotFound => Status::not_found(e.to_string()),
+            _ => Status::unknown(e.to_string()),
+        },
+        NodeError::Gc(crate::actors::gc_executor::GcError::Busy) => Status::aborted(e.to_string()),
+        NodeError::Gc(_) => Status::failed_precondition(e.to_string()),
+    }
+}
+
+/// The API over a running [`Node`].
+#[derive(Clone)]
+pub struct ImagedService {
+    node: Arc<Node>,
+    events: broadcast::Sender<proto::Event>,
+    recent: hub::Recent,
+    stopping: watch::Receiver<bool>,
+}
+
+impl std::fmt::Debug for ImagedService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ImagedService").finish_non_exhaustive()
+    }
+}
+
+impl ImagedService {
+    /// The service over `node`; `events` and `recent` are the
+    /// [`EventHub`]'s; event streams end when `stopping` turns true.
+    pub fn new(
+        node: Arc<Node>,
+        events: broadcast::Sender<proto::Event>,
+        recent: hub::Recent,
+        stopping: watch::Receiver<bool>,
+    ) -> Self {
+        Self { node, events, recent, stopping }
+    }
+
+    fn pull_mode(&self) -> String {
+        match self.node.config().pull.concurrency {
+            crate::actors::pull_queue::Concurrency::Serial => "serial".to_string(),
+            crate::actors::pull_queue::Concurrency::Parallel(Some(n)) => format!("parallel({n})"),
+            crate::actors::pull_queue::Concurrency::Parallel(None) => "parallel(unlimited)".to_string(),
+        }
+    }
+
+    fn config_summary(&self) -> Vec<String> {
+        let c = self.node.config();
+        vec![
+            format!("pull.mode = {}", self.pull_mode()),
+            format!("pull.registry_pull_qps = {}", c.pull.qps),
+            format!("pull.registry_burst = {}", c.pull.burst),
+            format!("pull.throttle_mode = {:?}", c.pull.throttle_mode),
+            format!("pull.single_flight = {}", c.pull.single_flight),
+            format!("backoff.max = {}", crate::domain::gofmt::duration(c.backoff.backoff.max)),
+            format!("gc.image_gc_high_threshold_percent = {}", c.gc.high_threshold_percent),
+            format!("gc.image_gc_low_threshold_percent = {}", c.gc.low_threshold_percent),
+            format!("gc.image_minimum_gc_age = {}", crate::domain::gofmt::duration(c.gc.min_age)),
+            format!("gc.image_maximum_gc_age = {}", crate::domain::gofmt::duration(c.gc.max_age)),
+            format!(
+                "state.dir = {}",
+                c.state_dir.as_ref().map_or_else(|| "(memory only)".to_string(), |d| d.display().to_string())
+            ),
+        ]
+    }
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<proto::Event, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Imaged for ImagedService {
+    async fn ensure_image(
+        &self,
+        request: Request<proto::EnsureImageRequest>,
+    ) -> Result<Response<proto::EnsureImageResponse>, Status> {
+        let req = convert::ensure_request(request.into_inner())?;
+        let result = self.node.ensure_image_exists(&req).await.map_err(status_of)?;
+        Ok(Response::new(convert::ensure_response(result)))
+    }
+
+    async fn list_images(
+        &self,
+        _: Request<proto::ListImagesRequest>,
+    ) -> Result<Response<proto::ListImagesResponse>, Status> {
+        let images = self.node.list_images().await.map_err(status_of)?;
+        Ok(Response::new(proto::ListImagesResponse { images: images.iter().map(convert::image).collect() }))
+    }
+
+    async fn garbage_collect(
+        &self,
+        request: Request<proto::GarbageCollectRequest>,
+    ) -> Result<Response<proto::GcReport>, Status> {
+        let report = self.node.garbage_collect(request.into_inner().dry_run).await.map_err(status_of)?;
+        Ok(Response::new(convert::gc_report(&report)))
+    }
+
+    async fn delete_unused_images(
+        &self,
+        request: Request<proto::DeleteUnusedImagesRequest>,
+    ) -> Result<Response<proto::GcReport>, Status> {
+        let report = self.node.delete_unused_images(request.into_inner().dry_run).await.map_err(status_of)?;
+        Ok(Response::new(convert::gc_report(&report)))
+    }
+
+    async fn clear_backoff(
+        &self,
+        request: Request<proto::ClearBackoffRequest>,
+    ) -> Result<Response<proto::ClearBackoffResponse>, Status> {
+        let scope = convert::clear_scope(request.into_inner());
+        let cleared = self.node.clear_backoff(scope).await.map_err(status_of)?;
+        Ok(Response::new(proto::ClearBackoffResponse { cleared: u32::try_from(cleared).unwrap_or(u32::MAX) }))
+    }
+
+    type WatchEventsStream = EventStream;
+
+    async fn watch_events(
+        &self,
+        request: Request<proto::WatchEventsRequest>,
+    ) -> Result<Response<Self::WatchEventsStream>, Status> {
+        use futures_util::StreamExt as _;
+        let r = request.into_inner();
+        // Subscribe before copying the backlog: an event in between is sent
+        // twice rather than lost.
+        let rx = self.events.subscribe();
+        let backlog: Vec<Result<proto::Event, Status>> = if r.recent {
+            self.recent.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().map(Ok).collect()
+        } else {
+            Vec::new()
+        };
+        let backlog = futures_util::stream::iter(backlog);
+        if !r.follow {
+            return Ok(Response::new(Box::pin(backlog)));
+        }
+        let stopping = self.stopping.clone();
+        let live = futures_util::stream::unfold((rx, stopping), |(mut rx, mut stopping)| async move {
+            loop {
+                if *stopping.borrow() {
+                    return None;
+                }
+                tokio::select! {
+                    r = rx.recv() => match r {
+                        Ok(e) => return Some((Ok(e), (rx, stopping))),
+                        Err(broadcast::error::RecvError::Lagged(n)) => {
+                            return Some((Ok(convert::lagged(n)), (rx, stopping)));
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return None,
+                    },
+                    changed = stopping.changed() => if changed.is_err() { return None },
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(backlog.chain(live))))
+    }
+
+    async fn get_status(&self, _: Request<proto::GetStatusRequest>) -> Result<Response<proto::StatusResponse>, Status> {
+        let s = self.node.status().await.map_err(status_of)?;
+        let n = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+        Ok(Response::new(proto::StatusResponse {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            runtime_name: s.runtime.runtime_name,
+            runtime_version: s.runtime.runtime_version,
+            runtime_api_version: s.runtime.runtime_api_version,
+            endpoint: s.endpoint.to_string(),
+            pull_mode: self.pull_mode(),
+            queued: n(s.queue.queued),
+            running: n(s.queue.running),
+            parked: n(s.queue.parked),
+            waiters: n(s.queue.waiters),
+            backoffs: s.backoffs.iter().map(convert::backoff).collect(),
+            last_gc: s.last_gc.as_deref().map(convert::gc_report),
+            accepting: s.accepting,
+            config: self.config_summary(),
+        }))
+    }
+}
+
+/// A client of the daemon at `socket` (connects lazily: the first call
+/// fails with `Unavailable` if no daemon is there).
+pub fn client(socket: &std::path::Path) -> Result<ImagedClient<tonic::transport::Channel>, crate::error::AppError> {
+    let channel = CriEndpoint::Unix(socket.to_path_buf())
+        .channel(std::time::Duration::from_secs(5))
+        .map_err(|e| crate::error::AppError::Usage(format!("socket {}: {}", socket.display(), e.reason)))?;
+    Ok(ImagedClient::new(channel).max_decoding_message_size(64 << 20))
+}

@@ -1,0 +1,165 @@
+//! `imaged run`: the supervised daemon. Starts a [`Node`] from the
+//! configuration, serves the API on its unix socket, and handles signals:
+//!
+//! - SIGTERM / SIGINT: stop taking requests (new calls get `Unavailable`),
+//!   let queued and running pulls finish for up to `daemon.shutdown_grace`,
+//!   end event streams, remove the socket, exit 0. Durable state needs no
+//!   flush: every store write is a committed transaction.
+//! - SIGHUP: re-read the configuration from the same sources and apply the
+//!   keys that are safe to change live (`log.filter`, the GC thresholds,
+//!   ages, pinned images and retention); changed keys that need a restart
+//!   are logged by name.
+//!
+//! A failure the daemon cannot serve through (the runtime unreachable at
+//! start, the socket taken) ends the process with the exit code of
+//! [`AppError`], for the service manager to restart it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::actors::gc_executor::UpdateGcPolicy;
+use crate::api::server::ApiSocket;
+use crate::api::{EventHub, ImagedService};
+use crate::config::{Config, Sources};
+use crate::error::AppError;
+use crate::node::Node;
+use crate::telemetry::LogReload;
+
+/// Makes any panic, on any thread or task, end the process (after logging
+/// it) instead of leaving an actor or a connection task silently dead:
+/// tokio catches task panics and actix does not restart a panicked actor,
+/// so without this a daemon could go on half-alive. The service manager
+/// (systemd `Restart=on-failure`, a DaemonSet) restarts the process; the
+/// durable state is crash-safe. Release builds also set `panic = "abort"`.
+pub fn abort_on_panic() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        tracing::error!(panic = %info, "imaged: a panic is a bug; aborting so the service manager restarts the process");
+        default(info);
+        std::process::abort();
+    }));
+}
+
+/// Runs the daemon until SIGTERM/SIGINT. `sources` are re-read on SIGHUP.
+pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Result<(), AppError> {
+    abort_on_panic();
+    let mut term = signal(SignalKind::terminate()).map_err(|e| AppError::Other(format!("SIGTERM handler: {e}")))?;
+    let mut hup = signal(SignalKind::hangup()).map_err(|e| AppError::Other(format!("SIGHUP handler: {e}")))?;
+    let daemon = cfg.daemon.clone();
+    let node = Arc::new(Node::start(cfg).await?);
+    let rt = node.runtime();
+    info!(
+        endpoint = %rt.endpoint,
+        runtime = %rt.version.runtime_name,
+        runtime_version = %rt.version.runtime_version,
+        "connected to the CRI runtime"
+    );
+    let (hub, events, recent) = EventHub::new();
+    let hub = hub.start();
+    node.subscribe_events(hub.clone().recipient());
+    node.subscribe_phases(hub.recipient()).await.map_err(|e| AppError::Other(e.to_string()))?;
+
+    let socket = ApiSocket::bind(&daemon).await?;
+    info!(socket = %socket.path().display(), "imaged API serving");
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let service = ImagedService::new(node.clone(), events, recent, stop_rx.clone());
+    let mut server_stop = stop_rx.clone();
+    let server = socket.serve(service, daemon.max_request_bytes, async move {
+        let _ = server_stop.wait_for(|s| *s).await;
+    });
+    tokio::pin!(server);
+
+    let mut current = node.config().clone();
+    let why = loop {
+        tokio::select! {
+            r = &mut server => {
+                // The server ended on its own: an I/O failure on the socket.
+                return r.and(Err(AppError::Other("API server stopped unexpectedly".into())));
+            }
+            _ = term.recv() => break "SIGTERM",
+            _ = tokio::signal::ctrl_c() => break "SIGINT",
+            _ = hup.recv() => reload(&node, &sources, &mut current, log.as_ref()),
+        }
+    };
+    info!(signal = why, grace = ?daemon.shutdown_grace, "shutting down: no new requests; waiting for pulls in flight");
+    node.stop_accepting();
+    let report = node.shutdown(daemon.shutdown_grace).await;
+    let _ = stop_tx.send(true);
+    // In-flight API calls finish; streams end on `stopping`.
+    match tokio::time::timeout(Duration::from_secs(5), &mut server).await {
+        Ok(r) => r?,
+        Err(_) => warn!("API calls still open 5s after shutdown; closing"),
+    }
+    info!(abandoned_pulls = report.abandoned_pulls, "imaged stopped");
+    Ok(())
+}
+
+/// SIGHUP: reloads what is safe to change live; names the rest.
+fn reload(node: &Node, sources: &Sources, current: &mut Config, log: Option<&LogReload>) {
+    let sources = Sources { env: Some(std::env::vars().collect()), ..sources.clone() };
+    let new = match Config::load(&sources) {
+        Ok(c) => c,
+        Err(e) => {
+            warn!(error = %e, "SIGHUP: configuration not reloaded; keeping the running one");
+            return;
+        }
+    };
+    let mut applied = Vec::new();
+    if new.log.filter != current.log.filter {
+        match log.map(|l| l.set_filter(&new.log.filter)) {
+            Some(Ok(true)) => applied.push("log.filter"),
+            Some(Ok(false)) => warn!("SIGHUP: log.filter not applied: RUST_LOG is set and takes precedence"),
+            Some(Err(e)) => warn!(error = %e, "SIGHUP: log.filter not applied"),
+            None => {}
+        }
+    }
+    if new.gc != current.gc {
+        let gc_live = |g: &crate::config::GcSettings| (g.policy(), g.rules());
+        if gc_live(&new.gc) != gc_live(&current.gc) {
+            node.gc().executor.do_send(UpdateGcPolicy { policy: new.gc.policy(), rules: new.gc.rules() });
+            applied.push("gc (thresholds, ages, pinned_images, keep_newest_tags_per_repo)");
+        }
+    }
+    let mut needs_restart = Vec::new();
+    let live_gc = crate::config::GcSettings {
+        high_threshold_percent: current.gc.high_threshold_percent,
+        low_threshold_percent: current.gc.low_threshold_percent,
+        min_age: current.gc.min_age,
+        max_age: current.gc.max_age,
+        pinned_images: current.gc.pinned_images.clone(),
+        keep_newest_tags_per_repo: current.gc.keep_newest_tags_per_repo,
+        ..new.gc.clone()
+    };
+    if live_gc != current.gc {
+        needs_restart.push("gc (periods, sandbox_image, node_status_max_images)");
+    }
+    for (name, changed) in [
+        ("runtime", new.endpoint != current.endpoint || new.cri != current.cri),
+        ("pull", new.pull != current.pull || new.ensure != current.ensure),
+        ("backoff", new.backoff != current.backoff),
+        ("state", new.state_dir != current.state_dir),
+        ("daemon", new.daemon != current.daemon),
+        ("log.format", new.log.format != current.log.format),
+    ] {
+        if changed {
+            needs_restart.push(name);
+        }
+    }
+    info!(applied = ?applied, "SIGHUP: configuration reloaded");
+    if !needs_restart.is_empty() {
+        warn!(keys = ?needs_restart, "SIGHUP: these changed settings take effect only after a restart");
+    }
+    // Remember what runs now: the applied parts are new, the rest stays.
+    current.log.filter = new.log.filter.clone();
+    current.gc.high_threshold_percent = new.gc.high_threshold_percent;
+    current.gc.low_threshold_percent = new.gc.low_threshold_percent;
+    current.gc.min_age = new.gc.min_age;
+    current.gc.max_age = new.gc.max_age;
+    current.gc.pinned_images = new.gc.pinned_images;
+    current.gc.keep_newest_tags_per_repo = new.gc.keep_newest_tags_per_repo;
+}

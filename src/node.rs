@@ -1,0 +1,309 @@
+//! The library entry point: [`Node::start`] starts every actor from a
+//! [`Config`] on the caller's actix System and returns a handle with what an
+//! agent needs — ensure, event and phase subscriptions, the image list, GC,
+//! back-off control, status — and a graceful [`Node::shutdown`].
+//!
+//! ```no_run
+//! # async fn agent() -> Result<(), imaged::error::AppError> {
+//! use imaged::config::Config;
+//! use imaged::domain::pull_policy::PullPolicy;
+//! use imaged::ensure::EnsureImageRequest;
+//!
+//! let node = imaged::node::Node::start(Config::defaults()?).await?;
+//! let ok = node.ensure_image_exists(&EnsureImageRequest::new("pod-uid", "busybox:1.36", PullPolicy::IfNotPresent)).await;
+//! println!("{ok:?}");
+//! node.shutdown(std::time::Duration::from_secs(30)).await;
+//! # Ok(()) }
+//! ```
+//!
+//! The daemon (`imaged run`) is this handle behind a gRPC API; embedders get
+//! the same behaviour without the socket.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use actix::prelude::*;
+
+use crate::actors::Stop;
+use crate::actors::backoff_registry::{BackoffView, ClearBackoff, ClearScope, ListBackoffs};
+use crate::actors::cache_refresher::ImageListReader;
+use crate::actors::cri_gateway::{CriGatewayActor, ListImages};
+use crate::actors::detector::DetectImages;
+use crate::actors::gc_executor::{DeleteUnusedImages, GcError, GcReport, GetLastGcReport, RunGc};
+use crate::actors::pull_queue::{GetQueueStatus, PullPhaseChanged, QueueStatus, SubscribePhases};
+use crate::config::Config;
+use crate::cri::{CriEndpoint, CriError};
+use crate::domain::{Image, RuntimeVersion};
+use crate::ensure::{EnsureError, EnsureImageRequest, EnsureOk, ImageEvent, ImageManager};
+use crate::error::AppError;
+use crate::gc::capacity::CapacitySource;
+use crate::gc_service::GcService;
+use crate::runtime::ConnectedRuntime;
+use crate::store::Store;
+
+/// How often [`Node::shutdown`] looks whether in-flight pulls are done.
+const DRAIN_POLL: Duration = Duration::from_millis(20);
+
+/// Least time the final detection at shutdown gets, even past the grace.
+const FINAL_DETECTION: Duration = Duration::from_secs(2);
+
+/// Why a [`Node`] call failed (besides an ensure's own [`EnsureError`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NodeError {
+    /// The node is shutting down and takes no new requests.
+    #[error("imaged is shutting down")]
+    ShuttingDown,
+    /// An actor stopped (a bug or a shutdown race).
+    #[error("{0} has stopped")]
+    Stopped(&'static str),
+    /// A CRI call failed.
+    #[error(transparent)]
+    Cri(#[from] CriError),
+    /// A GC run failed or could not start.
+    #[error(transparent)]
+    Gc(#[from] GcError),
+}
+
+/// What [`Node::status`] reports.
+#[derive(Debug, Clone)]
+pub struct NodeStatus {
+    /// The runtime's `Version` answer at start.
+    pub runtime: RuntimeVersion,
+    /// The endpoint.
+    pub endpoint: CriEndpoint,
+    /// The pull queue now.
+    pub queue: QueueStatus,
+    /// Keys in back-off or remembered by the backoff registry.
+    pub backoffs: Vec<BackoffView>,
+    /// The last GC run (threshold or delete-unused), if any.
+    pub last_gc: Option<Arc<GcReport>>,
+    /// Whether the node still takes requests.
+    pub accepting: bool,
+}
+
+/// What [`Node::shutdown`] saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Pulls still queued or running when the grace period ended (0 = all
+    /// finished).
+    pub abandoned_pulls: usize,
+}
+
+/// A running imaged: every actor, started from one configuration. Cheap
+/// handles to the parts are available for agents that want the actors
+/// themselves (`manager()`, `gc()`, `gateway()`).
+pub struct Node {
+    cfg: Config,
+    runtime: ConnectedRuntime,
+    manager: ImageManager,
+    gc: GcService,
+    store: Option<Arc<Store>>,
+    accepting: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node").field("runtime", &self.runtime).finish_non_exhaustive()
+    }
+}
+
+impl Node {
+    /// Connects to the configured runtime (starting the embedded one when
+    /// the endpoint is `embedded`) and starts every actor on the current
+    /// actix System.
+    pub async fn start(cfg: Config) -> Result<Self, AppError> {
+        let runtime = crate::runtime::connect(&cfg).await?;
+        Self::start_on(cfg, runtime).await
+    }
+
+    /// Starts every actor over an already connected runtime (an embedder's
+    /// own gateway, or a test's).
+    pub async fn start_on(cfg: Config, runtime: ConnectedRuntime) -> Result<Self, AppError> {
+        let store = match &cfg.state_dir {
+            Some(dir) => Some(Arc::new(
+                Store::open(dir)
+                    .map_err(|e| AppError::Other(format!("opening the state in {}: {e}", dir.display())))?,
+            )),
+            None => None,
+        };
+        let node_credentials = crate::runtime::node_credentials(&cfg)?;
+        let manager = ImageManager::start(runtime.gateway.clone(), &cfg.pull, &cfg.backoff, cfg.ensure.clone())
+            .await
+            .map_err(|_| AppError::Mailbox("CRI gateway".into()))?
+            .with_node_credentials(node_credentials);
+        let capacity = match &runtime.embedded {
+            Some(e) => e.capacity_source(),
+            None => CapacitySource::Statvfs,
+        };
+        let gc = GcService::start(
+            &runtime.gateway,
+            &cfg.gc,
+            capacity,
+            store.clone(),
+            manager.hints().clone(),
+            manager.events().clone(),
+        );
+        Ok(Self { cfg, runtime, manager, gc, store, accepting: Arc::new(AtomicBool::new(true)) })
+    }
+
+    /// The configuration the node runs with.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The runtime: gateway, version, endpoint, embedded runtime.
+    pub fn runtime(&self) -> &ConnectedRuntime {
+        &self.runtime
+    }
+
+    /// The CRI gateway.
+    pub fn gateway(&self) -> &Addr<CriGatewayActor> {
+        &self.runtime.gateway
+    }
+
+    /// The ensure flow's handle (its pull queue and backoff registry).
+    pub fn manager(&self) -> &ImageManager {
+        &self.manager
+    }
+
+    /// The GC actors.
+    pub fn gc(&self) -> &GcService {
+        &self.gc
+    }
+
+    /// The durable state, when `state.dir` is set.
+    pub fn store(&self) -> Option<&Arc<Store>> {
+        self.store.as_ref()
+    }
+
+    /// Whether the node still takes requests (false once shutdown began).
+    pub fn accepting(&self) -> bool {
+        self.accepting.load(Ordering::Acquire)
+    }
+
+    /// The kubelet's `EnsureImageExists`; refused with `ShuttingDown` once
+    /// [`Node::shutdown`] began.
+    pub async fn ensure_image_exists(
+        &self,
+        req: &EnsureImageRequest,
+    ) -> Result<Result<EnsureOk, EnsureError>, NodeError> {
+        if !self.accepting() {
+            return Err(NodeError::ShuttingDown);
+        }
+        Ok(self.manager.ensure_image_exists(req).await)
+    }
+
+    /// Subscribes to the kubelet's image events (`Pulling`, `Pulled`, …).
+    pub fn subscribe_events(&self, to: Recipient<ImageEvent>) {
+        self.manager.events().subscribe(to);
+    }
+
+    /// Subscribes to pull phases (queued, throttled, pulling, done, …).
+    pub async fn subscribe_phases(&self, to: Recipient<PullPhaseChanged>) -> Result<(), NodeError> {
+        self.manager.queue().send(SubscribePhases(to)).await.map_err(|_| NodeError::Stopped("pull queue"))
+    }
+
+    /// The node-status image list, as the cache refresher last saw it.
+    pub fn image_list(&self) -> ImageListReader {
+        self.gc.images.clone()
+    }
+
+    /// The runtime's images now (a fresh `ListImages`), largest first.
+    pub async fn list_images(&self) -> Result<Vec<Image>, NodeError> {
+        let images =
+            self.runtime.gateway.send(ListImages::default()).await.map_err(|_| NodeError::Stopped("CRI gateway"))??;
+        Ok(crate::actors::cache_refresher::ImageList::new(images).images().to_vec())
+    }
+
+    /// The threshold GC the periodic loop runs; `dry_run` plans only.
+    pub async fn garbage_collect(&self, dry_run: bool) -> Result<Arc<GcReport>, NodeError> {
+        self.refuse_when_stopping()?;
+        Ok(self.gc.executor.send(RunGc { dry_run }).await.map_err(|_| NodeError::Stopped("GC executor"))??)
+    }
+
+    /// Removes every unused image old enough (the kubelet's eviction path).
+    pub async fn delete_unused_images(&self, dry_run: bool) -> Result<Arc<GcReport>, NodeError> {
+        self.refuse_when_stopping()?;
+        Ok(self
+            .gc
+            .executor
+            .send(DeleteUnusedImages { dry_run })
+            .await
+            .map_err(|_| NodeError::Stopped("GC executor"))??)
+    }
+
+    /// Clears back-off in `scope`; returns how many keys were cleared.
+    pub async fn clear_backoff(&self, scope: ClearScope) -> Result<usize, NodeError> {
+        self.manager.backoff().send(ClearBackoff { scope }).await.map_err(|_| NodeError::Stopped("backoff registry"))
+    }
+
+    /// Queue depths, back-offs, the last GC and the runtime.
+    pub async fn status(&self) -> Result<NodeStatus, NodeError> {
+        let queue = self.manager.queue().send(GetQueueStatus).await.map_err(|_| NodeError::Stopped("pull queue"))?;
+        let backoffs =
+            self.manager.backoff().send(ListBackoffs).await.map_err(|_| NodeError::Stopped("backoff registry"))?;
+        let last_gc = self.gc.executor.send(GetLastGcReport).await.map_err(|_| NodeError::Stopped("GC executor"))?;
+        Ok(NodeStatus {
+            runtime: self.runtime.version.clone(),
+            endpoint: self.runtime.endpoint.clone(),
+            queue,
+            backoffs,
+            last_gc,
+            accepting: self.accepting(),
+        })
+    }
+
+    fn refuse_when_stopping(&self) -> Result<(), NodeError> {
+        if self.accepting() { Ok(()) } else { Err(NodeError::ShuttingDown) }
+    }
+
+    /// Marks the node as not accepting (new ensures and GC runs are refused
+    /// with [`NodeError::ShuttingDown`]) without waiting. `shutdown` does
+    /// this first; a daemon calls it as soon as a signal arrives.
+    pub fn stop_accepting(&self) {
+        self.accepting.store(false, Ordering::Release);
+    }
+
+    /// Graceful stop: stop taking requests, let queued and running pulls
+    /// finish for up to `grace`, run a last image detection (so the durable
+    /// records include what those pulls brought), then stop every actor.
+    /// The store needs no flush (every write is a committed transaction); it
+    /// closes when the last handle drops. The embedded runtime, if any,
+    /// stops with the node.
+    pub async fn shutdown(&self, grace: Duration) -> ShutdownReport {
+        self.stop_accepting();
+        let deadline = tokio::time::Instant::now() + grace;
+        let abandoned_pulls = loop {
+            let left = match self.manager.queue().send(GetQueueStatus).await {
+                Ok(s) => s.queued + s.running,
+                Err(_) => 0,
+            };
+            if left == 0 || tokio::time::Instant::now() >= deadline {
+                break left;
+            }
+            tokio::time::sleep(DRAIN_POLL).await;
+        };
+        if abandoned_pulls > 0 {
+            tracing::warn!(abandoned_pulls, ?grace, "shutdown grace period ended with pulls still in flight");
+        }
+        // A last detection records what the drained pulls brought (first
+        // seen, last used) in the durable state before the actors stop.
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now()).max(FINAL_DETECTION);
+        match tokio::time::timeout(left, self.gc.detector.send(DetectImages)).await {
+            Ok(Ok(Ok(_))) => {}
+            Ok(Ok(Err(e))) => {
+                tracing::warn!(error = %e, "final image detection failed; records are as of the last one")
+            }
+            Ok(Err(_)) | Err(_) => {
+                tracing::warn!("final image detection did not finish; records are as of the last one")
+            }
+        }
+        self.gc.detector.do_send(Stop);
+        self.gc.executor.do_send(Stop);
+        self.gc.refresher.do_send(Stop);
+        self.manager.queue().do_send(Stop);
+        self.manager.backoff().do_send(Stop);
+        ShutdownReport { abandoned_pulls }
+    }
+}
