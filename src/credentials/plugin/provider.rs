@@ -77,6 +77,28 @@ pub enum CacheKeyType {
     Global,
 }
 
+impl CacheKeyType {
+    /// The type a response names; `None` for anything but `Image`,
+    /// `Registry` and `Global`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "Image" => Some(Self::Image),
+            "Registry" => Some(Self::Registry),
+            "Global" => Some(Self::Global),
+            _ => None,
+        }
+    }
+
+    /// The cache key of a response of this type for `image`.
+    pub fn key(self, image: &str) -> &str {
+        match self {
+            Self::Image => image,
+            Self::Registry => registry_of(image),
+            Self::Global => GLOBAL_CACHE_KEY,
+        }
+    }
+}
+
 /// A validated `CredentialProviderResponse`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PluginResponse {
@@ -274,19 +296,15 @@ impl PluginProvider {
                 return DockerConfig::default();
             }
         };
-        let key = match response.cache_key_type.as_str() {
-            "Image" => image.to_string(),
-            "Registry" => registry_of(image).to_string(),
-            "Global" => GLOBAL_CACHE_KEY.to_string(),
-            other => {
-                tracing::error!(
-                    plugin = %self.spec.name,
-                    "credential provider plugin did not return a valid cacheKeyType: {}",
-                    quote(other)
-                );
-                return DockerConfig::default();
-            }
+        let Some(key_type) = CacheKeyType::parse(&response.cache_key_type) else {
+            tracing::error!(
+                plugin = %self.spec.name,
+                "credential provider plugin did not return a valid cacheKeyType: {}",
+                quote(&response.cache_key_type)
+            );
+            return DockerConfig::default();
         };
+        let key = key_type.key(image).to_string();
         let ttl = response.cache_duration.unwrap_or(self.spec.default_cache_duration);
         if !ttl.is_zero() {
             self.store(key, response.auth.clone(), ttl);
