@@ -339,6 +339,7 @@ impl PluginProvider {
 
     /// One run of the plugin.
     async fn exec(&self, image: &str) -> Result<PluginResponse, PluginError> {
+        tracing::debug!(plugin = %self.spec.name, "Getting image {image} credentials from external exec plugin {}", self.spec.name);
         let request = serde_json::json!({
             "kind": "CredentialProviderRequest",
             "apiVersion": self.spec.api_version,
