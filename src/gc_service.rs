@@ -75,6 +75,7 @@ impl GcService {
             events,
             clock,
         )
+        .with_metrics(settings.metrics.clone())
         .start();
         let (refresher, images) = CacheRefresherActor::new(
             gateway.clone().recipient(),

@@ -25,7 +25,10 @@
 //! - [`node`]: the library entry point ([`node::Node`]): every actor from one config.
 //! - [`runtime`]: resolves the configured endpoint (starting the embedded
 //!   runtime when asked) and connects the gateway.
-//! - [`config`], [`telemetry`], [`error`]: configuration, logging, exit codes.
+//! - [`metrics`]: the Prometheus metrics handle every actor updates;
+//!   [`http`]: `/metrics`, `/healthz` and `/readyz` on loopback.
+//! - [`config`], [`telemetry`], [`error`]: configuration, logging, exit codes;
+//!   [`kubelet_config`]: the image fields of a KubeletConfiguration file.
 //! - [`demo`]: the README's main job; [`cli`]: flags shared by the binaries.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -46,6 +49,9 @@ pub mod error;
 pub mod fault;
 pub mod gc;
 pub mod gc_service;
+pub mod http;
+pub mod kubelet_config;
+pub mod metrics;
 pub mod node;
 pub mod runtime;
 pub mod store;

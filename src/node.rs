@@ -120,6 +120,16 @@ impl Node {
     /// Starts every actor over an already connected runtime (an embedder's
     /// own gateway, or a test's).
     pub async fn start_on(cfg: Config, runtime: ConnectedRuntime) -> Result<Self, AppError> {
+        if let Some(path) = &cfg.fault_plan {
+            let plan = crate::config::load_fault_plan(path)
+                .map_err(|e| AppError::Other(format!("fault plan {}: {e}", path.display())))?;
+            tracing::warn!(plan = %path.display(), rules = plan.rules().len(), "a fault plan is active at the CRI gateway");
+            runtime
+                .gateway
+                .send(crate::actors::cri_gateway::SetFaultPlan(plan))
+                .await
+                .map_err(|_| AppError::Mailbox("CRI gateway".into()))?;
+        }
         let store = match &cfg.state_dir {
             Some(dir) => Some(Arc::new(
                 Store::open(dir)

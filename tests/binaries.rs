@@ -121,3 +121,25 @@ fn a_bad_credential_provider_setup_exits_1_with_the_kubelets_text() {
         "{err}"
     );
 }
+
+#[test]
+fn kubelet_config_fields_reach_the_configuration_and_bad_ones_exit_64() {
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/kubelet-config.yaml");
+    let out = imaged().args(["--kubelet-config", fixture, "check-config"]).output().expect("run imaged");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("high_threshold_percent: 90,") && stdout.contains("burst: 20,"), "{stdout}");
+    assert!(stdout.contains("/run/containerd/containerd.sock"), "{stdout}");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("kubelet.yaml");
+    std::fs::write(
+        &bad,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nimageMinimumGCAge: soon\n",
+    )
+    .expect("write");
+    let out = imaged().arg("--kubelet-config").arg(&bad).arg("check-config").output().expect("run imaged");
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&bad.display().to_string()) && err.contains("field imageMinimumGCAge:"), "{err}");
+}

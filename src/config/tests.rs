@@ -28,6 +28,7 @@ fn file_then_env_then_overrides_win_in_that_order() {
             ("PATH", "/bin"),
         ]),
         overrides: vec!["runtime.deadlines.pull_image=5m".into()],
+        ..Sources::default()
     };
     let c = Config::load(&sources).expect("loads");
     assert_eq!(c.endpoint, RuntimeEndpoint::Cri(CriEndpoint::Unix("/from/file.sock".into())));
@@ -223,4 +224,36 @@ fn credentials_keys_are_read_and_validated_by_name() {
     }
     let err = Config::from_toml("[credentials]\nhelpers = true").expect_err("unknown key").to_string();
     assert!(err.contains("helpers"), "{err}");
+}
+
+#[test]
+fn metrics_address_defaults_to_loopback_and_can_be_turned_off() {
+    let c = Config::defaults().expect("defaults");
+    assert_eq!(c.daemon.socket, PathBuf::from("/run/imaged/imaged.sock"));
+    assert_eq!((c.daemon.socket_group.as_deref(), c.daemon.max_request_bytes), (None, 4 << 20));
+    assert_eq!(c.daemon.metrics_address, Some("127.0.0.1:9464".parse().expect("addr")));
+    let c = Config::from_toml("[daemon]\nmetrics_address = \"[::1]:9000\"").expect("ipv6 loopback");
+    assert_eq!(c.daemon.metrics_address, Some("[::1]:9000".parse().expect("addr")));
+    let c = Config::from_toml("[daemon]\nmetrics_address = \"\"").expect("off");
+    assert_eq!(c.daemon.metrics_address, None);
+}
+
+#[test]
+fn a_non_loopback_metrics_address_needs_the_explicit_allowance() {
+    let err = Config::from_toml("[daemon]\nmetrics_address = \"0.0.0.0:9464\"").expect_err("refused");
+    let text = err.to_string();
+    assert!(text.contains("daemon.metrics_address") && text.contains("\"0.0.0.0:9464\""), "{text}");
+    assert!(text.contains("not a loopback address") && text.contains("daemon.metrics_allow_non_loopback"), "{text}");
+    let c = Config::from_toml("[daemon]\nmetrics_address = \"10.0.0.5:9464\"\nmetrics_allow_non_loopback = true")
+        .expect("allowed");
+    assert_eq!(c.daemon.metrics_address, Some("10.0.0.5:9464".parse().expect("addr")));
+}
+
+#[test]
+fn a_metrics_address_that_is_not_ip_and_port_is_rejected() {
+    for bad in ["localhost:9464", "127.0.0.1", "127.0.0.1:http"] {
+        let err = Config::from_toml(&format!("[daemon]\nmetrics_address = \"{bad}\"")).expect_err(bad);
+        let text = err.to_string();
+        assert!(text.contains("daemon.metrics_address") && text.contains("not an IP address and port"), "{text}");
+    }
 }

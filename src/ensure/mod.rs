@@ -31,6 +31,7 @@ use crate::cri::{CriError, CriErrorKind};
 use crate::domain::pull_policy::PullPolicy;
 use crate::domain::reference::apply_default_image_tag;
 use crate::domain::{AuthConfig, ErrorClass, ImageErrorKind, ImageSpec, SandboxConfig, eval_cri_pull_err};
+use crate::metrics::Tristate;
 
 /// The pod an image is for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -134,6 +135,8 @@ pub struct ImageManager {
     /// a present-image ensure. Bounded; cleared when full.
     defaulted: Arc<Mutex<HashMap<String, Result<String, String>>>>,
     cfg: EnsureConfig,
+    /// Requests by policy/presence/pull-required; pull durations by size.
+    metrics: crate::metrics::Metrics,
     /// The node's credentials (config files, plugins), tried after pod secrets.
     node_credentials: Option<Arc<crate::credentials::NodeCredentials>>,
 }
@@ -181,8 +184,16 @@ impl ImageManager {
             hints: crate::gc::hints::InUseHints::default(),
             defaulted: Arc::default(),
             cfg,
+            metrics: crate::metrics::Metrics::default(),
             node_credentials: None,
         }
+    }
+
+    /// The manager reporting its requests and pull durations to `metrics`.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// The same manager, looking up `node` credentials (docker config files,
@@ -195,7 +206,8 @@ impl ImageManager {
 
     /// Starts a backoff registry and a pull queue on the current actix
     /// arbiter and returns a manager over them and `gateway`. Fails only if
-    /// the gateway has stopped.
+    /// the gateway has stopped. The queue and this manager report to
+    /// `pull.metrics`, the registry to `backoff.metrics`.
     pub async fn start(
         gateway: Addr<CriGatewayActor>,
         pull: &crate::actors::pull_queue::PullQueueConfig,
@@ -205,8 +217,10 @@ impl ImageManager {
         use actix::Actor as _;
         let reader = gateway.send(GetReader).await?;
         let queue = PullQueueActor::new(pull.clone(), gateway.clone(), reader.clone()).start();
-        let backoff = BackoffRegistryActor::new(backoff.backoff, backoff.mailbox_capacity, backoff.gc_interval).start();
-        Ok(Self::new(gateway, reader, queue, backoff, cfg))
+        let backoff = BackoffRegistryActor::new(backoff.backoff, backoff.mailbox_capacity, backoff.gc_interval)
+            .with_metrics(backoff.metrics.clone())
+            .start();
+        Ok(Self::new(gateway, reader, queue, backoff, cfg).with_metrics(pull.metrics.clone()))
     }
 
     /// The pull queue.
@@ -283,6 +297,8 @@ impl ImageManager {
     /// according to the pull policy, pulling it if needed.
     pub async fn ensure_image_exists(&self, req: &EnsureImageRequest) -> Result<EnsureOk, EnsureError> {
         let requested = req.image.as_str();
+        // Counted when this returns, with what was learnt (the kubelet's deferred increment).
+        let mut tally = self.metrics.ensure_request(req.pull_policy);
         // 1. Default tag.
         let image = match self.default_tag(requested) {
             Ok(i) => i,
@@ -312,8 +328,10 @@ impl ImageManager {
                     return Err(self.fail(ImageErrorKind::ImageInspectError, msg, class_of_cri(&e)));
                 }
             };
+            tally.present_locally = image_ref.is_some().into();
             match image_ref {
                 Some(image_ref) => {
+                    tally.pull_required = Tristate::False;
                     self.hints.ensured(&image_ref, std::time::SystemTime::now());
                     let msg = already_present(requested);
                     self.emit(req, EventReason::Pulled, &msg, None);
@@ -328,6 +346,7 @@ impl ImageManager {
                 None => absent_at = Some(Instant::now()),
             }
         }
+        tally.pull_required = Tristate::True;
         self.pull(req, spec, absent_at).await
     }
 
@@ -433,6 +452,7 @@ impl ImageManager {
             self.emit(req, EventReason::Pulled, &msg, None);
             return EnsureOk { image_ref: outcome.image_ref.clone(), message: msg };
         }
+        self.metrics.image_pulled(outcome.size, now.duration_since(start));
         let msg = successfully_pulled(requested, outcome.pull_duration, now.duration_since(start), outcome.size);
         self.emit(req, EventReason::Pulled, &msg, None);
         EnsureOk { image_ref: outcome.image_ref.clone(), message: String::new() }

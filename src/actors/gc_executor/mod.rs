@@ -27,6 +27,7 @@ use crate::gc::plan::{
     plan_gc,
 };
 use crate::gc::policy::{GcPolicy, ProtectionRules};
+use crate::metrics::Metrics;
 
 /// The GC executor's settings.
 #[derive(Debug, Clone)]
@@ -182,6 +183,8 @@ pub struct GcExecutorActor {
     running: bool,
     consecutive_failures: u32,
     last: Option<Arc<GcReport>>,
+    /// Removals by reason, bytes freed, runs.
+    metrics: Metrics,
 }
 
 impl GcExecutorActor {
@@ -206,7 +209,15 @@ impl GcExecutorActor {
             running: false,
             consecutive_failures: 0,
             last: None,
+            metrics: Metrics::default(),
         }
+    }
+
+    /// The executor reporting removals, bytes freed and runs to `metrics`.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     fn node_event(events: &EventSink, reason: EventReason, message: String) {
@@ -233,6 +244,7 @@ impl GcExecutorActor {
         let mut rules = self.cfg.rules.clone();
         let events = self.events.clone();
         let (began, clock) = (self.began, self.clock);
+        let metrics = self.metrics.clone();
         let work = async move {
             let started = clock.now();
             let measure = || async {
@@ -286,8 +298,11 @@ impl GcExecutorActor {
                         // As the kubelet: the max-age pass runs before the capacity check.
                         if !dry_run {
                             for key in age_deletions {
+                                let size = detection.records.get(&key).map_or(0, |r| r.size);
                                 let spec = ImageSpec::new(key.id).with_runtime_handler(key.runtime_handler);
-                                let _ = remove.send(RemoveImage { image: spec }).await;
+                                if let Ok(Ok(())) = remove.send(RemoveImage { image: spec }).await {
+                                    metrics.image_garbage_collected("age", size);
+                                }
                             }
                         }
                         Self::node_event(
@@ -323,6 +338,7 @@ impl GcExecutorActor {
                     RemoveImage { image: ImageSpec::new(v.id.clone()).with_runtime_handler(v.runtime_handler.clone()) };
                 match remove.send(msg).await {
                     Ok(Ok(())) => {
+                        metrics.image_garbage_collected(reason.metric_label(), v.size);
                         info!(image = %v.id, reason = %reason, bytes = v.size, "image removed");
                         report.removed.push(RemovedImage {
                             id: v.id.clone(),
@@ -343,6 +359,9 @@ impl GcExecutorActor {
         Box::pin(work.into_actor(self).map(move |res: Result<GcReport, GcError>, act, _| {
             act.running = false;
             let res = res.and_then(|r| act.judge(r));
+            if !dry_run {
+                act.metrics.gc_run(res.is_ok());
+            }
             match &res {
                 Ok(r) => {
                     act.consecutive_failures = 0;
