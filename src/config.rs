@@ -415,6 +415,7 @@ impl Config {
         self.pull.metrics = metrics.clone();
         self.backoff.metrics = metrics.clone();
         self.gc.metrics = metrics.clone();
+        self.credentials.metrics = metrics.clone();
         self
     }
 
@@ -785,7 +786,14 @@ fn credentials_from_raw(c: RawCredentials) -> Result<NodeCredentialSettings, Con
         }
         _ => {}
     }
-    Ok(NodeCredentialSettings { search, cache_period, provider_config, provider_bin_dir, provider_timeout })
+    Ok(NodeCredentialSettings {
+        search,
+        cache_period,
+        provider_config,
+        provider_bin_dir,
+        provider_timeout,
+        metrics: crate::metrics::Metrics::default(),
+    })
 }
 
 fn metrics_address(d: &RawDaemon) -> Result<Option<std::net::SocketAddr>, ConfigError> {

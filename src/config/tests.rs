@@ -182,6 +182,7 @@ fn credentials_defaults_are_the_kubelets() {
     assert_eq!(s.provider_config, None);
     assert_eq!(s.provider_bin_dir, None);
     assert_eq!(s.provider_timeout, Duration::from_secs(60));
+    assert!(s.metrics.same_registry(&c.pull.metrics), "plugin metrics go to the one registry");
 }
 
 #[test]

@@ -24,6 +24,8 @@ pub struct NodeCredentialSettings {
     pub provider_bin_dir: Option<PathBuf>,
     /// Longest run of a plugin.
     pub provider_timeout: Duration,
+    /// Where plugin runs and the provider configuration's hash are reported.
+    pub metrics: crate::metrics::Metrics,
 }
 
 impl Default for NodeCredentialSettings {
@@ -36,6 +38,7 @@ impl Default for NodeCredentialSettings {
             provider_config: None,
             provider_bin_dir: None,
             provider_timeout: DEFAULT_PLUGIN_TIMEOUT,
+            metrics: crate::metrics::Metrics::default(),
         }
     }
 }
@@ -60,10 +63,12 @@ impl NodeCredentials {
         let files = (!s.search.is_empty()).then(|| NodeConfigFiles::new(s.search.clone(), s.cache_period));
         let plugins = match (&s.provider_config, &s.provider_bin_dir) {
             (None, None) => CredentialProviders::default(),
-            (config, bin_dir) => CredentialProviders::register(
+            (config, bin_dir) => CredentialProviders::register_with(
                 config.as_deref().unwrap_or(std::path::Path::new("")),
                 bin_dir.as_deref().unwrap_or(std::path::Path::new("")),
                 s.provider_timeout,
+                super::clock::CacheClock::tokio(),
+                &s.metrics,
             )?,
         };
         Ok(Self { files, plugins })

@@ -234,10 +234,20 @@ fn config_files(config_path: &Path) -> Result<Vec<PathBuf>, ProviderConfigError>
 /// Reads, merges and validates the providers configured at `config_path`
 /// (a file or a directory), in configuration order.
 pub fn load_provider_config(config_path: &Path) -> Result<Vec<ProviderSpec>, ProviderConfigError> {
+    load_with_hash(config_path).map(|(specs, _)| specs)
+}
+
+/// [`load_provider_config`] and the kubelet's configuration hash.
+fn load_with_hash(config_path: &Path) -> Result<(Vec<ProviderSpec>, String), ProviderConfigError> {
+    use sha2::Digest as _;
+    let mut hasher = sha2::Sha256::new();
     let mut providers: Vec<RawProvider> = Vec::new();
     for file in config_files(config_path)? {
         let bytes = std::fs::read(&file)
             .map_err(|e| ProviderConfigError::Read { path: file.clone(), reason: e.to_string() })?;
+        // Length-prefixed, so file boundaries change the hash.
+        hasher.update((bytes.len() as u64).to_be_bytes());
+        hasher.update(&bytes);
         let decoded = decode(&file, &bytes)?;
         // Duplicates within one file are a validation error; across files a merge error.
         for p in &decoded {
@@ -247,7 +257,17 @@ pub fn load_provider_config(config_path: &Path) -> Result<Vec<ProviderSpec>, Pro
         }
         providers.extend(decoded);
     }
-    validate(providers)
+    let hash: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    Ok((validate(providers)?, format!("sha256:{hash}")))
+}
+
+/// Registered providers: each with its executable, and the configuration's hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegisteredProviders {
+    /// (provider, executable), in configuration order.
+    pub providers: Vec<(ProviderSpec, PathBuf)>,
+    /// `sha256:<hex>` of every file's 8-byte big-endian length and content.
+    pub config_hash: String,
 }
 
 fn invalid_value(field: &str, value: &str, detail: &str) -> String {
@@ -356,10 +376,7 @@ fn validate(providers: Vec<RawProvider>) -> Result<Vec<ProviderSpec>, ProviderCo
 /// The kubelet's registration checks: the bin dir exists, the config loads
 /// and validates, and every provider's executable exists in the bin dir.
 /// Returns each provider with its executable.
-pub fn register_providers(
-    config_path: &Path,
-    bin_dir: &Path,
-) -> Result<Vec<(ProviderSpec, PathBuf)>, ProviderConfigError> {
+pub fn register_providers(config_path: &Path, bin_dir: &Path) -> Result<RegisteredProviders, ProviderConfigError> {
     if let Err(e) = std::fs::metadata(bin_dir) {
         return Err(if e.kind() == std::io::ErrorKind::NotFound {
             ProviderConfigError::NoBinDir(bin_dir.to_path_buf())
@@ -367,7 +384,7 @@ pub fn register_providers(
             ProviderConfigError::BinDir { path: bin_dir.to_path_buf(), reason: e.to_string() }
         });
     }
-    let specs = load_provider_config(config_path)?;
+    let (specs, config_hash) = load_with_hash(config_path)?;
     let mut out = Vec::with_capacity(specs.len());
     for spec in specs {
         let bin = bin_dir.join(&spec.name);
@@ -380,5 +397,5 @@ pub fn register_providers(
         }
         out.push((spec, bin));
     }
-    Ok(out)
+    Ok(RegisteredProviders { providers: out, config_hash })
 }

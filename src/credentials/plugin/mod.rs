@@ -12,7 +12,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use config::{EnvVar, ProviderConfigError, ProviderSpec, load_provider_config, register_providers};
+pub use config::{
+    EnvVar, ProviderConfigError, ProviderSpec, RegisteredProviders, load_provider_config, register_providers,
+};
 pub use provider::{
     CacheKeyType, DEFAULT_PLUGIN_TIMEOUT, GLOBAL_CACHE_KEY, PluginError, PluginProvider, PluginResponse,
     decode_response, registry_of,
@@ -25,6 +27,8 @@ use super::secrets::DockerConfig;
 #[derive(Debug, Clone, Default)]
 pub struct CredentialProviders {
     plugins: Vec<Arc<PluginProvider>>,
+    /// `sha256:<hex>` over the configuration files (empty when none).
+    config_hash: String,
 }
 
 impl CredentialProviders {
@@ -32,21 +36,38 @@ impl CredentialProviders {
     /// with executables in `bin_dir`, each run limited to `timeout`. Fails
     /// with the kubelet's texts; the kubelet exits when this fails.
     pub fn register(config_path: &Path, bin_dir: &Path, timeout: Duration) -> Result<Self, ProviderConfigError> {
-        Self::register_with_clock(config_path, bin_dir, timeout, CacheClock::tokio())
+        Self::register_with(config_path, bin_dir, timeout, CacheClock::tokio(), &crate::metrics::Metrics::default())
     }
 
-    /// The same, with the caches reading time from `clock` (tests).
-    pub fn register_with_clock(
+    /// The same, with the caches reading time from `clock`, each run
+    /// reported to `metrics` (`credential_provider_plugin_duration`,
+    /// `..._errors`) and the configuration's hash set in
+    /// `credential_provider_config_info`.
+    pub fn register_with(
         config_path: &Path,
         bin_dir: &Path,
         timeout: Duration,
         clock: CacheClock,
+        metrics: &crate::metrics::Metrics,
     ) -> Result<Self, ProviderConfigError> {
-        let plugins = register_providers(config_path, bin_dir)?
+        let registered = register_providers(config_path, bin_dir)?;
+        metrics.set_credential_provider_config(&registered.config_hash);
+        let plugins = registered
+            .providers
             .into_iter()
-            .map(|(spec, bin)| Arc::new(PluginProvider::new(spec, bin, timeout).with_clock(clock.clone())))
+            .map(|(spec, bin)| {
+                Arc::new(
+                    PluginProvider::new(spec, bin, timeout).with_clock(clock.clone()).with_metrics(metrics.clone()),
+                )
+            })
             .collect();
-        Ok(Self { plugins })
+        Ok(Self { plugins, config_hash: registered.config_hash })
+    }
+
+    /// The kubelet's configuration hash: `sha256:<hex>` of each file's
+    /// 8-byte big-endian length and content, in reading order.
+    pub fn config_hash(&self) -> &str {
+        &self.config_hash
     }
 
     /// The plugins, in order.

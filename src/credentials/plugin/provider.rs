@@ -214,6 +214,7 @@ type Shared = Arc<OnceCell<Result<PluginResponse, PluginError>>>;
 /// A registered plugin with its cache.
 #[derive(Debug)]
 pub struct PluginProvider {
+    metrics: crate::metrics::Metrics,
     spec: ProviderSpec,
     executable: PathBuf,
     timeout: Duration,
@@ -228,6 +229,7 @@ impl PluginProvider {
     /// The plugin `spec` run from `executable`, each run limited to `timeout`.
     pub fn new(spec: ProviderSpec, executable: PathBuf, timeout: Duration) -> Self {
         Self {
+            metrics: crate::metrics::Metrics::default(),
             spec,
             executable,
             timeout,
@@ -241,6 +243,13 @@ impl PluginProvider {
     #[must_use]
     pub fn with_clock(mut self, clock: CacheClock) -> Self {
         self.clock = clock;
+        self
+    }
+
+    /// The same, reporting each run's duration and failure to `metrics`.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        self.metrics = metrics;
         self
     }
 
@@ -337,9 +346,19 @@ impl PluginProvider {
         }
     }
 
-    /// One run of the plugin.
+    /// One run of the plugin: its stdout decoded. The run (spawn to exit)
+    /// is metered; a failed run counts as an error, a bad response does not
+    /// (as in the kubelet).
     async fn exec(&self, image: &str) -> Result<PluginResponse, PluginError> {
         tracing::debug!(plugin = %self.spec.name, "Getting image {image} credentials from external exec plugin {}", self.spec.name);
+        let started = std::time::Instant::now();
+        let stdout = self.run_process(image).await;
+        self.metrics.credential_plugin_ran(&self.spec.name, started.elapsed(), stdout.is_err());
+        decode_response(&stdout?, &self.spec.api_version)
+    }
+
+    /// Runs the executable with the request on stdin; its stdout on success.
+    async fn run_process(&self, image: &str) -> Result<Vec<u8>, PluginError> {
         let request = serde_json::json!({
             "kind": "CredentialProviderRequest",
             "apiVersion": self.spec.api_version,
@@ -377,6 +396,6 @@ impl PluginProvider {
             };
             return Err(self.exec_error(image, reason, &output.stderr));
         }
-        decode_response(&output.stdout, &self.spec.api_version)
+        Ok(output.stdout)
     }
 }

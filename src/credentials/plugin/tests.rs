@@ -231,7 +231,16 @@ fn registration_checks_the_bin_dir_and_executables() {
     );
     write_plugin(&bin, "p", "exit 0");
     let registered = register_providers(&conf, &bin).expect("registers");
-    assert_eq!(registered[0].1, bin.join("p"));
+    assert_eq!(registered.providers[0].1, bin.join("p"));
+
+    // The kubelet's hash: SHA-256 over each file's 8-byte big-endian length and content.
+    use sha2::Digest as _;
+    let content = std::fs::read(&conf).expect("read");
+    let mut h = sha2::Sha256::new();
+    h.update((content.len() as u64).to_be_bytes());
+    h.update(&content);
+    let want: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(registered.config_hash, format!("sha256:{want}"));
 }
 
 // === responses ===
@@ -512,4 +521,41 @@ async fn providers_run_in_order_and_only_when_matching() {
     assert_eq!(names(&providers.provide("a.example.com/x").await), ["u1", "u2"]);
     assert_eq!(names(&providers.provide("b.example.com/x").await), ["u1"]);
     assert!(providers.provide("quay.io/x").await.is_empty());
+}
+
+#[tokio::test]
+async fn runs_and_failed_runs_are_metered_and_the_config_hash_is_published() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = dir.path().join("bin");
+    write_plugin(&bin, "good", &format!("cat >/dev/null\ncat <<'EOF'\n{}\nEOF", response("Image", Some("0"))));
+    write_plugin(&bin, "garbled", "cat >/dev/null\necho 'not a response'");
+    write_plugin(&bin, "broken", "exit 1");
+    let conf = dir.path().join("c.yaml");
+    write_file(
+        &conf,
+        &config_yaml(&[
+            provider_yaml("good", "[\"*.example.com\"]", "0s", ""),
+            provider_yaml("garbled", "[\"*.example.com\"]", "0s", ""),
+            provider_yaml("broken", "[\"*.example.com\"]", "0s", ""),
+        ]),
+    );
+    let metrics = crate::metrics::Metrics::default();
+    let providers =
+        CredentialProviders::register_with(&conf, &bin, MINUTE, crate::credentials::CacheClock::tokio(), &metrics)
+            .expect("registers");
+    providers.provide("a.example.com/x").await;
+    providers.provide("a.example.com/x").await;
+    let s = crate::testing::Scrape::parse(&metrics.encode()).expect("scrape");
+    for name in ["good", "garbled", "broken"] {
+        assert_eq!(
+            s.value("imaged_credential_provider_plugin_duration_count", &[("plugin_name", name)]),
+            Some(2.0),
+            "{name}"
+        );
+    }
+    // A failed run counts as an error; a response that does not decode does not (the kubelet).
+    assert_eq!(s.value("imaged_credential_provider_plugin_errors_total", &[("plugin_name", "broken")]), Some(2.0));
+    assert_eq!(s.value("imaged_credential_provider_plugin_errors_total", &[("plugin_name", "garbled")]), None);
+    assert_eq!(s.value("imaged_credential_provider_plugin_errors_total", &[("plugin_name", "good")]), None);
+    assert_eq!(s.value("imaged_credential_provider_config_info", &[("hash", providers.config_hash())]), Some(1.0));
 }
