@@ -2,8 +2,8 @@
 //! runtime's credential-requiring remote, with a wrong password from a pod
 //! secret, from the node's `config.json` and from a credential-provider
 //! plugin. Every log line (all levels, all threads), every event, every
-//! error text and the `Debug` output of the request, the credentials and
-//! the manager are captured; no password and no base64 `auth` string may
+//! error text, the metrics scrape and the `Debug` output of the request,
+//! the credentials and the manager are captured; no password and no base64 `auth` string may
 //! appear in any of them.
 
 mod support;
@@ -101,13 +101,27 @@ async fn no_password_or_auth_string_in_logs_events_errors_or_debug() {
         "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: leaky\n    matchImages: [\"registry.example.com\"]\n    defaultCacheDuration: 0s\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
     )
     .expect("write");
-    let plugins = CredentialProviders::register(&conf, &bin, Duration::from_secs(60)).expect("registers");
+    let metrics = imaged::metrics::Metrics::default();
+    let plugins = CredentialProviders::register_with(
+        &conf,
+        &bin,
+        Duration::from_secs(60),
+        imaged::credentials::CacheClock::tokio(),
+        &metrics,
+    )
+    .expect("registers");
     let node = Arc::new(NodeCredentials::new(Some(files), plugins));
 
     let rt = runtime().await;
     rt.runtime.add_remote(RemoteImage::new(PRIVATE, 10).private("team", "the-right-one")).expect("add");
-    let pull = PullQueueConfig { concurrency: Concurrency::Parallel(None), qps: 0.0, ..PullQueueConfig::default() };
-    let manager = ImageManager::start(rt.gateway.clone(), &pull, &BackoffSettings::default(), EnsureConfig::default())
+    let pull = PullQueueConfig {
+        concurrency: Concurrency::Parallel(None),
+        qps: 0.0,
+        metrics: metrics.clone(),
+        ..PullQueueConfig::default()
+    };
+    let backoff = BackoffSettings { metrics: metrics.clone(), ..BackoffSettings::default() };
+    let manager = ImageManager::start(rt.gateway.clone(), &pull, &backoff, EnsureConfig::default())
         .await
         .expect("manager starts")
         .with_node_credentials(node.clone());
@@ -151,6 +165,9 @@ async fn no_password_or_auth_string_in_logs_events_errors_or_debug() {
     let log = String::from_utf8_lossy(&logs.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned();
     assert!(log.contains("registry.example.com"), "logs were captured:\n{log}");
     texts.push(log);
+    let scraped = metrics.encode();
+    assert!(scraped.contains("imaged_credential_provider_plugin_duration"), "metrics were captured:\n{scraped}");
+    texts.push(scraped);
 
     for text in &texts {
         for bad in forbidden() {
