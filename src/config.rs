@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 use crate::actors::backoff_registry::BackoffConfig;
 use crate::actors::pull_queue::{Concurrency, PullQueueConfig, ThrottleMode};
+use crate::credentials::{DockerConfigSearch, NodeCredentialSettings};
 use crate::cri::{CriEndpoint, Rpc};
 use crate::ensure::EnsureConfig;
 use crate::metrics::Metrics;
@@ -63,6 +64,21 @@ struct RawConfig {
     state: RawState,
     daemon: RawDaemon,
     log: RawLog,
+    credentials: RawCredentials,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCredentials {
+    root_dir: String,
+    #[serde(default)]
+    config_json_dirs: Option<Vec<String>>,
+    #[serde(default)]
+    dockercfg_dirs: Option<Vec<String>>,
+    cache_period: String,
+    provider_config: String,
+    provider_bin_dir: String,
+    provider_timeout: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -353,6 +369,8 @@ pub struct Config {
     pub daemon: DaemonSettings,
     /// Logging.
     pub log: LogConfig,
+    /// Node credentials: docker config files and credential-provider plugins.
+    pub credentials: NodeCredentialSettings,
 }
 
 /// The daemon's settings (`[daemon]`).
@@ -408,6 +426,7 @@ impl Config {
         self.pull.metrics = metrics.clone();
         self.backoff.metrics = metrics.clone();
         self.gc.metrics = metrics.clone();
+        self.credentials.metrics = metrics.clone();
         self
     }
 
@@ -518,6 +537,7 @@ impl Config {
         let backoff = backoff_from_raw(raw.backoff)?;
         let gc = gc_from_raw(raw.gc)?;
         let verification = verification_from_raw(raw.credential_verification)?;
+        let credentials = credentials_from_raw(raw.credentials)?;
         let state_dir = if raw.state.dir.is_empty() { None } else { Some(PathBuf::from(raw.state.dir)) };
         let daemon = daemon_from_raw(raw.daemon)?;
         let fault_plan = if r_fault_plan.is_empty() {
@@ -540,6 +560,7 @@ impl Config {
             fault_plan,
             daemon,
             log: LogConfig { format, filter: raw.log.filter },
+            credentials,
         }
         .with_metrics(&Metrics::default()))
     }
@@ -718,6 +739,73 @@ fn gc_from_raw(g: RawGc) -> Result<GcSettings, ConfigError> {
         pinned_images: g.pinned_images,
         keep_newest_tags_per_repo: keep,
         metrics: Metrics::default(),
+    })
+}
+
+/// The `[credentials]` section: search directories (the kubelet's order
+/// from `root_dir` unless given), cache period, plugins.
+fn credentials_from_raw(c: RawCredentials) -> Result<NodeCredentialSettings, ConfigError> {
+    let dirs = |key: &str, list: &[String]| -> Result<Vec<PathBuf>, ConfigError> {
+        list.iter()
+            .map(|d| {
+                if d.trim().is_empty() {
+                    Err(invalid(key, d, "a directory path must not be empty"))
+                } else {
+                    Ok(PathBuf::from(d))
+                }
+            })
+            .collect()
+    };
+    let needs_root = c.config_json_dirs.is_none() || c.dockercfg_dirs.is_none();
+    if needs_root && c.root_dir.trim().is_empty() {
+        return Err(invalid(
+            "credentials.root_dir",
+            &c.root_dir,
+            "must be a directory path (searched first for config.json and .dockercfg)",
+        ));
+    }
+    let default = DockerConfigSearch::kubelet_default(std::path::Path::new(&c.root_dir));
+    let search = DockerConfigSearch {
+        config_json_dirs: match &c.config_json_dirs {
+            Some(list) => dirs("credentials.config_json_dirs", list)?,
+            None => default.config_json_dirs,
+        },
+        dockercfg_dirs: match &c.dockercfg_dirs {
+            Some(list) => dirs("credentials.dockercfg_dirs", list)?,
+            None => default.dockercfg_dirs,
+        },
+    };
+    let cache_period = duration("credentials.cache_period", &c.cache_period)?;
+    let provider_timeout = duration("credentials.provider_timeout", &c.provider_timeout)?;
+    if provider_timeout.is_zero() {
+        return Err(invalid("credentials.provider_timeout", &c.provider_timeout, "must be more than 0s"));
+    }
+    let path = |s: &str| (!s.trim().is_empty()).then(|| PathBuf::from(s));
+    let (provider_config, provider_bin_dir) = (path(&c.provider_config), path(&c.provider_bin_dir));
+    match (&provider_config, &provider_bin_dir) {
+        (None, Some(_)) => {
+            return Err(invalid(
+                "credentials.provider_config",
+                &c.provider_config,
+                "credential provider config path is empty (required when credentials.provider_bin_dir is set)",
+            ));
+        }
+        (Some(_), None) => {
+            return Err(invalid(
+                "credentials.provider_bin_dir",
+                &c.provider_bin_dir,
+                "the plugin binary directory is required when credentials.provider_config is set",
+            ));
+        }
+        _ => {}
+    }
+    Ok(NodeCredentialSettings {
+        search,
+        cache_period,
+        provider_config,
+        provider_bin_dir,
+        provider_timeout,
+        metrics: crate::metrics::Metrics::default(),
     })
 }
 

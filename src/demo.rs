@@ -99,10 +99,12 @@ pub async fn run_ensure(
     image: &str,
     out: &mut impl Write,
 ) -> Result<(), AppError> {
+    let node = crate::runtime::node_credentials(cfg)?;
     let manager = ImageManager::start(rt.gateway.clone(), &cfg.pull, &cfg.backoff, cfg.ensure.clone())
         .await
         .map_err(|_| AppError::Mailbox("CRI gateway".into()))?
-        .with_pull_records(crate::pull_records::PullRecords::in_memory(cfg.verification.clone()));
+        .with_pull_records(crate::pull_records::PullRecords::in_memory(cfg.verification.clone()))
+        .with_node_credentials(node);
     manager.events().subscribe(EventPrinter.start().recipient());
     let missing = "docker.io/library/does-not-exist:1.0";
     let steps = [

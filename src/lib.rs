@@ -4,7 +4,8 @@
 //!
 //! # Layout
 //!
-//! - [`credentials`]: pull secrets and the kubelet's keyring matching rules.
+//! - [`credentials`]: pull secrets, node docker config files, exec
+//!   credential-provider plugins, and the kubelet's keyring matching rules.
 //! - [`domain`]: pure types (images, specs, credentials, containers); no actix, no tonic.
 //! - [`cri`]: everything that speaks CRI: generated types, conversions, the
 //!   typed [`cri::CriClient`] and [`cri::CriError`].

@@ -147,10 +147,12 @@ impl Node {
             Ok(n) => tracing::info!(recovered = n, "pull intents left by an earlier run recovered"),
             Err(e) => tracing::warn!(error = %e, "pull intents not recovered; their images keep needing verification"),
         }
+        let node_credentials = crate::runtime::node_credentials(&cfg)?;
         let manager = ImageManager::start(runtime.gateway.clone(), &cfg.pull, &cfg.backoff, cfg.ensure.clone())
             .await
             .map_err(|_| AppError::Mailbox("CRI gateway".into()))?
-            .with_pull_records(records.clone());
+            .with_pull_records(records.clone())
+            .with_node_credentials(node_credentials);
         let capacity = match &runtime.embedded {
             Some(e) => e.capacity_source(),
             None => CapacitySource::Statvfs,

@@ -50,3 +50,12 @@ pub async fn connect(cfg: &Config) -> Result<ConnectedRuntime, AppError> {
         .map_err(|e| AppError::cri(format!("connecting to the CRI runtime at {endpoint}"), e))?;
     Ok(ConnectedRuntime { gateway, version, endpoint, embedded })
 }
+
+/// The node credentials the configuration asks for (docker config files,
+/// credential-provider plugins). Plugin registration failing is fatal, as
+/// in the kubelet (`Failed to register CRI auth plugins`, exit code 1).
+pub fn node_credentials(cfg: &Config) -> Result<std::sync::Arc<crate::credentials::NodeCredentials>, AppError> {
+    crate::credentials::NodeCredentials::from_settings(&cfg.credentials)
+        .map(std::sync::Arc::new)
+        .map_err(|e| AppError::Other(format!("Failed to register CRI auth plugins: {e}")))
+}

@@ -88,6 +88,41 @@ fn logs_are_json_lines_when_asked_and_rust_log_filters_them() {
 }
 
 #[test]
+fn a_bad_credential_provider_setup_exits_1_with_the_kubelets_text() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = dir.path().join("no-such-bin");
+    let conf = dir.path().join("providers.yaml");
+    std::fs::write(&conf, "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: []\n")
+        .expect("write");
+    let set = |k: &str, v: &std::path::Path| format!("credentials.{k}={}", v.display());
+    let out = imaged()
+        .args(["--set", &set("provider_config", &conf), "--set", &set("provider_bin_dir", &bin), "check-config"])
+        .output()
+        .expect("run imaged");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "Failed to register CRI auth plugins: plugin binary directory {} did not exist",
+            bin.display()
+        )),
+        "{err}"
+    );
+
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let out = imaged()
+        .args(["--set", &set("provider_config", &conf), "--set", &set("provider_bin_dir", &bin), "check-config"])
+        .output()
+        .expect("run imaged");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("failed to validate credential provider config: providers: Required value: at least 1 item in plugins is required"),
+        "{err}"
+    );
+}
+
+#[test]
 fn kubelet_config_fields_reach_the_configuration_and_bad_ones_exit_64() {
     let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/kubelet-config.yaml");
     let out = imaged().args(["--kubelet-config", fixture, "check-config"]).output().expect("run imaged");

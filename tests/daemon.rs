@@ -130,6 +130,16 @@ fn bad_requests_are_rejected_naming_the_field() {
                 },
                 "pull_secrets[0]:",
             ),
+            (
+                // A YAML manifest is read as YAML: its base64 is what is wrong.
+                proto::EnsureImageRequest {
+                    pull_secrets: vec![
+                        b"kind: Secret\nmetadata: {name: s, namespace: ns}\ndata: {k: \"hunter2!\"}\n".to_vec(),
+                    ],
+                    ..ensure_req("p", "busybox", "")
+                },
+                "pull_secrets[0]: Secret manifest \"ns/s\": data[\"k\"]: illegal base64 data",
+            ),
         ];
         for (req, want) in cases {
             let e = c.ensure_image(req).await.expect_err("rejected");

@@ -203,6 +203,7 @@ async fn scenario(env: ContainerdEnv) {
     assert_eq!(st.image, None);
 
     ensure_flow(&env, g.clone()).await;
+    node_credentials_flow(&env, g.clone()).await;
     gc_flow(&env, g).await;
     daemon_flow(&env).await;
 }
@@ -411,4 +412,80 @@ async fn ensure_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>)
 fn base64_encode(s: &str) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+/// Node credentials against containerd and the htpasswd registry: the
+/// node's `config.json` alone, then a credential-provider plugin alone,
+/// supplies the password; a plugin's wrong password gives `ErrImagePull`
+/// with containerd's reason and without the password.
+async fn node_credentials_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>) {
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::sync::Arc;
+
+    use imaged::actors::pull_queue::PullQueueConfig;
+    use imaged::credentials::{CredentialProviders, DockerConfigSearch, NodeConfigFiles, NodeCredentials};
+    use imaged::domain::ImageErrorKind;
+    use imaged::domain::pull_policy::PullPolicy;
+    use imaged::ensure::{EnsureConfig, EnsureImageRequest, ImageManager};
+
+    let auth_reg = Registry::with_auth(&env.registry_auth, &env.user, &env.pass);
+    let by_file = auth_reg.push_image("imaged/node-file", "v1", &[("etc/f.txt", b"f\n")]).await.expect("push");
+    let by_plugin = auth_reg.push_image("imaged/node-plugin", "v1", &[("etc/p.txt", b"p\n")]).await.expect("push");
+    let refused = auth_reg.push_image("imaged/node-refused", "v1", &[("etc/r.txt", b"r\n")]).await.expect("push");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let reg = &env.registry_auth;
+    let config = format!(
+        r#"{{"auths":{{"{reg}/imaged/node-file":{{"auth":"{}"}}}}}}"#,
+        base64_encode(&format!("{}:{}", env.user, env.pass))
+    );
+    std::fs::write(dir.path().join("config.json"), config).expect("write");
+    let files = NodeConfigFiles::new(
+        DockerConfigSearch { config_json_dirs: vec![dir.path().to_path_buf()], dockercfg_dirs: vec![] },
+        Duration::from_secs(300),
+    );
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let script = format!(
+        "#!/bin/sh\ncat >/dev/null\ncat <<EOF\n{{\"apiVersion\":\"credentialprovider.kubelet.k8s.io/v1\",\"kind\":\"CredentialProviderResponse\",\"cacheKeyType\":\"Image\",\"auth\":{{\"{reg}/imaged/node-plugin\":{{\"username\":\"{u}\",\"password\":\"{p}\"}},\"{reg}/imaged/node-refused\":{{\"username\":\"{u}\",\"password\":\"plugin-wrong-pw\"}}}}}}\nEOF\n",
+        u = env.user,
+        p = env.pass
+    );
+    std::fs::write(bin.join("registry-login"), script).expect("write");
+    std::fs::set_permissions(bin.join("registry-login"), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let conf = dir.path().join("providers.yaml");
+    std::fs::write(
+        &conf,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: registry-login\n    matchImages: [\"{reg}\"]\n    defaultCacheDuration: 1m\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n"
+        ),
+    )
+    .expect("write");
+    let plugins = CredentialProviders::register(&conf, &bin, Duration::from_secs(60)).expect("registers");
+    let manager = ImageManager::start(
+        gateway,
+        &PullQueueConfig::default(),
+        &imaged::config::BackoffSettings::default(),
+        EnsureConfig::default(),
+    )
+    .await
+    .expect("manager starts")
+    .with_node_credentials(Arc::new(NodeCredentials::new(Some(files), plugins)));
+
+    let ok = manager
+        .ensure_image_exists(&EnsureImageRequest::new("pod-n1", by_file.reference.clone(), PullPolicy::Always))
+        .await
+        .expect("the node's config.json supplies the credentials");
+    assert_eq!(ok.image_ref, by_file.config_digest);
+    let ok = manager
+        .ensure_image_exists(&EnsureImageRequest::new("pod-n2", by_plugin.reference.clone(), PullPolicy::Always))
+        .await
+        .expect("the plugin supplies the credentials");
+    assert_eq!(ok.image_ref, by_plugin.config_digest);
+    let err = manager
+        .ensure_image_exists(&EnsureImageRequest::new("pod-n3", refused.reference.clone(), PullPolicy::Always))
+        .await
+        .expect_err("the plugin's password is wrong");
+    assert_eq!(err.kind, ImageErrorKind::ErrImagePull);
+    assert!(err.message.contains("401 Unauthorized") && !err.message.contains("plugin-wrong-pw"), "{}", err.message);
 }

@@ -44,7 +44,7 @@ pub fn ensure_request(r: proto::EnsureImageRequest) -> Result<EnsureImageRequest
         .pull_secrets
         .iter()
         .enumerate()
-        .map(|(i, bytes)| PullSecret::from_manifest_json(bytes).map_err(|e| field(&format!("pull_secrets[{i}]"), e)))
+        .map(|(i, bytes)| PullSecret::from_manifest(bytes).map_err(|e| field(&format!("pull_secrets[{i}]"), e)))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(EnsureImageRequest {
         pod: PodInfo {

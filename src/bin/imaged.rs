@@ -60,6 +60,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
             actix::System::new().block_on(imaged::daemon::run(cfg, sources, Some(log)))
         }
         Command::CheckConfig => {
+            imaged::runtime::node_credentials(&cfg)?;
             println!("{cfg:#?}");
             Ok(())
         }

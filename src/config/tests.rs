@@ -168,6 +168,66 @@ fn gc_defaults_and_kubelet_validation_texts() {
 }
 
 #[test]
+fn credentials_defaults_are_the_kubelets() {
+    let c = Config::defaults().expect("defaults load");
+    let s = &c.credentials;
+    assert_eq!(
+        s.search,
+        crate::credentials::DockerConfigSearch::kubelet_default(std::path::Path::new("/var/lib/kubelet"))
+    );
+    assert_eq!(s.search.config_json_dirs.first(), Some(&PathBuf::from("/var/lib/kubelet")));
+    assert_eq!(s.search.config_json_dirs.last(), Some(&PathBuf::from("/.docker")));
+    assert_eq!(s.search.dockercfg_dirs.last(), Some(&PathBuf::from("/")));
+    assert_eq!(s.cache_period, Duration::from_secs(300));
+    assert_eq!(s.provider_config, None);
+    assert_eq!(s.provider_bin_dir, None);
+    assert_eq!(s.provider_timeout, Duration::from_secs(60));
+    assert!(s.metrics.same_registry(&c.pull.metrics), "plugin metrics go to the one registry");
+}
+
+#[test]
+fn credentials_keys_are_read_and_validated_by_name() {
+    let c = Config::from_toml(
+        "[credentials]\nroot_dir = \"/r\"\nconfig_json_dirs = [\"/etc/imaged\"]\ncache_period = \"0s\"\n\
+         provider_config = \"/etc/imaged/providers\"\nprovider_bin_dir = \"/usr/libexec/imaged\"\nprovider_timeout = \"5s\"\n",
+    )
+    .expect("valid");
+    let s = c.credentials;
+    assert_eq!(s.search.config_json_dirs, vec![PathBuf::from("/etc/imaged")]);
+    assert_eq!(s.search.dockercfg_dirs.first(), Some(&PathBuf::from("/r")), "unset list keeps the kubelet's order");
+    assert_eq!(s.cache_period, Duration::ZERO);
+    assert_eq!(s.provider_config, Some(PathBuf::from("/etc/imaged/providers")));
+    assert_eq!(s.provider_bin_dir, Some(PathBuf::from("/usr/libexec/imaged")));
+    assert_eq!(s.provider_timeout, Duration::from_secs(5));
+
+    let off = Config::from_toml("[credentials]\nconfig_json_dirs = []\ndockercfg_dirs = []\nroot_dir = \"\"\n")
+        .expect("both lists empty: files off, root_dir unused");
+    assert!(off.credentials.search.is_empty());
+
+    for (toml, key, reason) in [
+        ("[credentials]\ncache_period = \"soon\"", "credentials.cache_period", "not a duration"),
+        ("[credentials]\nprovider_timeout = \"0s\"", "credentials.provider_timeout", "must be more than 0s"),
+        ("[credentials]\nroot_dir = \"\"", "credentials.root_dir", "must be a directory path"),
+        ("[credentials]\nconfig_json_dirs = [\"\"]", "credentials.config_json_dirs", "must not be empty"),
+        (
+            "[credentials]\nprovider_bin_dir = \"/bin\"",
+            "credentials.provider_config",
+            "credential provider config path is empty",
+        ),
+        (
+            "[credentials]\nprovider_config = \"/c.yaml\"",
+            "credentials.provider_bin_dir",
+            "plugin binary directory is required",
+        ),
+    ] {
+        let err = Config::from_toml(toml).expect_err(toml).to_string();
+        assert!(err.contains(&format!("for {key}: ")) && err.contains(reason), "{toml}: {err}");
+    }
+    let err = Config::from_toml("[credentials]\nhelpers = true").expect_err("unknown key").to_string();
+    assert!(err.contains("helpers"), "{err}");
+}
+
+#[test]
 fn metrics_address_defaults_to_loopback_and_can_be_turned_off() {
     let c = Config::defaults().expect("defaults");
     assert_eq!(c.daemon.socket, PathBuf::from("/run/imaged/imaged.sock"));

@@ -478,6 +478,14 @@ impl Keyring {
         Ok(())
     }
 
+    /// Appends every credential of `other` after the ones already under
+    /// the same key (keys of both are already normalised).
+    pub fn extend(&mut self, other: Keyring) {
+        for (key, creds) in other.creds {
+            self.creds.entry(key).or_default().extend(creds);
+        }
+    }
+
     /// The unique keys, most specific first (reverse lexicographic order).
     pub fn index(&self) -> Vec<&str> {
         self.creds.keys().rev().map(String::as_str).collect()

@@ -1,18 +1,27 @@
-//! Registry credentials the way the kubelet finds them (reference §7.1,
-//! §7.3): the pod's pull secrets ([`secrets`]) and the node's credentials,
-//! each a [`Keyring`] with the kubelet's `BasicDockerKeyring` matching
-//! rules ([`keyring`]), tried pod secrets first.
+//! Registry credentials the way the kubelet finds them (reference §7):
+//! the pod's pull secrets ([`secrets`]), then the node's credentials
+//! ([`node`]: docker config files ([`node_files`]) and exec
+//! credential-provider plugins ([`plugin`])), each looked up with the
+//! kubelet's `BasicDockerKeyring` matching rules ([`keyring`]).
 //!
 //! Passwords stay in [`Secret`](crate::domain::Secret)s; errors name secrets,
 //! fields and registries, never a value.
 
+pub mod clock;
 pub mod keyring;
+pub mod node;
+pub mod node_files;
+pub mod plugin;
 pub mod secrets;
 
+pub use clock::{CacheClock, ManualClock};
 pub use keyring::{
     Credential, CredentialSource, DEFAULT_REGISTRY_HOST, DockerKeyring, KeyError, Keyring, UrlError, glob_match,
     is_default_registry_match, normalize_key, urls_match,
 };
+pub use node::{NodeCredentialSettings, NodeCredentials};
+pub use node_files::{DockerConfigSearch, NodeConfigFiles};
+pub use plugin::{CredentialProviders, PluginError, ProviderConfigError};
 pub use secrets::{
     DOCKER_CONFIG_JSON_KEY, DOCKER_CONFIG_JSON_TYPE, DOCKERCFG_KEY, DOCKERCFG_TYPE, DockerConfig, DockerConfigEntry,
     DockerConfigError, ManifestError, PullSecret, parse_docker_config_json, parse_dockercfg, secrets_keyring,
@@ -134,6 +143,29 @@ pub fn tracked_credentials_for_image(
             hash: c.auth_config_hash(),
         })
         .collect())
+}
+
+/// The credentials to try for `image`, in the kubelet's order, as CRI
+/// `AuthConfig`s: the pod secrets' matches, then the node's (config files
+/// and plugins, see [`NodeCredentials::lookup`]). Empty when none match
+/// (pull without credentials). A secret that does not decode fails the
+/// lookup before any plugin runs.
+pub async fn lookup_credentials(
+    secrets: &[PullSecret],
+    node: Option<&NodeCredentials>,
+    image: &str,
+) -> Result<Vec<AuthConfig>, CredentialError> {
+    let node = node.filter(|n| !n.is_empty());
+    if secrets.is_empty() && node.is_none() {
+        return Ok(Vec::new());
+    }
+    let named = image_repo(image)?;
+    let repo = named.name();
+    let mut creds = make_docker_keyring(secrets, None)?.lookup(&repo);
+    if let Some(node) = node {
+        creds.extend(node.lookup(&repo).await);
+    }
+    Ok(creds.iter().map(|c| c.to_auth_config(&named)).collect())
 }
 
 #[cfg(test)]

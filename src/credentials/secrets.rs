@@ -1,4 +1,4 @@
-//! Pull secrets: typed [`PullSecret`]s (from Secret manifests or built by
+//! Pull secrets: typed [`PullSecret`]s (from JSON or YAML Secret manifests or built by
 //! embedders), the docker config formats they carry
 //! (`kubernetes.io/dockerconfigjson` and `kubernetes.io/dockercfg`), and the
 //! keyring the kubelet builds from them.
@@ -124,6 +124,14 @@ pub enum ManifestError {
         /// 1-based column.
         column: usize,
     },
+    /// Not YAML (or not one YAML document of plain data).
+    #[error("invalid YAML{}", yaml_position(*.line, *.column))]
+    InvalidYaml {
+        /// 1-based line, when known.
+        line: Option<usize>,
+        /// 1-based column, when known.
+        column: Option<usize>,
+    },
     /// `kind` is set and is not `Secret`.
     #[error("kind must be \"Secret\"")]
     NotASecret,
@@ -144,6 +152,13 @@ pub enum ManifestError {
     /// A `data` value that is not standard padded base64.
     #[error("data[{0:?}]: illegal base64 data")]
     BadBase64(String),
+}
+
+fn yaml_position(line: Option<usize>, column: Option<usize>) -> String {
+    match (line, column) {
+        (Some(l), Some(c)) => format!(" (at line {l} column {c})"),
+        _ => String::new(),
+    }
 }
 
 /// Go's `base64.StdEncoding` (padded, lax trailing bits).
@@ -322,6 +337,30 @@ impl PullSecret {
         CredentialSource { secret_uid: self.uid.clone(), namespace: self.namespace.clone(), name: self.name.clone() }
     }
 
+    /// Parses a `v1` Secret manifest in JSON or YAML: JSON when the first
+    /// non-blank character is `{` or `[`, YAML otherwise (see
+    /// [`from_manifest_json`](Self::from_manifest_json)).
+    pub fn from_manifest(bytes: &[u8]) -> Result<Self, CredentialError> {
+        match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+            Some(b'{' | b'[') => Self::from_manifest_json(bytes),
+            _ => Self::from_manifest_yaml(bytes),
+        }
+    }
+
+    /// Parses a `v1` Secret manifest in YAML, with the rules of
+    /// [`from_manifest_json`](Self::from_manifest_json). A document that is
+    /// not YAML is reported by position only (never a scalar of it).
+    pub fn from_manifest_yaml(bytes: &[u8]) -> Result<Self, CredentialError> {
+        let value: Value = serde_yaml_ng::from_slice(bytes).map_err(|e| CredentialError::Manifest {
+            secret: "<unnamed>".to_string(),
+            reason: ManifestError::InvalidYaml {
+                line: e.location().map(|l| l.line()),
+                column: e.location().map(|l| l.column()),
+            },
+        })?;
+        Self::from_manifest_value(&value)
+    }
+
     /// Parses a `v1` Secret manifest in JSON. `data` values are base64
     /// (decoded here), `stringData` values plain strings that override
     /// `data` (as the API server merges them). A missing namespace means
@@ -330,7 +369,13 @@ impl PullSecret {
         let unnamed = |reason| CredentialError::Manifest { secret: "<unnamed>".to_string(), reason };
         let value = parse_json(bytes)
             .map_err(|(kind, line, column)| unnamed(ManifestError::InvalidJson { kind, line, column }))?;
-        let Value::Object(obj) = &value else {
+        Self::from_manifest_value(&value)
+    }
+
+    /// A manifest already decoded into a JSON value.
+    fn from_manifest_value(value: &Value) -> Result<Self, CredentialError> {
+        let unnamed = |reason| CredentialError::Manifest { secret: "<unnamed>".to_string(), reason };
+        let Value::Object(obj) = value else {
             return Err(unnamed(ManifestError::WrongType { field: "(top level)".to_string(), expected: "an object" }));
         };
         let text = |field: &str, v: Option<&Value>| -> Result<Option<String>, ManifestError> {

@@ -240,6 +240,91 @@ const PRINTABLE: [u32; 1422] = [
     0x323AF, 0xE0100, 0xE01EF,
 ];
 
+/// Why Go's `time.ParseDuration` rejected a text (its messages).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseDurationError {
+    /// Not a duration at all.
+    #[error("time: invalid duration {}", quote(.0))]
+    Invalid(String),
+    /// A number without a unit.
+    #[error("time: missing unit in duration {}", quote(.0))]
+    MissingUnit(String),
+    /// A unit Go does not know.
+    #[error("time: unknown unit {} in duration {}", quote(.0), quote(.1))]
+    UnknownUnit(String, String),
+}
+
+/// Go's `time.ParseDuration`: `[-+]?([0-9]*(\.[0-9]*)?[a-z]+)+` with units
+/// `ns`, `us` (`µs`, `μs`), `ms`, `s`, `m`, `h`, or a bare `0`. Returns
+/// nanoseconds (negative allowed; at most Go's `int64` range).
+pub fn parse_duration(text: &str) -> Result<i64, ParseDurationError> {
+    let invalid = || ParseDurationError::Invalid(text.to_string());
+    let mut s = text;
+    let mut negative = false;
+    if let Some(rest) = s.strip_prefix('-') {
+        negative = true;
+        s = rest;
+    } else if let Some(rest) = s.strip_prefix('+') {
+        s = rest;
+    }
+    if s == "0" {
+        return Ok(0);
+    }
+    if s.is_empty() {
+        return Err(invalid());
+    }
+    let mut total: u128 = 0;
+    while !s.is_empty() {
+        let int_len = s.bytes().take_while(u8::is_ascii_digit).count();
+        let (int_part, rest) = s.split_at(int_len);
+        let (frac_part, rest) = match rest.strip_prefix('.') {
+            Some(r) => {
+                let n = r.bytes().take_while(u8::is_ascii_digit).count();
+                r.split_at(n)
+            }
+            None => ("", rest),
+        };
+        if int_part.is_empty() && frac_part.is_empty() {
+            return Err(invalid());
+        }
+        let unit_len = rest.find(|c: char| c == '.' || c.is_ascii_digit()).unwrap_or(rest.len());
+        let (unit, rest) = rest.split_at(unit_len);
+        if unit.is_empty() {
+            return Err(ParseDurationError::MissingUnit(text.to_string()));
+        }
+        let scale: u128 = match unit {
+            "ns" => 1,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            _ => return Err(ParseDurationError::UnknownUnit(unit.to_string(), text.to_string())),
+        };
+        let int: u128 = if int_part.is_empty() { 0 } else { int_part.parse().map_err(|_| invalid())? };
+        let mut value = int.checked_mul(scale).ok_or_else(invalid)?;
+        // The fraction, to nanosecond precision (Go truncates the rest).
+        let mut frac_scale = scale;
+        for d in frac_part.bytes() {
+            frac_scale /= 10;
+            if frac_scale == 0 {
+                break;
+            }
+            value += u128::from(d - b'0') * frac_scale;
+        }
+        total = total.checked_add(value).ok_or_else(invalid)?;
+        if total > 1u128 << 63 {
+            return Err(invalid());
+        }
+        s = rest;
+    }
+    if negative {
+        Ok(i64::try_from(-(total as i128)).map_err(|_| invalid())?)
+    } else {
+        i64::try_from(total).map_err(|_| invalid())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,5 +412,37 @@ mod tests {
         assert_eq!(duration_truncated_ms(Duration::from_nanos(15_981_999_999)), "15.981s");
         assert_eq!(duration_truncated_ms(Duration::from_micros(999)), "0s");
         assert_eq!(duration_truncated_ms(Duration::MAX), "5124095576030431h0m15.999s");
+    }
+
+    #[test]
+    fn parse_duration_is_gos() {
+        for (text, ns) in [
+            ("0", 0),
+            ("-0", 0),
+            ("5m", 300_000_000_000),
+            ("1h30m", 5_400_000_000_000),
+            ("1.5s", 1_500_000_000),
+            (".5s", 500_000_000),
+            ("-2s", -2_000_000_000),
+            ("+3ms", 3_000_000),
+            ("10us", 10_000),
+            ("10\u{b5}s", 10_000),
+            ("0s", 0),
+            ("1.0000000001s", 1_000_000_000),
+        ] {
+            assert_eq!(parse_duration(text), Ok(ns), "{text}");
+        }
+        for (text, msg) in [
+            ("", "time: invalid duration \"\""),
+            ("-", "time: invalid duration \"-\""),
+            ("s", "time: invalid duration \"s\""),
+            (".s", "time: invalid duration \".s\""),
+            ("5", "time: missing unit in duration \"5\""),
+            ("1m5", "time: missing unit in duration \"1m5\""),
+            ("3d", "time: unknown unit \"d\" in duration \"3d\""),
+            ("9999999999999h", "time: invalid duration \"9999999999999h\""),
+        ] {
+            assert_eq!(parse_duration(text).map_err(|e| e.to_string()), Err(msg.to_string()), "{text}");
+        }
     }
 }

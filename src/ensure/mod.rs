@@ -67,7 +67,7 @@ pub struct EnsureImageRequest {
     /// `kubernetes.io/dockercfg`); their credentials matching the image are
     /// tried first, in the kubelet's keyring order.
     pub pull_secrets: Vec<crate::credentials::PullSecret>,
-    /// Further credentials (node credentials) tried after the secrets' ones.
+    /// Further credentials tried after the secrets' and the node's ones.
     pub credentials: Vec<AuthConfig>,
     /// The pod sandbox config passed to `PullImage`.
     pub sandbox: Option<SandboxConfig>,
@@ -140,6 +140,8 @@ pub struct ImageManager {
     cfg: EnsureConfig,
     /// Requests by policy/presence/pull-required; pull durations by size.
     metrics: crate::metrics::Metrics,
+    /// The node's credentials (config files, plugins), tried after pod secrets.
+    node_credentials: Option<Arc<crate::credentials::NodeCredentials>>,
 }
 
 /// Most remembered `applyDefaultImageTag` results.
@@ -187,6 +189,7 @@ impl ImageManager {
             defaulted: Arc::default(),
             cfg,
             metrics: crate::metrics::Metrics::default(),
+            node_credentials: None,
         }
     }
 
@@ -210,6 +213,14 @@ impl ImageManager {
     /// The pull intents and records (KEP-2535).
     pub fn pull_records(&self) -> &PullRecords {
         &self.records
+    }
+
+    /// The same manager, looking up `node` credentials (docker config files,
+    /// credential-provider plugins) after each pod's pull secrets.
+    #[must_use]
+    pub fn with_node_credentials(mut self, node: Arc<crate::credentials::NodeCredentials>) -> Self {
+        self.node_credentials = Some(node);
+        self
     }
 
     /// Starts a backoff registry and a pull queue on the current actix
@@ -411,17 +422,21 @@ impl ImageManager {
             let _ = self.backoff.send(BeginAttempt { key: key.clone() }).await;
         }
         // Credentials: pod secrets first (a secret that does not decode fails
-        // the request, as in the kubelet), then the caller's.
+        // the request, as in the kubelet), then the node's (config files,
+        // plugins), then the caller's.
         let tracked = if req.pull_secrets.is_empty() {
             Vec::new()
         } else {
             crate::credentials::tracked_credentials_for_image(&req.pull_secrets, None, &spec.image)
                 .map_err(|e| self.fail(ImageErrorKind::ErrImagePull, e.to_string(), ErrorClass::Permanent))?
         };
+        let node = crate::credentials::lookup_credentials(&[], self.node_credentials.as_deref(), &spec.image)
+            .await
+            .map_err(|e| self.fail(ImageErrorKind::ErrImagePull, e.to_string(), ErrorClass::Permanent))?;
         // What a successful pull with each credential proves, for the pull
         // record: a secret's coordinates and hash, or (node-level and the
         // caller's credentials) access for every pod.
-        let mut credentials = Vec::with_capacity(tracked.len() + req.credentials.len());
+        let mut credentials = Vec::with_capacity(tracked.len() + node.len() + req.credentials.len());
         let mut proves = Vec::with_capacity(credentials.capacity());
         for t in tracked {
             proves.push(match t.source {
@@ -435,8 +450,8 @@ impl ImageManager {
             });
             credentials.push(t.auth);
         }
-        for c in &req.credentials {
-            credentials.push(c.clone());
+        for c in node.into_iter().chain(req.credentials.iter().cloned()) {
+            credentials.push(c);
             proves.push(ImagePullCredentials::node_accessible());
         }
         // KEP-2535: the intent is on disk before the pull starts.

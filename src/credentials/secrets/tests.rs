@@ -264,3 +264,62 @@ fn debug_of_secrets_and_entries_is_redacted() {
     assert_no_secret(&dump);
     assert!(dump.contains(".dockerconfigjson") && dump.contains("<redacted>"), "{dump}");
 }
+
+#[test]
+fn yaml_manifests_parse_like_json_ones() {
+    use base64::Engine as _;
+    let config = r#"{"auths":{"r.io":{"username":"u","password":"hunter2"}}}"#;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(config);
+    let yaml = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: regcred\n  namespace: team\n  uid: uid-1\n\
+         type: kubernetes.io/dockerconfigjson\ndata:\n  .dockerconfigjson: {encoded}\n"
+    );
+    let from_yaml = PullSecret::from_manifest_yaml(yaml.as_bytes()).expect("valid YAML manifest");
+    assert_eq!(from_yaml, json_secret(config));
+    assert_eq!(PullSecret::from_manifest(yaml.as_bytes()).expect("detected as YAML"), from_yaml);
+    let json = format!(
+        r#"  {{"apiVersion":"v1","kind":"Secret","metadata":{{"name":"regcred","namespace":"team","uid":"uid-1"}},
+            "type":"kubernetes.io/dockerconfigjson","data":{{".dockerconfigjson":"{encoded}"}}}}"#
+    );
+    assert_eq!(PullSecret::from_manifest(json.as_bytes()).expect("detected as JSON"), from_yaml);
+
+    // stringData as a YAML block scalar; the document separator is fine.
+    let block = "---\nkind: Secret\nmetadata: {name: plain}\ntype: kubernetes.io/dockerconfigjson\nstringData:\n  .dockerconfigjson: |\n    {\"auths\":{\"r.io\":{\"auth\":\"dTpodW50ZXIy\"}}}\n";
+    let s = PullSecret::from_manifest(block.as_bytes()).expect("valid");
+    assert_eq!(entries(&s), vec![triple("r.io", "u", "hunter2")]);
+}
+
+#[test]
+fn bad_yaml_manifests_name_the_secret_never_the_content() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "metadata:\n  name: s\n  namespace: ns\ndata:\n  k: hunter2!\n",
+            r#"Secret manifest "ns/s": data["k"]: illegal base64 data"#,
+        ),
+        (
+            "metadata: {name: s}\nstringData:\n  k: 12345678\n",
+            r#"Secret manifest "default/s": stringData["k"]: expected a string"#,
+        ),
+        (
+            "kind: ConfigMap\nmetadata: {name: s}\ndata: {p: hunter2}\n",
+            r#"Secret manifest "default/s": kind must be "Secret""#,
+        ),
+        (
+            "metadata: {namespace: ns}\nstringData: {p: hunter2}\n",
+            r#"Secret manifest "<unnamed>": metadata.name is required"#,
+        ),
+        ("metadata: {name: s\n  password: hunter2", r#"Secret manifest "<unnamed>": invalid YAML (at line"#),
+        ("metadata: {name: s}\ndata: {p: \"hunter2\"\n", r#"Secret manifest "<unnamed>": invalid YAML"#),
+        ("- hunter2\n", r#"Secret manifest "<unnamed>": (top level): expected an object"#),
+        ("a: 1\n---\nb: hunter2\n", r#"Secret manifest "<unnamed>": invalid YAML"#),
+        ("metadata: {name: s}\ndata: {? [hunter2] : x}\n", r#"Secret manifest "<unnamed>": invalid YAML"#),
+    ];
+    for (manifest, want) in cases {
+        let err = PullSecret::from_manifest(manifest.as_bytes()).expect_err(manifest);
+        let text = err.to_string();
+        assert!(text.starts_with(want), "{manifest}: {text}");
+        assert_no_secret(&text);
+        assert_no_secret(&format!("{err:?}"));
+        assert!(!text.contains("12345678"));
+    }
+}

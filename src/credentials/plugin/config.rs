@@ -1,0 +1,401 @@
+//! `CredentialProviderConfig`: read from a file or a directory of
+//! `*.json`/`*.yaml`/`*.yml` files (lexicographic order, merged), decoded
+//! and validated with the kubelet's texts.
+//!
+//! `env` values may be secrets: they are kept in [`Secret`]s and no error
+//! shows them.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::credentials::keyring::normalize_key;
+use crate::domain::Secret;
+use crate::domain::gofmt::{duration as go_duration, parse_duration, quote};
+
+/// API group of `CredentialProviderConfig`.
+pub const CONFIG_GROUP: &str = "kubelet.config.k8s.io";
+/// `apiVersion`s of `CredentialProviderConfig` accepted.
+pub const CONFIG_API_VERSIONS: [&str; 3] =
+    ["kubelet.config.k8s.io/v1alpha1", "kubelet.config.k8s.io/v1beta1", "kubelet.config.k8s.io/v1"];
+/// `apiVersion`s a provider may speak (request and response).
+pub const PROVIDER_API_VERSIONS: [&str; 3] = [
+    "credentialprovider.kubelet.k8s.io/v1alpha1",
+    "credentialprovider.kubelet.k8s.io/v1beta1",
+    "credentialprovider.kubelet.k8s.io/v1",
+];
+
+/// Why the provider configuration could not be used (the kubelet's texts).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderConfigError {
+    /// No config path given.
+    #[error("credential provider config path is empty")]
+    EmptyPath,
+    /// The config path could not be inspected.
+    #[error("unable to access path {}: {reason}", quote(&.path.display().to_string()))]
+    Access {
+        /// The path.
+        path: PathBuf,
+        /// The I/O error.
+        reason: String,
+    },
+    /// A directory without any config file.
+    #[error("no configuration files found in directory {}", quote(&.0.display().to_string()))]
+    NoFiles(PathBuf),
+    /// A file could not be read.
+    #[error("unable to read file {}: {reason}", quote(&.path.display().to_string()))]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        reason: String,
+    },
+    /// A file did not decode.
+    #[error("error decoding config {}: {reason}", quote(&.path.display().to_string()))]
+    Decode {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong (no values of `env`).
+        reason: String,
+    },
+    /// The same provider name in two files.
+    #[error("duplicate provider name {} found in configuration file(s)", quote(.0))]
+    DuplicateAcrossFiles(String),
+    /// Validation failed: every field error, as the kubelet aggregates them.
+    #[error("failed to validate credential provider config: {}", aggregate(.0))]
+    Invalid(Vec<String>),
+    /// The plugin directory is missing.
+    #[error("plugin binary directory {} did not exist", .0.display())]
+    NoBinDir(PathBuf),
+    /// The plugin directory could not be inspected.
+    #[error("error inspecting binary directory {}: {reason}", .path.display())]
+    BinDir {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        reason: String,
+    },
+    /// A provider's executable is missing.
+    #[error("plugin binary executable {} did not exist", .0.display())]
+    NoExecutable(PathBuf),
+    /// A provider's executable could not be inspected.
+    #[error("error inspecting binary executable {}: {reason}", .path.display())]
+    Executable {
+        /// The executable.
+        path: PathBuf,
+        /// The I/O error.
+        reason: String,
+    },
+}
+
+/// Go's `utilerrors.Aggregate` text: one error alone, several in brackets.
+fn aggregate(errors: &[String]) -> String {
+    match errors {
+        [one] => one.clone(),
+        many => format!("[{}]", many.join(", ")),
+    }
+}
+
+/// One environment variable for a plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvVar {
+    /// Name.
+    pub name: String,
+    /// Value (may be a secret).
+    pub value: Secret,
+}
+
+/// One configured exec plugin, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderSpec {
+    /// Name = executable name in the bin dir.
+    pub name: String,
+    /// Image patterns the plugin is asked about.
+    pub match_images: Vec<String>,
+    /// Cache duration when a response gives none.
+    pub default_cache_duration: Duration,
+    /// `credentialprovider.kubelet.k8s.io/...` version spoken.
+    pub api_version: String,
+    /// Arguments.
+    pub args: Vec<String>,
+    /// Environment added after imaged's own.
+    pub env: Vec<EnvVar>,
+}
+
+// === raw (as decoded) ===
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawConfig {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    providers: Option<Vec<RawProvider>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawProvider {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    match_images: Option<Vec<String>>,
+    #[serde(default)]
+    default_cache_duration: Option<String>,
+    /// `default_cache_duration` parsed (Go nanoseconds), set by [`decode`].
+    #[serde(skip)]
+    default_cache_ns: Option<i64>,
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    args: Option<Vec<String>>,
+    #[serde(default)]
+    env: Option<Vec<RawEnv>>,
+    #[serde(default)]
+    token_attributes: Option<serde_yaml_ng::Value>,
+}
+
+#[derive(Deserialize)]
+struct RawEnv {
+    #[serde(default)]
+    name: String,
+    /// Decoded as any value so a wrongly typed secret never reaches an error text.
+    #[serde(default)]
+    value: serde_yaml_ng::Value,
+}
+
+/// Decodes one file (JSON or YAML) into its providers; checks kind and group.
+fn decode(path: &Path, bytes: &[u8]) -> Result<Vec<RawProvider>, ProviderConfigError> {
+    let fail = |reason: String| ProviderConfigError::Decode { path: path.to_path_buf(), reason };
+    let raw: RawConfig = serde_yaml_ng::from_slice(bytes).map_err(|e| {
+        // Positions only: messages of serde can quote scalars (env values).
+        fail(match e.location() {
+            Some(l) => format!("invalid document at line {} column {}", l.line(), l.column()),
+            None => "invalid document".to_string(),
+        })
+    })?;
+    if raw.kind != "CredentialProviderConfig" {
+        return Err(fail(format!("failed to decode {} (wrong Kind)", quote(&raw.kind))));
+    }
+    let group = raw.api_version.split_once('/').map_or("", |(g, _)| g);
+    if group != CONFIG_GROUP {
+        return Err(fail(format!("failed to decode CredentialProviderConfig, unexpected Group: {group}")));
+    }
+    if !CONFIG_API_VERSIONS.contains(&raw.api_version.as_str()) {
+        return Err(fail(format!(
+            "no kind \"CredentialProviderConfig\" is registered for version {}",
+            quote(&raw.api_version)
+        )));
+    }
+    let mut providers = raw.providers.unwrap_or_default();
+    // A `metav1.Duration` that does not parse fails decoding, with Go's text.
+    for p in &mut providers {
+        if let Some(text) = &p.default_cache_duration {
+            p.default_cache_ns = Some(parse_duration(text).map_err(|e| fail(e.to_string()))?);
+        }
+    }
+    Ok(providers)
+}
+
+/// The files of `config_path`: itself, or the `*.json`, `*.yaml`, `*.yml`
+/// files of a directory in lexicographic order.
+fn config_files(config_path: &Path) -> Result<Vec<PathBuf>, ProviderConfigError> {
+    if config_path.as_os_str().is_empty() {
+        return Err(ProviderConfigError::EmptyPath);
+    }
+    let meta = std::fs::metadata(config_path)
+        .map_err(|e| ProviderConfigError::Access { path: config_path.to_path_buf(), reason: e.to_string() })?;
+    if !meta.is_dir() {
+        return Ok(vec![config_path.to_path_buf()]);
+    }
+    let read_dir =
+        |e: std::io::Error| ProviderConfigError::Access { path: config_path.to_path_buf(), reason: e.to_string() };
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(config_path).map_err(read_dir)? {
+        let entry = entry.map_err(read_dir)?;
+        if entry.file_type().map_err(read_dir)?.is_dir() {
+            continue;
+        }
+        let path = entry.path();
+        if matches!(path.extension().and_then(|e| e.to_str()), Some("json" | "yaml" | "yml")) {
+            files.push(path);
+        }
+    }
+    if files.is_empty() {
+        return Err(ProviderConfigError::NoFiles(config_path.to_path_buf()));
+    }
+    files.sort_by(|a, b| a.file_name().cmp(&b.file_name()));
+    Ok(files)
+}
+
+/// Reads, merges and validates the providers configured at `config_path`
+/// (a file or a directory), in configuration order.
+pub fn load_provider_config(config_path: &Path) -> Result<Vec<ProviderSpec>, ProviderConfigError> {
+    load_with_hash(config_path).map(|(specs, _)| specs)
+}
+
+/// [`load_provider_config`] and the kubelet's configuration hash.
+fn load_with_hash(config_path: &Path) -> Result<(Vec<ProviderSpec>, String), ProviderConfigError> {
+    use sha2::Digest as _;
+    let mut hasher = sha2::Sha256::new();
+    let mut providers: Vec<RawProvider> = Vec::new();
+    for file in config_files(config_path)? {
+        let bytes = std::fs::read(&file)
+            .map_err(|e| ProviderConfigError::Read { path: file.clone(), reason: e.to_string() })?;
+        // Length-prefixed, so file boundaries change the hash.
+        hasher.update((bytes.len() as u64).to_be_bytes());
+        hasher.update(&bytes);
+        let decoded = decode(&file, &bytes)?;
+        // Duplicates within one file are a validation error; across files a merge error.
+        for p in &decoded {
+            if providers.iter().any(|q| q.name == p.name) {
+                return Err(ProviderConfigError::DuplicateAcrossFiles(p.name.clone()));
+            }
+        }
+        providers.extend(decoded);
+    }
+    let hash: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    Ok((validate(providers)?, format!("sha256:{hash}")))
+}
+
+/// Registered providers: each with its executable, and the configuration's hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegisteredProviders {
+    /// (provider, executable), in configuration order.
+    pub providers: Vec<(ProviderSpec, PathBuf)>,
+    /// `sha256:<hex>` of every file's 8-byte big-endian length and content.
+    pub config_hash: String,
+}
+
+fn invalid_value(field: &str, value: &str, detail: &str) -> String {
+    format!("{field}: Invalid value: {}: {detail}", quote(value))
+}
+
+/// `field.Required`: the detail, when given, after the body.
+fn required(field: &str, detail: &str) -> String {
+    if detail.is_empty() { format!("{field}: Required value") } else { format!("{field}: Required value: {detail}") }
+}
+
+/// The kubelet's `validateCredentialProviderConfig` (service-account token
+/// mode is not supported: `tokenAttributes` is rejected).
+fn validate(providers: Vec<RawProvider>) -> Result<Vec<ProviderSpec>, ProviderConfigError> {
+    let mut errs = Vec::new();
+    if providers.is_empty() {
+        errs.push(required("providers", "at least 1 item in plugins is required"));
+    }
+    let mut seen: Vec<String> = Vec::new();
+    let mut out = Vec::new();
+    for p in providers {
+        let name = p.name.as_str();
+        if name.contains('/') {
+            errs.push(invalid_value("providers.name", name, "provider name cannot contain '/'"));
+        }
+        if name.contains(' ') {
+            errs.push(invalid_value("providers.name", name, "provider name cannot contain spaces"));
+        }
+        if name == "." {
+            errs.push(invalid_value("providers.name", name, "provider name cannot be '.'"));
+        }
+        if name == ".." {
+            errs.push(invalid_value("providers.name", name, "provider name cannot be '..'"));
+        }
+        if name.is_empty() {
+            errs.push(required("providers.name", "name is required"));
+        }
+        if seen.iter().any(|s| s == name) {
+            errs.push(format!("providers.name: Duplicate value: {}", quote(name)));
+        }
+        seen.push(name.to_string());
+        if p.api_version.is_empty() {
+            errs.push(required("providers.apiVersion", ""));
+        } else if !PROVIDER_API_VERSIONS.contains(&p.api_version.as_str()) {
+            let mut supported: Vec<String> = PROVIDER_API_VERSIONS.iter().map(|v| quote(v)).collect();
+            supported.sort();
+            errs.push(format!(
+                "providers.apiVersion: Unsupported value: {}: supported values: {}",
+                quote(&p.api_version),
+                supported.join(", ")
+            ));
+        }
+        let match_images = p.match_images.unwrap_or_default();
+        if match_images.is_empty() {
+            errs.push(required("providers.matchImages", "at least 1 item in matchImages is required"));
+        }
+        for m in &match_images {
+            if let Err(e) = normalize_key(m) {
+                let detail = format!("match image is invalid: parse {}: {}", quote(&format!("https://{m}")), e.reason);
+                errs.push(invalid_value("providers.matchImages", m, &detail));
+            }
+        }
+        let mut default_cache_duration = Duration::ZERO;
+        match p.default_cache_ns {
+            None => errs.push(required("providers.defaultCacheDuration", "")),
+            // A Go duration value is printed unquoted (`-1m0s`).
+            Some(ns) if ns < 0 => errs.push(format!(
+                "providers.defaultCacheDuration: Invalid value: -{}: must be greater than or equal to 0",
+                go_duration(Duration::from_nanos(ns.unsigned_abs()))
+            )),
+            Some(ns) => default_cache_duration = Duration::from_nanos(ns.unsigned_abs()),
+        }
+        if p.token_attributes.as_ref().is_some_and(|t| !t.is_null()) {
+            errs.push(format!(
+                "providers.tokenAttributes: Forbidden: service account tokens for credential providers are not supported by imaged (provider {})",
+                quote(name)
+            ));
+        }
+        let mut env = Vec::new();
+        for (i, e) in p.env.unwrap_or_default().into_iter().enumerate() {
+            if e.name.is_empty() {
+                errs.push(required(&format!("providers.env[{i}].name"), "name is required"));
+            }
+            let value = match e.value {
+                serde_yaml_ng::Value::Null => Secret::default(),
+                serde_yaml_ng::Value::String(s) => Secret::new(s),
+                _ => {
+                    errs.push(format!("providers.env[{i}].value: Invalid value: must be a string"));
+                    Secret::default()
+                }
+            };
+            env.push(EnvVar { name: e.name, value });
+        }
+        out.push(ProviderSpec {
+            name: p.name,
+            match_images,
+            default_cache_duration,
+            api_version: p.api_version,
+            args: p.args.unwrap_or_default(),
+            env,
+        });
+    }
+    if errs.is_empty() { Ok(out) } else { Err(ProviderConfigError::Invalid(errs)) }
+}
+
+/// The kubelet's registration checks: the bin dir exists, the config loads
+/// and validates, and every provider's executable exists in the bin dir.
+/// Returns each provider with its executable.
+pub fn register_providers(config_path: &Path, bin_dir: &Path) -> Result<RegisteredProviders, ProviderConfigError> {
+    if let Err(e) = std::fs::metadata(bin_dir) {
+        return Err(if e.kind() == std::io::ErrorKind::NotFound {
+            ProviderConfigError::NoBinDir(bin_dir.to_path_buf())
+        } else {
+            ProviderConfigError::BinDir { path: bin_dir.to_path_buf(), reason: e.to_string() }
+        });
+    }
+    let (specs, config_hash) = load_with_hash(config_path)?;
+    let mut out = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let bin = bin_dir.join(&spec.name);
+        if let Err(e) = std::fs::metadata(&bin) {
+            return Err(if e.kind() == std::io::ErrorKind::NotFound {
+                ProviderConfigError::NoExecutable(bin)
+            } else {
+                ProviderConfigError::Executable { path: bin, reason: e.to_string() }
+            });
+        }
+        out.push((spec, bin));
+    }
+    Ok(RegisteredProviders { providers: out, config_hash })
+}

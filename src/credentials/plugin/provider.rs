@@ -1,0 +1,401 @@
+//! One exec credential-provider plugin: asked only about images its
+//! `matchImages` URL-match, run with a `CredentialProviderRequest` on stdin
+//! and a timeout, its `CredentialProviderResponse` validated, cached by
+//! image, registry or globally, and concurrent identical requests merged
+//! into one run.
+//!
+//! A plugin's stderr is kept in its exec error, as the kubelet does (it is
+//! what tells an operator why the plugin failed), but cut at
+//! [`STDERR_LIMIT`] bytes with control characters escaped. That error is
+//! only logged: a failing plugin gives no credentials instead of failing the
+//! pull, so it never reaches events or ensure errors. stdout (which carries
+//! the credentials) is never shown.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio::io::AsyncWriteExt as _;
+use tokio::sync::OnceCell;
+use tokio::time::Instant;
+
+use super::config::{PROVIDER_API_VERSIONS, ProviderSpec};
+use crate::credentials::clock::CacheClock;
+use crate::credentials::keyring::urls_match;
+use crate::credentials::secrets::{DockerConfig, DockerConfigEntry};
+use crate::domain::Secret;
+use crate::domain::gofmt::{parse_duration, quote};
+
+/// The kubelet's plugin timeout.
+pub const DEFAULT_PLUGIN_TIMEOUT: Duration = Duration::from_secs(60);
+/// Most bytes of a plugin's stderr kept in an error.
+pub const STDERR_LIMIT: usize = 1024;
+/// The cache key of `cacheKeyType: Global` responses.
+pub const GLOBAL_CACHE_KEY: &str = "<global>";
+
+/// Why a plugin gave no credentials. Never carries the response body.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PluginError {
+    /// The plugin could not be run, failed or timed out.
+    #[error("error execing credential provider plugin {plugin} for image {image}: {reason}: {stderr}")]
+    Exec {
+        /// The plugin's name.
+        plugin: String,
+        /// The image asked about.
+        image: String,
+        /// Go-style reason (`exit status 1`, `context deadline exceeded`, ...).
+        reason: String,
+        /// The plugin's stderr, truncated to [`STDERR_LIMIT`] bytes.
+        stderr: String,
+    },
+    /// stdout was not a `CredentialProviderResponse`.
+    #[error("error decoding credential provider plugin response from stdout")]
+    Decode,
+    /// A response of another provider API version.
+    #[error(
+        "apiVersion from credential plugin response did not match expected apiVersion:{expected}, actual apiVersion:{actual}"
+    )]
+    ApiVersion {
+        /// The configured version.
+        expected: String,
+        /// The response's.
+        actual: String,
+    },
+}
+
+/// How a response is cached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheKeyType {
+    /// For this image only.
+    Image,
+    /// For every image of the registry (text before the first `/`).
+    Registry,
+    /// For every image.
+    Global,
+}
+
+impl CacheKeyType {
+    /// The type a response names; `None` for anything but `Image`,
+    /// `Registry` and `Global`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "Image" => Some(Self::Image),
+            "Registry" => Some(Self::Registry),
+            "Global" => Some(Self::Global),
+            _ => None,
+        }
+    }
+
+    /// The cache key of a response of this type for `image`.
+    pub fn key(self, image: &str) -> &str {
+        match self {
+            Self::Image => image,
+            Self::Registry => registry_of(image),
+            Self::Global => GLOBAL_CACHE_KEY,
+        }
+    }
+}
+
+/// A validated `CredentialProviderResponse`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginResponse {
+    /// `cacheKeyType` as given (checked by the caller: anything but
+    /// `Image`, `Registry`, `Global` discards the response).
+    pub cache_key_type: String,
+    /// `cacheDuration`: `None` = the provider's default.
+    pub cache_duration: Option<Duration>,
+    /// Registry pattern → credentials.
+    pub auth: DockerConfig,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawResponse {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    cache_key_type: String,
+    #[serde(default)]
+    cache_duration: Option<String>,
+    #[serde(default)]
+    auth: Option<std::collections::BTreeMap<String, RawAuth>>,
+}
+
+#[derive(Deserialize)]
+struct RawAuth {
+    #[serde(default)]
+    username: String,
+    #[serde(default)]
+    password: Option<String>,
+}
+
+/// Decodes and checks a plugin's stdout against the configured version.
+/// Errors never quote the body.
+pub fn decode_response(stdout: &[u8], expected_api_version: &str) -> Result<PluginResponse, PluginError> {
+    let raw: RawResponse = serde_json::from_slice(stdout).map_err(|_| PluginError::Decode)?;
+    // The kubelet checks the version before decoding the rest.
+    if raw.api_version != expected_api_version {
+        return Err(PluginError::ApiVersion { expected: expected_api_version.to_string(), actual: raw.api_version });
+    }
+    if !PROVIDER_API_VERSIONS.contains(&raw.api_version.as_str()) || raw.kind != "CredentialProviderResponse" {
+        return Err(PluginError::Decode);
+    }
+    let cache_duration = match raw.cache_duration {
+        None => None,
+        Some(text) => match parse_duration(&text) {
+            Ok(ns) => Some(Duration::from_nanos(u64::try_from(ns).unwrap_or(0))),
+            Err(_) => return Err(PluginError::Decode),
+        },
+    };
+    let entries = raw
+        .auth
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(pattern, a)| {
+            let entry = DockerConfigEntry {
+                username: a.username,
+                password: Secret::new(a.password.unwrap_or_default()),
+                email: String::new(),
+            };
+            (pattern, entry)
+        })
+        .collect();
+    Ok(PluginResponse { cache_key_type: raw.cache_key_type, cache_duration, auth: DockerConfig { entries } })
+}
+
+/// The registry of `image`: the text before its first `/`.
+pub fn registry_of(image: &str) -> &str {
+    image.split('/').next().unwrap_or(image)
+}
+
+/// Up to `limit` bytes of `bytes` as text (cut at a character boundary),
+/// control characters escaped, `...` when cut.
+fn truncated_text(bytes: &[u8], limit: usize) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let text = text.trim_end();
+    let mut end = text.len().min(limit);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out: String = text[..end]
+        .chars()
+        .flat_map(|c| if c.is_control() { c.escape_default().collect::<Vec<_>>() } else { vec![c] })
+        .collect();
+    if end < text.len() {
+        out.push_str("...");
+    }
+    out
+}
+
+/// Spawns `cmd`, retrying briefly while the executable is busy (`ETXTBSY`:
+/// it is being replaced, or was just written and a fork elsewhere still
+/// holds it open for writing).
+async fn spawn(cmd: &mut tokio::process::Command) -> std::io::Result<tokio::process::Child> {
+    const ETXTBSY: i32 = 26;
+    let mut tries = 0;
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(ETXTBSY) && tries < 5 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+type Shared = Arc<OnceCell<Result<PluginResponse, PluginError>>>;
+
+/// A registered plugin with its cache.
+#[derive(Debug)]
+pub struct PluginProvider {
+    metrics: crate::metrics::Metrics,
+    spec: ProviderSpec,
+    executable: PathBuf,
+    timeout: Duration,
+    clock: CacheClock,
+    /// cache key → (expiry, credentials).
+    cache: Mutex<HashMap<String, (Instant, DockerConfig)>>,
+    /// image → the run every concurrent request for it waits on.
+    in_flight: Mutex<HashMap<String, Shared>>,
+}
+
+impl PluginProvider {
+    /// The plugin `spec` run from `executable`, each run limited to `timeout`.
+    pub fn new(spec: ProviderSpec, executable: PathBuf, timeout: Duration) -> Self {
+        Self {
+            metrics: crate::metrics::Metrics::default(),
+            spec,
+            executable,
+            timeout,
+            clock: CacheClock::tokio(),
+            cache: Mutex::default(),
+            in_flight: Mutex::default(),
+        }
+    }
+
+    /// The same, reading cache time from `clock`.
+    #[must_use]
+    pub fn with_clock(mut self, clock: CacheClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The same, reporting each run's duration and failure to `metrics`.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// The plugin's name.
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// Whether some `matchImages` pattern URL-matches `image`.
+    pub fn matches(&self, image: &str) -> bool {
+        self.spec.match_images.iter().any(|m| urls_match(m, image))
+    }
+
+    fn cached(&self, image: &str) -> Option<DockerConfig> {
+        let now = self.clock.now();
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        for key in [image, registry_of(image), GLOBAL_CACHE_KEY] {
+            match cache.get(key) {
+                // Expired only once strictly past the expiry (the kubelet's policy).
+                Some((expires, config)) if now <= *expires => return Some(config.clone()),
+                Some(_) => {
+                    cache.remove(key);
+                }
+                None => {}
+            }
+        }
+        None
+    }
+
+    fn store(&self, key: String, config: DockerConfig, ttl: Duration) {
+        let now = self.clock.now();
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        // Expired entries go when anything is stored (the kubelet lists every 15 min).
+        cache.retain(|_, (expires, _)| now <= *expires);
+        cache.insert(key, (now + ttl, config));
+    }
+
+    /// The kubelet's `pluginProvider.Provide`: the credentials this plugin
+    /// gives for `image` (a normalised repository), from the cache or a run;
+    /// empty when the image does not match, or the plugin failed (logged)
+    /// or returned an invalid `cacheKeyType`.
+    pub async fn provide(&self, image: &str) -> DockerConfig {
+        if !self.matches(image) {
+            return DockerConfig::default();
+        }
+        if let Some(config) = self.cached(image) {
+            return config;
+        }
+        let response = match self.run(image).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(plugin = %self.spec.name, "Failed getting credential from external registry credential provider: {e}");
+                return DockerConfig::default();
+            }
+        };
+        let Some(key_type) = CacheKeyType::parse(&response.cache_key_type) else {
+            tracing::error!(
+                plugin = %self.spec.name,
+                "credential provider plugin did not return a valid cacheKeyType: {}",
+                quote(&response.cache_key_type)
+            );
+            return DockerConfig::default();
+        };
+        let key = key_type.key(image).to_string();
+        let ttl = response.cache_duration.unwrap_or(self.spec.default_cache_duration);
+        if !ttl.is_zero() {
+            self.store(key, response.auth.clone(), ttl);
+        }
+        response.auth
+    }
+
+    /// Runs the plugin for `image` (no cache), once for all concurrent
+    /// callers: they all get the one run's result.
+    pub async fn run(&self, image: &str) -> Result<PluginResponse, PluginError> {
+        let cell: Shared = {
+            let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            in_flight.entry(image.to_string()).or_default().clone()
+        };
+        // A cancelled first caller hands the run to the next waiter.
+        let result = cell.get_or_init(|| self.exec(image)).await.clone();
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        if in_flight.get(image).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+            in_flight.remove(image);
+        }
+        result
+    }
+
+    fn exec_error(&self, image: &str, reason: String, stderr: &[u8]) -> PluginError {
+        PluginError::Exec {
+            plugin: self.spec.name.clone(),
+            image: image.to_string(),
+            reason,
+            stderr: truncated_text(stderr, STDERR_LIMIT),
+        }
+    }
+
+    /// One run of the plugin: its stdout decoded. The run (spawn to exit)
+    /// is metered; a failed run counts as an error, a bad response does not
+    /// (as in the kubelet).
+    async fn exec(&self, image: &str) -> Result<PluginResponse, PluginError> {
+        tracing::debug!(plugin = %self.spec.name, "Getting image {image} credentials from external exec plugin {}", self.spec.name);
+        let started = std::time::Instant::now();
+        let stdout = self.run_process(image).await;
+        self.metrics.credential_plugin_ran(&self.spec.name, started.elapsed(), stdout.is_err());
+        decode_response(&stdout?, &self.spec.api_version)
+    }
+
+    /// Runs the executable with the request on stdin; its stdout on success.
+    async fn run_process(&self, image: &str) -> Result<Vec<u8>, PluginError> {
+        let request = serde_json::json!({
+            "kind": "CredentialProviderRequest",
+            "apiVersion": self.spec.api_version,
+            "image": image,
+        });
+        let mut body = request.to_string().into_bytes();
+        body.push(b'\n');
+        let mut cmd = tokio::process::Command::new(&self.executable);
+        cmd.args(&self.spec.args)
+            .envs(self.spec.env.iter().map(|e| (&e.name, e.value.expose())))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = spawn(&mut cmd)
+            .await
+            .map_err(|e| self.exec_error(image, format!("fork/exec {}: {e}", self.executable.display()), b""))?;
+        let run = async move {
+            if let Some(mut stdin) = child.stdin.take() {
+                // A plugin that exits without reading its stdin is not an error.
+                let _ = stdin.write_all(&body).await;
+            }
+            child.wait_with_output().await
+        };
+        let output = match tokio::time::timeout(self.timeout, run).await {
+            Ok(Ok(output)) => output,
+            Ok(Err(e)) => return Err(self.exec_error(image, e.to_string(), b"")),
+            // Dropping the run kills the plugin (kill_on_drop).
+            Err(_) => return Err(self.exec_error(image, "context deadline exceeded".to_string(), b"")),
+        };
+        if !output.status.success() {
+            let reason = match output.status.code() {
+                Some(code) => format!("exit status {code}"),
+                None => "signal: killed".to_string(),
+            };
+            return Err(self.exec_error(image, reason, &output.stderr));
+        }
+        Ok(output.stdout)
+    }
+}

@@ -1,0 +1,561 @@
+//! Plugin configuration tables, response decoding, and small `/bin/sh`
+//! plugins written at test time (their runs counted in a file).
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::*;
+use crate::credentials::clock::ManualClock;
+
+const V1: &str = "credentialprovider.kubelet.k8s.io/v1";
+
+fn write_file(path: &Path, content: &str) {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).expect("mkdir");
+    }
+    std::fs::write(path, content).expect("write");
+}
+
+fn write_plugin(bin: &Path, name: &str, body: &str) {
+    let path = bin.join(name);
+    write_file(&path, &format!("#!/bin/sh\n{body}\n"));
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+/// One provider's YAML (as a list item).
+fn provider_yaml(name: &str, match_images: &str, default_cache: &str, extra: &str) -> String {
+    format!(
+        "  - name: {name}\n    matchImages: {match_images}\n    defaultCacheDuration: \"{default_cache}\"\n    apiVersion: {V1}\n{extra}"
+    )
+}
+
+fn config_yaml(providers: &[String]) -> String {
+    format!("apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n{}", providers.concat())
+}
+
+// === configuration ===
+
+#[test]
+fn a_config_file_in_yaml_or_json_loads_in_order() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let yaml = dir.path().join("providers.yaml");
+    write_file(
+        &yaml,
+        &config_yaml(&[
+            provider_yaml(
+                "ecr",
+                "[\"*.dkr.ecr.*.amazonaws.com\"]",
+                "12h",
+                "    args: [get-credentials, -v]\n    env:\n      - name: AWS_PROFILE\n        value: temp\n",
+            ),
+            provider_yaml("gcr", "[\"gcr.io\", \"*.pkg.dev\"]", "0s", ""),
+        ]),
+    );
+    let specs = load_provider_config(&yaml).expect("valid");
+    assert_eq!(specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["ecr", "gcr"]);
+    assert_eq!(specs[0].default_cache_duration, Duration::from_secs(12 * 3600));
+    assert_eq!(specs[0].args, ["get-credentials", "-v"]);
+    assert_eq!(specs[0].env, [EnvVar { name: "AWS_PROFILE".into(), value: "temp".into() }]);
+    assert_eq!(specs[1].match_images, ["gcr.io", "*.pkg.dev"]);
+    assert_eq!(specs[1].default_cache_duration, Duration::ZERO);
+
+    let json = dir.path().join("providers.json");
+    write_file(
+        &json,
+        &format!(
+            r#"{{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"CredentialProviderConfig","providers":[{{"name":"p","matchImages":["r.io"],"defaultCacheDuration":"1m","apiVersion":"{V1}"}}]}}"#
+        ),
+    );
+    assert_eq!(load_provider_config(&json).expect("valid JSON")[0].name, "p");
+}
+
+#[test]
+fn a_config_directory_merges_its_files_in_name_order() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().join("conf.d");
+    write_file(&d.join("20-b.yml"), &config_yaml(&[provider_yaml("b", "[b.io]", "1m", "")]));
+    write_file(&d.join("10-a.json"), &config_yaml(&[provider_yaml("a", "[a.io]", "1m", "")]));
+    write_file(&d.join("30-c.yaml"), &config_yaml(&[provider_yaml("c", "[c.io]", "1m", "")]));
+    write_file(&d.join("README.md"), "not a config");
+    std::fs::create_dir_all(d.join("sub.yaml")).expect("a directory is skipped");
+    let specs = load_provider_config(&d).expect("valid");
+    assert_eq!(specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["a", "b", "c"]);
+
+    write_file(&d.join("40-dup.yaml"), &config_yaml(&[provider_yaml("b", "[x.io]", "1m", "")]));
+    assert_eq!(
+        load_provider_config(&d).expect_err("duplicate").to_string(),
+        "duplicate provider name \"b\" found in configuration file(s)"
+    );
+
+    let empty = dir.path().join("empty");
+    std::fs::create_dir_all(&empty).expect("mkdir");
+    write_file(&empty.join("notes.txt"), "x");
+    assert_eq!(
+        load_provider_config(&empty).expect_err("no files").to_string(),
+        format!("no configuration files found in directory \"{}\"", empty.display())
+    );
+    assert_eq!(
+        load_provider_config(Path::new("")).expect_err("empty").to_string(),
+        "credential provider config path is empty"
+    );
+    let missing = dir.path().join("missing.yaml");
+    let err = load_provider_config(&missing).expect_err("missing").to_string();
+    assert!(err.starts_with(&format!("unable to access path \"{}\": ", missing.display())), "{err}");
+}
+
+#[test]
+fn provider_validation_uses_the_kubelets_texts() {
+    let one = |p: String| config_yaml(&[p]);
+    let cases: Vec<(String, &str)> = vec![
+        (one(provider_yaml("a/b", "[r.io]", "1m", "")), "providers.name: Invalid value: \"a/b\": provider name cannot contain '/'"),
+        (one(provider_yaml("\"a b\"", "[r.io]", "1m", "")), "providers.name: Invalid value: \"a b\": provider name cannot contain spaces"),
+        (one(provider_yaml("\".\"", "[r.io]", "1m", "")), "providers.name: Invalid value: \".\": provider name cannot be '.'"),
+        (one(provider_yaml("\"..\"", "[r.io]", "1m", "")), "providers.name: Invalid value: \"..\": provider name cannot be '..'"),
+        (
+            config_yaml(&[provider_yaml("p", "[r.io]", "1m", ""), provider_yaml("p", "[s.io]", "1m", "")]),
+            "providers.name: Duplicate value: \"p\"",
+        ),
+        (one(provider_yaml("p", "[]", "1m", "")), "providers.matchImages: Required value: at least 1 item in matchImages is required"),
+        (
+            one(provider_yaml("p", "[\"r.io:port\"]", "1m", "")),
+            "providers.matchImages: Invalid value: \"r.io:port\": match image is invalid: parse \"https://r.io:port\": invalid port after host",
+        ),
+        (one(provider_yaml("p", "[r.io]", "-1m", "")), "providers.defaultCacheDuration: Invalid value: -1m0s: must be greater than or equal to 0"),
+        (
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: p\n    matchImages: [r.io]\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n".to_string(),
+            "providers.defaultCacheDuration: Required value",
+        ),
+        (
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: p\n    matchImages: [r.io]\n    defaultCacheDuration: 1m\n".to_string(),
+            "providers.apiVersion: Required value",
+        ),
+        (
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: p\n    matchImages: [r.io]\n    defaultCacheDuration: 1m\n    apiVersion: credentialprovider.kubelet.k8s.io/v2\n".to_string(),
+            "providers.apiVersion: Unsupported value: \"credentialprovider.kubelet.k8s.io/v2\": supported values: \"credentialprovider.kubelet.k8s.io/v1\", \"credentialprovider.kubelet.k8s.io/v1alpha1\", \"credentialprovider.kubelet.k8s.io/v1beta1\"",
+        ),
+        ("apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: []\n".to_string(), "providers: Required value: at least 1 item in plugins is required"),
+        (
+            one(provider_yaml("p", "[r.io]", "1m", "    tokenAttributes:\n      serviceAccountTokenAudience: x\n")),
+            "providers.tokenAttributes: Forbidden: service account tokens for credential providers are not supported by imaged",
+        ),
+    ];
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (i, (yaml, want)) in cases.iter().enumerate() {
+        let f = dir.path().join(format!("{i}.yaml"));
+        write_file(&f, yaml);
+        let err = load_provider_config(&f).expect_err(yaml).to_string();
+        assert!(err.starts_with("failed to validate credential provider config: "), "{err}");
+        assert!(err.contains(want), "case {i}: {err}\nwant {want}");
+    }
+    // Several errors: Go's aggregate in brackets.
+    let f = dir.path().join("many.yaml");
+    write_file(&f, &one(provider_yaml("a/b", "[]", "1m", "")));
+    assert_eq!(
+        load_provider_config(&f).expect_err("two errors").to_string(),
+        "failed to validate credential provider config: [providers.name: Invalid value: \"a/b\": provider name cannot contain '/', providers.matchImages: Required value: at least 1 item in matchImages is required]"
+    );
+}
+
+#[test]
+fn undecodable_configs_name_the_file_never_env_values() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = dir.path().join("c.yaml");
+    let cases = [
+        (
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: KubeletConfiguration\n",
+            "failed to decode \"KubeletConfiguration\" (wrong Kind)",
+        ),
+        (
+            "apiVersion: other.io/v1\nkind: CredentialProviderConfig\n",
+            "failed to decode CredentialProviderConfig, unexpected Group: other.io",
+        ),
+        (
+            "apiVersion: kubelet.config.k8s.io/v9\nkind: CredentialProviderConfig\n",
+            "no kind \"CredentialProviderConfig\" is registered for version \"kubelet.config.k8s.io/v9\"",
+        ),
+        ("providers: [unclosed hunter2", "invalid document at line"),
+        (
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: p\n    defaultCacheDuration: soon\n",
+            "time: invalid duration \"soon\"",
+        ),
+        (
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: p\n    env: hunter2\n",
+            "invalid document",
+        ),
+    ];
+    for (yaml, want) in cases {
+        write_file(&f, yaml);
+        let err = load_provider_config(&f).expect_err(yaml).to_string();
+        assert!(err.starts_with(&format!("error decoding config \"{}\": ", f.display())), "{err}");
+        assert!(err.contains(want) && !err.contains("hunter2"), "{err}");
+    }
+    // A wrongly typed env value is named by position only.
+    write_file(
+        &f,
+        &config_yaml(&[provider_yaml(
+            "p",
+            "[r.io]",
+            "1m",
+            "    env:\n      - name: TOKEN\n        value: [hunter2]\n",
+        )]),
+    );
+    let err = load_provider_config(&f).expect_err("bad env").to_string();
+    assert!(
+        err.contains("providers.env[0].value: Invalid value: must be a string") && !err.contains("hunter2"),
+        "{err}"
+    );
+    // Debug of a spec keeps env values hidden.
+    write_file(
+        &f,
+        &config_yaml(&[provider_yaml("p", "[r.io]", "1m", "    env:\n      - name: TOKEN\n        value: hunter2\n")]),
+    );
+    let specs = load_provider_config(&f).expect("valid");
+    assert!(!format!("{specs:?}").contains("hunter2"));
+}
+
+#[test]
+fn registration_checks_the_bin_dir_and_executables() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf = dir.path().join("c.yaml");
+    write_file(&conf, &config_yaml(&[provider_yaml("p", "[r.io]", "1m", "")]));
+    let bin = dir.path().join("bin");
+    assert_eq!(
+        register_providers(&conf, &bin).expect_err("no bin dir").to_string(),
+        format!("plugin binary directory {} did not exist", bin.display())
+    );
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    assert_eq!(
+        register_providers(&conf, &bin).expect_err("no executable").to_string(),
+        format!("plugin binary executable {} did not exist", bin.join("p").display())
+    );
+    write_plugin(&bin, "p", "exit 0");
+    let registered = register_providers(&conf, &bin).expect("registers");
+    assert_eq!(registered.providers[0].1, bin.join("p"));
+
+    // The kubelet's hash: SHA-256 over each file's 8-byte big-endian length and content.
+    use sha2::Digest as _;
+    let content = std::fs::read(&conf).expect("read");
+    let mut h = sha2::Sha256::new();
+    h.update((content.len() as u64).to_be_bytes());
+    h.update(&content);
+    let want: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(registered.config_hash, format!("sha256:{want}"));
+}
+
+// === responses ===
+
+#[test]
+fn responses_are_validated_without_quoting_them() {
+    let ok = format!(
+        r#"{{"apiVersion":"{V1}","kind":"CredentialProviderResponse","cacheKeyType":"Registry","cacheDuration":"5m","auth":{{"*.r.io":{{"username":"u","password":"hunter2"}}}}}}"#
+    );
+    let r = decode_response(ok.as_bytes(), V1).expect("valid");
+    assert_eq!(r.cache_key_type, "Registry");
+    assert_eq!(r.cache_duration, Some(Duration::from_secs(300)));
+    assert_eq!(r.auth.entries[0].0, "*.r.io");
+    assert_eq!(r.auth.entries[0].1.username, "u");
+    assert_eq!(r.auth.entries[0].1.password.expose(), "hunter2");
+    assert!(!format!("{r:?}").contains("hunter2"));
+
+    let no_duration = format!(r#"{{"apiVersion":"{V1}","kind":"CredentialProviderResponse","cacheKeyType":"Image"}}"#);
+    assert_eq!(decode_response(no_duration.as_bytes(), V1).expect("valid").cache_duration, None);
+
+    let cases = [
+        (
+            ok.replace("/v1\"", "/v1beta1\""),
+            "apiVersion from credential plugin response did not match expected apiVersion:credentialprovider.kubelet.k8s.io/v1, actual apiVersion:credentialprovider.kubelet.k8s.io/v1beta1",
+        ),
+        (
+            ok.replace("/v1\"", "/v7\""),
+            "apiVersion from credential plugin response did not match expected apiVersion:credentialprovider.kubelet.k8s.io/v1, actual apiVersion:credentialprovider.kubelet.k8s.io/v7",
+        ),
+        (
+            ok.replace("CredentialProviderResponse", "Secret"),
+            "error decoding credential provider plugin response from stdout",
+        ),
+        (ok.replace("\"5m\"", "\"soon\""), "error decoding credential provider plugin response from stdout"),
+        (ok[..ok.len() - 3].to_string(), "error decoding credential provider plugin response from stdout"),
+        ("hunter2 is not JSON".to_string(), "error decoding credential provider plugin response from stdout"),
+    ];
+    for (body, want) in cases {
+        let err = decode_response(body.as_bytes(), V1).expect_err(&body).to_string();
+        assert_eq!(err, want);
+    }
+}
+
+// === running plugins ===
+
+/// A temp dir with a plugin `name` whose runs append to `count` and whose
+/// stdin goes to `request`, printing `response`.
+struct Plugin {
+    dir: tempfile::TempDir,
+}
+
+impl Plugin {
+    fn new(response: &str) -> Self {
+        Self::with_body(&format!("cat > \"$REQUEST_FILE\"\ncat <<'EOF'\n{response}\nEOF"))
+    }
+
+    fn with_body(body: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bin = dir.path().join("bin");
+        write_plugin(&bin, "test-plugin", &format!("echo \"$1\" >> \"$COUNT_FILE\"\n{body}"));
+        Self { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn provider(&self, default_cache: &str, timeout: Duration, clock: &ManualClock) -> PluginProvider {
+        let spec = ProviderSpec {
+            name: "test-plugin".into(),
+            match_images: vec!["*.example.com".into(), "registry.local:5000/team".into()],
+            default_cache_duration: Duration::from_nanos(
+                crate::domain::gofmt::parse_duration(default_cache).expect("duration").unsigned_abs(),
+            ),
+            api_version: V1.into(),
+            args: vec!["get-credentials".into()],
+            env: vec![
+                EnvVar { name: "COUNT_FILE".into(), value: self.path("count").display().to_string().into() },
+                EnvVar { name: "REQUEST_FILE".into(), value: self.path("request").display().to_string().into() },
+            ],
+        };
+        PluginProvider::new(spec, self.path("bin/test-plugin"), timeout).with_clock(clock.clock())
+    }
+
+    fn runs(&self) -> usize {
+        std::fs::read_to_string(self.path("count")).map(|s| s.lines().count()).unwrap_or(0)
+    }
+}
+
+fn response(cache_key_type: &str, cache_duration: Option<&str>) -> String {
+    let duration = cache_duration.map(|d| format!(",\"cacheDuration\":\"{d}\"")).unwrap_or_default();
+    format!(
+        r#"{{"apiVersion":"{V1}","kind":"CredentialProviderResponse","cacheKeyType":"{cache_key_type}"{duration},"auth":{{"*.example.com":{{"username":"plugin-user","password":"plugin-pass"}}}}}}"#
+    )
+}
+
+fn users(c: &crate::credentials::DockerConfig) -> Vec<(&str, &str, &str)> {
+    c.entries.iter().map(|(k, e)| (k.as_str(), e.username.as_str(), e.password.expose())).collect()
+}
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+#[tokio::test]
+async fn the_request_goes_on_stdin_with_args_and_env() {
+    let p = Plugin::new(&response("Image", None));
+    let clock = ManualClock::new();
+    let provider = p.provider("1m", MINUTE, &clock);
+    let got = provider.provide("a.example.com/team/app").await;
+    assert_eq!(users(&got), [("*.example.com", "plugin-user", "plugin-pass")]);
+    let request: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(p.path("request")).expect("request")).expect("JSON");
+    assert_eq!(
+        request,
+        serde_json::json!({"kind": "CredentialProviderRequest", "apiVersion": V1, "image": "a.example.com/team/app"})
+    );
+    assert_eq!(std::fs::read_to_string(p.path("count")).expect("count"), "get-credentials\n", "args are passed");
+}
+
+#[tokio::test]
+async fn only_matching_images_run_the_plugin() {
+    let p = Plugin::new(&response("Image", Some("0s")));
+    let clock = ManualClock::new();
+    let provider = p.provider("1m", MINUTE, &clock);
+    for (image, runs) in [
+        ("quay.io/app", 0),
+        ("example.com/app", 0),           // one label fewer than *.example.com
+        ("a.b.example.com/app", 0),       // one label more
+        ("registry.local:5000/other", 0), // path prefix differs
+        ("registry.local/team/app", 0),   // port differs
+        ("a.example.com/app", 1),
+        ("registry.local:5000/team/app", 2),
+    ] {
+        let _ = provider.provide(image).await;
+        assert_eq!(p.runs(), runs, "{image}");
+    }
+}
+
+#[tokio::test]
+async fn responses_are_cached_per_key_type() {
+    // (cacheKeyType, images asked in order, runs after each)
+    let cases: &[(&str, &[(&str, usize)])] = &[
+        ("Image", &[("a.example.com/x", 1), ("a.example.com/x", 1), ("a.example.com/y", 2), ("b.example.com/x", 3)]),
+        ("Registry", &[("a.example.com/x", 1), ("a.example.com/y", 1), ("b.example.com/x", 2), ("b.example.com/z", 2)]),
+        ("Global", &[("a.example.com/x", 1), ("b.example.com/y", 1), ("registry.local:5000/team/q", 1)]),
+    ];
+    for (key_type, steps) in cases {
+        let p = Plugin::new(&response(key_type, Some("10m")));
+        let clock = ManualClock::new();
+        let provider = p.provider("1m", MINUTE, &clock);
+        for (image, runs) in *steps {
+            let got = provider.provide(image).await;
+            assert_eq!(users(&got), [("*.example.com", "plugin-user", "plugin-pass")], "{key_type} {image}");
+            assert_eq!(p.runs(), *runs, "{key_type} {image}");
+        }
+        // The response's duration (10m), not the default (1m), sets expiry;
+        // an entry expires once strictly past it.
+        let (first, _) = steps[0];
+        clock.advance(Duration::from_secs(600));
+        let _ = provider.provide(first).await;
+        assert_eq!(p.runs(), steps.last().map_or(0, |s| s.1), "{key_type}: still cached");
+        clock.advance(Duration::from_nanos(1));
+        let _ = provider.provide(first).await;
+        assert_eq!(p.runs(), steps.last().map_or(0, |s| s.1) + 1, "{key_type}: expired");
+    }
+}
+
+#[tokio::test]
+async fn cache_durations_null_takes_the_default_and_zero_does_not_cache() {
+    // (response cacheDuration, provider default, runs after two lookups, after just over 1m more)
+    let cases = [(None, "1m", 1, 2), (Some("0"), "1m", 2, 3), (Some("0s"), "1h", 2, 3), (None, "0s", 2, 3)];
+    for (duration, default, runs, later) in cases {
+        let p = Plugin::new(&response("Image", duration));
+        let clock = ManualClock::new();
+        let provider = p.provider(default, MINUTE, &clock);
+        provider.provide("a.example.com/x").await;
+        provider.provide("a.example.com/x").await;
+        assert_eq!(p.runs(), runs, "{duration:?} {default}");
+        clock.advance(MINUTE + Duration::from_nanos(1));
+        provider.provide("a.example.com/x").await;
+        assert_eq!(p.runs(), later, "{duration:?} {default}");
+    }
+}
+
+#[tokio::test]
+async fn bad_responses_give_no_credentials_and_are_not_cached() {
+    for body in [
+        response("Image", None).replace("/v1\"", "/v1alpha1\""),
+        "{not json".to_string(),
+        response("Repository", None),
+        response("", None),
+    ] {
+        let p = Plugin::new(&body);
+        let clock = ManualClock::new();
+        let provider = p.provider("1m", MINUTE, &clock);
+        assert!(provider.provide("a.example.com/x").await.entries.is_empty(), "{body}");
+        assert!(provider.provide("a.example.com/x").await.entries.is_empty(), "{body}");
+        assert_eq!(p.runs(), 2, "{body}");
+    }
+    let p = Plugin::new(&response("Image", None).replace("/v1\"", "/v1alpha1\""));
+    let err = p.provider("1m", MINUTE, &ManualClock::new()).run("a.example.com/x").await.expect_err("mismatch");
+    assert_eq!(
+        err.to_string(),
+        "apiVersion from credential plugin response did not match expected apiVersion:credentialprovider.kubelet.k8s.io/v1, actual apiVersion:credentialprovider.kubelet.k8s.io/v1alpha1"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_plugin_names_itself_and_the_image_with_its_stderr_truncated() {
+    let long = "e".repeat(5000);
+    let p = Plugin::with_body(&format!("echo 'it broke' >&2\necho {long} >&2\nexit 3"));
+    let provider = p.provider("1m", MINUTE, &ManualClock::new());
+    let err = provider.run("a.example.com/x").await.expect_err("fails").to_string();
+    assert!(
+        err.starts_with(
+            "error execing credential provider plugin test-plugin for image a.example.com/x: exit status 3: it broke\\n"
+        ),
+        "{err}"
+    );
+    assert!(err.ends_with("...") && err.len() < 1300, "{}", err.len());
+    assert!(provider.provide("a.example.com/x").await.entries.is_empty());
+}
+
+#[tokio::test]
+async fn a_plugin_past_its_timeout_is_killed() {
+    let p = Plugin::with_body("exec sleep 30");
+    let provider = p.provider("1m", Duration::from_millis(200), &ManualClock::new());
+    let err = provider.run("a.example.com/x").await.expect_err("times out").to_string();
+    assert_eq!(
+        err,
+        "error execing credential provider plugin test-plugin for image a.example.com/x: context deadline exceeded: "
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_lookups_for_one_image_run_the_plugin_once() {
+    // Not cacheable ("0"): only the merging of concurrent runs explains one run.
+    let p = Plugin::with_body(&format!(
+        "cat > \"$REQUEST_FILE\"\nsleep 1\ncat <<'EOF'\n{}\nEOF",
+        response("Image", Some("0"))
+    ));
+    let provider = std::sync::Arc::new(p.provider("1m", MINUTE, &ManualClock::new()));
+    let lookups = (0..10).map(|_| {
+        let provider = provider.clone();
+        tokio::spawn(async move { provider.provide("a.example.com/x").await })
+    });
+    for got in futures_util::future::join_all(lookups).await {
+        assert_eq!(users(&got.expect("joins")), [("*.example.com", "plugin-user", "plugin-pass")]);
+    }
+    assert_eq!(p.runs(), 1);
+    // Once done, the next lookup runs it again (nothing cached).
+    provider.provide("a.example.com/x").await;
+    assert_eq!(p.runs(), 2);
+}
+
+#[tokio::test]
+async fn providers_run_in_order_and_only_when_matching() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = dir.path().join("bin");
+    for (name, user) in [("first", "u1"), ("second", "u2")] {
+        write_plugin(
+            &bin,
+            name,
+            &format!("cat >/dev/null\ncat <<'EOF'\n{}\nEOF", response("Image", None).replace("plugin-user", user)),
+        );
+    }
+    let conf = dir.path().join("c.yaml");
+    write_file(
+        &conf,
+        &config_yaml(&[
+            provider_yaml("first", "[\"*.example.com\"]", "1m", ""),
+            provider_yaml("second", "[\"a.example.com\", \"other.io\"]", "1m", ""),
+        ]),
+    );
+    let providers = CredentialProviders::register(&conf, &bin, MINUTE).expect("registers");
+    let names = |cs: &[crate::credentials::DockerConfig]| {
+        cs.iter().map(|c| c.entries[0].1.username.clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(names(&providers.provide("a.example.com/x").await), ["u1", "u2"]);
+    assert_eq!(names(&providers.provide("b.example.com/x").await), ["u1"]);
+    assert!(providers.provide("quay.io/x").await.is_empty());
+}
+
+#[tokio::test]
+async fn runs_and_failed_runs_are_metered_and_the_config_hash_is_published() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = dir.path().join("bin");
+    write_plugin(&bin, "good", &format!("cat >/dev/null\ncat <<'EOF'\n{}\nEOF", response("Image", Some("0"))));
+    write_plugin(&bin, "garbled", "cat >/dev/null\necho 'not a response'");
+    write_plugin(&bin, "broken", "exit 1");
+    let conf = dir.path().join("c.yaml");
+    write_file(
+        &conf,
+        &config_yaml(&[
+            provider_yaml("good", "[\"*.example.com\"]", "0s", ""),
+            provider_yaml("garbled", "[\"*.example.com\"]", "0s", ""),
+            provider_yaml("broken", "[\"*.example.com\"]", "0s", ""),
+        ]),
+    );
+    let metrics = crate::metrics::Metrics::default();
+    let providers =
+        CredentialProviders::register_with(&conf, &bin, MINUTE, crate::credentials::CacheClock::tokio(), &metrics)
+            .expect("registers");
+    providers.provide("a.example.com/x").await;
+    providers.provide("a.example.com/x").await;
+    let s = crate::testing::Scrape::parse(&metrics.encode()).expect("scrape");
+    for name in ["good", "garbled", "broken"] {
+        assert_eq!(
+            s.value("imaged_credential_provider_plugin_duration_count", &[("plugin_name", name)]),
+            Some(2.0),
+            "{name}"
+        );
+    }
+    // A failed run counts as an error; a response that does not decode does not (the kubelet).
+    assert_eq!(s.value("imaged_credential_provider_plugin_errors_total", &[("plugin_name", "broken")]), Some(2.0));
+    assert_eq!(s.value("imaged_credential_provider_plugin_errors_total", &[("plugin_name", "garbled")]), None);
+    assert_eq!(s.value("imaged_credential_provider_plugin_errors_total", &[("plugin_name", "good")]), None);
+    assert_eq!(s.value("imaged_credential_provider_config_info", &[("hash", providers.config_hash())]), Some(1.0));
+}
