@@ -25,7 +25,8 @@
 //! - [`runtime`]: resolves the configured endpoint (starting the embedded
 //!   runtime when asked) and connects the gateway.
 //! - [`config`], [`telemetry`], [`error`]: configuration, logging, exit codes.
-//! - [`demo`]: the README's main job; [`cli`]: flags shared by the binaries.
+//! - [`demo`]: the README's main job (`imaged demo`: a node workload replayed on
+//!   the embedded runtime, live, with a summary); [`cli`]: flags shared by the binaries.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

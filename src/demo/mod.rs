@@ -316,12 +316,19 @@ pub async fn run_main_job_on(
     let mut watch = Watch::default();
     let mut tick = tokio::time::interval(TICK);
     let give_up = start + workload.horizon + GRACE;
+    // Ctrl-C ends the run early, with the summary so far.
+    let interrupt = tokio::signal::ctrl_c();
+    tokio::pin!(interrupt);
+    let mut interrupted = false;
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = &mut interrupt => interrupted = true,
+        }
         watch.poll(&node, &shared).await;
         let t = tally(&shared).clone();
         display.update(&t, start.elapsed()).map_err(io)?;
-        if t.pods_settled >= t.pods_total || Instant::now() >= give_up {
+        if interrupted || t.pods_settled >= t.pods_total || Instant::now() >= give_up {
             break;
         }
     }
@@ -335,7 +342,8 @@ pub async fn run_main_job_on(
     if final_tally.pods_settled < final_tally.pods_total {
         writeln!(
             display.out(),
-            "  (the run was cut at {:.0} s: {} pods were still in progress)",
+            "  (the run was {} at {:.0} s: {} pods were still in progress)",
+            if interrupted { "interrupted" } else { "cut" },
             elapsed.as_secs_f64(),
             final_tally.pods_total - final_tally.pods_settled
         )

@@ -171,12 +171,11 @@ pub fn render(t: &Tally, f: &RunFacts) -> String {
         t.failed_permanent,
         if errors.is_empty() { String::new() } else { format!("; request errors: {}", errors.join(", ")) }
     );
-    let _ = writeln!(
-        s,
-        "  GC runs                 {} ({} could not reach the low threshold: the rest was in use or too young)",
-        t.gc_runs + t.gc_runs_short,
-        t.gc_runs_short
-    );
+    let short = match t.gc_runs_short {
+        0 => String::new(),
+        n => format!(" ({n} could not reach the low threshold: the rest was in use or too young)"),
+    };
+    let _ = writeln!(s, "  GC runs                 {}{short}", t.gc_runs + t.gc_runs_short);
     let _ = writeln!(
         s,
         "  GC freed                {} bytes ({}), {} images",
