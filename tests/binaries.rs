@@ -84,6 +84,9 @@ fn the_main_job_replays_a_node_workload_on_the_embedded_runtime() {
     assert!(pulls > 0 && shared > 0 && requests >= pulls + shared, "{text}");
     assert!(backoffs > 0, "the missing image and the canary without its secret back off:\n{text}");
     assert!(freed > 0, "the disk fills up and GC frees space:\n{text}");
+    // The private registry's password (in the demo's pull secret) never shows.
+    let all = format!("{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!all.contains("demo-billing-token"), "{all}");
     for want in [
         "never started: ",
         "What imaged did better than the kubelet (measured in this run)",

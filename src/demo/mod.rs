@@ -274,7 +274,7 @@ pub async fn run_main_job_on(
     .map_err(io)?;
     writeln!(
         o,
-        "  registries: {} images (2 private, 2 on a slow host, 1 missing); disk {}; GC at {}% down to {}%, min age {}",
+        "  registries: {} images (2 private, 2 on a slow host); disk {}; GC at {}% down to {}%, min age {}",
         catalogue::IMAGES.len(),
         summary::bytes(catalogue::DISK_BYTES),
         node.config().gc.high_threshold_percent,
@@ -283,6 +283,17 @@ pub async fn run_main_job_on(
     )
     .map_err(io)?;
 
+    let count = |k| workload.pods.iter().filter(|p| p.kind == k).count();
+    writeln!(
+        o,
+        "  workload: {} DaemonSet pods at boot, {} replicas (scale-outs with a shared mesh sidecar, an autoscaler, \
+         3 rollouts), {} batch-job pods; billing pods with and without their pull secret; a crash-looping pod \
+         whose image does not exist",
+        count(workload::PodKind::DaemonSet),
+        count(workload::PodKind::Replica),
+        count(workload::PodKind::Job)
+    )
+    .map_err(io)?;
     // The daemon's API on a temporary socket, for imagectl in another terminal.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let server = if opts.serve_api {
