@@ -414,6 +414,21 @@ impl Watch {
     }
 }
 
+/// A short reason for a pod that never started, from its last error (a
+/// back-off message carries the error it backs off from).
+fn why_not_started(kind: &str, message: &str) -> String {
+    let cause = if message.contains("401 Unauthorized") {
+        "unauthorized"
+    } else if message.contains(": not found") {
+        "image not found"
+    } else if message.contains("no space left on device") {
+        "disk full"
+    } else {
+        return kind.to_string();
+    };
+    format!("{kind} ({cause})")
+}
+
 /// What a pod does after an ensure.
 enum Step {
     /// Ensure the next container's image.
@@ -474,7 +489,7 @@ async fn drive_pod(
                     }
                     if Instant::now() + RETRY >= give_up {
                         t.pods_failing -= 1;
-                        *t.never_started.entry(e.kind.to_string()).or_insert(0) += 1;
+                        *t.never_started.entry(why_not_started(&e.kind.to_string(), &e.message)).or_insert(0) += 1;
                         t.pods_settled += 1;
                         Step::GiveUp
                     } else {
@@ -531,5 +546,32 @@ async fn drive_pod(
         let mut t = tally(&shared);
         t.pods_stopped += 1;
         t.pods_settled += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pod_that_never_started_is_explained_by_its_last_error() {
+        let backoff = "Back-off pulling image \"ghcr.io/acme/legacy-reporter:0.3.1\": ErrImagePull: failed to pull and \
+                       unpack image \"ghcr.io/acme/legacy-reporter:0.3.1\": failed to resolve reference \
+                       \"ghcr.io/acme/legacy-reporter:0.3.1\": ghcr.io/acme/legacy-reporter:0.3.1: not found";
+        assert_eq!(why_not_started("ImagePullBackOff", backoff), "ImagePullBackOff (image not found)");
+        let unauthorized = "failed to pull and unpack image \"x\": pulling from host h failed with status code \
+                            [manifests 4.2.0]: 401 Unauthorized";
+        assert_eq!(why_not_started("ErrImagePull", unauthorized), "ErrImagePull (unauthorized)");
+        assert_eq!(why_not_started("ErrImagePull", "pull QPS exceeded"), "ErrImagePull");
+    }
+
+    #[test]
+    fn the_demo_settings_come_before_the_command_line() {
+        let s = sources(Sources { overrides: vec!["gc.gc_period=5s".into()], ..Sources::default() });
+        assert_eq!(s.overrides.len(), SETTINGS.len() + 1);
+        assert_eq!(s.overrides.last().map(String::as_str), Some("gc.gc_period=5s"));
+        let cfg = Config::load(&s).expect("the demo's settings are valid");
+        assert_eq!(cfg.gc.gc_period, Duration::from_secs(5), "the command line wins");
+        assert_eq!(cfg.gc.min_age, Duration::from_secs(2));
     }
 }
