@@ -12,6 +12,11 @@ pub struct ConfigArgs {
     /// Configuration file (TOML), layered over the built-in defaults.
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// A KubeletConfiguration YAML (kubelet.config.k8s.io/v1beta1) whose image
+    /// fields (serializeImagePulls, registryPullQPS, imageGC*, containerRuntimeEndpoint, …)
+    /// are layered after `--config` and before `IMAGED_*` variables and flags.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub kubelet_config: Option<PathBuf>,
     /// Override one key, e.g. `--set runtime.deadlines.pull_image=5m` (repeatable).
     #[arg(long = "set", global = true, value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
@@ -38,7 +43,7 @@ impl ConfigArgs {
         if let Some(f) = &self.log_format {
             overrides.push(format!("log.format={f}"));
         }
-        Sources::from_process(self.config.clone(), overrides)
+        Sources::from_process(self.config.clone(), overrides).with_kubelet_config(self.kubelet_config.clone())
     }
 }
 

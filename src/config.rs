@@ -15,6 +15,7 @@ use crate::actors::backoff_registry::BackoffConfig;
 use crate::actors::pull_queue::{Concurrency, PullQueueConfig, ThrottleMode};
 use crate::cri::{CriEndpoint, Rpc};
 use crate::ensure::EnsureConfig;
+use crate::metrics::Metrics;
 
 /// The documented defaults (`config/default.toml`).
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
@@ -38,6 +39,9 @@ pub enum ConfigError {
     /// A `--set` override is not `key=value`.
     #[error("configuration: override {0:?} is not key=value")]
     BadOverride(String),
+    /// The `--kubelet-config` file cannot be used (names the file and field).
+    #[error("configuration: {0}")]
+    Kubelet(#[from] crate::kubelet_config::KubeletConfigError),
 }
 
 impl From<config::ConfigError> for ConfigError {
@@ -55,9 +59,17 @@ struct RawConfig {
     pull: RawPull,
     backoff: RawBackoff,
     gc: RawGc,
+    credential_verification: RawCredentialVerification,
     state: RawState,
     daemon: RawDaemon,
     log: RawLog,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCredentialVerification {
+    policy: String,
+    allowlist: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -83,6 +95,8 @@ struct RawDaemon {
     socket_group: String,
     shutdown_grace: String,
     max_request_bytes: i64,
+    metrics_address: String,
+    metrics_allow_non_loopback: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -120,6 +134,7 @@ struct RawBackoff {
 #[serde(deny_unknown_fields)]
 struct RawRuntime {
     endpoint: String,
+    fault_plan: String,
     embedded_socket: String,
     connect_timeout: String,
     startup_timeout: String,
@@ -198,6 +213,8 @@ pub struct CriConfig {
     pub mailbox_capacity: usize,
     /// Per-call deadlines.
     pub deadlines: CriDeadlines,
+    /// Where the gateway reports call latencies and errors.
+    pub metrics: Metrics,
 }
 
 impl Default for CriConfig {
@@ -207,6 +224,7 @@ impl Default for CriConfig {
             startup_timeout: Duration::from_secs(30),
             mailbox_capacity: 256,
             deadlines: CriDeadlines::uniform(Some(Duration::from_secs(120))).with(Rpc::PullImage, None),
+            metrics: Metrics::default(),
         }
     }
 }
@@ -238,11 +256,18 @@ pub struct BackoffSettings {
     pub gc_interval: Option<Duration>,
     /// Mailbox capacity.
     pub mailbox_capacity: usize,
+    /// Where the registry reports its size.
+    pub metrics: Metrics,
 }
 
 impl Default for BackoffSettings {
     fn default() -> Self {
-        Self { backoff: BackoffConfig::default(), gc_interval: Some(Duration::from_secs(60)), mailbox_capacity: 1024 }
+        Self {
+            backoff: BackoffConfig::default(),
+            gc_interval: Some(Duration::from_secs(60)),
+            mailbox_capacity: 1024,
+            metrics: Metrics::default(),
+        }
     }
 }
 
@@ -271,6 +296,8 @@ pub struct GcSettings {
     pub pinned_images: Vec<String>,
     /// Keep at most this many unused tags per repository (`None` = off).
     pub keep_newest_tags_per_repo: Option<usize>,
+    /// Where the GC executor reports removals, bytes freed and runs.
+    pub metrics: Metrics,
 }
 
 impl GcSettings {
@@ -314,8 +341,14 @@ pub struct Config {
     pub backoff: BackoffSettings,
     /// Image GC settings.
     pub gc: GcSettings,
+    /// KEP-2535: when a present image needs the pod's credentials verified
+    /// (`credential_verification.policy` and `.allowlist`).
+    pub verification: crate::pull_records::VerifyPolicy,
     /// Directory of durable state (`None` = memory only).
     pub state_dir: Option<PathBuf>,
+    /// A fault plan file (TOML, see `fault::FaultPlan::from_toml`) applied
+    /// at the CRI gateway; `None` = no faults.
+    pub fault_plan: Option<PathBuf>,
     /// The daemon's settings (`imaged run`).
     pub daemon: DaemonSettings,
     /// Logging.
@@ -333,6 +366,9 @@ pub struct DaemonSettings {
     pub shutdown_grace: Duration,
     /// Largest API request accepted, in bytes.
     pub max_request_bytes: usize,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served (`None` = not
+    /// served). A loopback address unless `metrics_allow_non_loopback`.
+    pub metrics_address: Option<std::net::SocketAddr>,
 }
 
 /// Where configuration comes from, besides the built-in defaults.
@@ -340,6 +376,9 @@ pub struct DaemonSettings {
 pub struct Sources {
     /// A TOML file (`--config`).
     pub file: Option<PathBuf>,
+    /// A KubeletConfiguration YAML whose image fields are layered after
+    /// `file` and before the environment (`--kubelet-config`).
+    pub kubelet_config: Option<PathBuf>,
     /// Environment variables to read `IMAGED_*` keys from (`None` = none).
     pub env: Option<HashMap<String, String>>,
     /// `key=value` overrides (`--set`), applied last.
@@ -349,11 +388,29 @@ pub struct Sources {
 impl Sources {
     /// The file, this process's environment and the overrides.
     pub fn from_process(file: Option<PathBuf>, overrides: Vec<String>) -> Self {
-        Self { file, env: Some(std::env::vars().collect()), overrides }
+        Self { file, kubelet_config: None, env: Some(std::env::vars().collect()), overrides }
+    }
+
+    /// The same sources with a KubeletConfiguration file layered after the file.
+    #[must_use]
+    pub fn with_kubelet_config(mut self, path: Option<PathBuf>) -> Self {
+        self.kubelet_config = path;
+        self
     }
 }
 
 impl Config {
+    /// This configuration with every component reporting to `metrics` (the
+    /// gateway, the pull queue and ensure flow, the backoff registry, GC).
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: &Metrics) -> Self {
+        self.cri.metrics = metrics.clone();
+        self.pull.metrics = metrics.clone();
+        self.backoff.metrics = metrics.clone();
+        self.gc.metrics = metrics.clone();
+        self
+    }
+
     /// The built-in defaults.
     pub fn defaults() -> Result<Self, ConfigError> {
         Self::load(&Sources::default())
@@ -366,6 +423,14 @@ impl Config {
         if let Some(path) = &sources.file {
             b = b.add_source(config::File::from(path.as_path()).format(config::FileFormat::Toml).required(true));
         }
+        let kubelet = match &sources.kubelet_config {
+            Some(path) => {
+                let fields = crate::kubelet_config::KubeletImageFields::read(path)?;
+                b = b.add_source(crate::kubelet_config::KubeletSource(fields.clone()));
+                Some(fields)
+            }
+            None => None,
+        };
         if let Some(env) = &sources.env {
             // Only IMAGED_<SECTION>__<KEY> variables are configuration; other
             // IMAGED_* variables (used by tests and tools) are left alone.
@@ -383,7 +448,10 @@ impl Config {
             b = b.set_override(k.trim(), v.trim())?;
         }
         let raw: RawConfig = b.build()?.try_deserialize()?;
-        Self::from_raw(raw)
+        Self::from_raw(raw).map_err(|e| match &kubelet {
+            Some(k) => blame_kubelet_field(e, k, sources),
+            None => e,
+        })
     }
 
     /// Loads from a TOML string layered over the defaults (for tests).
@@ -398,6 +466,7 @@ impl Config {
 
     fn from_raw(raw: RawConfig) -> Result<Self, ConfigError> {
         let r = raw.runtime;
+        let r_fault_plan = r.fault_plan.clone();
         let endpoint = if r.endpoint == "embedded" {
             RuntimeEndpoint::Embedded {
                 socket: if r.embedded_socket.is_empty() { None } else { Some(PathBuf::from(&r.embedded_socket)) },
@@ -435,6 +504,7 @@ impl Config {
             startup_timeout: duration("runtime.startup_timeout", &r.startup_timeout)?,
             mailbox_capacity,
             deadlines,
+            metrics: Metrics::default(),
         };
         let format = match raw.log.format.as_str() {
             "text" => LogFormat::Text,
@@ -447,8 +517,17 @@ impl Config {
         let (pull, ensure) = pull_from_raw(raw.pull)?;
         let backoff = backoff_from_raw(raw.backoff)?;
         let gc = gc_from_raw(raw.gc)?;
+        let verification = verification_from_raw(raw.credential_verification)?;
         let state_dir = if raw.state.dir.is_empty() { None } else { Some(PathBuf::from(raw.state.dir)) };
         let daemon = daemon_from_raw(raw.daemon)?;
+        let fault_plan = if r_fault_plan.is_empty() {
+            None
+        } else {
+            let path = PathBuf::from(&r_fault_plan);
+            load_fault_plan(&path).map_err(|reason| invalid("runtime.fault_plan", &r_fault_plan, reason))?;
+            Some(path)
+        };
+        // One registry for every component (see `with_metrics` to use the daemon's).
         Ok(Config {
             endpoint,
             cri,
@@ -456,14 +535,24 @@ impl Config {
             ensure,
             backoff,
             gc,
+            verification,
             state_dir,
+            fault_plan,
             daemon,
             log: LogConfig { format, filter: raw.log.filter },
-        })
+        }
+        .with_metrics(&Metrics::default()))
     }
 }
 
+/// Reads and parses a fault plan file.
+pub fn load_fault_plan(path: &std::path::Path) -> Result<crate::fault::FaultPlan, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("reading it: {e}"))?;
+    crate::fault::FaultPlan::from_toml(&text)
+}
+
 fn daemon_from_raw(d: RawDaemon) -> Result<DaemonSettings, ConfigError> {
+    let metrics_address = metrics_address(&d)?;
     if d.socket.is_empty() {
         return Err(invalid("daemon.socket", &d.socket, "must be a path"));
     }
@@ -480,6 +569,7 @@ fn daemon_from_raw(d: RawDaemon) -> Result<DaemonSettings, ConfigError> {
         socket_group: if group.is_empty() { None } else { Some(group.to_string()) },
         shutdown_grace: duration("daemon.shutdown_grace", &d.shutdown_grace)?,
         max_request_bytes,
+        metrics_address,
     })
 }
 
@@ -550,6 +640,7 @@ fn pull_from_raw(p: RawPull) -> Result<(PullQueueConfig, EnsureConfig), ConfigEr
             burst: if burst == 0 { 10 } else { burst },
             throttle_mode,
             pull_deadline: if deadline.is_zero() { None } else { Some(deadline) },
+            metrics: Metrics::default(),
         },
         EnsureConfig { annotate_error_class: p.annotate_error_class },
     ))
@@ -626,7 +717,44 @@ fn gc_from_raw(g: RawGc) -> Result<GcSettings, ConfigError> {
         sandbox_image: g.sandbox_image,
         pinned_images: g.pinned_images,
         keep_newest_tags_per_repo: keep,
+        metrics: Metrics::default(),
     })
+}
+
+fn metrics_address(d: &RawDaemon) -> Result<Option<std::net::SocketAddr>, ConfigError> {
+    let key = "daemon.metrics_address";
+    let text = d.metrics_address.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let addr: std::net::SocketAddr = text.parse().map_err(|_| {
+        invalid(key, text, "not an IP address and port; write e.g. \"127.0.0.1:9464\" or \"[::1]:9464\" (\"\" = off)")
+    })?;
+    if !addr.ip().is_loopback() && !d.metrics_allow_non_loopback {
+        return Err(invalid(
+            key,
+            text,
+            "not a loopback address: /metrics, /healthz and /readyz would be reachable from the network; \
+             use 127.0.0.1 or ::1, or set daemon.metrics_allow_non_loopback = true",
+        ));
+    }
+    Ok(Some(addr))
+}
+
+/// The kubelet's `imagePullCredentialsVerificationPolicy` and
+/// `preloadedImagesVerificationAllowlist`, with its texts.
+fn verification_from_raw(v: RawCredentialVerification) -> Result<crate::pull_records::VerifyPolicy, ConfigError> {
+    use crate::pull_records::{Allowlist, VerificationPolicy, VerifyPolicy};
+    let policy: VerificationPolicy = v.policy.parse().map_err(|e: crate::pull_records::UnknownPolicy| {
+        invalid("credential_verification.policy", &v.policy, e.to_string())
+    })?;
+    for p in &v.allowlist {
+        Allowlist::new(std::slice::from_ref(p))
+            .map_err(|e| invalid("credential_verification.allowlist", p, e.to_string()))?;
+    }
+    let allowlist = Allowlist::new(&v.allowlist)
+        .map_err(|e| invalid("credential_verification.allowlist", &v.allowlist.join(","), e.to_string()))?;
+    Ok(VerifyPolicy { policy, allowlist })
 }
 
 fn backoff_from_raw(b: RawBackoff) -> Result<BackoffSettings, ConfigError> {
@@ -639,7 +767,35 @@ fn backoff_from_raw(b: RawBackoff) -> Result<BackoffSettings, ConfigError> {
         usize::try_from(b.mailbox_capacity).ok().filter(|c| (1..=1_000_000).contains(c)).ok_or_else(|| {
             invalid("backoff.mailbox_capacity", &b.mailbox_capacity.to_string(), "must be from 1 to 1000000")
         })?;
-    Ok(BackoffSettings { backoff, gc_interval: if gc.is_zero() { None } else { Some(gc) }, mailbox_capacity })
+    Ok(BackoffSettings {
+        backoff,
+        gc_interval: if gc.is_zero() { None } else { Some(gc) },
+        mailbox_capacity,
+        metrics: Metrics::default(),
+    })
+}
+
+/// A value the KubeletConfiguration set (and nothing later overrode) that
+/// imaged's validation refused: name the file and the kubelet's field.
+fn blame_kubelet_field(
+    e: ConfigError,
+    k: &crate::kubelet_config::KubeletImageFields,
+    sources: &Sources,
+) -> ConfigError {
+    let ConfigError::Invalid { key, value, reason } = &e else { return e };
+    let Some((_, _, field)) = k.overrides().into_iter().find(|(k, _, _)| key == k) else { return e };
+    let env_name = format!("IMAGED_{}", key.replace('.', "__").to_uppercase());
+    let overridden = sources.env.as_ref().is_some_and(|env| env.contains_key(&env_name))
+        || sources.overrides.iter().any(|o| o.split_once('=').is_some_and(|(k, _)| k.trim() == key));
+    if overridden {
+        return e;
+    }
+    crate::kubelet_config::KubeletConfigError::Field {
+        file: k.file.clone(),
+        field: field.to_string(),
+        reason: format!("{value}: {reason} (imaged key {key})"),
+    }
+    .into()
 }
 
 fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {

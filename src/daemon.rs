@@ -27,15 +27,54 @@ use crate::api::server::ApiSocket;
 use crate::api::{EventHub, ImagedService};
 use crate::config::{Config, Sources};
 use crate::error::AppError;
+use crate::http::Health;
 use crate::node::Node;
 use crate::telemetry::LogReload;
 
+/// Makes any panic, on any thread or task, end the process (after logging
+/// it) instead of leaving an actor or a connection task silently dead:
+/// tokio catches task panics and actix does not restart a panicked actor,
+/// so without this a daemon could go on half-alive. The service manager
+/// (systemd `Restart=on-failure`, a DaemonSet) restarts the process; the
+/// durable state is crash-safe. Release builds also set `panic = "abort"`.
+pub fn abort_on_panic() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        tracing::error!(panic = %info, "imaged: a panic is a bug; aborting so the service manager restarts the process");
+        default(info);
+        std::process::abort();
+    }));
+}
+
 /// Runs the daemon until SIGTERM/SIGINT. `sources` are re-read on SIGHUP.
 pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Result<(), AppError> {
+    abort_on_panic();
     let mut term = signal(SignalKind::terminate()).map_err(|e| AppError::Other(format!("SIGTERM handler: {e}")))?;
     let mut hup = signal(SignalKind::hangup()).map_err(|e| AppError::Other(format!("SIGHUP handler: {e}")))?;
     let daemon = cfg.daemon.clone();
+    // One registry for every component (a loaded Config already shares one).
+    let metrics = cfg.pull.metrics.clone();
+    metrics.set_config_info(&cfg);
+    let health = Health::new();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    // HTTP first, so /healthz answers (and /readyz says why not ready)
+    // while the runtime is being waited for.
+    let http = match daemon.metrics_address {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| AppError::Other(format!("daemon.metrics_address {addr}: cannot listen: {e}")))?;
+            let mut stop = stop_rx.clone();
+            Some(tokio::spawn(crate::http::serve_http(listener, metrics.clone(), health.clone(), async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })))
+        }
+        None => None,
+    };
+    health.set_not_ready("waiting for the CRI runtime to answer Version");
     let node = Arc::new(Node::start(cfg).await?);
+    health.set_ready();
+    watch_actors(&node, &health);
     let rt = node.runtime();
     info!(
         endpoint = %rt.endpoint,
@@ -46,11 +85,10 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
     let (hub, events, recent) = EventHub::new();
     let hub = hub.start();
     node.subscribe_events(hub.clone().recipient());
-    node.subscribe_phases(hub.recipient());
+    node.subscribe_phases(hub.recipient()).await.map_err(|e| AppError::Other(e.to_string()))?;
 
     let socket = ApiSocket::bind(&daemon).await?;
     info!(socket = %socket.path().display(), "imaged API serving");
-    let (stop_tx, stop_rx) = watch::channel(false);
     let service = ImagedService::new(node.clone(), events, recent, stop_rx.clone());
     let mut server_stop = stop_rx.clone();
     let server = socket.serve(service, daemon.max_request_bytes, async move {
@@ -72,8 +110,12 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
     };
     info!(signal = why, grace = ?daemon.shutdown_grace, "shutting down: no new requests; waiting for pulls in flight");
     node.stop_accepting();
+    health.set_not_ready("shutting down");
     let report = node.shutdown(daemon.shutdown_grace).await;
     let _ = stop_tx.send(true);
+    if let Some(h) = http {
+        let _ = tokio::time::timeout(Duration::from_secs(5), h).await;
+    }
     // In-flight API calls finish; streams end on `stopping`.
     match tokio::time::timeout(Duration::from_secs(5), &mut server).await {
         Ok(r) => r?,
@@ -81,6 +123,29 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
     }
     info!(abandoned_pulls = report.abandoned_pulls, "imaged stopped");
     Ok(())
+}
+
+/// Turns health red, naming the actor, if any actor stops while the daemon
+/// runs (a panic aborts the process; this catches an actor that stopped
+/// without one).
+fn watch_actors(node: &Node, health: &Health) {
+    const EVERY: Duration = Duration::from_secs(1);
+    let gateway = node.gateway().clone();
+    health.watch("cri_gateway", EVERY, move || gateway.connected());
+    let queue = node.manager().queue().clone();
+    health.watch("pull_queue", EVERY, move || queue.connected());
+    let backoff = node.manager().backoff().clone();
+    health.watch("backoff_registry", EVERY, move || backoff.connected());
+    let gc = node.gc().clone();
+    health.watch("detector", EVERY, {
+        let d = gc.detector.clone();
+        move || d.connected()
+    });
+    health.watch("gc_executor", EVERY, {
+        let e = gc.executor.clone();
+        move || e.connected()
+    });
+    health.watch("cache_refresher", EVERY, move || gc.refresher.connected());
 }
 
 /// SIGHUP: reloads what is safe to change live; names the rest.

@@ -43,6 +43,12 @@ pub enum FaultAction {
     /// The call is made (its effect happens on the runtime) but its reply is
     /// lost: the caller sees `DeadlineExceeded` when the deadline passes.
     DropReply,
+    /// The CRI gateway panics while making the call: a stand-in for a bug,
+    /// to test supervision. Under `imaged run` the process logs the panic
+    /// and aborts (see `actors.md`, panic policy); in an embedder's process
+    /// the call's task ends and its caller sees the reply lost. The
+    /// embedded runtime (wire level) answers `Internal` instead.
+    Panic,
 }
 
 /// One rule of a [`FaultPlan`]. Build with [`FaultRule::on`] and finish with
@@ -170,6 +176,13 @@ impl FaultRule {
         self
     }
 
+    /// Panic while making the call (see [`FaultAction::Panic`]).
+    #[must_use]
+    pub fn panic(mut self) -> Self {
+        self.action = FaultAction::Panic;
+        self
+    }
+
     /// How many times this rule has fired.
     pub fn fired(&self) -> u64 {
         self.fired.load(Ordering::Relaxed)
@@ -227,6 +240,103 @@ impl FaultPlan {
         rules.push(rule);
         let seed = self.inner.seed;
         Self { inner: Arc::new(Inner { rules, seed, rng: Mutex::new(StdRng::seed_from_u64(seed)) }) }
+    }
+
+    /// A plan from its TOML form (`runtime.fault_plan` names such a file):
+    ///
+    /// ```toml
+    /// seed = 7                      # for probabilities; default 0
+    /// [[rule]]
+    /// rpc = "PullImage"             # a CRI call name, or "any"
+    /// image = "*/nginx:*"           # optional glob on the image
+    /// after = 0                     # optional: skip this many matching calls
+    /// times = 2                     # optional: fire at most this many times
+    /// probability = 0.5             # optional
+    /// action = "fail"               # fail | delay | hang | drop-reply | panic
+    /// kind = "RegistryUnavailable"  # fail: the error kind (default Other)
+    /// message = "registry down"     # fail: the error text
+    /// delay = "2s"                  # delay: how long
+    /// ```
+    ///
+    /// Errors name the rule (1-based) and the field.
+    pub fn from_toml(text: &str) -> Result<Self, String> {
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct RawPlan {
+            #[serde(default)]
+            seed: u64,
+            #[serde(default)]
+            rule: Vec<RawRule>,
+        }
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct RawRule {
+            rpc: String,
+            image: Option<String>,
+            after: Option<u64>,
+            times: Option<u64>,
+            probability: Option<f64>,
+            action: String,
+            kind: Option<String>,
+            message: Option<String>,
+            delay: Option<String>,
+        }
+        let raw: RawPlan = config::Config::builder()
+            .add_source(config::File::from_str(text, config::FileFormat::Toml))
+            .build()
+            .and_then(config::Config::try_deserialize)
+            .map_err(|e| e.to_string())?;
+        let mut plan = FaultPlan::new(raw.seed);
+        for (i, r) in raw.rule.into_iter().enumerate() {
+            let at = |field: &str, why: String| format!("rule {}: {field}: {why}", i + 1);
+            let mut rule = if r.rpc.eq_ignore_ascii_case("any") {
+                FaultRule::any()
+            } else {
+                FaultRule::on(r.rpc.parse::<Rpc>().map_err(|e| at("rpc", e))?)
+            };
+            if let Some(g) = &r.image {
+                rule = rule.image(g);
+            }
+            if let Some(n) = r.after {
+                rule = rule.after(n);
+            }
+            if let Some(n) = r.times {
+                rule = rule.times(n);
+            }
+            if let Some(p) = r.probability {
+                if !(0.0..=1.0).contains(&p) {
+                    return Err(at("probability", format!("{p} is not between 0 and 1")));
+                }
+                rule = rule.probability(p);
+            }
+            rule = match r.action.as_str() {
+                "fail" => {
+                    let kind = match &r.kind {
+                        None => crate::cri::CriErrorKind::Other,
+                        Some(k) => crate::cri::CriErrorKind::ALL
+                            .into_iter()
+                            .find(|x| format!("{x:?}").eq_ignore_ascii_case(k))
+                            .ok_or_else(|| at("kind", format!("unknown error kind {k:?}")))?,
+                    };
+                    rule.fail(CriError::new(kind, r.message.clone().unwrap_or_else(|| "fault injected".into())))
+                }
+                "delay" => {
+                    let d = r.delay.as_deref().ok_or_else(|| at("delay", "required for action \"delay\"".into()))?;
+                    rule.delay(humantime::parse_duration(d).map_err(|e| at("delay", format!("{d:?}: {e}")))?)
+                }
+                "hang" => rule.hang(),
+                "drop-reply" => rule.drop_reply(),
+                "panic" => rule.panic(),
+                other => {
+                    return Err(at(
+                        "action",
+                        format!("unknown action {other:?}: one of fail, delay, hang, drop-reply, panic"),
+                    ));
+                }
+            };
+            plan = plan.rule(rule);
+        }
+        Ok(plan)
     }
 
     /// The rules, in order.
@@ -323,5 +433,64 @@ mod tests {
         assert_eq!(plan.decide(Rpc::PullImage, None), Some(FaultAction::Delay(Duration::from_millis(5))));
         // The second rule saw call 1 too, so its window has passed.
         assert_eq!(plan.decide(Rpc::PullImage, None), None);
+    }
+
+    #[test]
+    fn plans_load_from_toml_and_bad_rules_are_named() {
+        let plan = FaultPlan::from_toml(
+            r#"
+            seed = 3
+            [[rule]]
+            rpc = "PullImage"
+            image = "*/nginx:*"
+            times = 1
+            action = "fail"
+            kind = "registryunavailable"
+            message = "registry down"
+            [[rule]]
+            rpc = "any"
+            action = "delay"
+            delay = "25ms"
+            [[rule]]
+            rpc = "imagestatus"
+            probability = 0.5
+            action = "panic"
+            "#,
+        )
+        .expect("valid plan");
+        assert_eq!(plan.rules().len(), 3);
+        assert_eq!(
+            plan.decide(Rpc::PullImage, Some("docker.io/library/nginx:1")),
+            Some(FaultAction::Fail(CriError::new(CriErrorKind::RegistryUnavailable, "registry down")))
+        );
+        assert_eq!(
+            plan.decide(Rpc::PullImage, Some("docker.io/library/nginx:1")),
+            Some(FaultAction::Delay(Duration::from_millis(25)))
+        );
+        assert_eq!(plan.rules()[2].action(), &FaultAction::Panic);
+        assert!(FaultPlan::from_toml("").expect("empty plan").is_empty());
+
+        let err = |text: &str| FaultPlan::from_toml(text).expect_err("rejected");
+        assert_eq!(err("[[rule]]\nrpc = \"Pull\"\naction = \"hang\""), "rule 1: rpc: unknown CRI call \"Pull\"");
+        assert!(
+            err("[[rule]]\nrpc = \"any\"\naction = \"explode\"")
+                .starts_with("rule 1: action: unknown action \"explode\"")
+        );
+        assert_eq!(
+            err("[[rule]]\nrpc = \"any\"\naction = \"hang\"\n[[rule]]\nrpc = \"any\"\naction = \"delay\""),
+            "rule 2: delay: required for action \"delay\""
+        );
+        assert!(
+            err("[[rule]]\nrpc = \"any\"\naction = \"fail\"\nkind = \"Oops\"")
+                .contains("rule 1: kind: unknown error kind")
+        );
+        assert!(
+            err("[[rule]]\nrpc = \"any\"\naction = \"hang\"\nprobability = 2.0")
+                .contains("rule 1: probability: 2 is not between 0 and 1")
+        );
+        assert!(
+            err("[[rule]]\nrpc = \"any\"\naction = \"hang\"\ncolour = 1").contains("colour"),
+            "unknown fields are refused"
+        );
     }
 }

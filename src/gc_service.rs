@@ -14,6 +14,7 @@ use crate::config::GcSettings;
 use crate::ensure::EventSink;
 use crate::gc::capacity::CapacitySource;
 use crate::gc::hints::InUseHints;
+use crate::pull_records::PullRecords;
 use crate::store::Store;
 
 /// The running GC actors.
@@ -48,6 +49,20 @@ impl GcService {
         hints: InUseHints,
         events: EventSink,
     ) -> Self {
+        Self::start_with(gateway, settings, capacity, store, hints, events, None)
+    }
+
+    /// [`GcService::start`], and the GC executor prunes `pull_records` (the
+    /// `ImageManager`'s, see `ImageManager::pull_records`) after each run.
+    pub fn start_with(
+        gateway: &Addr<CriGatewayActor>,
+        settings: &GcSettings,
+        capacity: CapacitySource,
+        store: Option<Arc<Store>>,
+        hints: InUseHints,
+        events: EventSink,
+        pull_records: Option<PullRecords>,
+    ) -> Self {
         let clock = WallClock::new();
         let cri = DetectorCri {
             list_images: gateway.clone().recipient(),
@@ -67,7 +82,7 @@ impl GcService {
             period: settings.gc_period,
             capacity,
         };
-        let executor = GcExecutorActor::new(
+        let mut executor = GcExecutorActor::new(
             ecfg,
             detector.clone(),
             gateway.clone().recipient(),
@@ -75,7 +90,11 @@ impl GcService {
             events,
             clock,
         )
-        .start();
+        .with_metrics(settings.metrics.clone());
+        if let Some(records) = pull_records {
+            executor = executor.with_pull_records(records);
+        }
+        let executor = executor.start();
         let (refresher, images) = CacheRefresherActor::new(
             gateway.clone().recipient(),
             settings.cache_refresh_period,

@@ -17,14 +17,20 @@
 //!   socket) used by default, by the README and by tests.
 //! - [`gc`]: image garbage collection logic (records, detection, the plan);
 //!   [`gc_service`] starts the detector, cache refresher and GC executor.
+//! - [`pull_records`]: KEP-2535 pull intents and pulled records, the
+//!   verification policy and the must-pull decision (verified access to
+//!   cached private images).
 //! - [`store`]: the embedded database (redb) holding all of imaged's durable
-//!   state (GC image records today).
+//!   state (GC image records, pull intents and pulled records).
 //! - [`api`]: the daemon's gRPC API (`proto/imaged/v1`): service, socket, client.
 //! - [`daemon`]: `imaged run`: a [`node::Node`] behind the API, with signals.
 //! - [`node`]: the library entry point ([`node::Node`]): every actor from one config.
 //! - [`runtime`]: resolves the configured endpoint (starting the embedded
 //!   runtime when asked) and connects the gateway.
-//! - [`config`], [`telemetry`], [`error`]: configuration, logging, exit codes.
+//! - [`metrics`]: the Prometheus metrics handle every actor updates;
+//!   [`http`]: `/metrics`, `/healthz` and `/readyz` on loopback.
+//! - [`config`], [`telemetry`], [`error`]: configuration, logging, exit codes;
+//!   [`kubelet_config`]: the image fields of a KubeletConfiguration file.
 //! - [`demo`]: the README's main job (`imaged demo`: a node workload replayed on
 //!   the embedded runtime, live, with a summary); [`cli`]: flags shared by the binaries.
 #![forbid(unsafe_code)]
@@ -46,7 +52,11 @@ pub mod error;
 pub mod fault;
 pub mod gc;
 pub mod gc_service;
+pub mod http;
+pub mod kubelet_config;
+pub mod metrics;
 pub mod node;
+pub mod pull_records;
 pub mod runtime;
 pub mod store;
 pub mod telemetry;

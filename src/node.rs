@@ -29,6 +29,7 @@ use crate::actors::Stop;
 use crate::actors::backoff_registry::{BackoffView, ClearBackoff, ClearScope, ListBackoffs};
 use crate::actors::cache_refresher::ImageListReader;
 use crate::actors::cri_gateway::{CriGatewayActor, ListImages};
+use crate::actors::detector::DetectImages;
 use crate::actors::gc_executor::{DeleteUnusedImages, GcError, GcReport, GetLastGcReport, RunGc};
 use crate::actors::pull_queue::{GetQueueStatus, PullPhaseChanged, QueueStatus, SubscribePhases};
 use crate::config::Config;
@@ -38,11 +39,15 @@ use crate::ensure::{EnsureError, EnsureImageRequest, EnsureOk, ImageEvent, Image
 use crate::error::AppError;
 use crate::gc::capacity::CapacitySource;
 use crate::gc_service::GcService;
+use crate::pull_records::PullRecords;
 use crate::runtime::ConnectedRuntime;
 use crate::store::Store;
 
 /// How often [`Node::shutdown`] looks whether in-flight pulls are done.
 const DRAIN_POLL: Duration = Duration::from_millis(20);
+
+/// Least time the final detection at shutdown gets, even past the grace.
+const FINAL_DETECTION: Duration = Duration::from_secs(2);
 
 /// Why a [`Node`] call failed (besides an ensure's own [`EnsureError`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -116,6 +121,16 @@ impl Node {
     /// Starts every actor over an already connected runtime (an embedder's
     /// own gateway, or a test's).
     pub async fn start_on(cfg: Config, runtime: ConnectedRuntime) -> Result<Self, AppError> {
+        if let Some(path) = &cfg.fault_plan {
+            let plan = crate::config::load_fault_plan(path)
+                .map_err(|e| AppError::Other(format!("fault plan {}: {e}", path.display())))?;
+            tracing::warn!(plan = %path.display(), rules = plan.rules().len(), "a fault plan is active at the CRI gateway");
+            runtime
+                .gateway
+                .send(crate::actors::cri_gateway::SetFaultPlan(plan))
+                .await
+                .map_err(|_| AppError::Mailbox("CRI gateway".into()))?;
+        }
         let store = match &cfg.state_dir {
             Some(dir) => Some(Arc::new(
                 Store::open(dir)
@@ -123,20 +138,31 @@ impl Node {
             )),
             None => None,
         };
+        // KEP-2535 pull records: durable with the store; intents a crash
+        // left are turned into records every pod must re-verify.
+        let records = PullRecords::open(cfg.verification.clone(), store.clone())
+            .map_err(|e| AppError::Other(format!("opening the pull records: {e}")))?;
+        match records.recover_intents_from_runtime(&runtime.gateway).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(recovered = n, "pull intents left by an earlier run recovered"),
+            Err(e) => tracing::warn!(error = %e, "pull intents not recovered; their images keep needing verification"),
+        }
         let manager = ImageManager::start(runtime.gateway.clone(), &cfg.pull, &cfg.backoff, cfg.ensure.clone())
             .await
-            .map_err(|_| AppError::Mailbox("CRI gateway".into()))?;
+            .map_err(|_| AppError::Mailbox("CRI gateway".into()))?
+            .with_pull_records(records.clone());
         let capacity = match &runtime.embedded {
             Some(e) => e.capacity_source(),
             None => CapacitySource::Statvfs,
         };
-        let gc = GcService::start(
+        let gc = GcService::start_with(
             &runtime.gateway,
             &cfg.gc,
             capacity,
             store.clone(),
             manager.hints().clone(),
             manager.events().clone(),
+            Some(records),
         );
         Ok(Self { cfg, runtime, manager, gc, store, accepting: Arc::new(AtomicBool::new(true)) })
     }
@@ -194,8 +220,8 @@ impl Node {
     }
 
     /// Subscribes to pull phases (queued, throttled, pulling, done, …).
-    pub fn subscribe_phases(&self, to: Recipient<PullPhaseChanged>) {
-        self.manager.queue().do_send(SubscribePhases(to));
+    pub async fn subscribe_phases(&self, to: Recipient<PullPhaseChanged>) -> Result<(), NodeError> {
+        self.manager.queue().send(SubscribePhases(to)).await.map_err(|_| NodeError::Stopped("pull queue"))
     }
 
     /// The node-status image list, as the cache refresher last saw it.
@@ -260,9 +286,11 @@ impl Node {
     }
 
     /// Graceful stop: stop taking requests, let queued and running pulls
-    /// finish for up to `grace`, then stop every actor. The store needs no
-    /// flush (every write is a committed transaction); it closes when the
-    /// last handle drops. The embedded runtime, if any, stops with the node.
+    /// finish for up to `grace`, run a last image detection (so the durable
+    /// records include what those pulls brought), then stop every actor.
+    /// The store needs no flush (every write is a committed transaction); it
+    /// closes when the last handle drops. The embedded runtime, if any,
+    /// stops with the node.
     pub async fn shutdown(&self, grace: Duration) -> ShutdownReport {
         self.stop_accepting();
         let deadline = tokio::time::Instant::now() + grace;
@@ -278,6 +306,18 @@ impl Node {
         };
         if abandoned_pulls > 0 {
             tracing::warn!(abandoned_pulls, ?grace, "shutdown grace period ended with pulls still in flight");
+        }
+        // A last detection records what the drained pulls brought (first
+        // seen, last used) in the durable state before the actors stop.
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now()).max(FINAL_DETECTION);
+        match tokio::time::timeout(left, self.gc.detector.send(DetectImages)).await {
+            Ok(Ok(Ok(_))) => {}
+            Ok(Ok(Err(e))) => {
+                tracing::warn!(error = %e, "final image detection failed; records are as of the last one")
+            }
+            Ok(Err(_)) | Err(_) => {
+                tracing::warn!("final image detection did not finish; records are as of the last one")
+            }
         }
         self.gc.detector.do_send(Stop);
         self.gc.executor.do_send(Stop);

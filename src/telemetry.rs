@@ -42,7 +42,9 @@ pub fn init(cfg: &LogConfig) -> Result<LogReload, String> {
         _ => (EnvFilter::try_new(&cfg.filter).map_err(|e| format!("log.filter {:?}: {e}", cfg.filter))?, false),
     };
     let (filter, handle) = reload::Layer::new(filter);
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only for a terminal: journald and log files get plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi);
     let fmt = match cfg.format {
         LogFormat::Text => fmt.boxed(),
         LogFormat::Json => fmt.json().flatten_event(true).boxed(),

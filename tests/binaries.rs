@@ -117,7 +117,7 @@ fn the_scripted_cri_round_still_runs() {
         "pull    busybox:1.36: sha256:",
         "list    0 image(s) left",
         "Successfully pulled image \"busybox:1.36\" in ",
-        "Container image \"busybox:1.36\" already present on machine",
+        "Container image \"busybox:1.36\" already present on machine and can be accessed by the pod",
         "ImagePullBackOff: Back-off pulling image \"docker.io/library/does-not-exist:1.0\": ErrImagePull: ",
         "keep: sandbox image",
     ] {
@@ -139,4 +139,26 @@ fn logs_are_json_lines_when_asked_and_rust_log_filters_them() {
     let quiet = imaged().env("RUST_LOG", "error").args(["demo", "--cri-round"]).output().expect("run imaged");
     assert!(quiet.status.success());
     assert!(String::from_utf8_lossy(&quiet.stderr).trim().is_empty(), "RUST_LOG=error silences info logs");
+}
+
+#[test]
+fn kubelet_config_fields_reach_the_configuration_and_bad_ones_exit_64() {
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/kubelet-config.yaml");
+    let out = imaged().args(["--kubelet-config", fixture, "check-config"]).output().expect("run imaged");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("high_threshold_percent: 90,") && stdout.contains("burst: 20,"), "{stdout}");
+    assert!(stdout.contains("/run/containerd/containerd.sock"), "{stdout}");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("kubelet.yaml");
+    std::fs::write(
+        &bad,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nimageMinimumGCAge: soon\n",
+    )
+    .expect("write");
+    let out = imaged().arg("--kubelet-config").arg(&bad).arg("check-config").output().expect("run imaged");
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&bad.display().to_string()) && err.contains("field imageMinimumGCAge:"), "{err}");
 }

@@ -98,7 +98,10 @@ async fn always_pulls_whether_present_or_not() {
 async fn if_not_present_uses_a_present_image_and_pulls_an_absent_one() {
     let f = flow().await;
     let ok = f.ensure("u1", PRESENT, PullPolicy::IfNotPresent).await.expect("present");
-    assert_eq!(ok.message, format!("Container image \"{PRESENT}\" already present on machine"));
+    assert_eq!(
+        ok.message,
+        format!("Container image \"{PRESENT}\" already present on machine and can be accessed by the pod")
+    );
     assert_eq!(ok.image_ref, RemoteImage::new(PRESENT, 0).id);
     assert_eq!(f.pulls(), 0);
     assert_eq!(f.events().await, [(EventType::Normal, EventReason::Pulled, ok.message.clone())]);

@@ -204,6 +204,61 @@ async fn scenario(env: ContainerdEnv) {
 
     ensure_flow(&env, g.clone()).await;
     gc_flow(&env, g).await;
+    daemon_flow(&env).await;
+}
+
+/// `imaged run` on containerd, and every `imagectl` subcommand against it.
+async fn daemon_flow(env: &ContainerdEnv) {
+    use support::daemon::{Daemon, stderr, stdout};
+    let open = Registry::open(&env.registry_open);
+    let pushed = open
+        .push_image("imaged/real-daemon", "v1", &[("etc/daemon.txt", b"pulled through imaged run\n")])
+        .await
+        .expect("push for the daemon");
+    let endpoint = env.endpoint();
+    let d = Daemon::start(&["--runtime-endpoint", &endpoint, "--set", "runtime.startup_timeout=20s"]);
+
+    let o = d.imagectl(&["ensure", &pushed.reference, "--pod", "ns/daemon-pod", "--pod-uid", "d1"]);
+    assert_eq!(o.status.code(), Some(0), "{} {}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains(&pushed.config_digest), "{}", stdout(&o));
+    assert!(stderr(&o).contains("Successfully pulled image"), "{}", stderr(&o));
+
+    let missing = format!("{}/imaged/not-there:v1", env.registry_open);
+    let o = d.imagectl(&["ensure", &missing, "--pod-uid", "d2"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(stdout(&o).starts_with("ErrImagePull: "), "{}", stdout(&o));
+
+    let o = d.imagectl(&["images"]);
+    assert!(stdout(&o).contains(&pushed.reference), "{}", stdout(&o));
+    let o = d.imagectl(&["-o", "json", "images"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert!(v.as_array().is_some_and(|a| a.iter().any(|i| i["id"] == pushed.config_digest.as_str())), "{v}");
+
+    let o = d.imagectl(&["gc", "--dry-run"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("keep: in use by ensured recently"), "{}", stdout(&o));
+
+    let o = d.imagectl(&["events"]);
+    assert!(stdout(&o).contains("ns/daemon-pod") && stdout(&o).contains("Pulled"), "{}", stdout(&o));
+
+    let o = d.imagectl(&["backoff", "list"]);
+    assert!(stdout(&o).contains("not-there"), "{}", stdout(&o));
+    let o = d.imagectl(&["backoff", "clear", "--pod", "d2"]);
+    assert_eq!(stdout(&o).trim(), "cleared back-off for 1 key(s)");
+
+    let o = d.imagectl(&["status"]);
+    assert!(stdout(&o).contains("runtime: containerd"), "{}", stdout(&o));
+
+    let o = d.imagectl(&["--runtime-endpoint", &endpoint, "cri", "images"]);
+    assert!(stdout(&o).contains(&pushed.reference), "{}", stdout(&o));
+    let o = d.imagectl(&["--runtime-endpoint", &endpoint, "cri", "rmi", &pushed.reference]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = d.imagectl(&["gc", "--dry-run"]);
+    assert!(!stdout(&o).contains(&pushed.reference), "removed behind the daemon's back: {}", stdout(&o));
+
+    d.signal(nix::sys::signal::Signal::SIGTERM);
+    let mut d = d;
+    assert_eq!(d.wait_exit(Duration::from_secs(20)), Some(0), "{}", d.log());
 }
 
 /// Image GC against containerd: unused images are removed through CRI, a
@@ -283,7 +338,10 @@ async fn ensure_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>)
         .ensure_image_exists(&EnsureImageRequest::new("pod-b", pushed.reference.clone(), PullPolicy::IfNotPresent))
         .await
         .expect("present");
-    assert_eq!(again.message, format!("Container image \"{}\" already present on machine", pushed.reference));
+    assert_eq!(
+        again.message,
+        format!("Container image \"{}\" already present on machine and can be accessed by the pod", pushed.reference)
+    );
 
     let missing = format!("{}/imaged/ensure-missing:v1", env.registry_open);
     let err = manager
@@ -327,6 +385,27 @@ async fn ensure_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>)
     ];
     let ok = manager.ensure_image_exists(&req).await.expect("pulled with the secret");
     assert_eq!(ok.image_ref, other.config_digest);
+
+    // KEP-2535: a pod without the secret does not get the cached private
+    // image: it must pull, and containerd's registry says no.
+    let no_secret = EnsureImageRequest::new("pod-e", other.reference.clone(), PullPolicy::IfNotPresent);
+    let e = manager.ensure_image_exists(&no_secret).await.expect_err("refused without the secret");
+    assert_eq!(e.kind, ImageErrorKind::ErrImagePull);
+    assert!(e.message.contains("401 Unauthorized"), "{}", e.message);
+    assert!(!e.message.contains(&env.pass), "{}", e.message);
+    // The same credential in another secret: served from the node, no pull.
+    let mut copy = req.clone();
+    copy.pod.uid = "pod-f".into();
+    copy.pull_secrets = vec![
+        imaged::credentials::PullSecret::new("other-ns", "copy", "kubernetes.io/dockerconfigjson")
+            .with_data(".dockerconfigjson", req.pull_secrets[0].data[".dockerconfigjson"].clone())
+            .with_uid("uid-copy"),
+    ];
+    let ok = manager.ensure_image_exists(&copy).await.expect("same credential");
+    assert_eq!(
+        ok.message,
+        format!("Container image \"{}\" already present on machine and can be accessed by the pod", other.reference)
+    );
 }
 
 fn base64_encode(s: &str) -> String {

@@ -28,6 +28,7 @@ fn file_then_env_then_overrides_win_in_that_order() {
             ("PATH", "/bin"),
         ]),
         overrides: vec!["runtime.deadlines.pull_image=5m".into()],
+        ..Sources::default()
     };
     let c = Config::load(&sources).expect("loads");
     assert_eq!(c.endpoint, RuntimeEndpoint::Cri(CriEndpoint::Unix("/from/file.sock".into())));
@@ -164,4 +165,75 @@ fn gc_defaults_and_kubelet_validation_texts() {
     assert_eq!(all.gc.node_status_max_images, None);
     assert_eq!(all.gc.pinned_images, ["registry.k8s.io/*"]);
     assert_eq!(all.state_dir, Some(PathBuf::from("/var/lib/imaged")));
+}
+
+#[test]
+fn metrics_address_defaults_to_loopback_and_can_be_turned_off() {
+    let c = Config::defaults().expect("defaults");
+    assert_eq!(c.daemon.socket, PathBuf::from("/run/imaged/imaged.sock"));
+    assert_eq!((c.daemon.socket_group.as_deref(), c.daemon.max_request_bytes), (None, 4 << 20));
+    assert_eq!(c.daemon.metrics_address, Some("127.0.0.1:9464".parse().expect("addr")));
+    let c = Config::from_toml("[daemon]\nmetrics_address = \"[::1]:9000\"").expect("ipv6 loopback");
+    assert_eq!(c.daemon.metrics_address, Some("[::1]:9000".parse().expect("addr")));
+    let c = Config::from_toml("[daemon]\nmetrics_address = \"\"").expect("off");
+    assert_eq!(c.daemon.metrics_address, None);
+}
+
+#[test]
+fn a_non_loopback_metrics_address_needs_the_explicit_allowance() {
+    let err = Config::from_toml("[daemon]\nmetrics_address = \"0.0.0.0:9464\"").expect_err("refused");
+    let text = err.to_string();
+    assert!(text.contains("daemon.metrics_address") && text.contains("\"0.0.0.0:9464\""), "{text}");
+    assert!(text.contains("not a loopback address") && text.contains("daemon.metrics_allow_non_loopback"), "{text}");
+    let c = Config::from_toml("[daemon]\nmetrics_address = \"10.0.0.5:9464\"\nmetrics_allow_non_loopback = true")
+        .expect("allowed");
+    assert_eq!(c.daemon.metrics_address, Some("10.0.0.5:9464".parse().expect("addr")));
+}
+
+#[test]
+fn a_metrics_address_that_is_not_ip_and_port_is_rejected() {
+    for bad in ["localhost:9464", "127.0.0.1", "127.0.0.1:http"] {
+        let err = Config::from_toml(&format!("[daemon]\nmetrics_address = \"{bad}\"")).expect_err(bad);
+        let text = err.to_string();
+        assert!(text.contains("daemon.metrics_address") && text.contains("not an IP address and port"), "{text}");
+    }
+}
+
+#[test]
+fn credential_verification_policy_and_allowlist_are_parsed_and_validated_naming_the_key() {
+    use crate::pull_records::{VerificationPolicy, VerifyPolicy};
+    let c = Config::defaults().expect("defaults load");
+    assert_eq!(c.verification, VerifyPolicy::default());
+    assert_eq!(c.verification.policy, VerificationPolicy::NeverVerifyPreloadedImages);
+
+    let c = Config::from_toml(
+        "[credential_verification]\npolicy = \"NeverVerifyAllowlistedImages\"\nallowlist = [\"docker.io/library/nginx\", \"registry.example.com/team/*\"]\n",
+    )
+    .expect("valid");
+    assert_eq!(c.verification.policy, VerificationPolicy::NeverVerifyAllowlistedImages);
+    assert!(c.verification.allowlist.matches("registry.example.com/team/app"));
+    assert!(c.verification.allowlist.matches("docker.io/library/nginx"));
+
+    let e = Config::from_toml("[credential_verification]\npolicy = \"Sometimes\"\n").unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "configuration: invalid value \"Sometimes\" for credential_verification.policy: \
+         unknown image pull credential verification policy: Sometimes"
+    );
+    let e = Config::from_toml("[credential_verification]\nallowlist = [\"docker.io/library/nginx\", \"nginx:1.27\"]\n")
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "configuration: invalid value \"nginx:1.27\" for credential_verification.allowlist: \
+         neither tag nor digest is accepted in an image reference: nginx:1.27"
+    );
+    let e =
+        Config::from_toml("[credential_verification]\nallowlist = [\"registry.io/*/x\"]\n").unwrap_err().to_string();
+    assert!(
+        e.contains("credential_verification.allowlist") && e.contains("only patterns ending with '/*' are allowed"),
+        "{e}"
+    );
+    let e = Config::from_toml("[credential_verification]\nverify = true\n").unwrap_err().to_string();
+    assert!(e.contains("verify"), "unknown key rejected: {e}");
 }

@@ -102,9 +102,38 @@ pub fn credentials_for_image(
     node: Option<&Keyring>,
     image: &str,
 ) -> Result<Vec<AuthConfig>, CredentialError> {
+    Ok(tracked_credentials_for_image(secrets, node, image)?.into_iter().map(|c| c.auth).collect())
+}
+
+/// A credential to try, with where it came from (the kubelet's
+/// `TrackedAuthConfig`), for the pull records of KEP-2535.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrackedCredential {
+    /// What is sent to the runtime.
+    pub auth: AuthConfig,
+    /// The pull secret it came from; `None` for node-level credentials.
+    pub source: Option<CredentialSource>,
+    /// [`Credential::auth_config_hash`]: identifies it without keeping it.
+    pub hash: String,
+}
+
+/// [`credentials_for_image`] with each credential's source and hash.
+pub fn tracked_credentials_for_image(
+    secrets: &[PullSecret],
+    node: Option<&Keyring>,
+    image: &str,
+) -> Result<Vec<TrackedCredential>, CredentialError> {
     let named = image_repo(image)?;
     let keyring = make_docker_keyring(secrets, node.map(|k| k as &dyn DockerKeyring))?;
-    Ok(keyring.lookup(&named.name()).iter().map(|c| c.to_auth_config(&named)).collect())
+    Ok(keyring
+        .lookup(&named.name())
+        .iter()
+        .map(|c| TrackedCredential {
+            auth: c.to_auth_config(&named),
+            source: c.source.clone(),
+            hash: c.auth_config_hash(),
+        })
+        .collect())
 }
 
 #[cfg(test)]

@@ -154,6 +154,20 @@ pub enum CriErrorKind {
 }
 
 impl CriErrorKind {
+    /// Every kind.
+    pub const ALL: [CriErrorKind; 10] = [
+        CriErrorKind::NotFound,
+        CriErrorKind::RuntimeUnavailable,
+        CriErrorKind::DeadlineExceeded,
+        CriErrorKind::Unauthorized,
+        CriErrorKind::ResourceExhausted,
+        CriErrorKind::RegistryUnavailable,
+        CriErrorKind::SignatureValidationFailed,
+        CriErrorKind::InvalidArgument,
+        CriErrorKind::InvalidResponse,
+        CriErrorKind::Other,
+    ];
+
     /// The code a runtime would send for this kind of failure.
     pub fn default_code(self) -> StatusCode {
         match self {

@@ -101,7 +101,8 @@ pub async fn run_ensure(
 ) -> Result<(), AppError> {
     let manager = ImageManager::start(rt.gateway.clone(), &cfg.pull, &cfg.backoff, cfg.ensure.clone())
         .await
-        .map_err(|_| AppError::Mailbox("CRI gateway".into()))?;
+        .map_err(|_| AppError::Mailbox("CRI gateway".into()))?
+        .with_pull_records(crate::pull_records::PullRecords::in_memory(cfg.verification.clone()));
     manager.events().subscribe(EventPrinter.start().recipient());
     let missing = "docker.io/library/does-not-exist:1.0";
     let steps = [

@@ -258,7 +258,7 @@ pub async fn run_main_job_on(
     let shared: Shared = Arc::new(Mutex::new(Tally { pods_total: workload.pods.len(), ..Tally::default() }));
     let counter = Counter { tally: shared.clone(), throttled: HashMap::new() }.start();
     node.subscribe_events(counter.clone().recipient());
-    node.subscribe_phases(counter.recipient());
+    node.subscribe_phases(counter.recipient()).await.map_err(|e| AppError::Other(e.to_string()))?;
 
     let mut display = display::Display::new(out, terminal);
     let o = display.out();
@@ -307,7 +307,7 @@ pub async fn run_main_job_on(
         let (hub, events, recent) = crate::api::EventHub::new();
         let hub = hub.start();
         node.subscribe_events(hub.clone().recipient());
-        node.subscribe_phases(hub.recipient());
+        node.subscribe_phases(hub.recipient()).await.map_err(|e| AppError::Other(e.to_string()))?;
         let service = crate::api::ImagedService::new(node.clone(), events, recent, stop_rx.clone());
         let mut stop = stop_rx.clone();
         Some(actix::spawn(socket.serve(service, daemon.max_request_bytes, async move {

@@ -109,6 +109,7 @@ impl Shared {
             }
             Some(FaultAction::Hang) => std::future::pending().await,
             Some(FaultAction::DropReply) => Ok(true),
+            Some(FaultAction::Panic) => Err(Status::internal("fault injected: the runtime crashed serving this call")),
         }
     }
 }

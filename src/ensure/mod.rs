@@ -31,6 +31,8 @@ use crate::cri::{CriError, CriErrorKind};
 use crate::domain::pull_policy::PullPolicy;
 use crate::domain::reference::apply_default_image_tag;
 use crate::domain::{AuthConfig, ErrorClass, ImageErrorKind, ImageSpec, SandboxConfig, eval_cri_pull_err};
+use crate::metrics::Tristate;
+use crate::pull_records::{ImagePullCredentials, ImagePullSecret, PodCredentials, PullRecords, VerifyPolicy};
 
 /// The pod an image is for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -129,11 +131,15 @@ pub struct ImageManager {
     events: EventSink,
     recorder: PullingRecorder,
     hints: crate::gc::hints::InUseHints,
+    /// KEP-2535 pull intents and records: who may use a present image.
+    records: PullRecords,
     /// `applyDefaultImageTag` results: pods name the same images over and
     /// over, and the grammar's regular expression is the costliest step of
     /// a present-image ensure. Bounded; cleared when full.
     defaulted: Arc<Mutex<HashMap<String, Result<String, String>>>>,
     cfg: EnsureConfig,
+    /// Requests by policy/presence/pull-required; pull durations by size.
+    metrics: crate::metrics::Metrics,
 }
 
 /// Most remembered `applyDefaultImageTag` results.
@@ -177,14 +183,39 @@ impl ImageManager {
             events: EventSink::default(),
             recorder: PullingRecorder::default(),
             hints: crate::gc::hints::InUseHints::default(),
+            records: PullRecords::in_memory(VerifyPolicy::default()),
             defaulted: Arc::default(),
             cfg,
+            metrics: crate::metrics::Metrics::default(),
         }
+    }
+
+    /// The manager reporting its requests and pull durations to `metrics`.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// The same manager keeping its pull intents and records in `records`
+    /// (by default: in memory only, policy `NeverVerifyPreloadedImages`).
+    /// Give the same handle to `GcService::start_with` so records of
+    /// removed images are pruned.
+    #[must_use]
+    pub fn with_pull_records(mut self, records: PullRecords) -> Self {
+        self.records = records;
+        self
+    }
+
+    /// The pull intents and records (KEP-2535).
+    pub fn pull_records(&self) -> &PullRecords {
+        &self.records
     }
 
     /// Starts a backoff registry and a pull queue on the current actix
     /// arbiter and returns a manager over them and `gateway`. Fails only if
-    /// the gateway has stopped.
+    /// the gateway has stopped. The queue and this manager report to
+    /// `pull.metrics`, the registry to `backoff.metrics`.
     pub async fn start(
         gateway: Addr<CriGatewayActor>,
         pull: &crate::actors::pull_queue::PullQueueConfig,
@@ -194,8 +225,10 @@ impl ImageManager {
         use actix::Actor as _;
         let reader = gateway.send(GetReader).await?;
         let queue = PullQueueActor::new(pull.clone(), gateway.clone(), reader.clone()).start();
-        let backoff = BackoffRegistryActor::new(backoff.backoff, backoff.mailbox_capacity, backoff.gc_interval).start();
-        Ok(Self::new(gateway, reader, queue, backoff, cfg))
+        let backoff = BackoffRegistryActor::new(backoff.backoff, backoff.mailbox_capacity, backoff.gc_interval)
+            .with_metrics(backoff.metrics.clone())
+            .start();
+        Ok(Self::new(gateway, reader, queue, backoff, cfg).with_metrics(pull.metrics.clone()))
     }
 
     /// The pull queue.
@@ -272,6 +305,8 @@ impl ImageManager {
     /// according to the pull policy, pulling it if needed.
     pub async fn ensure_image_exists(&self, req: &EnsureImageRequest) -> Result<EnsureOk, EnsureError> {
         let requested = req.image.as_str();
+        // Counted when this returns, with what was learnt (the kubelet's deferred increment).
+        let mut tally = self.metrics.ensure_request(req.pull_policy);
         // 1. Default tag.
         let image = match self.default_tag(requested) {
             Ok(i) => i,
@@ -301,13 +336,33 @@ impl ImageManager {
                     return Err(self.fail(ImageErrorKind::ImageInspectError, msg, class_of_cri(&e)));
                 }
             };
+            tally.present_locally = image_ref.is_some().into();
             match image_ref {
                 Some(image_ref) => {
-                    self.hints.ensured(&image_ref, std::time::SystemTime::now());
-                    let msg = already_present(requested);
-                    self.emit(req, EventReason::Pulled, &msg, None);
-                    self.recorder.finished(&req.pod.uid, Instant::now());
-                    return Ok(EnsureOk { image_ref, message: msg });
+                    // KEP-2535: may this pod use the image without pulling it?
+                    let must_pull = self
+                        .records
+                        .must_attempt_pull(&spec.image, &image_ref, || pod_credentials(req, &spec.image))
+                        .await
+                        .map_err(|e| self.fail(ImageErrorKind::ErrImagePull, e.to_string(), ErrorClass::Permanent))?;
+                    if !must_pull {
+                        tally.pull_required = Tristate::False;
+                        self.hints.ensured(&image_ref, std::time::SystemTime::now());
+                        let msg = already_present_accessible(requested);
+                        self.emit(req, EventReason::Pulled, &msg, None);
+                        self.recorder.finished(&req.pod.uid, Instant::now());
+                        return Ok(EnsureOk { image_ref, message: msg });
+                    }
+                    if req.pull_policy == PullPolicy::Never {
+                        // As the kubelet: the same answer as for an absent
+                        // image, so the pod learns nothing about the node.
+                        let msg = never_pull(requested);
+                        self.emit(req, EventReason::ErrImageNeverPull, &msg, Some(ErrorClass::Permanent));
+                        return Err(self.fail(ImageErrorKind::ErrImageNeverPull, msg, ErrorClass::Permanent));
+                    }
+                    // Pull with the pod's credentials: the runtime checks them.
+                    tally.pull_required = Tristate::True;
+                    return self.pull(req, spec, None, true).await;
                 }
                 None if req.pull_policy == PullPolicy::Never => {
                     let msg = never_pull(requested);
@@ -317,14 +372,18 @@ impl ImageManager {
                 None => absent_at = Some(Instant::now()),
             }
         }
-        self.pull(req, spec, absent_at).await
+        tally.pull_required = Tristate::True;
+        self.pull(req, spec, absent_at, false).await
     }
 
+    /// Pulls `spec` for `req`. `verify`: the image is present but the pod
+    /// must show its credentials, so the pull must reach the registry.
     async fn pull(
         &self,
         req: &EnsureImageRequest,
         spec: ImageSpec,
         absent_at: Option<Instant>,
+        verify: bool,
     ) -> Result<EnsureOk, EnsureError> {
         let requested = req.image.as_str();
         let key = BackoffKey { pod_uid: req.pod.uid.clone(), image: requested.to_string() };
@@ -353,23 +412,52 @@ impl ImageManager {
         }
         // Credentials: pod secrets first (a secret that does not decode fails
         // the request, as in the kubelet), then the caller's.
-        let mut credentials = if req.pull_secrets.is_empty() {
+        let tracked = if req.pull_secrets.is_empty() {
             Vec::new()
         } else {
-            crate::credentials::credentials_for_image(&req.pull_secrets, None, &spec.image)
+            crate::credentials::tracked_credentials_for_image(&req.pull_secrets, None, &spec.image)
                 .map_err(|e| self.fail(ImageErrorKind::ErrImagePull, e.to_string(), ErrorClass::Permanent))?
         };
-        credentials.extend(req.credentials.iter().cloned());
+        // What a successful pull with each credential proves, for the pull
+        // record: a secret's coordinates and hash, or (node-level and the
+        // caller's credentials) access for every pod.
+        let mut credentials = Vec::with_capacity(tracked.len() + req.credentials.len());
+        let mut proves = Vec::with_capacity(credentials.capacity());
+        for t in tracked {
+            proves.push(match t.source {
+                Some(s) => ImagePullCredentials::secret(ImagePullSecret {
+                    uid: s.secret_uid,
+                    namespace: s.namespace,
+                    name: s.name,
+                    credential_hash: t.hash,
+                }),
+                None => ImagePullCredentials::node_accessible(),
+            });
+            credentials.push(t.auth);
+        }
+        for c in &req.credentials {
+            credentials.push(c.clone());
+            proves.push(ImagePullCredentials::node_accessible());
+        }
+        // KEP-2535: the intent is on disk before the pull starts.
+        let intent = match self.records.begin_pull(&spec.image).await {
+            Ok(guard) => guard,
+            Err(e) => {
+                let msg = failed_to_record_pull_intent(requested, &e.to_string());
+                return Err(self.fail(ImageErrorKind::ErrImagePull, msg, ErrorClass::Transient));
+            }
+        };
         // Pull.
         let start = Instant::now();
         self.recorder.started(&req.pod.uid, start);
         self.emit(req, EventReason::Pulling, &pulling(requested), None);
-        let request = PullRequest {
+        let mut request = PullRequest {
             image: spec.clone(),
             credentials,
             sandbox: req.sandbox.clone(),
             priority: req.pod.priority,
-            skip_if_present: req.pull_policy != PullPolicy::Always
+            skip_if_present: !verify
+                && req.pull_policy != PullPolicy::Always
                 && req.pull_policy != PullPolicy::AlwaysWithLocalFallback,
             absent_at,
             deadline: req.deadline,
@@ -377,16 +465,55 @@ impl ImageManager {
         // While the pull runs, an image it would replace counts as in use for GC.
         let normalized = crate::domain::reference::parse_normalized_named(&spec.image).map(|n| n.docker_ref()).ok();
         let _in_flight = normalized.map(|r| self.hints.pull_started(&r));
-        let result = match self.queue.send(EnqueuePull(request)).await {
-            Ok(ticket) => ticket.await,
-            Err(_) => Err(PullFailure::Stopped),
+        let result = loop {
+            let result = match self.queue.send(EnqueuePull(request.clone())).await {
+                Ok(ticket) => ticket.await,
+                Err(_) => Err(PullFailure::Stopped),
+            };
+            // Found present when its turn came (pulled by another pod, maybe
+            // with other credentials): this pod may use it only if the
+            // records say so; otherwise pull for real.
+            if let Ok(o) = &result
+                && !o.pulled
+                && self
+                    .records
+                    .must_attempt_pull(&spec.image, &o.image_ref, || pod_credentials(req, &spec.image))
+                    .await
+                    .unwrap_or(true)
+            {
+                request.skip_if_present = false;
+                continue;
+            }
+            break result;
         };
         match result {
-            Ok(outcome) => Ok(self.pulled(req, &outcome, start)),
+            Ok(outcome) => {
+                if outcome.pulled {
+                    let used = outcome
+                        .credential
+                        .and_then(|i| proves.get(i).cloned())
+                        .unwrap_or_else(ImagePullCredentials::node_accessible);
+                    if let Err(e) = self.records.record_image_pulled(&spec.image, &outcome.image_ref, &used).await {
+                        tracing::warn!(image = requested, error = %e, "failed to record an image pulled record");
+                    }
+                } else {
+                    self.records.record_image_pull_failed(&spec.image).await;
+                }
+                intent.disarm();
+                Ok(self.pulled(req, &outcome, start))
+            }
             Err(failure) => {
+                self.records.record_image_pull_failed(&spec.image).await;
+                intent.disarm();
                 if req.pull_policy == PullPolicy::AlwaysWithLocalFallback
                     && failure.registry_unreachable()
                     && let Ok(Some(image_ref)) = self.image_present(&spec).await
+                    // The local image only for a pod that may use it (KEP-2535).
+                    && !self
+                        .records
+                        .must_attempt_pull(&spec.image, &image_ref, || pod_credentials(req, &spec.image))
+                        .await
+                        .unwrap_or(true)
                 {
                     let msg = using_local_image(requested, &failure.to_string());
                     self.emit(req, EventReason::Pulled, &msg, Some(ErrorClass::Transient));
@@ -418,13 +545,42 @@ impl ImageManager {
         // a full mailbox only delays the entry GC to its periodic run.
         let _ = self.backoff.try_send(RecordSuccess);
         if !outcome.pulled {
-            // Found present when the pull's turn came (another pod pulled it).
-            let msg = already_present(requested);
+            // Found present when the pull's turn came (another pod pulled
+            // it) and the pod may use it.
+            let msg = already_present_accessible(requested);
             self.emit(req, EventReason::Pulled, &msg, None);
             return EnsureOk { image_ref: outcome.image_ref.clone(), message: msg };
         }
+        self.metrics.image_pulled(outcome.size, now.duration_since(start));
         let msg = successfully_pulled(requested, outcome.pull_duration, now.duration_since(start), outcome.size);
         self.emit(req, EventReason::Pulled, &msg, None);
         EnsureOk { image_ref: outcome.image_ref.clone(), message: String::new() }
     }
+}
+
+/// The pod's credentials with a known source for `image` (the kubelet's
+/// `getPodCredentials`): every matching pull-secret credential, with its
+/// coordinates and hash. Node-level credentials are left out.
+fn pod_credentials(
+    req: &EnsureImageRequest,
+    image: &str,
+) -> Result<PodCredentials, crate::credentials::CredentialError> {
+    if req.pull_secrets.is_empty() {
+        return Ok(PodCredentials::default());
+    }
+    let tracked = crate::credentials::tracked_credentials_for_image(&req.pull_secrets, None, image)?;
+    Ok(PodCredentials {
+        secrets: tracked
+            .into_iter()
+            .filter_map(|t| {
+                t.source.map(|s| ImagePullSecret {
+                    uid: s.secret_uid,
+                    namespace: s.namespace,
+                    name: s.name,
+                    credential_hash: t.hash,
+                })
+            })
+            .collect(),
+        service_account: None,
+    })
 }

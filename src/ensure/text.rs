@@ -25,6 +25,17 @@ pub fn already_present(image: &str) -> String {
     format!("Container image {} already present on machine", quote(image))
 }
 
+/// `Pulled` for a present image the pod may use (the kubelet with
+/// KEP-2535's `KubeletEnsureSecretPulledImages` on, the 1.35 default).
+pub fn already_present_accessible(image: &str) -> String {
+    format!("Container image {} already present on machine and can be accessed by the pod", quote(image))
+}
+
+/// The returned message when the pull intent could not be recorded.
+pub fn failed_to_record_pull_intent(image: &str, err: &str) -> String {
+    format!("Failed to record image pull intent for container image {}: {err}", quote(image))
+}
+
 /// `BackOff` (the returned message appends `: <previous error>`).
 pub fn back_off_pulling(image: &str) -> String {
     format!("Back-off pulling image {}", quote(image))
@@ -71,6 +82,14 @@ mod tests {
         );
         assert_eq!(never_pull("busybox"), "Container image \"busybox\" is not present with pull policy of Never");
         assert_eq!(already_present("busybox:1"), "Container image \"busybox:1\" already present on machine");
+        assert_eq!(
+            already_present_accessible("busybox:1"),
+            "Container image \"busybox:1\" already present on machine and can be accessed by the pod"
+        );
+        assert_eq!(
+            failed_to_record_pull_intent("a:1", "disk full"),
+            "Failed to record image pull intent for container image \"a:1\": disk full"
+        );
         assert_eq!(back_off_pulling("a\"b"), "Back-off pulling image \"a\\\"b\"");
         assert_eq!(pulling("nginx"), "Pulling image \"nginx\"");
         assert_eq!(failed_to_pull("nginx", "pull QPS exceeded"), "Failed to pull image \"nginx\": pull QPS exceeded");

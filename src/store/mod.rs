@@ -2,9 +2,10 @@
 //! [redb](https://docs.rs/redb) file, `<state dir>/imaged.redb`, opened once
 //! per process as a [`Store`] and shared (`Arc<Store>`).
 //!
-//! Today it holds the GC image records ([`ImageRecord`]), so that first
-//! detected and last used times survive restarts. The credentials work adds
-//! pull intents and pulled records to the same file, as new tables.
+//! It holds the GC image records ([`ImageRecord`]), so that first detected
+//! and last used times survive restarts, and the KEP-2535 pull intents and
+//! pulled records ([`crate::pull_records`]), so that a restart never lets a
+//! pod without credentials use a private image another pod pulled.
 //!
 //! # Guarantees
 //!
@@ -24,6 +25,8 @@
 //! |---|---|---|
 //! | `meta` | `&str` (`"schema_version"`) | `u64` ([`SCHEMA_VERSION`]) |
 //! | `image_records_v1` | `"<id>\0<runtime_handler>"` | [`ImageRecord`] as JSON |
+//! | `pull_intents_v1` | image (normalised reference) | `u64`: Unix seconds when recorded |
+//! | `pulled_records_v1` | image ref (image id) | [`PulledRecord`] as JSON |
 //!
 //! Adding a table does not change [`SCHEMA_VERSION`] (new tables get new
 //! names; an older imaged ignores them). Changing how an existing table is
@@ -46,6 +49,7 @@ use redb::{
 };
 
 use crate::gc::record::{ImageRecord, RecordKey};
+use crate::pull_records::PulledRecord;
 
 #[cfg(test)]
 mod tests;
@@ -64,6 +68,12 @@ const SCHEMA_VERSION_KEY: &str = "schema_version";
 
 /// `image_records_v1`: [`encode_key`] → [`ImageRecord`] as JSON.
 const IMAGE_RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("image_records_v1");
+
+/// `pull_intents_v1`: image → Unix seconds when the intent was recorded.
+const PULL_INTENTS: TableDefinition<&str, u64> = TableDefinition::new("pull_intents_v1");
+
+/// `pulled_records_v1`: image ref → [`PulledRecord`] as JSON.
+const PULLED_RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("pulled_records_v1");
 
 /// Upper bound of redb's page cache. redb's default (1 GiB) is far more than
 /// a node agent should hold; the records of 100 000 images fit in a few tens
@@ -172,6 +182,55 @@ pub enum StoreError {
         #[source]
         source: serde_json::Error,
     },
+    /// The blocking task running a store write panicked or was cancelled.
+    #[error("store write task failed: {0}")]
+    Blocking(String),
+    /// A pulled record could not be serialised; nothing of the write was applied.
+    #[error("cannot encode the pulled record of image {image_ref:?} for database {}", path.display())]
+    EncodePulled {
+        /// The database file.
+        path: PathBuf,
+        /// The record's image ref.
+        image_ref: String,
+        /// The serialisation error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// The KEP-2535 state read at start: pulled records, intents.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PullRecordsState {
+    /// Records that decode.
+    pub records: Vec<PulledRecord>,
+    /// Image refs whose stored record does not decode (kept: the image
+    /// counts as pulled by imaged, and pods must pull it to use it).
+    pub unreadable: Vec<String>,
+    /// Images with a pull intent (pulls that began and never ended).
+    pub intents: Vec<String>,
+}
+
+/// One write transaction of KEP-2535 state (see [`Store::apply_pull_records`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PullRecordsWrite {
+    /// Records to insert or replace (by image ref).
+    pub upsert_records: Vec<PulledRecord>,
+    /// Image refs whose records to delete.
+    pub delete_records: Vec<String>,
+    /// Images whose intents to record.
+    pub put_intents: Vec<String>,
+    /// Images whose intents to delete.
+    pub delete_intents: Vec<String>,
+}
+
+impl PullRecordsWrite {
+    /// Nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.upsert_records.is_empty()
+            && self.delete_records.is_empty()
+            && self.put_intents.is_empty()
+            && self.delete_intents.is_empty()
+    }
 }
 
 /// imaged's durable state: one redb database. `Send + Sync`; share it as
@@ -313,6 +372,73 @@ impl Store {
         })
     }
 
+    /// The pulled records (and the keys of those that do not decode) and the
+    /// pull intents, from one read transaction.
+    pub fn pull_records_state(&self) -> Result<PullRecordsState, StoreError> {
+        let op = "reading pull records";
+        let txn = self.db.begin_read().map_err(|e| self.tx_error(op, e))?;
+        let mut state = PullRecordsState::default();
+        let records = txn.open_table(PULLED_RECORDS).map_err(|e| self.tx_error(op, e))?;
+        for entry in records.iter().map_err(|e| self.tx_error(op, e))? {
+            let (key, value) = entry.map_err(|e| self.tx_error(op, e))?;
+            let key = key.value();
+            match serde_json::from_slice::<PulledRecord>(value.value()) {
+                Ok(record) if record.image_ref == key => state.records.push(record),
+                Ok(record) => {
+                    tracing::warn!(db = %self.path.display(), key = %key.escape_debug(), found = %record.image_ref.escape_debug(), "pulled record is stored under another image ref; treating it as unreadable");
+                    state.unreadable.push(key.to_string());
+                }
+                Err(reason) => {
+                    tracing::warn!(db = %self.path.display(), key = %key.escape_debug(), %reason, "pulled record does not decode; treating it as unreadable");
+                    state.unreadable.push(key.to_string());
+                }
+            }
+        }
+        let intents = txn.open_table(PULL_INTENTS).map_err(|e| self.tx_error(op, e))?;
+        for entry in intents.iter().map_err(|e| self.tx_error(op, e))? {
+            let (key, _) = entry.map_err(|e| self.tx_error(op, e))?;
+            state.intents.push(key.value().to_string());
+        }
+        Ok(state)
+    }
+
+    /// Applies `w` in one durable write transaction: record upserts, then
+    /// record deletes, intent puts, intent deletes. When this returns `Ok`
+    /// all of it is on disk; a crash applies all or none of it.
+    pub fn apply_pull_records(&self, w: &PullRecordsWrite) -> Result<(), StoreError> {
+        let encoded =
+            w.upsert_records
+                .iter()
+                .map(|r| {
+                    serde_json::to_vec(r).map(|v| (r.image_ref.as_str(), v)).map_err(|source| {
+                        StoreError::EncodePulled { path: self.path.clone(), image_ref: r.image_ref.clone(), source }
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default();
+        let op = "committing pull records";
+        let mut txn = self.db.begin_write().map_err(|e| self.tx_error(op, e))?;
+        txn.set_durability(Durability::Immediate).map_err(|e| self.tx_error(op, e))?;
+        {
+            let mut records = txn.open_table(PULLED_RECORDS).map_err(|e| self.tx_error(op, e))?;
+            for (key, value) in &encoded {
+                records.insert(*key, value.as_slice()).map_err(|e| self.tx_error(op, e))?;
+            }
+            for key in &w.delete_records {
+                records.remove(key.as_str()).map_err(|e| self.tx_error(op, e))?;
+            }
+            let mut intents = txn.open_table(PULL_INTENTS).map_err(|e| self.tx_error(op, e))?;
+            for key in &w.put_intents {
+                intents.insert(key.as_str(), now).map_err(|e| self.tx_error(op, e))?;
+            }
+            for key in &w.delete_intents {
+                intents.remove(key.as_str()).map_err(|e| self.tx_error(op, e))?;
+            }
+        }
+        txn.commit().map_err(|e| self.tx_error(op, e))
+    }
+
     /// Creates the tables of a new database and records its schema version,
     /// or checks the version of an existing one (changing nothing when it is
     /// unsupported).
@@ -338,6 +464,8 @@ impl Store {
                 }
             }
             txn.open_table(IMAGE_RECORDS).map_err(|e| self.tx_error(op, e))?;
+            txn.open_table(PULL_INTENTS).map_err(|e| self.tx_error(op, e))?;
+            txn.open_table(PULLED_RECORDS).map_err(|e| self.tx_error(op, e))?;
         }
         txn.commit().map_err(|e| self.tx_error(op, e))
     }

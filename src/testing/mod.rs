@@ -4,6 +4,8 @@
 
 mod events;
 mod fake_cri;
+mod scrape;
 
 pub use events::{EventLog, EventReasons, TakeEvents};
 pub use fake_cri::{FailNext, FakeCri, FakeCriCalls, GetFakeCalls, SetFakeContainers, SetFakeFs, SetFakeImages};
+pub use scrape::{Sample, Scrape};

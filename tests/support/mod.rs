@@ -2,5 +2,6 @@
 #![allow(dead_code)]
 
 pub mod containerd_env;
+pub mod daemon;
 pub mod fixture;
 pub mod oci;

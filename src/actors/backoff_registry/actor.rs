@@ -10,6 +10,7 @@ use tracing::{debug, info};
 
 use super::messages::*;
 use super::table::{BackoffConfig, BackoffTable, BackoffView};
+use crate::metrics::Metrics;
 
 /// The backoff registry actor. See the module docs and `actors.md`.
 pub struct BackoffRegistryActor {
@@ -20,6 +21,8 @@ pub struct BackoffRegistryActor {
     /// like the kubelet. The timer bounds memory on a node where pulls keep
     /// failing and none ever succeeds.
     gc_interval: Option<Duration>,
+    /// Where the table's size is reported after every change.
+    metrics: Metrics,
 }
 
 impl BackoffRegistryActor {
@@ -30,11 +33,24 @@ impl BackoffRegistryActor {
             table: BackoffTable::new(cfg),
             mailbox_capacity: mailbox_capacity.max(1),
             gc_interval: gc_interval.filter(|d| !d.is_zero()),
+            metrics: Metrics::default(),
         }
+    }
+
+    /// The registry reporting `imaged_backoff_entries` to `metrics`.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    fn report(&self) {
+        self.metrics.set_backoff_entries(self.table.len());
     }
 
     fn gc(&mut self, now: Instant, why: &'static str) {
         let removed = self.table.gc(now);
+        self.report();
         if removed > 0 {
             debug!(removed, remaining = self.table.len(), trigger = why, "expired back-offs deleted");
         }
@@ -60,6 +76,7 @@ impl Actor for BackoffRegistryActor {
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
+        self.metrics.set_backoff_entries(0);
         debug!(entries = self.table.len(), "backoff registry stopped; back-offs forgotten");
     }
 }
@@ -97,6 +114,7 @@ impl Handler<RecordFailure> for BackoffRegistryActor {
         let backoff = self.table.next(&m.key, Instant::now());
         debug!(key = %m.key, backoff_ms = backoff.as_millis() as u64, error = %m.error_text, "pull back-off");
         self.table.set_previous_error(&m.key, m.error_text);
+        self.report();
         MessageResult(backoff)
     }
 }
@@ -114,6 +132,7 @@ impl Handler<ClearBackoff> for BackoffRegistryActor {
     /// Deletes the back-offs in the scope and counts them.
     fn handle(&mut self, m: ClearBackoff, _: &mut Self::Context) -> Self::Result {
         let removed = self.table.clear(&m.scope);
+        self.report();
         info!(scope = %m.scope, removed, "back-offs cleared");
         MessageResult(removed)
     }

@@ -17,6 +17,7 @@ use crate::domain::{
     Container, ContainerStatus, Image, ImageFsInfo, ImageSpec, ImageStatus, PodSandbox, RuntimeVersion,
 };
 use crate::fault::{FaultAction, FaultPlan};
+use crate::metrics::Metrics;
 
 /// Pause between `Version` attempts while waiting for the runtime at start.
 const STARTUP_RETRY: Duration = Duration::from_millis(200);
@@ -31,6 +32,8 @@ struct Core {
     faults: Arc<RwLock<FaultPlan>>,
     /// False while the plan is empty: the common case reads no lock.
     has_faults: Arc<AtomicBool>,
+    /// Every call's latency (one histogram observe) and errors.
+    metrics: Metrics,
 }
 
 /// The CRI gateway actor. See the module docs and `actors.md`.
@@ -76,6 +79,7 @@ impl CriGatewayActor {
                 deadlines: cfg.deadlines.clone(),
                 faults: Arc::new(RwLock::new(FaultPlan::default())),
                 has_faults: Arc::new(AtomicBool::new(false)),
+                metrics: cfg.metrics.clone(),
             },
             mailbox_capacity: cfg.mailbox_capacity,
         }
@@ -154,6 +158,7 @@ impl Core {
             None
         };
         let image = image.map(str::to_owned);
+        let metrics = self.metrics.clone();
         async move {
             let started = Instant::now();
             let result = match fault {
@@ -174,6 +179,9 @@ impl Core {
                                 let _lost = f(client, deadline).await;
                                 std::future::pending().await
                             }
+                            // Deliberate: a fault plan's stand-in for a bug.
+                            #[allow(clippy::panic)]
+                            FaultAction::Panic => panic!("fault plan: injected panic in the CRI gateway ({rpc})"),
                         }
                     };
                     // A fault's delay counts against the call's deadline.
@@ -185,6 +193,7 @@ impl Core {
                     }
                 }
             };
+            metrics.cri_call(rpc, started.elapsed(), result.as_ref().err());
             if let Err(e) = &result {
                 debug!(rpc = rpc.name(), image = image.as_deref().unwrap_or(""), kind = ?e.kind(),
                     elapsed_ms = started.elapsed().as_millis() as u64, error = %e, "CRI call failed");
@@ -198,9 +207,11 @@ async fn wait_for_version(client: &CriClient, cfg: &CriConfig) -> Result<Runtime
     let give_up = Instant::now() + cfg.startup_timeout;
     loop {
         let deadline = cfg.deadlines.get(Rpc::Version).unwrap_or(cfg.connect_timeout);
+        let started = Instant::now();
         let attempt = tokio::time::timeout(deadline, client.version(Some(deadline)))
             .await
             .unwrap_or_else(|_| Err(CriError::deadline_exceeded()));
+        cfg.metrics.cri_call(Rpc::Version, started.elapsed(), attempt.as_ref().err());
         match attempt {
             Ok(v) => return Ok(v),
             Err(e) if e.is_retryable() && Instant::now() + STARTUP_RETRY < give_up => {

@@ -4,10 +4,13 @@
 //! an explanation for every image, removes the chosen images through the
 //! CRI gateway, measures again, and reports. It also runs on demand
 //! (`RunGc { dry_run }`) and for disk-pressure reclaim (`DeleteUnusedImages`).
+//! After the removals of a run it prunes the KEP-2535 pulled records of
+//! images the runtime no longer has (`PullRecords::prune_unknown_records`).
 
 #[cfg(test)]
 mod tests;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -27,6 +30,7 @@ use crate::gc::plan::{
     plan_gc,
 };
 use crate::gc::policy::{GcPolicy, ProtectionRules};
+use crate::metrics::Metrics;
 
 /// The GC executor's settings.
 #[derive(Debug, Clone)]
@@ -182,6 +186,10 @@ pub struct GcExecutorActor {
     running: bool,
     consecutive_failures: u32,
     last: Option<Arc<GcReport>>,
+    /// Removals by reason, bytes freed, runs.
+    metrics: Metrics,
+    /// Pulled records to prune after each run (KEP-2535).
+    pull_records: Option<crate::pull_records::PullRecords>,
 }
 
 impl GcExecutorActor {
@@ -206,7 +214,24 @@ impl GcExecutorActor {
             running: false,
             consecutive_failures: 0,
             last: None,
+            metrics: Metrics::default(),
+            pull_records: None,
         }
+    }
+
+    /// The executor reporting removals, bytes freed and runs to `metrics`.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// The same executor, pruning `records` after each run: records last
+    /// updated before the run began, of images the runtime no longer has.
+    #[must_use]
+    pub fn with_pull_records(mut self, records: crate::pull_records::PullRecords) -> Self {
+        self.pull_records = Some(records);
+        self
     }
 
     fn node_event(events: &EventSink, reason: EventReason, message: String) {
@@ -232,7 +257,9 @@ impl GcExecutorActor {
         let policy = self.cfg.policy.clone();
         let mut rules = self.cfg.rules.clone();
         let events = self.events.clone();
+        let pull_records = self.pull_records.clone();
         let (began, clock) = (self.began, self.clock);
+        let metrics = self.metrics.clone();
         let work = async move {
             let started = clock.now();
             let measure = || async {
@@ -286,8 +313,11 @@ impl GcExecutorActor {
                         // As the kubelet: the max-age pass runs before the capacity check.
                         if !dry_run {
                             for key in age_deletions {
+                                let size = detection.records.get(&key).map_or(0, |r| r.size);
                                 let spec = ImageSpec::new(key.id).with_runtime_handler(key.runtime_handler);
-                                let _ = remove.send(RemoveImage { image: spec }).await;
+                                if let Ok(Ok(())) = remove.send(RemoveImage { image: spec }).await {
+                                    metrics.image_garbage_collected("age", size);
+                                }
                             }
                         }
                         Self::node_event(
@@ -323,6 +353,7 @@ impl GcExecutorActor {
                     RemoveImage { image: ImageSpec::new(v.id.clone()).with_runtime_handler(v.runtime_handler.clone()) };
                 match remove.send(msg).await {
                     Ok(Ok(())) => {
+                        metrics.image_garbage_collected(reason.metric_label(), v.size);
                         info!(image = %v.id, reason = %reason, bytes = v.size, "image removed");
                         report.removed.push(RemovedImage {
                             id: v.id.clone(),
@@ -338,11 +369,29 @@ impl GcExecutorActor {
             if let Ok(after) = measure().await {
                 report.bytes_freed_measured = Some(i128::from(after.available) - i128::from(before.available));
             }
+            // The kubelet's post-GC hook. Unlike the kubelet (which passes
+            // only the remaining GC candidates), every image still present
+            // keeps its record, in use or not.
+            if let Some(records) = pull_records {
+                let removed: HashSet<&str> = report.removed.iter().map(|r| r.id.as_str()).collect();
+                let present: HashSet<String> = detection
+                    .records
+                    .iter()
+                    .map(|r| r.key.id.clone())
+                    .filter(|id| !removed.contains(id.as_str()))
+                    .collect();
+                if let Err(e) = records.prune_unknown_records(&present, started).await {
+                    warn!(error = %e, "failed to prune pulled records of removed images");
+                }
+            }
             Ok(report)
         };
         Box::pin(work.into_actor(self).map(move |res: Result<GcReport, GcError>, act, _| {
             act.running = false;
             let res = res.and_then(|r| act.judge(r));
+            if !dry_run {
+                act.metrics.gc_run(res.is_ok());
+            }
             match &res {
                 Ok(r) => {
                     act.consecutive_failures = 0;

@@ -179,6 +179,27 @@ async fn disabled_gc_never_runs_by_itself() {
 }
 
 #[actix::test]
+async fn a_policy_update_enables_disabled_gc_and_can_disable_it_again() {
+    tokio::time::pause();
+    let off = GcPolicy { high_threshold_percent: 100, ..GcPolicy::default() };
+    let r = rig(45, off.clone()).await;
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(r.fake.send(GetFakeCalls).await.unwrap().of(Rpc::ImageFsInfo), 0, "off: no run");
+    // Reload: the kubelet's defaults (85/80). The loop starts with a run at once.
+    r.gc.send(UpdateGcPolicy { policy: GcPolicy::default(), rules: ProtectionRules::default() }).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let at_once = r.fake.send(GetFakeCalls).await.unwrap().of(Rpc::ImageFsInfo);
+    assert!(at_once >= 1, "on: a run at once");
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    let after_period = r.fake.send(GetFakeCalls).await.unwrap().of(Rpc::ImageFsInfo);
+    assert!(after_period > at_once, "and every period: {after_period}");
+    // Off again: ticks do nothing.
+    r.gc.send(UpdateGcPolicy { policy: off, rules: ProtectionRules::default() }).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(900)).await;
+    assert_eq!(r.fake.send(GetFakeCalls).await.unwrap().of(Rpc::ImageFsInfo), after_period, "off again");
+}
+
+#[actix::test]
 async fn min_age_counts_from_the_first_detection_before_a_restart() {
     tokio::time::pause();
     let dir = tempfile::tempdir().unwrap();

@@ -17,6 +17,7 @@ use super::throttle::{PullThrottle, ThrottleMode};
 use crate::actors::cri_gateway::{CriGatewayActor, CriReader, PullImage};
 use crate::cri::CriErrorKind;
 use crate::domain::{AuthConfig, ImageSpec};
+use crate::metrics::Metrics;
 
 /// The pull queue's settings (validated; see `config::PullConfig`).
 #[derive(Debug, Clone, PartialEq)]
@@ -36,6 +37,10 @@ pub struct PullQueueConfig {
     pub throttle_mode: ThrottleMode,
     /// Overall deadline of one pull, from its start (None = none).
     pub pull_deadline: Option<Duration>,
+    /// Where the queue reports its depths, joins and throttling (and the
+    /// ensure flow started with [`ImageManager::start`](crate::ensure::ImageManager::start)
+    /// its requests and pull durations).
+    pub metrics: Metrics,
 }
 
 impl Default for PullQueueConfig {
@@ -48,6 +53,7 @@ impl Default for PullQueueConfig {
             burst: 10,
             throttle_mode: ThrottleMode::Fail,
             pull_deadline: None,
+            metrics: Metrics::default(),
         }
     }
 }
@@ -120,9 +126,13 @@ impl PullQueueActor {
                 self.spawn_pull(key, request, ctx);
             }
             let subscribers = &self.subscribers;
+            let metrics = &self.cfg.metrics;
             let admitted = self.queue.admit_parked(|key, how, w| {
                 if let Some(tx) = w.admitted.take() {
                     let _ = tx.send(how == Submitted::Joined);
+                }
+                if how == Submitted::Joined {
+                    metrics.single_flight_joined();
                 }
                 let phase = if how == Submitted::Joined { PullPhase::WaitingOnSharedPull } else { PullPhase::Queued };
                 Self::publish(subscribers, &key.image, phase);
@@ -131,6 +141,12 @@ impl PullQueueActor {
                 break;
             }
         }
+        self.report_depths();
+    }
+
+    /// Publishes the queue's depths (after every change: each goes through `pump`).
+    fn report_depths(&self) {
+        self.cfg.metrics.set_pull_queue(self.queue.queued(), self.queue.parked(), self.queue.running());
     }
 
     fn spawn_pull(&mut self, key: PullKey, request: PullRequest, ctx: &mut Context<Self>) {
@@ -145,6 +161,7 @@ impl PullQueueActor {
                 Some(t) => t.elapsed() > RECHECK_WINDOW || self.finished.get(&key.image).is_some_and(|f| *f >= t),
             };
         let subscribers = self.subscribers.clone();
+        let metrics = self.cfg.metrics.clone();
         // A task of its own (not ctx.spawn): actix polls every context future
         // on each wake-up, which would make many parallel pulls quadratic.
         actix::spawn(async move {
@@ -152,7 +169,8 @@ impl PullQueueActor {
                 let (me, key) = (me.clone(), key.clone());
                 move || me.do_send(SlotFreed { key })
             };
-            let result = run_pull(&gateway, &reader, &throttle, request, recheck, deadline, &subscribers, freed).await;
+            let result =
+                run_pull(&gateway, &reader, &throttle, request, recheck, deadline, &subscribers, &metrics, freed).await;
             let phase = if result.is_ok() { PullPhase::Done } else { PullPhase::Failed };
             Self::publish(&subscribers, &key.image, phase);
             me.do_send(PullFinished { key, result });
@@ -181,6 +199,7 @@ async fn run_pull(
     recheck: bool,
     deadline: Option<Duration>,
     subscribers: &[Recipient<PullPhaseChanged>],
+    metrics: &Metrics,
     slot_freed: impl FnOnce(),
 ) -> PullResult {
     // Phases name the image as the queue's key does (normalised).
@@ -195,6 +214,7 @@ async fn run_pull(
                         size: img.size,
                         pull_duration: Duration::ZERO,
                         pulled: false,
+                        credential: None,
                     });
                 }
             }
@@ -202,12 +222,20 @@ async fn run_pull(
             Err(e) => debug!(image, error = %e, "re-check before pulling failed; pulling"),
         }
     }
+    let mut waited = false;
     loop {
         match throttle.try_acquire() {
             Ok(()) => break,
             Err(wait) => match throttle.mode() {
-                ThrottleMode::Fail => return Err(PullFailure::QpsExceeded),
+                ThrottleMode::Fail => {
+                    metrics.throttle_rejected();
+                    return Err(PullFailure::QpsExceeded);
+                }
                 ThrottleMode::Wait => {
+                    if !waited {
+                        waited = true;
+                        metrics.throttle_waited();
+                    }
                     PullQueueActor::publish(subscribers, &image, PullPhase::Throttled);
                     tokio::time::sleep(wait).await;
                 }
@@ -223,7 +251,9 @@ async fn run_pull(
     };
     let mut errors = Vec::new();
     let mut image_ref = None;
-    for auth in attempts {
+    let mut used = None;
+    for (index, auth) in attempts.into_iter().enumerate() {
+        let with_credential = auth.is_some();
         let left = match deadline {
             Some(d) => match d.checked_sub(started.elapsed()) {
                 Some(left) if !left.is_zero() => Some(left),
@@ -235,6 +265,7 @@ async fn run_pull(
         match gateway.send(msg).await {
             Ok(Ok(r)) => {
                 image_ref = Some(r);
+                used = with_credential.then_some(index);
                 break;
             }
             Ok(Err(e)) => {
@@ -258,7 +289,7 @@ async fn run_pull(
         Ok(s) => s.image.map_or(0, |i| i.size),
         Err(_) => 0,
     };
-    Ok(PullOutcome { image_ref, size, pull_duration: started.elapsed(), pulled: true })
+    Ok(PullOutcome { image_ref, size, pull_duration: started.elapsed(), pulled: true, credential: used })
 }
 
 impl Actor for PullQueueActor {
@@ -270,6 +301,8 @@ impl Actor for PullQueueActor {
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
+        // Its pulls are abandoned: nothing is queued or running any more.
+        self.cfg.metrics.set_pull_queue(0, 0, 0);
         let status = (self.queue.queued(), self.queue.running(), self.queue.parked());
         if status != (0, 0, 0) {
             warn!(
@@ -289,15 +322,25 @@ impl Handler<EnqueuePull> for PullQueueActor {
 
     /// Queues or joins a pull; replies once admitted.
     fn handle(&mut self, EnqueuePull(request): EnqueuePull, ctx: &mut Self::Context) -> Self::Result {
+        // A pull that must reach the registry (Always, credential
+        // verification) never joins one that may be skipped when the image
+        // turns out present: its key differs.
+        let mut credentials = credential_identity(&request.credentials);
+        if !request.skip_if_present {
+            credentials.push_str(";must-pull");
+        }
         let key = PullKey {
             image: normalized_or_raw(&request.image.image),
             runtime_handler: request.image.runtime_handler.clone(),
-            credentials: credential_identity(&request.credentials),
+            credentials,
         };
         let (tx, rx) = oneshot::channel();
         let (admitted_tx, admitted_rx) = oneshot::channel();
         let image = key.image.clone();
         let how = self.queue.submit(key, request.priority, request, Waiter { result: tx, admitted: Some(admitted_tx) });
+        if how == Submitted::Joined {
+            self.cfg.metrics.single_flight_joined();
+        }
         let phase = match how {
             Submitted::Joined => PullPhase::WaitingOnSharedPull,
             Submitted::Queued => PullPhase::Queued,

@@ -24,7 +24,9 @@ pub struct PullRequest {
     /// Higher pulls first; FIFO within a priority.
     pub priority: i32,
     /// When its turn comes, check the image is still absent before pulling
-    /// (set for pulls made because the image was absent, not for `Always`).
+    /// (set for pulls made because the image was absent, not for `Always`
+    /// nor for pulls that verify credentials). A request without it never
+    /// joins a pull that has it, so it always reaches the registry.
     pub skip_if_present: bool,
     /// When the caller last saw the image absent (its own presence check).
     /// A check younger than one second spares the re-check, unless a pull
@@ -61,6 +63,10 @@ pub struct PullOutcome {
     pub pull_duration: Duration,
     /// False when the image turned out to be present when the pull's turn came.
     pub pulled: bool,
+    /// Index in [`PullRequest::credentials`] of the credential the pull
+    /// succeeded with; `None` when it pulled without credentials (or did
+    /// not pull). Every waiter of a shared pull sent the same list.
+    pub credential: Option<usize>,
 }
 
 /// Why a pull did not produce an image.

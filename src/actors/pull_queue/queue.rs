@@ -22,7 +22,10 @@ pub struct PullKey {
     pub image: String,
     /// Runtime handler the image is pulled for.
     pub runtime_handler: String,
-    /// Identity of the credentials tried (a hash; empty = anonymous).
+    /// Identity of the credentials tried (a hash; empty = anonymous). The
+    /// pull queue actor appends `;must-pull` for requests that must reach
+    /// the registry (no `skip_if_present`), so they never join a pull that
+    /// may be skipped.
     pub credentials: String,
 }
 

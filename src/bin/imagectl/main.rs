@@ -297,26 +297,40 @@ async fn ensure(
         Err(_) => None,
     };
     let uid = pod_uid.to_string();
+    // Prints this pod's events and the image's phases; finishes at the
+    // pod's final event for the image (Pulled, Failed, BackOff, ...).
     let printer = async move {
         let Some(mut stream) = progress else { return std::future::pending::<()>().await };
         let mut err = std::io::stderr();
         while let Ok(Some(e)) = stream.message().await {
-            let mine = match &e.kind {
-                Some(proto::event::Kind::ImageEvent(ie)) => ie.pod_uid == uid,
-                Some(proto::event::Kind::PullPhase(p)) => p.image == image || p.image.starts_with(&format!("{image}:")),
-                _ => false,
+            let (mine, last) = match &e.kind {
+                Some(proto::event::Kind::ImageEvent(ie)) => (ie.pod_uid == uid, ie.reason != "Pulling"),
+                Some(proto::event::Kind::PullPhase(p)) => (phase_matches(&p.image, &image), false),
+                _ => (false, false),
             };
             if mine {
                 let _ = print_event(&e, false, &mut err);
+                if last {
+                    return;
+                }
             }
         }
         std::future::pending::<()>().await
     };
     let call = client.ensure_image(req);
-    let result = tokio::select! {
-        r = call => r,
-        () = printer => unreachable_pending(),
+    tokio::pin!(call);
+    tokio::pin!(printer);
+    let mut final_event_seen = false;
+    let result = loop {
+        tokio::select! {
+            r = &mut call => break r,
+            () = &mut printer, if !final_event_seen => final_event_seen = true,
+        }
     };
+    if !final_event_seen {
+        // The reply can overtake the pod's last event; give it a moment.
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(500), &mut printer).await;
+    }
     let result = result.map_err(|s| rpc("EnsureImage", s))?.into_inner().result;
     match result {
         Some(proto::ensure_image_response::Result::Ok(ok)) => {
@@ -343,9 +357,10 @@ async fn ensure(
     }
 }
 
-/// The printer future never finishes; this satisfies the select arm's type.
-fn unreachable_pending() -> Result<tonic::Response<proto::EnsureImageResponse>, tonic::Status> {
-    Err(tonic::Status::internal("event printer ended"))
+/// Whether a phase's (normalised) image is the one asked for (as written).
+fn phase_matches(phase_image: &str, asked: &str) -> bool {
+    imaged::domain::reference::parse_normalized_named(asked)
+        .map_or(phase_image == asked, |n| phase_image == n.docker_ref())
 }
 
 fn short(id: &str) -> &str {

@@ -216,6 +216,13 @@ fn auth_config_hash_is_the_kubelets() {
         Credential::default().auth_config_hash(),
         "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
     );
+    // Go (1.22+) escapes \b and \f short, U+2028 and other controls as \u
+    // with lower-case hex: sha256 of
+    // {"username":"u","password":"a\bb\fc\u2028d\u0001","email":"e"}.
+    assert_eq!(
+        Credential::new("u", "a\u{8}b\u{c}c\u{2028}d\u{1}", "e").auth_config_hash(),
+        "bccfacb28f72950c1ed09f296b7bf28b8ba9474a769a29234a9885117b3c5e06"
+    );
     // The source and key do not change the hash.
     let tagged =
         c.clone().with_source(CredentialSource { secret_uid: "u1".into(), namespace: "ns".into(), name: "s".into() });

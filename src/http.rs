@@ -1,0 +1,259 @@
+//! The daemon's HTTP endpoints, served on a loopback TCP listener:
+//!
+//! - `GET /metrics`: every metric in the OpenMetrics text format
+//!   ([`metrics::CONTENT_TYPE`](crate::metrics::CONTENT_TYPE));
+//! - `GET /healthz`: 200 while every component is alive, 503 naming each
+//!   component that failed and why;
+//! - `GET /readyz`: 200 once the runtime answered `Version` (the daemon
+//!   calls [`Health::set_ready`]) and nothing failed; 503 before, while
+//!   shutting down, or when a component failed.
+//!
+//! [`Health`] is the cloneable handle the daemon and its supervisor drive.
+//! [`serve_http`] takes the listener and a shutdown future, like the rest
+//! of the crate's servers, so tests bind `127.0.0.1:0`.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tokio::net::TcpListener;
+
+use crate::metrics::{CONTENT_TYPE, Metrics};
+
+#[derive(Debug)]
+struct HealthState {
+    /// Set once the runtime answered `Version`; cleared on shutdown.
+    ready: bool,
+    /// Why the daemon is not ready (before it is ready: "starting").
+    not_ready_reason: String,
+    /// Failed components: name → reason.
+    failed: BTreeMap<String, String>,
+}
+
+/// Liveness and readiness, shared by the daemon, its supervisor and the
+/// HTTP endpoints. Cheap to clone. Starts alive and not ready ("starting").
+#[derive(Debug, Clone)]
+pub struct Health {
+    state: Arc<Mutex<HealthState>>,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What [`Health::liveness`] or [`Health::readiness`] says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Alive (or ready).
+    Ok,
+    /// Not, with one line per reason.
+    Failing(Vec<String>),
+}
+
+impl Health {
+    /// Alive, not ready yet.
+    pub fn new() -> Self {
+        Self {
+            state: Arc::new(Mutex::new(HealthState {
+                ready: false,
+                not_ready_reason: "starting: the runtime has not answered Version yet".into(),
+                failed: BTreeMap::new(),
+            })),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HealthState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The runtime answered `Version`: ready to serve.
+    pub fn set_ready(&self) {
+        self.lock().ready = true;
+    }
+
+    /// Not ready any more (e.g. `"shutting down"`); liveness is unaffected.
+    pub fn set_not_ready(&self, reason: impl Into<String>) {
+        let mut s = self.lock();
+        s.ready = false;
+        s.not_ready_reason = reason.into();
+    }
+
+    /// `component` failed (an actor stopped, its restart budget ran out…):
+    /// `/healthz` and `/readyz` answer 503 naming it until it recovers.
+    pub fn component_failed(&self, component: impl Into<String>, reason: impl Into<String>) {
+        let (component, reason) = (component.into(), reason.into());
+        tracing::warn!(component = %component, reason = %reason, "component failed; health is red");
+        self.lock().failed.insert(component, reason);
+    }
+
+    /// `component` works again (restarted).
+    pub fn component_recovered(&self, component: &str) {
+        if self.lock().failed.remove(component).is_some() {
+            tracing::info!(component, "component recovered");
+        }
+    }
+
+    /// True while no component has failed.
+    pub fn is_alive(&self) -> bool {
+        self.lock().failed.is_empty()
+    }
+
+    /// True when ready and alive.
+    pub fn is_ready(&self) -> bool {
+        let s = self.lock();
+        s.ready && s.failed.is_empty()
+    }
+
+    /// Liveness, with a line per failed component.
+    pub fn liveness(&self) -> Verdict {
+        let s = self.lock();
+        if s.failed.is_empty() {
+            Verdict::Ok
+        } else {
+            Verdict::Failing(s.failed.iter().map(|(c, r)| format!("{c}: {r}")).collect())
+        }
+    }
+
+    /// Readiness: not ready (with the reason), and every failed component.
+    pub fn readiness(&self) -> Verdict {
+        let s = self.lock();
+        let mut lines: Vec<String> = s.failed.iter().map(|(c, r)| format!("{c}: {r}")).collect();
+        if !s.ready {
+            lines.insert(0, format!("not ready: {}", s.not_ready_reason));
+        }
+        if lines.is_empty() { Verdict::Ok } else { Verdict::Failing(lines) }
+    }
+
+    /// Marks `component` failed when `alive()` turns false, checking every
+    /// `period` on a task of the current runtime (e.g. with
+    /// `addr.connected()` for an actor that must never stop). Ends once it
+    /// has reported the failure.
+    pub fn watch(
+        &self,
+        component: impl Into<String>,
+        period: Duration,
+        alive: impl Fn() -> bool + Send + 'static,
+    ) -> tokio::task::JoinHandle<()> {
+        let health = self.clone();
+        let component = component.into();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(period);
+            loop {
+                every.tick().await;
+                if !alive() {
+                    health.component_failed(component, "stopped");
+                    return;
+                }
+            }
+        })
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    metrics: Metrics,
+    health: Health,
+}
+
+/// The router: `/metrics`, `/healthz`, `/readyz` (GET; other methods get 405).
+pub fn router(metrics: Metrics, health: Health) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_handler))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(AppState { metrics, health })
+}
+
+/// Serves [`router`] on `listener` until `shutdown` resolves, then lets
+/// requests in progress finish.
+pub async fn serve_http(
+    listener: TcpListener,
+    metrics: Metrics,
+    health: Health,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+    }
+    axum::serve(listener, router(metrics, health)).with_graceful_shutdown(shutdown).await
+}
+
+async fn metrics_handler(State(s): State<AppState>) -> Response {
+    ([(header::CONTENT_TYPE, CONTENT_TYPE)], s.metrics.encode()).into_response()
+}
+
+fn verdict_response(v: Verdict) -> Response {
+    let text = [(header::CONTENT_TYPE, "text/plain; charset=utf-8")];
+    match v {
+        Verdict::Ok => (StatusCode::OK, text, "ok\n".to_string()).into_response(),
+        Verdict::Failing(lines) => {
+            let mut body = lines.join("\n");
+            body.push('\n');
+            (StatusCode::SERVICE_UNAVAILABLE, text, body).into_response()
+        }
+    }
+}
+
+async fn healthz(State(s): State<AppState>) -> Response {
+    verdict_response(s.health.liveness())
+}
+
+async fn readyz(State(s): State<AppState>) -> Response {
+    verdict_response(s.health.readiness())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn health_starts_alive_and_not_ready() {
+        let h = Health::new();
+        assert!(h.is_alive());
+        assert!(!h.is_ready());
+        assert_eq!(
+            h.readiness(),
+            Verdict::Failing(vec!["not ready: starting: the runtime has not answered Version yet".into()])
+        );
+        h.set_ready();
+        assert_eq!(h.readiness(), Verdict::Ok);
+    }
+
+    #[test]
+    fn a_failed_component_turns_both_red_until_it_recovers() {
+        let h = Health::new();
+        h.set_ready();
+        h.component_failed("pull_queue", "restart budget exhausted (3 in 60s)");
+        let want = vec!["pull_queue: restart budget exhausted (3 in 60s)".to_string()];
+        assert_eq!(h.liveness(), Verdict::Failing(want.clone()));
+        assert_eq!(h.readiness(), Verdict::Failing(want));
+        h.component_recovered("pull_queue");
+        assert_eq!(h.liveness(), Verdict::Ok);
+        assert!(h.is_ready());
+        h.set_not_ready("shutting down");
+        assert_eq!(h.readiness(), Verdict::Failing(vec!["not ready: shutting down".into()]));
+        assert!(h.is_alive());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn watch_reports_a_stopped_component() {
+        let h = Health::new();
+        let alive = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let flag = alive.clone();
+        let task =
+            h.watch("gc_executor", Duration::from_secs(1), move || flag.load(std::sync::atomic::Ordering::SeqCst));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(h.is_alive());
+        alive.store(false, std::sync::atomic::Ordering::SeqCst);
+        task.await.expect("watch ends after reporting");
+        assert_eq!(h.liveness(), Verdict::Failing(vec!["gc_executor: stopped".into()]));
+    }
+}

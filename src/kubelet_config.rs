@@ -1,0 +1,398 @@
+//! `--kubelet-config FILE`: the image fields of a real KubeletConfiguration
+//! (`kubelet.config.k8s.io/v1beta1`), read so imaged runs with the node's
+//! own settings. Every other field is ignored.
+//!
+//! The fields map onto imaged's keys ([`KubeletImageFields::overrides`]) and
+//! are layered between the configuration file and the environment: `IMAGED_*`
+//! variables and flags still win. A bad value is an error naming the file
+//! and the KubeletConfiguration field.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The only apiVersion accepted.
+pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
+/// The only kind accepted.
+pub const KIND: &str = "KubeletConfiguration";
+
+/// A KubeletConfiguration that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KubeletConfigError {
+    /// The file cannot be read, is not YAML, or is not a v1beta1 KubeletConfiguration.
+    #[error("KubeletConfiguration {}: {reason}", file.display())]
+    File {
+        /// The file.
+        file: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A field has a value imaged cannot use.
+    #[error("KubeletConfiguration {}: field {field}: {reason}", file.display())]
+    Field {
+        /// The file.
+        file: PathBuf,
+        /// The KubeletConfiguration field (`imageMinimumGCAge`).
+        field: String,
+        /// What is wrong, with the value.
+        reason: String,
+    },
+}
+
+// Types are loose (serde_yaml_ng::Value) where the kubelet's are loose or
+// where a wrong type should name the field instead of failing the document.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawKubeletConfiguration {
+    api_version: Option<String>,
+    kind: Option<String>,
+    serialize_image_pulls: Option<serde_yaml_ng::Value>,
+    max_parallel_image_pulls: Option<serde_yaml_ng::Value>,
+    #[serde(rename = "registryPullQPS")]
+    registry_pull_qps: Option<serde_yaml_ng::Value>,
+    registry_burst: Option<serde_yaml_ng::Value>,
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    image_gc_high_threshold_percent: Option<serde_yaml_ng::Value>,
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    image_gc_low_threshold_percent: Option<serde_yaml_ng::Value>,
+    #[serde(rename = "imageMinimumGCAge")]
+    image_minimum_gc_age: Option<serde_yaml_ng::Value>,
+    #[serde(rename = "imageMaximumGCAge")]
+    image_maximum_gc_age: Option<serde_yaml_ng::Value>,
+    image_pull_credentials_verification_policy: Option<serde_yaml_ng::Value>,
+    preloaded_images_verification_allowlist: Option<serde_yaml_ng::Value>,
+    pod_sandbox_image: Option<serde_yaml_ng::Value>,
+    container_runtime_endpoint: Option<serde_yaml_ng::Value>,
+    image_service_endpoint: Option<serde_yaml_ng::Value>,
+}
+
+/// The image fields a KubeletConfiguration sets (`None` = not in the file).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KubeletImageFields {
+    /// The file they came from.
+    pub file: PathBuf,
+    /// `serializeImagePulls`.
+    pub serialize_image_pulls: Option<bool>,
+    /// `maxParallelImagePulls`.
+    pub max_parallel_image_pulls: Option<i64>,
+    /// `registryPullQPS`.
+    pub registry_pull_qps: Option<f64>,
+    /// `registryBurst`.
+    pub registry_burst: Option<i64>,
+    /// `imageGCHighThresholdPercent`.
+    pub image_gc_high_threshold_percent: Option<i64>,
+    /// `imageGCLowThresholdPercent`.
+    pub image_gc_low_threshold_percent: Option<i64>,
+    /// `imageMinimumGCAge`.
+    pub image_minimum_gc_age: Option<Duration>,
+    /// `imageMaximumGCAge`.
+    pub image_maximum_gc_age: Option<Duration>,
+    /// `imagePullCredentialsVerificationPolicy` (KEP-2535). Read and checked
+    /// to be a string; imaged has no key for it yet, so it is not layered.
+    pub image_pull_credentials_verification_policy: Option<String>,
+    /// `preloadedImagesVerificationAllowlist` (KEP-2535). As above.
+    pub preloaded_images_verification_allowlist: Option<Vec<String>>,
+    /// `podSandboxImage` (not a v1beta1 field; some distributions add it).
+    pub pod_sandbox_image: Option<String>,
+    /// `containerRuntimeEndpoint`.
+    pub container_runtime_endpoint: Option<String>,
+    /// `imageServiceEndpoint`.
+    pub image_service_endpoint: Option<String>,
+}
+
+impl KubeletImageFields {
+    /// Reads and checks `file`.
+    pub fn read(file: &Path) -> Result<Self, KubeletConfigError> {
+        let text = std::fs::read_to_string(file).map_err(|e| KubeletConfigError::File {
+            file: file.to_path_buf(),
+            reason: format!("cannot read it: {e}"),
+        })?;
+        Self::parse(file, &text)
+    }
+
+    /// Parses `text` (the contents of `file`, named in errors).
+    pub fn parse(file: &Path, text: &str) -> Result<Self, KubeletConfigError> {
+        let file_err = |reason: String| KubeletConfigError::File { file: file.to_path_buf(), reason };
+        let raw: RawKubeletConfiguration =
+            serde_yaml_ng::from_str(text).map_err(|e| file_err(format!("not a YAML mapping: {e}")))?;
+        match (raw.api_version.as_deref(), raw.kind.as_deref()) {
+            (Some(API_VERSION), Some(KIND)) => {}
+            (a, k) => {
+                return Err(file_err(format!(
+                    "apiVersion {:?} and kind {:?}: want apiVersion {API_VERSION:?} and kind {KIND:?}",
+                    a.unwrap_or(""),
+                    k.unwrap_or("")
+                )));
+            }
+        }
+        let f = Fields { file };
+        let serialize_image_pulls = f.bool("serializeImagePulls", raw.serialize_image_pulls)?;
+        let max_parallel_image_pulls = f.int("maxParallelImagePulls", raw.max_parallel_image_pulls)?;
+        if let Some(n) = max_parallel_image_pulls
+            && n < 1
+        {
+            return Err(f.err("maxParallelImagePulls", format!("{n} must be a positive number")));
+        }
+        let registry_pull_qps = f.int("registryPullQPS", raw.registry_pull_qps)?;
+        let registry_burst = f.int("registryBurst", raw.registry_burst)?;
+        for (field, v) in [("registryPullQPS", registry_pull_qps), ("registryBurst", registry_burst)] {
+            if let Some(n) = v
+                && n < 0
+            {
+                return Err(f.err(field, format!("{n} must not be a negative number")));
+            }
+        }
+        let high = f.int("imageGCHighThresholdPercent", raw.image_gc_high_threshold_percent)?;
+        let low = f.int("imageGCLowThresholdPercent", raw.image_gc_low_threshold_percent)?;
+        for (field, v) in [("imageGCHighThresholdPercent", high), ("imageGCLowThresholdPercent", low)] {
+            if let Some(n) = v
+                && !(0..=100).contains(&n)
+            {
+                return Err(f.err(field, format!("{n} must be between 0 and 100, inclusive")));
+            }
+        }
+        let allowlist = match raw.preloaded_images_verification_allowlist {
+            None | Some(serde_yaml_ng::Value::Null) => None,
+            Some(serde_yaml_ng::Value::Sequence(items)) => Some(
+                items
+                    .into_iter()
+                    .map(|v| f.string("preloadedImagesVerificationAllowlist", Some(v)).map(Option::unwrap_or_default))
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+            Some(other) => {
+                return Err(f.err(
+                    "preloadedImagesVerificationAllowlist",
+                    format!("{} is not a list of image patterns", show(&other)),
+                ));
+            }
+        };
+        let runtime = f.string("containerRuntimeEndpoint", raw.container_runtime_endpoint)?.filter(|s| !s.is_empty());
+        let image = f.string("imageServiceEndpoint", raw.image_service_endpoint)?.filter(|s| !s.is_empty());
+        if let Some(image) = &image
+            && runtime.as_ref().is_some_and(|r| r != image)
+        {
+            return Err(f.err(
+                "imageServiceEndpoint",
+                format!(
+                    "{image:?} differs from containerRuntimeEndpoint {:?}; imaged uses one CRI endpoint for both services",
+                    runtime.as_deref().unwrap_or("")
+                ),
+            ));
+        }
+        Ok(Self {
+            file: file.to_path_buf(),
+            serialize_image_pulls,
+            max_parallel_image_pulls,
+            registry_pull_qps: registry_pull_qps.map(|n| n as f64),
+            registry_burst,
+            image_gc_high_threshold_percent: high,
+            image_gc_low_threshold_percent: low,
+            image_minimum_gc_age: f.duration("imageMinimumGCAge", raw.image_minimum_gc_age)?,
+            image_maximum_gc_age: f.duration("imageMaximumGCAge", raw.image_maximum_gc_age)?,
+            image_pull_credentials_verification_policy: f
+                .string("imagePullCredentialsVerificationPolicy", raw.image_pull_credentials_verification_policy)?,
+            preloaded_images_verification_allowlist: allowlist,
+            pod_sandbox_image: f.string("podSandboxImage", raw.pod_sandbox_image)?.filter(|s| !s.is_empty()),
+            container_runtime_endpoint: runtime.clone(),
+            image_service_endpoint: image,
+        })
+    }
+
+    /// imaged's keys and values for the fields that are set, with the
+    /// KubeletConfiguration field each comes from: `(key, value, field)`.
+    /// Durations are written in milliseconds or nanoseconds (`"120000ms"`).
+    pub fn overrides(&self) -> Vec<(&'static str, KeyValue, &'static str)> {
+        let mut out = Vec::new();
+        let mut put = |key, v: Option<KeyValue>, field| {
+            if let Some(v) = v {
+                out.push((key, v, field));
+            }
+        };
+        put("pull.serialize_image_pulls", self.serialize_image_pulls.map(KeyValue::Bool), "serializeImagePulls");
+        put("pull.max_parallel_image_pulls", self.max_parallel_image_pulls.map(KeyValue::Int), "maxParallelImagePulls");
+        put("pull.registry_pull_qps", self.registry_pull_qps.map(KeyValue::Float), "registryPullQPS");
+        put("pull.registry_burst", self.registry_burst.map(KeyValue::Int), "registryBurst");
+        put(
+            "gc.image_gc_high_threshold_percent",
+            self.image_gc_high_threshold_percent.map(KeyValue::Int),
+            "imageGCHighThresholdPercent",
+        );
+        put(
+            "gc.image_gc_low_threshold_percent",
+            self.image_gc_low_threshold_percent.map(KeyValue::Int),
+            "imageGCLowThresholdPercent",
+        );
+        put("gc.image_minimum_gc_age", self.image_minimum_gc_age.map(duration_text), "imageMinimumGCAge");
+        put("gc.image_maximum_gc_age", self.image_maximum_gc_age.map(duration_text), "imageMaximumGCAge");
+        put("gc.sandbox_image", self.pod_sandbox_image.clone().map(KeyValue::Str), "podSandboxImage");
+        put(
+            "runtime.endpoint",
+            self.container_runtime_endpoint.clone().or_else(|| self.image_service_endpoint.clone()).map(KeyValue::Str),
+            if self.container_runtime_endpoint.is_some() { "containerRuntimeEndpoint" } else { "imageServiceEndpoint" },
+        );
+        out
+    }
+
+    /// Fields read but not layered (no imaged key yet), by KubeletConfiguration name.
+    pub fn unmapped(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self.image_pull_credentials_verification_policy.is_some() {
+            out.push("imagePullCredentialsVerificationPolicy");
+        }
+        if self.preloaded_images_verification_allowlist.is_some() {
+            out.push("preloadedImagesVerificationAllowlist");
+        }
+        out
+    }
+}
+
+/// A value for one imaged key.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeyValue {
+    /// true/false.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A number.
+    Float(f64),
+    /// Text (durations too).
+    Str(String),
+}
+
+impl From<KeyValue> for config::ValueKind {
+    fn from(v: KeyValue) -> Self {
+        match v {
+            KeyValue::Bool(b) => b.into(),
+            KeyValue::Int(n) => n.into(),
+            KeyValue::Float(x) => x.into(),
+            KeyValue::Str(s) => s.into(),
+        }
+    }
+}
+
+/// The fields as a `config` source (dotted keys), placed after the
+/// configuration file and before the environment.
+#[derive(Debug, Clone)]
+pub(crate) struct KubeletSource(pub(crate) KubeletImageFields);
+
+impl config::Source for KubeletSource {
+    fn clone_into_box(&self) -> Box<dyn config::Source + Send + Sync> {
+        Box::new(self.clone())
+    }
+
+    fn collect(&self) -> Result<config::Map<String, config::Value>, config::ConfigError> {
+        let origin = self.0.file.display().to_string();
+        Ok(self
+            .0
+            .overrides()
+            .into_iter()
+            .map(|(key, v, _)| (key.to_string(), config::Value::new(Some(&origin), v)))
+            .collect())
+    }
+}
+
+fn duration_text(d: Duration) -> KeyValue {
+    let nanos = d.as_nanos();
+    KeyValue::Str(if nanos.is_multiple_of(1_000_000) {
+        format!("{}ms", nanos / 1_000_000)
+    } else {
+        format!("{nanos}ns")
+    })
+}
+
+fn show(v: &serde_yaml_ng::Value) -> String {
+    serde_yaml_ng::to_string(v).map(|s| s.trim_end().to_string()).unwrap_or_else(|_| "the value".into())
+}
+
+struct Fields<'a> {
+    file: &'a Path,
+}
+
+impl Fields<'_> {
+    fn err(&self, field: &str, reason: String) -> KubeletConfigError {
+        KubeletConfigError::Field { file: self.file.to_path_buf(), field: field.to_string(), reason }
+    }
+
+    fn bool(&self, field: &str, v: Option<serde_yaml_ng::Value>) -> Result<Option<bool>, KubeletConfigError> {
+        match v {
+            None | Some(serde_yaml_ng::Value::Null) => Ok(None),
+            Some(serde_yaml_ng::Value::Bool(b)) => Ok(Some(b)),
+            Some(other) => Err(self.err(field, format!("{} is not true or false", show(&other)))),
+        }
+    }
+
+    fn int(&self, field: &str, v: Option<serde_yaml_ng::Value>) -> Result<Option<i64>, KubeletConfigError> {
+        match v {
+            None | Some(serde_yaml_ng::Value::Null) => Ok(None),
+            Some(serde_yaml_ng::Value::Number(n)) if n.as_i64().is_some_and(|n| i32::try_from(n).is_ok()) => {
+                Ok(n.as_i64())
+            }
+            Some(other) => Err(self.err(field, format!("{} is not a 32-bit integer", show(&other)))),
+        }
+    }
+
+    fn string(&self, field: &str, v: Option<serde_yaml_ng::Value>) -> Result<Option<String>, KubeletConfigError> {
+        match v {
+            None | Some(serde_yaml_ng::Value::Null) => Ok(None),
+            Some(serde_yaml_ng::Value::String(s)) => Ok(Some(s)),
+            Some(other) => Err(self.err(field, format!("{} is not a string", show(&other)))),
+        }
+    }
+
+    fn duration(&self, field: &str, v: Option<serde_yaml_ng::Value>) -> Result<Option<Duration>, KubeletConfigError> {
+        let Some(text) = self.string(field, v)? else { return Ok(None) };
+        parse_go_duration(&text).map(Some).map_err(|reason| self.err(field, format!("{text:?}: {reason}")))
+    }
+}
+
+/// Parses a Go `time.Duration` string (`"2m0s"`, `"1h30m"`, `"1.5s"`,
+/// `"300ms"`, `"0"`); negative durations are refused.
+pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
+    let mut rest = s;
+    if let Some(r) = rest.strip_prefix('-') {
+        if r.chars().all(|c| c == '0') && !r.is_empty() {
+            return Ok(Duration::ZERO);
+        }
+        return Err("must not be negative".into());
+    }
+    rest = rest.strip_prefix('+').unwrap_or(rest);
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if rest.is_empty() {
+        return Err("not a duration (write e.g. \"2m0s\", \"1h30m\", \"500ms\")".into());
+    }
+    let bad = || "not a duration (write e.g. \"2m0s\", \"1h30m\", \"500ms\")".to_string();
+    let mut total: f64 = 0.0;
+    while !rest.is_empty() {
+        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let (num, tail) = rest.split_at(num_len);
+        if num.is_empty() || num == "." {
+            return Err(bad());
+        }
+        let value: f64 = num.parse().map_err(|_| bad())?;
+        let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
+        let (unit, next) = tail.split_at(unit_len);
+        let nanos_per = match unit {
+            "ns" => 1.0,
+            "us" | "µs" | "μs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            "" => return Err(format!("missing unit in duration {s:?}")),
+            other => return Err(format!("unknown unit {other:?} in duration {s:?}")),
+        };
+        total += value * nanos_per;
+        rest = next;
+    }
+    // Go's limit: about 290 years.
+    if total > i64::MAX as f64 {
+        return Err("too large".into());
+    }
+    Ok(Duration::from_nanos(total.round() as u64))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,180 @@
+use std::path::Path;
+use std::time::Duration;
+
+use super::*;
+use crate::actors::pull_queue::Concurrency;
+use crate::config::{Config, ConfigError, RuntimeEndpoint, Sources};
+
+const FIXTURE: &str = include_str!("../../tests/fixtures/kubelet-config.yaml");
+
+fn minimal(extra: &str) -> String {
+    format!("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n{extra}")
+}
+
+fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> std::path::PathBuf {
+    let p = dir.path().join(name);
+    std::fs::write(&p, text).expect("write");
+    p
+}
+
+#[test]
+fn go_durations_parse_like_go() {
+    let cases = [
+        ("0", 0),
+        ("0s", 0),
+        ("2m0s", 120_000),
+        ("5m30s", 330_000),
+        ("1h30m", 5_400_000),
+        ("168h0m0s", 604_800_000),
+        ("1.5s", 1_500),
+        ("300ms", 300),
+        ("+10s", 10_000),
+        ("-0", 0),
+    ];
+    for (text, ms) in cases {
+        assert_eq!(parse_go_duration(text), Ok(Duration::from_millis(ms)), "{text}");
+    }
+    assert_eq!(parse_go_duration("1500us"), Ok(Duration::from_micros(1500)));
+    assert_eq!(parse_go_duration("7ns"), Ok(Duration::from_nanos(7)));
+    assert_eq!(parse_go_duration("-1m"), Err("must not be negative".into()));
+    for bad in ["", "10", "1d", "m", "1.2.3s", "abc"] {
+        assert!(parse_go_duration(bad).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn a_kubeadm_configuration_yields_its_image_fields_and_ignores_the_rest() {
+    let k = KubeletImageFields::parse(Path::new("/var/lib/kubelet/config.yaml"), FIXTURE).expect("parses");
+    assert_eq!(k.serialize_image_pulls, Some(false));
+    assert_eq!(k.max_parallel_image_pulls, Some(4));
+    assert_eq!(k.registry_pull_qps, Some(10.0));
+    assert_eq!(k.registry_burst, Some(20));
+    assert_eq!(k.image_gc_high_threshold_percent, Some(90));
+    assert_eq!(k.image_gc_low_threshold_percent, Some(70));
+    assert_eq!(k.image_minimum_gc_age, Some(Duration::from_secs(330)));
+    assert_eq!(k.image_maximum_gc_age, Some(Duration::from_secs(168 * 3600)));
+    assert_eq!(k.image_pull_credentials_verification_policy.as_deref(), Some("NeverVerifyAllowlistedImages"));
+    assert_eq!(
+        k.preloaded_images_verification_allowlist,
+        Some(vec!["registry.k8s.io/*".to_string(), "docker.io/library/nginx".to_string()])
+    );
+    assert_eq!(k.container_runtime_endpoint.as_deref(), Some("unix:///run/containerd/containerd.sock"));
+    assert_eq!(k.image_service_endpoint, None);
+    assert_eq!(k.pod_sandbox_image, None);
+    assert_eq!(k.unmapped(), ["imagePullCredentialsVerificationPolicy", "preloadedImagesVerificationAllowlist"]);
+}
+
+#[test]
+fn the_fields_are_layered_between_the_file_and_the_environment() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubelet = write(&dir, "kubelet.yaml", FIXTURE);
+    let file = write(&dir, "imaged.toml", "[pull]\nregistry_burst = 3\nqueue_capacity = 7\n");
+    let env = [("IMAGED_GC__IMAGE_GC_LOW_THRESHOLD_PERCENT".to_string(), "60".to_string())].into_iter().collect();
+    let sources = Sources {
+        file: Some(file),
+        kubelet_config: Some(kubelet),
+        env: Some(env),
+        overrides: vec!["pull.registry_pull_qps=2".into()],
+    };
+    let c = Config::load(&sources).expect("loads");
+    assert_eq!(
+        c.pull.concurrency,
+        Concurrency::Parallel(Some(4)),
+        "serializeImagePulls false, maxParallelImagePulls 4"
+    );
+    assert_eq!(c.pull.burst, 20, "the kubelet file wins over the config file");
+    assert_eq!(c.pull.capacity, Some(7), "keys the kubelet file does not set stay the file's");
+    assert_eq!(c.pull.qps, 2.0, "flags win over the kubelet file");
+    assert_eq!(c.gc.low_threshold_percent, 60, "the environment wins over the kubelet file");
+    assert_eq!(c.gc.high_threshold_percent, 90);
+    assert_eq!(c.gc.min_age, Duration::from_secs(330));
+    assert_eq!(c.gc.max_age, Duration::from_secs(168 * 3600));
+    assert_eq!(
+        c.endpoint,
+        RuntimeEndpoint::Cri(crate::cri::CriEndpoint::Unix("/run/containerd/containerd.sock".into()))
+    );
+}
+
+#[test]
+fn a_bad_value_names_the_file_and_the_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cases = [
+        ("imageMinimumGCAge: 2 minutes", "imageMinimumGCAge", "\"2 minutes\""),
+        ("imageMaximumGCAge: -5m", "imageMaximumGCAge", "must not be negative"),
+        ("serializeImagePulls: sometimes", "serializeImagePulls", "is not true or false"),
+        ("registryPullQPS: -1", "registryPullQPS", "-1 must not be a negative number"),
+        ("registryBurst: lots", "registryBurst", "is not a 32-bit integer"),
+        ("maxParallelImagePulls: 0", "maxParallelImagePulls", "0 must be a positive number"),
+        ("imageGCHighThresholdPercent: 101", "imageGCHighThresholdPercent", "must be between 0 and 100"),
+        (
+            "preloadedImagesVerificationAllowlist: registry.k8s.io/*",
+            "preloadedImagesVerificationAllowlist",
+            "not a list",
+        ),
+        (
+            "containerRuntimeEndpoint: unix:///a.sock\nimageServiceEndpoint: unix:///b.sock",
+            "imageServiceEndpoint",
+            "imaged uses one CRI endpoint",
+        ),
+    ];
+    for (yaml, field, says) in cases {
+        let path = write(&dir, "kubelet.yaml", &minimal(yaml));
+        let err = Config::load(&Sources { kubelet_config: Some(path.clone()), ..Sources::default() }).expect_err(yaml);
+        let text = err.to_string();
+        assert!(matches!(err, ConfigError::Kubelet(_)), "{text}");
+        assert!(text.contains(&path.display().to_string()), "{text}");
+        assert!(text.contains(&format!("field {field}:")), "{text}");
+        assert!(text.contains(says), "{text}");
+    }
+}
+
+#[test]
+fn values_imaged_refuses_are_blamed_on_the_kubelet_field_unless_overridden() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Parallel pulls with serialization on: the kubelet's own validation text.
+    let path = write(&dir, "kubelet.yaml", &minimal("serializeImagePulls: true\nmaxParallelImagePulls: 3"));
+    let sources = Sources { kubelet_config: Some(path.clone()), ..Sources::default() };
+    let text = Config::load(&sources).expect_err("refused").to_string();
+    assert!(text.contains(&path.display().to_string()) && text.contains("field maxParallelImagePulls:"), "{text}");
+    assert!(text.contains("cannot be larger than 1 unless SerializeImagePulls"), "{text}");
+    // Low above high.
+    let path = write(&dir, "kubelet.yaml", &minimal("imageGCHighThresholdPercent: 50\nimageGCLowThresholdPercent: 60"));
+    let sources = Sources { kubelet_config: Some(path.clone()), ..Sources::default() };
+    let text = Config::load(&sources).expect_err("refused").to_string();
+    assert!(text.contains("field imageGCLowThresholdPercent:"), "{text}");
+    // A flag fixes it.
+    let fixed = Sources { overrides: vec!["gc.image_gc_low_threshold_percent=40".into()], ..sources };
+    assert_eq!(Config::load(&fixed).expect("fixed by a flag").gc.low_threshold_percent, 40);
+}
+
+#[test]
+fn a_file_that_is_not_a_kubelet_configuration_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (text, says) in [
+        ("apiVersion: v1\nkind: Pod\n", "want apiVersion \"kubelet.config.k8s.io/v1beta1\""),
+        ("kind: KubeletConfiguration\n", "apiVersion \"\""),
+        ("- a\n- b\n", "not a YAML mapping"),
+        ("{ unclosed", "not a YAML mapping"),
+    ] {
+        let path = write(&dir, "k.yaml", text);
+        let err = KubeletImageFields::read(&path).expect_err(text).to_string();
+        assert!(err.contains(&path.display().to_string()) && err.contains(says), "{err}");
+    }
+    let err = KubeletImageFields::read(Path::new("/nonexistent/kubelet.yaml")).expect_err("missing").to_string();
+    assert!(err.contains("/nonexistent/kubelet.yaml") && err.contains("cannot read it"), "{err}");
+}
+
+#[test]
+fn an_empty_endpoint_is_not_set_and_pod_sandbox_image_maps() {
+    let k = KubeletImageFields::parse(
+        Path::new("k.yaml"),
+        &minimal(
+            "containerRuntimeEndpoint: \"\"\npodSandboxImage: registry.k8s.io/pause:3.9\nimageServiceEndpoint: unix:///x.sock",
+        ),
+    )
+    .expect("parses");
+    let o = k.overrides();
+    assert!(o.contains(&("gc.sandbox_image", KeyValue::Str("registry.k8s.io/pause:3.9".into()), "podSandboxImage")));
+    assert!(o.contains(&("runtime.endpoint", KeyValue::Str("unix:///x.sock".into()), "imageServiceEndpoint")));
+    assert_eq!(o.len(), 2);
+}

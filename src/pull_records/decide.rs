@@ -1,0 +1,158 @@
+//! The kubelet's `MustAttemptImagePull` decision (reference §8.3 steps
+//! 3–12), pure: the caller looks the record up and supplies the pod's
+//! credentials lazily.
+
+use std::fmt;
+
+use super::policy::VerifyPolicy;
+use super::record::{ImagePullSecret, ImagePullServiceAccount, MAX_SECRETS_WRITTEN_WHILE_MATCHING, PulledRecord};
+
+/// The `result` label of `kubelet_imagemanager_image_mustpull_checks_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MustPullResult {
+    /// The policy does not ask for verification of this image.
+    CredentialPolicyAllowed,
+    /// A record shows the pod may use the image.
+    CredentialRecordFound,
+    /// The pod must pull (authenticate) to use the image.
+    MustAuthenticate,
+    /// The check failed; the pod must pull.
+    Error,
+}
+
+impl MustPullResult {
+    /// The kubelet's label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CredentialPolicyAllowed => "credentialPolicyAllowed",
+            Self::CredentialRecordFound => "credentialRecordFound",
+            Self::MustAuthenticate => "mustAuthenticate",
+            Self::Error => "error",
+        }
+    }
+}
+
+impl fmt::Display for MustPullResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What is known of the image's pulled record.
+#[derive(Debug, Clone, Copy)]
+pub enum RecordLookup<'a> {
+    /// No record.
+    Absent,
+    /// A record is stored but does not decode (the kubelet: a read error).
+    Unreadable,
+    /// The record.
+    Found(&'a PulledRecord),
+}
+
+/// The pod's credentials that came from a known source (node-level
+/// credentials are left out, as the kubelet does).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodCredentials {
+    /// Every pull secret credential matching the image.
+    pub secrets: Vec<ImagePullSecret>,
+    /// The first service account whose token obtained credentials.
+    pub service_account: Option<ImagePullServiceAccount>,
+}
+
+/// The outcome of a must-pull check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// The pod must pull the image (with its own credentials) to use it.
+    pub must_pull: bool,
+    /// The metric label.
+    pub result: MustPullResult,
+    /// Pod secrets to add to the record's mapping for the repository
+    /// (matched by hash under other coordinates, or same coordinates with a
+    /// new hash): the kubelet's "write while matching".
+    pub record_secrets: Vec<ImagePullSecret>,
+}
+
+impl Decision {
+    fn new(must_pull: bool, result: MustPullResult) -> Self {
+        Self { must_pull, result, record_secrets: Vec::new() }
+    }
+}
+
+/// Decides whether a pod must pull a present image. `repo` is the image's
+/// normalised repository (`None` if it does not parse); `pulled_by_kubelet`
+/// = a record exists (even unreadable) or a pull intent does. An error from
+/// `pod_credentials` makes the pod pull and is returned with the decision.
+pub fn decide<E>(
+    policy: &VerifyPolicy,
+    repo: Option<&str>,
+    record: RecordLookup<'_>,
+    pulled_by_kubelet: bool,
+    pod_credentials: impl FnOnce() -> Result<PodCredentials, E>,
+) -> (Decision, Option<E>) {
+    // 2. An unreadable record: pull (the kubelet returns true without an error).
+    if let RecordLookup::Unreadable = record {
+        return (Decision::new(true, MustPullResult::Error), None);
+    }
+    // 3. The policy.
+    if !policy.requires_verification(repo, pulled_by_kubelet) {
+        return (Decision::new(false, MustPullResult::CredentialPolicyAllowed), None);
+    }
+    // 4. No record.
+    let RecordLookup::Found(record) = record else {
+        return (Decision::new(true, MustPullResult::MustAuthenticate), None);
+    };
+    // 5. An image name that does not parse.
+    let Some(repo) = repo else {
+        return (Decision::new(true, MustPullResult::Error), None);
+    };
+    // 6. Nothing recorded for this repository.
+    let Some(cached) = record.credential_mapping.get(repo) else {
+        return (Decision::new(true, MustPullResult::MustAuthenticate), None);
+    };
+    // 7. Pulled without credentials or with node credentials: every pod may use it.
+    if cached.node_pods_accessible {
+        return (Decision::new(false, MustPullResult::CredentialRecordFound), None);
+    }
+    // 8. Nothing to compare with.
+    if cached.kubernetes_secrets.is_empty() && cached.kubernetes_service_accounts.is_empty() {
+        return (Decision::new(true, MustPullResult::MustAuthenticate), None);
+    }
+    // 9. The pod's credentials.
+    let pod = match pod_credentials() {
+        Ok(p) => p,
+        Err(e) => return (Decision::new(true, MustPullResult::Error), Some(e)),
+    };
+    // 10. Secrets: a matching hash, or the same secret with a new hash.
+    let room = cached.kubernetes_secrets.len() < MAX_SECRETS_WRITTEN_WHILE_MATCHING;
+    for pod_secret in &pod.secrets {
+        for cached_secret in &cached.kubernetes_secrets {
+            let same_coordinates = pod_secret.uid == cached_secret.uid
+                && pod_secret.namespace == cached_secret.namespace
+                && pod_secret.name == cached_secret.name;
+            if !pod_secret.credential_hash.is_empty() && pod_secret.credential_hash == cached_secret.credential_hash {
+                let record_secrets = if !same_coordinates && room { vec![pod_secret.clone()] } else { Vec::new() };
+                return (
+                    Decision { must_pull: false, result: MustPullResult::CredentialRecordFound, record_secrets },
+                    None,
+                );
+            }
+            if same_coordinates {
+                // The secret was updated since: its new content is trusted
+                // (the kubelet's choice; the KEP leaves it open).
+                let record_secrets = if room { vec![pod_secret.clone()] } else { Vec::new() };
+                return (
+                    Decision { must_pull: false, result: MustPullResult::CredentialRecordFound, record_secrets },
+                    None,
+                );
+            }
+        }
+    }
+    // 11. The pod's service account.
+    if let Some(sa) = &pod.service_account
+        && cached.kubernetes_service_accounts.contains(sa)
+    {
+        return (Decision::new(false, MustPullResult::CredentialRecordFound), None);
+    }
+    // 12. No match.
+    (Decision::new(true, MustPullResult::MustAuthenticate), None)
+}

@@ -1,0 +1,534 @@
+//! Verified access to cached private images (KEP-2535, the kubelet's
+//! `pullmanager`; reference §8).
+//!
+//! Before a pull imaged records a *pull intent* for the image; after a
+//! successful pull it records, in the image's *pulled record* (keyed by
+//! image ref), which credentials pulled it, per normalised repository: a
+//! pull secret (coordinates and credential hash), a service account, or
+//! "every pod on the node" for pulls without credentials or with node
+//! credentials. When a pod asks for a present image, [`PullRecords::must_attempt_pull`]
+//! decides, by the [`VerificationPolicy`] and the records, whether the pod
+//! may use it as is or must pull it with its own credentials (the runtime
+//! then checks them with the registry).
+//!
+//! [`PullRecords`] is a cloneable handle (no actor): the ensure flow calls
+//! it on the caller's task. It keeps every record and intent in memory
+//! (the hot path — a present image — reads memory only, and with
+//! `NeverVerify` touches nothing) and writes through to the [`Store`]
+//! (`pull_intents_v1`, `pulled_records_v1`), one durable transaction per
+//! change, on the blocking pool. Writes are serialised by an async mutex, so
+//! read-merge-write is atomic. Without a store the state lives in memory only.
+//!
+//! At start, [`PullRecords::open`] loads the store, and
+//! [`PullRecords::recover_intents`] turns intents left by a crash into
+//! records *without credentials* for images the runtime has (every pod must
+//! then pull to use them); intents for absent images stay, so the images
+//! still count as pulled by imaged. After each image GC run the GC executor
+//! calls [`PullRecords::prune_unknown_records`].
+
+mod decide;
+mod policy;
+mod record;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+pub use decide::{Decision, MustPullResult, PodCredentials, RecordLookup, decide};
+pub use policy::{Allowlist, AllowlistError, UnknownPolicy, VerificationPolicy, VerifyPolicy};
+pub use record::{
+    ImagePullCredentials, ImagePullSecret, ImagePullServiceAccount, MAX_SECRETS_WRITTEN_WHILE_MATCHING, PulledRecord,
+    merge_pulled,
+};
+
+use crate::domain::Image;
+use crate::domain::reference::parse_normalized_named;
+use crate::store::{PullRecordsWrite, Store, StoreError};
+
+/// Counts of must-pull check results, by the kubelet's
+/// `kubelet_imagemanager_image_mustpull_checks_total{result}` label.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MustPullCounts {
+    /// `credentialPolicyAllowed`.
+    pub credential_policy_allowed: u64,
+    /// `credentialRecordFound`.
+    pub credential_record_found: u64,
+    /// `mustAuthenticate`.
+    pub must_authenticate: u64,
+    /// `error`.
+    pub error: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    policy_allowed: AtomicU64,
+    record_found: AtomicU64,
+    must_authenticate: AtomicU64,
+    error: AtomicU64,
+}
+
+impl Counters {
+    fn count(&self, r: MustPullResult) {
+        let c = match r {
+            MustPullResult::CredentialPolicyAllowed => &self.policy_allowed,
+            MustPullResult::CredentialRecordFound => &self.record_found,
+            MustPullResult::MustAuthenticate => &self.must_authenticate,
+            MustPullResult::Error => &self.error,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What is in memory (a mirror of the store).
+#[derive(Debug, Default)]
+struct State {
+    /// Pulled records by image ref.
+    records: HashMap<String, Arc<PulledRecord>>,
+    /// Image refs whose stored record does not decode.
+    unreadable: HashSet<String>,
+    /// Pulls in flight in this process, by image key.
+    in_flight: HashMap<String, u32>,
+    /// Images with an intent in the store (this process's, or left by a crash).
+    stored_intents: HashSet<String>,
+}
+
+impl State {
+    fn pulled_by_kubelet(&self, image_ref: &str, image_key: &str) -> bool {
+        self.records.contains_key(image_ref)
+            || self.unreadable.contains(image_ref)
+            || self.in_flight.get(image_key).is_some_and(|n| *n > 0)
+            || self.stored_intents.contains(image_key)
+    }
+}
+
+struct Inner {
+    policy: VerifyPolicy,
+    store: Option<Arc<Store>>,
+    state: Mutex<State>,
+    /// Serialises writers: read-merge-write and the store write are one step.
+    writes: tokio::sync::Mutex<()>,
+    counters: Counters,
+    /// Image → (repository, intent key): pods name the same images over and
+    /// over and parsing is the costliest step of a present-image check.
+    /// Bounded; cleared when full.
+    names: Mutex<HashMap<String, Arc<ImageNames>>>,
+}
+
+/// An image's normalised repository (`None` if it does not parse) and its
+/// intent key.
+#[derive(Debug)]
+struct ImageNames {
+    repo: Option<String>,
+    key: String,
+}
+
+/// Most remembered [`ImageNames`].
+const NAMES_CACHE: usize = 4096;
+
+/// The pull records handle. Cheap to clone. See the module docs.
+#[derive(Clone)]
+pub struct PullRecords {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for PullRecords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PullRecords")
+            .field("policy", &self.inner.policy.policy)
+            .field("persistent", &self.inner.store.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The key of an image in intents: its normalised reference
+/// (`busybox` → `docker.io/library/busybox:latest`), or the text as given
+/// when it does not parse.
+pub fn image_key(image: &str) -> String {
+    parse_normalized_named(image).map_or_else(|_| image.to_string(), |n| n.docker_ref())
+}
+
+/// The key of an image's credentials in a record: its normalised
+/// repository (`docker.io/library/busybox`), `None` when it does not parse.
+pub fn image_repo(image: &str) -> Option<String> {
+    parse_normalized_named(image).ok().map(|n| n.name())
+}
+
+impl PullRecords {
+    /// Records kept in memory only (lost on restart), under `policy`.
+    pub fn in_memory(policy: VerifyPolicy) -> Self {
+        Self::with_state(policy, None, State::default())
+    }
+
+    /// Loads the records and intents from `store` (or starts empty in
+    /// memory when `None`). Blocks on disk I/O: call it at start-up or from
+    /// `spawn_blocking`.
+    pub fn open(policy: VerifyPolicy, store: Option<Arc<Store>>) -> Result<Self, StoreError> {
+        let mut state = State::default();
+        if let Some(store) = &store {
+            let loaded = store.pull_records_state()?;
+            state.records = loaded.records.into_iter().map(|r| (r.image_ref.clone(), Arc::new(r))).collect();
+            state.unreadable = loaded.unreadable.into_iter().collect();
+            state.stored_intents = loaded.intents.into_iter().collect();
+        }
+        Ok(Self::with_state(policy, store, state))
+    }
+
+    fn with_state(policy: VerifyPolicy, store: Option<Arc<Store>>, state: State) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                policy,
+                store,
+                state: Mutex::new(state),
+                writes: tokio::sync::Mutex::new(()),
+                counters: Counters::default(),
+                names: Mutex::default(),
+            }),
+        }
+    }
+
+    /// The verification policy.
+    pub fn policy(&self) -> &VerifyPolicy {
+        &self.inner.policy
+    }
+
+    /// The counts of must-pull check results so far.
+    pub fn must_pull_counts(&self) -> MustPullCounts {
+        let c = &self.inner.counters;
+        MustPullCounts {
+            credential_policy_allowed: c.policy_allowed.load(Ordering::Relaxed),
+            credential_record_found: c.record_found.load(Ordering::Relaxed),
+            must_authenticate: c.must_authenticate.load(Ordering::Relaxed),
+            error: c.error.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The record of `image_ref`, if any.
+    pub fn record(&self, image_ref: &str) -> Option<PulledRecord> {
+        self.state().records.get(image_ref).map(|r| (**r).clone())
+    }
+
+    /// Every record, in no particular order.
+    pub fn records(&self) -> Vec<PulledRecord> {
+        self.state().records.values().map(|r| (**r).clone()).collect()
+    }
+
+    /// Images (keys, see [`image_key`]) with a pull intent in the store.
+    pub fn stored_intents(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.state().stored_intents.iter().cloned().collect();
+        v.sort();
+        v
+    }
+
+    fn names(&self, image: &str) -> Arc<ImageNames> {
+        let mut cache = self.inner.names.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = cache.get(image) {
+            return n.clone();
+        }
+        let names = Arc::new(match parse_normalized_named(image) {
+            Ok(n) => ImageNames { repo: Some(n.name()), key: n.docker_ref() },
+            Err(_) => ImageNames { repo: None, key: image.to_string() },
+        });
+        if cache.len() >= NAMES_CACHE {
+            cache.clear();
+        }
+        cache.insert(image.to_string(), names.clone());
+        names
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The kubelet's `MustAttemptImagePull` for a pod asking for `image`
+    /// (as the pod names it, tag defaulted), present as `image_ref`.
+    /// `pod_credentials` is called only when the record names secrets or
+    /// service accounts. An error from it is returned (the pod must pull).
+    ///
+    /// With `NeverVerify` this reads nothing. Otherwise it reads memory, and
+    /// writes only when the pod's secret matched under new coordinates or
+    /// with a new hash (the kubelet's "write while matching").
+    pub async fn must_attempt_pull<E>(
+        &self,
+        image: &str,
+        image_ref: &str,
+        pod_credentials: impl FnOnce() -> Result<PodCredentials, E>,
+    ) -> Result<bool, E> {
+        let counters = &self.inner.counters;
+        if self.inner.policy.policy == VerificationPolicy::NeverVerify {
+            counters.count(MustPullResult::CredentialPolicyAllowed);
+            return Ok(false);
+        }
+        if image_ref.is_empty() {
+            return Ok(true);
+        }
+        let names = self.names(image);
+        let repo = &names.repo;
+        let (record, unreadable, pulled_by_kubelet) = {
+            let st = self.state();
+            let record = st.records.get(image_ref).cloned();
+            (record, st.unreadable.contains(image_ref), st.pulled_by_kubelet(image_ref, &names.key))
+        };
+        let lookup = match (&record, unreadable) {
+            (Some(r), _) => RecordLookup::Found(r),
+            (None, true) => RecordLookup::Unreadable,
+            (None, false) => RecordLookup::Absent,
+        };
+        let (decision, error) = decide(&self.inner.policy, repo.as_deref(), lookup, pulled_by_kubelet, pod_credentials);
+        counters.count(decision.result);
+        if let Some(e) = error {
+            return Err(e);
+        }
+        if let (Some(repo), false) = (repo, decision.record_secrets.is_empty()) {
+            let creds = ImagePullCredentials { kubernetes_secrets: decision.record_secrets, ..Default::default() };
+            if let Err(e) = self.write_pulled(image_ref, repo, &creds, None).await {
+                tracing::warn!(image, image_ref, error = %e, "failed to record a matching pull secret");
+            }
+        }
+        Ok(decision.must_pull)
+    }
+
+    /// The kubelet's `RecordPullIntent`: a pull of `image` is about to start.
+    /// The intent is on disk when this returns `Ok`.
+    pub async fn record_pull_intent(&self, image: &str) -> Result<(), StoreError> {
+        let key = image_key(image);
+        let _w = self.inner.writes.lock().await;
+        let stored = self.state().stored_intents.contains(&key);
+        if !stored {
+            self.commit(PullRecordsWrite { put_intents: vec![key.clone()], ..Default::default() }).await?;
+        }
+        let mut st = self.state();
+        st.stored_intents.insert(key.clone());
+        *st.in_flight.entry(key).or_default() += 1;
+        Ok(())
+    }
+
+    /// [`PullRecords::record_pull_intent`], returning a guard that ends the
+    /// intent (as a failed pull) if it is dropped before
+    /// [`IntentGuard::disarm`]: an ensure whose caller gave up mid-pull does
+    /// not leave the intent counted for the rest of the process.
+    pub async fn begin_pull(&self, image: &str) -> Result<IntentGuard, StoreError> {
+        self.record_pull_intent(image).await?;
+        Ok(IntentGuard { records: Some(self.clone()), image: image.to_string() })
+    }
+
+    /// The kubelet's `RecordImagePulled`: the pull of `image` (as the pod
+    /// names it) produced `image_ref` using `creds`. Merges the credentials
+    /// into the record and ends the intent, in one transaction. When the
+    /// write fails the intent is kept (the image stays "pulled by imaged").
+    pub async fn record_image_pulled(
+        &self,
+        image: &str,
+        image_ref: &str,
+        creds: &ImagePullCredentials,
+    ) -> Result<(), StoreError> {
+        let key = image_key(image);
+        let Some(repo) = image_repo(image) else {
+            // Cannot happen for an image that was pulled; end the intent.
+            self.record_image_pull_failed(image).await;
+            return Ok(());
+        };
+        self.write_pulled(image_ref, &repo, creds, Some(&key)).await
+    }
+
+    /// The kubelet's `RecordImagePullFailed` (also used when a pull turned
+    /// out not to be needed): one pull of `image` ended without a record;
+    /// the intent is deleted when it was the last one in flight.
+    pub async fn record_image_pull_failed(&self, image: &str) {
+        let key = image_key(image);
+        let _w = self.inner.writes.lock().await;
+        let last = self.state().in_flight.get(&key).is_none_or(|n| *n <= 1);
+        if !last {
+            if let Some(n) = self.state().in_flight.get_mut(&key) {
+                *n -= 1;
+            }
+            return;
+        }
+        if let Err(e) = self.commit(PullRecordsWrite { delete_intents: vec![key.clone()], ..Default::default() }).await
+        {
+            tracing::warn!(image, error = %e, "failed to remove an image pull intent");
+            return;
+        }
+        let mut st = self.state();
+        st.stored_intents.remove(&key);
+        st.in_flight.remove(&key);
+    }
+
+    /// Merges `creds` into the record of `image_ref` for `repo` and, when
+    /// `intent` is given, ends one pull of that image key, in one transaction.
+    async fn write_pulled(
+        &self,
+        image_ref: &str,
+        repo: &str,
+        creds: &ImagePullCredentials,
+        intent: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let _w = self.inner.writes.lock().await;
+        let (existing, last_intent) = {
+            let st = self.state();
+            let last = intent.map(|k| st.in_flight.get(k).is_none_or(|n| *n <= 1));
+            (st.records.get(image_ref).cloned(), last)
+        };
+        let (record, changed) = merge_pulled(existing.as_deref(), image_ref, repo, creds, SystemTime::now());
+        let mut w = PullRecordsWrite::default();
+        if changed {
+            w.upsert_records.push(record.clone());
+        }
+        if let (Some(key), Some(true)) = (intent, last_intent) {
+            w.delete_intents.push(key.to_string());
+        }
+        self.commit(w).await?;
+        let mut st = self.state();
+        if changed {
+            st.unreadable.remove(image_ref);
+            st.records.insert(image_ref.to_string(), Arc::new(record));
+        }
+        if let Some(key) = intent {
+            if last_intent == Some(true) {
+                st.in_flight.remove(key);
+                st.stored_intents.remove(key);
+            } else if let Some(n) = st.in_flight.get_mut(key) {
+                *n -= 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// The kubelet's `initialize`: every stored intent whose image is one of
+    /// `images`' tags or digests (compared normalised) becomes a record with
+    /// no credentials for that image, and the intent is deleted, in one
+    /// transaction. Returns how many intents were recovered. Call once at
+    /// start, before ensuring images.
+    pub async fn recover_intents(&self, images: &[Image]) -> Result<usize, StoreError> {
+        let _w = self.inner.writes.lock().await;
+        let intents: HashSet<String> = self.state().stored_intents.clone();
+        if intents.is_empty() {
+            return Ok(0);
+        }
+        let mut w = PullRecordsWrite::default();
+        let mut records: HashMap<String, PulledRecord> = HashMap::new();
+        let now = SystemTime::now();
+        for image in images {
+            for name in image.repo_tags.iter().chain(&image.repo_digests) {
+                let key = image_key(name);
+                if !intents.contains(&key) || w.delete_intents.contains(&key) {
+                    continue;
+                }
+                w.delete_intents.push(key);
+                if !records.contains_key(&image.id) {
+                    let existing = self.state().records.get(&image.id).cloned();
+                    let (record, changed) =
+                        merge_pulled(existing.as_deref(), &image.id, "", &ImagePullCredentials::default(), now);
+                    if changed {
+                        records.insert(image.id.clone(), record);
+                    }
+                }
+            }
+        }
+        w.upsert_records = records.into_values().collect();
+        let recovered = w.delete_intents.len();
+        if w.is_empty() {
+            return Ok(0);
+        }
+        self.commit(w.clone()).await?;
+        let mut st = self.state();
+        for key in &w.delete_intents {
+            st.stored_intents.remove(key);
+        }
+        for record in w.upsert_records {
+            st.unreadable.remove(&record.image_ref);
+            st.records.insert(record.image_ref.clone(), Arc::new(record));
+        }
+        tracing::info!(recovered, "pull intents of images present in the runtime turned into records");
+        Ok(recovered)
+    }
+
+    /// [`PullRecords::recover_intents`] over the images the runtime behind
+    /// `gateway` lists (listed only when intents are stored, as the kubelet
+    /// does). A listing failure leaves the intents as they are (the images
+    /// keep counting as pulled by imaged) and is returned.
+    pub async fn recover_intents_from_runtime(
+        &self,
+        gateway: &actix::Addr<crate::actors::cri_gateway::CriGatewayActor>,
+    ) -> Result<usize, String> {
+        if self.state().stored_intents.is_empty() {
+            return Ok(0);
+        }
+        let images = gateway
+            .send(crate::actors::cri_gateway::ListImages::default())
+            .await
+            .map_err(|_| "the CRI gateway stopped".to_string())?
+            .map_err(|e| format!("failed to list images: {e}"))?;
+        self.recover_intents(&images).await.map_err(|e| e.to_string())
+    }
+
+    /// The kubelet's `PruneUnknownRecords`: deletes every record last
+    /// updated before `until` whose image ref is not in `present` (the ids
+    /// of the images the runtime still has). Returns how many were deleted.
+    pub async fn prune_unknown_records(
+        &self,
+        present: &HashSet<String>,
+        until: SystemTime,
+    ) -> Result<usize, StoreError> {
+        let _w = self.inner.writes.lock().await;
+        let doomed: Vec<String> = {
+            let st = self.state();
+            st.records
+                .values()
+                .filter(|r| r.last_updated_time < until && !present.contains(&r.image_ref))
+                .map(|r| r.image_ref.clone())
+                .collect()
+        };
+        if doomed.is_empty() {
+            return Ok(0);
+        }
+        self.commit(PullRecordsWrite { delete_records: doomed.clone(), ..Default::default() }).await?;
+        let mut st = self.state();
+        for r in &doomed {
+            st.records.remove(r);
+        }
+        tracing::debug!(pruned = doomed.len(), "pulled records of removed images pruned");
+        Ok(doomed.len())
+    }
+
+    /// Writes `w` to the store on the blocking pool (nothing without a store).
+    async fn commit(&self, w: PullRecordsWrite) -> Result<(), StoreError> {
+        let Some(store) = self.inner.store.clone() else { return Ok(()) };
+        if w.is_empty() {
+            return Ok(());
+        }
+        match tokio::task::spawn_blocking(move || store.apply_pull_records(&w)).await {
+            Ok(r) => r,
+            Err(e) => Err(StoreError::Blocking(e.to_string())),
+        }
+    }
+}
+
+/// An intent recorded by [`PullRecords::begin_pull`]; see there.
+#[derive(Debug)]
+pub struct IntentGuard {
+    records: Option<PullRecords>,
+    image: String,
+}
+
+impl IntentGuard {
+    /// The pull's end was recorded (pulled or failed): nothing to do on drop.
+    pub fn disarm(mut self) {
+        self.records = None;
+    }
+}
+
+impl Drop for IntentGuard {
+    fn drop(&mut self) {
+        let Some(records) = self.records.take() else { return };
+        let image = std::mem::take(&mut self.image);
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(async move { records.record_image_pull_failed(&image).await });
+            }
+            Err(_) => tracing::warn!(image, "pull intent left in place: no runtime to end it on"),
+        }
+    }
+}

@@ -1,0 +1,491 @@
+//! Pure tests: merge rules, the must-pull decision table, the policy and
+//! allowlist texts; and the handle's bookkeeping over a real store.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::*;
+
+fn t(secs: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+fn secret(ns: &str, name: &str, uid: &str, hash: &str) -> ImagePullSecret {
+    ImagePullSecret { uid: uid.into(), namespace: ns.into(), name: name.into(), credential_hash: hash.into() }
+}
+
+fn sa(ns: &str, name: &str, uid: &str) -> ImagePullServiceAccount {
+    ImagePullServiceAccount { uid: uid.into(), namespace: ns.into(), name: name.into() }
+}
+
+const REPO: &str = "example.com/private";
+const REF: &str = "sha256:aaaa";
+
+fn record_with(creds: ImagePullCredentials) -> PulledRecord {
+    PulledRecord {
+        last_updated_time: t(100),
+        image_ref: REF.into(),
+        credential_mapping: BTreeMap::from([(REPO.to_string(), creds)]),
+    }
+}
+
+// === merge rules ===
+
+#[test]
+fn merge_into_no_record_creates_one_and_empty_creds_make_an_empty_mapping() {
+    let (r, changed) = merge_pulled(None, REF, REPO, &ImagePullCredentials::node_accessible(), t(5));
+    assert!(changed);
+    assert_eq!(r.image_ref, REF);
+    assert_eq!(r.last_updated_time, t(5));
+    assert_eq!(r.credential_mapping[REPO], ImagePullCredentials::node_accessible());
+
+    let (r, changed) = merge_pulled(None, REF, REPO, &ImagePullCredentials::default(), t(5));
+    assert!(changed, "a record without credentials is still a record");
+    assert!(r.credential_mapping.is_empty());
+}
+
+#[test]
+fn merge_of_empty_creds_changes_nothing() {
+    let existing = record_with(ImagePullCredentials::secret(secret("ns", "a", "u1", "h1")));
+    let (r, changed) = merge_pulled(Some(&existing), REF, REPO, &ImagePullCredentials::default(), t(500));
+    assert!(!changed);
+    assert_eq!(r, existing);
+}
+
+#[test]
+fn merge_adds_a_new_repository_mapping() {
+    let existing = record_with(ImagePullCredentials::secret(secret("ns", "a", "u1", "h1")));
+    let (r, changed) =
+        merge_pulled(Some(&existing), REF, "example.com/other", &ImagePullCredentials::node_accessible(), t(500));
+    assert!(changed);
+    assert_eq!(r.last_updated_time, t(500));
+    assert_eq!(r.credential_mapping.len(), 2);
+    assert_eq!(r.credential_mapping[REPO], existing.credential_mapping[REPO]);
+}
+
+#[test]
+fn node_accessible_mapping_absorbs_everything_and_wins_over_lists() {
+    let node = record_with(ImagePullCredentials::node_accessible());
+    let (r, changed) =
+        merge_pulled(Some(&node), REF, REPO, &ImagePullCredentials::secret(secret("ns", "a", "u1", "h1")), t(500));
+    assert!(!changed);
+    assert_eq!(r, node);
+
+    let secrets = record_with(ImagePullCredentials {
+        kubernetes_secrets: vec![secret("ns", "a", "u1", "h1")],
+        kubernetes_service_accounts: vec![sa("ns", "sa", "s1")],
+        node_pods_accessible: false,
+    });
+    let (r, changed) = merge_pulled(Some(&secrets), REF, REPO, &ImagePullCredentials::node_accessible(), t(500));
+    assert!(changed);
+    assert_eq!(r.credential_mapping[REPO], ImagePullCredentials::node_accessible(), "lists are cleared");
+    assert_eq!(r.last_updated_time, t(500));
+}
+
+#[test]
+fn secrets_merge_by_coordinates_new_hash_wins_and_lists_are_sorted() {
+    let existing = record_with(ImagePullCredentials {
+        kubernetes_secrets: vec![secret("b", "s", "u2", "h2"), secret("a", "s", "u1", "old")],
+        ..Default::default()
+    });
+    let new = ImagePullCredentials {
+        kubernetes_secrets: vec![secret("a", "s", "u1", "new"), secret("a", "r", "u3", "h3")],
+        ..Default::default()
+    };
+    let (r, changed) = merge_pulled(Some(&existing), REF, REPO, &new, t(500));
+    assert!(changed);
+    assert_eq!(
+        r.credential_mapping[REPO].kubernetes_secrets,
+        [secret("a", "r", "u3", "h3"), secret("a", "s", "u1", "new"), secret("b", "s", "u2", "h2")]
+    );
+    // Same secret again: no change, time kept.
+    let (again, changed) = merge_pulled(Some(&r), REF, REPO, &new, t(900));
+    assert!(!changed);
+    assert_eq!(again.last_updated_time, t(500));
+    // A secret of the same name but another uid is another secret.
+    let (r2, changed) =
+        merge_pulled(Some(&r), REF, REPO, &ImagePullCredentials::secret(secret("a", "s", "u9", "h9")), t(901));
+    assert!(changed);
+    assert_eq!(r2.credential_mapping[REPO].kubernetes_secrets.len(), 4);
+}
+
+#[test]
+fn service_accounts_are_unioned_and_sorted() {
+    let existing = record_with(ImagePullCredentials::service_account(sa("b", "x", "1")));
+    let (r, changed) =
+        merge_pulled(Some(&existing), REF, REPO, &ImagePullCredentials::service_account(sa("a", "y", "2")), t(500));
+    assert!(changed);
+    assert_eq!(r.credential_mapping[REPO].kubernetes_service_accounts, [sa("a", "y", "2"), sa("b", "x", "1")]);
+    let (_, changed) =
+        merge_pulled(Some(&r), REF, REPO, &ImagePullCredentials::service_account(sa("a", "y", "2")), t(600));
+    assert!(!changed);
+}
+
+#[test]
+fn record_json_uses_the_kubelet_field_names() {
+    let r = record_with(ImagePullCredentials::secret(secret("ns", "a", "u1", "h1")));
+    let v: serde_json::Value = serde_json::to_value(&r).unwrap();
+    let m = &v["credentialMapping"][REPO];
+    assert_eq!(m["kubernetesSecrets"][0]["credentialHash"], "h1");
+    assert_eq!(m["kubernetesSecrets"][0]["uid"], "u1");
+    assert!(m.get("nodePodsAccessible").is_none(), "false is omitted");
+    assert_eq!(v["imageRef"], REF);
+    assert!(v.get("lastUpdatedTime").is_some());
+    let back: PulledRecord = serde_json::from_value(v).unwrap();
+    assert_eq!(back, r);
+}
+
+// === policy and allowlist ===
+
+#[test]
+fn policy_names_parse_and_unknown_ones_get_the_kubelet_text() {
+    for p in [
+        VerificationPolicy::NeverVerify,
+        VerificationPolicy::NeverVerifyPreloadedImages,
+        VerificationPolicy::NeverVerifyAllowlistedImages,
+        VerificationPolicy::AlwaysVerify,
+    ] {
+        assert_eq!(p.as_str().parse::<VerificationPolicy>(), Ok(p));
+    }
+    assert_eq!(VerificationPolicy::default(), VerificationPolicy::NeverVerifyPreloadedImages);
+    assert_eq!(
+        "neververify".parse::<VerificationPolicy>().unwrap_err().to_string(),
+        "unknown image pull credential verification policy: neververify"
+    );
+}
+
+#[test]
+fn allowlist_patterns_are_validated_with_the_kubelet_texts() {
+    let cases: &[(&str, &str)] = &[
+        (" docker.io/library/nginx", "leading/trailing spaces are not allowed:  docker.io/library/nginx"),
+        ("docker.io/library/nginx ", "leading/trailing spaces are not allowed: docker.io/library/nginx "),
+        ("*", "not a valid wildcard pattern, only patterns ending with '/*' are allowed: *"),
+        (
+            "registry.io/*/x",
+            "not a valid wildcard pattern, only patterns ending with '/*' are allowed: registry.io/*/x",
+        ),
+        (
+            "registry.io/a*/*",
+            "not a valid wildcard pattern, only patterns ending with '/*' are allowed: registry.io/a*/*",
+        ),
+        ("/*", "at least registry hostname is required"),
+        (
+            "docker.io/library/nginx:1.27",
+            "neither tag nor digest is accepted in an image reference: docker.io/library/nginx:1.27",
+        ),
+        ("nginx", "neither tag nor digest is accepted in an image reference: nginx"),
+        (
+            "docker.io/library/nginx@sha256:0000000000000000000000000000000000000000000000000000000000000000",
+            "neither tag nor digest is accepted in an image reference: docker.io/library/nginx@sha256:0000000000000000000000000000000000000000000000000000000000000000",
+        ),
+        ("", "the supplied pattern is too short: "),
+    ];
+    for (pattern, text) in cases {
+        assert_eq!(Allowlist::new(&[*pattern]).unwrap_err().to_string(), *text, "pattern {pattern:?}");
+    }
+    assert!(
+        Allowlist::new(&["Docker.io/Upper"]).unwrap_err().to_string().starts_with("failed to parse as an image name: "),
+        "an unparsable name"
+    );
+    assert!(
+        Allowlist::new(&["docker.io/library/nginx", "registry.example.com/team/*", "registry.example.com/*"]).is_ok()
+    );
+}
+
+#[test]
+fn allowlist_matches_exact_names_and_prefixes_of_normalised_repositories() {
+    let list = Allowlist::new(&["docker.io/library/nginx", "registry.example.com/team/*"]).unwrap();
+    assert!(list.matches("docker.io/library/nginx"));
+    assert!(!list.matches("docker.io/library/nginx-extra"));
+    assert!(list.matches("registry.example.com/team/app"));
+    assert!(list.matches("registry.example.com/team/a/b"));
+    assert!(!list.matches("registry.example.com/teammate/app"), "the prefix keeps its '/'");
+    assert!(!list.matches("registry.example.com/other"));
+    // The pod's image is compared normalised.
+    assert_eq!(image_repo("nginx:1.27").as_deref(), Some("docker.io/library/nginx"));
+    assert!(list.matches(&image_repo("nginx:1.27").unwrap()));
+}
+
+#[test]
+fn policies_decide_whether_verification_is_required() {
+    use VerificationPolicy::*;
+    let allow = Allowlist::new(&["example.com/*"]).unwrap();
+    let p = |policy| VerifyPolicy { policy, allowlist: allow.clone() };
+    for (policy, repo, pulled, want) in [
+        (NeverVerify, Some("other.io/x"), true, false),
+        (AlwaysVerify, Some("example.com/x"), false, true),
+        (NeverVerifyPreloadedImages, Some("other.io/x"), false, false),
+        (NeverVerifyPreloadedImages, Some("other.io/x"), true, true),
+        (NeverVerifyAllowlistedImages, Some("example.com/x"), false, false),
+        (NeverVerifyAllowlistedImages, Some("other.io/x"), false, true),
+        // Deliberate: an allowlisted image imaged pulled is verified.
+        (NeverVerifyAllowlistedImages, Some("example.com/x"), true, true),
+        (NeverVerifyAllowlistedImages, None, false, true),
+    ] {
+        assert_eq!(p(policy).requires_verification(repo, pulled), want, "{policy} {repo:?} pulled={pulled}");
+    }
+}
+
+// === the must-pull decision table ===
+
+type Pod = Result<PodCredentials, &'static str>;
+
+fn pod_with(secrets: Vec<ImagePullSecret>) -> impl FnOnce() -> Pod {
+    move || Ok(PodCredentials { secrets, service_account: None })
+}
+
+fn run(
+    record: RecordLookup<'_>,
+    pulled: bool,
+    pod: impl FnOnce() -> Pod,
+) -> (bool, MustPullResult, Vec<ImagePullSecret>) {
+    let policy = VerifyPolicy::default();
+    let (d, e) = decide(&policy, Some(REPO), record, pulled, pod);
+    assert!(e.is_none());
+    (d.must_pull, d.result, d.record_secrets)
+}
+
+#[test]
+fn decision_table() {
+    use MustPullResult::*;
+    let never = || -> Pod { panic!("pod credentials must not be evaluated") };
+    // Unreadable record: pull.
+    assert_eq!(run(RecordLookup::Unreadable, true, never), (true, Error, vec![]));
+    // Not pulled by imaged (preloaded) under the default policy: allowed.
+    assert_eq!(run(RecordLookup::Absent, false, never), (false, CredentialPolicyAllowed, vec![]));
+    // An intent but no record: must authenticate.
+    assert_eq!(run(RecordLookup::Absent, true, never), (true, MustAuthenticate, vec![]));
+    // Record without a mapping for the repository (e.g. recovered intent).
+    let empty = PulledRecord { last_updated_time: t(1), image_ref: REF.into(), credential_mapping: BTreeMap::new() };
+    assert_eq!(run(RecordLookup::Found(&empty), true, never), (true, MustAuthenticate, vec![]));
+    // Node accessible: everyone.
+    let node = record_with(ImagePullCredentials::node_accessible());
+    assert_eq!(run(RecordLookup::Found(&node), true, never), (false, CredentialRecordFound, vec![]));
+    // A mapping with empty lists.
+    let hollow = record_with(ImagePullCredentials::default());
+    assert_eq!(run(RecordLookup::Found(&hollow), true, never), (true, MustAuthenticate, vec![]));
+
+    let a = secret("ns", "a", "u1", "h1");
+    let rec = record_with(ImagePullCredentials::secret(a.clone()));
+    // Same secret, same hash.
+    assert_eq!(run(RecordLookup::Found(&rec), true, pod_with(vec![a.clone()])), (false, CredentialRecordFound, vec![]));
+    // No secret at all.
+    assert_eq!(run(RecordLookup::Found(&rec), true, pod_with(vec![])), (true, MustAuthenticate, vec![]));
+    // Another secret with another hash.
+    let other = secret("ns2", "b", "u2", "h2");
+    assert_eq!(run(RecordLookup::Found(&rec), true, pod_with(vec![other])), (true, MustAuthenticate, vec![]));
+    // Another secret with the same hash (same credential): allowed, and recorded.
+    let copy = secret("ns2", "copy", "u3", "h1");
+    assert_eq!(
+        run(RecordLookup::Found(&rec), true, pod_with(vec![copy.clone()])),
+        (false, CredentialRecordFound, vec![copy])
+    );
+    // The same secret updated (new hash): allowed, the new hash recorded.
+    let rotated = secret("ns", "a", "u1", "h-new");
+    assert_eq!(
+        run(RecordLookup::Found(&rec), true, pod_with(vec![rotated.clone()])),
+        (false, CredentialRecordFound, vec![rotated])
+    );
+    // An empty hash never matches by hash.
+    let no_hash_rec =
+        record_with(ImagePullSecret { credential_hash: String::new(), ..secret("x", "y", "z", "") }.into_creds());
+    assert_eq!(
+        run(RecordLookup::Found(&no_hash_rec), true, pod_with(vec![secret("p", "q", "r", "")])),
+        (true, MustAuthenticate, vec![])
+    );
+    // Service accounts.
+    let sa_rec = record_with(ImagePullCredentials::service_account(sa("ns", "puller", "s1")));
+    let with_sa = |s| move || -> Pod { Ok(PodCredentials { secrets: vec![], service_account: Some(s) }) };
+    assert_eq!(
+        run(RecordLookup::Found(&sa_rec), true, with_sa(sa("ns", "puller", "s1"))),
+        (false, CredentialRecordFound, vec![])
+    );
+    assert_eq!(
+        run(RecordLookup::Found(&sa_rec), true, with_sa(sa("ns", "puller", "s2"))),
+        (true, MustAuthenticate, vec![])
+    );
+}
+
+trait IntoCreds {
+    fn into_creds(self) -> ImagePullCredentials;
+}
+impl IntoCreds for ImagePullSecret {
+    fn into_creds(self) -> ImagePullCredentials {
+        ImagePullCredentials::secret(self)
+    }
+}
+
+#[test]
+fn decision_with_a_full_secret_list_does_not_grow_it() {
+    let list: Vec<ImagePullSecret> = (0..MAX_SECRETS_WRITTEN_WHILE_MATCHING)
+        .map(|i| secret("ns", &format!("s{i}"), &format!("u{i}"), "h"))
+        .collect();
+    let rec = record_with(ImagePullCredentials { kubernetes_secrets: list, ..Default::default() });
+    let (must, _, record) = run(RecordLookup::Found(&rec), true, pod_with(vec![secret("other", "x", "ux", "h")]));
+    assert!(!must);
+    assert!(record.is_empty());
+}
+
+#[test]
+fn decision_pod_credential_error_forces_a_pull_and_is_returned() {
+    let rec = record_with(ImagePullCredentials::secret(secret("ns", "a", "u1", "h1")));
+    let (d, e) = decide(&VerifyPolicy::default(), Some(REPO), RecordLookup::Found(&rec), true, || -> Pod {
+        Err("secret does not decode")
+    });
+    assert!(d.must_pull);
+    assert_eq!(d.result, MustPullResult::Error);
+    assert_eq!(e, Some("secret does not decode"));
+}
+
+#[test]
+fn decision_unparsable_image_with_a_record_forces_a_pull() {
+    let rec = record_with(ImagePullCredentials::node_accessible());
+    let (d, _) =
+        decide(&VerifyPolicy::default(), None, RecordLookup::Found(&rec), true, || -> Pod { Ok(Default::default()) });
+    assert_eq!((d.must_pull, d.result), (true, MustPullResult::Error));
+}
+
+// === the handle ===
+
+const IMAGE: &str = "example.com/private:1";
+
+fn store(dir: &std::path::Path) -> Arc<crate::store::Store> {
+    Arc::new(crate::store::Store::open(dir).unwrap())
+}
+
+fn pod(secrets: Vec<ImagePullSecret>) -> impl FnOnce() -> Result<PodCredentials, std::convert::Infallible> {
+    move || Ok(PodCredentials { secrets, service_account: None })
+}
+
+#[tokio::test]
+async fn intents_and_records_persist_and_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = secret("ns", "a", "u1", "h1");
+    {
+        let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+        r.record_pull_intent(IMAGE).await.unwrap();
+        assert_eq!(r.stored_intents(), ["example.com/private:1"]);
+        // While the pull runs, the image counts as pulled by imaged.
+        assert!(r.must_attempt_pull(IMAGE, REF, pod(vec![])).await.unwrap());
+        r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::secret(a.clone())).await.unwrap();
+        assert!(r.stored_intents().is_empty());
+    }
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    let rec = r.record(REF).expect("record reloaded");
+    assert_eq!(rec.credential_mapping[REPO].kubernetes_secrets, std::slice::from_ref(&a));
+    assert!(!r.must_attempt_pull(IMAGE, REF, pod(vec![a])).await.unwrap());
+    assert!(r.must_attempt_pull(IMAGE, REF, pod(vec![])).await.unwrap());
+    let counts = r.must_pull_counts();
+    assert_eq!((counts.credential_record_found, counts.must_authenticate), (1, 1));
+}
+
+#[tokio::test]
+async fn concurrent_intents_for_one_image_end_with_the_last_pull() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    r.record_pull_intent(IMAGE).await.unwrap();
+    r.record_pull_intent("example.com/private:1").await.unwrap();
+    r.record_image_pull_failed(IMAGE).await;
+    assert_eq!(r.stored_intents().len(), 1, "one pull still in flight");
+    r.record_image_pull_failed(IMAGE).await;
+    assert!(r.stored_intents().is_empty());
+    drop(r);
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    assert!(r.stored_intents().is_empty(), "deleted on disk too");
+}
+
+#[tokio::test]
+async fn a_matching_copy_of_the_secret_is_written_while_matching() {
+    let r = PullRecords::in_memory(VerifyPolicy::default());
+    r.record_pull_intent(IMAGE).await.unwrap();
+    r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::secret(secret("ns", "a", "u1", "h1"))).await.unwrap();
+    let copy = secret("ns2", "copy", "u2", "h1");
+    assert!(!r.must_attempt_pull(IMAGE, REF, pod(vec![copy.clone()])).await.unwrap());
+    assert!(r.record(REF).unwrap().credential_mapping[REPO].kubernetes_secrets.contains(&copy));
+}
+
+#[tokio::test]
+async fn never_verify_needs_no_records() {
+    let r = PullRecords::in_memory(VerifyPolicy::new(VerificationPolicy::NeverVerify));
+    r.record_pull_intent(IMAGE).await.unwrap();
+    r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::secret(secret("ns", "a", "u1", "h1"))).await.unwrap();
+    let must =
+        r.must_attempt_pull(IMAGE, REF, || -> Result<PodCredentials, &str> { panic!("not evaluated") }).await.unwrap();
+    assert!(!must);
+    assert_eq!(r.must_pull_counts().credential_policy_allowed, 1);
+}
+
+#[tokio::test]
+async fn recovery_turns_matched_intents_into_records_without_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+        r.record_pull_intent(IMAGE).await.unwrap();
+        r.record_pull_intent("example.com/gone:1").await.unwrap();
+        // "Crash": neither pull is ever recorded.
+    }
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    assert_eq!(r.stored_intents(), ["example.com/gone:1", "example.com/private:1"]);
+    let images = [crate::domain::Image {
+        id: REF.into(),
+        repo_tags: vec!["example.com/private:1".into()],
+        ..Default::default()
+    }];
+    assert_eq!(r.recover_intents(&images).await.unwrap(), 1);
+    assert_eq!(r.stored_intents(), ["example.com/gone:1"], "an intent for an absent image stays");
+    let rec = r.record(REF).expect("record without credentials");
+    assert!(rec.credential_mapping.is_empty());
+    // A pod without credentials must pull it; so must one with a secret.
+    assert!(r.must_attempt_pull(IMAGE, REF, pod(vec![])).await.unwrap());
+    assert!(r.must_attempt_pull(IMAGE, REF, pod(vec![secret("ns", "a", "u1", "h1")])).await.unwrap());
+    // The gone image still counts as pulled by imaged.
+    assert!(r.must_attempt_pull("example.com/gone:1", "sha256:other", pod(vec![])).await.unwrap());
+    drop(r);
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    assert!(r.record(REF).is_some() && r.stored_intents() == ["example.com/gone:1"], "recovery is durable");
+}
+
+#[tokio::test]
+async fn prune_deletes_old_records_of_absent_images_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    for (img, id) in [("example.com/a:1", "sha256:a"), ("example.com/b:1", "sha256:b")] {
+        r.record_pull_intent(img).await.unwrap();
+        r.record_image_pulled(img, id, &ImagePullCredentials::node_accessible()).await.unwrap();
+    }
+    let cutoff = SystemTime::now() + Duration::from_secs(1);
+    let present: HashSet<String> = ["sha256:a".to_string()].into();
+    // Records newer than the GC start stay even when absent.
+    assert_eq!(r.prune_unknown_records(&present, t(0)).await.unwrap(), 0);
+    assert_eq!(r.prune_unknown_records(&present, cutoff).await.unwrap(), 1);
+    assert!(r.record("sha256:a").is_some());
+    assert!(r.record("sha256:b").is_none());
+    drop(r);
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    assert!(r.record("sha256:b").is_none(), "pruned on disk too");
+}
+
+#[tokio::test]
+async fn a_dropped_intent_guard_ends_the_intent_and_a_disarmed_one_does_not() {
+    let r = PullRecords::in_memory(VerifyPolicy::default());
+    let guard = r.begin_pull(IMAGE).await.unwrap();
+    assert_eq!(r.stored_intents().len(), 1);
+    drop(guard); // the caller gave up mid-pull
+    for _ in 0..100 {
+        if r.stored_intents().is_empty() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(r.stored_intents().is_empty(), "ended by the guard");
+
+    let guard = r.begin_pull(IMAGE).await.unwrap();
+    r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::node_accessible()).await.unwrap();
+    guard.disarm();
+    r.record_pull_intent(IMAGE).await.unwrap();
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(r.stored_intents().len(), 1, "a disarmed guard ends nothing");
+}

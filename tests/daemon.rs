@@ -1,0 +1,410 @@
+//! The daemon as operators run it: `imaged run` on the embedded runtime,
+//! its API through a real unix socket, `imagectl` against it, signals.
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use imaged::api::proto;
+use nix::sys::signal::Signal;
+use support::daemon::{Daemon, stderr, stdout};
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
+}
+
+fn ensure_req(uid: &str, image: &str, policy: &str) -> proto::EnsureImageRequest {
+    proto::EnsureImageRequest {
+        pod: Some(proto::Pod { uid: uid.into(), namespace: "ns".into(), name: uid.into(), ..Default::default() }),
+        image: image.into(),
+        pull_policy: policy.into(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn the_api_serves_every_rpc_on_an_owner_only_socket() {
+    let d = Daemon::start(&[]);
+    let mode = std::fs::metadata(&d.socket).expect("socket").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "socket mode {mode:o}");
+
+    rt().block_on(async {
+        let mut c = imaged::api::client(&d.socket).expect("client");
+        // EnsureImage: pulled, then present.
+        let r = c.ensure_image(ensure_req("p1", "busybox:1.36", "IfNotPresent")).await.expect("rpc").into_inner();
+        let Some(proto::ensure_image_response::Result::Ok(ok)) = r.result else { panic!("{r:?}") };
+        assert!(ok.image_ref.starts_with("sha256:"), "{ok:?}");
+        let r = c.ensure_image(ensure_req("p2", "busybox:1.36", "")).await.expect("rpc").into_inner();
+        let Some(proto::ensure_image_response::Result::Ok(ok2)) = r.result else { panic!("{r:?}") };
+        assert_eq!(
+            ok2.message,
+            "Container image \"busybox:1.36\" already present on machine and can be accessed by the pod"
+        );
+
+        // A missing image: the kubelet's error, then back-off.
+        let missing = "docker.io/library/missing:1";
+        let r = c.ensure_image(ensure_req("p3", missing, "IfNotPresent")).await.expect("rpc").into_inner();
+        let Some(proto::ensure_image_response::Result::Failure(f)) = r.result else { panic!("{r:?}") };
+        assert_eq!((f.kind.as_str(), f.class.as_str()), ("ErrImagePull", "permanent"), "{f:?}");
+        let r = c.ensure_image(ensure_req("p3", missing, "IfNotPresent")).await.expect("rpc").into_inner();
+        let Some(proto::ensure_image_response::Result::Failure(f)) = r.result else { panic!("{r:?}") };
+        assert_eq!(f.kind, "ImagePullBackOff");
+        assert!(
+            f.message.starts_with("Back-off pulling image \"docker.io/library/missing:1\": ErrImagePull:"),
+            "{f:?}"
+        );
+
+        // ListImages: the pulled image with its node-status names.
+        let images = c.list_images(proto::ListImagesRequest {}).await.expect("rpc").into_inner().images;
+        let bb = images.iter().find(|i| i.id == ok.image_ref).expect("busybox listed");
+        assert!(bb.repo_tags.contains(&"docker.io/library/busybox:1.36".to_string()), "{bb:?}");
+        assert!(bb.names.contains(&"docker.io/library/busybox:1.36".to_string()), "{bb:?}");
+
+        // GetStatus: runtime, queue, the back-off key.
+        let s = c.get_status(proto::GetStatusRequest {}).await.expect("rpc").into_inner();
+        assert_eq!(s.runtime_name, "imaged-embedded");
+        assert!(s.accepting);
+        assert_eq!(s.pull_mode, "serial");
+        assert_eq!(s.backoffs.len(), 1, "{:?}", s.backoffs);
+        assert_eq!((s.backoffs[0].pod_uid.as_str(), s.backoffs[0].backoff_ms), ("p3", 10_000));
+
+        // ClearBackoff for that pod: one key; then a retry pulls again (ErrImagePull, not back-off).
+        let cleared = c
+            .clear_backoff(proto::ClearBackoffRequest { pod_uid: "p3".into(), image: String::new() })
+            .await
+            .expect("rpc")
+            .into_inner()
+            .cleared;
+        assert_eq!(cleared, 1);
+        let r = c.ensure_image(ensure_req("p3", missing, "IfNotPresent")).await.expect("rpc").into_inner();
+        let Some(proto::ensure_image_response::Result::Failure(f)) = r.result else { panic!("{r:?}") };
+        assert_eq!(f.kind, "ErrImagePull");
+
+        // GarbageCollect (dry run): every image with a verdict; busybox was just ensured, so kept.
+        let g = c.garbage_collect(proto::GarbageCollectRequest { dry_run: true }).await.expect("rpc").into_inner();
+        assert!(g.dry_run && g.mode == "threshold", "{g:?}");
+        let e = g.entries.iter().find(|e| e.id == ok.image_ref).expect("busybox in the plan");
+        assert_eq!(e.verdict, "keep", "{e:?}");
+        assert!(g.removed.is_empty());
+        let g =
+            c.delete_unused_images(proto::DeleteUnusedImagesRequest { dry_run: true }).await.expect("rpc").into_inner();
+        assert_eq!(g.mode, "delete-unused");
+
+        // WatchEvents (recent, no follow): the kubelet's events and the pull phases, then the end.
+        let mut stream =
+            c.watch_events(proto::WatchEventsRequest { recent: true, follow: false }).await.expect("rpc").into_inner();
+        let mut reasons = Vec::new();
+        let mut phases = Vec::new();
+        while let Some(e) = stream.message().await.expect("stream") {
+            match e.kind {
+                Some(proto::event::Kind::ImageEvent(ie)) => reasons.push(ie.reason),
+                Some(proto::event::Kind::PullPhase(p)) => phases.push((p.image, p.phase)),
+                _ => {}
+            }
+        }
+        for want in ["Pulling", "Pulled", "Failed", "BackOff"] {
+            assert!(reasons.iter().any(|r| r == want), "{want} missing from {reasons:?}");
+        }
+        let bb = "docker.io/library/busybox:1.36".to_string();
+        for want in ["queued", "pulling", "done"] {
+            assert!(phases.contains(&(bb.clone(), want.to_string())), "{want} missing from {phases:?}");
+        }
+    });
+}
+
+#[test]
+fn bad_requests_are_rejected_naming_the_field() {
+    let d = Daemon::start(&["--set", "daemon.max_request_bytes=65536"]);
+    rt().block_on(async {
+        let mut c = imaged::api::client(&d.socket).expect("client");
+        let cases: Vec<(proto::EnsureImageRequest, &str)> = vec![
+            (ensure_req("p", "", "IfNotPresent"), "image: must not be empty"),
+            (proto::EnsureImageRequest { pod: None, ..ensure_req("p", "busybox", "") }, "pod: must be set"),
+            (ensure_req("", "busybox", ""), "pod.uid: must not be empty"),
+            (ensure_req("p", "busybox", "Sometimes"), "pull_policy: unknown pull policy \"Sometimes\""),
+            (
+                proto::EnsureImageRequest {
+                    pull_secrets: vec![b"{not json".to_vec()],
+                    ..ensure_req("p", "busybox", "")
+                },
+                "pull_secrets[0]:",
+            ),
+        ];
+        for (req, want) in cases {
+            let e = c.ensure_image(req).await.expect_err("rejected");
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+            assert!(e.message().starts_with(want), "{:?} does not start with {want:?}", e.message());
+        }
+        // Larger than daemon.max_request_bytes: refused before it is decoded.
+        let big =
+            proto::EnsureImageRequest { pull_secrets: vec![vec![b'x'; 100_000]], ..ensure_req("p", "busybox", "") };
+        let e = c.ensure_image(big).await.expect_err("oversized");
+        assert!(matches!(e.code(), tonic::Code::OutOfRange | tonic::Code::ResourceExhausted), "{e:?}");
+        // The daemon still serves.
+        c.get_status(proto::GetStatusRequest {}).await.expect("still serving");
+    });
+}
+
+#[test]
+fn imagectl_drives_the_daemon_with_tables_json_and_exit_codes() {
+    let d = Daemon::start(&[]);
+    let o = d.imagectl(&["ensure", "busybox:1.36", "--pod", "web/front-1", "--pod-uid", "u1"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("image ref: sha256:"), "{}", stdout(&o));
+    // Progress went to stderr: the kubelet's events for this pod, and the phases.
+    let err = stderr(&o);
+    assert!(err.contains("Pulling image \"busybox:1.36\"") && err.contains("Successfully pulled image"), "{err}");
+    assert!(err.contains("pulling") && err.contains("docker.io/library/busybox:1.36"), "{err}");
+
+    let o = d.imagectl(&["-o", "json", "ensure", "busybox:1.36"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["ok"], true);
+    assert_eq!(
+        v["message"],
+        "Container image \"busybox:1.36\" already present on machine and can be accessed by the pod"
+    );
+
+    let o = d.imagectl(&["ensure", "docker.io/library/missing:2"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(stdout(&o).starts_with("ErrImagePull: "), "{}", stdout(&o));
+    let o = d.imagectl(&["ensure", "busybox", "--policy", "Sometimes"]);
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+    assert!(stderr(&o).contains("pull_policy: unknown pull policy"), "{}", stderr(&o));
+    let o = d.imagectl(&["ensure", "busybox", "--pod", "no-slash"]);
+    assert_eq!(o.status.code(), Some(64));
+
+    let o = d.imagectl(&["images"]);
+    let out = stdout(&o);
+    assert!(out.lines().next().is_some_and(|h| h.starts_with("IMAGE ID") && h.contains("SIZE")), "{out}");
+    assert!(out.contains("docker.io/library/busybox:1.36"), "{out}");
+    let o = d.imagectl(&["-o", "json", "images"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert!(v.as_array().is_some_and(|a| a.iter().any(|i| i["size"] == 4_261_574)), "{v}");
+
+    let o = d.imagectl(&["gc", "--dry-run"]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(out.contains("VERDICT") && out.contains("keep: in use by ensured recently"), "{out}");
+    assert!(out.contains("threshold (dry run)"), "{out}");
+    let o = d.imagectl(&["-o", "json", "gc", "--dry-run", "--delete-unused"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["mode"], "delete-unused");
+
+    let o = d.imagectl(&["events"]);
+    let out = stdout(&o);
+    assert!(out.contains("Pulled") && out.contains("web/front-1"), "{out}");
+    let o = d.imagectl(&["-o", "json", "events"]);
+    let first: serde_json::Value =
+        serde_json::from_str(stdout(&o).lines().next().expect("an event line")).expect("json line");
+    assert!(first.get("time").is_some(), "{first}");
+
+    let o = d.imagectl(&["backoff", "list"]);
+    assert!(stdout(&o).contains("docker.io/library/missing:2"), "{}", stdout(&o));
+    let o = d.imagectl(&["backoff", "clear", "--image", "docker.io/library/missing:2"]);
+    assert_eq!(stdout(&o).trim(), "cleared back-off for 1 key(s)");
+
+    let o = d.imagectl(&["status"]);
+    let out = stdout(&o);
+    assert!(out.contains("runtime: imaged-embedded") && out.contains("pull.mode = serial"), "{out}");
+    let o = d.imagectl(&["-o", "json", "status"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["runtime"]["name"], "imaged-embedded");
+
+    // No daemon on a socket: 69.
+    let o = support::daemon::imagectl(&d.dir.path().join("nobody.sock"), &["status"]);
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+}
+
+#[test]
+fn sigterm_lets_the_pull_in_flight_finish_exits_0_and_persists_state() {
+    let state = tempfile::tempdir().expect("state dir");
+    let state_arg = format!("state.dir={}", state.path().display());
+    let mut d = Daemon::start(&["--set", &state_arg]);
+    let socket = d.socket.clone();
+    // A worker thread drives the call while this thread watches the log.
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("rt");
+    let ensure = runtime.spawn(async move {
+        let mut c = imaged::api::client(&socket).expect("client");
+        // nginx takes 400 ms to pull from the embedded registry.
+        c.ensure_image(ensure_req("p1", "nginx:1.27", "IfNotPresent")).await
+    });
+    // Wait until the pull is running, then SIGTERM.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !d.log().contains("Pulling image \"nginx:1.27\"") {
+        assert!(std::time::Instant::now() < deadline, "pull never started: {}", d.log());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    d.signal(Signal::SIGTERM);
+    let r = runtime.block_on(ensure).expect("task").expect("the in-flight ensure completes").into_inner();
+    assert!(matches!(r.result, Some(proto::ensure_image_response::Result::Ok(_))), "{r:?}");
+    assert_eq!(d.wait_exit(Duration::from_secs(20)), Some(0), "{}", d.log());
+    assert!(!d.socket.exists(), "socket removed on exit");
+    let log = d.log();
+    assert!(log.contains("shutting down") && log.contains("abandoned_pulls=0"), "{log}");
+    // The image the drained pull brought is in the durable records.
+    let store = imaged::store::Store::open(state.path()).expect("reopen state");
+    let records = store.image_records().expect("records");
+    assert!(
+        records.iter().any(|r| format!("{r:?}").contains("nginx")),
+        "no record for nginx in {} record(s)",
+        records.len()
+    );
+}
+
+#[test]
+fn sighup_reloads_the_log_filter_and_a_stopped_daemon_means_exit_69() {
+    let cfg_dir = tempfile::tempdir().expect("dir");
+    let cfg = cfg_dir.path().join("imaged.toml");
+    std::fs::write(&cfg, "[log]\nfilter = \"warn\"\n").expect("write");
+    let cfg_arg = cfg.display().to_string();
+    let mut d = Daemon::start(&["--config", &cfg_arg]);
+    let ok = d.imagectl(&["ensure", "busybox:1.36", "--pod-uid", "before"]);
+    assert_eq!(ok.status.code(), Some(0));
+    assert!(!d.log().contains("Pulling image"), "info lines are filtered out at warn: {}", d.log());
+
+    std::fs::write(&cfg, "[log]\nfilter = \"info\"\n").expect("write");
+    d.signal(Signal::SIGHUP);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !d.log().contains("SIGHUP: configuration reloaded") {
+        assert!(std::time::Instant::now() < deadline, "no reload: {}", d.log());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let ok = d.imagectl(&["ensure", "redis:7", "--pod-uid", "after"]);
+    assert_eq!(ok.status.code(), Some(0));
+    assert!(d.log().contains("Pulling image \"redis:7\""), "info lines appear after the reload: {}", d.log());
+
+    d.signal(Signal::SIGTERM);
+    assert_eq!(d.wait_exit(Duration::from_secs(20)), Some(0), "{}", d.log());
+    let o = d.imagectl(&["ensure", "busybox:1.36"]);
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+}
+
+#[test]
+fn a_node_refuses_new_work_once_stopping_and_drains_what_runs() {
+    actix::System::new().block_on(async {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut cfg = imaged::config::Config::defaults().expect("defaults");
+        cfg.endpoint = imaged::config::RuntimeEndpoint::Embedded { socket: Some(dir.path().join("cri.sock")) };
+        let node = std::sync::Arc::new(imaged::node::Node::start(cfg).await.expect("node"));
+        let n2 = node.clone();
+        // nginx takes 400 ms; shutdown starts while it runs.
+        let running = tokio::spawn(async move {
+            let req = imaged::ensure::EnsureImageRequest::new(
+                "p1",
+                "nginx:1.27",
+                imaged::domain::pull_policy::PullPolicy::IfNotPresent,
+            );
+            n2.ensure_image_exists(&req).await
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let shutdown = node.shutdown(Duration::from_secs(10));
+        tokio::pin!(shutdown);
+        // Let shutdown mark the node, then try new work.
+        tokio::select! {
+            _ = &mut shutdown => panic!("shutdown finished before the pull"),
+            _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+        }
+        let req = imaged::ensure::EnsureImageRequest::new(
+            "p2",
+            "redis:7",
+            imaged::domain::pull_policy::PullPolicy::IfNotPresent,
+        );
+        assert_eq!(node.ensure_image_exists(&req).await.expect_err("refused"), imaged::node::NodeError::ShuttingDown);
+        assert!(matches!(node.garbage_collect(true).await, Err(imaged::node::NodeError::ShuttingDown)));
+        let report = shutdown.await;
+        assert_eq!(report.abandoned_pulls, 0);
+        let done = running.await.expect("task").expect("accepted before shutdown").expect("pulled");
+        assert!(done.image_ref.starts_with("sha256:"));
+    });
+}
+
+#[test]
+fn metrics_and_health_are_served_next_to_the_api() {
+    let d = Daemon::start(&[]);
+    assert_eq!(d.imagectl(&["ensure", "busybox:1.36", "--pod-uid", "m1"]).status.code(), Some(0));
+    assert_eq!(d.imagectl(&["ensure", "busybox:1.36", "--pod-uid", "m2"]).status.code(), Some(0));
+    let base = format!("http://{}", d.http_addr());
+    rt().block_on(async {
+        let client = reqwest::Client::new();
+        let get = |path: &str| client.get(format!("{base}{path}")).send();
+        let ready = get("/readyz").await.expect("readyz");
+        assert_eq!(ready.status(), 200);
+        let live = get("/healthz").await.expect("healthz");
+        assert_eq!(live.status(), 200);
+        let text = get("/metrics").await.expect("metrics").text().await.expect("body");
+        let value = |needle: &str| -> f64 {
+            text.lines()
+                .find(|l| l.starts_with(needle))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{needle} not in\n{text}"))
+        };
+        // One pull (absent), one present: the kubelet's labels.
+        assert_eq!(
+            value(
+                "imaged_image_manager_ensure_image_requests_total{pull_policy=\"ifnotpresent\",present_locally=\"false\",pull_required=\"true\"}"
+            ),
+            1.0
+        );
+        assert_eq!(
+            value(
+                "imaged_image_manager_ensure_image_requests_total{pull_policy=\"ifnotpresent\",present_locally=\"true\",pull_required=\"false\"}"
+            ),
+            1.0
+        );
+        assert!(value("imaged_cri_request_duration_seconds_count{method=\"PullImage\"}") >= 1.0);
+    });
+}
+
+#[test]
+fn a_fault_plan_file_injects_failures_and_a_panic_ends_the_daemon_loudly() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().expect("dir");
+    let plan = dir.path().join("faults.toml");
+    std::fs::write(
+        &plan,
+        r#"
+        [[rule]]
+        rpc = "PullImage"
+        image = "*redis:*"
+        action = "fail"
+        kind = "RegistryUnavailable"
+        message = "RegistryUnavailable: injected outage"
+        [[rule]]
+        rpc = "PullImage"
+        image = "*nginx:*"
+        action = "panic"
+        "#,
+    )
+    .expect("write plan");
+    let plan_arg = format!("runtime.fault_plan={}", plan.display());
+    let mut d = Daemon::start(&["--set", &plan_arg]);
+    // Injected failure: the kubelet's reason for an unreachable registry.
+    let o = d.imagectl(&["ensure", "redis:7"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(
+        stdout(&o).starts_with("RegistryUnavailable: ") && stdout(&o).contains("injected outage"),
+        "{}",
+        stdout(&o)
+    );
+    // Other images are untouched.
+    assert_eq!(d.imagectl(&["ensure", "busybox:1.36"]).status.code(), Some(0));
+    // An injected panic (a stand-in for a bug): the daemon does not go on half-alive.
+    let o = d.imagectl(&["ensure", "nginx:1.27"]);
+    assert_ne!(o.status.code(), Some(0), "{}", stdout(&o));
+    let status = d.wait_status(Duration::from_secs(20));
+    assert_eq!(status.signal(), Some(nix::libc::SIGABRT), "{status:?}: {}", d.log());
+    let log = d.log();
+    assert!(log.contains("a panic is a bug; aborting") && log.contains("injected panic in the CRI gateway"), "{log}");
+
+    // A bad plan is a configuration error naming the key and the rule.
+    std::fs::write(&plan, "[[rule]]\nrpc = \"PullImage\"\naction = \"explode\"\n").expect("write");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_imaged"))
+        .args(["--set", &plan_arg, "check-config"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(64));
+    let err = stderr(&out);
+    assert!(err.contains("runtime.fault_plan") && err.contains("rule 1: action: unknown action \"explode\""), "{err}");
+}

@@ -1,0 +1,333 @@
+//! Verified access to cached private images (KEP-2535) end to end against
+//! the embedded runtime, whose registry demands credentials for a private
+//! image: a pod that pulled with its secret, a pod without one, a pod with
+//! the same credential in another secret; policies; restarts (the state
+//! directory reopened); single-flight; a crash between intent and record
+//! (a child process killed with SIGKILL).
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use imaged::actors::pull_queue::{Concurrency, PullQueueConfig};
+use imaged::config::BackoffSettings;
+use imaged::credentials::PullSecret;
+use imaged::cri::Rpc;
+use imaged::domain::ImageErrorKind;
+use imaged::domain::pull_policy::PullPolicy;
+use imaged::embedded::RemoteImage;
+use imaged::ensure::{EnsureConfig, EnsureError, EnsureImageRequest, EnsureOk, ImageManager};
+use imaged::pull_records::{PullRecords, VerificationPolicy, VerifyPolicy};
+use imaged::store::Store;
+use support::fixture::{Runtime, runtime};
+
+const PRIVATE: &str = "registry.example.com/team/app:v1";
+const REPO: &str = "registry.example.com/team/app";
+const USER: &str = "team";
+const PASSWORD: &str = "s3cret";
+
+/// A dockerconfigjson secret for the private registry.
+fn secret(namespace: &str, name: &str, uid: &str, password: &str) -> PullSecret {
+    let json = format!(r#"{{"auths":{{"registry.example.com":{{"username":"{USER}","password":"{password}"}}}}}}"#);
+    PullSecret::new(namespace, name, "kubernetes.io/dockerconfigjson")
+        .with_data(".dockerconfigjson", json.into_bytes())
+        .with_uid(uid)
+}
+
+fn req(uid: &str, policy: PullPolicy, secrets: Vec<PullSecret>) -> EnsureImageRequest {
+    let mut r = EnsureImageRequest::new(uid, PRIVATE, policy);
+    r.pod.namespace = "default".into();
+    r.pod.name = format!("pod-{uid}");
+    r.pull_secrets = secrets;
+    r
+}
+
+fn private_remote() -> RemoteImage {
+    RemoteImage::new(PRIVATE, 1_000).private(USER, PASSWORD)
+}
+
+/// A manager whose pull records live in `dir` (a "node": reopening the
+/// same dir is a restart), with startup recovery of intents.
+async fn manager(rt: &Runtime, dir: &Path, policy: VerificationPolicy, concurrency: Concurrency) -> ImageManager {
+    let store = Arc::new(Store::open(dir).expect("store opens"));
+    let records = PullRecords::open(VerifyPolicy::new(policy), Some(store)).expect("records load");
+    records.recover_intents_from_runtime(&rt.gateway).await.expect("recovery");
+    let pull = PullQueueConfig { concurrency, qps: 0.0, ..PullQueueConfig::default() };
+    ImageManager::start(rt.gateway.clone(), &pull, &BackoffSettings::default(), EnsureConfig::default())
+        .await
+        .expect("manager starts")
+        .with_pull_records(records)
+}
+
+fn pulls(rt: &Runtime) -> u64 {
+    rt.runtime.stats().calls(Rpc::PullImage)
+}
+
+fn served(r: &Result<EnsureOk, EnsureError>) -> bool {
+    r.as_ref().is_ok_and(|ok| {
+        ok.message.is_empty()
+            || ok.message
+                == format!("Container image \"{PRIVATE}\" already present on machine and can be accessed by the pod")
+    })
+}
+
+fn refused_by_the_registry(r: &Result<EnsureOk, EnsureError>) -> bool {
+    r.as_ref().is_err_and(|e| e.kind == ImageErrorKind::ErrImagePull && e.message.contains("401 Unauthorized"))
+}
+
+#[actix::test]
+async fn a_pod_without_the_secret_is_refused_a_pod_with_the_same_credential_is_served_and_a_restart_changes_nothing() {
+    let rt = runtime().await;
+    rt.runtime.add_remote(private_remote()).expect("add");
+    let state = tempfile::tempdir().expect("tempdir");
+    let a = || vec![secret("team-a", "regcred", "uid-a", PASSWORD)];
+    // Another secret (other namespace, name and uid) holding the same credential.
+    let c = || vec![secret("team-c", "copy", "uid-c", PASSWORD)];
+
+    let m = manager(&rt, state.path(), VerificationPolicy::NeverVerifyPreloadedImages, Concurrency::Serial).await;
+    // Pod A pulls with its secret.
+    let ok = m.ensure_image_exists(&req("a", PullPolicy::IfNotPresent, a())).await.expect("A pulls");
+    assert_eq!(ok.message, "");
+    assert_eq!(pulls(&rt), 1);
+    let record = m.pull_records().record(&ok.image_ref).expect("pulled record");
+    let secrets = &record.credential_mapping[REPO].kubernetes_secrets;
+    assert_eq!(secrets.len(), 1);
+    assert_eq!(
+        (secrets[0].namespace.as_str(), secrets[0].name.as_str(), secrets[0].uid.as_str()),
+        ("team-a", "regcred", "uid-a")
+    );
+    assert_eq!(secrets[0].credential_hash.len(), 64, "a SHA-256 hex, never the password");
+    assert!(!serde_json::to_string(&record).unwrap().contains(PASSWORD));
+
+    // Pod B, no secret, image present: it must pull, and the registry refuses it.
+    let b = m.ensure_image_exists(&req("b", PullPolicy::IfNotPresent, vec![])).await;
+    assert!(refused_by_the_registry(&b), "{b:?}");
+    assert_eq!(pulls(&rt), 2, "B's pull reached the registry");
+    // With Never it gets the kubelet's "not present" answer.
+    let never = m.ensure_image_exists(&req("b2", PullPolicy::Never, vec![])).await.expect_err("Never");
+    assert_eq!(never.kind, ImageErrorKind::ErrImageNeverPull);
+    assert_eq!(never.message, format!("Container image \"{PRIVATE}\" is not present with pull policy of Never"));
+    // Pod C, same credential in another secret: served without a pull.
+    let c_ok = m.ensure_image_exists(&req("c", PullPolicy::IfNotPresent, c())).await;
+    assert!(served(&c_ok), "{c_ok:?}");
+    assert_eq!(pulls(&rt), 2);
+    // Pod A again: served without a pull, also under Never.
+    assert!(served(&m.ensure_image_exists(&req("a2", PullPolicy::Never, a())).await));
+    assert_eq!(pulls(&rt), 2);
+    let counts = m.pull_records().must_pull_counts();
+    assert_eq!(counts.must_authenticate, 2, "B and B2");
+    assert_eq!(counts.credential_record_found, 2, "C and A2");
+
+    // Restart: everything reopened from the state directory.
+    drop(m);
+    let m = manager(&rt, state.path(), VerificationPolicy::NeverVerifyPreloadedImages, Concurrency::Serial).await;
+    let b = m.ensure_image_exists(&req("b3", PullPolicy::IfNotPresent, vec![])).await;
+    assert!(refused_by_the_registry(&b), "{b:?}");
+    assert_eq!(pulls(&rt), 3);
+    assert!(served(&m.ensure_image_exists(&req("c2", PullPolicy::IfNotPresent, c())).await));
+    assert!(served(&m.ensure_image_exists(&req("a3", PullPolicy::IfNotPresent, a())).await));
+    assert_eq!(pulls(&rt), 3, "A and C are served from the records");
+    // A secret with a wrong password is refused too.
+    let b_wrong =
+        m.ensure_image_exists(&req("b4", PullPolicy::IfNotPresent, vec![secret("x", "y", "z", "guess")])).await;
+    assert!(refused_by_the_registry(&b_wrong), "{b_wrong:?}");
+}
+
+#[actix::test]
+async fn never_verify_serves_a_pod_without_the_secret_and_always_verify_checks_even_preloaded_images() {
+    let rt = runtime().await;
+    rt.runtime.add_remote(private_remote()).expect("add");
+    let state = tempfile::tempdir().expect("tempdir");
+    let m = manager(&rt, state.path(), VerificationPolicy::NeverVerify, Concurrency::Serial).await;
+    m.ensure_image_exists(&req("a", PullPolicy::IfNotPresent, vec![secret("ns", "regcred", "uid-a", PASSWORD)]))
+        .await
+        .expect("A pulls");
+    let b = m.ensure_image_exists(&req("b", PullPolicy::IfNotPresent, vec![])).await;
+    assert!(served(&b), "{b:?}");
+    assert_eq!(pulls(&rt), 1);
+    assert_eq!(m.pull_records().must_pull_counts().credential_policy_allowed, 1);
+    drop(m);
+
+    // A preloaded private image (never pulled by imaged).
+    let rt = runtime().await;
+    rt.runtime.preload(private_remote()).expect("preload");
+    let state = tempfile::tempdir().expect("tempdir");
+    let m = manager(&rt, state.path(), VerificationPolicy::NeverVerifyPreloadedImages, Concurrency::Serial).await;
+    assert!(served(&m.ensure_image_exists(&req("b", PullPolicy::IfNotPresent, vec![])).await), "preloaded: exempt");
+    drop(m);
+    let state = tempfile::tempdir().expect("tempdir");
+    let m = manager(&rt, state.path(), VerificationPolicy::AlwaysVerify, Concurrency::Serial).await;
+    let b = m.ensure_image_exists(&req("b", PullPolicy::IfNotPresent, vec![])).await;
+    assert!(refused_by_the_registry(&b), "{b:?}");
+    let a = m.ensure_image_exists(&req("a", PullPolicy::IfNotPresent, vec![secret("ns", "s", "u", PASSWORD)])).await;
+    assert!(served(&a), "{a:?}");
+}
+
+#[actix::test]
+async fn single_flight_never_hands_a_private_image_to_a_pod_without_credentials() {
+    for concurrency in [Concurrency::Serial, Concurrency::Parallel(None)] {
+        let rt = runtime().await;
+        rt.runtime.add_remote(private_remote().latency(Duration::from_millis(50))).expect("add");
+        let state = tempfile::tempdir().expect("tempdir");
+        let m = manager(&rt, state.path(), VerificationPolicy::NeverVerifyPreloadedImages, concurrency).await;
+        let a = req("a", PullPolicy::IfNotPresent, vec![secret("ns", "regcred", "uid-a", PASSWORD)]);
+        let b = req("b", PullPolicy::IfNotPresent, vec![]);
+        let (ra, rb) = futures_util::join!(m.ensure_image_exists(&a), m.ensure_image_exists(&b));
+        assert!(served(&ra), "{concurrency:?}: {ra:?}");
+        assert!(refused_by_the_registry(&rb), "{concurrency:?}: {rb:?}");
+        drop(m);
+    }
+}
+
+// === crash between intent and record ===
+
+const CHILD_DIR_ENV: &str = "IMAGED_KEP_TEST_CHILD_DIR";
+
+/// Not a test on its own: the body of the child process of
+/// [`a_crash_between_intent_and_record_is_recovered_at_the_next_start`].
+/// Records a pull intent in the state directory, says so, and waits to be
+/// killed; returns at once when not run as that child.
+#[test]
+fn intent_writer_child() {
+    let Ok(dir) = std::env::var(CHILD_DIR_ENV) else { return };
+    let store = Arc::new(Store::open(Path::new(&dir)).expect("child opens the store"));
+    let records = PullRecords::open(VerifyPolicy::default(), Some(store)).expect("child loads");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(records.record_pull_intent(PRIVATE)).expect("intent recorded");
+    println!("intent recorded");
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+#[actix::test]
+async fn a_crash_between_intent_and_record_is_recovered_at_the_next_start() {
+    let state = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", "intent_writer_child", "--nocapture", "--test-threads=1"])
+        .env(CHILD_DIR_ENV, state.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("child starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if line.contains("intent recorded") => break,
+            Ok(_) => continue,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the child did not record its intent: {e}");
+            }
+        }
+    }
+    // SIGKILL: the pull "ran" but imaged died before recording it.
+    child.kill().expect("kill");
+    child.wait().expect("reaped");
+
+    // The runtime finished the pull (made with the secret) before the crash.
+    let rt = runtime().await;
+    rt.runtime.preload(private_remote()).expect("preload");
+    let image_id = private_remote().id;
+    {
+        let store = Arc::new(Store::open(state.path()).expect("reopens after the crash"));
+        let records = PullRecords::open(VerifyPolicy::default(), Some(store)).expect("loads");
+        assert_eq!(records.stored_intents(), [PRIVATE], "the intent survived the crash");
+    }
+    let m = manager(&rt, state.path(), VerificationPolicy::NeverVerifyPreloadedImages, Concurrency::Serial).await;
+    assert!(m.pull_records().stored_intents().is_empty(), "matched to the present image");
+    let record = m.pull_records().record(&image_id).expect("record written by recovery");
+    assert!(record.credential_mapping.is_empty(), "with no credentials");
+    // A pod without credentials must pull, and is refused.
+    let b = m.ensure_image_exists(&req("b", PullPolicy::IfNotPresent, vec![])).await;
+    assert!(refused_by_the_registry(&b), "{b:?}");
+    // A pod with the secret pulls (verifies) and is then on record.
+    let a = m.ensure_image_exists(&req("a", PullPolicy::IfNotPresent, vec![secret("ns", "s", "u", PASSWORD)])).await;
+    assert!(served(&a), "{a:?}");
+    assert_eq!(
+        m.pull_records().record(&image_id).expect("record").credential_mapping[REPO].kubernetes_secrets.len(),
+        1
+    );
+    assert_eq!(pulls(&rt), 2);
+}
+
+#[actix::test]
+async fn gc_prunes_the_records_of_the_images_it_removes_and_keeps_the_others() {
+    use imaged::actors::gc_executor::DeleteUnusedImages;
+    use imaged::ensure::EventSink;
+    use imaged::gc_service::GcService;
+
+    let rt = runtime().await;
+    rt.runtime.add_remote(private_remote()).expect("add");
+    rt.runtime.add_remote(RemoteImage::new("example.com/public:1", 100)).expect("add");
+    let state = tempfile::tempdir().expect("tempdir");
+    let m = manager(&rt, state.path(), VerificationPolicy::NeverVerifyPreloadedImages, Concurrency::Serial).await;
+    let private = m
+        .ensure_image_exists(&req("a", PullPolicy::IfNotPresent, vec![secret("ns", "s", "u", PASSWORD)]))
+        .await
+        .expect("pulled");
+    let public = m
+        .ensure_image_exists(&EnsureImageRequest::new("p", "example.com/public:1", PullPolicy::IfNotPresent))
+        .await
+        .expect("pulled");
+    // The private image stays in use by a container.
+    rt.runtime.add_container(imaged::domain::Container {
+        id: "c1".into(),
+        name: "app".into(),
+        image: imaged::domain::ImageSpec::new(PRIVATE),
+        image_ref: private.image_ref.clone(),
+        state: imaged::domain::ContainerState::Running,
+        ..Default::default()
+    });
+    let settings = imaged::config::Config::from_toml("[gc]\nimage_minimum_gc_age = \"0s\"\nsandbox_image = \"\"")
+        .expect("config")
+        .gc;
+    let svc = GcService::start_with(
+        &rt.gateway,
+        &settings,
+        rt.runtime.capacity_source(),
+        None,
+        imaged::gc::hints::InUseHints::default(),
+        EventSink::default(),
+        Some(m.pull_records().clone()),
+    );
+    let report = svc.executor.send(DeleteUnusedImages { dry_run: false }).await.expect("executor").expect("gc");
+    assert_eq!(report.removed.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [public.image_ref.as_str()]);
+    assert!(m.pull_records().record(&public.image_ref).is_none(), "the removed image's record is pruned");
+    assert!(m.pull_records().record(&private.image_ref).is_some(), "the in-use image keeps its record");
+}
+
+#[actix::test]
+async fn the_local_fallback_serves_only_pods_that_may_use_the_image() {
+    use imaged::cri::{CriError, CriErrorKind};
+    use imaged::fault::{FaultPlan, FaultRule};
+    let rt = runtime().await;
+    rt.runtime.add_remote(private_remote()).expect("add");
+    let state = tempfile::tempdir().expect("tempdir");
+    let m = manager(&rt, state.path(), VerificationPolicy::NeverVerifyPreloadedImages, Concurrency::Serial).await;
+    let a = || vec![secret("ns", "regcred", "uid-a", PASSWORD)];
+    m.ensure_image_exists(&req("a", PullPolicy::IfNotPresent, a())).await.expect("A pulls");
+    // The registry goes away.
+    let unreachable = CriError::new(CriErrorKind::RegistryUnavailable, "dial tcp: connection refused");
+    rt.runtime.set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::PullImage).fail(unreachable)));
+    let b = m.ensure_image_exists(&req("b", PullPolicy::AlwaysWithLocalFallback, vec![])).await;
+    let e = b.expect_err("a pod without the secret gets no local copy");
+    assert_eq!(e.kind, ImageErrorKind::RegistryUnavailable);
+    let a2 = m.ensure_image_exists(&req("a2", PullPolicy::AlwaysWithLocalFallback, a())).await.expect("A falls back");
+    assert!(a2.message.contains("the registry is unreachable"), "{}", a2.message);
+}

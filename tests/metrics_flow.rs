@@ -1,0 +1,224 @@
+//! Metrics scraped after real flows on the embedded runtime: pulls, a
+//! shared pull, a failure with back-off, a GC run, the throttle; values
+//! parsed from `Metrics::encode()` and asserted.
+
+use std::time::Duration;
+
+use imaged::actors::backoff_registry::{ClearBackoff, ClearScope};
+use imaged::actors::cri_gateway::CriGatewayActor;
+use imaged::actors::gc_executor::RunGc;
+use imaged::actors::pull_queue::{Concurrency, GetQueueStatus, PullQueueConfig, ThrottleMode};
+use imaged::config::{Config, CriConfig, CriDeadlines};
+use imaged::domain::pull_policy::PullPolicy;
+use imaged::embedded::{EmbeddedRuntime, RemoteImage};
+use imaged::ensure::{EnsureConfig, EnsureImageRequest, ImageManager};
+use imaged::gc::hints::InUseHints;
+use imaged::gc_service::GcService;
+use imaged::metrics::Metrics;
+use imaged::testing::Scrape;
+
+struct Stack {
+    _dir: tempfile::TempDir,
+    runtime: EmbeddedRuntime,
+    manager: ImageManager,
+    cfg: Config,
+    metrics: Metrics,
+}
+
+async fn stack(pull: PullQueueConfig) -> Stack {
+    let metrics = Metrics::default();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = EmbeddedRuntime::start_in(dir.path()).expect("embedded runtime starts");
+    let cfg = Config::from_toml("[gc]\nimage_minimum_gc_age = \"0s\"").expect("config").with_metrics(&metrics);
+    let cri = CriConfig {
+        startup_timeout: Duration::from_secs(5),
+        deadlines: CriDeadlines::uniform(Some(Duration::from_secs(10))),
+        ..cfg.cri.clone()
+    };
+    let (gateway, _) = CriGatewayActor::connect(&runtime.endpoint(), &cri).await.expect("gateway connects");
+    let pull = PullQueueConfig { metrics: metrics.clone(), ..pull };
+    let manager = ImageManager::start(gateway, &pull, &cfg.backoff, EnsureConfig::default()).await.expect("manager");
+    Stack { _dir: dir, runtime, manager, cfg, metrics }
+}
+
+fn parallel() -> PullQueueConfig {
+    PullQueueConfig { concurrency: Concurrency::Parallel(None), qps: 0.0, ..PullQueueConfig::default() }
+}
+
+fn scrape(m: &Metrics) -> Scrape {
+    Scrape::parse(&m.encode()).expect("the scrape parses")
+}
+
+fn ensure_requests(s: &Scrape, policy: &str, present: &str, required: &str) -> Option<f64> {
+    s.value(
+        "imaged_image_manager_ensure_image_requests_total",
+        &[("pull_policy", policy), ("present_locally", present), ("pull_required", required)],
+    )
+}
+
+#[actix::test]
+async fn pulls_joins_failures_and_gc_show_in_the_scrape() {
+    let st = stack(parallel()).await;
+    st.runtime.preload(RemoteImage::new("example.com/present:1", 1_000)).expect("preload");
+    st.runtime
+        .add_remote(RemoteImage::new("example.com/shared:1", 2_000).latency(Duration::from_millis(300)))
+        .expect("add");
+    let m = &st.manager;
+
+    m.ensure_image_exists(&EnsureImageRequest::new("p0", "example.com/present:1", PullPolicy::IfNotPresent))
+        .await
+        .expect("present");
+    // Three pods at once: one pull, two joins.
+    let reqs: Vec<EnsureImageRequest> = (1..=3)
+        .map(|i| EnsureImageRequest::new(format!("p{i}"), "example.com/shared:1", PullPolicy::IfNotPresent))
+        .collect();
+    let results = futures_util::future::join_all(reqs.iter().map(|r| m.ensure_image_exists(r))).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(st.runtime.stats().calls(imaged::cri::Rpc::PullImage), 1, "one shared pull");
+    // A missing image: the pull fails and the pod backs off.
+    let err = m
+        .ensure_image_exists(&EnsureImageRequest::new("p4", "example.com/missing:1", PullPolicy::Always))
+        .await
+        .expect_err("missing");
+    assert_eq!(err.kind.to_string(), "ErrImagePull");
+
+    let s = scrape(&st.metrics);
+    assert_eq!(ensure_requests(&s, "ifnotpresent", "true", "false"), Some(1.0));
+    assert_eq!(ensure_requests(&s, "ifnotpresent", "false", "true"), Some(3.0));
+    assert_eq!(ensure_requests(&s, "always", "unknown", "true"), Some(1.0));
+    assert_eq!(s.value("imaged_pull_single_flight_joins_total", &[]), Some(2.0));
+    // Every pod whose image was pulled (joiners too) observes its total time.
+    let small = [("image_size_in_bytes", "0-10MB")];
+    assert_eq!(s.value("imaged_image_pull_duration_seconds_count", &small), Some(3.0));
+    assert!(s.value("imaged_image_pull_duration_seconds_sum", &small).is_some_and(|v| v >= 0.9), "3 × ≥ 300 ms");
+    assert_eq!(s.value("imaged_cri_request_duration_seconds_count", &[("method", "PullImage")]), Some(2.0));
+    assert_eq!(s.sum("imaged_cri_request_errors_total", &[("method", "PullImage")]), 1.0);
+    assert_eq!(s.sum("imaged_cri_request_errors_total", &[("method", "ImageStatus")]), 0.0);
+    // Presence checks: 1 + 3, and the size lookup after the pull.
+    assert_eq!(s.value("imaged_cri_request_duration_seconds_count", &[("method", "ImageStatus")]), Some(5.0));
+    assert_eq!(s.value("imaged_backoff_entries", &[]), Some(1.0));
+    assert_eq!(s.value("imaged_pulls_in_flight", &[]), Some(0.0));
+    assert_eq!(s.value("imaged_pull_queue_depth", &[]), Some(0.0));
+
+    // GC: 4 images of 1000/2000 bytes on a 4000-byte filesystem (75 %) with
+    // thresholds 50/40: space-driven removals of unused images.
+    st.runtime.set_capacity(4_000);
+    st.runtime.preload(RemoteImage::new("example.com/old:1", 1_000)).expect("preload");
+    let gc = imaged::config::GcSettings { high_threshold_percent: 50, low_threshold_percent: 40, ..st.cfg.gc.clone() };
+    let svc = GcService::start(
+        st.manager.gateway(),
+        &gc,
+        st.runtime.capacity_source(),
+        None,
+        InUseHints::default(),
+        imaged::ensure::EventSink::default(),
+    );
+    let report = svc.executor.send(RunGc { dry_run: false }).await.expect("executor").expect("gc");
+    assert!(!report.removed.is_empty());
+    let freed: u64 = report.removed.iter().map(|r| r.size).sum();
+    let s = scrape(&st.metrics);
+    assert_eq!(s.value("imaged_image_gc_runs_total", &[("result", "success")]), Some(1.0));
+    assert_eq!(
+        s.value("imaged_image_garbage_collected_total", &[("reason", "space")]),
+        Some(report.removed.len() as f64)
+    );
+    assert_eq!(s.value("imaged_image_gc_freed_bytes_total", &[]), Some(freed as f64));
+    assert!(
+        s.value("imaged_cri_request_duration_seconds_count", &[("method", "RemoveImage")]).is_some_and(|n| n >= 1.0)
+    );
+}
+
+#[actix::test]
+async fn in_flight_and_queue_depth_follow_the_queue() {
+    let st = stack(PullQueueConfig { qps: 0.0, ..PullQueueConfig::default() }).await;
+    for n in ["a", "b", "c"] {
+        st.runtime
+            .add_remote(RemoteImage::new(format!("example.com/{n}:1"), 10).latency(Duration::from_millis(400)))
+            .expect("add");
+    }
+    let manager = st.manager.clone();
+    let pulls = actix::spawn(async move {
+        let reqs: Vec<EnsureImageRequest> = ["a", "b", "c"]
+            .iter()
+            .map(|n| EnsureImageRequest::new(*n, format!("example.com/{n}:1"), PullPolicy::Always))
+            .collect();
+        futures_util::future::join_all(reqs.iter().map(|r| manager.ensure_image_exists(r))).await
+    });
+    // Serial: one runs, two wait. Poll the queue (bounded) until it says so.
+    let mut status = None;
+    for _ in 0..100 {
+        let s = st.manager.queue().send(GetQueueStatus).await.expect("status");
+        if s.running == 1 && s.queued == 2 {
+            status = Some(s);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(status.is_some(), "the queue reached 1 running, 2 queued");
+    let s = scrape(&st.metrics);
+    assert_eq!(s.value("imaged_pulls_in_flight", &[]), Some(1.0));
+    assert_eq!(s.value("imaged_pull_queue_depth", &[]), Some(2.0));
+    let results = pulls.await.expect("pulls task");
+    assert!(results.iter().all(Result::is_ok));
+    let s = scrape(&st.metrics);
+    assert_eq!(s.value("imaged_pulls_in_flight", &[]), Some(0.0));
+    assert_eq!(s.value("imaged_pull_queue_depth", &[]), Some(0.0));
+}
+
+#[actix::test]
+async fn throttle_rejections_are_counted() {
+    let pull = PullQueueConfig {
+        concurrency: Concurrency::Parallel(None),
+        qps: 0.001,
+        burst: 1,
+        throttle_mode: ThrottleMode::Fail,
+        ..PullQueueConfig::default()
+    };
+    let st = stack(pull).await;
+    for n in ["a", "b"] {
+        st.runtime.add_remote(RemoteImage::new(format!("example.com/{n}:1"), 10)).expect("add");
+    }
+    let ok = st.manager.ensure_image_exists(&EnsureImageRequest::new("a", "example.com/a:1", PullPolicy::Always)).await;
+    assert!(ok.is_ok(), "{ok:?}");
+    let err = st
+        .manager
+        .ensure_image_exists(&EnsureImageRequest::new("b", "example.com/b:1", PullPolicy::Always))
+        .await
+        .expect_err("no token left");
+    assert!(err.message.contains("pull QPS exceeded"), "{}", err.message);
+    let s = scrape(&st.metrics);
+    assert_eq!(s.value("imaged_pull_throttle_rejections_total", &[]), Some(1.0));
+    assert_eq!(s.value("imaged_pull_throttle_waits_total", &[]), Some(0.0));
+    assert_eq!(s.value("imaged_backoff_entries", &[]), Some(1.0));
+    // An operator clears the back-off: the gauge follows.
+    let cleared = st.manager.backoff().send(ClearBackoff { scope: ClearScope::All }).await.expect("registry");
+    assert_eq!(cleared, 1);
+    assert_eq!(scrape(&st.metrics).value("imaged_backoff_entries", &[]), Some(0.0));
+}
+
+#[test]
+fn a_loaded_configuration_shares_one_registry() {
+    let cfg = Config::defaults().expect("defaults");
+    assert!(cfg.cri.metrics.same_registry(&cfg.pull.metrics));
+    assert!(cfg.cri.metrics.same_registry(&cfg.backoff.metrics));
+    assert!(cfg.cri.metrics.same_registry(&cfg.gc.metrics));
+    let m = Metrics::default();
+    let cfg = cfg.with_metrics(&m);
+    assert!(cfg.gc.metrics.same_registry(&m) && cfg.cri.metrics.same_registry(&m));
+}
+
+#[actix::test]
+async fn throttle_waits_are_counted_once_per_pull() {
+    let pull = PullQueueConfig { qps: 20.0, burst: 1, throttle_mode: ThrottleMode::Wait, ..PullQueueConfig::default() };
+    let st = stack(pull).await;
+    for n in ["a", "b"] {
+        st.runtime.add_remote(RemoteImage::new(format!("example.com/{n}:1"), 10)).expect("add");
+    }
+    for n in ["a", "b"] {
+        let r = EnsureImageRequest::new(n, format!("example.com/{n}:1"), PullPolicy::Always);
+        st.manager.ensure_image_exists(&r).await.expect("pulled after waiting for a token");
+    }
+    let s = scrape(&st.metrics);
+    assert_eq!(s.value("imaged_pull_throttle_waits_total", &[]), Some(1.0), "the second pull waited");
+    assert_eq!(s.value("imaged_pull_throttle_rejections_total", &[]), Some(0.0));
+}

@@ -1,0 +1,131 @@
+//! `imaged run` as a child process with its API socket in a temp dir, and
+//! `imagectl` runs against it.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running daemon; killed on drop if still running.
+pub struct Daemon {
+    pub child: Child,
+    pub socket: PathBuf,
+    pub dir: tempfile::TempDir,
+    pub stderr: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `imaged run` with `args` (before `run`: `--set k=v`, …) and
+    /// waits (bounded) for the socket to answer.
+    pub fn start(args: &[&str]) -> Daemon {
+        // Short path: unix socket paths are limited to ~100 bytes.
+        let dir = tempfile::Builder::new().prefix("imd").tempdir_in("/tmp").expect("tempdir");
+        let socket = dir.path().join("api.sock");
+        let stderr = dir.path().join("imaged.log");
+        let log = std::fs::File::create(&stderr).expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_imaged"))
+            .env_remove("RUST_LOG")
+            .arg("--set")
+            .arg(format!("daemon.socket={}", socket.display()))
+            .arg("--set")
+            .arg(format!("runtime.embedded_socket={}", dir.path().join("cri.sock").display()))
+            // Parallel daemons: an ephemeral port each (read back from the log).
+            .arg("--set")
+            .arg("daemon.metrics_address=127.0.0.1:0")
+            .args(args)
+            .arg("run")
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("spawn imaged run");
+        let mut d = Daemon { child, socket, dir, stderr };
+        d.wait_ready();
+        d
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("imaged exited early with {status}: {}", self.log());
+            }
+            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!("imaged did not serve {} within 30s: {}", self.socket.display(), self.log());
+    }
+
+    /// The daemon's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// The address `/metrics`, `/healthz` and `/readyz` are served on.
+    pub fn http_addr(&self) -> String {
+        let log = self.log();
+        let line = log.lines().find(|l| l.contains("serving /metrics")).expect("the HTTP address is logged");
+        let at = line.find("addr=").expect("addr field") + "addr=".len();
+        line[at..].split_whitespace().next().expect("address").to_string()
+    }
+
+    /// Runs `imagectl --socket … args`.
+    pub fn imagectl(&self, args: &[&str]) -> Output {
+        imagectl(&self.socket, args)
+    }
+
+    /// Sends `signal` to the daemon.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).expect("pid"));
+        nix::sys::signal::kill(pid, signal).expect("kill");
+    }
+
+    /// Waits (bounded) for the daemon to exit; returns its exit code.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<i32> {
+        self.wait_status(within).code()
+    }
+
+    /// Waits (bounded) for the daemon to exit; returns how it ended.
+    pub fn wait_status(&mut self, within: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("imaged did not exit within {within:?}: {}", self.log());
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Runs `imagectl --socket SOCKET args`.
+pub fn imagectl(socket: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_imagectl"))
+        .env_remove("RUST_LOG")
+        .arg("--socket")
+        .arg(socket)
+        .args(args)
+        .output()
+        .expect("run imagectl")
+}
+
+/// stdout as text.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// stderr as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
