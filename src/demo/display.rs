@@ -25,34 +25,37 @@ fn bar(done: u64, total: u64, width: usize) -> String {
     format!("{}{}", "#".repeat(filled), "-".repeat(width - filled))
 }
 
-/// The redrawn lines for `t` at `elapsed`.
+/// The redrawn lines for `t` at `elapsed` (each under 80 columns, so a
+/// narrow terminal does not wrap them and break the redraw).
 pub fn lines(t: &Tally, elapsed: Duration) -> Vec<String> {
     let never: usize = t.never_started.values().sum();
-    let disk = percent(t.disk_used, t.disk_capacity);
     vec![
         format!(
-            "t={:>5.1}s  pods [{}] {:>3}/{} started  {} failing  {} stopped  {} never started",
+            "t={:>5.1}s  pods [{}] {}/{} started, {} failing, {} never",
             elapsed.as_secs_f64(),
-            bar(t.pods_started as u64 + never as u64, t.pods_total as u64, 24),
+            bar(t.pods_started as u64 + never as u64, t.pods_total as u64, 20),
             t.pods_started,
             t.pods_total,
             t.pods_failing,
-            t.pods_stopped,
             never
         ),
         format!(
-            "pulls    {} running  {} queued  {} parked | {} CRI pulls for {} requests | {} joined a shared pull | {} throttled",
-            t.running, t.queued, t.parked, t.cri_pulls, t.pull_requests, t.joins, t.throttled_pulls
+            "pulls     {} running, {} queued, {} parked | {} CRI pulls for {} requests",
+            t.running, t.queued, t.parked, t.cri_pulls, t.pull_requests
         ),
         format!(
-            "back-off {} ImagePullBackOff | disk [{}] {:>3}% of {} | GC {} runs, {} freed ({} images)",
-            t.ensure_errors.get("ImagePullBackOff").copied().unwrap_or(0),
-            bar(t.disk_used, t.disk_capacity, 20),
-            disk,
+            "sharing   {} joined a pull in flight | {} throttled | {} back-offs",
+            t.joins,
+            t.throttled_pulls,
+            t.ensure_errors.get("ImagePullBackOff").copied().unwrap_or(0)
+        ),
+        format!(
+            "disk      [{}] {:>3}% of {} | GC {} runs, {} freed",
+            bar(t.disk_used, t.disk_capacity, 16),
+            percent(t.disk_used, t.disk_capacity),
             bytes(t.disk_capacity),
             t.gc_runs + t.gc_runs_short,
-            bytes(t.gc_bytes_freed),
-            t.gc_images_removed
+            bytes(t.gc_bytes_freed)
         ),
     ]
 }
@@ -143,13 +146,29 @@ mod tests {
     }
 
     #[test]
+    fn redrawn_lines_fit_in_80_columns_even_with_large_figures() {
+        let mut t = tally();
+        t.pods_total = 260;
+        t.pods_started = 257;
+        t.pods_failing = 3;
+        (t.running, t.queued, t.parked, t.cri_pulls, t.pull_requests) = (4, 10, 10, 1234, 12345);
+        (t.joins, t.throttled_pulls) = (11111, 999);
+        t.ensure_errors.insert("ImagePullBackOff".into(), 9999);
+        (t.disk_capacity, t.disk_used, t.gc_runs, t.gc_bytes_freed) =
+            (12_000_000_000, 11_000_000_000, 999, 99_990_000_000);
+        for l in lines(&t, Duration::from_secs(59)) {
+            assert!(l.chars().count() < 80, "{} columns: {l}", l.chars().count());
+        }
+    }
+
+    #[test]
     fn a_terminal_is_redrawn_in_place() {
         let mut d = Display::new(Vec::new(), true);
         d.update(&tally(), Duration::ZERO).expect("write");
         d.update(&tally(), Duration::from_millis(200)).expect("write");
         let text = String::from_utf8(d.out().clone()).expect("utf8");
-        assert_eq!(text.matches("\x1b[3A").count(), 1, "moves up once, over the three lines");
-        assert!(text.contains("[############------------]   5/10 started"), "{text}");
-        assert!(text.contains(" 50% of 100 B"), "{text}");
+        assert_eq!(text.matches("\x1b[4A").count(), 1, "moves up once, over the four lines");
+        assert!(text.contains("[##########----------] 5/10 started"), "{text}");
+        assert!(text.contains("[########--------]  50% of 100 B"), "{text}");
     }
 }
