@@ -32,7 +32,8 @@
 //!   [`http`]: `/metrics`, `/healthz` and `/readyz` on loopback.
 //! - [`config`], [`telemetry`], [`error`]: configuration, logging, exit codes;
 //!   [`kubelet_config`]: the image fields of a KubeletConfiguration file.
-//! - [`demo`]: the README's main job; [`cli`]: flags shared by the binaries.
+//! - [`demo`]: the README's main job (`imaged demo`: a node workload replayed on
+//!   the embedded runtime, live, with a summary); [`cli`]: flags shared by the binaries.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

@@ -47,15 +47,69 @@ fn an_unreachable_runtime_exits_69() {
             "--set",
             "runtime.startup_timeout=300ms",
             "demo",
+            "--cri-round",
         ])
         .output()
         .expect("run imaged");
     assert_eq!(out.status.code(), Some(69), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// The number after `label` on the summary line that starts with it.
+fn figure(text: &str, label: &str) -> u64 {
+    let line = text
+        .lines()
+        .map(str::trim_start)
+        .find(|l| l.starts_with(label))
+        .unwrap_or_else(|| panic!("no {label:?} line in:\n{text}"));
+    let digits: String = line[label.len()..].trim_start().chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().unwrap_or_else(|_| panic!("no number after {label:?} in {line:?}"))
+}
+
 #[test]
-fn the_main_job_runs_on_the_embedded_runtime() {
+fn the_main_job_replays_a_node_workload_on_the_embedded_runtime() {
     let out = imaged().arg("demo").output().expect("run imaged");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("imagectl --socket "), "the API is served while it runs:\n{text}");
+    // Not a terminal: plain progress lines, no cursor movement.
+    assert!(!text.contains('\x1b'), "{text}");
+    assert!(text.lines().filter(|l| l.starts_with('[')).count() >= 2, "progress lines:\n{text}");
+    let pods = figure(&text, "pods started");
+    let pulls = figure(&text, "CRI pulls made");
+    let requests = figure(&text, "requests needing a pull");
+    let shared = figure(&text, "shared pulls");
+    let backoffs = figure(&text, "back-offs");
+    let freed = figure(&text, "GC freed");
+    assert!(pods > 200, "{text}");
+    assert!(pulls > 0 && shared > 0 && requests >= pulls + shared, "{text}");
+    assert!(backoffs > 0, "the missing image and the canary without its secret back off:\n{text}");
+    assert!(freed > 0, "the disk fills up and GC frees space:\n{text}");
+    // The private registry's password (in the demo's pull secret) never shows.
+    let all = format!("{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!all.contains("demo-billing-token"), "{all}");
+    for want in [
+        "never started: ",
+        "What imaged did better than the kubelet (measured in this run)",
+        "The kubelet makes one PullImage call per such request",
+        "p99 ",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn the_main_job_needs_the_embedded_runtime_and_names_the_alternative() {
+    let out = imaged()
+        .args(["--runtime-endpoint", "unix:///nonexistent/containerd.sock", "demo"])
+        .output()
+        .expect("run imaged");
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("imaged demo --cri-round"));
+}
+
+#[test]
+fn the_scripted_cri_round_still_runs() {
+    let out = imaged().args(["demo", "--cri-round"]).output().expect("run imaged");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     for want in [
@@ -73,7 +127,7 @@ fn the_main_job_runs_on_the_embedded_runtime() {
 
 #[test]
 fn logs_are_json_lines_when_asked_and_rust_log_filters_them() {
-    let out = imaged().args(["--log-format", "json", "demo"]).output().expect("run imaged");
+    let out = imaged().args(["--log-format", "json", "demo", "--cri-round"]).output().expect("run imaged");
     assert!(out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
@@ -82,7 +136,7 @@ fn logs_are_json_lines_when_asked_and_rust_log_filters_them() {
         let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
         assert!(v.get("level").is_some() && v.get("message").is_some(), "{l}");
     }
-    let quiet = imaged().env("RUST_LOG", "error").arg("demo").output().expect("run imaged");
+    let quiet = imaged().env("RUST_LOG", "error").args(["demo", "--cri-round"]).output().expect("run imaged");
     assert!(quiet.status.success());
     assert!(String::from_utf8_lossy(&quiet.stderr).trim().is_empty(), "RUST_LOG=error silences info logs");
 }

@@ -22,10 +22,22 @@ struct Cli {
 enum Command {
     /// Run the daemon: serve the API on `daemon.socket` until SIGTERM/SIGINT (SIGHUP reloads).
     Run,
-    /// One round of pull, list, status and remove through the CRI gateway, printing what happened.
+    /// The main job: replay a node workload (a few hundred pods) on the embedded runtime with a live
+    /// display and a closing summary. `--cri-round`: the older scripted round of CRI calls instead.
     Demo {
-        /// Images to pull and remove (default: a few from the embedded runtime's catalogue).
+        /// The scripted round: pull, list, status and remove through the CRI gateway, the ensure
+        /// flow with its events, and a GC plan; works against any runtime endpoint.
+        #[arg(long)]
+        cri_round: bool,
+        /// Images for `--cri-round` to pull and remove (default: a few from the embedded catalogue).
+        #[arg(requires = "cri_round")]
         images: Vec<String>,
+        /// Seed of the generated workload (the same seed replays the same pods).
+        #[arg(long, default_value_t = imaged::demo::workload::DEFAULT_SEED, conflicts_with = "cri_round")]
+        seed: u64,
+        /// Do not serve the API on a temporary socket while the demo runs.
+        #[arg(long, conflicts_with = "cri_round")]
+        no_api: bool,
     },
     /// Serve the embedded CRI runtime on a unix socket until SIGINT/SIGTERM.
     EmbeddedRuntime {
@@ -52,19 +64,24 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<(), AppError> {
-    let cfg: Config = cli.config.load()?;
+    let sources = match &cli.command {
+        Command::Demo { cri_round: false, .. } => imaged::demo::sources(cli.config.sources()),
+        _ => cli.config.sources(),
+    };
+    let cfg: Config = Config::load(&sources)?;
     let log = imaged::telemetry::init(&cfg.log).map_err(AppError::Other)?;
     match cli.command {
-        Command::Run => {
-            let sources = cli.config.sources();
-            actix::System::new().block_on(imaged::daemon::run(cfg, sources, Some(log)))
-        }
+        Command::Run => actix::System::new().block_on(imaged::daemon::run(cfg, sources, Some(log))),
         Command::CheckConfig => {
             imaged::runtime::node_credentials(&cfg)?;
             println!("{cfg:#?}");
             Ok(())
         }
-        Command::Demo { images } => {
+        Command::Demo { cri_round: false, seed, no_api, .. } => {
+            let opts = imaged::demo::DemoOptions { seed, serve_api: !no_api };
+            actix::System::new().block_on(async move { imaged::demo::run_main_job(cfg, &opts).await.map(|_| ()) })
+        }
+        Command::Demo { cri_round: true, images, .. } => {
             let images = if images.is_empty() {
                 ["busybox:1.36", "nginx:1.27", "registry.k8s.io/pause:3.10"].map(String::from).to_vec()
             } else {

@@ -1,7 +1,7 @@
-//! The README's main job until the daemon lands: one round of pull, list,
-//! status and remove through the CRI gateway, then the kubelet's
-//! `EnsureImageExists` flow with its events, then a GC plan (dry run) with
-//! every image's verdict, printing what happened.
+//! `imaged demo --cri-round`: one round of pull, list, status and remove
+//! through the CRI gateway, then the kubelet's `EnsureImageExists` flow with
+//! its events, then a GC plan (dry run) with every image's verdict, printing
+//! what happened. Works against any runtime endpoint.
 
 use std::io::Write;
 
