@@ -17,7 +17,7 @@ use support::fixture::{Runtime, runtime};
 
 async fn queue(rt: &Runtime, cfg: PullQueueConfig) -> Addr<PullQueueActor> {
     let reader = rt.gateway.send(imaged::actors::cri_gateway::GetReader).await.expect("reader");
-    PullQueueActor::new(cfg, rt.gateway.clone(), reader).start()
+    PullQueueActor::new(cfg, reader).start()
 }
 
 fn no_throttle(concurrency: Concurrency) -> PullQueueConfig {

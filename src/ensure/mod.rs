@@ -235,7 +235,7 @@ impl ImageManager {
     ) -> Result<Self, actix::MailboxError> {
         use actix::Actor as _;
         let reader = gateway.send(GetReader).await?;
-        let queue = PullQueueActor::new(pull.clone(), gateway.clone(), reader.clone()).start();
+        let queue = PullQueueActor::new(pull.clone(), reader.clone()).start();
         let backoff = BackoffRegistryActor::new(backoff.backoff, backoff.mailbox_capacity, backoff.gc_interval)
             .with_metrics(backoff.metrics.clone())
             .start();

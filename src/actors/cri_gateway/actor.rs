@@ -42,9 +42,12 @@ pub struct CriGatewayActor {
     mailbox_capacity: usize,
 }
 
-/// A read-only handle on the gateway for hot-path lookups: `ImageStatus`
-/// run on the caller's task with the gateway's deadlines and fault plan,
-/// without a trip through the mailbox. Get one with [`GetReader`].
+/// A direct handle on the gateway for the two hot calls: `ImageStatus`
+/// (ensure's presence check) and `PullImage` (the pull queue's pull tasks),
+/// run on the caller's task with the gateway's client, deadlines, fault
+/// plan and metrics, without a trip through the mailbox and a task spawn.
+/// Still the gateway's code: nothing else speaks CRI. Get one with
+/// [`GetReader`].
 #[derive(Clone)]
 pub struct CriReader {
     core: Core,
@@ -66,6 +69,15 @@ impl CriReader {
         let name = image.image.clone();
         self.core.call_within(Rpc::ImageStatus, Some(&name), None, move |c, d| async move {
             c.image_status(image, verbose, d).await
+        })
+    }
+
+    /// `PullImage`, exactly as the [`PullImage`] message through the actor.
+    pub fn pull_image(&self, m: PullImage) -> impl Future<Output = Result<String, CriError>> + 'static + use<> {
+        let image = m.image.image.clone();
+        let requested = m.deadline;
+        self.core.call_within(Rpc::PullImage, Some(&image), requested, move |c, d| async move {
+            c.pull_image(m.image, m.auth, m.sandbox, d).await
         })
     }
 }
