@@ -328,4 +328,21 @@ async fn pull_secrets_supply_the_credentials_and_a_bad_one_fails_by_name() {
     ];
     let e = f.manager.ensure_image_exists(&r).await.expect_err("undecodable secret");
     assert!(e.message.contains("default/broken") && !e.message.contains("s3cret"), "{}", e.message);
+
+    // The lookup comes before the back-off check (the kubelet's order): a pod
+    // in back-off with a broken secret is told about the secret, and its
+    // stored previous error is not consumed by an attempt that never happened.
+    let mut r = req("u4", MISSING, PullPolicy::IfNotPresent);
+    f.manager.ensure_image_exists(&r).await.expect_err("missing image: back-off starts");
+    r.pull_secrets = vec![
+        PullSecret::new("default", "broken", "kubernetes.io/dockerconfigjson")
+            .with_data(".dockerconfigjson", b"{not json".to_vec()),
+    ];
+    let e = f.manager.ensure_image_exists(&r).await.expect_err("broken secret");
+    assert_eq!(e.kind, ImageErrorKind::ErrImagePull, "{e}");
+    assert!(e.message.contains("default/broken"), "{}", e.message);
+    r.pull_secrets.clear();
+    let e = f.manager.ensure_image_exists(&r).await.expect_err("still in back-off");
+    assert_eq!(e.kind, ImageErrorKind::ImagePullBackOff);
+    assert!(e.message.contains(": ErrImagePull: "), "previous error kept: {}", e.message);
 }

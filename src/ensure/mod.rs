@@ -400,30 +400,10 @@ impl ImageManager {
         let key = BackoffKey { pod_uid: req.pod.uid.clone(), image: requested.to_string() };
         let stopped =
             || self.fail(ImageErrorKind::ErrImagePull, "imaged is shutting down".into(), ErrorClass::Transient);
-        // Back-off.
-        let check = self.backoff.send(CheckBackoff { key: key.clone() }).await.map_err(|_| stopped())?;
-        if check.in_backoff {
-            let event_msg = back_off_pulling(requested);
-            self.emit(req, EventReason::BackOff, &event_msg, None);
-            let msg = match &check.previous_error {
-                Some(prev) => format!("{event_msg}: {prev}"),
-                None => event_msg,
-            };
-            let class = if check.previous_error.as_deref().is_some_and(|p| p.contains("(permanent)")) {
-                ErrorClass::Permanent
-            } else {
-                ErrorClass::Transient
-            };
-            return Err(self.fail(ImageErrorKind::ImagePullBackOff, msg, class));
-        }
-        // The kubelet deletes the stored previous error when it really
-        // attempts a pull; with none stored there is nothing to delete.
-        if check.previous_error.is_some() {
-            let _ = self.backoff.send(BeginAttempt { key: key.clone() }).await;
-        }
-        // Credentials: pod secrets first (a secret that does not decode fails
-        // the request, as in the kubelet), then the node's (config files,
-        // plugins), then the caller's.
+        // Credentials, before the back-off check as in the kubelet (1.35,
+        // steps 4 and 7): pod secrets first (a secret that does not decode
+        // fails the request), then the node's (config files, plugins), then
+        // the caller's.
         let tracked = if req.pull_secrets.is_empty() {
             Vec::new()
         } else {
@@ -453,6 +433,27 @@ impl ImageManager {
         for c in node.into_iter().chain(req.credentials.iter().cloned()) {
             credentials.push(c);
             proves.push(ImagePullCredentials::node_accessible());
+        }
+        // Back-off.
+        let check = self.backoff.send(CheckBackoff { key: key.clone() }).await.map_err(|_| stopped())?;
+        if check.in_backoff {
+            let event_msg = back_off_pulling(requested);
+            self.emit(req, EventReason::BackOff, &event_msg, None);
+            let msg = match &check.previous_error {
+                Some(prev) => format!("{event_msg}: {prev}"),
+                None => event_msg,
+            };
+            let class = if check.previous_error.as_deref().is_some_and(|p| p.contains("(permanent)")) {
+                ErrorClass::Permanent
+            } else {
+                ErrorClass::Transient
+            };
+            return Err(self.fail(ImageErrorKind::ImagePullBackOff, msg, class));
+        }
+        // The kubelet deletes the stored previous error when it really
+        // attempts a pull; with none stored there is nothing to delete.
+        if check.previous_error.is_some() {
+            let _ = self.backoff.send(BeginAttempt { key: key.clone() }).await;
         }
         // KEP-2535: the intent is on disk before the pull starts.
         let intent = match self.records.begin_pull(&spec.image).await {
