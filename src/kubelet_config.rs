@@ -227,22 +227,20 @@ impl KubeletImageFields {
         put("gc.image_maximum_gc_age", self.image_maximum_gc_age.map(duration_text), "imageMaximumGCAge");
         put("gc.sandbox_image", self.pod_sandbox_image.clone().map(KeyValue::Str), "podSandboxImage");
         put(
+            "credential_verification.policy",
+            self.image_pull_credentials_verification_policy.clone().map(KeyValue::Str),
+            "imagePullCredentialsVerificationPolicy",
+        );
+        put(
+            "credential_verification.allowlist",
+            self.preloaded_images_verification_allowlist.clone().map(KeyValue::List),
+            "preloadedImagesVerificationAllowlist",
+        );
+        put(
             "runtime.endpoint",
             self.container_runtime_endpoint.clone().or_else(|| self.image_service_endpoint.clone()).map(KeyValue::Str),
             if self.container_runtime_endpoint.is_some() { "containerRuntimeEndpoint" } else { "imageServiceEndpoint" },
         );
-        out
-    }
-
-    /// Fields read but not layered (no imaged key yet), by KubeletConfiguration name.
-    pub fn unmapped(&self) -> Vec<&'static str> {
-        let mut out = Vec::new();
-        if self.image_pull_credentials_verification_policy.is_some() {
-            out.push("imagePullCredentialsVerificationPolicy");
-        }
-        if self.preloaded_images_verification_allowlist.is_some() {
-            out.push("preloadedImagesVerificationAllowlist");
-        }
         out
     }
 }
@@ -258,6 +256,8 @@ pub enum KeyValue {
     Float(f64),
     /// Text (durations too).
     Str(String),
+    /// A list of texts.
+    List(Vec<String>),
 }
 
 impl From<KeyValue> for config::ValueKind {
@@ -267,6 +267,7 @@ impl From<KeyValue> for config::ValueKind {
             KeyValue::Int(n) => n.into(),
             KeyValue::Float(x) => x.into(),
             KeyValue::Str(s) => s.into(),
+            KeyValue::List(l) => config::ValueKind::Array(l.into_iter().map(config::Value::from).collect()),
         }
     }
 }
@@ -347,51 +348,11 @@ impl Fields<'_> {
 }
 
 /// Parses a Go `time.Duration` string (`"2m0s"`, `"1h30m"`, `"1.5s"`,
-/// `"300ms"`, `"0"`); negative durations are refused.
+/// `"300ms"`, `"0"`) with Go's own grammar (`domain::gofmt::parse_duration`);
+/// negative durations are refused.
 pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
-    let mut rest = s;
-    if let Some(r) = rest.strip_prefix('-') {
-        if r.chars().all(|c| c == '0') && !r.is_empty() {
-            return Ok(Duration::ZERO);
-        }
-        return Err("must not be negative".into());
-    }
-    rest = rest.strip_prefix('+').unwrap_or(rest);
-    if rest == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if rest.is_empty() {
-        return Err("not a duration (write e.g. \"2m0s\", \"1h30m\", \"500ms\")".into());
-    }
-    let bad = || "not a duration (write e.g. \"2m0s\", \"1h30m\", \"500ms\")".to_string();
-    let mut total: f64 = 0.0;
-    while !rest.is_empty() {
-        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
-        let (num, tail) = rest.split_at(num_len);
-        if num.is_empty() || num == "." {
-            return Err(bad());
-        }
-        let value: f64 = num.parse().map_err(|_| bad())?;
-        let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
-        let (unit, next) = tail.split_at(unit_len);
-        let nanos_per = match unit {
-            "ns" => 1.0,
-            "us" | "µs" | "μs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            "" => return Err(format!("missing unit in duration {s:?}")),
-            other => return Err(format!("unknown unit {other:?} in duration {s:?}")),
-        };
-        total += value * nanos_per;
-        rest = next;
-    }
-    // Go's limit: about 290 years.
-    if total > i64::MAX as f64 {
-        return Err("too large".into());
-    }
-    Ok(Duration::from_nanos(total.round() as u64))
+    let nanos = crate::domain::gofmt::parse_duration(s).map_err(|e| e.to_string())?;
+    u64::try_from(nanos).map(Duration::from_nanos).map_err(|_| "must not be negative".to_string())
 }
 
 #[cfg(test)]

@@ -61,7 +61,6 @@ fn a_kubeadm_configuration_yields_its_image_fields_and_ignores_the_rest() {
     assert_eq!(k.container_runtime_endpoint.as_deref(), Some("unix:///run/containerd/containerd.sock"));
     assert_eq!(k.image_service_endpoint, None);
     assert_eq!(k.pod_sandbox_image, None);
-    assert_eq!(k.unmapped(), ["imagePullCredentialsVerificationPolicy", "preloadedImagesVerificationAllowlist"]);
 }
 
 #[test]
@@ -89,6 +88,13 @@ fn the_fields_are_layered_between_the_file_and_the_environment() {
     assert_eq!(c.gc.high_threshold_percent, 90);
     assert_eq!(c.gc.min_age, Duration::from_secs(330));
     assert_eq!(c.gc.max_age, Duration::from_secs(168 * 3600));
+    assert_eq!(
+        c.verification.policy,
+        crate::pull_records::VerificationPolicy::NeverVerifyAllowlistedImages,
+        "imagePullCredentialsVerificationPolicy is applied"
+    );
+    assert!(c.verification.allowlist.matches("registry.k8s.io/pause"), "and the allowlist");
+    assert!(!c.verification.allowlist.matches("quay.io/team/app"));
     assert_eq!(
         c.endpoint,
         RuntimeEndpoint::Cri(crate::cri::CriEndpoint::Unix("/run/containerd/containerd.sock".into()))
