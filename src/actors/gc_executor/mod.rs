@@ -476,12 +476,15 @@ impl Actor for GcExecutorActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(16);
+        // One timer for the actor's life; a tick does nothing while the
+        // policy is disabled, so a reload can turn GC on and off without
+        // timers piling up.
+        ctx.run_interval(self.cfg.period, |_, ctx| ctx.notify(Tick));
         if self.cfg.policy.is_disabled() {
             info!("ImageGCHighThresholdPercent is set 100 and ImageMaximumGCAge is 0, Disable image GC");
-            return;
+        } else {
+            ctx.notify(Tick);
         }
-        ctx.notify(Tick);
-        ctx.run_interval(self.cfg.period, |_, ctx| ctx.notify(Tick));
     }
 }
 
@@ -520,7 +523,7 @@ impl Handler<DeleteUnusedImages> for GcExecutorActor {
 
 /// Replaces the policy and protection rules (a configuration reload). Takes
 /// effect from the next run; a run going on finishes with the old ones.
-/// Enabling a disabled GC starts the periodic loop.
+/// Enabling a disabled GC runs it at once; the periodic timer runs all along.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct UpdateGcPolicy {
@@ -539,7 +542,6 @@ impl Handler<UpdateGcPolicy> for GcExecutorActor {
         self.cfg.rules = ProtectionRules { sandbox_image_id: sandbox, ..m.rules };
         if was_disabled && !self.cfg.policy.is_disabled() {
             ctx.notify(Tick);
-            ctx.run_interval(self.cfg.period, |_, ctx| ctx.notify(Tick));
         }
         info!(policy = ?self.cfg.policy, "image GC policy updated");
     }

@@ -197,6 +197,20 @@ async fn a_policy_update_enables_disabled_gc_and_can_disable_it_again() {
     r.gc.send(UpdateGcPolicy { policy: off, rules: ProtectionRules::default() }).await.unwrap();
     tokio::time::sleep(Duration::from_secs(900)).await;
     assert_eq!(r.fake.send(GetFakeCalls).await.unwrap().of(Rpc::ImageFsInfo), after_period, "off again");
+    // On again, twice: still one run per period (no timer per reload).
+    for _ in 0..2 {
+        r.gc.send(UpdateGcPolicy { policy: GcPolicy::default(), rules: ProtectionRules::default() }).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let fs_calls = || async { r.fake.send(GetFakeCalls).await.unwrap().of(Rpc::ImageFsInfo) };
+    let before = fs_calls().await;
+    r.gc.send(RunGc { dry_run: false }).await.unwrap().expect("a run");
+    let one_run = fs_calls().await - before;
+    assert!(one_run >= 1);
+    let start = fs_calls().await;
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(fs_calls().await - start, one_run, "one run in one period");
 }
 
 #[actix::test]
