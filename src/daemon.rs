@@ -72,9 +72,20 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
         None => None,
     };
     health.set_not_ready("waiting for the CRI runtime to answer Version");
-    let node = Arc::new(Node::start(cfg).await?);
+    // SIGTERM/SIGINT while waiting for the runtime: stop at once (exit 0).
+    let node = tokio::select! {
+        n = Node::start(cfg) => Arc::new(n?),
+        _ = term.recv() => {
+            info!(signal = "SIGTERM", "stopped while starting");
+            return Ok(());
+        }
+        _ = tokio::signal::ctrl_c() => {
+            info!(signal = "SIGINT", "stopped while starting");
+            return Ok(());
+        }
+    };
     health.set_ready();
-    watch_actors(&node, &health);
+    let watchers = watch_actors(&node, &health);
     let rt = node.runtime();
     info!(
         endpoint = %rt.endpoint,
@@ -111,6 +122,10 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
     info!(signal = why, grace = ?daemon.shutdown_grace, "shutting down: no new requests; waiting for pulls in flight");
     node.stop_accepting();
     health.set_not_ready("shutting down");
+    // The actors are about to be stopped on purpose: not a failure.
+    for w in watchers {
+        w.abort();
+    }
     let report = node.shutdown(daemon.shutdown_grace).await;
     let _ = stop_tx.send(true);
     if let Some(h) = http {
@@ -127,25 +142,22 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
 
 /// Turns health red, naming the actor, if any actor stops while the daemon
 /// runs (a panic aborts the process; this catches an actor that stopped
-/// without one).
-fn watch_actors(node: &Node, health: &Health) {
+/// without one). Returns the watchers, to end before a deliberate stop.
+fn watch_actors(node: &Node, health: &Health) -> Vec<tokio::task::JoinHandle<()>> {
     const EVERY: Duration = Duration::from_secs(1);
     let gateway = node.gateway().clone();
-    health.watch("cri_gateway", EVERY, move || gateway.connected());
     let queue = node.manager().queue().clone();
-    health.watch("pull_queue", EVERY, move || queue.connected());
     let backoff = node.manager().backoff().clone();
-    health.watch("backoff_registry", EVERY, move || backoff.connected());
     let gc = node.gc().clone();
-    health.watch("detector", EVERY, {
-        let d = gc.detector.clone();
-        move || d.connected()
-    });
-    health.watch("gc_executor", EVERY, {
-        let e = gc.executor.clone();
-        move || e.connected()
-    });
-    health.watch("cache_refresher", EVERY, move || gc.refresher.connected());
+    let (detector, executor) = (gc.detector.clone(), gc.executor.clone());
+    vec![
+        health.watch("cri_gateway", EVERY, move || gateway.connected()),
+        health.watch("pull_queue", EVERY, move || queue.connected()),
+        health.watch("backoff_registry", EVERY, move || backoff.connected()),
+        health.watch("detector", EVERY, move || detector.connected()),
+        health.watch("gc_executor", EVERY, move || executor.connected()),
+        health.watch("cache_refresher", EVERY, move || gc.refresher.connected()),
+    ]
 }
 
 /// SIGHUP: reloads what is safe to change live; names the rest.
@@ -192,6 +204,9 @@ fn reload(node: &Node, sources: &Sources, current: &mut Config, log: Option<&Log
         ("pull", new.pull != current.pull || new.ensure != current.ensure),
         ("backoff", new.backoff != current.backoff),
         ("state", new.state_dir != current.state_dir),
+        ("credentials", new.credentials != current.credentials),
+        ("credential_verification", new.verification != current.verification),
+        ("runtime.fault_plan", new.fault_plan != current.fault_plan),
         ("daemon", new.daemon != current.daemon),
         ("log.format", new.log.format != current.log.format),
     ] {

@@ -114,13 +114,25 @@ impl Node {
     /// the endpoint is `embedded`) and starts every actor on the current
     /// actix System.
     pub async fn start(cfg: Config) -> Result<Self, AppError> {
+        // Node credentials first: a bad plugin setup fails at once, not
+        // after waiting for the runtime.
+        let node_credentials = crate::runtime::node_credentials(&cfg)?;
         let runtime = crate::runtime::connect(&cfg).await?;
-        Self::start_on(cfg, runtime).await
+        Self::start_parts(cfg, runtime, node_credentials).await
     }
 
     /// Starts every actor over an already connected runtime (an embedder's
     /// own gateway, or a test's).
     pub async fn start_on(cfg: Config, runtime: ConnectedRuntime) -> Result<Self, AppError> {
+        let node_credentials = crate::runtime::node_credentials(&cfg)?;
+        Self::start_parts(cfg, runtime, node_credentials).await
+    }
+
+    async fn start_parts(
+        cfg: Config,
+        runtime: ConnectedRuntime,
+        node_credentials: Arc<crate::credentials::NodeCredentials>,
+    ) -> Result<Self, AppError> {
         if let Some(path) = &cfg.fault_plan {
             let plan = crate::config::load_fault_plan(path)
                 .map_err(|e| AppError::Other(format!("fault plan {}: {e}", path.display())))?;
@@ -147,7 +159,6 @@ impl Node {
             Ok(n) => tracing::info!(recovered = n, "pull intents left by an earlier run recovered"),
             Err(e) => tracing::warn!(error = %e, "pull intents not recovered; their images keep needing verification"),
         }
-        let node_credentials = crate::runtime::node_credentials(&cfg)?;
         let manager = ImageManager::start(runtime.gateway.clone(), &cfg.pull, &cfg.backoff, cfg.ensure.clone())
             .await
             .map_err(|_| AppError::Mailbox("CRI gateway".into()))?

@@ -283,6 +283,7 @@ fn sighup_reloads_the_log_filter_and_a_stopped_daemon_means_exit_69() {
     let ok = d.imagectl(&["ensure", "redis:7", "--pod-uid", "after"]);
     assert_eq!(ok.status.code(), Some(0));
     assert!(d.log().contains("Pulling image \"redis:7\""), "info lines appear after the reload: {}", d.log());
+    assert!(!d.log().contains("only after a restart"), "nothing else changed: {}", d.log());
 
     d.signal(Signal::SIGTERM);
     assert_eq!(d.wait_exit(Duration::from_secs(20)), Some(0), "{}", d.log());
@@ -417,4 +418,33 @@ fn a_fault_plan_file_injects_failures_and_a_panic_ends_the_daemon_loudly() {
     assert_eq!(out.status.code(), Some(64));
     let err = stderr(&out);
     assert!(err.contains("runtime.fault_plan") && err.contains("rule 1: action: unknown action \"explode\""), "{err}");
+}
+
+#[test]
+fn sigterm_while_waiting_for_the_runtime_exits_0_at_once() {
+    let dir = tempfile::tempdir().expect("dir");
+    let log = std::fs::File::create(dir.path().join("log")).expect("log");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_imaged"))
+        .env_remove("RUST_LOG")
+        .args(["--runtime-endpoint", &format!("unix://{}", dir.path().join("nobody.sock").display())])
+        .args(["--set", "runtime.startup_timeout=60s", "--set", "daemon.metrics_address="])
+        .args(["--set", &format!("daemon.socket={}", dir.path().join("api.sock").display())])
+        .arg("run")
+        .stderr(log)
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, Signal::SIGTERM).expect("kill");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(std::time::Instant::now() < deadline, "still waiting for the runtime after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+    let text = std::fs::read_to_string(dir.path().join("log")).expect("log");
+    assert!(text.contains("stopped while starting"), "{text}");
 }
