@@ -4,12 +4,13 @@
 //! image, registry or globally, and concurrent identical requests merged
 //! into one run.
 //!
-//! A plugin's stderr is kept in its exec error, as the kubelet does (it is
-//! what tells an operator why the plugin failed), but cut at
-//! [`STDERR_LIMIT`] bytes with control characters escaped. That error is
-//! only logged: a failing plugin gives no credentials instead of failing the
-//! pull, so it never reaches events or ensure errors. stdout (which carries
-//! the credentials) is never shown.
+//! A plugin's stderr is NOT shown anywhere (a deliberate change from the
+//! kubelet, which appends it to the exec error): a plugin is third-party
+//! code that handles tokens, and whatever it prints there could be one, and
+//! secrets never reach imaged's logs. The exec error says how many bytes it
+//! wrote; run the plugin by hand to read them. stdout (which carries the
+//! credentials) is never shown either. A failing plugin gives no
+//! credentials instead of failing the pull, so its error is only logged.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -31,8 +32,6 @@ use crate::domain::gofmt::{parse_duration, quote};
 
 /// The kubelet's plugin timeout.
 pub const DEFAULT_PLUGIN_TIMEOUT: Duration = Duration::from_secs(60);
-/// Most bytes of a plugin's stderr kept in an error.
-pub const STDERR_LIMIT: usize = 1024;
 /// The cache key of `cacheKeyType: Global` responses.
 pub const GLOBAL_CACHE_KEY: &str = "<global>";
 
@@ -40,7 +39,10 @@ pub const GLOBAL_CACHE_KEY: &str = "<global>";
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PluginError {
     /// The plugin could not be run, failed or timed out.
-    #[error("error execing credential provider plugin {plugin} for image {image}: {reason}: {stderr}")]
+    #[error(
+        "error execing credential provider plugin {plugin} for image {image}: {reason} \
+         (stderr: {stderr_bytes} bytes, not shown: a plugin's output may hold credentials)"
+    )]
     Exec {
         /// The plugin's name.
         plugin: String,
@@ -48,8 +50,8 @@ pub enum PluginError {
         image: String,
         /// Go-style reason (`exit status 1`, `context deadline exceeded`, ...).
         reason: String,
-        /// The plugin's stderr, truncated to [`STDERR_LIMIT`] bytes.
-        stderr: String,
+        /// How many bytes the plugin wrote to stderr (never their content).
+        stderr_bytes: usize,
     },
     /// stdout was not a `CredentialProviderResponse`.
     #[error("error decoding credential provider plugin response from stdout")]
@@ -171,25 +173,6 @@ pub fn decode_response(stdout: &[u8], expected_api_version: &str) -> Result<Plug
 /// The registry of `image`: the text before its first `/`.
 pub fn registry_of(image: &str) -> &str {
     image.split('/').next().unwrap_or(image)
-}
-
-/// Up to `limit` bytes of `bytes` as text (cut at a character boundary),
-/// control characters escaped, `...` when cut.
-fn truncated_text(bytes: &[u8], limit: usize) -> String {
-    let text = String::from_utf8_lossy(bytes);
-    let text = text.trim_end();
-    let mut end = text.len().min(limit);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let mut out: String = text[..end]
-        .chars()
-        .flat_map(|c| if c.is_control() { c.escape_default().collect::<Vec<_>>() } else { vec![c] })
-        .collect();
-    if end < text.len() {
-        out.push_str("...");
-    }
-    out
 }
 
 /// Spawns `cmd`, retrying briefly while the executable is busy (`ETXTBSY`:
@@ -342,7 +325,7 @@ impl PluginProvider {
             plugin: self.spec.name.clone(),
             image: image.to_string(),
             reason,
-            stderr: truncated_text(stderr, STDERR_LIMIT),
+            stderr_bytes: stderr.len(),
         }
     }
 

@@ -448,18 +448,16 @@ async fn bad_responses_give_no_credentials_and_are_not_cached() {
 }
 
 #[tokio::test]
-async fn a_failing_plugin_names_itself_and_the_image_with_its_stderr_truncated() {
-    let long = "e".repeat(5000);
-    let p = Plugin::with_body(&format!("echo 'it broke' >&2\necho {long} >&2\nexit 3"));
+async fn a_failing_plugin_names_itself_and_the_image_but_never_shows_its_stderr() {
+    let p = Plugin::with_body("echo 'token=abc.def.ghi' >&2\nexit 3");
     let provider = p.provider("1m", MINUTE, &ManualClock::new());
     let err = provider.run("a.example.com/x").await.expect_err("fails").to_string();
-    assert!(
-        err.starts_with(
-            "error execing credential provider plugin test-plugin for image a.example.com/x: exit status 3: it broke\\n"
-        ),
-        "{err}"
+    assert_eq!(
+        err,
+        "error execing credential provider plugin test-plugin for image a.example.com/x: exit status 3 \
+         (stderr: 18 bytes, not shown: a plugin's output may hold credentials)"
     );
-    assert!(err.ends_with("...") && err.len() < 1300, "{}", err.len());
+    assert!(!err.contains("abc.def"), "{err}");
     assert!(provider.provide("a.example.com/x").await.entries.is_empty());
 }
 
@@ -470,7 +468,8 @@ async fn a_plugin_past_its_timeout_is_killed() {
     let err = provider.run("a.example.com/x").await.expect_err("times out").to_string();
     assert_eq!(
         err,
-        "error execing credential provider plugin test-plugin for image a.example.com/x: context deadline exceeded: "
+        "error execing credential provider plugin test-plugin for image a.example.com/x: context deadline exceeded \
+         (stderr: 0 bytes, not shown: a plugin's output may hold credentials)"
     );
 }
 
