@@ -90,7 +90,10 @@ impl NodeCredentials {
     /// kubelet's rules (most specific key first; within a key, files before
     /// plugins in plugin order).
     pub async fn lookup(&self, image_repo: &str) -> Vec<Credential> {
-        let files = self.files.as_ref().map(NodeConfigFiles::keyring);
+        let files = match &self.files {
+            Some(f) => Some(f.keyring().await),
+            None => None,
+        };
         let configs = self.plugins.provide(image_repo).await;
         if configs.is_empty() {
             return files.map(|k| k.lookup(image_repo)).unwrap_or_default();

@@ -169,23 +169,38 @@ impl NodeConfigFiles {
     }
 
     /// The keyring of the first valid file (empty when none), from the
-    /// cache when it was read less than a period ago.
-    pub fn keyring(&self) -> Arc<Keyring> {
+    /// cache when it was read less than a period ago. Files are read on
+    /// tokio's blocking pool, never on the caller's task, and no lock is
+    /// held while they are read (two callers at expiry may both read).
+    pub async fn keyring(&self) -> Arc<Keyring> {
         let now = self.clock.now();
-        let mut cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((expires, keyring)) = cached.as_ref()
-            && now < *expires
         {
-            return keyring.clone();
+            let cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((expires, keyring)) = cached.as_ref()
+                && now < *expires
+            {
+                return keyring.clone();
+            }
         }
-        let keyring = Arc::new(match read_docker_config(&self.search) {
-            Ok(found) => config_keyring(&found.config, &found.path.display().to_string()),
-            Err(e) => {
+        let search = self.search.clone();
+        // The caller's subscriber follows the read (its logs stay with it).
+        let dispatch = tracing::dispatcher::get_default(|d| d.clone());
+        let read = tokio::task::spawn_blocking(move || {
+            tracing::dispatcher::with_default(&dispatch, || read_docker_config(&search))
+        })
+        .await;
+        let keyring = Arc::new(match read {
+            Ok(Ok(found)) => config_keyring(&found.config, &found.path.display().to_string()),
+            Ok(Err(e)) => {
                 tracing::debug!("Docker config file not found: {e}");
                 Keyring::new()
             }
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the node's docker config files failed");
+                Keyring::new()
+            }
         });
-        *cached = Some((now + self.period, keyring.clone()));
+        *self.cached.lock().unwrap_or_else(|p| p.into_inner()) = Some((now + self.period, keyring.clone()));
         keyring
     }
 }

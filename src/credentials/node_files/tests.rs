@@ -151,38 +151,38 @@ async fn re_read_at_most_once_per_period() {
     let dir = tempfile::tempdir().expect("tempdir");
     write(dir.path(), &[("a", "config.json", JSON_A)]);
     let files = NodeConfigFiles::new(search(dir.path()), DEFAULT_CACHE_PERIOD);
-    assert_eq!(users(&files.keyring(), "reg.io/x"), vec![("a".into(), "pa".into())]);
+    assert_eq!(users(&*files.keyring().await, "reg.io/x"), vec![("a".into(), "pa".into())]);
 
     // Changed on disk: still the cached content until the period is over.
     write(dir.path(), &[("a", "config.json", JSON_B)]);
     tokio::time::advance(DEFAULT_CACHE_PERIOD - Duration::from_secs(1)).await;
-    assert_eq!(users(&files.keyring(), "reg.io/x"), vec![("a".into(), "pa".into())]);
+    assert_eq!(users(&*files.keyring().await, "reg.io/x"), vec![("a".into(), "pa".into())]);
     tokio::time::advance(Duration::from_secs(1)).await;
-    assert_eq!(users(&files.keyring(), "reg.io/x"), vec![("b".into(), "pb".into())]);
+    assert_eq!(users(&*files.keyring().await, "reg.io/x"), vec![("b".into(), "pb".into())]);
 
     // Removed: an empty keyring is cached too, then the new file is seen.
     std::fs::remove_file(dir.path().join("a/config.json")).expect("rm");
     tokio::time::advance(DEFAULT_CACHE_PERIOD).await;
-    assert!(files.keyring().is_empty());
+    assert!(files.keyring().await.is_empty());
     write(dir.path(), &[("d", ".dockercfg", CFG_D)]);
-    assert!(files.keyring().is_empty());
+    assert!(files.keyring().await.is_empty());
     tokio::time::advance(DEFAULT_CACHE_PERIOD).await;
-    assert_eq!(users(&files.keyring(), "reg.io/x"), vec![("d".into(), "pd".into())]);
+    assert_eq!(users(&*files.keyring().await, "reg.io/x"), vec![("d".into(), "pd".into())]);
 }
 
-#[test]
-fn zero_period_re_reads_every_time() {
+#[tokio::test]
+async fn zero_period_re_reads_every_time() {
     let dir = tempfile::tempdir().expect("tempdir");
     write(dir.path(), &[("a", "config.json", JSON_A)]);
     let clock = crate::credentials::clock::ManualClock::new();
     let files = NodeConfigFiles::new(search(dir.path()), Duration::ZERO).with_clock(clock.clock());
-    assert_eq!(users(&files.keyring(), "reg.io/x"), vec![("a".into(), "pa".into())]);
+    assert_eq!(users(&*files.keyring().await, "reg.io/x"), vec![("a".into(), "pa".into())]);
     write(dir.path(), &[("a", "config.json", JSON_B)]);
-    assert_eq!(users(&files.keyring(), "reg.io/x"), vec![("b".into(), "pb".into())]);
+    assert_eq!(users(&*files.keyring().await, "reg.io/x"), vec![("b".into(), "pb".into())]);
 }
 
-#[test]
-fn no_valid_file_is_logged_with_the_kubelets_text() {
+#[tokio::test]
+async fn no_valid_file_is_logged_with_the_kubelets_text() {
     use std::sync::{Arc, Mutex};
     #[derive(Clone, Default)]
     struct Buf(Arc<Mutex<Vec<u8>>>);
@@ -205,7 +205,10 @@ fn no_valid_file_is_logged_with_the_kubelets_text() {
     let dir = tempfile::tempdir().expect("tempdir");
     write(dir.path(), &[("a", "config.json", r#"{"auths":{"reg.io":{"password":"hunter2","auth":"!!"}}}"#)]);
     let files = NodeConfigFiles::new(search(dir.path()), DEFAULT_CACHE_PERIOD);
-    tracing::subscriber::with_default(subscriber, || assert!(files.keyring().is_empty()));
+    {
+        let _guard = tracing::subscriber::set_default(subscriber);
+        assert!(files.keyring().await.is_empty());
+    }
     let log = String::from_utf8_lossy(&buf.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned();
     let (c, d) = (dir.path().join("c").display().to_string(), dir.path().join("d").display().to_string());
     assert!(
