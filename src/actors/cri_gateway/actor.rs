@@ -278,13 +278,9 @@ impl Handler<GetImageStatus> for CriGatewayActor {
 
 impl Handler<PullImage> for CriGatewayActor {
     type Result = ResponseFuture<Result<String, CriError>>;
-    /// Pulls an image.
+    /// Pulls an image (the same code as [`CriReader::pull_image`]).
     fn handle(&mut self, m: PullImage, _: &mut Self::Context) -> Self::Result {
-        let image = m.image.image.clone();
-        let requested = m.deadline;
-        Box::pin(self.core.call_within(Rpc::PullImage, Some(&image), requested, move |c, d| async move {
-            c.pull_image(m.image, m.auth, m.sandbox, d).await
-        }))
+        Box::pin(CriReader { core: self.core.clone() }.pull_image(m))
     }
 }
 
