@@ -448,3 +448,38 @@ fn sigterm_while_waiting_for_the_runtime_exits_0_at_once() {
     let text = std::fs::read_to_string(dir.path().join("log")).expect("log");
     assert!(text.contains("stopped while starting"), "{text}");
 }
+
+#[test]
+fn imagectl_ensure_takes_a_yaml_pull_secret_and_never_prints_its_password() {
+    let d = Daemon::start(&[]);
+    let private = "registry.example.com/team/app:v1";
+    // Without the secret: the registry's refusal, as the kubelet words it.
+    let o = d.imagectl(&["ensure", private, "--pod-uid", "p-none"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(stdout(&o).starts_with("ErrImagePull: ") && stdout(&o).contains("401"), "{}", stdout(&o));
+    // With a YAML kubernetes.io/dockerconfigjson Secret manifest.
+    let config = r#"{"auths":{"registry.example.com":{"username":"team","password":"team-password"}}}"#;
+    let yaml = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: regcred\n  namespace: default\ntype: kubernetes.io/dockerconfigjson\nstringData:\n  .dockerconfigjson: '{config}'\n"
+    );
+    let file = d.dir.path().join("regcred.yaml");
+    std::fs::write(&file, yaml).expect("write secret");
+    let secret_arg = file.display().to_string();
+    let o = d.imagectl(&["ensure", private, "--pod-uid", "p-secret", "--secret", &secret_arg]);
+    assert_eq!(o.status.code(), Some(0), "{} {}", stdout(&o), stderr(&o));
+    // Another secret with a wrong password: the image is present, but this
+    // pod must prove access (KEP-2535), so it pulls with it and is refused;
+    // the password is nowhere. (The same secret with a new password would be
+    // trusted as a rotation, as the kubelet does.)
+    let wrong = std::fs::read_to_string(&file)
+        .expect("read")
+        .replace("team-password", "n0t-the-pw")
+        .replace("name: regcred", "name: other");
+    std::fs::write(&file, wrong).expect("write");
+    let o = d.imagectl(&["ensure", private, "--pod-uid", "p-wrong", "--secret", &secret_arg]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    let all = format!("{}{}{}", stdout(&o), stderr(&o), d.log());
+    assert!(!all.contains("n0t-the-pw") && !all.contains("team-password"), "a password leaked: {all}");
+    let o = d.imagectl(&["events"]);
+    assert!(!stdout(&o).contains("n0t-the-pw"), "{}", stdout(&o));
+}
