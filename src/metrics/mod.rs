@@ -2,7 +2,7 @@
 //! registry holding every family imaged exports, all under the `imaged_`
 //! prefix: the kubelet's image metrics (same labels, buckets and label
 //! values, `kubelet_` replaced by `imaged_`) and imaged's own (pull queue,
-//! CRI calls, back-off, GC, supervision).
+//! CRI calls, back-off, GC).
 //!
 //! Actors get the handle through their settings (`metrics` fields with a
 //! default) or `with_metrics` builders; [`Metrics::default`] is a private
@@ -203,8 +203,6 @@ struct Inner {
     // CRI, resolved per method at construction (index: `Rpc as usize`).
     cri_duration: [Histogram; Rpc::ALL.len()],
     cri_errors: Family<Labels2, Counter>,
-    // Supervision.
-    actor_restarts: Family<OwnedLabels1, Counter>,
     // GC.
     gc_runs: Family<Labels1, Counter>,
     gc_bytes_freed: Counter,
@@ -328,8 +326,6 @@ impl Metrics {
         let cri_duration = Rpc::ALL.map(|rpc| cri_duration_family.get_or_create_owned(&[("method", rpc.name())]));
         let cri_errors = Family::<Labels2, Counter>::default();
         r.register("cri_request_errors", "Failed CRI calls, by method and gRPC code", cri_errors.clone());
-        let actor_restarts = Family::<OwnedLabels1, Counter>::default();
-        r.register("actor_restarts", "Actor restarts by the supervisor, by actor", actor_restarts.clone());
         let gc_runs = Family::<Labels1, Counter>::default();
         r.register("image_gc_runs", "Image garbage collection runs (not dry runs), by result", gc_runs.clone());
         let gc_bytes_freed = Counter::default();
@@ -364,7 +360,6 @@ impl Metrics {
                 backoff_entries,
                 cri_duration,
                 cri_errors,
-                actor_restarts,
                 gc_runs,
                 gc_bytes_freed,
                 config_info,
@@ -474,13 +469,6 @@ impl Metrics {
         if let Some(e) = error {
             self.inner.cri_errors.get_or_create(&[("method", rpc.name()), ("code", e.code().go_name())]).inc();
         }
-    }
-
-    // === supervision ===
-
-    /// The supervisor restarted `actor`.
-    pub fn actor_restarted(&self, actor: &str) {
-        self.inner.actor_restarts.get_or_create(&[("actor", actor.to_string())]).inc();
     }
 
     // === GC ===
