@@ -466,7 +466,9 @@ impl PullRecords {
 
     /// The kubelet's `PruneUnknownRecords`: deletes every record last
     /// updated before `until` whose image ref is not in `present` (the ids
-    /// of the images the runtime still has). Returns how many were deleted.
+    /// of the images the runtime still has), and every unreadable record
+    /// (its time unknown) whose image ref is not in `present`. Returns how
+    /// many were deleted.
     pub async fn prune_unknown_records(
         &self,
         present: &HashSet<String>,
@@ -475,11 +477,13 @@ impl PullRecords {
         let _w = self.inner.writes.lock().await;
         let doomed: Vec<String> = {
             let st = self.state();
-            st.records
+            let old = st
+                .records
                 .values()
                 .filter(|r| r.last_updated_time < until && !present.contains(&r.image_ref))
-                .map(|r| r.image_ref.clone())
-                .collect()
+                .map(|r| r.image_ref.clone());
+            let unreadable = st.unreadable.iter().filter(|r| !present.contains(*r)).cloned();
+            old.chain(unreadable).collect()
         };
         if doomed.is_empty() {
             return Ok(0);
@@ -488,6 +492,7 @@ impl PullRecords {
         let mut st = self.state();
         for r in &doomed {
             st.records.remove(r);
+            st.unreadable.remove(r);
         }
         tracing::debug!(pruned = doomed.len(), "pulled records of removed images pruned");
         Ok(doomed.len())

@@ -466,6 +466,37 @@ async fn prune_deletes_old_records_of_absent_images_only() {
     assert!(r.record("sha256:b").is_none(), "pruned on disk too");
 }
 
+/// Stores, under each of `refs`, a pulled record that does not decode.
+fn store_unreadable(dir: &std::path::Path, refs: &[&str]) {
+    let path = store(dir).path().to_path_buf();
+    let db = redb::Database::open(&path).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let table: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("pulled_records_v1");
+        let mut table = txn.open_table(table).unwrap();
+        for r in refs {
+            table.insert(*r, &b"{not json"[..]).unwrap();
+        }
+    }
+    txn.commit().unwrap();
+}
+
+#[tokio::test]
+async fn prune_deletes_unreadable_records_of_absent_images() {
+    let dir = tempfile::tempdir().unwrap();
+    store_unreadable(dir.path(), &["sha256:gone", "sha256:kept"]);
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    // Unreadable: the image counts as pulled by imaged, the check errs to a pull.
+    assert!(r.must_attempt_pull("example.com/gone:1", "sha256:gone", pod(vec![])).await.unwrap());
+    let present: HashSet<String> = ["sha256:kept".to_string()].into();
+    assert_eq!(r.prune_unknown_records(&present, t(0)).await.unwrap(), 1, "whatever `until` is");
+    drop(r);
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    let st = r.state();
+    assert!(!st.unreadable.contains("sha256:gone"), "deleted on disk");
+    assert!(st.unreadable.contains("sha256:kept"), "a present image's record stays");
+}
+
 #[tokio::test]
 async fn a_dropped_intent_guard_ends_the_intent_and_a_disarmed_one_does_not() {
     let r = PullRecords::in_memory(VerifyPolicy::default());
