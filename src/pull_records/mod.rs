@@ -24,7 +24,10 @@
 //! records *without credentials* for images the runtime has (every pod must
 //! then pull to use them); intents for absent images stay, so the images
 //! still count as pulled by imaged. After each image GC run the GC executor
-//! calls [`PullRecords::prune_unknown_records`].
+//! calls [`PullRecords::prune_unknown_records`] with the time the run
+//! started, read from [`PullRecords::clock`]: records are stamped with that
+//! clock and `GcService` runs detection and GC on it, so the comparison is
+//! on one clock.
 
 mod decide;
 mod policy;
@@ -44,6 +47,7 @@ pub use record::{
     merge_pulled,
 };
 
+use crate::clock::WallClock;
 use crate::domain::Image;
 use crate::domain::reference::parse_normalized_named;
 use crate::store::{PullRecordsWrite, Store, StoreError};
@@ -107,6 +111,8 @@ impl State {
 struct Inner {
     policy: VerifyPolicy,
     store: Option<Arc<Store>>,
+    /// Stamps records' `last_updated_time`; shared with GC (see [`PullRecords::clock`]).
+    clock: WallClock,
     state: Mutex<State>,
     /// Serialises writers: read-merge-write and the store write are one step.
     writes: tokio::sync::Mutex<()>,
@@ -181,6 +187,7 @@ impl PullRecords {
             inner: Arc::new(Inner {
                 policy,
                 store,
+                clock: WallClock::new(),
                 state: Mutex::new(state),
                 writes: tokio::sync::Mutex::new(()),
                 counters: Counters::default(),
@@ -192,6 +199,13 @@ impl PullRecords {
     /// The verification policy.
     pub fn policy(&self) -> &VerifyPolicy {
         &self.inner.policy
+    }
+
+    /// The clock records are stamped with (`last_updated_time`). A GC that
+    /// prunes these records must read the start of its run from this clock
+    /// (`GcService::start_with` runs its actors on it).
+    pub fn clock(&self) -> WallClock {
+        self.inner.clock
     }
 
     /// The counts of must-pull check results so far.
@@ -283,7 +297,7 @@ impl PullRecords {
         }
         if let (Some(repo), false) = (repo, decision.record_secrets.is_empty()) {
             let creds = ImagePullCredentials { kubernetes_secrets: decision.record_secrets, ..Default::default() };
-            if let Err(e) = self.write_pulled(image_ref, repo, &creds, None).await {
+            if let Err(e) = self.write_pulled(image_ref, repo, &creds, None, false).await {
                 tracing::warn!(image, image_ref, error = %e, "failed to record a matching pull secret");
             }
         }
@@ -318,6 +332,13 @@ impl PullRecords {
     /// names it) produced `image_ref` using `creds`. Merges the credentials
     /// into the record and ends the intent, in one transaction. When the
     /// write fails the intent is kept (the image stays "pulled by imaged").
+    ///
+    /// Unlike the kubelet, which updates `last_updated_time` only when the
+    /// merge changed the record, every successful pull refreshes it (and
+    /// writes the record): an image removed while its record stayed and
+    /// pulled again (same id, same credentials) during a GC run would
+    /// otherwise keep its old time and be pruned by that run, leaving the
+    /// image with neither record nor intent, so every pod could use it.
     pub async fn record_image_pulled(
         &self,
         image: &str,
@@ -330,7 +351,7 @@ impl PullRecords {
             self.record_image_pull_failed(image).await;
             return Ok(());
         };
-        self.write_pulled(image_ref, &repo, creds, Some(&key)).await
+        self.write_pulled(image_ref, &repo, creds, Some(&key), true).await
     }
 
     /// The kubelet's `RecordImagePullFailed` (also used when a pull turned
@@ -358,12 +379,15 @@ impl PullRecords {
 
     /// Merges `creds` into the record of `image_ref` for `repo` and, when
     /// `intent` is given, ends one pull of that image key, in one transaction.
+    /// With `refresh` the record's time becomes now even when the merge
+    /// changed nothing (see [`PullRecords::record_image_pulled`]).
     async fn write_pulled(
         &self,
         image_ref: &str,
         repo: &str,
         creds: &ImagePullCredentials,
         intent: Option<&str>,
+        refresh: bool,
     ) -> Result<(), StoreError> {
         let _w = self.inner.writes.lock().await;
         let (existing, last_intent) = {
@@ -371,7 +395,12 @@ impl PullRecords {
             let last = intent.map(|k| st.in_flight.get(k).is_none_or(|n| *n <= 1));
             (st.records.get(image_ref).cloned(), last)
         };
-        let (record, changed) = merge_pulled(existing.as_deref(), image_ref, repo, creds, SystemTime::now());
+        let now = self.inner.clock.now();
+        let (mut record, mut changed) = merge_pulled(existing.as_deref(), image_ref, repo, creds, now);
+        if refresh && !changed {
+            record.last_updated_time = now;
+            changed = true;
+        }
         let mut w = PullRecordsWrite::default();
         if changed {
             w.upsert_records.push(record.clone());
@@ -409,7 +438,7 @@ impl PullRecords {
         }
         let mut w = PullRecordsWrite::default();
         let mut records: HashMap<String, PulledRecord> = HashMap::new();
-        let now = SystemTime::now();
+        let now = self.inner.clock.now();
         for image in images {
             for name in image.repo_tags.iter().chain(&image.repo_digests) {
                 let key = image_key(name);

@@ -454,7 +454,7 @@ async fn prune_deletes_old_records_of_absent_images_only() {
         r.record_pull_intent(img).await.unwrap();
         r.record_image_pulled(img, id, &ImagePullCredentials::node_accessible()).await.unwrap();
     }
-    let cutoff = SystemTime::now() + Duration::from_secs(1);
+    let cutoff = r.clock().now() + Duration::from_secs(1);
     let present: HashSet<String> = ["sha256:a".to_string()].into();
     // Records newer than the GC start stay even when absent.
     assert_eq!(r.prune_unknown_records(&present, t(0)).await.unwrap(), 0);
@@ -464,6 +464,45 @@ async fn prune_deletes_old_records_of_absent_images_only() {
     drop(r);
     let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
     assert!(r.record("sha256:b").is_none(), "pruned on disk too");
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_pull_refreshes_the_record_time_so_a_gc_run_in_between_keeps_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    let clock = r.clock();
+    let node = ImagePullCredentials::node_accessible();
+    r.record_pull_intent(IMAGE).await.unwrap();
+    r.record_image_pulled(IMAGE, REF, &node).await.unwrap();
+    assert_eq!(r.record(REF).unwrap().last_updated_time, clock.now(), "stamped with the shared clock");
+    tokio::time::advance(Duration::from_secs(3600)).await;
+    // A GC run starts; its detection no longer sees the image (removed, the
+    // record stayed). Then the same image is pulled again with the same
+    // credentials: the merge changes nothing, but the time is refreshed.
+    let gc_started = clock.now();
+    tokio::time::advance(Duration::from_secs(1)).await;
+    r.record_pull_intent(IMAGE).await.unwrap();
+    r.record_image_pulled(IMAGE, REF, &node).await.unwrap();
+    let pulled_again = gc_started + Duration::from_secs(1);
+    assert_eq!(r.record(REF).unwrap().last_updated_time, pulled_again);
+    // The prune after that run keeps the record.
+    assert_eq!(r.prune_unknown_records(&HashSet::new(), gc_started).await.unwrap(), 0);
+    assert!(r.record(REF).is_some());
+    drop(r);
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    assert_eq!(r.record(REF).unwrap().last_updated_time, pulled_again, "the refreshed time is on disk");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_secret_matched_while_checking_does_not_refresh_the_record_time() {
+    let r = PullRecords::in_memory(VerifyPolicy::default());
+    r.record_pull_intent(IMAGE).await.unwrap();
+    r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::secret(secret("ns", "a", "u1", "h1"))).await.unwrap();
+    let pulled = r.record(REF).unwrap().last_updated_time;
+    tokio::time::advance(Duration::from_secs(60)).await;
+    // The same secret again: served from the record, nothing to write (the kubelet's rule).
+    assert!(!r.must_attempt_pull(IMAGE, REF, pod(vec![secret("ns", "a", "u1", "h1")])).await.unwrap());
+    assert_eq!(r.record(REF).unwrap().last_updated_time, pulled);
 }
 
 /// Stores, under each of `refs`, a pulled record that does not decode.
