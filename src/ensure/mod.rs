@@ -193,9 +193,12 @@ impl ImageManager {
         }
     }
 
-    /// The manager reporting its requests and pull durations to `metrics`.
+    /// The manager reporting its requests and pull durations to `metrics`,
+    /// and so its default pull records their must-pull checks (records given
+    /// by [`ImageManager::with_pull_records`] keep their own metrics handle).
     #[must_use]
     pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        self.records = self.records.clone().with_metrics(metrics.clone());
         self.metrics = metrics;
         self
     }

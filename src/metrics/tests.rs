@@ -43,7 +43,7 @@ fn every_family_is_prefixed_and_typed() {
     m.image_pulled(1, Duration::from_secs(1));
     m.image_garbage_collected("age", 1);
     drop(m.ensure_request(PullPolicy::Always));
-    m.mustpull_check(MustPullCheck::Error);
+    m.mustpull_check(crate::pull_records::MustPullResult::Error);
     m.credential_plugin_ran("p", Duration::from_millis(1), true);
     m.cri_call(Rpc::Version, Duration::from_millis(1), Some(&CriError::deadline_exceeded()));
     m.gc_run(true);
@@ -163,7 +163,7 @@ fn gauges_counters_and_info_report_what_they_were_told() {
     m.image_garbage_collected("age", 50);
     m.gc_run(true);
     m.gc_run(false);
-    m.mustpull_check(MustPullCheck::CredentialRecordFound);
+    m.mustpull_check(crate::pull_records::MustPullResult::CredentialRecordFound);
     m.credential_plugin_ran("ecr", Duration::from_millis(20), true);
     m.set_credential_provider_config("sha256:aa");
     m.set_credential_provider_config("sha256:bb");

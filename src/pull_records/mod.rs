@@ -36,7 +36,6 @@ mod record;
 mod tests;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -50,41 +49,8 @@ pub use record::{
 use crate::clock::WallClock;
 use crate::domain::Image;
 use crate::domain::reference::parse_normalized_named;
+use crate::metrics::Metrics;
 use crate::store::{PullRecordsWrite, Store, StoreError};
-
-/// Counts of must-pull check results, by the kubelet's
-/// `kubelet_imagemanager_image_mustpull_checks_total{result}` label.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MustPullCounts {
-    /// `credentialPolicyAllowed`.
-    pub credential_policy_allowed: u64,
-    /// `credentialRecordFound`.
-    pub credential_record_found: u64,
-    /// `mustAuthenticate`.
-    pub must_authenticate: u64,
-    /// `error`.
-    pub error: u64,
-}
-
-#[derive(Debug, Default)]
-struct Counters {
-    policy_allowed: AtomicU64,
-    record_found: AtomicU64,
-    must_authenticate: AtomicU64,
-    error: AtomicU64,
-}
-
-impl Counters {
-    fn count(&self, r: MustPullResult) {
-        let c = match r {
-            MustPullResult::CredentialPolicyAllowed => &self.policy_allowed,
-            MustPullResult::CredentialRecordFound => &self.record_found,
-            MustPullResult::MustAuthenticate => &self.must_authenticate,
-            MustPullResult::Error => &self.error,
-        };
-        c.fetch_add(1, Ordering::Relaxed);
-    }
-}
 
 /// What is in memory (a mirror of the store).
 #[derive(Debug, Default)]
@@ -116,7 +82,6 @@ struct Inner {
     state: Mutex<State>,
     /// Serialises writers: read-merge-write and the store write are one step.
     writes: tokio::sync::Mutex<()>,
-    counters: Counters,
     /// Image → (repository, intent key): pods name the same images over and
     /// over and parsing is the costliest step of a present-image check.
     /// Bounded; cleared when full.
@@ -138,6 +103,8 @@ const NAMES_CACHE: usize = 4096;
 #[derive(Clone)]
 pub struct PullRecords {
     inner: Arc<Inner>,
+    /// Where must-pull check results are counted.
+    metrics: Metrics,
 }
 
 impl std::fmt::Debug for PullRecords {
@@ -184,13 +151,13 @@ impl PullRecords {
 
     fn with_state(policy: VerifyPolicy, store: Option<Arc<Store>>, state: State) -> Self {
         Self {
+            metrics: Metrics::default(),
             inner: Arc::new(Inner {
                 policy,
                 store,
                 clock: WallClock::new(),
                 state: Mutex::new(state),
                 writes: tokio::sync::Mutex::new(()),
-                counters: Counters::default(),
                 names: Mutex::default(),
             }),
         }
@@ -208,15 +175,14 @@ impl PullRecords {
         self.inner.clock
     }
 
-    /// The counts of must-pull check results so far.
-    pub fn must_pull_counts(&self) -> MustPullCounts {
-        let c = &self.inner.counters;
-        MustPullCounts {
-            credential_policy_allowed: c.policy_allowed.load(Ordering::Relaxed),
-            credential_record_found: c.record_found.load(Ordering::Relaxed),
-            must_authenticate: c.must_authenticate.load(Ordering::Relaxed),
-            error: c.error.load(Ordering::Relaxed),
-        }
+    /// This handle (and the clones made from it from now on) counting each
+    /// must-pull check in `metrics`
+    /// (`imaged_imagemanager_image_mustpull_checks_total{result}`); by
+    /// default a private registry nobody scrapes.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// The record of `image_ref`, if any.
@@ -270,9 +236,8 @@ impl PullRecords {
         image_ref: &str,
         pod_credentials: impl FnOnce() -> Result<PodCredentials, E>,
     ) -> Result<bool, E> {
-        let counters = &self.inner.counters;
         if self.inner.policy.policy == VerificationPolicy::NeverVerify {
-            counters.count(MustPullResult::CredentialPolicyAllowed);
+            self.metrics.mustpull_check(MustPullResult::CredentialPolicyAllowed);
             return Ok(false);
         }
         if image_ref.is_empty() {
@@ -291,7 +256,7 @@ impl PullRecords {
             (None, false) => RecordLookup::Absent,
         };
         let (decision, error) = decide(&self.inner.policy, repo.as_deref(), lookup, pulled_by_kubelet, pod_credentials);
-        counters.count(decision.result);
+        self.metrics.mustpull_check(decision.result);
         if let Some(e) = error {
             return Err(e);
         }

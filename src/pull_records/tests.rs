@@ -350,6 +350,19 @@ fn decision_unparsable_image_with_a_record_forces_a_pull() {
 
 const IMAGE: &str = "example.com/private:1";
 
+/// The `imaged_imagemanager_image_mustpull_checks_total` series in `metrics`' scrape, by result.
+fn mustpull_checks(metrics: &crate::metrics::Metrics) -> Vec<(String, f64)> {
+    let s = crate::testing::Scrape::parse(&metrics.encode()).unwrap();
+    let mut v: Vec<(String, f64)> = s
+        .samples
+        .iter()
+        .filter(|x| x.name == "imaged_imagemanager_image_mustpull_checks_total")
+        .map(|x| (x.labels["result"].clone(), x.value))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
 fn store(dir: &std::path::Path) -> Arc<crate::store::Store> {
     Arc::new(crate::store::Store::open(dir).unwrap())
 }
@@ -371,13 +384,14 @@ async fn intents_and_records_persist_and_reload() {
         r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::secret(a.clone())).await.unwrap();
         assert!(r.stored_intents().is_empty());
     }
-    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    let metrics = crate::metrics::Metrics::default();
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap().with_metrics(metrics.clone());
     let rec = r.record(REF).expect("record reloaded");
     assert_eq!(rec.credential_mapping[REPO].kubernetes_secrets, std::slice::from_ref(&a));
     assert!(!r.must_attempt_pull(IMAGE, REF, pod(vec![a])).await.unwrap());
     assert!(r.must_attempt_pull(IMAGE, REF, pod(vec![])).await.unwrap());
-    let counts = r.must_pull_counts();
-    assert_eq!((counts.credential_record_found, counts.must_authenticate), (1, 1));
+    let checks = mustpull_checks(&metrics);
+    assert_eq!(checks, [("credentialRecordFound".to_string(), 1.0), ("mustAuthenticate".to_string(), 1.0)]);
 }
 
 #[tokio::test]
@@ -407,13 +421,14 @@ async fn a_matching_copy_of_the_secret_is_written_while_matching() {
 
 #[tokio::test]
 async fn never_verify_needs_no_records() {
-    let r = PullRecords::in_memory(VerifyPolicy::new(VerificationPolicy::NeverVerify));
+    let metrics = crate::metrics::Metrics::default();
+    let r = PullRecords::in_memory(VerifyPolicy::new(VerificationPolicy::NeverVerify)).with_metrics(metrics.clone());
     r.record_pull_intent(IMAGE).await.unwrap();
     r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::secret(secret("ns", "a", "u1", "h1"))).await.unwrap();
     let must =
         r.must_attempt_pull(IMAGE, REF, || -> Result<PodCredentials, &str> { panic!("not evaluated") }).await.unwrap();
     assert!(!must);
-    assert_eq!(r.must_pull_counts().credential_policy_allowed, 1);
+    assert_eq!(mustpull_checks(&metrics), [("credentialPolicyAllowed".to_string(), 1.0)]);
 }
 
 #[tokio::test]
@@ -503,6 +518,15 @@ async fn a_secret_matched_while_checking_does_not_refresh_the_record_time() {
     // The same secret again: served from the record, nothing to write (the kubelet's rule).
     assert!(!r.must_attempt_pull(IMAGE, REF, pod(vec![secret("ns", "a", "u1", "h1")])).await.unwrap());
     assert_eq!(r.record(REF).unwrap().last_updated_time, pulled);
+}
+
+#[test]
+fn must_pull_results_have_the_kubelets_labels_and_a_stable_index() {
+    let labels: Vec<&str> = MustPullResult::ALL.iter().map(|r| r.as_str()).collect();
+    assert_eq!(labels, ["credentialPolicyAllowed", "credentialRecordFound", "mustAuthenticate", "error"]);
+    for (i, r) in MustPullResult::ALL.iter().enumerate() {
+        assert_eq!(r.index(), i);
+    }
 }
 
 /// Stores, under each of `refs`, a pulled record that does not decode.
