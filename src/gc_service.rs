@@ -54,6 +54,9 @@ impl GcService {
 
     /// [`GcService::start`], and the GC executor prunes `pull_records` (the
     /// `ImageManager`'s, see `ImageManager::pull_records`) after each run.
+    /// The actors then run on the records' clock ([`PullRecords::clock`]),
+    /// so the prune compares the run's start with the records' stamps on
+    /// one clock.
     pub fn start_with(
         gateway: &Addr<CriGatewayActor>,
         settings: &GcSettings,
@@ -63,7 +66,9 @@ impl GcService {
         events: EventSink,
         pull_records: Option<PullRecords>,
     ) -> Self {
-        let clock = WallClock::new();
+        // Records are stamped with their own clock; GC compares the start
+        // of its run with those stamps when it prunes, so it runs on it too.
+        let clock = pull_records.as_ref().map_or_else(WallClock::new, PullRecords::clock);
         let cri = DetectorCri {
             list_images: gateway.clone().recipient(),
             list_containers: gateway.clone().recipient(),

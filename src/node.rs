@@ -153,7 +153,8 @@ impl Node {
         // KEP-2535 pull records: durable with the store; intents a crash
         // left are turned into records every pod must re-verify.
         let records = PullRecords::open(cfg.verification.clone(), store.clone())
-            .map_err(|e| AppError::Other(format!("opening the pull records: {e}")))?;
+            .map_err(|e| AppError::Other(format!("opening the pull records: {e}")))?
+            .with_metrics(cfg.pull.metrics.clone());
         match records.recover_intents_from_runtime(&runtime.gateway).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(recovered = n, "pull intents left by an earlier run recovered"),

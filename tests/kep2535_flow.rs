@@ -22,8 +22,10 @@ use imaged::domain::ImageErrorKind;
 use imaged::domain::pull_policy::PullPolicy;
 use imaged::embedded::RemoteImage;
 use imaged::ensure::{EnsureConfig, EnsureError, EnsureImageRequest, EnsureOk, ImageManager};
+use imaged::metrics::Metrics;
 use imaged::pull_records::{PullRecords, VerificationPolicy, VerifyPolicy};
 use imaged::store::Store;
+use imaged::testing::Scrape;
 use support::fixture::{Runtime, runtime};
 
 const PRIVATE: &str = "registry.example.com/team/app:v1";
@@ -54,14 +56,32 @@ fn private_remote() -> RemoteImage {
 /// A manager whose pull records live in `dir` (a "node": reopening the
 /// same dir is a restart), with startup recovery of intents.
 async fn manager(rt: &Runtime, dir: &Path, policy: VerificationPolicy, concurrency: Concurrency) -> ImageManager {
+    counting_manager(rt, dir, policy, concurrency, &Metrics::default()).await
+}
+
+/// [`manager`], reporting to `metrics` (as `imaged::node::Node` wires it).
+async fn counting_manager(
+    rt: &Runtime,
+    dir: &Path,
+    policy: VerificationPolicy,
+    concurrency: Concurrency,
+    metrics: &Metrics,
+) -> ImageManager {
     let store = Arc::new(Store::open(dir).expect("store opens"));
-    let records = PullRecords::open(VerifyPolicy::new(policy), Some(store)).expect("records load");
+    let records =
+        PullRecords::open(VerifyPolicy::new(policy), Some(store)).expect("records load").with_metrics(metrics.clone());
     records.recover_intents_from_runtime(&rt.gateway).await.expect("recovery");
-    let pull = PullQueueConfig { concurrency, qps: 0.0, ..PullQueueConfig::default() };
+    let pull = PullQueueConfig { concurrency, qps: 0.0, metrics: metrics.clone(), ..PullQueueConfig::default() };
     ImageManager::start(rt.gateway.clone(), &pull, &BackoffSettings::default(), EnsureConfig::default())
         .await
         .expect("manager starts")
         .with_pull_records(records)
+}
+
+/// `imaged_imagemanager_image_mustpull_checks_total{result}` in `metrics`' scrape.
+fn mustpull_checks(metrics: &Metrics, result: &str) -> Option<f64> {
+    let s = Scrape::parse(&metrics.encode()).expect("the scrape parses");
+    s.value("imaged_imagemanager_image_mustpull_checks_total", &[("result", result)])
 }
 
 fn pulls(rt: &Runtime) -> u64 {
@@ -89,7 +109,15 @@ async fn a_pod_without_the_secret_is_refused_a_pod_with_the_same_credential_is_s
     // Another secret (other namespace, name and uid) holding the same credential.
     let c = || vec![secret("team-c", "copy", "uid-c", PASSWORD)];
 
-    let m = manager(&rt, state.path(), VerificationPolicy::NeverVerifyPreloadedImages, Concurrency::Serial).await;
+    let metrics = Metrics::default();
+    let m = counting_manager(
+        &rt,
+        state.path(),
+        VerificationPolicy::NeverVerifyPreloadedImages,
+        Concurrency::Serial,
+        &metrics,
+    )
+    .await;
     // Pod A pulls with its secret.
     let ok = m.ensure_image_exists(&req("a", PullPolicy::IfNotPresent, a())).await.expect("A pulls");
     assert_eq!(ok.message, "");
@@ -119,9 +147,8 @@ async fn a_pod_without_the_secret_is_refused_a_pod_with_the_same_credential_is_s
     // Pod A again: served without a pull, also under Never.
     assert!(served(&m.ensure_image_exists(&req("a2", PullPolicy::Never, a())).await));
     assert_eq!(pulls(&rt), 2);
-    let counts = m.pull_records().must_pull_counts();
-    assert_eq!(counts.must_authenticate, 2, "B and B2");
-    assert_eq!(counts.credential_record_found, 2, "C and A2");
+    assert_eq!(mustpull_checks(&metrics, "mustAuthenticate"), Some(2.0), "B and B2");
+    assert_eq!(mustpull_checks(&metrics, "credentialRecordFound"), Some(2.0), "C and A2");
 
     // Restart: everything reopened from the state directory.
     drop(m);
@@ -143,14 +170,15 @@ async fn never_verify_serves_a_pod_without_the_secret_and_always_verify_checks_e
     let rt = runtime().await;
     rt.runtime.add_remote(private_remote()).expect("add");
     let state = tempfile::tempdir().expect("tempdir");
-    let m = manager(&rt, state.path(), VerificationPolicy::NeverVerify, Concurrency::Serial).await;
+    let metrics = Metrics::default();
+    let m = counting_manager(&rt, state.path(), VerificationPolicy::NeverVerify, Concurrency::Serial, &metrics).await;
     m.ensure_image_exists(&req("a", PullPolicy::IfNotPresent, vec![secret("ns", "regcred", "uid-a", PASSWORD)]))
         .await
         .expect("A pulls");
     let b = m.ensure_image_exists(&req("b", PullPolicy::IfNotPresent, vec![])).await;
     assert!(served(&b), "{b:?}");
     assert_eq!(pulls(&rt), 1);
-    assert_eq!(m.pull_records().must_pull_counts().credential_policy_allowed, 1);
+    assert_eq!(mustpull_checks(&metrics, "credentialPolicyAllowed"), Some(1.0));
     drop(m);
 
     // A preloaded private image (never pulled by imaged).

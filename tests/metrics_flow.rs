@@ -14,7 +14,7 @@ use imaged::embedded::{EmbeddedRuntime, RemoteImage};
 use imaged::ensure::{EnsureConfig, EnsureImageRequest, ImageManager};
 use imaged::gc::hints::InUseHints;
 use imaged::gc_service::GcService;
-use imaged::metrics::Metrics;
+use imaged::metrics::{Metrics, PULL_DURATION_BUCKETS};
 use imaged::testing::Scrape;
 
 struct Stack {
@@ -87,10 +87,22 @@ async fn pulls_joins_failures_and_gc_show_in_the_scrape() {
     assert_eq!(ensure_requests(&s, "ifnotpresent", "false", "true"), Some(3.0));
     assert_eq!(ensure_requests(&s, "always", "unknown", "true"), Some(1.0));
     assert_eq!(s.value("imaged_pull_single_flight_joins_total", &[]), Some(2.0));
-    // Every pod whose image was pulled (joiners too) observes its total time.
+    // Every pod whose image was pulled (joiners too) observes its total
+    // time, under the image's size bucket and the kubelet's buckets.
     let small = [("image_size_in_bytes", "0-10MB")];
     assert_eq!(s.value("imaged_image_pull_duration_seconds_count", &small), Some(3.0));
-    assert!(s.value("imaged_image_pull_duration_seconds_sum", &small).is_some_and(|v| v >= 0.9), "3 × ≥ 300 ms");
+    assert_eq!(s.value("imaged_image_pull_duration_seconds_bucket", &[small[0], ("le", "+Inf")]), Some(3.0));
+    let buckets: Vec<&str> = s
+        .samples
+        .iter()
+        .filter(|x| {
+            x.name == "imaged_image_pull_duration_seconds_bucket" && x.labels["image_size_in_bytes"] == "0-10MB"
+        })
+        .map(|x| x.labels["le"].as_str())
+        .collect();
+    let want: Vec<String> =
+        PULL_DURATION_BUCKETS.iter().map(|b| format!("{b:?}")).chain(["+Inf".to_string()]).collect();
+    assert_eq!(buckets, want, "the kubelet's buckets");
     assert_eq!(s.value("imaged_cri_request_duration_seconds_count", &[("method", "PullImage")]), Some(2.0));
     assert_eq!(s.sum("imaged_cri_request_errors_total", &[("method", "PullImage")]), 1.0);
     assert_eq!(s.sum("imaged_cri_request_errors_total", &[("method", "ImageStatus")]), 0.0);
@@ -202,9 +214,11 @@ fn a_loaded_configuration_shares_one_registry() {
     assert!(cfg.cri.metrics.same_registry(&cfg.pull.metrics));
     assert!(cfg.cri.metrics.same_registry(&cfg.backoff.metrics));
     assert!(cfg.cri.metrics.same_registry(&cfg.gc.metrics));
+    assert!(cfg.cri.metrics.same_registry(&cfg.credentials.metrics));
     let m = Metrics::default();
     let cfg = cfg.with_metrics(&m);
     assert!(cfg.gc.metrics.same_registry(&m) && cfg.cri.metrics.same_registry(&m));
+    assert!(cfg.credentials.metrics.same_registry(&m));
 }
 
 #[actix::test]
@@ -221,4 +235,22 @@ async fn throttle_waits_are_counted_once_per_pull() {
     let s = scrape(&st.metrics);
     assert_eq!(s.value("imaged_pull_throttle_waits_total", &[]), Some(1.0), "the second pull waited");
     assert_eq!(s.value("imaged_pull_throttle_rejections_total", &[]), Some(0.0));
+}
+
+#[actix::test]
+async fn a_node_counts_must_pull_checks_in_its_registry() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let metrics = Metrics::default();
+    let mut cfg = Config::defaults().expect("defaults").with_metrics(&metrics);
+    cfg.endpoint = imaged::config::RuntimeEndpoint::Embedded { socket: Some(dir.path().join("cri.sock")) };
+    let node = imaged::node::Node::start(cfg).await.expect("node starts");
+    let req = |uid: &str| EnsureImageRequest::new(uid, "redis:7", PullPolicy::IfNotPresent);
+    node.ensure_image_exists(&req("a")).await.expect("accepted").expect("pulled");
+    // Present now, pulled by imaged without credentials: the record lets any pod use it.
+    let ok = node.ensure_image_exists(&req("b")).await.expect("accepted").expect("present");
+    assert!(ok.message.ends_with("already present on machine and can be accessed by the pod"), "{}", ok.message);
+    let s = scrape(&metrics);
+    let checks = |result| s.value("imaged_imagemanager_image_mustpull_checks_total", &[("result", result)]);
+    assert_eq!(checks("credentialRecordFound"), Some(1.0));
+    assert_eq!(checks("mustAuthenticate"), None);
 }

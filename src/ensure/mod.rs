@@ -193,9 +193,12 @@ impl ImageManager {
         }
     }
 
-    /// The manager reporting its requests and pull durations to `metrics`.
+    /// The manager reporting its requests and pull durations to `metrics`,
+    /// and so its default pull records their must-pull checks (records given
+    /// by [`ImageManager::with_pull_records`] keep their own metrics handle).
     #[must_use]
     pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        self.records = self.records.clone().with_metrics(metrics.clone());
         self.metrics = metrics;
         self
     }
@@ -505,10 +508,7 @@ impl ImageManager {
         match result {
             Ok(outcome) => {
                 if outcome.pulled {
-                    let used = outcome
-                        .credential
-                        .and_then(|i| proves.get(i).cloned())
-                        .unwrap_or_else(ImagePullCredentials::node_accessible);
+                    let used = credentials_used(&proves, outcome.credential, requested);
                     if let Err(e) = self.records.record_image_pulled(&spec.image, &outcome.image_ref, &used).await {
                         tracing::warn!(image = requested, error = %e, "failed to record an image pulled record");
                     }
@@ -599,4 +599,25 @@ fn pod_credentials(
             .collect(),
         service_account: None,
     })
+}
+
+/// What the pull that succeeded with credential `index` (of the request's
+/// list, whose proofs are `proves`) proves for the pulled record: no
+/// credential (anonymous pull) → every pod may use the image; an index the
+/// list does not have (a bug) → nothing, logged: a record without
+/// credentials, so every pod must pull to use the image.
+fn credentials_used(proves: &[ImagePullCredentials], index: Option<usize>, image: &str) -> ImagePullCredentials {
+    let Some(i) = index else { return ImagePullCredentials::node_accessible() };
+    match proves.get(i) {
+        Some(p) => p.clone(),
+        None => {
+            tracing::warn!(
+                image,
+                index = i,
+                credentials = proves.len(),
+                "the pull reported a credential it was not given; recording no credentials"
+            );
+            ImagePullCredentials::default()
+        }
+    }
 }

@@ -20,11 +20,6 @@ pub fn never_pull(image: &str) -> String {
     format!("Container image {} is not present with pull policy of Never", quote(image))
 }
 
-/// `Pulled` for a present image.
-pub fn already_present(image: &str) -> String {
-    format!("Container image {} already present on machine", quote(image))
-}
-
 /// `Pulled` for a present image the pod may use (the kubelet with
 /// KEP-2535's `KubeletEnsureSecretPulledImages` on, the 1.35 default).
 pub fn already_present_accessible(image: &str) -> String {
@@ -81,7 +76,6 @@ mod tests {
             "Failed to inspect image \"\": rpc error: code = Unavailable desc = x"
         );
         assert_eq!(never_pull("busybox"), "Container image \"busybox\" is not present with pull policy of Never");
-        assert_eq!(already_present("busybox:1"), "Container image \"busybox:1\" already present on machine");
         assert_eq!(
             already_present_accessible("busybox:1"),
             "Container image \"busybox:1\" already present on machine and can be accessed by the pod"

@@ -2,7 +2,7 @@
 //! registry holding every family imaged exports, all under the `imaged_`
 //! prefix: the kubelet's image metrics (same labels, buckets and label
 //! values, `kubelet_` replaced by `imaged_`) and imaged's own (pull queue,
-//! CRI calls, back-off, GC, supervision).
+//! CRI calls, back-off, GC).
 //!
 //! Actors get the handle through their settings (`metrics` fields with a
 //! default) or `with_metrics` builders; [`Metrics::default`] is a private
@@ -29,6 +29,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::cri::{CriError, Rpc};
 use crate::domain::pull_policy::PullPolicy;
+use crate::pull_records::MustPullResult;
 
 /// The content type of [`Metrics::encode`]'s text (OpenMetrics 1.0, which
 /// Prometheus scrapes natively).
@@ -77,32 +78,6 @@ pub fn image_size_bucket(size: u64) -> &'static str {
         return "N/A";
     }
     RANGES.iter().find(|(lower, _)| size > *lower).map_or("0-10MB", |(_, label)| label)
-}
-
-/// The `result` of a KEP-2535 "must this image be pulled again" check
-/// (`image_mustpull_checks_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MustPullCheck {
-    /// The verification policy exempts the image.
-    CredentialPolicyAllowed,
-    /// A pull record shows the pod's credentials (or node access) suffice.
-    CredentialRecordFound,
-    /// The pod must authenticate: pull again.
-    MustAuthenticate,
-    /// The check failed (record unreadable, image unparsable).
-    Error,
-}
-
-impl MustPullCheck {
-    /// The kubelet's label value.
-    pub fn label(self) -> &'static str {
-        match self {
-            MustPullCheck::CredentialPolicyAllowed => "credentialPolicyAllowed",
-            MustPullCheck::CredentialRecordFound => "credentialRecordFound",
-            MustPullCheck::MustAuthenticate => "mustAuthenticate",
-            MustPullCheck::Error => "error",
-        }
-    }
 }
 
 /// A tri-state label value (`true`, `false`, `unknown`) as the kubelet's
@@ -188,6 +163,8 @@ struct Inner {
     /// `ensure_requests` counters by (policy, present, required), resolved on first use.
     ensure_cells: [OnceLock<Counter>; 4 * 3 * 3],
     mustpull_checks: Family<Labels1, Counter>,
+    /// `mustpull_checks` counters by [`MustPullResult::index`], resolved on first use.
+    mustpull_cells: [OnceLock<Counter>; MustPullResult::ALL.len()],
     plugin_duration: Family<OwnedLabels1, Histogram, fn() -> Histogram>,
     plugin_errors: Family<OwnedLabels1, Counter>,
     provider_config_info: Family<OwnedLabels1, Gauge>,
@@ -203,8 +180,6 @@ struct Inner {
     // CRI, resolved per method at construction (index: `Rpc as usize`).
     cri_duration: [Histogram; Rpc::ALL.len()],
     cri_errors: Family<Labels2, Counter>,
-    // Supervision.
-    actor_restarts: Family<OwnedLabels1, Counter>,
     // GC.
     gc_runs: Family<Labels1, Counter>,
     gc_bytes_freed: Counter,
@@ -328,8 +303,6 @@ impl Metrics {
         let cri_duration = Rpc::ALL.map(|rpc| cri_duration_family.get_or_create_owned(&[("method", rpc.name())]));
         let cri_errors = Family::<Labels2, Counter>::default();
         r.register("cri_request_errors", "Failed CRI calls, by method and gRPC code", cri_errors.clone());
-        let actor_restarts = Family::<OwnedLabels1, Counter>::default();
-        r.register("actor_restarts", "Actor restarts by the supervisor, by actor", actor_restarts.clone());
         let gc_runs = Family::<Labels1, Counter>::default();
         r.register("image_gc_runs", "Image garbage collection runs (not dry runs), by result", gc_runs.clone());
         let gc_bytes_freed = Counter::default();
@@ -352,6 +325,7 @@ impl Metrics {
                 ensure_requests,
                 ensure_cells: std::array::from_fn(|_| OnceLock::new()),
                 mustpull_checks,
+                mustpull_cells: std::array::from_fn(|_| OnceLock::new()),
                 plugin_duration,
                 plugin_errors,
                 provider_config_info,
@@ -364,7 +338,6 @@ impl Metrics {
                 backoff_entries,
                 cri_duration,
                 cri_errors,
-                actor_restarts,
                 gc_runs,
                 gc_bytes_freed,
                 config_info,
@@ -413,9 +386,13 @@ impl Metrics {
         }
     }
 
-    /// A must-pull check ended with `result`.
-    pub fn mustpull_check(&self, result: MustPullCheck) {
-        self.inner.mustpull_checks.get_or_create(&[("result", result.label())]).inc();
+    /// A must-pull check ended with `result` (an atomic add once the
+    /// result's series exists).
+    pub fn mustpull_check(&self, result: MustPullResult) {
+        let inner = &self.inner;
+        inner.mustpull_cells[result.index()]
+            .get_or_init(|| inner.mustpull_checks.get_or_create_owned(&[("result", result.as_str())]))
+            .inc();
     }
 
     /// A credential provider plugin ran for `took`, failing when `failed`.
@@ -474,13 +451,6 @@ impl Metrics {
         if let Some(e) = error {
             self.inner.cri_errors.get_or_create(&[("method", rpc.name()), ("code", e.code().go_name())]).inc();
         }
-    }
-
-    // === supervision ===
-
-    /// The supervisor restarted `actor`.
-    pub fn actor_restarted(&self, actor: &str) {
-        self.inner.actor_restarts.get_or_create(&[("actor", actor.to_string())]).inc();
     }
 
     // === GC ===

@@ -43,10 +43,9 @@ fn every_family_is_prefixed_and_typed() {
     m.image_pulled(1, Duration::from_secs(1));
     m.image_garbage_collected("age", 1);
     drop(m.ensure_request(PullPolicy::Always));
-    m.mustpull_check(MustPullCheck::Error);
+    m.mustpull_check(crate::pull_records::MustPullResult::Error);
     m.credential_plugin_ran("p", Duration::from_millis(1), true);
     m.cri_call(Rpc::Version, Duration::from_millis(1), Some(&CriError::deadline_exceeded()));
-    m.actor_restarted("gc_executor");
     m.gc_run(true);
     let s = scrape(&m);
     for (family, ty) in [
@@ -64,7 +63,6 @@ fn every_family_is_prefixed_and_typed() {
         ("imaged_backoff_entries", "gauge"),
         ("imaged_cri_request_duration_seconds", "histogram"),
         ("imaged_cri_request_errors", "counter"),
-        ("imaged_actor_restarts", "counter"),
         ("imaged_image_gc_runs", "counter"),
         ("imaged_image_gc_freed_bytes", "counter"),
         ("imaged_build_info", "gauge"),
@@ -72,6 +70,8 @@ fn every_family_is_prefixed_and_typed() {
         assert_eq!(s.types.get(family).map(String::as_str), Some(ty), "{family}");
     }
     assert!(s.types.keys().all(|k| k.starts_with("imaged_")), "{:?}", s.types.keys());
+    // imaged restarts as a process (actors.md, panic policy): no restart counter.
+    assert!(!s.types.contains_key("imaged_actor_restarts"));
     assert_eq!(s.value("imaged_build_info", &[("version", env!("CARGO_PKG_VERSION"))]), Some(1.0));
 }
 
@@ -159,12 +159,11 @@ fn gauges_counters_and_info_report_what_they_were_told() {
     m.throttle_waited();
     m.throttle_rejected();
     m.set_backoff_entries(4);
-    m.actor_restarted("pull_queue");
     m.image_garbage_collected("space", 100);
     m.image_garbage_collected("age", 50);
     m.gc_run(true);
     m.gc_run(false);
-    m.mustpull_check(MustPullCheck::CredentialRecordFound);
+    m.mustpull_check(crate::pull_records::MustPullResult::CredentialRecordFound);
     m.credential_plugin_ran("ecr", Duration::from_millis(20), true);
     m.set_credential_provider_config("sha256:aa");
     m.set_credential_provider_config("sha256:bb");
@@ -176,7 +175,6 @@ fn gauges_counters_and_info_report_what_they_were_told() {
     assert_eq!(s.value("imaged_pull_throttle_waits_total", &[]), Some(1.0));
     assert_eq!(s.value("imaged_pull_throttle_rejections_total", &[]), Some(1.0));
     assert_eq!(s.value("imaged_backoff_entries", &[]), Some(4.0));
-    assert_eq!(s.value("imaged_actor_restarts_total", &[("actor", "pull_queue")]), Some(1.0));
     assert_eq!(s.value("imaged_image_garbage_collected_total", &[("reason", "space")]), Some(1.0));
     assert_eq!(s.value("imaged_image_garbage_collected_total", &[("reason", "age")]), Some(1.0));
     assert_eq!(s.value("imaged_image_gc_freed_bytes_total", &[]), Some(150.0));

@@ -7,7 +7,8 @@ use std::fmt;
 use super::policy::VerifyPolicy;
 use super::record::{ImagePullSecret, ImagePullServiceAccount, MAX_SECRETS_WRITTEN_WHILE_MATCHING, PulledRecord};
 
-/// The `result` label of `kubelet_imagemanager_image_mustpull_checks_total`.
+/// The `result` label of `kubelet_imagemanager_image_mustpull_checks_total`
+/// (imaged's `imaged_imagemanager_image_mustpull_checks_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum MustPullResult {
     /// The policy does not ask for verification of this image.
@@ -21,6 +22,20 @@ pub enum MustPullResult {
 }
 
 impl MustPullResult {
+    /// Every result, in [`MustPullResult::index`] order.
+    pub const ALL: [MustPullResult; 4] =
+        [Self::CredentialPolicyAllowed, Self::CredentialRecordFound, Self::MustAuthenticate, Self::Error];
+
+    /// The position in [`MustPullResult::ALL`].
+    pub fn index(self) -> usize {
+        match self {
+            Self::CredentialPolicyAllowed => 0,
+            Self::CredentialRecordFound => 1,
+            Self::MustAuthenticate => 2,
+            Self::Error => 3,
+        }
+    }
+
     /// The kubelet's label value.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -24,7 +24,10 @@
 //! records *without credentials* for images the runtime has (every pod must
 //! then pull to use them); intents for absent images stay, so the images
 //! still count as pulled by imaged. After each image GC run the GC executor
-//! calls [`PullRecords::prune_unknown_records`].
+//! calls [`PullRecords::prune_unknown_records`] with the time the run
+//! started, read from [`PullRecords::clock`]: records are stamped with that
+//! clock and `GcService` runs detection and GC on it, so the comparison is
+//! on one clock.
 
 mod decide;
 mod policy;
@@ -33,7 +36,6 @@ mod record;
 mod tests;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -44,43 +46,11 @@ pub use record::{
     merge_pulled,
 };
 
+use crate::clock::WallClock;
 use crate::domain::Image;
 use crate::domain::reference::parse_normalized_named;
+use crate::metrics::Metrics;
 use crate::store::{PullRecordsWrite, Store, StoreError};
-
-/// Counts of must-pull check results, by the kubelet's
-/// `kubelet_imagemanager_image_mustpull_checks_total{result}` label.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MustPullCounts {
-    /// `credentialPolicyAllowed`.
-    pub credential_policy_allowed: u64,
-    /// `credentialRecordFound`.
-    pub credential_record_found: u64,
-    /// `mustAuthenticate`.
-    pub must_authenticate: u64,
-    /// `error`.
-    pub error: u64,
-}
-
-#[derive(Debug, Default)]
-struct Counters {
-    policy_allowed: AtomicU64,
-    record_found: AtomicU64,
-    must_authenticate: AtomicU64,
-    error: AtomicU64,
-}
-
-impl Counters {
-    fn count(&self, r: MustPullResult) {
-        let c = match r {
-            MustPullResult::CredentialPolicyAllowed => &self.policy_allowed,
-            MustPullResult::CredentialRecordFound => &self.record_found,
-            MustPullResult::MustAuthenticate => &self.must_authenticate,
-            MustPullResult::Error => &self.error,
-        };
-        c.fetch_add(1, Ordering::Relaxed);
-    }
-}
 
 /// What is in memory (a mirror of the store).
 #[derive(Debug, Default)]
@@ -107,10 +77,11 @@ impl State {
 struct Inner {
     policy: VerifyPolicy,
     store: Option<Arc<Store>>,
+    /// Stamps records' `last_updated_time`; shared with GC (see [`PullRecords::clock`]).
+    clock: WallClock,
     state: Mutex<State>,
     /// Serialises writers: read-merge-write and the store write are one step.
     writes: tokio::sync::Mutex<()>,
-    counters: Counters,
     /// Image → (repository, intent key): pods name the same images over and
     /// over and parsing is the costliest step of a present-image check.
     /// Bounded; cleared when full.
@@ -132,6 +103,8 @@ const NAMES_CACHE: usize = 4096;
 #[derive(Clone)]
 pub struct PullRecords {
     inner: Arc<Inner>,
+    /// Where must-pull check results are counted.
+    metrics: Metrics,
 }
 
 impl std::fmt::Debug for PullRecords {
@@ -178,12 +151,13 @@ impl PullRecords {
 
     fn with_state(policy: VerifyPolicy, store: Option<Arc<Store>>, state: State) -> Self {
         Self {
+            metrics: Metrics::default(),
             inner: Arc::new(Inner {
                 policy,
                 store,
+                clock: WallClock::new(),
                 state: Mutex::new(state),
                 writes: tokio::sync::Mutex::new(()),
-                counters: Counters::default(),
                 names: Mutex::default(),
             }),
         }
@@ -194,15 +168,21 @@ impl PullRecords {
         &self.inner.policy
     }
 
-    /// The counts of must-pull check results so far.
-    pub fn must_pull_counts(&self) -> MustPullCounts {
-        let c = &self.inner.counters;
-        MustPullCounts {
-            credential_policy_allowed: c.policy_allowed.load(Ordering::Relaxed),
-            credential_record_found: c.record_found.load(Ordering::Relaxed),
-            must_authenticate: c.must_authenticate.load(Ordering::Relaxed),
-            error: c.error.load(Ordering::Relaxed),
-        }
+    /// The clock records are stamped with (`last_updated_time`). A GC that
+    /// prunes these records must read the start of its run from this clock
+    /// (`GcService::start_with` runs its actors on it).
+    pub fn clock(&self) -> WallClock {
+        self.inner.clock
+    }
+
+    /// This handle (and the clones made from it from now on) counting each
+    /// must-pull check in `metrics`
+    /// (`imaged_imagemanager_image_mustpull_checks_total{result}`); by
+    /// default a private registry nobody scrapes.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// The record of `image_ref`, if any.
@@ -256,9 +236,8 @@ impl PullRecords {
         image_ref: &str,
         pod_credentials: impl FnOnce() -> Result<PodCredentials, E>,
     ) -> Result<bool, E> {
-        let counters = &self.inner.counters;
         if self.inner.policy.policy == VerificationPolicy::NeverVerify {
-            counters.count(MustPullResult::CredentialPolicyAllowed);
+            self.metrics.mustpull_check(MustPullResult::CredentialPolicyAllowed);
             return Ok(false);
         }
         if image_ref.is_empty() {
@@ -277,13 +256,13 @@ impl PullRecords {
             (None, false) => RecordLookup::Absent,
         };
         let (decision, error) = decide(&self.inner.policy, repo.as_deref(), lookup, pulled_by_kubelet, pod_credentials);
-        counters.count(decision.result);
+        self.metrics.mustpull_check(decision.result);
         if let Some(e) = error {
             return Err(e);
         }
         if let (Some(repo), false) = (repo, decision.record_secrets.is_empty()) {
             let creds = ImagePullCredentials { kubernetes_secrets: decision.record_secrets, ..Default::default() };
-            if let Err(e) = self.write_pulled(image_ref, repo, &creds, None).await {
+            if let Err(e) = self.write_pulled(image_ref, repo, &creds, None, false).await {
                 tracing::warn!(image, image_ref, error = %e, "failed to record a matching pull secret");
             }
         }
@@ -318,6 +297,13 @@ impl PullRecords {
     /// names it) produced `image_ref` using `creds`. Merges the credentials
     /// into the record and ends the intent, in one transaction. When the
     /// write fails the intent is kept (the image stays "pulled by imaged").
+    ///
+    /// Unlike the kubelet, which updates `last_updated_time` only when the
+    /// merge changed the record, every successful pull refreshes it (and
+    /// writes the record): an image removed while its record stayed and
+    /// pulled again (same id, same credentials) during a GC run would
+    /// otherwise keep its old time and be pruned by that run, leaving the
+    /// image with neither record nor intent, so every pod could use it.
     pub async fn record_image_pulled(
         &self,
         image: &str,
@@ -330,7 +316,7 @@ impl PullRecords {
             self.record_image_pull_failed(image).await;
             return Ok(());
         };
-        self.write_pulled(image_ref, &repo, creds, Some(&key)).await
+        self.write_pulled(image_ref, &repo, creds, Some(&key), true).await
     }
 
     /// The kubelet's `RecordImagePullFailed` (also used when a pull turned
@@ -358,12 +344,15 @@ impl PullRecords {
 
     /// Merges `creds` into the record of `image_ref` for `repo` and, when
     /// `intent` is given, ends one pull of that image key, in one transaction.
+    /// With `refresh` the record's time becomes now even when the merge
+    /// changed nothing (see [`PullRecords::record_image_pulled`]).
     async fn write_pulled(
         &self,
         image_ref: &str,
         repo: &str,
         creds: &ImagePullCredentials,
         intent: Option<&str>,
+        refresh: bool,
     ) -> Result<(), StoreError> {
         let _w = self.inner.writes.lock().await;
         let (existing, last_intent) = {
@@ -371,7 +360,12 @@ impl PullRecords {
             let last = intent.map(|k| st.in_flight.get(k).is_none_or(|n| *n <= 1));
             (st.records.get(image_ref).cloned(), last)
         };
-        let (record, changed) = merge_pulled(existing.as_deref(), image_ref, repo, creds, SystemTime::now());
+        let now = self.inner.clock.now();
+        let (mut record, mut changed) = merge_pulled(existing.as_deref(), image_ref, repo, creds, now);
+        if refresh && !changed {
+            record.last_updated_time = now;
+            changed = true;
+        }
         let mut w = PullRecordsWrite::default();
         if changed {
             w.upsert_records.push(record.clone());
@@ -409,7 +403,7 @@ impl PullRecords {
         }
         let mut w = PullRecordsWrite::default();
         let mut records: HashMap<String, PulledRecord> = HashMap::new();
-        let now = SystemTime::now();
+        let now = self.inner.clock.now();
         for image in images {
             for name in image.repo_tags.iter().chain(&image.repo_digests) {
                 let key = image_key(name);
@@ -466,7 +460,9 @@ impl PullRecords {
 
     /// The kubelet's `PruneUnknownRecords`: deletes every record last
     /// updated before `until` whose image ref is not in `present` (the ids
-    /// of the images the runtime still has). Returns how many were deleted.
+    /// of the images the runtime still has), and every unreadable record
+    /// (its time unknown) whose image ref is not in `present`. Returns how
+    /// many were deleted.
     pub async fn prune_unknown_records(
         &self,
         present: &HashSet<String>,
@@ -475,11 +471,13 @@ impl PullRecords {
         let _w = self.inner.writes.lock().await;
         let doomed: Vec<String> = {
             let st = self.state();
-            st.records
+            let old = st
+                .records
                 .values()
                 .filter(|r| r.last_updated_time < until && !present.contains(&r.image_ref))
-                .map(|r| r.image_ref.clone())
-                .collect()
+                .map(|r| r.image_ref.clone());
+            let unreadable = st.unreadable.iter().filter(|r| !present.contains(*r)).cloned();
+            old.chain(unreadable).collect()
         };
         if doomed.is_empty() {
             return Ok(0);
@@ -488,6 +486,7 @@ impl PullRecords {
         let mut st = self.state();
         for r in &doomed {
             st.records.remove(r);
+            st.unreadable.remove(r);
         }
         tracing::debug!(pruned = doomed.len(), "pulled records of removed images pruned");
         Ok(doomed.len())

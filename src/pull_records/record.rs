@@ -86,7 +86,7 @@ impl ImagePullCredentials {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PulledRecord {
-    /// When the record last changed.
+    /// When the record last changed, or its image was last pulled.
     pub last_updated_time: SystemTime,
     /// The image ref (image id) the runtime returned for the pull.
     pub image_ref: String,
@@ -107,7 +107,9 @@ pub struct PulledRecord {
 /// - Otherwise secrets merge by (namespace, name, uid) with the new hash
 ///   winning, service accounts are unioned, both sorted by namespace, name, uid.
 ///
-/// `last_updated_time` becomes `now` only when something changed.
+/// `last_updated_time` becomes `now` only when something changed (the
+/// kubelet's rule; [`crate::pull_records::PullRecords::record_image_pulled`]
+/// deliberately refreshes it on every pull, see there).
 pub fn merge_pulled(
     existing: Option<&PulledRecord>,
     image_ref: &str,

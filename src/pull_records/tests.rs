@@ -350,6 +350,19 @@ fn decision_unparsable_image_with_a_record_forces_a_pull() {
 
 const IMAGE: &str = "example.com/private:1";
 
+/// The `imaged_imagemanager_image_mustpull_checks_total` series in `metrics`' scrape, by result.
+fn mustpull_checks(metrics: &crate::metrics::Metrics) -> Vec<(String, f64)> {
+    let s = crate::testing::Scrape::parse(&metrics.encode()).unwrap();
+    let mut v: Vec<(String, f64)> = s
+        .samples
+        .iter()
+        .filter(|x| x.name == "imaged_imagemanager_image_mustpull_checks_total")
+        .map(|x| (x.labels["result"].clone(), x.value))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
 fn store(dir: &std::path::Path) -> Arc<crate::store::Store> {
     Arc::new(crate::store::Store::open(dir).unwrap())
 }
@@ -371,13 +384,14 @@ async fn intents_and_records_persist_and_reload() {
         r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::secret(a.clone())).await.unwrap();
         assert!(r.stored_intents().is_empty());
     }
-    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    let metrics = crate::metrics::Metrics::default();
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap().with_metrics(metrics.clone());
     let rec = r.record(REF).expect("record reloaded");
     assert_eq!(rec.credential_mapping[REPO].kubernetes_secrets, std::slice::from_ref(&a));
     assert!(!r.must_attempt_pull(IMAGE, REF, pod(vec![a])).await.unwrap());
     assert!(r.must_attempt_pull(IMAGE, REF, pod(vec![])).await.unwrap());
-    let counts = r.must_pull_counts();
-    assert_eq!((counts.credential_record_found, counts.must_authenticate), (1, 1));
+    let checks = mustpull_checks(&metrics);
+    assert_eq!(checks, [("credentialRecordFound".to_string(), 1.0), ("mustAuthenticate".to_string(), 1.0)]);
 }
 
 #[tokio::test]
@@ -407,13 +421,14 @@ async fn a_matching_copy_of_the_secret_is_written_while_matching() {
 
 #[tokio::test]
 async fn never_verify_needs_no_records() {
-    let r = PullRecords::in_memory(VerifyPolicy::new(VerificationPolicy::NeverVerify));
+    let metrics = crate::metrics::Metrics::default();
+    let r = PullRecords::in_memory(VerifyPolicy::new(VerificationPolicy::NeverVerify)).with_metrics(metrics.clone());
     r.record_pull_intent(IMAGE).await.unwrap();
     r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::secret(secret("ns", "a", "u1", "h1"))).await.unwrap();
     let must =
         r.must_attempt_pull(IMAGE, REF, || -> Result<PodCredentials, &str> { panic!("not evaluated") }).await.unwrap();
     assert!(!must);
-    assert_eq!(r.must_pull_counts().credential_policy_allowed, 1);
+    assert_eq!(mustpull_checks(&metrics), [("credentialPolicyAllowed".to_string(), 1.0)]);
 }
 
 #[tokio::test]
@@ -454,7 +469,7 @@ async fn prune_deletes_old_records_of_absent_images_only() {
         r.record_pull_intent(img).await.unwrap();
         r.record_image_pulled(img, id, &ImagePullCredentials::node_accessible()).await.unwrap();
     }
-    let cutoff = SystemTime::now() + Duration::from_secs(1);
+    let cutoff = r.clock().now() + Duration::from_secs(1);
     let present: HashSet<String> = ["sha256:a".to_string()].into();
     // Records newer than the GC start stay even when absent.
     assert_eq!(r.prune_unknown_records(&present, t(0)).await.unwrap(), 0);
@@ -464,6 +479,85 @@ async fn prune_deletes_old_records_of_absent_images_only() {
     drop(r);
     let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
     assert!(r.record("sha256:b").is_none(), "pruned on disk too");
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_pull_refreshes_the_record_time_so_a_gc_run_in_between_keeps_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    let clock = r.clock();
+    let node = ImagePullCredentials::node_accessible();
+    r.record_pull_intent(IMAGE).await.unwrap();
+    r.record_image_pulled(IMAGE, REF, &node).await.unwrap();
+    assert_eq!(r.record(REF).unwrap().last_updated_time, clock.now(), "stamped with the shared clock");
+    tokio::time::advance(Duration::from_secs(3600)).await;
+    // A GC run starts; its detection no longer sees the image (removed, the
+    // record stayed). Then the same image is pulled again with the same
+    // credentials: the merge changes nothing, but the time is refreshed.
+    let gc_started = clock.now();
+    tokio::time::advance(Duration::from_secs(1)).await;
+    r.record_pull_intent(IMAGE).await.unwrap();
+    r.record_image_pulled(IMAGE, REF, &node).await.unwrap();
+    let pulled_again = gc_started + Duration::from_secs(1);
+    assert_eq!(r.record(REF).unwrap().last_updated_time, pulled_again);
+    // The prune after that run keeps the record.
+    assert_eq!(r.prune_unknown_records(&HashSet::new(), gc_started).await.unwrap(), 0);
+    assert!(r.record(REF).is_some());
+    drop(r);
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    assert_eq!(r.record(REF).unwrap().last_updated_time, pulled_again, "the refreshed time is on disk");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_secret_matched_while_checking_does_not_refresh_the_record_time() {
+    let r = PullRecords::in_memory(VerifyPolicy::default());
+    r.record_pull_intent(IMAGE).await.unwrap();
+    r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::secret(secret("ns", "a", "u1", "h1"))).await.unwrap();
+    let pulled = r.record(REF).unwrap().last_updated_time;
+    tokio::time::advance(Duration::from_secs(60)).await;
+    // The same secret again: served from the record, nothing to write (the kubelet's rule).
+    assert!(!r.must_attempt_pull(IMAGE, REF, pod(vec![secret("ns", "a", "u1", "h1")])).await.unwrap());
+    assert_eq!(r.record(REF).unwrap().last_updated_time, pulled);
+}
+
+#[test]
+fn must_pull_results_have_the_kubelets_labels_and_a_stable_index() {
+    let labels: Vec<&str> = MustPullResult::ALL.iter().map(|r| r.as_str()).collect();
+    assert_eq!(labels, ["credentialPolicyAllowed", "credentialRecordFound", "mustAuthenticate", "error"]);
+    for (i, r) in MustPullResult::ALL.iter().enumerate() {
+        assert_eq!(r.index(), i);
+    }
+}
+
+/// Stores, under each of `refs`, a pulled record that does not decode.
+fn store_unreadable(dir: &std::path::Path, refs: &[&str]) {
+    let path = store(dir).path().to_path_buf();
+    let db = redb::Database::open(&path).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let table: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("pulled_records_v1");
+        let mut table = txn.open_table(table).unwrap();
+        for r in refs {
+            table.insert(*r, &b"{not json"[..]).unwrap();
+        }
+    }
+    txn.commit().unwrap();
+}
+
+#[tokio::test]
+async fn prune_deletes_unreadable_records_of_absent_images() {
+    let dir = tempfile::tempdir().unwrap();
+    store_unreadable(dir.path(), &["sha256:gone", "sha256:kept"]);
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    // Unreadable: the image counts as pulled by imaged, the check errs to a pull.
+    assert!(r.must_attempt_pull("example.com/gone:1", "sha256:gone", pod(vec![])).await.unwrap());
+    let present: HashSet<String> = ["sha256:kept".to_string()].into();
+    assert_eq!(r.prune_unknown_records(&present, t(0)).await.unwrap(), 1, "whatever `until` is");
+    drop(r);
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    let st = r.state();
+    assert!(!st.unreadable.contains("sha256:gone"), "deleted on disk");
+    assert!(st.unreadable.contains("sha256:kept"), "a present image's record stays");
 }
 
 #[tokio::test]

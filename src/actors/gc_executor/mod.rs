@@ -380,6 +380,9 @@ impl GcExecutorActor {
                     .map(|r| r.key.id.clone())
                     .filter(|id| !removed.contains(id.as_str()))
                     .collect();
+                // `started` is before detection, read from the clock the
+                // records are stamped with (`GcService` shares it): a record
+                // written since (a pull during this run) is newer and stays.
                 if let Err(e) = records.prune_unknown_records(&present, started).await {
                     warn!(error = %e, "failed to prune pulled records of removed images");
                 }
