@@ -342,7 +342,7 @@ async fn makespan_trace() {
     let log = PhaseLog::default().start();
     let total = makespan_once(Driver::Ensure, Some(&log)).await;
     let events = log.send(Take).await.expect("take");
-    let (mut starts, mut dones) = (Vec::new(), Vec::new());
+    let (mut starts, mut dones, mut queued) = (Vec::new(), Vec::new(), Vec::new());
     let mut started_at: HashMap<&str, Duration> = HashMap::new();
     let mut spans = Vec::new();
     for (at, image, phase) in &events {
@@ -351,6 +351,7 @@ async fn makespan_trace() {
                 starts.push(*at);
                 started_at.insert(image, *at);
             }
+            PullPhase::Queued | PullPhase::Parked => queued.push(*at),
             PullPhase::Done => {
                 dones.push(*at);
                 if let Some(s) = started_at.get(image.as_str()) {
@@ -372,7 +373,13 @@ async fn makespan_trace() {
         starts.iter().skip(MAKESPAN_TOKENS).zip(&dones).map(|(s, d)| s.saturating_sub(*d)).collect();
     idle.sort();
     println!("makespan_trace_total_ms: {:.1}", ms(total));
+    queued.sort();
+    if let (Some(first), Some(last)) = (queued.first(), queued.last()) {
+        println!("makespan_trace_first_queued_ms: {:.2}", ms(*first));
+        println!("makespan_trace_last_queued_ms: {:.2}", ms(*last));
+    }
     println!("makespan_trace_first_pull_start_ms: {:.2}", ms(starts[0]));
+    println!("makespan_trace_eighth_pull_start_ms: {:.2}", ms(starts[MAKESPAN_TOKENS - 1]));
     println!("makespan_trace_pull_span_p50_ms: {:.2}", ms(pct(&spans, 0.5)));
     println!("makespan_trace_token_idle_p50_us: {:.0}", us(pct(&idle, 0.5)));
     println!("makespan_trace_token_idle_p90_us: {:.0}", us(pct(&idle, 0.9)));
@@ -460,6 +467,14 @@ async fn shared_pulls(single_flight: bool) -> u64 {
 
 fn main() {
     actix::System::new().block_on(async {
+        // `ENSURE_BENCH=trace`: only traced makespan runs (to study where the time goes).
+        if std::env::var("ENSURE_BENCH").as_deref() == Ok("trace") {
+            makespan_once(Driver::Ensure, None).await;
+            for _ in 0..3 {
+                makespan_trace().await;
+            }
+            return;
+        }
         hot_path().await;
         parallel_makespan().await;
         println!("single_flight_waiters: {SF_WAITERS}");

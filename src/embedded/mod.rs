@@ -15,6 +15,7 @@
 //! same state again on the same socket.
 
 mod catalogue;
+mod clock;
 mod reference;
 mod server;
 mod state;

@@ -114,30 +114,6 @@ impl Shared {
     }
 }
 
-/// Waits `d` precisely, measured from the call's arrival: tokio's timer
-/// rounds sleeps up to the next millisecond and a plain thread sleep wakes
-/// late by the kernel's timer slack, either of which would make every
-/// simulated pull visibly longer than asked. A blocking-pool thread sleeps
-/// to just before the deadline and spins the rest (cancelling the RPC
-/// abandons the wait).
-async fn simulate(d: std::time::Duration) {
-    let until = std::time::Instant::now() + d;
-    let wait = tokio::task::spawn_blocking(move || {
-        let spin = std::time::Duration::from_micros(300);
-        if let Some(coarse) =
-            until.checked_duration_since(std::time::Instant::now()).and_then(|left| left.checked_sub(spin))
-        {
-            std::thread::sleep(coarse);
-        }
-        while std::time::Instant::now() < until {
-            std::hint::spin_loop();
-        }
-    });
-    if wait.await.is_err() {
-        tokio::time::sleep(d).await;
-    }
-}
-
 /// Answers `r`, or never answers when the fault plan dropped the reply.
 async fn reply<T>(drop_reply: bool, r: Result<T, Status>) -> Result<Response<T>, Status> {
     if drop_reply {
@@ -217,7 +193,7 @@ impl ImageService for CriService {
         c.max_pulls_in_flight.fetch_max(now, Ordering::Relaxed);
         let guard = InFlight(c);
         if !planned.remote.pull_latency.is_zero() {
-            simulate(planned.remote.pull_latency).await;
+            super::clock::wait(planned.remote.pull_latency).await;
         }
         // Room is checked again at the end: other pulls may have filled the disk.
         let id = {

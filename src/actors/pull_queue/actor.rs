@@ -70,6 +70,8 @@ struct Waiter {
 #[rtype(result = "()")]
 struct SlotFreed {
     key: PullKey,
+    /// Answered once the next pull's task is spawned.
+    done: oneshot::Sender<()>,
 }
 
 /// Self-notification: a pull task ended.
@@ -165,7 +167,14 @@ impl PullQueueActor {
         actix::spawn(async move {
             let freed = {
                 let (me, key) = (me.clone(), key.clone());
-                move || me.do_send(SlotFreed { key })
+                // Awaited: the next pull's task is spawned when this returns,
+                // so its PullImage goes out before this pull's size lookup.
+                // do_send: never held back by a full mailbox.
+                move || async move {
+                    let (done, started) = oneshot::channel();
+                    me.do_send(SlotFreed { key, done });
+                    let _ = started.await;
+                }
             };
             let result = run_pull(&reader, &throttle, request, recheck, deadline, &subscribers, &metrics, freed).await;
             let phase = if result.is_ok() { PullPhase::Done } else { PullPhase::Failed };
@@ -196,7 +205,7 @@ async fn run_pull(
     deadline: Option<Duration>,
     subscribers: &[Recipient<PullPhaseChanged>],
     metrics: &Metrics,
-    slot_freed: impl FnOnce(),
+    slot_freed: impl AsyncFnOnce(),
 ) -> PullResult {
     // Phases name the image as the queue's key does (normalised).
     let image = normalized_or_raw(&request.image.image);
@@ -278,8 +287,9 @@ async fn run_pull(
         }
     }
     let Some(image_ref) = image_ref else { return Err(PullFailure::Cri(errors)) };
-    // The registry work is done: let the next pull start during the lookup.
-    slot_freed();
+    // The registry work is done: the next pull starts (its request goes out
+    // first) and this pull's size lookup runs beside it.
+    slot_freed().await;
     // Best effort, as the kubelet: a failed lookup reports size 0.
     let spec = ImageSpec { image: image_ref.clone(), ..request.image.clone() };
     let size = match reader.image_status(spec, false).await {
@@ -374,6 +384,7 @@ impl Handler<SlotFreed> for PullQueueActor {
         self.finished.insert(m.key.image.clone(), now);
         self.queue.release_slot(&m.key);
         self.pump(ctx);
+        let _ = m.done.send(());
     }
 }
 
