@@ -317,6 +317,20 @@ pub struct GcSettings {
 }
 
 impl GcSettings {
+    /// These settings with `other`'s live-changeable part (thresholds, min
+    /// and max age, pinned images, retention rule): what a SIGHUP applies.
+    pub fn with_policy_of(&self, other: &GcSettings) -> GcSettings {
+        GcSettings {
+            high_threshold_percent: other.high_threshold_percent,
+            low_threshold_percent: other.low_threshold_percent,
+            min_age: other.min_age,
+            max_age: other.max_age,
+            pinned_images: other.pinned_images.clone(),
+            keep_newest_tags_per_repo: other.keep_newest_tags_per_repo,
+            ..self.clone()
+        }
+    }
+
     /// GC is off entirely (the kubelet: high threshold 100 and no max age).
     pub fn disabled(&self) -> bool {
         self.policy().is_disabled()

@@ -22,7 +22,6 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::actors::gc_executor::UpdateGcPolicy;
 use crate::api::server::ApiSocket;
 use crate::api::{EventHub, ImagedService};
 use crate::config::{Config, Sources};
@@ -179,24 +178,14 @@ fn reload(node: &Node, sources: &Sources, current: &mut Config, log: Option<&Log
             None => {}
         }
     }
-    if new.gc != current.gc {
-        let gc_live = |g: &crate::config::GcSettings| (g.policy(), g.rules());
-        if gc_live(&new.gc) != gc_live(&current.gc) {
-            node.gc().executor.do_send(UpdateGcPolicy { policy: new.gc.policy(), rules: new.gc.rules() });
-            applied.push("gc (thresholds, ages, pinned_images, keep_newest_tags_per_repo)");
-        }
+    if node.update_gc_policy(&new.gc) {
+        applied.push("gc (thresholds, ages, pinned_images, keep_newest_tags_per_repo)");
     }
     let mut needs_restart = Vec::new();
-    let live_gc = crate::config::GcSettings {
-        high_threshold_percent: current.gc.high_threshold_percent,
-        low_threshold_percent: current.gc.low_threshold_percent,
-        min_age: current.gc.min_age,
-        max_age: current.gc.max_age,
-        pinned_images: current.gc.pinned_images.clone(),
-        keep_newest_tags_per_repo: current.gc.keep_newest_tags_per_repo,
-        ..new.gc.clone()
-    };
-    if live_gc != current.gc {
+    // Changed GC settings beyond the live part need a restart.
+    let live_gc = node.gc_settings();
+    let restart_gc = new.gc.with_policy_of(&live_gc);
+    if restart_gc != live_gc {
         needs_restart.push("gc (periods, sandbox_image, node_status_max_images)");
     }
     for (name, changed) in [
@@ -218,12 +207,7 @@ fn reload(node: &Node, sources: &Sources, current: &mut Config, log: Option<&Log
     if !needs_restart.is_empty() {
         warn!(keys = ?needs_restart, "SIGHUP: these changed settings take effect only after a restart");
     }
-    // Remember what runs now: the applied parts are new, the rest stays.
+    // Remember what runs now: the applied parts are new, the rest stays
+    // (the node keeps the GC settings in force).
     current.log.filter = new.log.filter.clone();
-    current.gc.high_threshold_percent = new.gc.high_threshold_percent;
-    current.gc.low_threshold_percent = new.gc.low_threshold_percent;
-    current.gc.min_age = new.gc.min_age;
-    current.gc.max_age = new.gc.max_age;
-    current.gc.pinned_images = new.gc.pinned_images;
-    current.gc.keep_newest_tags_per_repo = new.gc.keep_newest_tags_per_repo;
 }

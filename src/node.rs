@@ -30,9 +30,9 @@ use crate::actors::backoff_registry::{BackoffView, ClearBackoff, ClearScope, Lis
 use crate::actors::cache_refresher::ImageListReader;
 use crate::actors::cri_gateway::{CriGatewayActor, ListImages};
 use crate::actors::detector::DetectImages;
-use crate::actors::gc_executor::{DeleteUnusedImages, GcError, GcReport, GetLastGcReport, RunGc};
+use crate::actors::gc_executor::{DeleteUnusedImages, GcError, GcReport, GetLastGcReport, RunGc, UpdateGcPolicy};
 use crate::actors::pull_queue::{GetQueueStatus, PullPhaseChanged, QueueStatus, SubscribePhases};
-use crate::config::Config;
+use crate::config::{Config, GcSettings};
 use crate::cri::{CriEndpoint, CriError};
 use crate::domain::{Image, RuntimeVersion};
 use crate::ensure::{EnsureError, EnsureImageRequest, EnsureOk, ImageEvent, ImageManager};
@@ -101,6 +101,9 @@ pub struct Node {
     gc: GcService,
     store: Option<Arc<Store>>,
     accepting: Arc<AtomicBool>,
+    /// The GC settings in force: those at start, with the live-changeable
+    /// part replaced by each [`update_gc_policy`](Self::update_gc_policy).
+    live_gc: std::sync::Mutex<GcSettings>,
 }
 
 impl std::fmt::Debug for Node {
@@ -178,12 +181,34 @@ impl Node {
             manager.events().clone(),
             Some(records),
         );
-        Ok(Self { cfg, runtime, manager, gc, store, accepting: Arc::new(AtomicBool::new(true)) })
+        let live_gc = std::sync::Mutex::new(cfg.gc.clone());
+        Ok(Self { cfg, runtime, manager, gc, store, accepting: Arc::new(AtomicBool::new(true)), live_gc })
     }
 
-    /// The configuration the node runs with.
+    /// The configuration the node started with (see
+    /// [`gc_settings`](Self::gc_settings) for the GC settings in force).
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+
+    /// The GC settings in force now.
+    pub fn gc_settings(&self) -> GcSettings {
+        self.live_gc.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Applies `gc`'s policy live: thresholds, min and max age, pinned
+    /// images and the retention rule take effect from the executor's next
+    /// run. Periods, the sandbox image and the node-status size keep their
+    /// start values (they need a restart). Returns whether anything changed.
+    pub fn update_gc_policy(&self, gc: &GcSettings) -> bool {
+        let mut live = self.live_gc.lock().unwrap_or_else(|p| p.into_inner());
+        let next = live.with_policy_of(gc);
+        if next == *live {
+            return false;
+        }
+        self.gc.executor.do_send(UpdateGcPolicy { policy: next.policy(), rules: next.rules() });
+        *live = next;
+        true
     }
 
     /// The runtime: gateway, version, endpoint, embedded runtime.

@@ -272,8 +272,12 @@ fn sighup_reloads_the_log_filter_and_a_stopped_daemon_means_exit_69() {
     let ok = d.imagectl(&["ensure", "busybox:1.36", "--pod-uid", "before"]);
     assert_eq!(ok.status.code(), Some(0));
     assert!(!d.log().contains("Pulling image"), "info lines are filtered out at warn: {}", d.log());
+    let before = d.imagectl(&["status", "-o", "json"]);
+    assert!(stdout(&before).contains("gc.image_gc_high_threshold_percent = 85"), "{}", stdout(&before));
 
-    std::fs::write(&cfg, "[log]\nfilter = \"info\"\n").expect("write");
+    // The log filter and the GC policy are applied live.
+    std::fs::write(&cfg, "[log]\nfilter = \"info\"\n[gc]\nimage_gc_high_threshold_percent = 90\npinned_images = [\"registry.k8s.io/*\"]\n")
+        .expect("write");
     d.signal(Signal::SIGHUP);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while !d.log().contains("SIGHUP: configuration reloaded") {
@@ -284,6 +288,11 @@ fn sighup_reloads_the_log_filter_and_a_stopped_daemon_means_exit_69() {
     assert_eq!(ok.status.code(), Some(0));
     assert!(d.log().contains("Pulling image \"redis:7\""), "info lines appear after the reload: {}", d.log());
     assert!(!d.log().contains("only after a restart"), "nothing else changed: {}", d.log());
+    assert!(d.log().contains("gc (thresholds"), "the GC policy was applied: {}", d.log());
+    // GetStatus shows the settings in force, not those at start.
+    let after = stdout(&d.imagectl(&["status", "-o", "json"]));
+    assert!(after.contains("gc.image_gc_high_threshold_percent = 90"), "{after}");
+    assert!(after.contains("registry.k8s.io/*"), "{after}");
 
     d.signal(Signal::SIGTERM);
     assert_eq!(d.wait_exit(Duration::from_secs(20)), Some(0), "{}", d.log());

@@ -75,8 +75,10 @@ impl ImagedService {
         }
     }
 
+    /// The settings in force (the GC policy as a SIGHUP last applied it).
     fn config_summary(&self) -> Vec<String> {
         let c = self.node.config();
+        let gc = self.node.gc_settings();
         vec![
             format!("pull.mode = {}", self.pull_mode()),
             format!("pull.registry_pull_qps = {}", c.pull.qps),
@@ -84,10 +86,12 @@ impl ImagedService {
             format!("pull.throttle_mode = {:?}", c.pull.throttle_mode),
             format!("pull.single_flight = {}", c.pull.single_flight),
             format!("backoff.max = {}", crate::domain::gofmt::duration(c.backoff.backoff.max)),
-            format!("gc.image_gc_high_threshold_percent = {}", c.gc.high_threshold_percent),
-            format!("gc.image_gc_low_threshold_percent = {}", c.gc.low_threshold_percent),
-            format!("gc.image_minimum_gc_age = {}", crate::domain::gofmt::duration(c.gc.min_age)),
-            format!("gc.image_maximum_gc_age = {}", crate::domain::gofmt::duration(c.gc.max_age)),
+            format!("gc.image_gc_high_threshold_percent = {}", gc.high_threshold_percent),
+            format!("gc.image_gc_low_threshold_percent = {}", gc.low_threshold_percent),
+            format!("gc.image_minimum_gc_age = {}", crate::domain::gofmt::duration(gc.min_age)),
+            format!("gc.image_maximum_gc_age = {}", crate::domain::gofmt::duration(gc.max_age)),
+            format!("gc.pinned_images = {:?}", gc.pinned_images),
+            format!("gc.keep_newest_tags_per_repo = {}", gc.keep_newest_tags_per_repo.map_or_else(|| "off".to_string(), |n| n.to_string())),
             format!(
                 "state.dir = {}",
                 c.state_dir.as_ref().map_or_else(|| "(memory only)".to_string(), |d| d.display().to_string())

@@ -41,10 +41,13 @@ impl Ord for Due {
     }
 }
 
+/// A deadline request: when, and whom to wake.
+type Request = (Instant, oneshot::Sender<()>);
+
 /// The clock thread's inbox, started on first use; `None` if the thread
 /// could not be started (callers then fall back to tokio's timer).
-fn inbox() -> Option<&'static Sender<(Instant, oneshot::Sender<()>)>> {
-    static INBOX: OnceLock<Option<Sender<(Instant, oneshot::Sender<()>)>>> = OnceLock::new();
+fn inbox() -> Option<&'static Sender<Request>> {
+    static INBOX: OnceLock<Option<Sender<Request>>> = OnceLock::new();
     INBOX
         .get_or_init(|| {
             let (tx, rx) = mpsc::channel();
@@ -64,7 +67,7 @@ fn inbox() -> Option<&'static Sender<(Instant, oneshot::Sender<()>)>> {
 /// timer slack.
 const SPIN: Duration = Duration::from_micros(250);
 
-fn run(rx: Receiver<(Instant, oneshot::Sender<()>)>) {
+fn run(rx: Receiver<Request>) {
     // The default 50 µs slack would make every wake later still.
     #[cfg(target_os = "linux")]
     if let Err(e) = nix::sys::prctl::set_timerslack(1) {
