@@ -91,7 +91,10 @@ impl ImagedService {
             format!("gc.image_minimum_gc_age = {}", crate::domain::gofmt::duration(gc.min_age)),
             format!("gc.image_maximum_gc_age = {}", crate::domain::gofmt::duration(gc.max_age)),
             format!("gc.pinned_images = {:?}", gc.pinned_images),
-            format!("gc.keep_newest_tags_per_repo = {}", gc.keep_newest_tags_per_repo.map_or_else(|| "off".to_string(), |n| n.to_string())),
+            format!(
+                "gc.keep_newest_tags_per_repo = {}",
+                gc.keep_newest_tags_per_repo.map_or_else(|| "off".to_string(), |n| n.to_string())
+            ),
             format!(
                 "state.dir = {}",
                 c.state_dir.as_ref().map_or_else(|| "(memory only)".to_string(), |d| d.display().to_string())
