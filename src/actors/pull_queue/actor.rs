@@ -176,7 +176,9 @@ impl PullQueueActor {
                     let _ = started.await;
                 }
             };
-            let result = run_pull(&reader, &throttle, request, recheck, deadline, &subscribers, &metrics, freed).await;
+            let result =
+                run_pull(&reader, &throttle, &key.image, request, recheck, deadline, &subscribers, &metrics, freed)
+                    .await;
             let phase = if result.is_ok() { PullPhase::Done } else { PullPhase::Failed };
             Self::publish(&subscribers, &key.image, phase);
             me.do_send(PullFinished { key, result });
@@ -200,6 +202,7 @@ fn credential_identity(creds: &[AuthConfig]) -> String {
 async fn run_pull(
     reader: &CriReader,
     throttle: &PullThrottle,
+    image: &str,
     request: PullRequest,
     recheck: bool,
     deadline: Option<Duration>,
@@ -207,13 +210,12 @@ async fn run_pull(
     metrics: &Metrics,
     slot_freed: impl AsyncFnOnce(),
 ) -> PullResult {
-    // Phases name the image as the queue's key does (normalised).
-    let image = normalized_or_raw(&request.image.image);
+    // Phases name the image as the queue's key does (`image`: normalised).
     if recheck {
         match reader.image_status(request.image.clone(), false).await {
             Ok(s) => {
                 if let Some(img) = s.image {
-                    PullQueueActor::publish(subscribers, &image, PullPhase::AlreadyPresent);
+                    PullQueueActor::publish(subscribers, image, PullPhase::AlreadyPresent);
                     return Ok(PullOutcome {
                         image_ref: img.id,
                         size: img.size,
@@ -241,13 +243,13 @@ async fn run_pull(
                         waited = true;
                         metrics.throttle_waited();
                     }
-                    PullQueueActor::publish(subscribers, &image, PullPhase::Throttled);
+                    PullQueueActor::publish(subscribers, image, PullPhase::Throttled);
                     tokio::time::sleep(wait).await;
                 }
             },
         }
     }
-    PullQueueActor::publish(subscribers, &image, PullPhase::Pulling);
+    PullQueueActor::publish(subscribers, image, PullPhase::Pulling);
     let started = Instant::now();
     let attempts: Vec<Option<AuthConfig>> = if request.credentials.is_empty() {
         vec![None]
