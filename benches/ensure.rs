@@ -15,6 +15,10 @@
 //! - `single_flight_cri_pulls`: CRI `PullImage` calls for 100 concurrent
 //!   ensures of one absent image. Target 1. The same with single-flight off
 //!   gives `kubelet_equivalent_cri_pulls` (what the kubelet does).
+//!
+//! `ENSURE_BENCH=trace cargo bench --bench ensure` runs only three traced
+//! makespan runs: when the first request is queued, the first and eighth
+//! pulls start, how long a pull holds its token.
 
 use std::cell::Cell;
 use std::collections::HashMap;
