@@ -492,3 +492,33 @@ fn imagectl_ensure_takes_a_yaml_pull_secret_and_never_prints_its_password() {
     let o = d.imagectl(&["events"]);
     assert!(!stdout(&o).contains("n0t-the-pw"), "{}", stdout(&o));
 }
+
+#[test]
+fn a_node_applies_only_the_live_part_of_new_gc_settings() {
+    actix::System::new().block_on(async {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut cfg = imaged::config::Config::defaults().expect("defaults");
+        cfg.endpoint = imaged::config::RuntimeEndpoint::Embedded { socket: Some(dir.path().join("cri.sock")) };
+        let node = imaged::node::Node::start(cfg).await.expect("node");
+        let start = node.gc_settings();
+        assert!(!node.update_gc_policy(&start), "the same settings change nothing");
+
+        // A period needs a restart: not applied, not shown.
+        let slower = imaged::config::GcSettings { gc_period: start.gc_period * 2, ..start.clone() };
+        assert!(!node.update_gc_policy(&slower));
+        assert_eq!(node.gc_settings(), start);
+
+        // Thresholds are live; the period in the same update still is not.
+        let both = imaged::config::GcSettings { high_threshold_percent: 90, ..slower };
+        assert!(node.update_gc_policy(&both));
+        let now = node.gc_settings();
+        assert_eq!(now.high_threshold_percent, 90);
+        assert_eq!(now.gc_period, start.gc_period);
+        assert_eq!(
+            node.config().gc.high_threshold_percent,
+            start.high_threshold_percent,
+            "config() stays the start config"
+        );
+        node.shutdown(Duration::from_secs(5)).await;
+    });
+}
