@@ -236,12 +236,14 @@ impl PullRecords {
         image_ref: &str,
         pod_credentials: impl FnOnce() -> Result<PodCredentials, E>,
     ) -> Result<bool, E> {
+        // As the kubelet: no image ref means the image must be pulled, under
+        // every policy, and this return is not counted in the metric.
+        if image_ref.is_empty() {
+            return Ok(true);
+        }
         if self.inner.policy.policy == VerificationPolicy::NeverVerify {
             self.metrics.mustpull_check(MustPullResult::CredentialPolicyAllowed);
             return Ok(false);
-        }
-        if image_ref.is_empty() {
-            return Ok(true);
         }
         let names = self.names(image);
         let repo = &names.repo;

@@ -432,6 +432,25 @@ async fn never_verify_needs_no_records() {
 }
 
 #[tokio::test]
+async fn an_empty_image_ref_must_pull_under_every_policy_and_is_not_counted() {
+    for policy in [
+        VerificationPolicy::NeverVerify,
+        VerificationPolicy::NeverVerifyPreloadedImages,
+        VerificationPolicy::NeverVerifyAllowlistedImages,
+        VerificationPolicy::AlwaysVerify,
+    ] {
+        let metrics = crate::metrics::Metrics::default();
+        let r = PullRecords::in_memory(VerifyPolicy::new(policy)).with_metrics(metrics.clone());
+        let must = r
+            .must_attempt_pull(IMAGE, "", || -> Result<PodCredentials, &str> { panic!("not evaluated") })
+            .await
+            .unwrap();
+        assert!(must, "{policy:?}: no image ref, so the image must be pulled");
+        assert!(mustpull_checks(&metrics).is_empty(), "{policy:?}: the kubelet returns before its metric");
+    }
+}
+
+#[tokio::test]
 async fn recovery_turns_matched_intents_into_records_without_credentials() {
     let dir = tempfile::tempdir().unwrap();
     {
