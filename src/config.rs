@@ -128,6 +128,7 @@ struct RawPull {
     serialize_image_pulls: Option<bool>,
     #[serde(default)]
     max_parallel_image_pulls: Option<i64>,
+    max_parallel_pulls_per_registry: i64,
     queue_capacity: i64,
     registry_pull_qps: f64,
     registry_burst: i64,
@@ -645,6 +646,24 @@ fn pull_from_raw(p: RawPull) -> Result<(PullQueueConfig, EnsureConfig), ConfigEr
             "invalid configuration: maxParallelImagePulls cannot be larger than 1 unless SerializeImagePulls (--serialize-image-pulls) is set to false",
         ));
     }
+    let registry_limit = match usize::try_from(p.max_parallel_pulls_per_registry) {
+        Ok(0) => None,
+        Ok(n) if serialize && n > 1 => {
+            return Err(invalid(
+                "pull.max_parallel_pulls_per_registry",
+                &n.to_string(),
+                "cannot be larger than 1 while pulls are serial (pull.serialize_image_pulls)",
+            ));
+        }
+        Ok(n) => Some(n),
+        Err(_) => {
+            return Err(invalid(
+                "pull.max_parallel_pulls_per_registry",
+                &p.max_parallel_pulls_per_registry.to_string(),
+                "must be 0 (no per-registry limit) or more",
+            ));
+        }
+    };
     let concurrency = if serialize {
         Concurrency::Serial
     } else {
@@ -668,6 +687,7 @@ fn pull_from_raw(p: RawPull) -> Result<(PullQueueConfig, EnsureConfig), ConfigEr
     Ok((
         PullQueueConfig {
             concurrency,
+            registry_limit,
             capacity,
             single_flight: p.single_flight,
             qps: p.registry_pull_qps,

@@ -327,3 +327,44 @@ mod support_phases {
         }
     }
 }
+
+#[actix::test]
+async fn a_per_registry_limit_keeps_a_slow_registry_from_taking_every_slot() {
+    let rt = runtime().await;
+    for i in 0..4 {
+        add(&rt, &format!("slow.example.com/s{i}:1"), 200);
+    }
+    add(&rt, "fast.example.com/f:1", 5);
+    let slow: Vec<String> = (0..4).map(|i| format!("slow.example.com/s{i}:1")).collect();
+    let run = |limit: Option<usize>| {
+        let (rt, slow) = (&rt, &slow);
+        async move {
+            rt.runtime.reset_stats();
+            let cfg = PullQueueConfig { registry_limit: limit, ..no_throttle(Concurrency::Parallel(Some(2))) };
+            let q = queue(rt, cfg).await;
+            // The slow registry's four requests come first, then the fast one.
+            let mut tickets = Vec::new();
+            for image in slow.iter().map(String::as_str).chain(["fast.example.com/f:1"]) {
+                tickets.push(q.send(EnqueuePull(req(image))).await.expect("admitted"));
+            }
+            for r in join_all(tickets).await {
+                r.expect("pulled");
+            }
+            (rt.runtime.pull_log(), rt.runtime.stats().max_pulls_in_flight)
+        }
+    };
+    // Without the limit (the kubelet), the slow registry holds both slots and
+    // the fast image waits for two rounds of its pulls.
+    let (log, max) = run(None).await;
+    let mut expected = slow.clone();
+    expected.push("fast.example.com/f:1".into());
+    assert_eq!(log, expected);
+    assert_eq!(max, 2);
+    // With one pull per registry, the fast image takes the second slot at
+    // once, and the slow registry's pulls keep their order, one at a time.
+    let (log, max) = run(Some(1)).await;
+    let mut expected = vec![slow[0].clone(), "fast.example.com/f:1".to_string()];
+    expected.extend(slow[1..].iter().cloned());
+    assert_eq!(log, expected);
+    assert_eq!(max, 2, "one slot per registry, both used at once");
+}

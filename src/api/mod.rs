@@ -81,6 +81,10 @@ impl ImagedService {
         let gc = self.node.gc_settings();
         vec![
             format!("pull.mode = {}", self.pull_mode()),
+            format!(
+                "pull.max_parallel_pulls_per_registry = {}",
+                c.pull.registry_limit.map_or_else(|| "off".to_string(), |n| n.to_string())
+            ),
             format!("pull.registry_pull_qps = {}", c.pull.qps),
             format!("pull.registry_burst = {}", c.pull.burst),
             format!("pull.throttle_mode = {:?}", c.pull.throttle_mode),

@@ -100,6 +100,21 @@ fn serialize_and_max_parallel_follow_kubelet_defaulting() {
 }
 
 #[test]
+fn the_per_registry_limit_is_off_by_default_and_validated() {
+    let limit = |toml: &str| Config::from_toml(toml).map(|c| c.pull.registry_limit);
+    assert_eq!(limit("").unwrap(), None, "off, as the kubelet");
+    assert_eq!(limit("[pull]\nmax_parallel_pulls_per_registry = 0").unwrap(), None);
+    assert_eq!(limit("[pull]\nmax_parallel_image_pulls = 8\nmax_parallel_pulls_per_registry = 3").unwrap(), Some(3));
+    // One per registry is allowed with serial pulls (it changes nothing there).
+    assert_eq!(limit("[pull]\nmax_parallel_pulls_per_registry = 1").unwrap(), Some(1));
+    let err = limit("[pull]\nmax_parallel_pulls_per_registry = 2").unwrap_err().to_string();
+    assert!(err.contains("pull.max_parallel_pulls_per_registry") && err.contains("serial"), "{err}");
+    let err =
+        limit("[pull]\nmax_parallel_image_pulls = 8\nmax_parallel_pulls_per_registry = -1").unwrap_err().to_string();
+    assert!(err.contains("pull.max_parallel_pulls_per_registry") && err.contains("-1"), "{err}");
+}
+
+#[test]
 fn pull_values_are_validated_with_kubelet_texts() {
     let err = Config::from_toml("[pull]\nregistry_pull_qps = -1.5").unwrap_err().to_string();
     assert!(

@@ -24,6 +24,10 @@ use crate::metrics::Metrics;
 pub struct PullQueueConfig {
     /// Serial, or parallel with an optional limit.
     pub concurrency: Concurrency,
+    /// Most pulls from one registry running at once (`None` = no such
+    /// limit, as the kubelet). A registry at its limit does not hold up
+    /// pulls from other registries.
+    pub registry_limit: Option<usize>,
     /// Pulls that may wait to start before senders wait (10 in serial mode,
     /// like the kubelet; `None` = unbounded).
     pub capacity: Option<usize>,
@@ -47,6 +51,7 @@ impl Default for PullQueueConfig {
     fn default() -> Self {
         Self {
             concurrency: Concurrency::Serial,
+            registry_limit: None,
             capacity: Some(10),
             single_flight: true,
             qps: 5.0,
@@ -104,7 +109,8 @@ impl PullQueueActor {
     pub fn new(cfg: PullQueueConfig, reader: CriReader) -> Self {
         Self {
             reader,
-            queue: PullQueue::new(cfg.concurrency, cfg.capacity, cfg.single_flight),
+            queue: PullQueue::new(cfg.concurrency, cfg.capacity, cfg.single_flight)
+                .with_registry_limit(cfg.registry_limit),
             throttle: Arc::new(PullThrottle::new(cfg.qps, cfg.burst, cfg.throttle_mode)),
             cfg,
             subscribers: Vec::new(),
@@ -138,6 +144,9 @@ impl PullQueueActor {
                 let phase = if how == Submitted::Joined { PullPhase::WaitingOnSharedPull } else { PullPhase::Queued };
                 Self::publish(subscribers, &key.image, phase);
             });
+            // (With a registry limit, a slot may stay free while every
+            // queued pull's registry is at its limit: admitting more can
+            // still fill it, from another registry.)
             if admitted.is_empty() || self.queue.running() >= self.cfg.concurrency.limit() {
                 break;
             }

@@ -12,6 +12,14 @@
 //! 10 in serial mode). A request that finds the queue full is parked, in
 //! arrival order, until a waiting pull starts; it is not yet queued (not
 //! ordered, not joinable) while parked.
+//!
+//! Per-registry limit (optional, [`PullQueue::with_registry_limit`]): at most
+//! that many pulls from one registry run at once. A pull whose registry is at
+//! its limit is passed over, keeping its place, for the next pull in order
+//! from another registry: one slow registry cannot take every slot. With it,
+//! the capacity bounds the waiting pulls of each registry, and parked
+//! requests are admitted in arrival order within their registry, so a
+//! backlog for one registry does not hold up requests for another either.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -82,6 +90,32 @@ pub struct PullQueue<R, W> {
     /// Jobs not shared (single-flight off) get a unique key suffix.
     running: usize,
     parked: VecDeque<(PullKey, i32, R, W)>,
+    /// Most pulls running at once per registry (`None` = no such limit).
+    registry_limit: Option<usize>,
+    /// Pulls running per registry (kept only with a registry limit).
+    running_by_registry: HashMap<String, usize>,
+    /// Pulls waiting to start per registry (kept only with a registry limit).
+    waiting_by_registry: HashMap<String, usize>,
+}
+
+fn add(counts: &mut HashMap<String, usize>, registry: &str) {
+    *counts.entry(registry.to_string()).or_default() += 1;
+}
+
+fn sub(counts: &mut HashMap<String, usize>, registry: &str) {
+    if let Some(n) = counts.get_mut(registry) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            counts.remove(registry);
+        }
+    }
+}
+
+/// The registry (domain) of a queue key's image: the part before the first
+/// `/` of the normalised reference (`docker.io` for `busybox`). A name that
+/// did not parse is keyed as written, so it is its own registry at worst.
+pub fn registry_of(image: &str) -> &str {
+    image.split_once('/').map_or(image, |(domain, _)| domain)
 }
 
 impl<R, W> PullQueue<R, W> {
@@ -97,7 +131,22 @@ impl<R, W> PullQueue<R, W> {
             jobs: HashMap::new(),
             running: 0,
             parked: VecDeque::new(),
+            registry_limit: None,
+            running_by_registry: HashMap::new(),
+            waiting_by_registry: HashMap::new(),
         }
+    }
+
+    /// At most `limit` pulls from one registry run at once (`None`, the
+    /// default, = only the overall limit applies). A limit of 0 is taken as 1.
+    pub fn with_registry_limit(mut self, limit: Option<usize>) -> Self {
+        self.registry_limit = limit.map(|n| n.max(1));
+        self
+    }
+
+    /// Pulls running now from `registry`.
+    pub fn running_from(&self, registry: &str) -> usize {
+        self.running_by_registry.get(registry).copied().unwrap_or(0)
     }
 
     /// Pulls waiting to start.
@@ -120,8 +169,22 @@ impl<R, W> PullQueue<R, W> {
         self.jobs.values().map(|j| j.waiters.len()).sum()
     }
 
-    fn full(&self) -> bool {
-        self.capacity.is_some_and(|c| self.order.len() >= c)
+    /// Whether a new pull for `key` must park: the queue (with a registry
+    /// limit: its registry's share) is full, or requests parked before it
+    /// (with a registry limit: for its registry) are still waiting.
+    fn must_park(&self, key: &PullKey) -> bool {
+        match self.registry_limit {
+            None => self.full(&self.order.len()) || !self.parked.is_empty(),
+            Some(_) => {
+                let registry = registry_of(&key.image);
+                self.full(&self.waiting_by_registry.get(registry).copied().unwrap_or(0))
+                    || self.parked.iter().any(|(k, ..)| registry_of(&k.image) == registry)
+            }
+        }
+    }
+
+    fn full(&self, waiting: &usize) -> bool {
+        self.capacity.is_some_and(|c| *waiting >= c)
     }
 
     fn unique(&mut self, mut key: PullKey) -> PullKey {
@@ -139,7 +202,7 @@ impl<R, W> PullQueue<R, W> {
             job.waiters.push(waiter);
             return Submitted::Joined;
         }
-        if self.full() || !self.parked.is_empty() {
+        if self.must_park(&key) {
             self.parked.push_back((key, priority, request, waiter));
             return Submitted::Parked;
         }
@@ -151,6 +214,9 @@ impl<R, W> PullQueue<R, W> {
         self.seq += 1;
         let order = (-i64::from(priority), self.seq);
         self.order.insert(order, key.clone());
+        if self.registry_limit.is_some() {
+            add(&mut self.waiting_by_registry, registry_of(&key.image));
+        }
         self.jobs
             .insert(key, Job { order, request: Some(request), waiters: vec![waiter], running: false, released: false });
     }
@@ -160,9 +226,14 @@ impl<R, W> PullQueue<R, W> {
     /// (joined or queued), in arrival order.
     pub fn admit_parked(&mut self, mut on_admit: impl FnMut(&PullKey, Submitted, &mut W)) -> Vec<(PullKey, Submitted)> {
         let mut admitted = Vec::new();
-        while let Some((key, ..)) = self.parked.front() {
-            if self.jobs.contains_key(key) {
-                let Some((key, _, _, mut waiter)) = self.parked.pop_front() else { break };
+        // Registries whose earliest parked request stays parked: the later
+        // ones of that registry stay behind it (without a registry limit,
+        // the first request that stays parked stops the pass).
+        let mut held: Vec<String> = Vec::new();
+        let mut kept = VecDeque::with_capacity(self.parked.len());
+        let mut parked = std::mem::take(&mut self.parked);
+        while let Some((key, priority, request, mut waiter)) = parked.pop_front() {
+            if self.jobs.contains_key(&key) {
                 on_admit(&key, Submitted::Joined, &mut waiter);
                 if let Some(job) = self.jobs.get_mut(&key) {
                     job.waiters.push(waiter);
@@ -170,29 +241,65 @@ impl<R, W> PullQueue<R, W> {
                 admitted.push((key, Submitted::Joined));
                 continue;
             }
-            if self.full() {
-                break;
+            let room = match self.registry_limit {
+                None => !self.full(&self.order.len()),
+                Some(_) => {
+                    let registry = registry_of(&key.image);
+                    !held.iter().any(|h| *h == registry)
+                        && !self.full(&self.waiting_by_registry.get(registry).copied().unwrap_or(0))
+                }
+            };
+            if !room {
+                let stop = self.registry_limit.is_none();
+                if !stop {
+                    held.push(registry_of(&key.image).to_string());
+                }
+                kept.push_back((key, priority, request, waiter));
+                if stop {
+                    break;
+                }
+                continue;
             }
-            let Some((key, priority, request, mut waiter)) = self.parked.pop_front() else { break };
             on_admit(&key, Submitted::Queued, &mut waiter);
             self.insert(key.clone(), priority, request, waiter);
             admitted.push((key, Submitted::Queued));
         }
+        kept.append(&mut parked);
+        self.parked = kept;
         admitted
     }
 
     /// The next pull to start, if a slot is free: removed from the waiting
     /// order and marked running. Its request is handed over.
+    /// With a registry limit, the first in order whose registry has room.
     pub fn start_next(&mut self) -> Option<(PullKey, R)> {
         if self.running >= self.concurrency.limit() {
             return None;
         }
-        let (_, key) = self.order.pop_first()?;
+        let key = match self.registry_limit {
+            None => self.order.pop_first()?.1,
+            Some(limit) => {
+                let order = *self.order.iter().find(|(_, k)| self.running_from(registry_of(&k.image)) < limit)?.0;
+                let key = self.order.remove(&order)?;
+                let registry = registry_of(&key.image);
+                sub(&mut self.waiting_by_registry, registry);
+                add(&mut self.running_by_registry, registry);
+                key
+            }
+        };
         let job = self.jobs.get_mut(&key)?;
         job.running = true;
         self.running += 1;
         let request = job.request.take()?;
         Some((key, request))
+    }
+
+    /// A running pull stopped running (slot released or pull finished).
+    fn stopped_running(&mut self, key: &PullKey) {
+        self.running = self.running.saturating_sub(1);
+        if self.registry_limit.is_some() {
+            sub(&mut self.running_by_registry, registry_of(&key.image));
+        }
     }
 
     /// The pull's CRI call ended: its slot is free for the next pull, but
@@ -203,7 +310,7 @@ impl<R, W> PullQueue<R, W> {
         {
             job.running = false;
             job.released = true;
-            self.running = self.running.saturating_sub(1);
+            self.stopped_running(key);
         }
     }
 
@@ -212,9 +319,12 @@ impl<R, W> PullQueue<R, W> {
         match self.jobs.remove(key) {
             Some(job) => {
                 if job.running {
-                    self.running = self.running.saturating_sub(1);
+                    self.stopped_running(key);
                 } else if !job.released {
                     self.order.remove(&job.order);
+                    if self.registry_limit.is_some() {
+                        sub(&mut self.waiting_by_registry, registry_of(&key.image));
+                    }
                 }
                 job.waiters
             }

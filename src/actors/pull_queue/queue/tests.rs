@@ -113,3 +113,98 @@ fn a_released_slot_starts_the_next_pull_while_the_first_still_takes_joiners() {
     assert_eq!(q.finish(&b), vec![1]);
     assert_eq!(q.running(), 0);
 }
+
+#[test]
+fn registry_of_is_the_domain_of_the_normalised_reference() {
+    assert_eq!(registry_of("docker.io/library/busybox:1.36"), "docker.io");
+    assert_eq!(registry_of("localhost:5000/app:1"), "localhost:5000");
+    assert_eq!(registry_of("not a reference"), "not a reference");
+}
+
+#[test]
+fn a_registry_at_its_limit_is_passed_over_and_keeps_its_place() {
+    let mut q: PullQueue<&str, ()> =
+        PullQueue::new(Concurrency::Parallel(Some(3)), None, true).with_registry_limit(Some(1));
+    for img in ["slow.io/a:1", "slow.io/b:1", "fast.io/c:1", "slow.io/d:1", "fast.io/e:1"] {
+        q.submit(key(img), 0, img, ());
+    }
+    let started: Vec<_> = std::iter::from_fn(|| q.start_next()).map(|(_, r)| r).collect();
+    assert_eq!(started, ["slow.io/a:1", "fast.io/c:1"], "one per registry, though a third slot is free");
+    assert_eq!((q.running_from("slow.io"), q.running_from("fast.io")), (1, 1));
+    // The slow registry's first pull frees its slot: its next pull, in order, starts.
+    q.release_slot(&key("slow.io/a:1"));
+    assert_eq!(q.start_next().map(|(_, r)| r), Some("slow.io/b:1"));
+    assert_eq!(q.start_next(), None);
+    // A pull that fails (finishes without releasing) frees its registry too.
+    q.finish(&key("fast.io/c:1"));
+    assert_eq!(q.running_from("fast.io"), 0);
+    assert_eq!(q.start_next().map(|(_, r)| r), Some("fast.io/e:1"));
+    assert_eq!(q.start_next(), None, "slow.io/d waits for slow.io/b");
+    q.finish(&key("slow.io/b:1"));
+    assert_eq!(q.start_next().map(|(_, r)| r), Some("slow.io/d:1"));
+    assert_eq!(q.queued(), 0);
+}
+
+#[test]
+fn the_registry_limit_keeps_priority_order_among_registries_with_room() {
+    let mut q: PullQueue<&str, ()> =
+        PullQueue::new(Concurrency::Parallel(None), None, true).with_registry_limit(Some(2));
+    q.submit(key("a.io/x:1"), 0, "a-low", ());
+    q.submit(key("a.io/y:1"), 5, "a-high", ());
+    q.submit(key("a.io/z:1"), 9, "a-top", ());
+    q.submit(key("b.io/x:1"), 1, "b-mid", ());
+    let started: Vec<_> = std::iter::from_fn(|| q.start_next()).map(|(_, r)| r).collect();
+    assert_eq!(started, ["a-top", "a-high", "b-mid"], "a.io's lowest waits: its two slots are taken");
+    q.finish(&key("a.io/z:1"));
+    assert_eq!(q.start_next().map(|(_, r)| r), Some("a-low"));
+}
+
+#[test]
+fn without_a_registry_limit_one_registry_may_take_every_slot() {
+    let mut q: PullQueue<&str, ()> = PullQueue::new(Concurrency::Parallel(Some(2)), None, true);
+    for img in ["slow.io/a:1", "slow.io/b:1", "fast.io/c:1"] {
+        q.submit(key(img), 0, img, ());
+    }
+    let started: Vec<_> = std::iter::from_fn(|| q.start_next()).map(|(_, r)| r).collect();
+    assert_eq!(started, ["slow.io/a:1", "slow.io/b:1"]);
+}
+
+#[test]
+fn with_a_registry_limit_a_backlog_for_one_registry_does_not_park_another() {
+    let mut q: PullQueue<u32, u32> =
+        PullQueue::new(Concurrency::Parallel(Some(4)), Some(2), true).with_registry_limit(Some(1));
+    // slow.io: one runs, two wait (its capacity), the rest park.
+    for i in 0..5 {
+        let want = match i {
+            0..=2 => Submitted::Queued,
+            _ => Submitted::Parked,
+        };
+        assert_eq!(q.submit(key(&format!("slow.io/s{i}:1")), 0, i, i), want, "slow.io/s{i}");
+        if i == 0 {
+            assert!(q.start_next().is_some());
+        }
+    }
+    // fast.io has room of its own: queued, not parked behind slow.io's backlog.
+    assert_eq!(q.submit(key("fast.io/f:1"), 0, 10, 10), Submitted::Queued);
+    assert_eq!(q.start_next().map(|(_, r)| r), Some(10));
+    // fast.io fills its own share; its next request parks behind none of slow.io's.
+    assert_eq!(q.submit(key("fast.io/g:1"), 0, 11, 11), Submitted::Queued);
+    assert_eq!(q.submit(key("fast.io/h:1"), 0, 12, 12), Submitted::Queued);
+    assert_eq!(q.submit(key("fast.io/i:1"), 0, 13, 13), Submitted::Parked);
+    assert_eq!(q.parked(), 3);
+    // fast.io's running pull ends: g starts, and fast.io's parked request is
+    // admitted, though slow.io's parked before it (slow.io is still full).
+    q.finish(&key("fast.io/f:1"));
+    assert_eq!(q.start_next().map(|(_, r)| r), Some(11));
+    let mut seen = Vec::new();
+    assert_eq!(q.admit_parked(|_, _, w| seen.push(*w)), vec![(key("fast.io/i:1"), Submitted::Queued)]);
+    assert_eq!(seen, [13]);
+    // slow.io's parked requests come in their own arrival order as it drains.
+    q.finish(&key("slow.io/s0:1"));
+    assert_eq!(q.start_next().map(|(_, r)| r), Some(1));
+    seen.clear();
+    let admitted = q.admit_parked(|_, _, w| seen.push(*w));
+    assert_eq!(admitted, vec![(key("slow.io/s3:1"), Submitted::Queued)]);
+    assert_eq!(seen, [3], "s3 before s4");
+    assert_eq!(q.parked(), 1);
+}
