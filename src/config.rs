@@ -145,6 +145,7 @@ struct RawBackoff {
     max: String,
     gc_interval: String,
     mailbox_capacity: i64,
+    reset_on_credential_change: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -548,7 +549,8 @@ impl Config {
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&raw.log.filter) {
             return Err(invalid("log.filter", &raw.log.filter, e.to_string()));
         }
-        let (pull, ensure) = pull_from_raw(raw.pull)?;
+        let (pull, mut ensure) = pull_from_raw(raw.pull)?;
+        ensure.reset_backoff_on_credential_change = raw.backoff.reset_on_credential_change;
         let backoff = backoff_from_raw(raw.backoff)?;
         let gc = gc_from_raw(raw.gc)?;
         let verification = verification_from_raw(raw.credential_verification)?;
@@ -697,7 +699,7 @@ fn pull_from_raw(p: RawPull) -> Result<(PullQueueConfig, EnsureConfig), ConfigEr
             pull_deadline: if deadline.is_zero() { None } else { Some(deadline) },
             metrics: Metrics::default(),
         },
-        EnsureConfig { annotate_error_class: p.annotate_error_class },
+        EnsureConfig { annotate_error_class: p.annotate_error_class, ..EnsureConfig::default() },
     ))
 }
 

@@ -278,7 +278,7 @@ async fn local_fallback_uses_the_present_image_only_when_the_registry_is_unreach
 
 #[actix::test]
 async fn annotated_error_class_is_opt_in() {
-    let f = flow_with(EnsureConfig { annotate_error_class: true }).await;
+    let f = flow_with(EnsureConfig { annotate_error_class: true, ..EnsureConfig::default() }).await;
     let e = f.ensure("u1", MISSING, PullPolicy::Always).await.expect_err("missing");
     assert!(e.message.ends_with(" (permanent)"), "{}", e.message);
     let b = f.ensure("u1", MISSING, PullPolicy::Always).await.expect_err("backoff");
@@ -345,4 +345,38 @@ async fn pull_secrets_supply_the_credentials_and_a_bad_one_fails_by_name() {
     let e = f.manager.ensure_image_exists(&r).await.expect_err("still in back-off");
     assert_eq!(e.kind, ImageErrorKind::ImagePullBackOff);
     assert!(e.message.contains(": ErrImagePull: "), "previous error kept: {}", e.message);
+}
+
+/// A private image, a pod that first asks without credentials (unauthorized,
+/// back-off), then with them: the pull waits out the back-off as in the
+/// kubelet, or, with `reset_backoff_on_credential_change`, goes ahead at once.
+async fn retry_with_new_credentials(reset: bool) -> (Result<EnsureOk, EnsureError>, u64) {
+    let f = flow_with(EnsureConfig { reset_backoff_on_credential_change: reset, ..EnsureConfig::default() }).await;
+    let image = "example.com/private:1";
+    f.rt.runtime.add_remote(RemoteImage::new(image, 10).private("robot", "s3cret")).expect("add");
+    let e = f.ensure("u1", image, PullPolicy::IfNotPresent).await.expect_err("no credentials");
+    assert_eq!(e.kind, ImageErrorKind::ErrImagePull);
+    let again = f.ensure("u1", image, PullPolicy::IfNotPresent).await.expect_err("same credentials");
+    assert_eq!(again.kind, ImageErrorKind::ImagePullBackOff, "unchanged credentials wait in both modes");
+    let mut with_secret = req("u1", image, PullPolicy::IfNotPresent);
+    with_secret.credentials = vec![imaged::domain::AuthConfig::basic("example.com", "robot", "s3cret")];
+    let before = f.pulls();
+    let r = f.manager.ensure_image_exists(&with_secret).await;
+    (r, f.pulls() - before)
+}
+
+#[actix::test]
+async fn new_credentials_wait_out_the_back_off_by_default_as_in_the_kubelet() {
+    let (r, pulls) = retry_with_new_credentials(false).await;
+    let e = r.expect_err("still in back-off");
+    assert_eq!(e.kind, ImageErrorKind::ImagePullBackOff);
+    assert_eq!(pulls, 0);
+}
+
+#[actix::test]
+async fn new_credentials_reset_the_back_off_when_asked_to() {
+    let (r, pulls) = retry_with_new_credentials(true).await;
+    let ok = r.expect("pulled with the new credentials at once");
+    assert!(!ok.image_ref.is_empty());
+    assert_eq!(pulls, 1);
 }

@@ -115,6 +115,15 @@ fn the_per_registry_limit_is_off_by_default_and_validated() {
 }
 
 #[test]
+fn resetting_back_off_on_new_credentials_is_opt_in() {
+    let reset = |toml: &str| Config::from_toml(toml).map(|c| c.ensure.reset_backoff_on_credential_change);
+    assert!(!reset("").unwrap(), "off: the kubelet waits out the back-off");
+    assert!(reset("[backoff]\nreset_on_credential_change = true").unwrap());
+    let err = reset("[backoff]\nreset_on_credential_change = \"maybe\"").unwrap_err().to_string();
+    assert!(err.contains("reset_on_credential_change"), "{err}");
+}
+
+#[test]
 fn pull_values_are_validated_with_kubelet_texts() {
     let err = Config::from_toml("[pull]\nregistry_pull_qps = -1.5").unwrap_err().to_string();
     assert!(

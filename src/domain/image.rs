@@ -112,6 +112,12 @@ impl AuthConfig {
         let digest = h.finalize();
         digest.iter().map(|b| format!("{b:02x}")).collect()
     }
+
+    /// The identity of credentials tried in order (the order matters): their
+    /// identities joined by commas; empty for none (anonymous).
+    pub fn list_identity(creds: &[AuthConfig]) -> String {
+        creds.iter().map(AuthConfig::identity).collect::<Vec<_>>().join(",")
+    }
 }
 
 /// The pod sandbox a pull is for (CRI `PodSandboxConfig`, the parts imaged uses).

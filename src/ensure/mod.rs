@@ -118,6 +118,11 @@ pub struct EnsureConfig {
     /// Append the error class (`(permanent)`/`(transient)`) to returned
     /// failure messages. Off by default: messages stay the kubelet's.
     pub annotate_error_class: bool,
+    /// Beyond the kubelet: a request whose credentials differ from those of
+    /// its key's last failed pull (a pull secret was added or changed) is not
+    /// held in back-off; the back-off is reset and the pull goes ahead. Off
+    /// by default: the kubelet waits out the back-off.
+    pub reset_backoff_on_credential_change: bool,
 }
 
 /// The handle embedders call. Cheap to clone.
@@ -438,7 +443,13 @@ impl ImageManager {
             proves.push(ImagePullCredentials::node_accessible());
         }
         // Back-off.
-        let check = self.backoff.send(CheckBackoff { key: key.clone() }).await.map_err(|_| stopped())?;
+        // Only hashed when asked for: the kubelet's path stays as it was.
+        let cause = self.cfg.reset_backoff_on_credential_change.then(|| AuthConfig::list_identity(&credentials));
+        let check = self
+            .backoff
+            .send(CheckBackoff { key: key.clone(), credentials: cause.clone() })
+            .await
+            .map_err(|_| stopped())?;
         if check.in_backoff {
             let event_msg = back_off_pulling(requested);
             self.emit(req, EventReason::BackOff, &event_msg, None);
@@ -545,7 +556,7 @@ impl ImageManager {
                 if self.cfg.annotate_error_class {
                     previous = format!("{previous} ({class})");
                 }
-                let _ = self.backoff.send(RecordFailure { key, error_text: previous }).await;
+                let _ = self.backoff.send(RecordFailure { key, error_text: previous, credentials: cause }).await;
                 Err(self.fail(kind, msg, class))
             }
         }

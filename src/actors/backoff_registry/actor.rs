@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use tracing::{debug, info};
 
 use super::messages::*;
-use super::table::{BackoffConfig, BackoffTable, BackoffView};
+use super::table::{BackoffConfig, BackoffTable, BackoffView, ClearScope};
 use crate::metrics::Metrics;
 
 /// The backoff registry actor. See the module docs and `actors.md`.
@@ -86,8 +86,16 @@ impl Actor for BackoffRegistryActor {
 impl Handler<CheckBackoff> for BackoffRegistryActor {
     type Result = MessageResult<CheckBackoff>;
     /// Reports whether the key is in back-off now, with its stored error text.
+    /// With credentials that differ from the last failure's, deletes the
+    /// key's back-off first (the only check that writes).
     fn handle(&mut self, m: CheckBackoff, _: &mut Self::Context) -> Self::Result {
         let now = Instant::now();
+        let credentials_changed = m.credentials.as_deref().is_some_and(|c| self.table.cause_differs(&m.key, c));
+        if credentials_changed {
+            self.table.clear(&ClearScope::Key(m.key.clone()));
+            self.report();
+            info!(key = %m.key, "credentials changed since the last failed pull; back-off reset");
+        }
         let t = &self.table;
         let retry_in = t.retry_in(&m.key, now);
         MessageResult(BackoffCheck {
@@ -95,6 +103,7 @@ impl Handler<CheckBackoff> for BackoffRegistryActor {
             previous_error: t.previous_error(&m.key).map(str::to_owned),
             retry_in,
             backoff: t.current(&m.key).filter(|_| !t.is_expired(&m.key, now)),
+            credentials_changed,
         })
     }
 }
@@ -114,6 +123,9 @@ impl Handler<RecordFailure> for BackoffRegistryActor {
         let backoff = self.table.next(&m.key, Instant::now());
         debug!(key = %m.key, backoff_ms = backoff.as_millis() as u64, error = %m.error_text, "pull back-off");
         self.table.set_previous_error(&m.key, m.error_text);
+        if let Some(c) = m.credentials {
+            self.table.set_cause(&m.key, c);
+        }
         self.report();
         MessageResult(backoff)
     }

@@ -16,6 +16,12 @@ use super::table::{BackoffKey, BackoffView, ClearScope};
 pub struct CheckBackoff {
     /// The pod and requested image.
     pub key: BackoffKey,
+    /// Beyond the kubelet: the identity of the credentials this pull would
+    /// try (`None` = not tracked, the kubelet's behaviour). When the key's
+    /// last failure was recorded with other credentials, the cause may have
+    /// gone (a secret was added or changed): the key's back-off is deleted
+    /// and the pull may go ahead (`BackoffCheck::credentials_changed`).
+    pub credentials: Option<String>,
 }
 
 /// The answer to [`CheckBackoff`].
@@ -33,6 +39,9 @@ pub struct BackoffCheck {
     /// The current period of an unexpired entry; `None` with no entry or an
     /// expired one (the next failure then starts at the initial period).
     pub backoff: Option<Duration>,
+    /// The key's back-off was deleted because the request's credentials
+    /// differ from those of its last failure (see [`CheckBackoff::credentials`]).
+    pub credentials_changed: bool,
 }
 
 /// Step 8.3: a pull of this key is really being attempted; deletes its
@@ -54,6 +63,10 @@ pub struct RecordFailure {
     /// The text to repeat in the back-off message, in the kubelet's form
     /// `"<reason>: <message>"` (for example `ErrImagePull: rpc error: …`).
     pub error_text: String,
+    /// The identity of the credentials the failed pull tried, kept to
+    /// compare with later checks (see [`CheckBackoff::credentials`]); `None`
+    /// = not tracked. Never a secret: a hash.
+    pub credentials: Option<String>,
 }
 
 /// Step 8.7: a pull succeeded. Deletes expired entries (the kubelet's

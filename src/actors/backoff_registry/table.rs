@@ -198,12 +198,15 @@ pub struct BackoffTable {
     /// Kept apart from `entries`, as in the kubelet: the text is deleted when
     /// a pull is attempted, while the period stays (and keeps doubling).
     previous_errors: HashMap<BackoffKey, String>,
+    /// Beyond the kubelet: the identity of the credentials each key's last
+    /// failure tried, when the caller tracks it.
+    causes: HashMap<BackoffKey, String>,
 }
 
 impl BackoffTable {
     /// An empty table with these periods.
     pub fn new(cfg: BackoffConfig) -> Self {
-        Self { cfg, entries: HashMap::new(), previous_errors: HashMap::new() }
+        Self { cfg, entries: HashMap::new(), previous_errors: HashMap::new(), causes: HashMap::new() }
     }
 
     /// The periods.
@@ -269,6 +272,7 @@ impl BackoffTable {
         self.entries.retain(|_, e| now.saturating_duration_since(e.last_update) <= expiry);
         let entries = &self.entries;
         self.previous_errors.retain(|k, _| entries.contains_key(k));
+        self.causes.retain(|k, _| entries.contains_key(k));
         before - self.entries.len()
     }
 
@@ -295,7 +299,19 @@ impl BackoffTable {
         let before = self.entries.len();
         self.entries.retain(|k, _| !scope.matches(k));
         self.previous_errors.retain(|k, _| !scope.matches(k));
+        self.causes.retain(|k, _| !scope.matches(k));
         before - self.entries.len()
+    }
+
+    /// Stores the identity of the credentials the key's last failure tried.
+    pub fn set_cause(&mut self, key: &BackoffKey, credentials: impl Into<String>) {
+        self.causes.insert(key.clone(), credentials.into());
+    }
+
+    /// Whether the key's last failure was recorded with credentials other
+    /// than `credentials` (false when none were recorded for it).
+    pub fn cause_differs(&self, key: &BackoffKey, credentials: &str) -> bool {
+        self.causes.get(key).is_some_and(|c| c != credentials)
     }
 
     /// Every entry at `now`, sorted by pod UID then image.

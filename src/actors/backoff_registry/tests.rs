@@ -233,11 +233,13 @@ fn start(gc_interval: Option<Duration>) -> Addr<BackoffRegistryActor> {
 }
 
 async fn fail(addr: &Addr<BackoffRegistryActor>, k: &BackoffKey, text: &str) -> Duration {
-    addr.send(RecordFailure { key: k.clone(), error_text: text.into() }).await.expect("registry answers")
+    addr.send(RecordFailure { key: k.clone(), error_text: text.into(), credentials: None })
+        .await
+        .expect("registry answers")
 }
 
 async fn check(addr: &Addr<BackoffRegistryActor>, k: &BackoffKey) -> BackoffCheck {
-    addr.send(CheckBackoff { key: k.clone() }).await.expect("registry answers")
+    addr.send(CheckBackoff { key: k.clone(), credentials: None }).await.expect("registry answers")
 }
 
 async fn list(addr: &Addr<BackoffRegistryActor>) -> Vec<BackoffView> {
@@ -267,7 +269,16 @@ async fn check_reports_previous_error_until_begin_attempt() {
     let addr = start(None);
     let k = key("p", "img");
     let unknown = check(&addr, &k).await;
-    assert_eq!(unknown, BackoffCheck { in_backoff: false, previous_error: None, retry_in: None, backoff: None });
+    assert_eq!(
+        unknown,
+        BackoffCheck {
+            in_backoff: false,
+            previous_error: None,
+            retry_in: None,
+            backoff: None,
+            credentials_changed: false
+        }
+    );
 
     let text = "ErrImagePull: rpc error: code = Unknown desc = failed to resolve";
     assert_eq!(fail(&addr, &k, text).await, secs(10));
@@ -280,6 +291,7 @@ async fn check_reports_previous_error_until_begin_attempt() {
             previous_error: Some(text.into()),
             retry_in: Some(secs(7)),
             backoff: Some(secs(10)),
+            credentials_changed: false,
         }
     );
 
@@ -393,4 +405,42 @@ async fn mailbox_capacity_is_set_when_started() {
     addr.send(ListBackoffs).await.expect("started");
     let full = (0..50).map(|_| addr.try_send(RecordSuccess)).filter(|r| matches!(r, Err(SendError::Full(_)))).count();
     assert!(full > 0, "a capacity of 2 rejects part of a burst of 50");
+}
+
+#[actix::test]
+async fn other_credentials_than_the_last_failures_reset_the_back_off() {
+    tokio::time::pause();
+    let addr = start(None);
+    let k = key("p", "img");
+    let with = |creds: Option<&str>| CheckBackoff { key: k.clone(), credentials: creds.map(str::to_owned) };
+    let failed = |creds: Option<&str>| RecordFailure {
+        key: k.clone(),
+        error_text: "ErrImagePull: unauthorized".into(),
+        credentials: creds.map(str::to_owned),
+    };
+    assert_eq!(addr.send(failed(Some("anonymous"))).await.unwrap(), secs(10));
+    assert_eq!(addr.send(failed(Some("anonymous"))).await.unwrap(), secs(20));
+    // The same credentials, or none tracked (the kubelet's path): still in back-off.
+    let same = addr.send(with(Some("anonymous"))).await.unwrap();
+    assert!(same.in_backoff && !same.credentials_changed);
+    assert!(addr.send(with(None)).await.unwrap().in_backoff);
+    // A secret was added: the back-off goes, and the next failure starts again at 10 s.
+    let changed = addr.send(with(Some("secret-a"))).await.unwrap();
+    assert_eq!(
+        changed,
+        BackoffCheck {
+            in_backoff: false,
+            previous_error: None,
+            retry_in: None,
+            backoff: None,
+            credentials_changed: true
+        }
+    );
+    assert!(list(&addr).await.is_empty());
+    assert_eq!(addr.send(failed(Some("secret-a"))).await.unwrap(), secs(10));
+    // A failure recorded without credentials is never reset by them.
+    let other = key("q", "img");
+    addr.send(RecordFailure { key: other.clone(), error_text: "x".into(), credentials: None }).await.unwrap();
+    let c = addr.send(CheckBackoff { key: other, credentials: Some("secret-b".into()) }).await.unwrap();
+    assert!(c.in_backoff && !c.credentials_changed);
 }

@@ -201,11 +201,6 @@ fn normalized_or_raw(image: &str) -> String {
     crate::domain::reference::parse_normalized_named(image).map_or_else(|_| image.to_string(), |n| n.docker_ref())
 }
 
-/// The identity of a credential list (order matters: it is the order tried).
-fn credential_identity(creds: &[AuthConfig]) -> String {
-    creds.iter().map(AuthConfig::identity).collect::<Vec<_>>().join(",")
-}
-
 // One pull's whole context, passed once from `spawn_pull`.
 #[allow(clippy::too_many_arguments)]
 async fn run_pull(
@@ -343,7 +338,7 @@ impl Handler<EnqueuePull> for PullQueueActor {
         // A pull that must reach the registry (Always, credential
         // verification) never joins one that may be skipped when the image
         // turns out present: its key differs.
-        let mut credentials = credential_identity(&request.credentials);
+        let mut credentials = AuthConfig::list_identity(&request.credentials);
         if !request.skip_if_present {
             credentials.push_str(";must-pull");
         }
