@@ -146,6 +146,7 @@ struct RawBackoff {
     gc_interval: String,
     mailbox_capacity: i64,
     reset_on_credential_change: bool,
+    reset_on_registry_recovery: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -551,6 +552,7 @@ impl Config {
         }
         let (pull, mut ensure) = pull_from_raw(raw.pull)?;
         ensure.reset_backoff_on_credential_change = raw.backoff.reset_on_credential_change;
+        ensure.reset_backoff_on_registry_recovery = raw.backoff.reset_on_registry_recovery;
         let backoff = backoff_from_raw(raw.backoff)?;
         let gc = gc_from_raw(raw.gc)?;
         let verification = verification_from_raw(raw.credential_verification)?;

@@ -380,3 +380,51 @@ async fn new_credentials_reset_the_back_off_when_asked_to() {
     assert!(!ok.image_ref.is_empty());
     assert_eq!(pulls, 1);
 }
+
+/// A registry outage puts pod u1 in back-off; once it is over, pod u2 pulls
+/// from the same registry, and u1 retries: it waits out its back-off as in
+/// the kubelet, or, with `reset_backoff_on_registry_recovery`, pulls at once.
+async fn retry_after_registry_outage(reset: bool) -> (Result<EnsureOk, EnsureError>, u64) {
+    let f = flow_with(EnsureConfig { reset_backoff_on_registry_recovery: reset, ..EnsureConfig::default() }).await;
+    for image in ["flaky.example.com/a:1", "flaky.example.com/b:1"] {
+        f.rt.runtime.add_remote(RemoteImage::new(image, 10)).expect("add");
+    }
+    f.rt.runtime.set_fault_plan(
+        FaultPlan::new(1).rule(
+            FaultRule::on(Rpc::PullImage)
+                .image("flaky.example.com/*")
+                .fail(CriError::new(CriErrorKind::RegistryUnavailable, "registry unavailable")),
+        ),
+    );
+    let e = f.ensure("u1", "flaky.example.com/a:1", PullPolicy::IfNotPresent).await.expect_err("outage");
+    assert_eq!(e.class, ErrorClass::Transient);
+    f.rt.runtime.set_fault_plan(FaultPlan::default());
+    f.ensure("u2", "flaky.example.com/b:1", PullPolicy::IfNotPresent).await.expect("the registry is back");
+    let before = f.pulls();
+    let r = f.ensure("u1", "flaky.example.com/a:1", PullPolicy::IfNotPresent).await;
+    (r, f.pulls() - before)
+}
+
+#[actix::test]
+async fn after_a_registry_outage_back_offs_run_their_course_by_default_as_in_the_kubelet() {
+    let (r, pulls) = retry_after_registry_outage(false).await;
+    assert_eq!(r.expect_err("still in back-off").kind, ImageErrorKind::ImagePullBackOff);
+    assert_eq!(pulls, 0);
+}
+
+#[actix::test]
+async fn a_pull_that_succeeds_from_a_registry_ends_its_transient_back_offs_when_asked_to() {
+    let (r, pulls) = retry_after_registry_outage(true).await;
+    r.expect("pulled at once");
+    assert_eq!(pulls, 1);
+}
+
+#[actix::test]
+async fn a_permanent_failure_is_not_retried_when_its_registry_pulls_again() {
+    let f = flow_with(EnsureConfig { reset_backoff_on_registry_recovery: true, ..EnsureConfig::default() }).await;
+    let e = f.ensure("u1", MISSING, PullPolicy::IfNotPresent).await.expect_err("not found");
+    assert_eq!(e.class, ErrorClass::Permanent);
+    f.ensure("u2", ABSENT, PullPolicy::IfNotPresent).await.expect("same registry, pulls");
+    let again = f.ensure("u1", MISSING, PullPolicy::IfNotPresent).await.expect_err("still in back-off");
+    assert_eq!(again.kind, ImageErrorKind::ImagePullBackOff);
+}

@@ -91,6 +91,7 @@ impl ImagedService {
             format!("pull.single_flight = {}", c.pull.single_flight),
             format!("backoff.max = {}", crate::domain::gofmt::duration(c.backoff.backoff.max)),
             format!("backoff.reset_on_credential_change = {}", c.ensure.reset_backoff_on_credential_change),
+            format!("backoff.reset_on_registry_recovery = {}", c.ensure.reset_backoff_on_registry_recovery),
             format!("gc.image_gc_high_threshold_percent = {}", gc.high_threshold_percent),
             format!("gc.image_gc_low_threshold_percent = {}", gc.low_threshold_percent),
             format!("gc.image_minimum_gc_age = {}", crate::domain::gofmt::duration(gc.min_age)),

@@ -115,12 +115,15 @@ fn the_per_registry_limit_is_off_by_default_and_validated() {
 }
 
 #[test]
-fn resetting_back_off_on_new_credentials_is_opt_in() {
+fn resetting_back_off_on_new_credentials_or_registry_recovery_is_opt_in() {
     let reset = |toml: &str| Config::from_toml(toml).map(|c| c.ensure.reset_backoff_on_credential_change);
     assert!(!reset("").unwrap(), "off: the kubelet waits out the back-off");
     assert!(reset("[backoff]\nreset_on_credential_change = true").unwrap());
     let err = reset("[backoff]\nreset_on_credential_change = \"maybe\"").unwrap_err().to_string();
     assert!(err.contains("reset_on_credential_change"), "{err}");
+    let recovery = |toml: &str| Config::from_toml(toml).map(|c| c.ensure.reset_backoff_on_registry_recovery);
+    assert!(!recovery("").unwrap(), "off: the kubelet waits out the back-off");
+    assert!(recovery("[backoff]\nreset_on_registry_recovery = true").unwrap());
 }
 
 #[test]

@@ -23,7 +23,7 @@ pub use recorder::{PodPullTimes, PullingRecorder};
 pub use text::*;
 
 use crate::actors::backoff_registry::{
-    BackoffKey, BackoffRegistryActor, BeginAttempt, CheckBackoff, RecordFailure, RecordSuccess,
+    BackoffKey, BackoffRegistryActor, BeginAttempt, CheckBackoff, RecordFailure, RecordSuccess, RegistryRecovered,
 };
 use crate::actors::cri_gateway::{CriGatewayActor, CriReader, GetReader};
 use crate::actors::pull_queue::{EnqueuePull, PullFailure, PullOutcome, PullQueueActor, PullRequest};
@@ -123,6 +123,10 @@ pub struct EnsureConfig {
     /// held in back-off; the back-off is reset and the pull goes ahead. Off
     /// by default: the kubelet waits out the back-off.
     pub reset_backoff_on_credential_change: bool,
+    /// Beyond the kubelet: a pull that succeeds from a registry ends the
+    /// back-offs of transient failures from that registry (an outage is
+    /// over: its pods retry at once). Off by default: the kubelet waits.
+    pub reset_backoff_on_registry_recovery: bool,
 }
 
 /// The handle embedders call. Cheap to clone.
@@ -494,6 +498,10 @@ impl ImageManager {
         };
         // While the pull runs, an image it would replace counts as in use for GC.
         let normalized = crate::domain::reference::parse_normalized_named(&spec.image).map(|n| n.docker_ref()).ok();
+        let registry = normalized
+            .as_deref()
+            .filter(|_| self.cfg.reset_backoff_on_registry_recovery)
+            .map(|r| crate::actors::pull_queue::registry_of(r).to_string());
         let _in_flight = normalized.map(|r| self.hints.pull_started(&r));
         let result = loop {
             let result = match self.queue.send(EnqueuePull(request.clone())).await {
@@ -518,6 +526,10 @@ impl ImageManager {
         };
         match result {
             Ok(outcome) => {
+                if let (true, Some(registry)) = (outcome.pulled, &registry) {
+                    // Fire and forget, ahead of any later check in the mailbox.
+                    let _ = self.backoff.try_send(RegistryRecovered { registry: registry.clone() });
+                }
                 if outcome.pulled {
                     let used = credentials_used(&proves, outcome.credential, requested);
                     if let Err(e) = self.records.record_image_pulled(&spec.image, &outcome.image_ref, &used).await {
@@ -556,7 +568,13 @@ impl ImageManager {
                 if self.cfg.annotate_error_class {
                     previous = format!("{previous} ({class})");
                 }
-                let _ = self.backoff.send(RecordFailure { key, error_text: previous, credentials: cause }).await;
+                // Only a transient failure from the registry itself waits for it to recover.
+                let from_registry = matches!(failure, PullFailure::Cri(_) | PullFailure::DeadlineExceeded(_));
+                let transient_registry = registry.filter(|_| from_registry && class == ErrorClass::Transient);
+                let _ = self
+                    .backoff
+                    .send(RecordFailure { key, error_text: previous, credentials: cause, transient_registry })
+                    .await;
                 Err(self.fail(kind, msg, class))
             }
         }

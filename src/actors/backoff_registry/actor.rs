@@ -126,6 +126,7 @@ impl Handler<RecordFailure> for BackoffRegistryActor {
         if let Some(c) = m.credentials {
             self.table.set_cause(&m.key, c);
         }
+        self.table.set_waiting_on(&m.key, m.transient_registry);
         self.report();
         MessageResult(backoff)
     }
@@ -136,6 +137,19 @@ impl Handler<RecordSuccess> for BackoffRegistryActor {
     /// Deletes expired entries.
     fn handle(&mut self, _: RecordSuccess, _: &mut Self::Context) {
         self.gc(Instant::now(), "success");
+    }
+}
+
+impl Handler<RegistryRecovered> for BackoffRegistryActor {
+    type Result = MessageResult<RegistryRecovered>;
+    /// Deletes the back-offs waiting on the registry and counts them.
+    fn handle(&mut self, m: RegistryRecovered, _: &mut Self::Context) -> Self::Result {
+        let removed = self.table.registry_recovered(&m.registry);
+        if removed > 0 {
+            self.report();
+            info!(registry = %m.registry, removed, "registry reachable again; its transient back-offs reset");
+        }
+        MessageResult(removed)
     }
 }
 

@@ -67,6 +67,30 @@ pub struct RecordFailure {
     /// compare with later checks (see [`CheckBackoff::credentials`]); `None`
     /// = not tracked. Never a secret: a hash.
     pub credentials: Option<String>,
+    /// The registry a transient failure waits for, kept so that
+    /// [`RegistryRecovered`] for it deletes this back-off; `None` = not
+    /// tracked (the kubelet), or a permanent failure (it drops any earlier mark).
+    pub transient_registry: Option<String>,
+}
+
+impl RecordFailure {
+    /// A failure of `key` with `error_text`, tracking neither credentials
+    /// nor registry (the kubelet's record).
+    pub fn new(key: BackoffKey, error_text: impl Into<String>) -> Self {
+        Self { key, error_text: error_text.into(), credentials: None, transient_registry: None }
+    }
+}
+
+/// Beyond the kubelet: a pull from `registry` succeeded, so the registry is
+/// reachable again. Deletes the back-offs of keys whose last failure was a
+/// transient one from that registry (see [`RecordFailure::transient_registry`]),
+/// so their pods retry at once instead of waiting out up to 5 minutes.
+/// Replies with the number of back-offs deleted.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "usize")]
+pub struct RegistryRecovered {
+    /// The registry (the normalised image's domain, e.g. `docker.io`).
+    pub registry: String,
 }
 
 /// Step 8.7: a pull succeeded. Deletes expired entries (the kubelet's

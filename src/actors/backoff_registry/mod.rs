@@ -21,6 +21,7 @@ mod tests;
 pub use actor::BackoffRegistryActor;
 pub use messages::{
     BackoffCheck, BeginAttempt, CheckBackoff, ClearBackoff, ListBackoffs, RecordFailure, RecordSuccess,
+    RegistryRecovered,
 };
 pub use table::{
     BackoffConfig, BackoffKey, BackoffTable, BackoffView, ClearScope, DEFAULT_INITIAL, DEFAULT_MAX, InvalidBackoff,

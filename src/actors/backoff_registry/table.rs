@@ -201,12 +201,21 @@ pub struct BackoffTable {
     /// Beyond the kubelet: the identity of the credentials each key's last
     /// failure tried, when the caller tracks it.
     causes: HashMap<BackoffKey, String>,
+    /// Beyond the kubelet: the registry each key's last (transient) failure
+    /// waits for, when the caller tracks it.
+    waiting_on: HashMap<BackoffKey, String>,
 }
 
 impl BackoffTable {
     /// An empty table with these periods.
     pub fn new(cfg: BackoffConfig) -> Self {
-        Self { cfg, entries: HashMap::new(), previous_errors: HashMap::new(), causes: HashMap::new() }
+        Self {
+            cfg,
+            entries: HashMap::new(),
+            previous_errors: HashMap::new(),
+            causes: HashMap::new(),
+            waiting_on: HashMap::new(),
+        }
     }
 
     /// The periods.
@@ -273,6 +282,7 @@ impl BackoffTable {
         let entries = &self.entries;
         self.previous_errors.retain(|k, _| entries.contains_key(k));
         self.causes.retain(|k, _| entries.contains_key(k));
+        self.waiting_on.retain(|k, _| entries.contains_key(k));
         before - self.entries.len()
     }
 
@@ -300,7 +310,25 @@ impl BackoffTable {
         self.entries.retain(|k, _| !scope.matches(k));
         self.previous_errors.retain(|k, _| !scope.matches(k));
         self.causes.retain(|k, _| !scope.matches(k));
+        self.waiting_on.retain(|k, _| !scope.matches(k));
         before - self.entries.len()
+    }
+
+    /// Marks the key's last failure as a transient one from `registry`
+    /// (`None`: not such a failure; any earlier mark goes).
+    pub fn set_waiting_on(&mut self, key: &BackoffKey, registry: Option<String>) {
+        match registry {
+            Some(r) => self.waiting_on.insert(key.clone(), r),
+            None => self.waiting_on.remove(key),
+        };
+    }
+
+    /// Deletes the entries (and texts) of the keys whose last failure was a
+    /// transient one from `registry`. Returns the number deleted.
+    pub fn registry_recovered(&mut self, registry: &str) -> usize {
+        let keys: Vec<BackoffKey> =
+            self.waiting_on.iter().filter(|(_, r)| r.as_str() == registry).map(|(k, _)| k.clone()).collect();
+        keys.iter().filter(|k| self.clear(&ClearScope::Key((*k).clone())) > 0).count()
     }
 
     /// Stores the identity of the credentials the key's last failure tried.

@@ -233,9 +233,7 @@ fn start(gc_interval: Option<Duration>) -> Addr<BackoffRegistryActor> {
 }
 
 async fn fail(addr: &Addr<BackoffRegistryActor>, k: &BackoffKey, text: &str) -> Duration {
-    addr.send(RecordFailure { key: k.clone(), error_text: text.into(), credentials: None })
-        .await
-        .expect("registry answers")
+    addr.send(RecordFailure::new(k.clone(), text)).await.expect("registry answers")
 }
 
 async fn check(addr: &Addr<BackoffRegistryActor>, k: &BackoffKey) -> BackoffCheck {
@@ -417,6 +415,7 @@ async fn other_credentials_than_the_last_failures_reset_the_back_off() {
         key: k.clone(),
         error_text: "ErrImagePull: unauthorized".into(),
         credentials: creds.map(str::to_owned),
+        transient_registry: None,
     };
     assert_eq!(addr.send(failed(Some("anonymous"))).await.unwrap(), secs(10));
     assert_eq!(addr.send(failed(Some("anonymous"))).await.unwrap(), secs(20));
@@ -440,7 +439,32 @@ async fn other_credentials_than_the_last_failures_reset_the_back_off() {
     assert_eq!(addr.send(failed(Some("secret-a"))).await.unwrap(), secs(10));
     // A failure recorded without credentials is never reset by them.
     let other = key("q", "img");
-    addr.send(RecordFailure { key: other.clone(), error_text: "x".into(), credentials: None }).await.unwrap();
+    addr.send(RecordFailure::new(other.clone(), "x")).await.unwrap();
     let c = addr.send(CheckBackoff { key: other, credentials: Some("secret-b".into()) }).await.unwrap();
     assert!(c.in_backoff && !c.credentials_changed);
+}
+
+#[actix::test]
+async fn a_registry_that_recovers_ends_the_transient_back_offs_waiting_on_it() {
+    tokio::time::pause();
+    let addr = start(None);
+    let fail_on = |k: &BackoffKey, registry: Option<&str>| RecordFailure {
+        transient_registry: registry.map(str::to_owned),
+        ..RecordFailure::new(k.clone(), "ErrImagePull: registry unavailable")
+    };
+    let (a, b, c, d) =
+        (key("p1", "flaky.io/a:1"), key("p2", "flaky.io/b:1"), key("p3", "other.io/c:1"), key("p4", "flaky.io/d:1"));
+    addr.send(fail_on(&a, Some("flaky.io"))).await.unwrap();
+    addr.send(fail_on(&b, Some("flaky.io"))).await.unwrap();
+    addr.send(fail_on(&c, Some("other.io"))).await.unwrap();
+    // d failed transiently, then permanently (not found): the later failure drops the mark.
+    addr.send(fail_on(&d, Some("flaky.io"))).await.unwrap();
+    addr.send(fail_on(&d, None)).await.unwrap();
+    assert_eq!(addr.send(RegistryRecovered { registry: "flaky.io".into() }).await.unwrap(), 2);
+    let left: Vec<BackoffKey> = list(&addr).await.into_iter().map(|v| v.key).collect();
+    assert_eq!(left, [c.clone(), d.clone()]);
+    assert!(!check(&addr, &a).await.in_backoff);
+    assert!(check(&addr, &c).await.in_backoff, "another registry's back-off stays");
+    assert!(check(&addr, &d).await.in_backoff, "a permanent failure's back-off stays");
+    assert_eq!(addr.send(RegistryRecovered { registry: "flaky.io".into() }).await.unwrap(), 0, "idempotent");
 }

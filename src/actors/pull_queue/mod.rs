@@ -13,5 +13,5 @@ pub use messages::{
     EnqueuePull, GetQueueStatus, PullFailure, PullOutcome, PullPhase, PullPhaseChanged, PullRequest, PullResult,
     PullTicket, QueueStatus, SubscribePhases,
 };
-pub use queue::Concurrency;
+pub use queue::{Concurrency, registry_of};
 pub use throttle::ThrottleMode;
