@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use tracing::{debug, info};
 
 use super::messages::*;
-use super::table::{BackoffConfig, BackoffTable, BackoffView, ClearScope};
+use super::table::{BackoffConfig, BackoffTable, BackoffView};
 use crate::metrics::Metrics;
 
 /// The backoff registry actor. See the module docs and `actors.md`.
@@ -92,7 +92,7 @@ impl Handler<CheckBackoff> for BackoffRegistryActor {
         let now = Instant::now();
         let credentials_changed = m.credentials.as_deref().is_some_and(|c| self.table.cause_differs(&m.key, c));
         if credentials_changed {
-            self.table.clear(&ClearScope::Key(m.key.clone()));
+            self.table.remove(&m.key);
             self.report();
             info!(key = %m.key, "credentials changed since the last failed pull; back-off reset");
         }

@@ -328,7 +328,15 @@ impl BackoffTable {
     pub fn registry_recovered(&mut self, registry: &str) -> usize {
         let keys: Vec<BackoffKey> =
             self.waiting_on.iter().filter(|(_, r)| r.as_str() == registry).map(|(k, _)| k.clone()).collect();
-        keys.iter().filter(|k| self.clear(&ClearScope::Key((*k).clone())) > 0).count()
+        keys.iter().filter(|k| self.remove(k)).count()
+    }
+
+    /// Deletes one key's entry and everything kept with it; whether it had an entry.
+    pub fn remove(&mut self, key: &BackoffKey) -> bool {
+        self.previous_errors.remove(key);
+        self.causes.remove(key);
+        self.waiting_on.remove(key);
+        self.entries.remove(key).is_some()
     }
 
     /// Stores the identity of the credentials the key's last failure tried.
