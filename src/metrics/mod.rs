@@ -154,6 +154,28 @@ fn policy_index(policy: PullPolicy) -> usize {
     }
 }
 
+/// Why back-offs ended before their time (`imaged_backoff_resets_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackoffResetReason {
+    /// An operator's `ClearBackoff`.
+    Cleared,
+    /// The pod's credentials changed since its last failed pull.
+    CredentialsChanged,
+    /// A pull from the registry its transient failure waited for succeeded.
+    RegistryRecovered,
+}
+
+impl BackoffResetReason {
+    /// The `reason` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Cleared => "cleared",
+            Self::CredentialsChanged => "credentials_changed",
+            Self::RegistryRecovered => "registry_recovered",
+        }
+    }
+}
+
 struct Inner {
     registry: Registry,
     // The kubelet's families.
@@ -177,6 +199,7 @@ struct Inner {
     throttle_rejections: Counter,
     // Back-off.
     backoff_entries: Gauge,
+    backoff_resets: Family<Labels1, Counter>,
     // CRI, resolved per method at construction (index: `Rpc as usize`).
     cri_duration: [Histogram; Rpc::ALL.len()],
     cri_errors: Family<Labels2, Counter>,
@@ -292,6 +315,12 @@ impl Metrics {
         );
         let backoff_entries = Gauge::default();
         r.register("backoff_entries", "Pod and image pairs held in the pull back-off table", backoff_entries.clone());
+        let backoff_resets = Family::<Labels1, Counter>::default();
+        r.register(
+            "backoff_resets",
+            "Back-offs ended before their time, by reason: cleared (ClearBackoff), credentials_changed, registry_recovered",
+            backoff_resets.clone(),
+        );
         let cri_duration_family: HistogramFamily<Labels1> =
             Family::new_with_constructor(|| Histogram::new(CRI_DURATION_BUCKETS));
         r.register_with_unit(
@@ -336,6 +365,7 @@ impl Metrics {
                 throttle_waits,
                 throttle_rejections,
                 backoff_entries,
+                backoff_resets,
                 cri_duration,
                 cri_errors,
                 gc_runs,
@@ -440,6 +470,13 @@ impl Metrics {
     /// Entries in the back-off table now.
     pub fn set_backoff_entries(&self, n: usize) {
         self.inner.backoff_entries.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// `n` back-offs ended before their time for `reason`.
+    pub fn backoff_reset(&self, reason: BackoffResetReason, n: usize) {
+        if n > 0 {
+            self.inner.backoff_resets.get_or_create(&[("reason", reason.label())]).inc_by(n as u64);
+        }
     }
 
     // === CRI ===

@@ -47,6 +47,7 @@ fn every_family_is_prefixed_and_typed() {
     m.credential_plugin_ran("p", Duration::from_millis(1), true);
     m.cri_call(Rpc::Version, Duration::from_millis(1), Some(&CriError::deadline_exceeded()));
     m.gc_run(true);
+    m.backoff_reset(crate::metrics::BackoffResetReason::Cleared, 1);
     let s = scrape(&m);
     for (family, ty) in [
         ("imaged_image_pull_duration_seconds", "histogram"),
@@ -61,6 +62,7 @@ fn every_family_is_prefixed_and_typed() {
         ("imaged_pull_throttle_waits", "counter"),
         ("imaged_pull_throttle_rejections", "counter"),
         ("imaged_backoff_entries", "gauge"),
+        ("imaged_backoff_resets", "counter"),
         ("imaged_cri_request_duration_seconds", "histogram"),
         ("imaged_cri_request_errors", "counter"),
         ("imaged_image_gc_runs", "counter"),

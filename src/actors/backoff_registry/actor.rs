@@ -10,7 +10,7 @@ use tracing::{debug, info};
 
 use super::messages::*;
 use super::table::{BackoffConfig, BackoffTable, BackoffView};
-use crate::metrics::Metrics;
+use crate::metrics::{BackoffResetReason, Metrics};
 
 /// The backoff registry actor. See the module docs and `actors.md`.
 pub struct BackoffRegistryActor {
@@ -94,6 +94,7 @@ impl Handler<CheckBackoff> for BackoffRegistryActor {
         if credentials_changed {
             self.table.remove(&m.key);
             self.report();
+            self.metrics.backoff_reset(BackoffResetReason::CredentialsChanged, 1);
             info!(key = %m.key, "credentials changed since the last failed pull; back-off reset");
         }
         let t = &self.table;
@@ -147,6 +148,7 @@ impl Handler<RegistryRecovered> for BackoffRegistryActor {
         let removed = self.table.registry_recovered(&m.registry);
         if removed > 0 {
             self.report();
+            self.metrics.backoff_reset(BackoffResetReason::RegistryRecovered, removed);
             info!(registry = %m.registry, removed, "registry reachable again; its transient back-offs reset");
         }
         MessageResult(removed)
@@ -159,6 +161,7 @@ impl Handler<ClearBackoff> for BackoffRegistryActor {
     fn handle(&mut self, m: ClearBackoff, _: &mut Self::Context) -> Self::Result {
         let removed = self.table.clear(&m.scope);
         self.report();
+        self.metrics.backoff_reset(BackoffResetReason::Cleared, removed);
         info!(scope = %m.scope, removed, "back-offs cleared");
         MessageResult(removed)
     }

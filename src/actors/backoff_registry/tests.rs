@@ -468,3 +468,39 @@ async fn a_registry_that_recovers_ends_the_transient_back_offs_waiting_on_it() {
     assert!(check(&addr, &d).await.in_backoff, "a permanent failure's back-off stays");
     assert_eq!(addr.send(RegistryRecovered { registry: "flaky.io".into() }).await.unwrap(), 0, "idempotent");
 }
+
+#[actix::test]
+async fn early_ends_of_back_offs_are_counted_by_reason() {
+    tokio::time::pause();
+    let metrics = crate::metrics::Metrics::default();
+    let addr = BackoffRegistryActor::new(BackoffConfig::default(), 64, None).with_metrics(metrics.clone()).start();
+    let failed = |k: &BackoffKey| RecordFailure {
+        credentials: Some("anonymous".into()),
+        transient_registry: Some("flaky.io".into()),
+        ..RecordFailure::new(k.clone(), "ErrImagePull: unavailable")
+    };
+    let keys: Vec<BackoffKey> = (0..5).map(|i| key(&format!("p{i}"), "flaky.io/a:1")).collect();
+    for k in &keys {
+        addr.send(failed(k)).await.unwrap();
+    }
+    addr.send(CheckBackoff { key: keys[0].clone(), credentials: Some("secret".into()) }).await.unwrap();
+    addr.send(ClearBackoff { scope: ClearScope::Key(keys[1].clone()) }).await.unwrap();
+    addr.send(ClearBackoff { scope: ClearScope::Key(keys[1].clone()) }).await.unwrap();
+    assert_eq!(addr.send(RegistryRecovered { registry: "flaky.io".into() }).await.unwrap(), 3);
+    let scrape = crate::testing::Scrape::parse(&metrics.encode()).unwrap();
+    let mut resets: Vec<(String, f64)> = scrape
+        .samples
+        .iter()
+        .filter(|x| x.name == "imaged_backoff_resets_total")
+        .map(|x| (x.labels["reason"].clone(), x.value))
+        .collect();
+    resets.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        resets,
+        [
+            ("cleared".to_string(), 1.0),
+            ("credentials_changed".to_string(), 1.0),
+            ("registry_recovered".to_string(), 3.0)
+        ]
+    );
+}
