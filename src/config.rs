@@ -129,6 +129,7 @@ struct RawPull {
     #[serde(default)]
     max_parallel_image_pulls: Option<i64>,
     max_parallel_pulls_per_registry: i64,
+    presence_check_concurrency: i64,
     queue_capacity: i64,
     registry_pull_qps: f64,
     registry_burst: i64,
@@ -668,6 +669,17 @@ fn pull_from_raw(p: RawPull) -> Result<(PullQueueConfig, EnsureConfig), ConfigEr
             ));
         }
     };
+    let presence_check_concurrency = match usize::try_from(p.presence_check_concurrency) {
+        Ok(0) => None,
+        Ok(n) => Some(n),
+        Err(_) => {
+            return Err(invalid(
+                "pull.presence_check_concurrency",
+                &p.presence_check_concurrency.to_string(),
+                "must be 0 (no limit) or more",
+            ));
+        }
+    };
     let concurrency = if serialize {
         Concurrency::Serial
     } else {
@@ -701,7 +713,11 @@ fn pull_from_raw(p: RawPull) -> Result<(PullQueueConfig, EnsureConfig), ConfigEr
             pull_deadline: if deadline.is_zero() { None } else { Some(deadline) },
             metrics: Metrics::default(),
         },
-        EnsureConfig { annotate_error_class: p.annotate_error_class, ..EnsureConfig::default() },
+        EnsureConfig {
+            annotate_error_class: p.annotate_error_class,
+            presence_check_concurrency,
+            ..EnsureConfig::default()
+        },
     ))
 }
 

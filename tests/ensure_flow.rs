@@ -428,3 +428,43 @@ async fn a_permanent_failure_is_not_retried_when_its_registry_pulls_again() {
     let again = f.ensure("u1", MISSING, PullPolicy::IfNotPresent).await.expect_err("still in back-off");
     assert_eq!(again.kind, ImageErrorKind::ImagePullBackOff);
 }
+
+/// `n` concurrent ensures of the present image with presence checks limited
+/// to `limit`, each check delayed 20 ms at the runtime: the most checks the
+/// runtime served at once.
+async fn presence_checks_at_once(limit: Option<usize>, n: usize) -> u64 {
+    let f = flow_with(EnsureConfig { presence_check_concurrency: limit, ..EnsureConfig::default() }).await;
+    f.rt.runtime
+        .set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::ImageStatus).delay(Duration::from_millis(20))));
+    f.rt.runtime.reset_stats();
+    let reqs: Vec<EnsureImageRequest> =
+        (0..n).map(|i| req(&format!("pod-{i}"), PRESENT, PullPolicy::IfNotPresent)).collect();
+    let results = futures_util::future::join_all(reqs.iter().map(|r| f.manager.ensure_image_exists(r))).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let stats = f.rt.runtime.stats();
+    assert_eq!(stats.calls(Rpc::ImageStatus), n as u64, "one check per request");
+    stats.max_in_flight(Rpc::ImageStatus)
+}
+
+#[actix::test]
+async fn a_burst_of_presence_checks_reaches_the_runtime_a_few_at_a_time() {
+    assert_eq!(presence_checks_at_once(Some(3), 20).await, 3);
+    assert_eq!(presence_checks_at_once(None, 20).await, 20, "no limit: all at once, as the kubelet");
+}
+
+#[actix::test]
+async fn a_presence_check_that_hangs_holds_its_turn_only_briefly() {
+    let f = flow_with(EnsureConfig { presence_check_concurrency: Some(1), ..EnsureConfig::default() }).await;
+    f.rt.runtime
+        .set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::ImageStatus).image("example.com/hung:*").hang()));
+    let hung = req("u1", "example.com/hung:1", PullPolicy::IfNotPresent);
+    let other = req("u2", PRESENT, PullPolicy::IfNotPresent);
+    // The hung check takes the only turn first; the other still gets through.
+    let (hung, other) = futures_util::future::join(
+        tokio::time::timeout(Duration::from_millis(500), f.manager.ensure_image_exists(&hung)),
+        tokio::time::timeout(Duration::from_secs(5), f.manager.ensure_image_exists(&other)),
+    )
+    .await;
+    assert!(hung.is_err(), "the hung check is still waiting for the runtime");
+    other.expect("not held up for long").expect("present");
+}

@@ -127,6 +127,16 @@ fn resetting_back_off_on_new_credentials_or_registry_recovery_is_opt_in() {
 }
 
 #[test]
+fn presence_checks_are_limited_to_8_by_default_and_0_lifts_the_limit() {
+    let limit = |toml: &str| Config::from_toml(toml).map(|c| c.ensure.presence_check_concurrency);
+    assert_eq!(limit("").unwrap(), Some(8));
+    assert_eq!(limit("[pull]\npresence_check_concurrency = 0").unwrap(), None);
+    assert_eq!(limit("[pull]\npresence_check_concurrency = 2").unwrap(), Some(2));
+    let err = limit("[pull]\npresence_check_concurrency = -3").unwrap_err().to_string();
+    assert!(err.contains("pull.presence_check_concurrency") && err.contains("-3"), "{err}");
+}
+
+#[test]
 fn pull_values_are_validated_with_kubelet_texts() {
     let err = Config::from_toml("[pull]\nregistry_pull_qps = -1.5").unwrap_err().to_string();
     assert!(

@@ -20,6 +20,10 @@ use super::state::State;
 #[derive(Debug, Default)]
 pub struct Counters {
     calls: [AtomicU64; Rpc::ALL.len()],
+    /// Calls being served now, per RPC (from arrival to reply, faults included).
+    in_flight: [AtomicU64; Rpc::ALL.len()],
+    /// Most calls served at once per RPC since the last reset.
+    max_in_flight: [AtomicU64; Rpc::ALL.len()],
     pulls_in_flight: AtomicU64,
     max_pulls_in_flight: AtomicU64,
     pulls_completed: AtomicU64,
@@ -30,6 +34,8 @@ pub struct Counters {
 pub struct RuntimeStats {
     /// Calls received per RPC (including failed and faulted ones).
     pub calls: Vec<(Rpc, u64)>,
+    /// Most calls of each RPC served at once since the last reset.
+    pub max_in_flight: Vec<(Rpc, u64)>,
     /// Pulls running now.
     pub pulls_in_flight: u64,
     /// Most pulls that ran at once since the last reset.
@@ -43,6 +49,11 @@ impl RuntimeStats {
     pub fn calls(&self, rpc: Rpc) -> u64 {
         self.calls.iter().find(|(r, _)| *r == rpc).map_or(0, |(_, n)| *n)
     }
+
+    /// Most calls of one RPC served at once.
+    pub fn max_in_flight(&self, rpc: Rpc) -> u64 {
+        self.max_in_flight.iter().find(|(r, _)| *r == rpc).map_or(0, |(_, n)| *n)
+    }
 }
 
 fn index(rpc: Rpc) -> usize {
@@ -54,6 +65,10 @@ impl Counters {
     pub fn snapshot(&self) -> RuntimeStats {
         RuntimeStats {
             calls: Rpc::ALL.iter().map(|r| (*r, self.calls[index(*r)].load(Ordering::Relaxed))).collect(),
+            max_in_flight: Rpc::ALL
+                .iter()
+                .map(|r| (*r, self.max_in_flight[index(*r)].load(Ordering::Relaxed)))
+                .collect(),
             pulls_in_flight: self.pulls_in_flight.load(Ordering::Relaxed),
             max_pulls_in_flight: self.max_pulls_in_flight.load(Ordering::Relaxed),
             pulls_completed: self.pulls_completed.load(Ordering::Relaxed),
@@ -64,6 +79,9 @@ impl Counters {
     pub fn reset(&self) {
         for c in &self.calls {
             c.store(0, Ordering::Relaxed);
+        }
+        for (max, now) in self.max_in_flight.iter().zip(&self.in_flight) {
+            max.store(now.load(Ordering::Relaxed), Ordering::Relaxed);
         }
         self.max_pulls_in_flight.store(self.pulls_in_flight.load(Ordering::Relaxed), Ordering::Relaxed);
         self.pulls_completed.store(0, Ordering::Relaxed);
@@ -93,22 +111,27 @@ impl Shared {
         self.faults.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Counts the call and applies the fault plan. `Ok(true)` = lose the reply.
-    async fn gate(&self, rpc: Rpc, image: Option<&str>) -> Result<bool, Status> {
-        self.counters.calls[index(rpc)].fetch_add(1, Ordering::Relaxed);
+    /// Counts the call and applies the fault plan. `Ok((true, _))` = lose
+    /// the reply. The guard counts the call as being served until dropped.
+    async fn gate(&self, rpc: Rpc, image: Option<&str>) -> Result<(bool, Serving<'_>), Status> {
+        let i = index(rpc);
+        self.counters.calls[i].fetch_add(1, Ordering::Relaxed);
+        let now = self.counters.in_flight[i].fetch_add(1, Ordering::Relaxed) + 1;
+        self.counters.max_in_flight[i].fetch_max(now, Ordering::Relaxed);
+        let serving = Serving(&self.counters.in_flight[i]);
         let plan = self.plan();
         if plan.is_empty() {
-            return Ok(false);
+            return Ok((false, serving));
         }
         match plan.decide(rpc, image) {
-            None => Ok(false),
+            None => Ok((false, serving)),
             Some(FaultAction::Fail(e)) => Err(Status::from(&e)),
             Some(FaultAction::Delay(d)) => {
                 tokio::time::sleep(d).await;
-                Ok(false)
+                Ok((false, serving))
             }
             Some(FaultAction::Hang) => std::future::pending().await,
-            Some(FaultAction::DropReply) => Ok(true),
+            Some(FaultAction::DropReply) => Ok((true, serving)),
             Some(FaultAction::Panic) => Err(Status::internal("fault injected: the runtime crashed serving this call")),
         }
     }
@@ -142,6 +165,15 @@ fn spec_of(s: Option<pb::ImageSpec>) -> Result<ImageSpec, Status> {
     }
 }
 
+/// Counts a call as being served until it is answered (or dropped).
+struct Serving<'a>(&'a AtomicU64);
+
+impl Drop for Serving<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// Decrements the in-flight pull count when a pull ends, however it ends
 /// (a cancelled RPC drops its future mid-sleep).
 struct InFlight<'a>(&'a Counters);
@@ -159,7 +191,7 @@ impl ImageService for CriService {
         req: Request<pb::ListImagesRequest>,
     ) -> Result<Response<pb::ListImagesResponse>, Status> {
         let filter: Option<ImageSpec> = req.into_inner().filter.and_then(|f| f.image).map(Into::into);
-        let lost = self.shared.gate(Rpc::ListImages, filter.as_ref().map(|f| f.image.as_str())).await?;
+        let (lost, _serving) = self.shared.gate(Rpc::ListImages, filter.as_ref().map(|f| f.image.as_str())).await?;
         let images = self.shared.state().list_images(filter.as_ref());
         reply(lost, Ok(pb::ListImagesResponse { images: images.into_iter().map(Into::into).collect() })).await
     }
@@ -170,7 +202,7 @@ impl ImageService for CriService {
     ) -> Result<Response<pb::ImageStatusResponse>, Status> {
         let r = req.into_inner();
         let spec = spec_of(r.image)?;
-        let lost = self.shared.gate(Rpc::ImageStatus, Some(&spec.image)).await?;
+        let (lost, _serving) = self.shared.gate(Rpc::ImageStatus, Some(&spec.image)).await?;
         let image = self.shared.state().image_status(&spec);
         let mut info = std::collections::HashMap::new();
         if r.verbose
@@ -185,7 +217,7 @@ impl ImageService for CriService {
         let r = req.into_inner();
         let spec = spec_of(r.image)?;
         self.shared.pull_log.lock().unwrap_or_else(|p| p.into_inner()).push(spec.image.clone());
-        let lost = self.shared.gate(Rpc::PullImage, Some(&spec.image)).await?;
+        let (lost, _serving) = self.shared.gate(Rpc::PullImage, Some(&spec.image)).await?;
         let auth: Option<AuthConfig> = r.auth.map(Into::into);
         let planned = self.shared.state().plan_pull(&spec, auth.as_ref()).map_err(|e| Status::from(&e))?;
         let c = &self.shared.counters;
@@ -211,7 +243,7 @@ impl ImageService for CriService {
         req: Request<pb::RemoveImageRequest>,
     ) -> Result<Response<pb::RemoveImageResponse>, Status> {
         let spec = spec_of(req.into_inner().image)?;
-        let lost = self.shared.gate(Rpc::RemoveImage, Some(&spec.image)).await?;
+        let (lost, _serving) = self.shared.gate(Rpc::RemoveImage, Some(&spec.image)).await?;
         let r = self.shared.state().remove_image(&spec).map_err(|e| Status::from(&e));
         reply(lost, r.map(|()| pb::RemoveImageResponse {})).await
     }
@@ -220,7 +252,7 @@ impl ImageService for CriService {
         &self,
         _req: Request<pb::ImageFsInfoRequest>,
     ) -> Result<Response<pb::ImageFsInfoResponse>, Status> {
-        let lost = self.shared.gate(Rpc::ImageFsInfo, None).await?;
+        let (lost, _serving) = self.shared.gate(Rpc::ImageFsInfo, None).await?;
         let info = self.shared.state().image_fs_info();
         reply(lost, Ok(info.into())).await
     }
@@ -229,7 +261,7 @@ impl ImageService for CriService {
 #[tonic::async_trait]
 impl RuntimeService for CriService {
     async fn version(&self, _req: Request<pb::VersionRequest>) -> Result<Response<pb::VersionResponse>, Status> {
-        let lost = self.shared.gate(Rpc::Version, None).await?;
+        let (lost, _serving) = self.shared.gate(Rpc::Version, None).await?;
         let v = RuntimeVersion {
             version: crate::cri::KUBE_RUNTIME_API_VERSION.to_string(),
             runtime_name: super::RUNTIME_NAME.to_string(),
@@ -244,7 +276,7 @@ impl RuntimeService for CriService {
         req: Request<pb::ListPodSandboxRequest>,
     ) -> Result<Response<pb::ListPodSandboxResponse>, Status> {
         let filter: PodSandboxFilter = req.into_inner().filter.map(Into::into).unwrap_or_default();
-        let lost = self.shared.gate(Rpc::ListPodSandbox, None).await?;
+        let (lost, _serving) = self.shared.gate(Rpc::ListPodSandbox, None).await?;
         let items = self.shared.state().list_pod_sandbox(&filter);
         reply(lost, Ok(pb::ListPodSandboxResponse { items: items.into_iter().map(Into::into).collect() })).await
     }
@@ -254,7 +286,7 @@ impl RuntimeService for CriService {
         req: Request<pb::ListContainersRequest>,
     ) -> Result<Response<pb::ListContainersResponse>, Status> {
         let filter: ContainerFilter = req.into_inner().filter.map(Into::into).unwrap_or_default();
-        let lost = self.shared.gate(Rpc::ListContainers, None).await?;
+        let (lost, _serving) = self.shared.gate(Rpc::ListContainers, None).await?;
         let containers = self.shared.state().list_containers(&filter);
         reply(lost, Ok(pb::ListContainersResponse { containers: containers.into_iter().map(Into::into).collect() }))
             .await
@@ -271,7 +303,7 @@ impl RuntimeService for CriService {
                 "container id must not be empty",
             )));
         }
-        let lost = self.shared.gate(Rpc::ContainerStatus, None).await?;
+        let (lost, _serving) = self.shared.gate(Rpc::ContainerStatus, None).await?;
         let r = self.shared.state().container_status(&id).map_err(|e| Status::from(&e));
         reply(lost, r.map(|s| pb::ContainerStatusResponse { status: Some(s.into()), info: Default::default() })).await
     }

@@ -113,7 +113,7 @@ pub struct EnsureError {
 }
 
 /// Settings of the ensure flow.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EnsureConfig {
     /// Append the error class (`(permanent)`/`(transient)`) to returned
     /// failure messages. Off by default: messages stay the kubelet's.
@@ -127,6 +127,32 @@ pub struct EnsureConfig {
     /// back-offs of transient failures from that registry (an outage is
     /// over: its pods retry at once). Off by default: the kubelet waits.
     pub reset_backoff_on_registry_recovery: bool,
+    /// Most presence checks (`ImageStatus` before deciding to pull) in
+    /// flight at once; later ones wait their turn in arrival order (`None` =
+    /// no limit, as the kubelet). A burst of requests is then answered in
+    /// arrival order instead of all together, so the first pulls start
+    /// sooner. A check holds its turn for at most [`PRESENCE_CHECK_HOLD`]:
+    /// a runtime that stops answering cannot hold up the others longer.
+    pub presence_check_concurrency: Option<usize>,
+}
+
+/// The default of [`EnsureConfig::presence_check_concurrency`].
+pub const DEFAULT_PRESENCE_CHECK_CONCURRENCY: usize = 8;
+
+/// How long one presence check may hold its turn (see
+/// [`EnsureConfig::presence_check_concurrency`]); a check still running then
+/// goes on without it.
+pub const PRESENCE_CHECK_HOLD: Duration = Duration::from_millis(50);
+
+impl Default for EnsureConfig {
+    fn default() -> Self {
+        Self {
+            annotate_error_class: false,
+            reset_backoff_on_credential_change: false,
+            reset_backoff_on_registry_recovery: false,
+            presence_check_concurrency: Some(DEFAULT_PRESENCE_CHECK_CONCURRENCY),
+        }
+    }
 }
 
 /// The handle embedders call. Cheap to clone.
@@ -151,6 +177,8 @@ pub struct ImageManager {
     metrics: crate::metrics::Metrics,
     /// The node's credentials (config files, plugins), tried after pod secrets.
     node_credentials: Option<Arc<crate::credentials::NodeCredentials>>,
+    /// Turns for presence checks (`EnsureConfig::presence_check_concurrency`).
+    presence_checks: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 /// Most remembered `applyDefaultImageTag` results.
@@ -196,6 +224,7 @@ impl ImageManager {
             hints: crate::gc::hints::InUseHints::default(),
             records: PullRecords::in_memory(VerifyPolicy::default()),
             defaulted: Arc::default(),
+            presence_checks: cfg.presence_check_concurrency.map(|n| Arc::new(tokio::sync::Semaphore::new(n.max(1)))),
             cfg,
             metrics: crate::metrics::Metrics::default(),
             node_credentials: None,
@@ -320,7 +349,22 @@ impl ImageManager {
     }
 
     async fn image_present(&self, spec: &ImageSpec) -> Result<Option<String>, CriError> {
-        let status = self.reader.image_status(spec.clone(), false).await?;
+        let call = self.reader.image_status(spec.clone(), false);
+        let status = match &self.presence_checks {
+            None => call.await?,
+            Some(turns) => {
+                // A closed semaphore (never closed here) would mean no limit.
+                let turn = turns.acquire().await.ok();
+                tokio::pin!(call);
+                match tokio::time::timeout(PRESENCE_CHECK_HOLD, &mut call).await {
+                    Ok(r) => r?,
+                    Err(_) => {
+                        drop(turn);
+                        call.await?
+                    }
+                }
+            }
+        };
         Ok(status.image.map(|i| i.id))
     }
 
