@@ -12,6 +12,11 @@
 //!   25 × 20 ms; median of several runs, each on a fresh runtime, interleaved
 //!   with two references: the queue fed directly, and 8 bare tonic workers
 //!   (the floor the runtime itself allows). Target ≤ 1.05.
+//! - Also, for the optional presence-check limit
+//!   (`pull.presence_check_concurrency`, off by default), its gain and its
+//!   price: `parallel_makespan_presence_limit_ratio` (the makespan with a
+//!   limit of 8) and `present_burst_limit_cost_ratio` (a burst of 200
+//!   ensures of present images with the limit ÷ without). No targets.
 //! - `single_flight_cri_pulls`: CRI `PullImage` calls for 100 concurrent
 //!   ensures of one absent image. Target 1. The same with single-flight off
 //!   gives `kubelet_equivalent_cri_pulls` (what the kubelet does).
@@ -19,7 +24,8 @@
 //! `ENSURE_BENCH=trace cargo bench --bench ensure` runs only three traced
 //! makespan runs: when the first request is queued, the first and eighth
 //! pulls start, how long a pull holds its token. `ENSURE_BENCH=makespan`
-//! runs only the makespan section (about 40 s).
+//! runs only the makespan section (about 40 s), `ENSURE_BENCH=burst` only
+//! the present burst.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -81,12 +87,19 @@ fn median_f64(mut v: Vec<f64>) -> f64 {
 /// A fresh embedded runtime (in its own temp dir), a gateway to it, and a
 /// manager with `pull` as the queue's settings.
 async fn stack(pull: &PullQueueConfig) -> (tempfile::TempDir, EmbeddedRuntime, Addr<CriGatewayActor>, ImageManager) {
+    stack_with(pull, EnsureConfig::default()).await
+}
+
+/// [`stack`] with these ensure settings.
+async fn stack_with(
+    pull: &PullQueueConfig,
+    ensure: EnsureConfig,
+) -> (tempfile::TempDir, EmbeddedRuntime, Addr<CriGatewayActor>, ImageManager) {
     let dir = tempfile::tempdir().expect("tempdir");
     let runtime = EmbeddedRuntime::start_in(dir.path()).expect("embedded runtime");
     let (gateway, _) = CriGatewayActor::connect(&runtime.endpoint(), &CriConfig::default()).await.expect("gateway");
-    let manager = ImageManager::start(gateway.clone(), pull, &BackoffSettings::default(), EnsureConfig::default())
-        .await
-        .expect("manager starts");
+    let manager =
+        ImageManager::start(gateway.clone(), pull, &BackoffSettings::default(), ensure).await.expect("manager starts");
     (dir, runtime, gateway, manager)
 }
 
@@ -218,6 +231,8 @@ fn makespan_ideal() -> Duration {
 enum Driver {
     /// 200 concurrent `ensure_image_exists` (the figure).
     Ensure,
+    /// The same with `presence_check_concurrency = PRESENCE_LIMIT`.
+    EnsureLimited,
     /// 200 `EnqueuePull` straight to the manager's queue (skip-if-present set,
     /// as ensure sets it): the queue without ensure's presence check and back-off.
     Queue,
@@ -235,7 +250,13 @@ async fn makespan_once(driver: Driver, log: Option<&Addr<PhaseLog>>) -> Duration
         capacity: None,
         ..PullQueueConfig::default()
     };
-    let (_dir, runtime, _gateway, manager) = stack(&pull).await;
+    let ensure = match driver {
+        Driver::EnsureLimited => {
+            EnsureConfig { presence_check_concurrency: Some(PRESENCE_LIMIT), ..EnsureConfig::default() }
+        }
+        _ => EnsureConfig::default(),
+    };
+    let (_dir, runtime, _gateway, manager) = stack_with(&pull, ensure).await;
     let names = makespan_names();
     for n in &names {
         runtime.add_remote(RemoteImage::new(n.clone(), 1_000).latency(MAKESPAN_LATENCY)).expect("add");
@@ -251,7 +272,7 @@ async fn makespan_once(driver: Driver, log: Option<&Addr<PhaseLog>>) -> Duration
         log.send(Mark(t)).await.expect("mark");
     }
     match driver {
-        Driver::Ensure => {
+        Driver::Ensure | Driver::EnsureLimited => {
             let reqs: Vec<EnsureImageRequest> = names
                 .iter()
                 .enumerate()
@@ -426,9 +447,9 @@ async fn parallel_makespan() {
     println!("makespan_tokens: {MAKESPAN_TOKENS}");
     println!("makespan_ideal_ms: {}", ideal.as_millis());
     timer_reference().await;
-    let drivers = [Driver::Ensure, Driver::Queue, Driver::BareWorkers];
-    let names = ["ensure", "queue_direct", "bare_workers_floor"];
-    let mut runs: [Vec<f64>; 3] = Default::default();
+    let drivers = [Driver::Ensure, Driver::Queue, Driver::BareWorkers, Driver::EnsureLimited];
+    let names = ["ensure", "queue_direct", "bare_workers_floor", "ensure_presence_limit"];
+    let mut runs: [Vec<f64>; 4] = Default::default();
     // Warm-up (allocator, first connections), not counted.
     makespan_once(Driver::Ensure, None).await;
     for run in 0..MAKESPAN_RUNS {
@@ -448,6 +469,63 @@ async fn parallel_makespan() {
     println!("parallel_makespan_floor_ratio: {:.3}", medians[2] / ideal_ms);
     println!("parallel_makespan_vs_floor: {:.3}", medians[0] / medians[2]);
     println!("parallel_makespan_ratio: {:.3}", medians[0] / ideal_ms);
+    println!("parallel_makespan_presence_limit: {PRESENCE_LIMIT}");
+    println!("parallel_makespan_presence_limit_vs_floor: {:.3}", medians[3] / medians[2]);
+    println!("parallel_makespan_presence_limit_ratio: {:.3}", medians[3] / ideal_ms);
+}
+
+// === Present burst ===
+
+const BURST_REQUESTS: usize = 200;
+const BURST_IMAGES: usize = 50;
+const BURST_RUNS: usize = 30;
+/// The presence-check limit whose gain (makespan) and price (present burst)
+/// the bench shows next to the default (no limit).
+const PRESENCE_LIMIT: usize = 8;
+
+/// Wall time of `BURST_REQUESTS` concurrent ensures of present images
+/// (`BURST_IMAGES` of them), with a presence-check limit of
+/// `PRESENCE_LIMIT` and with none (the default, the kubelet), interleaved
+/// run by run: what the limit costs a burst that needs no pull. Median of
+/// the runs, per side.
+async fn present_burst() {
+    let pull = PullQueueConfig { qps: 0.0, ..PullQueueConfig::default() };
+    let mut sides = Vec::new();
+    for limit in [Some(PRESENCE_LIMIT), None] {
+        let (dir, runtime, gateway, _) = stack(&pull).await;
+        for i in 0..BURST_IMAGES {
+            runtime.preload(RemoteImage::new(format!("example.com/burst/p{i}:1"), 1_000)).expect("preload");
+        }
+        let cfg = EnsureConfig { presence_check_concurrency: limit, ..EnsureConfig::default() };
+        let manager =
+            ImageManager::start(gateway, &pull, &BackoffSettings::default(), cfg).await.expect("manager starts");
+        sides.push((limit, dir, runtime, manager));
+    }
+    let reqs: Vec<EnsureImageRequest> = (0..BURST_REQUESTS)
+        .map(|i| {
+            let image = format!("example.com/burst/p{}:1", i % BURST_IMAGES);
+            EnsureImageRequest::new(format!("pod-{i}"), image, PullPolicy::IfNotPresent)
+        })
+        .collect();
+    let mut totals: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
+    for run in 0..=BURST_RUNS {
+        for (i, (_, _, _, manager)) in sides.iter().enumerate() {
+            let t = Instant::now();
+            for r in join_all(reqs.iter().map(|r| manager.ensure_image_exists(r))).await {
+                r.expect("present");
+            }
+            // Run 0 warms up.
+            if run > 0 {
+                totals[i].push(ms(t.elapsed()));
+            }
+        }
+    }
+    let medians: Vec<f64> = totals.into_iter().map(median_f64).collect();
+    println!("present_burst_requests: {BURST_REQUESTS}");
+    println!("present_burst_limit: {}", sides[0].0.map_or_else(|| "none".to_string(), |n| n.to_string()));
+    println!("present_burst_p50_ms: {:.2}", medians[0]);
+    println!("present_burst_unlimited_p50_ms: {:.2}", medians[1]);
+    println!("present_burst_limit_cost_ratio: {:.3}", medians[0] / medians[1]);
 }
 
 // === Single flight ===
@@ -486,8 +564,13 @@ fn main() {
             parallel_makespan().await;
             return;
         }
+        if std::env::var("ENSURE_BENCH").as_deref() == Ok("burst") {
+            present_burst().await;
+            return;
+        }
         hot_path().await;
         parallel_makespan().await;
+        present_burst().await;
         println!("single_flight_waiters: {SF_WAITERS}");
         println!("single_flight_cri_pulls: {}", shared_pulls(true).await);
         println!("kubelet_equivalent_cri_pulls: {}", shared_pulls(false).await);

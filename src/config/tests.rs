@@ -127,10 +127,11 @@ fn resetting_back_off_on_new_credentials_or_registry_recovery_is_opt_in() {
 }
 
 #[test]
-fn presence_checks_are_limited_to_8_by_default_and_0_lifts_the_limit() {
+fn presence_checks_are_unlimited_by_default_as_in_the_kubelet() {
     let limit = |toml: &str| Config::from_toml(toml).map(|c| c.ensure.presence_check_concurrency);
-    assert_eq!(limit("").unwrap(), Some(8));
+    assert_eq!(limit("").unwrap(), None);
     assert_eq!(limit("[pull]\npresence_check_concurrency = 0").unwrap(), None);
+    assert_eq!(limit("[pull]\npresence_check_concurrency = 8").unwrap(), Some(8));
     assert_eq!(limit("[pull]\npresence_check_concurrency = 2").unwrap(), Some(2));
     let err = limit("[pull]\npresence_check_concurrency = -3").unwrap_err().to_string();
     assert!(err.contains("pull.presence_check_concurrency") && err.contains("-3"), "{err}");
