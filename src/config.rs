@@ -614,6 +614,16 @@ fn daemon_from_raw(d: RawDaemon) -> Result<DaemonSettings, ConfigError> {
     })
 }
 
+/// A count where 0 means `zero` (off, no limit…): `None` for 0, the count
+/// otherwise; a negative value is rejected naming `key`.
+fn zero_is_off(key: &str, v: i64, zero: &str) -> Result<Option<usize>, ConfigError> {
+    match usize::try_from(v) {
+        Ok(0) => Ok(None),
+        Ok(n) => Ok(Some(n)),
+        Err(_) => Err(invalid(key, &v.to_string(), format!("must be 0 ({zero}) or more"))),
+    }
+}
+
 /// The kubelet's validation and defaulting of the image pull fields.
 fn pull_from_raw(p: RawPull) -> Result<(PullQueueConfig, EnsureConfig), ConfigError> {
     if p.registry_pull_qps < 0.0 || !p.registry_pull_qps.is_finite() {
@@ -651,47 +661,29 @@ fn pull_from_raw(p: RawPull) -> Result<(PullQueueConfig, EnsureConfig), ConfigEr
             "invalid configuration: maxParallelImagePulls cannot be larger than 1 unless SerializeImagePulls (--serialize-image-pulls) is set to false",
         ));
     }
-    let registry_limit = match usize::try_from(p.max_parallel_pulls_per_registry) {
-        Ok(0) => None,
-        Ok(n) if serialize && n > 1 => {
-            return Err(invalid(
-                "pull.max_parallel_pulls_per_registry",
-                &n.to_string(),
-                "cannot be larger than 1 while pulls are serial (pull.serialize_image_pulls)",
-            ));
-        }
-        Ok(n) => Some(n),
-        Err(_) => {
-            return Err(invalid(
-                "pull.max_parallel_pulls_per_registry",
-                &p.max_parallel_pulls_per_registry.to_string(),
-                "must be 0 (no per-registry limit) or more",
-            ));
-        }
-    };
-    let presence_check_concurrency = match usize::try_from(p.presence_check_concurrency) {
-        Ok(0) => None,
-        Ok(n) => Some(n),
-        Err(_) => {
-            return Err(invalid(
-                "pull.presence_check_concurrency",
-                &p.presence_check_concurrency.to_string(),
-                "must be 0 (no limit) or more",
-            ));
-        }
-    };
+    let registry_limit = zero_is_off(
+        "pull.max_parallel_pulls_per_registry",
+        p.max_parallel_pulls_per_registry,
+        "no per-registry limit",
+    )?;
+    if let Some(n) = registry_limit
+        && serialize
+        && n > 1
+    {
+        return Err(invalid(
+            "pull.max_parallel_pulls_per_registry",
+            &n.to_string(),
+            "cannot be larger than 1 while pulls are serial (pull.serialize_image_pulls)",
+        ));
+    }
+    let presence_check_concurrency =
+        zero_is_off("pull.presence_check_concurrency", p.presence_check_concurrency, "no limit")?;
     let concurrency = if serialize {
         Concurrency::Serial
     } else {
         Concurrency::Parallel(p.max_parallel_image_pulls.and_then(|n| usize::try_from(n).ok()))
     };
-    let capacity = match usize::try_from(p.queue_capacity) {
-        Ok(0) => None,
-        Ok(n) => Some(n),
-        Err(_) => {
-            return Err(invalid("pull.queue_capacity", &p.queue_capacity.to_string(), "must be 0 (unbounded) or more"));
-        }
-    };
+    let capacity = zero_is_off("pull.queue_capacity", p.queue_capacity, "unbounded")?;
     let throttle_mode = match p.throttle_mode.as_str() {
         "fail" => ThrottleMode::Fail,
         "wait" => ThrottleMode::Wait,
@@ -769,17 +761,7 @@ fn gc_from_raw(g: RawGc) -> Result<GcSettings, ConfigError> {
             ));
         }
     }
-    let keep = match usize::try_from(g.keep_newest_tags_per_repo) {
-        Ok(0) => None,
-        Ok(n) => Some(n),
-        Err(_) => {
-            return Err(invalid(
-                "gc.keep_newest_tags_per_repo",
-                &g.keep_newest_tags_per_repo.to_string(),
-                "must be 0 (off) or more",
-            ));
-        }
-    };
+    let keep = zero_is_off("gc.keep_newest_tags_per_repo", g.keep_newest_tags_per_repo, "off")?;
     Ok(GcSettings {
         high_threshold_percent: high,
         low_threshold_percent: low,
