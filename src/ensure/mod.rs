@@ -535,9 +535,14 @@ impl ImageManager {
             .filter(|_| self.cfg.reset_backoff_on_registry_recovery)
             .map(|r| crate::actors::pull_queue::registry_of(r).to_string());
         let _in_flight = normalized.map(|r| self.hints.pull_started(&r));
+        // Whether this request joined a pull another request started.
+        let mut joined = false;
         let result = loop {
             let result = match self.queue.send(EnqueuePull(request.clone())).await {
-                Ok(ticket) => ticket.await,
+                Ok(ticket) => {
+                    joined = ticket.joined;
+                    ticket.await
+                }
                 Err(_) => Err(PullFailure::Stopped),
             };
             // Found present when its turn came (pulled by another pod, maybe
@@ -558,8 +563,9 @@ impl ImageManager {
         };
         match result {
             Ok(outcome) => {
-                if let (true, Some(registry)) = (outcome.pulled, &registry) {
-                    // Fire and forget, ahead of any later check in the mailbox.
+                // Once per pull (by the request that started it), fire and
+                // forget, ahead of any later check in the mailbox.
+                if let (true, false, Some(registry)) = (outcome.pulled, joined, &registry) {
                     let _ = self.backoff.try_send(RegistryRecovered { registry: registry.clone() });
                 }
                 if outcome.pulled {
