@@ -353,14 +353,7 @@ const IMAGE: &str = "example.com/private:1";
 /// The `imaged_imagemanager_image_mustpull_checks_total` series in `metrics`' scrape, by result.
 fn mustpull_checks(metrics: &crate::metrics::Metrics) -> Vec<(String, f64)> {
     let s = crate::testing::Scrape::parse(&metrics.encode()).unwrap();
-    let mut v: Vec<(String, f64)> = s
-        .samples
-        .iter()
-        .filter(|x| x.name == "imaged_imagemanager_image_mustpull_checks_total")
-        .map(|x| (x.labels["result"].clone(), x.value))
-        .collect();
-    v.sort_by(|a, b| a.0.cmp(&b.0));
-    v
+    s.by_label("imaged_imagemanager_image_mustpull_checks_total", "result")
 }
 
 fn store(dir: &std::path::Path) -> Arc<crate::store::Store> {

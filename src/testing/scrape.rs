@@ -56,6 +56,19 @@ impl Scrape {
         Some(first.value)
     }
 
+    /// Every sample `name` as (its `label` value, value), sorted by the
+    /// label value (a sample without the label shows an empty value).
+    pub fn by_label(&self, name: &str, label: &str) -> Vec<(String, f64)> {
+        let mut v: Vec<(String, f64)> = self
+            .samples
+            .iter()
+            .filter(|s| s.name == name)
+            .map(|s| (s.labels.get(label).cloned().unwrap_or_default(), s.value))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
     /// The sum of every sample `name` whose labels include `labels` (0 when none).
     pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         self.samples

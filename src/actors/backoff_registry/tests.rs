@@ -488,15 +488,8 @@ async fn early_ends_of_back_offs_are_counted_by_reason() {
     addr.send(ClearBackoff { scope: ClearScope::Key(keys[1].clone()) }).await.unwrap();
     assert_eq!(addr.send(RegistryRecovered { registry: "flaky.io".into() }).await.unwrap(), 3);
     let scrape = crate::testing::Scrape::parse(&metrics.encode()).unwrap();
-    let mut resets: Vec<(String, f64)> = scrape
-        .samples
-        .iter()
-        .filter(|x| x.name == "imaged_backoff_resets_total")
-        .map(|x| (x.labels["reason"].clone(), x.value))
-        .collect();
-    resets.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(
-        resets,
+        scrape.by_label("imaged_backoff_resets_total", "reason"),
         [
             ("cleared".to_string(), 1.0),
             ("credentials_changed".to_string(), 1.0),
