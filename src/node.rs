@@ -31,7 +31,7 @@ use crate::actors::cache_refresher::ImageListReader;
 use crate::actors::cri_gateway::{CriGatewayActor, ListImages};
 use crate::actors::detector::DetectImages;
 use crate::actors::gc_executor::{DeleteUnusedImages, GcError, GcReport, GetLastGcReport, RunGc, UpdateGcPolicy};
-use crate::actors::pull_queue::{GetQueueStatus, PullPhaseChanged, QueueStatus, SubscribePhases};
+use crate::actors::pull_queue::{GetQueueStatus, ListPulls, PullInfo, PullPhaseChanged, QueueStatus, SubscribePhases};
 use crate::config::{Config, GcSettings};
 use crate::cri::{CriEndpoint, CriError};
 use crate::domain::{Image, RuntimeVersion};
@@ -261,6 +261,11 @@ impl Node {
     /// Subscribes to pull phases (queued, throttled, pulling, done, …).
     pub async fn subscribe_phases(&self, to: Recipient<PullPhaseChanged>) -> Result<(), NodeError> {
         self.manager.queue().send(SubscribePhases(to)).await.map_err(|_| NodeError::Stopped("pull queue"))
+    }
+
+    /// The pulls the queue holds now: running, queued, parked (see [`ListPulls`]).
+    pub async fn list_pulls(&self) -> Result<Vec<PullInfo>, NodeError> {
+        self.manager.queue().send(ListPulls).await.map_err(|_| NodeError::Stopped("pull queue"))
     }
 
     /// The node-status image list, as the cache refresher last saw it.

@@ -69,6 +69,10 @@ fn the_api_serves_every_rpc_on_an_owner_only_socket() {
         assert_eq!(s.backoffs.len(), 1, "{:?}", s.backoffs);
         assert_eq!((s.backoffs[0].pod_uid.as_str(), s.backoffs[0].backoff_ms), ("p3", 10_000));
 
+        // ListPulls: every pull above has ended.
+        let pulls = c.list_pulls(proto::ListPullsRequest {}).await.expect("rpc").into_inner().pulls;
+        assert_eq!(pulls, vec![]);
+
         // ClearBackoff for that pod: one key; then a retry pulls again (ErrImagePull, not back-off).
         let cleared = c
             .clear_backoff(proto::ClearBackoffRequest { pod_uid: "p3".into(), image: String::new() })
@@ -224,6 +228,52 @@ fn imagectl_drives_the_daemon_with_tables_json_and_exit_codes() {
     // No daemon on a socket: 69.
     let o = support::daemon::imagectl(&d.dir.path().join("nobody.sock"), &["status"]);
     assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+}
+
+#[test]
+fn imagectl_pulls_shows_the_running_pull_and_the_queue_behind_it() {
+    let d = Daemon::start(&[]);
+    let o = d.imagectl(&["pulls"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("(no pulls running or waiting)"), "{}", stdout(&o));
+    let o = d.imagectl(&["-o", "json", "pulls"]);
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("json"), serde_json::json!([]));
+
+    // Serial pulls: nginx (400 ms) runs while redis waits behind it.
+    let socket = d.socket.clone();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("rt");
+    let ensures = runtime.spawn(async move {
+        let c = imaged::api::client(&socket).expect("client");
+        let (mut a, mut b) = (c.clone(), c);
+        let first = a.ensure_image(ensure_req("p1", "nginx:1.27", "IfNotPresent"));
+        let second = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            b.ensure_image(ensure_req("p2", "redis:7", "IfNotPresent")).await
+        };
+        let (x, y) = tokio::join!(first, second);
+        x.is_ok() && y.is_ok()
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let table = loop {
+        let out = stdout(&d.imagectl(&["pulls"]));
+        let line = |image: &str| out.lines().find(|l| l.ends_with(image)).map(str::split_whitespace);
+        let nginx: Option<Vec<&str>> = line("docker.io/library/nginx:1.27").map(Iterator::collect);
+        let redis: Option<Vec<&str>> = line("docker.io/library/redis:7").map(Iterator::collect);
+        if let (Some(n), Some(r)) = (nginx, redis)
+            && n[0] == "pulling"
+        {
+            // STATE POS PRIO WAITERS WAITING RUNNING CREDS MUST IMAGE
+            assert_eq!((n[1], n[3], n[6], n[7]), ("-", "1", "no", "no"), "{out}");
+            assert_eq!((r[0], r[1], r[3], r[5]), ("queued", "1", "1", "-"), "{out}");
+            break out;
+        }
+        assert!(std::time::Instant::now() < deadline, "never saw nginx pulling with redis queued:\n{out}");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert!(table.starts_with("STATE"), "{table}");
+    assert!(runtime.block_on(ensures).expect("task"), "both ensures answered");
+    let o = d.imagectl(&["-o", "json", "pulls"]);
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("json"), serde_json::json!([]));
 }
 
 #[test]

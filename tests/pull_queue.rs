@@ -368,3 +368,76 @@ async fn a_per_registry_limit_keeps_a_slow_registry_from_taking_every_slot() {
     assert_eq!(log, expected);
     assert_eq!(max, 2, "one slot per registry, both used at once");
 }
+
+/// Lists the queue's pulls until `done` holds for the list (bounded: 5 s).
+async fn pulls_once(q: &Addr<PullQueueActor>, done: impl Fn(&[PullInfo]) -> bool) -> Vec<PullInfo> {
+    for _ in 0..500 {
+        let pulls = q.send(ListPulls).await.expect("list");
+        if done(&pulls) {
+            return pulls;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the pull list never reached the expected state: {:?}", q.send(ListPulls).await);
+}
+
+#[actix::test]
+async fn list_pulls_shows_what_runs_what_waits_in_order_and_who_shares_it() {
+    let rt = runtime().await;
+    add(&rt, "example.com/slow:1", 600);
+    add(&rt, "example.com/next:1", 5);
+    add(&rt, "example.com/urgent:1", 5);
+    let q = queue(&rt, no_throttle(Concurrency::Serial)).await;
+    assert_eq!(q.send(ListPulls).await.expect("list"), vec![], "nothing held");
+    let mut tickets = vec![q.send(EnqueuePull(req("example.com/slow:1"))).await.expect("admitted")];
+    let shared = PullRequest { skip_if_present: false, ..req("example.com/slow:1") };
+    tickets.push(q.send(EnqueuePull(shared)).await.expect("admitted"));
+    let next = PullRequest { skip_if_present: true, ..req("example.com/next:1") };
+    tickets.push(q.send(EnqueuePull(next)).await.expect("admitted"));
+    let urgent = PullRequest { priority: 5, ..req("example.com/urgent:1") };
+    tickets.push(q.send(EnqueuePull(urgent)).await.expect("admitted"));
+
+    let pulls = pulls_once(&q, |p| p.first().is_some_and(|p| p.stage == PullStage::Pulling)).await;
+    let seen: Vec<(&str, PullStage, i32, usize, bool)> =
+        pulls.iter().map(|p| (p.image.as_str(), p.stage, p.priority, p.waiters, p.must_pull)).collect();
+    assert_eq!(
+        seen,
+        [
+            ("example.com/slow:1", PullStage::Pulling, 0, 2, true),
+            ("example.com/urgent:1", PullStage::Queued { position: 1 }, 5, 1, true),
+            ("example.com/next:1", PullStage::Queued { position: 2 }, 0, 1, false),
+        ]
+    );
+    assert!(pulls[0].running.is_some() && pulls[1].running.is_none(), "{pulls:?}");
+    assert!(pulls.iter().all(|p| !p.with_credentials && p.runtime_handler.is_empty()), "{pulls:?}");
+    // Times move on while the slow pull runs.
+    let later = pulls_once(&q, |p| p.first().and_then(|p| p.running) > pulls[0].running).await;
+    assert!(later[0].waiting >= later[0].running.unwrap_or_default(), "{later:?}");
+
+    for t in tickets {
+        t.await.expect("pulled");
+    }
+    pulls_once(&q, |p| p.is_empty()).await;
+    assert_eq!(rt.runtime.pull_log(), ["example.com/slow:1", "example.com/urgent:1", "example.com/next:1"]);
+}
+
+#[actix::test]
+async fn list_pulls_shows_a_pull_waiting_for_a_throttle_token_and_whether_it_has_credentials() {
+    let rt = runtime().await;
+    add(&rt, "example.com/first:1", 0);
+    rt.runtime.add_remote(RemoteImage::new("example.com/private:1", 10).private("u", "pw")).expect("add");
+    // One token, then one every 100 s: the second pull waits for it.
+    let cfg =
+        PullQueueConfig { qps: 0.01, burst: 1, throttle_mode: ThrottleMode::Wait, ..no_throttle(Concurrency::Serial) };
+    let q = queue(&rt, cfg).await;
+    q.send(EnqueuePull(req("example.com/first:1"))).await.expect("admitted").await.expect("took the token");
+    let private =
+        PullRequest { credentials: vec![AuthConfig::basic("example.com", "u", "pw")], ..req("example.com/private:1") };
+    let _waiting = q.send(EnqueuePull(private)).await.expect("admitted");
+    let pulls = pulls_once(&q, |p| p.first().is_some_and(|p| p.stage == PullStage::Throttled)).await;
+    assert_eq!(pulls.len(), 1, "{pulls:?}");
+    assert!(pulls[0].with_credentials, "{pulls:?}");
+    let shown = format!("{pulls:?}");
+    assert!(!shown.contains("pw") && !shown.contains("\"u\""), "credentials leaked: {shown}");
+    assert_eq!(rt.runtime.stats().calls(Rpc::PullImage), 1, "still waiting for its token");
+}

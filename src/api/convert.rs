@@ -8,7 +8,7 @@ use tonic::Status;
 use super::proto;
 use crate::actors::backoff_registry::{BackoffKey, BackoffView, ClearScope};
 use crate::actors::gc_executor::GcReport;
-use crate::actors::pull_queue::{PullPhase, PullPhaseChanged};
+use crate::actors::pull_queue::{PullInfo, PullPhase, PullPhaseChanged};
 use crate::credentials::PullSecret;
 use crate::domain::Image;
 use crate::domain::pull_policy::{PullPolicy, default_pull_policy};
@@ -163,6 +163,22 @@ pub fn backoff(v: &BackoffView) -> proto::BackoffEntry {
         backoff_ms: millis(v.backoff),
         retry_in_ms: v.retry_in.map_or(0, millis),
         previous_error: v.previous_error.clone().unwrap_or_default(),
+    }
+}
+
+/// One pull the queue holds.
+pub fn pull(p: &PullInfo) -> proto::Pull {
+    proto::Pull {
+        image: p.image.clone(),
+        runtime_handler: p.runtime_handler.clone(),
+        state: p.stage.name().to_string(),
+        position: p.stage.position().map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX)),
+        priority: p.priority,
+        waiters: u32::try_from(p.waiters).unwrap_or(u32::MAX),
+        waiting_ms: millis(p.waiting),
+        running_ms: p.running.map(millis),
+        with_credentials: p.with_credentials,
+        must_pull: p.must_pull,
     }
 }
 

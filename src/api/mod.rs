@@ -200,6 +200,14 @@ impl Imaged for ImagedService {
         Ok(Response::new(Box::pin(backlog.chain(live))))
     }
 
+    async fn list_pulls(
+        &self,
+        _: Request<proto::ListPullsRequest>,
+    ) -> Result<Response<proto::ListPullsResponse>, Status> {
+        let pulls = self.node.list_pulls().await.map_err(status_of)?;
+        Ok(Response::new(proto::ListPullsResponse { pulls: pulls.iter().map(convert::pull).collect() }))
+    }
+
     async fn get_status(&self, _: Request<proto::GetStatusRequest>) -> Result<Response<proto::StatusResponse>, Status> {
         let s = self.node.status().await.map_err(status_of)?;
         let n = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -12,7 +13,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::messages::*;
-use super::queue::{Concurrency, PullKey, PullQueue, Submitted};
+use super::queue::{Concurrency, Place, PullKey, PullQueue, Submitted};
 use super::throttle::{PullThrottle, ThrottleMode};
 use crate::actors::cri_gateway::{CriReader, PullImage};
 use crate::cri::CriErrorKind;
@@ -67,6 +68,52 @@ struct Waiter {
     result: oneshot::Sender<PullResult>,
     /// Set while the request is parked: told when it is admitted (and whether it joined).
     admitted: Option<oneshot::Sender<bool>>,
+    /// When the request arrived.
+    since: Instant,
+}
+
+/// A running pull's stage, set by its task (see [`Progress`]).
+#[derive(Debug, Default)]
+struct StageCell(AtomicU8);
+
+impl StageCell {
+    const STAGES: [PullStage; 3] = [PullStage::Starting, PullStage::Throttled, PullStage::Pulling];
+
+    fn set(&self, stage: PullStage) {
+        if let Some(i) = Self::STAGES.iter().position(|s| *s == stage) {
+            self.0.store(i as u8, Ordering::Relaxed);
+        }
+    }
+
+    fn get(&self) -> PullStage {
+        Self::STAGES.get(usize::from(self.0.load(Ordering::Relaxed))).copied().unwrap_or(PullStage::Starting)
+    }
+}
+
+/// A pull that started: when, and its stage.
+struct Started {
+    at: Instant,
+    stage: Arc<StageCell>,
+}
+
+/// How a pull task reports its progress: phases to subscribers, and the
+/// stage [`ListPulls`] shows.
+struct Progress<'a> {
+    /// The image as the queue's key names it (normalised).
+    image: &'a str,
+    subscribers: &'a [Recipient<PullPhaseChanged>],
+    stage: &'a StageCell,
+}
+
+impl Progress<'_> {
+    fn phase(&self, phase: PullPhase) {
+        match phase {
+            PullPhase::Throttled => self.stage.set(PullStage::Throttled),
+            PullPhase::Pulling => self.stage.set(PullStage::Pulling),
+            _ => {}
+        }
+        PullQueueActor::publish(self.subscribers, self.image, phase);
+    }
 }
 
 /// Self-notification: a pull's CRI call succeeded (its slot can go to the
@@ -98,6 +145,8 @@ pub struct PullQueueActor {
     /// When pulls of each image last finished well (recent ones only): a
     /// request whose presence check predates one must re-check.
     finished: HashMap<String, Instant>,
+    /// The pulls that started and have not finished.
+    started: HashMap<PullKey, Started>,
 }
 
 /// How fresh a caller's presence check must be to spare the re-check.
@@ -115,6 +164,7 @@ impl PullQueueActor {
             cfg,
             subscribers: Vec::new(),
             finished: HashMap::new(),
+            started: HashMap::new(),
         }
     }
 
@@ -171,6 +221,8 @@ impl PullQueueActor {
             };
         let subscribers = self.subscribers.clone();
         let metrics = self.cfg.metrics.clone();
+        let stage = Arc::new(StageCell::default());
+        self.started.insert(key.clone(), Started { at: Instant::now(), stage: stage.clone() });
         // A task of its own (not ctx.spawn): actix polls every context future
         // on each wake-up, which would make many parallel pulls quadratic.
         actix::spawn(async move {
@@ -185,9 +237,8 @@ impl PullQueueActor {
                     let _ = started.await;
                 }
             };
-            let result =
-                run_pull(&reader, &throttle, &key.image, request, recheck, deadline, &subscribers, &metrics, freed)
-                    .await;
+            let progress = Progress { image: &key.image, subscribers: &subscribers, stage: &stage };
+            let result = run_pull(&reader, &throttle, request, recheck, deadline, &progress, &metrics, freed).await;
             let phase = if result.is_ok() { PullPhase::Done } else { PullPhase::Failed };
             Self::publish(&subscribers, &key.image, phase);
             me.do_send(PullFinished { key, result });
@@ -206,20 +257,19 @@ fn normalized_or_raw(image: &str) -> String {
 async fn run_pull(
     reader: &CriReader,
     throttle: &PullThrottle,
-    image: &str,
     request: PullRequest,
     recheck: bool,
     deadline: Option<Duration>,
-    subscribers: &[Recipient<PullPhaseChanged>],
+    progress: &Progress<'_>,
     metrics: &Metrics,
     slot_freed: impl AsyncFnOnce(),
 ) -> PullResult {
-    // Phases name the image as the queue's key does (`image`: normalised).
+    let image = progress.image;
     if recheck {
         match reader.image_status(request.image.clone(), false).await {
             Ok(s) => {
                 if let Some(img) = s.image {
-                    PullQueueActor::publish(subscribers, image, PullPhase::AlreadyPresent);
+                    progress.phase(PullPhase::AlreadyPresent);
                     return Ok(PullOutcome {
                         image_ref: img.id,
                         size: img.size,
@@ -247,13 +297,13 @@ async fn run_pull(
                         waited = true;
                         metrics.throttle_waited();
                     }
-                    PullQueueActor::publish(subscribers, image, PullPhase::Throttled);
+                    progress.phase(PullPhase::Throttled);
                     tokio::time::sleep(wait).await;
                 }
             },
         }
     }
-    PullQueueActor::publish(subscribers, image, PullPhase::Pulling);
+    progress.phase(PullPhase::Pulling);
     let started = Instant::now();
     let attempts: Vec<Option<AuthConfig>> = if request.credentials.is_empty() {
         vec![None]
@@ -338,19 +388,17 @@ impl Handler<EnqueuePull> for PullQueueActor {
         // A pull that must reach the registry (Always, credential
         // verification) never joins one that may be skipped when the image
         // turns out present: its key differs.
-        let mut credentials = AuthConfig::list_identity(&request.credentials);
-        if !request.skip_if_present {
-            credentials.push_str(";must-pull");
-        }
-        let key = PullKey {
-            image: normalized_or_raw(&request.image.image),
-            runtime_handler: request.image.runtime_handler.clone(),
-            credentials,
-        };
+        let key = PullKey::new(
+            normalized_or_raw(&request.image.image),
+            request.image.runtime_handler.clone(),
+            AuthConfig::list_identity(&request.credentials),
+            !request.skip_if_present,
+        );
         let (tx, rx) = oneshot::channel();
         let (admitted_tx, admitted_rx) = oneshot::channel();
         let image = key.image.clone();
-        let how = self.queue.submit(key, request.priority, request, Waiter { result: tx, admitted: Some(admitted_tx) });
+        let waiter = Waiter { result: tx, admitted: Some(admitted_tx), since: Instant::now() };
+        let how = self.queue.submit(key, request.priority, request, waiter);
         if how == Submitted::Joined {
             self.cfg.metrics.single_flight_joined();
         }
@@ -399,6 +447,7 @@ impl Handler<PullFinished> for PullQueueActor {
 
     /// A pull ended: answer everyone who waited on it and start the next.
     fn handle(&mut self, m: PullFinished, ctx: &mut Self::Context) {
+        self.started.remove(&m.key);
         for w in self.queue.finish(&m.key) {
             let _ = w.result.send(m.result.clone());
         }
@@ -417,6 +466,42 @@ impl Handler<GetQueueStatus> for PullQueueActor {
             parked: self.queue.parked(),
             waiters: self.queue.waiters(),
         })
+    }
+}
+
+impl Handler<ListPulls> for PullQueueActor {
+    type Result = MessageResult<ListPulls>;
+
+    /// Lists the pulls held (see [`ListPulls`]).
+    fn handle(&mut self, _: ListPulls, _: &mut Self::Context) -> Self::Result {
+        let now = Instant::now();
+        let pulls = self
+            .queue
+            .snapshot()
+            .into_iter()
+            .map(|v| {
+                let started = self.started.get(v.key);
+                let stage = match v.place {
+                    Place::Parked(position) => PullStage::Parked { position },
+                    Place::Queued(position) => PullStage::Queued { position },
+                    Place::Finishing => PullStage::Finishing,
+                    Place::Running => started.map_or(PullStage::Starting, |s| s.stage.get()),
+                };
+                let first = v.waiters.iter().map(|w| w.since).min().unwrap_or(now);
+                PullInfo {
+                    image: v.key.image.clone(),
+                    runtime_handler: v.key.runtime_handler.clone(),
+                    stage,
+                    priority: v.priority,
+                    waiters: v.waiters.len(),
+                    waiting: now.saturating_duration_since(first),
+                    running: started.map(|s| now.saturating_duration_since(s.at)),
+                    with_credentials: v.key.with_credentials(),
+                    must_pull: v.key.must_pull(),
+                }
+            })
+            .collect();
+        MessageResult(pulls)
     }
 }
 

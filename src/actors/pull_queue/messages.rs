@@ -202,6 +202,83 @@ pub struct QueueStatus {
 #[rtype(result = "QueueStatus")]
 pub struct GetQueueStatus;
 
+/// Where a pull is, as [`ListPulls`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PullStage {
+    /// Waiting for room in a full queue (1 = admitted first).
+    Parked {
+        /// Its place among the parked requests.
+        position: usize,
+    },
+    /// Waiting for its turn (1 = starts next).
+    Queued {
+        /// Its place in the queue.
+        position: usize,
+    },
+    /// Its turn came: checking that the image is still absent.
+    Starting,
+    /// Waiting for a throttle token (`throttle_mode = "wait"`).
+    Throttled,
+    /// The CRI pull is running.
+    Pulling,
+    /// Pulled; its size is being looked up (its slot is already free).
+    Finishing,
+}
+
+impl PullStage {
+    /// Its name in the API and `imagectl pulls`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            PullStage::Parked { .. } => "parked",
+            PullStage::Queued { .. } => "queued",
+            PullStage::Starting => "starting",
+            PullStage::Throttled => "throttled",
+            PullStage::Pulling => "pulling",
+            PullStage::Finishing => "finishing",
+        }
+    }
+
+    /// Its place in line, for a parked or queued pull.
+    pub fn position(&self) -> Option<usize> {
+        match self {
+            PullStage::Parked { position } | PullStage::Queued { position } => Some(*position),
+            _ => None,
+        }
+    }
+}
+
+/// One pull the queue holds (or one parked request), for operators: what
+/// waits, what runs, for how long, and how many requests share it. Never
+/// says which credentials a pull uses, only whether it uses any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullInfo {
+    /// The image (normalised reference).
+    pub image: String,
+    /// The runtime handler it is pulled for.
+    pub runtime_handler: String,
+    /// Where it is.
+    pub stage: PullStage,
+    /// Its priority (the first request's).
+    pub priority: i32,
+    /// Requests waiting on it: the first and every one that joined.
+    pub waiters: usize,
+    /// Since the first request for it arrived.
+    pub waiting: Duration,
+    /// Since its turn came (`None` while parked or queued).
+    pub running: Option<Duration>,
+    /// It tries credentials.
+    pub with_credentials: bool,
+    /// It must reach the registry (`Always`, credential verification):
+    /// not skipped when the image turns out present.
+    pub must_pull: bool,
+}
+
+/// Lists every pull the queue holds: running and finishing first (in start
+/// order), then queued (in the order they will start), then parked.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "Vec<PullInfo>")]
+pub struct ListPulls;
+
 /// The phase a request is in, for progress watchers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PullPhase {

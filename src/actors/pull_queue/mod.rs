@@ -10,8 +10,8 @@ pub mod throttle;
 
 pub use actor::{PullQueueActor, PullQueueConfig};
 pub use messages::{
-    EnqueuePull, GetQueueStatus, PullFailure, PullOutcome, PullPhase, PullPhaseChanged, PullRequest, PullResult,
-    PullTicket, QueueStatus, SubscribePhases,
+    EnqueuePull, GetQueueStatus, ListPulls, PullFailure, PullInfo, PullOutcome, PullPhase, PullPhaseChanged,
+    PullRequest, PullResult, PullStage, PullTicket, QueueStatus, SubscribePhases,
 };
 pub use queue::{Concurrency, registry_of};
 pub use throttle::ThrottleMode;

@@ -57,6 +57,58 @@ impl Concurrency {
     }
 }
 
+impl PullKey {
+    /// Suffix of [`credentials`](Self::credentials) for a pull that must
+    /// reach the registry.
+    pub const MUST_PULL: &'static str = ";must-pull";
+
+    /// The key of a request: `identity` is the credential list's identity
+    /// (empty = anonymous); `must_pull` when it may not be skipped.
+    pub fn new(image: String, runtime_handler: String, identity: String, must_pull: bool) -> Self {
+        let mut credentials = identity;
+        if must_pull {
+            credentials.push_str(Self::MUST_PULL);
+        }
+        Self { image, runtime_handler, credentials }
+    }
+
+    /// Whether the pull tries credentials (never which ones).
+    pub fn with_credentials(&self) -> bool {
+        !self.credentials.split([';', '#']).next().unwrap_or_default().is_empty()
+    }
+
+    /// Whether the pull must reach the registry (not skipped when present).
+    pub fn must_pull(&self) -> bool {
+        self.credentials.contains(Self::MUST_PULL)
+    }
+}
+
+/// Where a pull is in the queue (see [`PullQueue::snapshot`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// Running: its CRI call has not ended.
+    Running,
+    /// Its CRI call ended well; the size lookup runs (its slot is free).
+    Finishing,
+    /// Waiting to start: 1 = next.
+    Queued(usize),
+    /// Waiting for room in a full queue: 1 = first admitted.
+    Parked(usize),
+}
+
+/// One pull (or parked request) as [`PullQueue::snapshot`] shows it.
+#[derive(Debug)]
+pub struct JobView<'a, W> {
+    /// Its key.
+    pub key: &'a PullKey,
+    /// Its priority (the first request's).
+    pub priority: i32,
+    /// Where it is.
+    pub place: Place,
+    /// Who waits on it (a parked request: itself).
+    pub waiters: &'a [W],
+}
+
 /// What happened to a submitted request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Submitted {
@@ -75,6 +127,8 @@ struct Job<R, W> {
     running: bool,
     /// Its slot was released before it finished.
     released: bool,
+    /// When it started, counted in starts (0 = not yet).
+    start: u64,
 }
 
 /// The queue. `R` is the pull request, `W` whatever a waiter is notified
@@ -84,6 +138,8 @@ pub struct PullQueue<R, W> {
     capacity: Option<usize>,
     single_flight: bool,
     seq: u64,
+    /// Pulls started so far.
+    starts: u64,
     /// Waiting pulls by (−priority, arrival): the first entry starts next.
     order: BTreeMap<(i64, u64), PullKey>,
     jobs: HashMap<PullKey, Job<R, W>>,
@@ -111,6 +167,15 @@ fn sub(counts: &mut HashMap<String, usize>, registry: &str) {
     }
 }
 
+fn view<'a, R, W>(key: &'a PullKey, job: &'a Job<R, W>, place: Place) -> JobView<'a, W> {
+    JobView { key, priority: priority_of(job.order), place, waiters: &job.waiters }
+}
+
+/// A job's priority, from its place in the order.
+fn priority_of(order: (i64, u64)) -> i32 {
+    i32::try_from(-order.0).unwrap_or(i32::MAX)
+}
+
 /// The registry (domain) of a queue key's image: the part before the first
 /// `/` of the normalised reference (`docker.io` for `busybox`). A name that
 /// did not parse is keyed as written, so it is its own registry at worst.
@@ -127,6 +192,7 @@ impl<R, W> PullQueue<R, W> {
             capacity,
             single_flight,
             seq: 0,
+            starts: 0,
             order: BTreeMap::new(),
             jobs: HashMap::new(),
             running: 0,
@@ -167,6 +233,34 @@ impl<R, W> PullQueue<R, W> {
     /// Requests waiting on queued or running pulls (including the first).
     pub fn waiters(&self) -> usize {
         self.jobs.values().map(|j| j.waiters.len()).sum()
+    }
+
+    /// Every pull and parked request: running and finishing pulls first,
+    /// in start order, then the queued ones in the order they will start
+    /// (without a registry limit; with one, a pull may be passed over), then
+    /// parked requests in arrival order.
+    pub fn snapshot(&self) -> Vec<JobView<'_, W>> {
+        let mut active: Vec<(&PullKey, &Job<R, W>)> =
+            self.jobs.iter().filter(|(_, j)| j.running || j.released).collect();
+        active.sort_by_key(|(_, j)| j.start);
+        let mut out: Vec<JobView<'_, W>> = active
+            .into_iter()
+            .map(|(key, job)| view(key, job, if job.running { Place::Running } else { Place::Finishing }))
+            .collect();
+        for (i, key) in self.order.values().enumerate() {
+            if let Some(job) = self.jobs.get(key) {
+                out.push(view(key, job, Place::Queued(i + 1)));
+            }
+        }
+        for (i, (key, priority, _, waiter)) in self.parked.iter().enumerate() {
+            out.push(JobView {
+                key,
+                priority: *priority,
+                place: Place::Parked(i + 1),
+                waiters: std::slice::from_ref(waiter),
+            });
+        }
+        out
     }
 
     /// Whether a new pull for `key` must park: the queue (with a registry
@@ -217,8 +311,10 @@ impl<R, W> PullQueue<R, W> {
         if self.registry_limit.is_some() {
             add(&mut self.waiting_by_registry, registry_of(&key.image));
         }
-        self.jobs
-            .insert(key, Job { order, request: Some(request), waiters: vec![waiter], running: false, released: false });
+        self.jobs.insert(
+            key,
+            Job { order, request: Some(request), waiters: vec![waiter], running: false, released: false, start: 0 },
+        );
     }
 
     /// Moves parked requests into the queue while there is room, calling
@@ -289,6 +385,8 @@ impl<R, W> PullQueue<R, W> {
         };
         let job = self.jobs.get_mut(&key)?;
         job.running = true;
+        self.starts += 1;
+        job.start = self.starts;
         self.running += 1;
         let request = job.request.take()?;
         Some((key, request))

@@ -96,6 +96,8 @@ enum Command {
         #[command(subcommand)]
         command: BackoffCommand,
     },
+    /// Pulls the daemon holds now: running, queued (in start order) and parked.
+    Pulls,
     /// Runtime, queue, back-offs, last GC and configuration summary.
     Status,
     /// Talk CRI to the runtime directly (no daemon).
@@ -265,6 +267,16 @@ fn run(cli: Cli) -> Result<u8, AppError> {
             Command::Backoff { command: BackoffCommand::List } => {
                 let s = status(&mut client).await?;
                 print_backoffs(&s.backoffs, json, &mut o)?;
+                Ok(0)
+            }
+            Command::Pulls => {
+                let pulls = client
+                    .list_pulls(proto::ListPullsRequest {})
+                    .await
+                    .map_err(|s| rpc("ListPulls", s))?
+                    .into_inner()
+                    .pulls;
+                print_pulls(&pulls, json, &mut o)?;
                 Ok(0)
             }
             Command::Status => {
@@ -491,6 +503,53 @@ fn print_backoffs(b: &[proto::BackoffEntry], json: bool, o: &mut impl Write) -> 
             e.previous_error
         )
         .map_err(out)?;
+    }
+    Ok(())
+}
+
+fn print_pulls(pulls: &[proto::Pull], json: bool, o: &mut impl Write) -> Result<(), AppError> {
+    if json {
+        let v: Vec<Value> = pulls
+            .iter()
+            .map(|p| {
+                json!({"image": p.image, "runtime_handler": p.runtime_handler, "state": p.state,
+                       "position": (p.position > 0).then_some(p.position), "priority": p.priority,
+                       "waiters": p.waiters, "waiting_ms": p.waiting_ms, "running_ms": p.running_ms,
+                       "with_credentials": p.with_credentials, "must_pull": p.must_pull})
+            })
+            .collect();
+        return writeln!(o, "{}", Value::Array(v)).map_err(out);
+    }
+    let ms = |v: u64| imaged::domain::gofmt::duration(std::time::Duration::from_millis(v));
+    writeln!(
+        o,
+        "{:<10} {:>4} {:>5} {:>7} {:>9} {:>9}  {:<5} {:<4}  IMAGE",
+        "STATE", "POS", "PRIO", "WAITERS", "WAITING", "RUNNING", "CREDS", "MUST"
+    )
+    .map_err(out)?;
+    for p in pulls {
+        let image = if p.runtime_handler.is_empty() {
+            p.image.clone()
+        } else {
+            format!("{} (handler {})", p.image, p.runtime_handler)
+        };
+        writeln!(
+            o,
+            "{:<10} {:>4} {:>5} {:>7} {:>9} {:>9}  {:<5} {:<4}  {}",
+            p.state,
+            if p.position > 0 { p.position.to_string() } else { "-".to_string() },
+            p.priority,
+            p.waiters,
+            ms(p.waiting_ms),
+            p.running_ms.map_or_else(|| "-".to_string(), ms),
+            if p.with_credentials { "yes" } else { "no" },
+            if p.must_pull { "yes" } else { "no" },
+            image
+        )
+        .map_err(out)?;
+    }
+    if pulls.is_empty() {
+        writeln!(o, "(no pulls running or waiting)").map_err(out)?;
     }
     Ok(())
 }

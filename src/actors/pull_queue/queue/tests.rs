@@ -208,3 +208,53 @@ fn with_a_registry_limit_a_backlog_for_one_registry_does_not_park_another() {
     assert_eq!(seen, [3], "s3 before s4");
     assert_eq!(q.parked(), 1);
 }
+
+#[test]
+fn a_snapshot_lists_running_then_queued_in_start_order_then_parked_in_arrival_order() {
+    let mut q: PullQueue<&str, u32> = PullQueue::new(Concurrency::Parallel(Some(2)), Some(2), true);
+    q.submit(key("run-b"), 0, "run-b", 2);
+    q.submit(key("run-a"), 1, "run-a", 1);
+    let started: Vec<PullKey> = std::iter::from_fn(|| q.start_next().map(|(k, _)| k)).collect();
+    assert_eq!(started, [key("run-a"), key("run-b")], "priority first");
+    q.submit(key("low"), -1, "low", 3);
+    q.submit(key("high"), 7, "high", 4);
+    assert_eq!(q.submit(key("high"), 0, "high again", 5), Submitted::Joined);
+    assert_eq!(q.submit(key("run-a"), 0, "joins a running pull", 6), Submitted::Joined);
+    assert_eq!(q.submit(key("late-1"), 9, "late-1", 7), Submitted::Parked);
+    assert_eq!(q.submit(key("late-2"), 0, "late-2", 8), Submitted::Parked);
+    // run-b's CRI call ended: its slot is free, its size lookup runs.
+    q.release_slot(&key("run-b"));
+
+    let seen: Vec<(&str, i32, Place, Vec<u32>)> =
+        q.snapshot().iter().map(|v| (v.key.image.as_str(), v.priority, v.place, v.waiters.to_vec())).collect();
+    assert_eq!(
+        seen,
+        [
+            ("run-a", 1, Place::Running, vec![1, 6]),
+            ("run-b", 0, Place::Finishing, vec![2]),
+            ("high", 7, Place::Queued(1), vec![4, 5]),
+            ("low", -1, Place::Queued(2), vec![3]),
+            ("late-1", 9, Place::Parked(1), vec![7]),
+            ("late-2", 0, Place::Parked(2), vec![8]),
+        ]
+    );
+    // The positions are the start order: high starts next.
+    assert_eq!(q.start_next().map(|(k, _)| k), Some(key("high")));
+}
+
+#[test]
+fn a_key_says_whether_it_uses_credentials_and_must_pull_never_which() {
+    let anonymous = PullKey::new("img".into(), String::new(), String::new(), false);
+    assert!(!anonymous.with_credentials() && !anonymous.must_pull());
+    let must = PullKey::new("img".into(), String::new(), String::new(), true);
+    assert!(!must.with_credentials() && must.must_pull());
+    let creds = PullKey::new("img".into(), String::new(), "4f2a".into(), true);
+    assert!(creds.with_credentials() && creds.must_pull());
+    assert_ne!(must, creds, "different credentials, different pulls");
+    // Without single flight the queue makes keys unique; the flags survive.
+    let mut q: PullQueue<(), ()> = PullQueue::new(Concurrency::Parallel(None), None, false);
+    q.submit(must.clone(), 0, (), ());
+    q.submit(anonymous.clone(), 0, (), ());
+    let flags: Vec<(bool, bool)> = q.snapshot().iter().map(|v| (v.key.with_credentials(), v.key.must_pull())).collect();
+    assert_eq!(flags, [(false, true), (false, false)]);
+}
