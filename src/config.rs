@@ -136,6 +136,7 @@ struct RawPull {
     throttle_mode: String,
     single_flight: bool,
     pull_deadline: String,
+    slow_pull_warning: String,
     annotate_error_class: bool,
 }
 
@@ -692,6 +693,7 @@ fn pull_from_raw(p: RawPull) -> Result<(PullQueueConfig, EnsureConfig), ConfigEr
     let burst = u32::try_from(p.registry_burst)
         .map_err(|_| invalid("pull.registry_burst", &p.registry_burst.to_string(), "must be at most 4294967295"))?;
     let deadline = duration("pull.pull_deadline", &p.pull_deadline)?;
+    let slow = duration("pull.slow_pull_warning", &p.slow_pull_warning)?;
     Ok((
         PullQueueConfig {
             concurrency,
@@ -703,6 +705,7 @@ fn pull_from_raw(p: RawPull) -> Result<(PullQueueConfig, EnsureConfig), ConfigEr
             burst: if burst == 0 { 10 } else { burst },
             throttle_mode,
             pull_deadline: if deadline.is_zero() { None } else { Some(deadline) },
+            slow_pull_warning: if slow.is_zero() { None } else { Some(slow) },
             metrics: Metrics::default(),
         },
         EnsureConfig {

@@ -441,3 +441,47 @@ async fn list_pulls_shows_a_pull_waiting_for_a_throttle_token_and_whether_it_has
     assert!(!shown.contains("pw") && !shown.contains("\"u\""), "credentials leaked: {shown}");
     assert_eq!(rt.runtime.stats().calls(Rpc::PullImage), 1, "still waiting for its token");
 }
+
+fn slow_pulls(m: &imaged::metrics::Metrics) -> f64 {
+    let s = imaged::testing::Scrape::parse(&m.encode()).expect("the scrape parses");
+    s.value("imaged_pull_slow_blocking_total", &[]).expect("the counter is exported")
+}
+
+#[actix::test]
+async fn a_pull_running_past_the_warning_while_others_wait_is_warned_once() {
+    let rt = runtime().await;
+    add(&rt, "example.com/big:1", 600);
+    add(&rt, "example.com/alone:1", 400);
+    add(&rt, "example.com/small:1", 5);
+    let metrics = imaged::metrics::Metrics::new();
+    let cfg = PullQueueConfig {
+        slow_pull_warning: Some(Duration::from_millis(100)),
+        metrics: metrics.clone(),
+        ..no_throttle(Concurrency::Serial)
+    };
+    let q = queue(&rt, cfg).await;
+    // Alone in the queue, a slow pull blocks nobody: no warning.
+    q.send(EnqueuePull(req("example.com/alone:1"))).await.expect("admitted").await.expect("pulled");
+    assert_eq!(slow_pulls(&metrics), 0.0);
+    // A slow pull with another waiting behind it: one warning, however long it runs.
+    let big = q.send(EnqueuePull(req("example.com/big:1"))).await.expect("admitted");
+    let small = q.send(EnqueuePull(req("example.com/small:1"))).await.expect("admitted");
+    big.await.expect("pulled");
+    small.await.expect("pulled");
+    assert_eq!(slow_pulls(&metrics), 1.0);
+}
+
+#[actix::test]
+async fn no_slow_pull_warning_when_it_is_off() {
+    let rt = runtime().await;
+    add(&rt, "example.com/big:1", 400);
+    add(&rt, "example.com/small:1", 5);
+    let metrics = imaged::metrics::Metrics::new();
+    let cfg = PullQueueConfig { slow_pull_warning: None, metrics: metrics.clone(), ..no_throttle(Concurrency::Serial) };
+    let q = queue(&rt, cfg).await;
+    let big = q.send(EnqueuePull(req("example.com/big:1"))).await.expect("admitted");
+    let small = q.send(EnqueuePull(req("example.com/small:1"))).await.expect("admitted");
+    big.await.expect("pulled");
+    small.await.expect("pulled");
+    assert_eq!(slow_pulls(&metrics), 0.0);
+}

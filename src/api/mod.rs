@@ -93,6 +93,10 @@ impl ImagedService {
             format!("pull.registry_burst = {}", c.pull.burst),
             format!("pull.throttle_mode = {:?}", c.pull.throttle_mode),
             format!("pull.single_flight = {}", c.pull.single_flight),
+            format!(
+                "pull.slow_pull_warning = {}",
+                c.pull.slow_pull_warning.map_or_else(|| "off".to_string(), crate::domain::gofmt::duration)
+            ),
             format!("backoff.max = {}", crate::domain::gofmt::duration(c.backoff.backoff.max)),
             format!("backoff.reset_on_credential_change = {}", c.ensure.reset_backoff_on_credential_change),
             format!("backoff.reset_on_registry_recovery = {}", c.ensure.reset_backoff_on_registry_recovery),

@@ -156,6 +156,13 @@ fn pull_values_are_validated_with_kubelet_texts() {
     assert_eq!(c.pull.throttle_mode, ThrottleMode::Wait);
     assert_eq!(c.pull.pull_deadline, Some(Duration::from_secs(300)));
     assert_eq!(c.pull.capacity, None);
+    assert_eq!(c.pull.slow_pull_warning, Some(Duration::from_secs(60)), "the default");
+    let slow =
+        |v: &str| Config::from_toml(&format!("[pull]\nslow_pull_warning = {v:?}")).map(|c| c.pull.slow_pull_warning);
+    assert_eq!(slow("0s").unwrap(), None);
+    assert_eq!(slow("5m").unwrap(), Some(Duration::from_secs(300)));
+    let err = slow("soon").unwrap_err().to_string();
+    assert!(err.contains("pull.slow_pull_warning") && err.contains("soon"), "{err}");
     let err = Config::from_toml("[backoff]\ninitial = \"0s\"").unwrap_err().to_string();
     assert!(err.contains("backoff"), "{err}");
     let c = Config::from_toml("[backoff]\nmax = \"60s\"\ngc_interval = \"0s\"").unwrap();

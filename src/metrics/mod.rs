@@ -197,6 +197,7 @@ struct Inner {
     single_flight_joins: Counter,
     throttle_waits: Counter,
     throttle_rejections: Counter,
+    slow_pulls: Counter,
     // Back-off.
     backoff_entries: Gauge,
     backoff_resets: Family<Labels1, Counter>,
@@ -313,6 +314,12 @@ impl Metrics {
             "Pulls failed with \"pull QPS exceeded\" (throttle_mode fail)",
             throttle_rejections.clone(),
         );
+        let slow_pulls = Counter::default();
+        r.register(
+            "pull_slow_blocking",
+            "Pulls still running after pull.slow_pull_warning while other pulls waited (warned once per pull)",
+            slow_pulls.clone(),
+        );
         let backoff_entries = Gauge::default();
         r.register("backoff_entries", "Pod and image pairs held in the pull back-off table", backoff_entries.clone());
         let backoff_resets = Family::<Labels1, Counter>::default();
@@ -364,6 +371,7 @@ impl Metrics {
                 single_flight_joins,
                 throttle_waits,
                 throttle_rejections,
+                slow_pulls,
                 backoff_entries,
                 backoff_resets,
                 cri_duration,
@@ -458,6 +466,11 @@ impl Metrics {
     /// A pull waited for a throttle token.
     pub fn throttle_waited(&self) {
         self.inner.throttle_waits.inc();
+    }
+
+    /// A pull ran past `pull.slow_pull_warning` while others waited.
+    pub fn slow_pull_blocking(&self) {
+        self.inner.slow_pulls.inc();
     }
 
     /// A pull was failed by the throttle.

@@ -42,6 +42,9 @@ pub struct PullQueueConfig {
     pub throttle_mode: ThrottleMode,
     /// Overall deadline of one pull, from its start (None = none).
     pub pull_deadline: Option<Duration>,
+    /// Warn (once per pull) when a pull is still running this long after
+    /// its start while other pulls wait behind it (None = never).
+    pub slow_pull_warning: Option<Duration>,
     /// Where the queue reports its depths, joins and throttling (and the
     /// ensure flow started with [`ImageManager::start`](crate::ensure::ImageManager::start)
     /// its requests and pull durations).
@@ -59,10 +62,14 @@ impl Default for PullQueueConfig {
             burst: 10,
             throttle_mode: ThrottleMode::Fail,
             pull_deadline: None,
+            slow_pull_warning: Some(DEFAULT_SLOW_PULL_WARNING),
             metrics: Metrics::default(),
         }
     }
 }
+
+/// `pull.slow_pull_warning` by default.
+pub const DEFAULT_SLOW_PULL_WARNING: Duration = Duration::from_secs(60);
 
 struct Waiter {
     result: oneshot::Sender<PullResult>,
@@ -77,7 +84,8 @@ struct Waiter {
 struct StageCell(AtomicU8);
 
 impl StageCell {
-    const STAGES: [PullStage; 3] = [PullStage::Starting, PullStage::Throttled, PullStage::Pulling];
+    const STAGES: [PullStage; 4] =
+        [PullStage::Starting, PullStage::Throttled, PullStage::Pulling, PullStage::Finishing];
 
     fn set(&self, stage: PullStage) {
         if let Some(i) = Self::STAGES.iter().position(|s| *s == stage) {
@@ -90,10 +98,11 @@ impl StageCell {
     }
 }
 
-/// A pull that started: when, and its stage.
+/// A pull that started: when, its stage, and whether it was warned slow.
 struct Started {
     at: Instant,
     stage: Arc<StageCell>,
+    warned: bool,
 }
 
 /// How a pull task reports its progress: phases to subscribers, and the
@@ -148,6 +157,10 @@ pub struct PullQueueActor {
     /// The pulls that started and have not finished.
     started: HashMap<PullKey, Started>,
 }
+
+/// Bounds of the slow-pull check's period (a quarter of the warning time).
+const SLOW_CHECK_MIN: Duration = Duration::from_millis(50);
+const SLOW_CHECK_MAX: Duration = Duration::from_secs(15);
 
 /// How fresh a caller's presence check must be to spare the re-check.
 const RECHECK_WINDOW: Duration = Duration::from_secs(1);
@@ -204,6 +217,36 @@ impl PullQueueActor {
         self.report_depths();
     }
 
+    /// Warns once for each pull running past `after` while other pulls
+    /// wait (queued or parked); a finishing pull (its slot free) blocks nobody.
+    fn warn_slow(&mut self, after: Duration) {
+        let waiting = self.queue.queued() + self.queue.parked();
+        if waiting == 0 {
+            return;
+        }
+        let now = Instant::now();
+        for (key, s) in &mut self.started {
+            let running = now.saturating_duration_since(s.at);
+            if s.warned || running < after || s.stage.get() == PullStage::Finishing {
+                continue;
+            }
+            s.warned = true;
+            self.cfg.metrics.slow_pull_blocking();
+            let running = crate::domain::gofmt::duration(Duration::from_millis(
+                u64::try_from(running.as_millis()).unwrap_or(u64::MAX),
+            ));
+            warn!(
+                image = %key.image,
+                stage = s.stage.get().name(),
+                %running,
+                waiting,
+                "pull of {:?} still running after {running} while {waiting} other pull(s) wait; \
+                 `imagectl pulls` lists them (pull.slow_pull_warning)",
+                key.image
+            );
+        }
+    }
+
     /// Publishes the queue's depths (after every change: each goes through `pump`).
     fn report_depths(&self) {
         self.cfg.metrics.set_pull_queue(self.queue.queued(), self.queue.parked(), self.queue.running());
@@ -222,7 +265,7 @@ impl PullQueueActor {
         let subscribers = self.subscribers.clone();
         let metrics = self.cfg.metrics.clone();
         let stage = Arc::new(StageCell::default());
-        self.started.insert(key.clone(), Started { at: Instant::now(), stage: stage.clone() });
+        self.started.insert(key.clone(), Started { at: Instant::now(), stage: stage.clone(), warned: false });
         // A task of its own (not ctx.spawn): actix polls every context future
         // on each wake-up, which would make many parallel pulls quadratic.
         actix::spawn(async move {
@@ -361,6 +404,11 @@ impl Actor for PullQueueActor {
     fn started(&mut self, ctx: &mut Self::Context) {
         // Senders use send() and wait for room: backpressure, never loss.
         ctx.set_mailbox_capacity(self.cfg.capacity.unwrap_or(1024).max(1));
+        if let Some(after) = self.cfg.slow_pull_warning {
+            // One timer for every pull (not one per pull: see spawn_pull).
+            let tick = (after / 4).clamp(SLOW_CHECK_MIN, SLOW_CHECK_MAX);
+            ctx.run_interval(tick, move |act, _| act.warn_slow(after));
+        }
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
@@ -436,6 +484,9 @@ impl Handler<SlotFreed> for PullQueueActor {
             self.finished.retain(|_, t| now.duration_since(*t) <= RECHECK_WINDOW);
         }
         self.finished.insert(m.key.image.clone(), now);
+        if let Some(s) = self.started.get(&m.key) {
+            s.stage.set(PullStage::Finishing);
+        }
         self.queue.release_slot(&m.key);
         self.pump(ctx);
         let _ = m.done.send(());
