@@ -35,7 +35,7 @@ use crate::actors::pull_queue::{GetQueueStatus, ListPulls, PullInfo, PullPhaseCh
 use crate::config::{Config, GcSettings};
 use crate::cri::{CriEndpoint, CriError};
 use crate::domain::{Image, RuntimeVersion};
-use crate::ensure::{EnsureError, EnsureImageRequest, EnsureOk, ImageEvent, ImageManager};
+use crate::ensure::{EnsureError, EnsureImageRequest, EnsureOk, ImageEvent, ImageManager, Prefetch, PrefetchRequest};
 use crate::error::AppError;
 use crate::gc::capacity::CapacitySource;
 use crate::gc_service::GcService;
@@ -251,6 +251,14 @@ impl Node {
             return Err(NodeError::ShuttingDown);
         }
         Ok(self.manager.ensure_image_exists(req).await)
+    }
+
+    /// Starts pulling an image no pod asked for yet (see
+    /// [`ImageManager::prefetch`]); refused with `ShuttingDown` once
+    /// [`Node::shutdown`] began.
+    pub async fn prefetch(&self, req: &PrefetchRequest) -> Result<Result<Prefetch, EnsureError>, NodeError> {
+        self.refuse_when_stopping()?;
+        Ok(self.manager.prefetch(req).await)
     }
 
     /// Subscribes to the kubelet's image events (`Pulling`, `Pulled`, …).

@@ -73,6 +73,11 @@ fn the_api_serves_every_rpc_on_an_owner_only_socket() {
         let pulls = c.list_pulls(proto::ListPullsRequest {}).await.expect("rpc").into_inner().pulls;
         assert_eq!(pulls, vec![]);
 
+        // PrefetchImage: busybox is present now.
+        let req = proto::PrefetchImageRequest { image: "busybox:1.36".into(), ..Default::default() };
+        let p = c.prefetch_image(req).await.expect("rpc").into_inner();
+        assert_eq!((p.state.as_str(), p.image_ref.as_str()), ("present", ok.image_ref.as_str()));
+
         // ClearBackoff for that pod: one key; then a retry pulls again (ErrImagePull, not back-off).
         let cleared = c
             .clear_backoff(proto::ClearBackoffRequest { pod_uid: "p3".into(), image: String::new() })
@@ -274,6 +279,46 @@ fn imagectl_pulls_shows_the_running_pull_and_the_queue_behind_it() {
     assert!(runtime.block_on(ensures).expect("task"), "both ensures answered");
     let o = d.imagectl(&["-o", "json", "pulls"]);
     assert_eq!(serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("json"), serde_json::json!([]));
+}
+
+#[test]
+fn imagectl_prefetch_pulls_in_the_background_or_waits_and_says_what_failed() {
+    let d = Daemon::start(&[]);
+    let o = d.imagectl(&["prefetch", "nginx:1.27", "redis:7", "--priority", "-5"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "nginx:1.27: queued\nredis:7: queued\n");
+    // Waiting on the same images: they join the pulls already running (or
+    // find them done), one CRI pull each.
+    let o = d.imagectl(&["-o", "json", "prefetch", "--wait", "nginx:1.27", "redis:7", "busybox:1.36"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    for i in 0..3 {
+        assert!(v[i]["state"] == "pulled" || v[i]["state"] == "present", "{v}");
+        assert!(v[i]["image_ref"].as_str().is_some_and(|r| r.starts_with("sha256:")), "{v}");
+    }
+    // A pod's ensure now finds nginx present.
+    let o = d.imagectl(&["ensure", "nginx:1.27"]);
+    assert!(stdout(&o).contains("already present on machine"), "{}", stdout(&o));
+    // Failures: exit 2, the reason per image, the others still answered.
+    let o = d.imagectl(&["prefetch", "--wait", "docker.io/library/missing:3", "example.com/App:1", "busybox:1.36"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("docker.io/library/missing:3: failed: Failed to pull image \"docker.io/library/missing:3\": "),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "example.com/App:1: failed: InvalidImageName: Failed to apply default image tag \"example.com/App:1\": "
+        ),
+        "{out}"
+    );
+    assert!(out.contains("busybox:1.36: present (sha256:"), "{out}");
+    // No back-off for the failed prefetch: it had no pod.
+    let o = d.imagectl(&["backoff", "list"]);
+    assert!(!stdout(&o).contains("missing:3"), "{}", stdout(&o));
+    let o = d.imagectl(&["prefetch"]);
+    assert_eq!(o.status.code(), Some(64), "an image is required: {}", stderr(&o));
 }
 
 #[test]

@@ -12,7 +12,7 @@ use crate::actors::pull_queue::{PullInfo, PullPhase, PullPhaseChanged};
 use crate::credentials::PullSecret;
 use crate::domain::Image;
 use crate::domain::pull_policy::{PullPolicy, default_pull_policy};
-use crate::ensure::{EnsureError, EnsureImageRequest, EnsureOk, ImageEvent, PodInfo};
+use crate::ensure::{EnsureError, EnsureImageRequest, EnsureOk, ImageEvent, PodInfo, PrefetchRequest};
 use crate::gc::plan::{GcMode, Verdict};
 
 /// Longest image reference accepted (the grammar's own limit is 255 for the
@@ -40,12 +40,7 @@ pub fn ensure_request(r: proto::EnsureImageRequest) -> Result<EnsureImageRequest
     } else {
         r.pull_policy.parse::<PullPolicy>().map_err(|e| field("pull_policy", e))?
     };
-    let pull_secrets = r
-        .pull_secrets
-        .iter()
-        .enumerate()
-        .map(|(i, bytes)| PullSecret::from_manifest(bytes).map_err(|e| field(&format!("pull_secrets[{i}]"), e)))
-        .collect::<Result<Vec<_>, _>>()?;
+    let pull_secrets = pull_secrets(&r.pull_secrets)?;
     Ok(EnsureImageRequest {
         pod: PodInfo {
             uid: pod.uid,
@@ -63,6 +58,39 @@ pub fn ensure_request(r: proto::EnsureImageRequest) -> Result<EnsureImageRequest
         sandbox: None,
         deadline: (r.deadline_ms > 0).then(|| Duration::from_millis(r.deadline_ms)),
     })
+}
+
+/// The API's `PrefetchImageRequest` as the manager's (and whether to wait).
+pub fn prefetch_request(r: proto::PrefetchImageRequest) -> Result<(PrefetchRequest, bool), Status> {
+    if r.image.is_empty() {
+        return Err(field("image", "must not be empty"));
+    }
+    if r.image.len() > MAX_IMAGE_LEN {
+        return Err(field("image", format!("longer than {MAX_IMAGE_LEN} bytes")));
+    }
+    let pull_secrets = pull_secrets(&r.pull_secrets)?;
+    let req = PrefetchRequest {
+        image: r.image,
+        runtime_handler: r.runtime_handler,
+        pull_secrets,
+        credentials: Vec::new(),
+        priority: r.priority,
+        deadline: (r.deadline_ms > 0).then(|| Duration::from_millis(r.deadline_ms)),
+    };
+    Ok((req, r.wait))
+}
+
+fn pull_secrets(manifests: &[Vec<u8>]) -> Result<Vec<PullSecret>, Status> {
+    manifests
+        .iter()
+        .enumerate()
+        .map(|(i, bytes)| PullSecret::from_manifest(bytes).map_err(|e| field(&format!("pull_secrets[{i}]"), e)))
+        .collect()
+}
+
+/// A prefetch's answer: `state` with the image ref or the reason.
+pub fn prefetch_response(state: &str, image_ref: String, message: String) -> proto::PrefetchImageResponse {
+    proto::PrefetchImageResponse { state: state.to_string(), image_ref, message }
 }
 
 /// An ensure's result as the API's response.

@@ -212,6 +212,28 @@ impl Imaged for ImagedService {
         Ok(Response::new(proto::ListPullsResponse { pulls: pulls.iter().map(convert::pull).collect() }))
     }
 
+    async fn prefetch_image(
+        &self,
+        request: Request<proto::PrefetchImageRequest>,
+    ) -> Result<Response<proto::PrefetchImageResponse>, Status> {
+        use crate::ensure::Prefetch;
+        let (req, wait) = convert::prefetch_request(request.into_inner())?;
+        let answer = match self.node.prefetch(&req).await.map_err(status_of)? {
+            Err(e) => convert::prefetch_response("failed", String::new(), format!("{}: {}", e.kind, e.message)),
+            Ok(Prefetch::Present { image_ref }) => convert::prefetch_response("present", image_ref, String::new()),
+            Ok(Prefetch::Pulling { joined, done }) if !wait => {
+                // The pull goes on without anyone awaiting its end.
+                drop(done);
+                convert::prefetch_response(if joined { "joined" } else { "queued" }, String::new(), String::new())
+            }
+            Ok(Prefetch::Pulling { done, .. }) => match done.await {
+                Ok(image_ref) => convert::prefetch_response("pulled", image_ref, String::new()),
+                Err(e) => convert::prefetch_response("failed", String::new(), e),
+            },
+        };
+        Ok(Response::new(answer))
+    }
+
     async fn get_status(&self, _: Request<proto::GetStatusRequest>) -> Result<Response<proto::StatusResponse>, Status> {
         let s = self.node.status().await.map_err(status_of)?;
         let n = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);

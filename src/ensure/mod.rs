@@ -6,6 +6,7 @@
 //! events with its exact messages. See `actors.md` for the actors.
 
 mod events;
+mod prefetch;
 mod recorder;
 #[cfg(test)]
 mod tests;
@@ -19,6 +20,7 @@ use actix::Addr;
 use tokio::time::Instant;
 
 pub use events::{EventReason, EventSink, EventType, ImageEvent, ObjectRef};
+pub use prefetch::{Prefetch, PrefetchDone, PrefetchRequest};
 pub use recorder::{PodPullTimes, PullingRecorder};
 pub use text::*;
 
@@ -431,6 +433,47 @@ impl ImageManager {
         self.pull(req, spec, absent_at, false).await
     }
 
+    /// The credentials to try for `image`, in order: the pull secrets'
+    /// matching ones (a secret that does not decode fails the request), the
+    /// node's (config files, plugins), then `extra`. With each, what a
+    /// successful pull with it proves, for the pull record: a secret's
+    /// coordinates and hash, or (node-level and `extra`) access for every pod.
+    async fn credentials_for(
+        &self,
+        pull_secrets: &[crate::credentials::PullSecret],
+        extra: &[AuthConfig],
+        image: &str,
+    ) -> Result<(Vec<AuthConfig>, Vec<ImagePullCredentials>), EnsureError> {
+        let tracked = if pull_secrets.is_empty() {
+            Vec::new()
+        } else {
+            crate::credentials::tracked_credentials_for_image(pull_secrets, None, image)
+                .map_err(|e| self.fail(ImageErrorKind::ErrImagePull, e.to_string(), ErrorClass::Permanent))?
+        };
+        let node = crate::credentials::lookup_credentials(&[], self.node_credentials.as_deref(), image)
+            .await
+            .map_err(|e| self.fail(ImageErrorKind::ErrImagePull, e.to_string(), ErrorClass::Permanent))?;
+        let mut credentials = Vec::with_capacity(tracked.len() + node.len() + extra.len());
+        let mut proves = Vec::with_capacity(credentials.capacity());
+        for t in tracked {
+            proves.push(match t.source {
+                Some(s) => ImagePullCredentials::secret(ImagePullSecret {
+                    uid: s.secret_uid,
+                    namespace: s.namespace,
+                    name: s.name,
+                    credential_hash: t.hash,
+                }),
+                None => ImagePullCredentials::node_accessible(),
+            });
+            credentials.push(t.auth);
+        }
+        for c in node.into_iter().chain(extra.iter().cloned()) {
+            credentials.push(c);
+            proves.push(ImagePullCredentials::node_accessible());
+        }
+        Ok((credentials, proves))
+    }
+
     /// Pulls `spec` for `req`. `verify`: the image is present but the pod
     /// must show its credentials, so the pull must reach the registry.
     async fn pull(
@@ -445,39 +488,8 @@ impl ImageManager {
         let stopped =
             || self.fail(ImageErrorKind::ErrImagePull, "imaged is shutting down".into(), ErrorClass::Transient);
         // Credentials, before the back-off check as in the kubelet (1.35,
-        // steps 4 and 7): pod secrets first (a secret that does not decode
-        // fails the request), then the node's (config files, plugins), then
-        // the caller's.
-        let tracked = if req.pull_secrets.is_empty() {
-            Vec::new()
-        } else {
-            crate::credentials::tracked_credentials_for_image(&req.pull_secrets, None, &spec.image)
-                .map_err(|e| self.fail(ImageErrorKind::ErrImagePull, e.to_string(), ErrorClass::Permanent))?
-        };
-        let node = crate::credentials::lookup_credentials(&[], self.node_credentials.as_deref(), &spec.image)
-            .await
-            .map_err(|e| self.fail(ImageErrorKind::ErrImagePull, e.to_string(), ErrorClass::Permanent))?;
-        // What a successful pull with each credential proves, for the pull
-        // record: a secret's coordinates and hash, or (node-level and the
-        // caller's credentials) access for every pod.
-        let mut credentials = Vec::with_capacity(tracked.len() + node.len() + req.credentials.len());
-        let mut proves = Vec::with_capacity(credentials.capacity());
-        for t in tracked {
-            proves.push(match t.source {
-                Some(s) => ImagePullCredentials::secret(ImagePullSecret {
-                    uid: s.secret_uid,
-                    namespace: s.namespace,
-                    name: s.name,
-                    credential_hash: t.hash,
-                }),
-                None => ImagePullCredentials::node_accessible(),
-            });
-            credentials.push(t.auth);
-        }
-        for c in node.into_iter().chain(req.credentials.iter().cloned()) {
-            credentials.push(c);
-            proves.push(ImagePullCredentials::node_accessible());
-        }
+        // steps 4 and 7).
+        let (credentials, proves) = self.credentials_for(&req.pull_secrets, &req.credentials, &spec.image).await?;
         // Back-off.
         // Only hashed when asked for: the kubelet's path stays as it was.
         let cause = self.cfg.reset_backoff_on_credential_change.then(|| AuthConfig::list_identity(&credentials));
@@ -568,19 +580,12 @@ impl ImageManager {
                 if let (true, false, Some(registry)) = (outcome.pulled, joined, &registry) {
                     let _ = self.backoff.try_send(RegistryRecovered { registry: registry.clone() });
                 }
-                if outcome.pulled {
-                    let used = credentials_used(&proves, outcome.credential, requested);
-                    if let Err(e) = self.records.record_image_pulled(&spec.image, &outcome.image_ref, &used).await {
-                        tracing::warn!(image = requested, error = %e, "failed to record an image pulled record");
-                    }
-                } else {
-                    self.records.record_image_pull_failed(&spec.image).await;
-                }
+                self.record_pull_end(&spec.image, requested, Some(&outcome), &proves).await;
                 intent.disarm();
                 Ok(self.pulled(req, &outcome, start))
             }
             Err(failure) => {
-                self.records.record_image_pull_failed(&spec.image).await;
+                self.record_pull_end(&spec.image, requested, None, &proves).await;
                 intent.disarm();
                 if req.pull_policy == PullPolicy::AlwaysWithLocalFallback
                     && failure.registry_unreachable()
@@ -615,6 +620,28 @@ impl ImageManager {
                     .await;
                 Err(self.fail(kind, msg, class))
             }
+        }
+    }
+
+    /// KEP-2535: what a pull's end proves. Pulled (`outcome` with `pulled`):
+    /// the record, with what the credential that worked proves (`proves`,
+    /// one per credential tried); otherwise (failed, or found present) the
+    /// pull only ends its intent.
+    async fn record_pull_end(
+        &self,
+        image: &str,
+        requested: &str,
+        outcome: Option<&PullOutcome>,
+        proves: &[ImagePullCredentials],
+    ) {
+        match outcome.filter(|o| o.pulled) {
+            Some(o) => {
+                let used = credentials_used(proves, o.credential, requested);
+                if let Err(e) = self.records.record_image_pulled(image, &o.image_ref, &used).await {
+                    tracing::warn!(image = requested, error = %e, "failed to record an image pulled record");
+                }
+            }
+            None => self.records.record_image_pull_failed(image).await,
         }
     }
 

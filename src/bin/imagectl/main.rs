@@ -96,6 +96,28 @@ enum Command {
         #[command(subcommand)]
         command: BackoffCommand,
     },
+    /// Pull images ahead of need, in the background (no pod: no events, no
+    /// back-off); a pod's ensure that comes meanwhile joins the pull.
+    Prefetch {
+        /// The images, as pod specs name them.
+        #[arg(required = true)]
+        images: Vec<String>,
+        /// A pull secret manifest (JSON or YAML `kind: Secret`), repeatable.
+        #[arg(long = "secret", value_name = "FILE")]
+        secrets: Vec<PathBuf>,
+        /// Pull priority (higher first; negative lets pods' pulls go first).
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+        priority: i32,
+        /// RuntimeClass handler the images are for.
+        #[arg(long, default_value = "")]
+        runtime_handler: String,
+        /// Overall pull deadline (e.g. `2m`).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        deadline: Option<std::time::Duration>,
+        /// Wait for the pulls to end (exit 2 if one failed).
+        #[arg(long)]
+        wait: bool,
+    },
     /// Pulls the daemon holds now: running, queued (in start order) and parked.
     Pulls,
     /// Runtime, queue, back-offs, last GC and configuration summary.
@@ -169,13 +191,7 @@ fn run(cli: Cli) -> Result<u8, AppError> {
                 let (namespace, name) = pod
                     .split_once('/')
                     .ok_or_else(|| AppError::Usage(format!("--pod {pod:?}: must be NAMESPACE/NAME")))?;
-                let mut pull_secrets = Vec::new();
-                for f in &secrets {
-                    pull_secrets
-                        .push(std::fs::read(f).map_err(|e| {
-                            AppError::Usage(format!("--secret {}: reading the file: {e}", f.display()))
-                        })?);
-                }
+                let pull_secrets = read_secrets(&secrets)?;
                 let req = proto::EnsureImageRequest {
                     pod: Some(proto::Pod {
                         uid: pod_uid.clone(),
@@ -269,6 +285,28 @@ fn run(cli: Cli) -> Result<u8, AppError> {
                 print_backoffs(&s.backoffs, json, &mut o)?;
                 Ok(0)
             }
+            Command::Prefetch { images, secrets, priority, runtime_handler, deadline, wait } => {
+                let pull_secrets = read_secrets(&secrets)?;
+                let calls = images.iter().map(|image| {
+                    let mut c = client.clone();
+                    let req = proto::PrefetchImageRequest {
+                        image: image.clone(),
+                        runtime_handler: runtime_handler.clone(),
+                        pull_secrets: pull_secrets.clone(),
+                        priority,
+                        deadline_ms: deadline.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                        wait,
+                    };
+                    async move { c.prefetch_image(req).await }
+                });
+                let mut answers = Vec::new();
+                for (image, r) in images.iter().zip(futures_util::future::join_all(calls).await) {
+                    answers.push((image.as_str(), r.map_err(|s| rpc("PrefetchImage", s))?.into_inner()));
+                }
+                print_prefetch(&answers, json, &mut o)?;
+                let failed = answers.iter().any(|(_, a)| a.state == "failed");
+                Ok(if failed { EXIT_ENSURE_FAILED } else { 0 })
+            }
             Command::Pulls => {
                 let pulls = client
                     .list_pulls(proto::ListPullsRequest {})
@@ -287,6 +325,39 @@ fn run(cli: Cli) -> Result<u8, AppError> {
             Command::Cri { .. } => Ok(0),
         }
     })
+}
+
+/// The pull secret manifests named by `--secret`.
+fn read_secrets(files: &[PathBuf]) -> Result<Vec<Vec<u8>>, AppError> {
+    files
+        .iter()
+        .map(|f| {
+            std::fs::read(f).map_err(|e| AppError::Usage(format!("--secret {}: reading the file: {e}", f.display())))
+        })
+        .collect()
+}
+
+fn print_prefetch(
+    answers: &[(&str, proto::PrefetchImageResponse)],
+    json: bool,
+    o: &mut impl Write,
+) -> Result<(), AppError> {
+    if json {
+        let v: Vec<Value> = answers
+            .iter()
+            .map(|(image, a)| json!({"image": image, "state": a.state, "image_ref": a.image_ref, "message": a.message}))
+            .collect();
+        return writeln!(o, "{}", Value::Array(v)).map_err(out);
+    }
+    for (image, a) in answers {
+        match a.state.as_str() {
+            "failed" => writeln!(o, "{image}: failed: {}", a.message),
+            _ if !a.image_ref.is_empty() => writeln!(o, "{image}: {} ({})", a.state, a.image_ref),
+            _ => writeln!(o, "{image}: {}", a.state),
+        }
+        .map_err(out)?;
+    }
+    Ok(())
 }
 
 async fn status(client: &mut ImagedClient<Channel>) -> Result<proto::StatusResponse, AppError> {

@@ -1,0 +1,142 @@
+//! Prefetch against the embedded runtime: a background pull that an ensure
+//! joins, a present image, bad input, a failed pull that backs nobody off,
+//! and the KEP-2535 record a prefetch with a pull secret leaves.
+
+mod support;
+
+use std::time::Duration;
+
+use actix::prelude::*;
+use imaged::actors::pull_queue::{Concurrency, ListPulls, PullQueueConfig, PullStage};
+use imaged::config::BackoffSettings;
+use imaged::credentials::PullSecret;
+use imaged::cri::Rpc;
+use imaged::domain::ImageErrorKind;
+use imaged::domain::pull_policy::PullPolicy;
+use imaged::embedded::RemoteImage;
+use imaged::ensure::*;
+use imaged::pull_records::{PullRecords, VerificationPolicy, VerifyPolicy};
+use imaged::testing::{EventLog, TakeEvents};
+use support::fixture::{Runtime, runtime};
+
+const PRESENT: &str = "example.com/present:1";
+const SLOW: &str = "example.com/slow:1";
+const MISSING: &str = "example.com/missing:1";
+const PRIVATE: &str = "registry.example.com/team/app:v1";
+const PASSWORD: &str = "s3cret";
+
+async fn manager(rt: &Runtime, policy: VerificationPolicy) -> ImageManager {
+    rt.runtime.preload(RemoteImage::new(PRESENT, 1_000)).expect("preload");
+    rt.runtime.add_remote(RemoteImage::new(SLOW, 2_000).latency(Duration::from_millis(300))).expect("add");
+    rt.runtime.add_remote(RemoteImage::new(PRIVATE, 3_000).private("team", PASSWORD)).expect("add");
+    let pull = PullQueueConfig { concurrency: Concurrency::Parallel(None), qps: 0.0, ..PullQueueConfig::default() };
+    ImageManager::start(rt.gateway.clone(), &pull, &BackoffSettings::default(), EnsureConfig::default())
+        .await
+        .expect("manager starts")
+        .with_pull_records(PullRecords::in_memory(VerifyPolicy::new(policy)))
+}
+
+fn pod_req(uid: &str, image: &str) -> EnsureImageRequest {
+    let mut r = EnsureImageRequest::new(uid, image, PullPolicy::IfNotPresent);
+    r.pod.namespace = "default".into();
+    r.pod.name = format!("pod-{uid}");
+    r
+}
+
+fn secret(uid: &str) -> PullSecret {
+    let json = format!(r#"{{"auths":{{"registry.example.com":{{"username":"team","password":"{PASSWORD}"}}}}}}"#);
+    PullSecret::new("default", "regcred", "kubernetes.io/dockerconfigjson")
+        .with_data(".dockerconfigjson", json.into_bytes())
+        .with_uid(uid)
+}
+
+fn pulls(rt: &Runtime) -> u64 {
+    rt.runtime.stats().calls(Rpc::PullImage)
+}
+
+#[actix::test]
+async fn a_prefetch_pulls_in_the_background_and_an_ensure_meanwhile_joins_it() {
+    let rt = runtime().await;
+    let m = manager(&rt, VerificationPolicy::NeverVerifyPreloadedImages).await;
+    let events = EventLog::default().start();
+    m.events().subscribe(events.clone().recipient());
+
+    let Prefetch::Pulling { joined, done } = m.prefetch(&PrefetchRequest::new(SLOW)).await.expect("admitted") else {
+        panic!("the image is absent: a pull must be queued");
+    };
+    assert!(!joined);
+    // It returned at admission: the pull is still running, and the queue shows it.
+    let listed = m.queue().send(ListPulls).await.expect("list");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert!(matches!(listed[0].stage, PullStage::Starting | PullStage::Pulling), "{listed:?}");
+
+    let ok = m.ensure_image_exists(&pod_req("p1", SLOW)).await.expect("the pod gets the image");
+    let image_ref = done.await.expect("the prefetch pulled");
+    assert_eq!(ok.image_ref, image_ref);
+    assert_eq!(pulls(&rt), 1, "the pod's ensure joined the prefetch's pull");
+    // The pod's events are the kubelet's; the prefetch adds none of its own.
+    let seen: Vec<(EventReason, String)> =
+        events.send(TakeEvents).await.expect("events").into_iter().map(|e| (e.reason, e.object.pod_uid)).collect();
+    assert_eq!(seen, [(EventReason::Pulling, "p1".to_string()), (EventReason::Pulled, "p1".to_string())]);
+    assert_eq!(m.queue().send(ListPulls).await.expect("list"), vec![]);
+}
+
+#[actix::test]
+async fn a_prefetch_of_a_present_image_pulls_nothing_and_bad_input_is_refused_with_its_reason() {
+    let rt = runtime().await;
+    let m = manager(&rt, VerificationPolicy::NeverVerifyPreloadedImages).await;
+    let Prefetch::Present { image_ref } = m.prefetch(&PrefetchRequest::new(PRESENT)).await.expect("answered") else {
+        panic!("present: nothing to pull");
+    };
+    assert!(image_ref.starts_with("sha256:"), "{image_ref}");
+    assert_eq!(pulls(&rt), 0);
+
+    let err = m.prefetch(&PrefetchRequest::new("Example.com/UPPER:1")).await.expect_err("invalid name");
+    assert_eq!(err.kind, ImageErrorKind::InvalidImageName);
+    assert!(err.message.starts_with("Failed to apply default image tag \"Example.com/UPPER:1\": "), "{err:?}");
+
+    let bad = PullSecret::new("default", "broken", "kubernetes.io/dockerconfigjson")
+        .with_data(".dockerconfigjson", b"{not json".to_vec());
+    let req = PrefetchRequest { pull_secrets: vec![bad], ..PrefetchRequest::new(PRIVATE) };
+    let err = m.prefetch(&req).await.expect_err("undecodable secret");
+    assert!(err.message.contains("broken"), "the secret is named: {err:?}");
+    assert_eq!(pulls(&rt), 0, "nothing queued for refused requests");
+}
+
+#[actix::test]
+async fn a_failed_prefetch_says_why_and_backs_no_pod_off() {
+    let rt = runtime().await;
+    let m = manager(&rt, VerificationPolicy::NeverVerifyPreloadedImages).await;
+    let Prefetch::Pulling { done, .. } = m.prefetch(&PrefetchRequest::new(MISSING)).await.expect("admitted") else {
+        panic!("absent: queued");
+    };
+    let err = done.await.expect_err("not in the registry");
+    assert!(err.starts_with("Failed to pull image \"example.com/missing:1\": ") && err.contains("not found"), "{err}");
+    // A pod asking next pulls at once: no back-off was recorded for anyone.
+    let e = m.ensure_image_exists(&pod_req("p1", MISSING)).await.expect_err("still missing");
+    assert_eq!(e.kind, ImageErrorKind::ErrImagePull, "{e:?}");
+    assert_eq!(pulls(&rt), 2);
+}
+
+#[actix::test]
+async fn a_prefetch_with_a_pull_secret_serves_pods_with_that_secret_only() {
+    let rt = runtime().await;
+    let m = manager(&rt, VerificationPolicy::AlwaysVerify).await;
+    let req = PrefetchRequest { pull_secrets: vec![secret("uid-1")], priority: -10, ..PrefetchRequest::new(PRIVATE) };
+    let Prefetch::Pulling { done, .. } = m.prefetch(&req).await.expect("admitted") else { panic!("absent: queued") };
+    let image_ref = done.await.expect("pulled with the secret");
+    let record = m.pull_records().record(&image_ref).expect("a pulled record");
+    let secrets = &record.credential_mapping["registry.example.com/team/app"].kubernetes_secrets;
+    assert_eq!((secrets[0].name.as_str(), secrets[0].uid.as_str()), ("regcred", "uid-1"));
+    assert!(!format!("{record:?}").contains(PASSWORD), "the record holds a hash, never the password");
+
+    // A pod with the same secret uses the image without pulling.
+    let mut with = pod_req("p1", PRIVATE);
+    with.pull_secrets = vec![secret("uid-1")];
+    m.ensure_image_exists(&with).await.expect("served");
+    assert_eq!(pulls(&rt), 1);
+    // A pod without it must pull, and the registry refuses it.
+    let e = m.ensure_image_exists(&pod_req("p2", PRIVATE)).await.expect_err("refused");
+    assert!(e.message.contains("401 Unauthorized"), "{e:?}");
+    assert_eq!(pulls(&rt), 2);
+}
