@@ -229,6 +229,27 @@ async fn daemon_flow(env: &ContainerdEnv) {
     assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
     assert!(stdout(&o).starts_with("ErrImagePull: "), "{}", stdout(&o));
 
+    // Prefetch through containerd: pulled in the background, then a pod
+    // finds it present; nothing is left in the queue.
+    let pre = open
+        .push_image("imaged/real-prefetch", "v1", &[("etc/prefetch.txt", b"prefetched\n")])
+        .await
+        .expect("push for the prefetch");
+    let o = d.imagectl(&["prefetch", "--wait", &pre.reference]);
+    assert_eq!(o.status.code(), Some(0), "{} {}", stdout(&o), stderr(&o));
+    assert_eq!(stdout(&o).trim(), format!("{}: pulled ({})", pre.reference, pre.config_digest));
+    let o = d.imagectl(&["ensure", &pre.reference, "--pod-uid", "d3"]);
+    assert!(stdout(&o).contains("already present on machine"), "{}", stdout(&o));
+    let o = d.imagectl(&["prefetch", "--wait", &missing]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains(": failed: Failed to pull image ") && stdout(&o).contains("NotFound"),
+        "{}",
+        stdout(&o)
+    );
+    let o = d.imagectl(&["pulls"]);
+    assert!(stdout(&o).contains("(no pulls running or waiting)"), "{}", stdout(&o));
+
     let o = d.imagectl(&["images"]);
     assert!(stdout(&o).contains(&pushed.reference), "{}", stdout(&o));
     let o = d.imagectl(&["-o", "json", "images"]);
