@@ -135,6 +135,13 @@ struct SlotFreed {
     done: oneshot::Sender<()>,
 }
 
+/// Self-notification, from the slow-pull timer: warn of pulls running past `after`.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct CheckSlowPulls {
+    after: Duration,
+}
+
 /// Self-notification: a pull task ended.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -405,9 +412,24 @@ impl Actor for PullQueueActor {
         // Senders use send() and wait for room: backpressure, never loss.
         ctx.set_mailbox_capacity(self.cfg.capacity.unwrap_or(1024).max(1));
         if let Some(after) = self.cfg.slow_pull_warning {
-            // One timer for every pull (not one per pull: see spawn_pull).
+            // One timer for every pull, on a task of its own: a timer in the
+            // actor's context would be polled on every wake-up of the actor
+            // (it measurably slowed the ensure bench's makespan). It holds a
+            // weak address, so it never keeps the actor alive.
             let tick = (after / 4).clamp(SLOW_CHECK_MIN, SLOW_CHECK_MAX);
-            ctx.run_interval(tick, move |act, _| act.warn_slow(after));
+            let me = ctx.address().downgrade();
+            actix::spawn(async move {
+                let mut every = tokio::time::interval_at(Instant::now() + tick, tick);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    every.tick().await;
+                    let Some(queue) = me.upgrade() else { break };
+                    // Full mailbox: this tick is skipped, the next one checks.
+                    if let Err(actix::dev::SendError::Closed(_)) = queue.try_send(CheckSlowPulls { after }) {
+                        break;
+                    }
+                }
+            });
         }
     }
 
@@ -517,6 +539,15 @@ impl Handler<GetQueueStatus> for PullQueueActor {
             parked: self.queue.parked(),
             waiters: self.queue.waiters(),
         })
+    }
+}
+
+impl Handler<CheckSlowPulls> for PullQueueActor {
+    type Result = ();
+
+    /// Warns of pulls running past the warning time while others wait.
+    fn handle(&mut self, m: CheckSlowPulls, _: &mut Self::Context) {
+        self.warn_slow(m.after);
     }
 }
 
