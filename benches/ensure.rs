@@ -12,11 +12,15 @@
 //!   25 × 20 ms; median of several runs, each on a fresh runtime, interleaved
 //!   with two references: the queue fed directly, and 8 bare tonic workers
 //!   (the floor the runtime itself allows). Target ≤ 1.05.
-//! - Also, for the optional presence-check limit
-//!   (`pull.presence_check_concurrency`, off by default), its gain and its
-//!   price: `parallel_makespan_presence_limit_ratio` (the makespan with a
-//!   limit of 8) and `present_burst_limit_cost_ratio` (a burst of 200
-//!   ensures of present images with the limit ÷ without). No targets.
+//! - Also, for the ways presence checks can go out — the growing window
+//!   (`pull.presence_check_window`, 8 by default), a fixed limit of 8
+//!   (`pull.presence_check_concurrency` alone) and all at once (neither: the
+//!   kubelet's timing) — their gain and their price: the makespan with each
+//!   (`parallel_makespan_presence_limit_ratio`,
+//!   `parallel_makespan_all_at_once_ratio`) and a burst of 200 ensures of
+//!   present images with the window or the limit ÷ all at once
+//!   (`present_burst_window_cost_ratio`, `present_burst_limit_cost_ratio`).
+//!   No targets.
 //! - `single_flight_cri_pulls`: CRI `PullImage` calls for 100 concurrent
 //!   ensures of one absent image. Target 1. The same with single-flight off
 //!   gives `kubelet_equivalent_cri_pulls` (what the kubelet does).
@@ -231,8 +235,12 @@ fn makespan_ideal() -> Duration {
 enum Driver {
     /// 200 concurrent `ensure_image_exists` (the figure).
     Ensure,
-    /// The same with `presence_check_concurrency = PRESENCE_LIMIT`.
+    /// The same with a fixed presence-check limit of `PRESENCE_LIMIT`
+    /// (`presence_check_concurrency`, no window).
     EnsureLimited,
+    /// The same with every presence check sent at once, as the kubelet
+    /// (no window, no limit).
+    EnsureAllAtOnce,
     /// 200 `EnqueuePull` straight to the manager's queue (skip-if-present set,
     /// as ensure sets it): the queue without ensure's presence check and back-off.
     Queue,
@@ -251,9 +259,8 @@ async fn makespan_once(driver: Driver, log: Option<&Addr<PhaseLog>>) -> Duration
         ..PullQueueConfig::default()
     };
     let ensure = match driver {
-        Driver::EnsureLimited => {
-            EnsureConfig { presence_check_concurrency: Some(PRESENCE_LIMIT), ..EnsureConfig::default() }
-        }
+        Driver::EnsureLimited => presence_limited(),
+        Driver::EnsureAllAtOnce => presence_all_at_once(),
         _ => EnsureConfig::default(),
     };
     let (_dir, runtime, _gateway, manager) = stack_with(&pull, ensure).await;
@@ -272,7 +279,7 @@ async fn makespan_once(driver: Driver, log: Option<&Addr<PhaseLog>>) -> Duration
         log.send(Mark(t)).await.expect("mark");
     }
     match driver {
-        Driver::Ensure | Driver::EnsureLimited => {
+        Driver::Ensure | Driver::EnsureLimited | Driver::EnsureAllAtOnce => {
             let reqs: Vec<EnsureImageRequest> = names
                 .iter()
                 .enumerate()
@@ -447,9 +454,9 @@ async fn parallel_makespan() {
     println!("makespan_tokens: {MAKESPAN_TOKENS}");
     println!("makespan_ideal_ms: {}", ideal.as_millis());
     timer_reference().await;
-    let drivers = [Driver::Ensure, Driver::Queue, Driver::BareWorkers, Driver::EnsureLimited];
-    let names = ["ensure", "queue_direct", "bare_workers_floor", "ensure_presence_limit"];
-    let mut runs: [Vec<f64>; 4] = Default::default();
+    let drivers = [Driver::Ensure, Driver::Queue, Driver::BareWorkers, Driver::EnsureLimited, Driver::EnsureAllAtOnce];
+    let names = ["ensure", "queue_direct", "bare_workers_floor", "ensure_presence_limit", "ensure_all_at_once"];
+    let mut runs: [Vec<f64>; 5] = Default::default();
     // Warm-up (allocator, first connections), not counted.
     makespan_once(Driver::Ensure, None).await;
     for run in 0..MAKESPAN_RUNS {
@@ -472,6 +479,8 @@ async fn parallel_makespan() {
     println!("parallel_makespan_presence_limit: {PRESENCE_LIMIT}");
     println!("parallel_makespan_presence_limit_vs_floor: {:.3}", medians[3] / medians[2]);
     println!("parallel_makespan_presence_limit_ratio: {:.3}", medians[3] / ideal_ms);
+    println!("parallel_makespan_all_at_once_vs_floor: {:.3}", medians[4] / medians[2]);
+    println!("parallel_makespan_all_at_once_ratio: {:.3}", medians[4] / ideal_ms);
 }
 
 // === Present burst ===
@@ -483,23 +492,36 @@ const BURST_RUNS: usize = 30;
 /// the bench shows next to the default (no limit).
 const PRESENCE_LIMIT: usize = 8;
 
+/// A fixed limit of `PRESENCE_LIMIT` presence checks in flight, no window.
+fn presence_limited() -> EnsureConfig {
+    EnsureConfig {
+        presence_check_window: None,
+        presence_check_concurrency: Some(PRESENCE_LIMIT),
+        ..EnsureConfig::default()
+    }
+}
+
+/// Every presence check sent at once, as the kubelet: no window, no limit.
+fn presence_all_at_once() -> EnsureConfig {
+    EnsureConfig { presence_check_window: None, presence_check_concurrency: None, ..EnsureConfig::default() }
+}
+
 /// Wall time of `BURST_REQUESTS` concurrent ensures of present images
-/// (`BURST_IMAGES` of them), with a presence-check limit of
-/// `PRESENCE_LIMIT` and with none (the default, the kubelet), interleaved
-/// run by run: what the limit costs a burst that needs no pull. Median of
-/// the runs, per side.
+/// (`BURST_IMAGES` of them), with the default presence-check window, a
+/// fixed limit of `PRESENCE_LIMIT` and every check at once (the kubelet),
+/// interleaved run by run: what holding checks back costs a burst that needs
+/// no pull. Median of the runs, per side.
 async fn present_burst() {
     let pull = PullQueueConfig { qps: 0.0, ..PullQueueConfig::default() };
     let mut sides = Vec::new();
-    for limit in [Some(PRESENCE_LIMIT), None] {
+    for cfg in [EnsureConfig::default(), presence_limited(), presence_all_at_once()] {
         let (dir, runtime, gateway, _) = stack(&pull).await;
         for i in 0..BURST_IMAGES {
             runtime.preload(RemoteImage::new(format!("example.com/burst/p{i}:1"), 1_000)).expect("preload");
         }
-        let cfg = EnsureConfig { presence_check_concurrency: limit, ..EnsureConfig::default() };
         let manager =
             ImageManager::start(gateway, &pull, &BackoffSettings::default(), cfg).await.expect("manager starts");
-        sides.push((limit, dir, runtime, manager));
+        sides.push((dir, runtime, manager));
     }
     let reqs: Vec<EnsureImageRequest> = (0..BURST_REQUESTS)
         .map(|i| {
@@ -509,7 +531,7 @@ async fn present_burst() {
         .collect();
     let mut totals: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
     for run in 0..=BURST_RUNS {
-        for (i, (_, _, _, manager)) in sides.iter().enumerate() {
+        for (i, (_, _, manager)) in sides.iter().enumerate() {
             let t = Instant::now();
             for r in join_all(reqs.iter().map(|r| manager.ensure_image_exists(r))).await {
                 r.expect("present");
@@ -522,10 +544,13 @@ async fn present_burst() {
     }
     let medians: Vec<f64> = totals.into_iter().map(median_f64).collect();
     println!("present_burst_requests: {BURST_REQUESTS}");
-    println!("present_burst_limit: {}", sides[0].0.map_or_else(|| "none".to_string(), |n| n.to_string()));
+    println!("present_burst_window: {}", EnsureConfig::default().presence_check_window.unwrap_or(0));
+    println!("present_burst_limit: {PRESENCE_LIMIT}");
     println!("present_burst_p50_ms: {:.2}", medians[0]);
-    println!("present_burst_unlimited_p50_ms: {:.2}", medians[1]);
-    println!("present_burst_limit_cost_ratio: {:.3}", medians[0] / medians[1]);
+    println!("present_burst_limit_p50_ms: {:.2}", medians[1]);
+    println!("present_burst_all_at_once_p50_ms: {:.2}", medians[2]);
+    println!("present_burst_window_cost_ratio: {:.3}", medians[0] / medians[2]);
+    println!("present_burst_limit_cost_ratio: {:.3}", medians[1] / medians[2]);
 }
 
 // === Single flight ===

@@ -130,6 +130,7 @@ struct RawPull {
     max_parallel_image_pulls: Option<i64>,
     max_parallel_pulls_per_registry: i64,
     presence_check_concurrency: i64,
+    presence_check_window: i64,
     queue_capacity: i64,
     registry_pull_qps: f64,
     registry_burst: i64,
@@ -679,6 +680,7 @@ fn pull_from_raw(p: RawPull) -> Result<(PullQueueConfig, EnsureConfig), ConfigEr
     }
     let presence_check_concurrency =
         zero_is_off("pull.presence_check_concurrency", p.presence_check_concurrency, "no limit")?;
+    let presence_check_window = zero_is_off("pull.presence_check_window", p.presence_check_window, "no window")?;
     let concurrency = if serialize {
         Concurrency::Serial
     } else {
@@ -711,6 +713,7 @@ fn pull_from_raw(p: RawPull) -> Result<(PullQueueConfig, EnsureConfig), ConfigEr
         EnsureConfig {
             annotate_error_class: p.annotate_error_class,
             presence_check_concurrency,
+            presence_check_window,
             ..EnsureConfig::default()
         },
     ))

@@ -429,11 +429,13 @@ async fn a_permanent_failure_is_not_retried_when_its_registry_pulls_again() {
     assert_eq!(again.kind, ImageErrorKind::ImagePullBackOff);
 }
 
-/// `n` concurrent ensures of the present image with presence checks limited
-/// to `limit`, each check delayed 20 ms at the runtime: the most checks the
+/// `n` concurrent ensures of the present image with these presence-check
+/// settings, each check delayed 20 ms at the runtime: the most checks the
 /// runtime served at once.
-async fn presence_checks_at_once(limit: Option<usize>, n: usize) -> u64 {
-    let f = flow_with(EnsureConfig { presence_check_concurrency: limit, ..EnsureConfig::default() }).await;
+async fn presence_checks_at_once(window: Option<usize>, limit: Option<usize>, n: usize) -> u64 {
+    let cfg =
+        EnsureConfig { presence_check_window: window, presence_check_concurrency: limit, ..EnsureConfig::default() };
+    let f = flow_with(cfg).await;
     f.rt.runtime
         .set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::ImageStatus).delay(Duration::from_millis(20))));
     f.rt.runtime.reset_stats();
@@ -448,8 +450,22 @@ async fn presence_checks_at_once(limit: Option<usize>, n: usize) -> u64 {
 
 #[actix::test]
 async fn a_burst_of_presence_checks_reaches_the_runtime_a_few_at_a_time() {
-    assert_eq!(presence_checks_at_once(Some(3), 20).await, 3);
-    assert_eq!(presence_checks_at_once(None, 20).await, 20, "no limit: all at once, as the kubelet");
+    assert_eq!(presence_checks_at_once(None, Some(3), 20).await, 3, "a fixed limit");
+    assert_eq!(presence_checks_at_once(Some(4), Some(3), 20).await, 3, "a limit below the window's start");
+    assert_eq!(presence_checks_at_once(None, None, 20).await, 20, "neither: all at once, as the kubelet");
+}
+
+#[actix::test]
+async fn a_window_of_presence_checks_grows_as_they_are_answered() {
+    // 4 first; each answer frees its turn and adds one, so the second wave
+    // is 8 and more overlap as answers trickle in; never all 40 at once.
+    let most = presence_checks_at_once(Some(4), None, 40).await;
+    assert!((8..40).contains(&most), "{most} checks at once");
+    // Capped: it grows to the cap and no further.
+    assert_eq!(presence_checks_at_once(Some(2), Some(6), 40).await, 6);
+    // The default window is the same, from 8.
+    let most = presence_checks_at_once(Some(imaged::ensure::DEFAULT_PRESENCE_CHECK_WINDOW), None, 60).await;
+    assert!((16..60).contains(&most), "{most} checks at once");
 }
 
 #[actix::test]

@@ -89,6 +89,10 @@ impl ImagedService {
                 "pull.presence_check_concurrency = {}",
                 c.ensure.presence_check_concurrency.map_or_else(|| "off".to_string(), |n| n.to_string())
             ),
+            format!(
+                "pull.presence_check_window = {}",
+                c.ensure.presence_check_window.map_or_else(|| "off".to_string(), |n| n.to_string())
+            ),
             format!("pull.registry_pull_qps = {}", c.pull.qps),
             format!("pull.registry_burst = {}", c.pull.burst),
             format!("pull.throttle_mode = {:?}", c.pull.throttle_mode),

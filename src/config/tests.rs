@@ -1,4 +1,5 @@
 use super::*;
+use crate::ensure::PresenceWindow;
 use std::path::PathBuf;
 
 fn env(pairs: &[(&str, &str)]) -> Option<HashMap<String, String>> {
@@ -127,14 +128,21 @@ fn resetting_back_off_on_new_credentials_or_registry_recovery_is_opt_in() {
 }
 
 #[test]
-fn presence_checks_are_unlimited_by_default_as_in_the_kubelet() {
-    let limit = |toml: &str| Config::from_toml(toml).map(|c| c.ensure.presence_check_concurrency);
-    assert_eq!(limit("").unwrap(), None);
-    assert_eq!(limit("[pull]\npresence_check_concurrency = 0").unwrap(), None);
-    assert_eq!(limit("[pull]\npresence_check_concurrency = 8").unwrap(), Some(8));
-    assert_eq!(limit("[pull]\npresence_check_concurrency = 2").unwrap(), Some(2));
-    let err = limit("[pull]\npresence_check_concurrency = -3").unwrap_err().to_string();
-    assert!(err.contains("pull.presence_check_concurrency") && err.contains("-3"), "{err}");
+fn presence_checks_go_out_in_a_growing_window_by_default() {
+    let window = |toml: &str| Config::from_toml(toml).map(|c| c.ensure.presence_window());
+    assert_eq!(window("").unwrap(), Some(PresenceWindow::new(8, None)));
+    assert_eq!(window("[pull]\npresence_check_window = 4").unwrap(), Some(PresenceWindow::new(4, None)));
+    // With a cap, the window grows up to it; a cap below the start is kept.
+    assert_eq!(window("[pull]\npresence_check_concurrency = 32").unwrap(), Some(PresenceWindow { start: 8, cap: 32 }));
+    assert_eq!(window("[pull]\npresence_check_concurrency = 2").unwrap(), Some(PresenceWindow::fixed(2)));
+    // No window: the limit alone is fixed; with neither, all at once (the kubelet).
+    let no_window = "[pull]\npresence_check_window = 0\n";
+    assert_eq!(window(&format!("{no_window}presence_check_concurrency = 3")).unwrap(), Some(PresenceWindow::fixed(3)));
+    assert_eq!(window(&format!("{no_window}presence_check_concurrency = 0")).unwrap(), None);
+    for key in ["presence_check_concurrency", "presence_check_window"] {
+        let err = window(&format!("[pull]\n{key} = -3")).unwrap_err().to_string();
+        assert!(err.contains(&format!("pull.{key}")) && err.contains("-3"), "{err}");
+    }
 }
 
 #[test]

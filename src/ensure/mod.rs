@@ -7,6 +7,7 @@
 
 mod events;
 mod prefetch;
+mod presence;
 mod recorder;
 #[cfg(test)]
 mod tests;
@@ -21,6 +22,7 @@ use tokio::time::Instant;
 
 pub use events::{EventReason, EventSink, EventType, ImageEvent, ObjectRef};
 pub use prefetch::{Prefetch, PrefetchDone, PrefetchRequest};
+pub use presence::PresenceWindow;
 pub use recorder::{PodPullTimes, PullingRecorder};
 pub use text::*;
 
@@ -115,7 +117,7 @@ pub struct EnsureError {
 }
 
 /// Settings of the ensure flow.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EnsureConfig {
     /// Append the error class (`(permanent)`/`(transient)`) to returned
     /// failure messages. Off by default: messages stay the kubelet's.
@@ -130,14 +132,53 @@ pub struct EnsureConfig {
     /// over: its pods retry at once). Off by default: the kubelet waits.
     pub reset_backoff_on_registry_recovery: bool,
     /// Most presence checks (`ImageStatus` before deciding to pull) in
-    /// flight at once; later ones wait their turn in arrival order (`None`,
-    /// the default = no limit, as the kubelet). A burst of requests is then
-    /// answered in arrival order instead of all together, so the first pulls
-    /// start sooner, at the price of a longer burst when no pull is needed
-    /// (`cargo bench --bench ensure` shows both). A check holds its turn for
-    /// at most [`PRESENCE_CHECK_HOLD`]: a runtime that stops answering
-    /// cannot hold up the others longer.
+    /// flight at once; later ones wait their turn in arrival order (`None`
+    /// = no limit, as the kubelet). A burst of requests is then answered in
+    /// arrival order instead of all together, so the first pulls start
+    /// sooner. Alone, a fixed limit; with
+    /// [`presence_check_window`](Self::presence_check_window), the most the
+    /// window grows to. A check holds its turn for at most
+    /// [`PRESENCE_CHECK_HOLD`]: a runtime that stops answering cannot hold up
+    /// the others longer.
     pub presence_check_concurrency: Option<usize>,
+    /// A window of presence checks that grows as they are answered: it
+    /// starts at this many checks in flight and each answer adds one (up to
+    /// `presence_check_concurrency`, if set), so it doubles every round trip,
+    /// and it is back at its start once no check is in flight. The first
+    /// checks of a burst are answered first, as with a fixed limit, while a
+    /// long burst of present images soon has its checks sent without waiting
+    /// on round trips (`cargo bench --bench ensure` measures both). Only the
+    /// timing of the checks changes, never an answer, event or message.
+    /// [`DEFAULT_PRESENCE_CHECK_WINDOW`] by default; `None` = no window
+    /// (only the fixed limit, if any; with neither, every check goes out at
+    /// once, as the kubelet's).
+    pub presence_check_window: Option<usize>,
+}
+
+/// `pull.presence_check_window` by default.
+pub const DEFAULT_PRESENCE_CHECK_WINDOW: usize = 8;
+
+impl Default for EnsureConfig {
+    fn default() -> Self {
+        Self {
+            annotate_error_class: false,
+            reset_backoff_on_credential_change: false,
+            reset_backoff_on_registry_recovery: false,
+            presence_check_concurrency: None,
+            presence_check_window: Some(DEFAULT_PRESENCE_CHECK_WINDOW),
+        }
+    }
+}
+
+impl EnsureConfig {
+    /// The window of presence-check turns these settings ask for, if any.
+    pub fn presence_window(&self) -> Option<PresenceWindow> {
+        match (self.presence_check_window, self.presence_check_concurrency) {
+            (Some(start), cap) => Some(PresenceWindow::new(start, cap)),
+            (None, Some(n)) => Some(PresenceWindow::fixed(n)),
+            (None, None) => None,
+        }
+    }
 }
 
 /// How long one presence check may hold its turn (see
@@ -167,8 +208,8 @@ pub struct ImageManager {
     metrics: crate::metrics::Metrics,
     /// The node's credentials (config files, plugins), tried after pod secrets.
     node_credentials: Option<Arc<crate::credentials::NodeCredentials>>,
-    /// Turns for presence checks (`EnsureConfig::presence_check_concurrency`).
-    presence_checks: Option<Arc<tokio::sync::Semaphore>>,
+    /// Turns for presence checks (`EnsureConfig::presence_window`).
+    presence_checks: Option<presence::PresenceGate>,
 }
 
 /// Most remembered `applyDefaultImageTag` results.
@@ -214,7 +255,7 @@ impl ImageManager {
             hints: crate::gc::hints::InUseHints::default(),
             records: PullRecords::in_memory(VerifyPolicy::default()),
             defaulted: Arc::default(),
-            presence_checks: cfg.presence_check_concurrency.map(|n| Arc::new(tokio::sync::Semaphore::new(n.max(1)))),
+            presence_checks: cfg.presence_window().map(presence::PresenceGate::new),
             cfg,
             metrics: crate::metrics::Metrics::default(),
             node_credentials: None,
@@ -342,14 +383,18 @@ impl ImageManager {
         let call = self.reader.image_status(spec.clone(), false);
         let status = match &self.presence_checks {
             None => call.await?,
-            Some(turns) => {
-                // A closed semaphore (never closed here) would mean no limit.
-                let turn = turns.acquire().await.ok();
+            Some(gate) => {
+                let turn = gate.turn().await;
                 tokio::pin!(call);
                 match tokio::time::timeout(PRESENCE_CHECK_HOLD, &mut call).await {
-                    Ok(r) => r?,
+                    Ok(r) => {
+                        turn.end();
+                        r?
+                    }
                     Err(_) => {
-                        drop(turn);
+                        // A runtime this slow is not helped by holding the
+                        // other checks back: the window grows all the same.
+                        turn.end();
                         call.await?
                     }
                 }
