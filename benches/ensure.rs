@@ -29,7 +29,7 @@
 //! makespan runs: when the first request is queued, the first and eighth
 //! pulls start, how long a pull holds its token. `ENSURE_BENCH=makespan`
 //! runs only the makespan section (about 40 s), `ENSURE_BENCH=burst` only
-//! the present burst.
+//! the present burst, `ENSURE_BENCH=hot` only the hot path.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -117,6 +117,9 @@ fn bare_client(runtime: &EmbeddedRuntime) -> ImageServiceClient<tonic::transport
 /// layers in between (each adds one thing to the one below it).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Side {
+    /// `ImageManager::ensure_image_exists` with every presence check sent at
+    /// once (no window): what the default window costs a lone check.
+    EnsureAllAtOnce,
     /// `ImageManager::ensure_image_exists`: the whole path.
     Ensure,
     /// `GetImageStatus` through the gateway actor (no ensure logic).
@@ -131,8 +134,10 @@ enum Side {
     Bare,
 }
 
-const SIDES: [Side; 5] = [Side::Ensure, Side::Gateway, Side::Client, Side::BareSpawned, Side::Bare];
-const SIDE_NAMES: [&str; 5] = ["ensure", "gateway_status", "cri_client_status", "bare_status_spawned", "bare_status"];
+const SIDES: [Side; 6] =
+    [Side::Ensure, Side::EnsureAllAtOnce, Side::Gateway, Side::Client, Side::BareSpawned, Side::Bare];
+const SIDE_NAMES: [&str; 6] =
+    ["ensure", "ensure_all_at_once", "gateway_status", "cri_client_status", "bare_status_spawned", "bare_status"];
 
 fn bare_status_request() -> ImageStatusRequest {
     ImageStatusRequest { image: Some(PbSpec { image: HOT_IMAGE.into(), ..Default::default() }), verbose: false }
@@ -147,14 +152,19 @@ async fn hot_path() {
     let client = CriClient::new(&runtime.endpoint(), cri_cfg.connect_timeout).expect("client");
     let status_deadline = cri_cfg.deadlines.get(Rpc::ImageStatus);
     let req = EnsureImageRequest::new("bench-pod", HOT_IMAGE, PullPolicy::IfNotPresent);
+    let all_at_once = ImageManager::start(gateway.clone(), &pull, &BackoffSettings::default(), presence_all_at_once())
+        .await
+        .expect("manager starts");
 
     let one = |side: Side| {
-        let (manager, gateway, client, mut bare, req) = (&manager, &gateway, &client, bare.clone(), &req);
+        let (manager, all_at_once, gateway, client, mut bare, req) =
+            (&manager, &all_at_once, &gateway, &client, bare.clone(), &req);
         async move {
             let t = Instant::now();
             match side {
-                Side::Ensure => {
-                    let ok = manager.ensure_image_exists(req).await.expect("ensure");
+                Side::Ensure | Side::EnsureAllAtOnce => {
+                    let m = if side == Side::Ensure { manager } else { all_at_once };
+                    let ok = m.ensure_image_exists(req).await.expect("ensure");
                     assert!(!ok.image_ref.is_empty());
                 }
                 Side::Gateway => {
@@ -587,6 +597,10 @@ fn main() {
         }
         if std::env::var("ENSURE_BENCH").as_deref() == Ok("makespan") {
             parallel_makespan().await;
+            return;
+        }
+        if std::env::var("ENSURE_BENCH").as_deref() == Ok("hot") {
+            hot_path().await;
             return;
         }
         if std::env::var("ENSURE_BENCH").as_deref() == Ok("burst") {

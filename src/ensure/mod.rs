@@ -182,8 +182,8 @@ impl EnsureConfig {
 }
 
 /// How long one presence check may hold its turn (see
-/// [`EnsureConfig::presence_check_concurrency`]); a check still running then
-/// goes on without it.
+/// [`EnsureConfig::presence_check_window`]); a check still running then goes
+/// on without it, and the window grows as if it had been answered.
 pub const PRESENCE_CHECK_HOLD: Duration = Duration::from_millis(50);
 
 /// The handle embedders call. Cheap to clone.
@@ -255,7 +255,7 @@ impl ImageManager {
             hints: crate::gc::hints::InUseHints::default(),
             records: PullRecords::in_memory(VerifyPolicy::default()),
             defaulted: Arc::default(),
-            presence_checks: cfg.presence_window().map(presence::PresenceGate::new),
+            presence_checks: cfg.presence_window().map(|w| presence::PresenceGate::new(w, PRESENCE_CHECK_HOLD)),
             cfg,
             metrics: crate::metrics::Metrics::default(),
             node_credentials: None,
@@ -384,20 +384,12 @@ impl ImageManager {
         let status = match &self.presence_checks {
             None => call.await?,
             Some(gate) => {
+                // A check that holds its turn too long loses it (the gate
+                // sees to it), so a hung runtime cannot hold up the others.
                 let turn = gate.turn().await;
-                tokio::pin!(call);
-                match tokio::time::timeout(PRESENCE_CHECK_HOLD, &mut call).await {
-                    Ok(r) => {
-                        turn.end();
-                        r?
-                    }
-                    Err(_) => {
-                        // A runtime this slow is not helped by holding the
-                        // other checks back: the window grows all the same.
-                        turn.end();
-                        call.await?
-                    }
-                }
+                let r = call.await;
+                turn.end();
+                r?
             }
         };
         Ok(status.image.map(|i| i.id))

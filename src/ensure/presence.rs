@@ -17,8 +17,10 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 /// The shape of a window of presence-check turns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,16 +48,57 @@ impl PresenceWindow {
 
 #[derive(Debug)]
 struct State {
-    in_flight: usize,
     window: usize,
-    /// Checks waiting for a turn, in arrival order.
-    waiting: VecDeque<oneshot::Sender<()>>,
+    /// Turns being held.
+    in_flight: usize,
+    /// Every turn given since the oldest one still held, in the order given
+    /// (so by start time): its start while held, `None` once ended.
+    turns: VecDeque<Option<Instant>>,
+    /// The number of `turns[0]`: a turn's number minus it is its index.
+    first: u64,
+    /// Checks waiting for a turn, in arrival order; each is sent the number
+    /// of the turn it is given.
+    waiting: VecDeque<oneshot::Sender<u64>>,
+}
+
+impl State {
+    /// Gives the next turn, started `now`; its number.
+    fn give(&mut self, now: Instant) -> u64 {
+        self.in_flight += 1;
+        self.turns.push_back(Some(now));
+        self.first + (self.turns.len() as u64 - 1)
+    }
+
+    /// Ends turn `n` if it is still held; whether it was.
+    fn end(&mut self, n: u64) -> bool {
+        let held = n
+            .checked_sub(self.first)
+            .and_then(|i| usize::try_from(i).ok())
+            .and_then(|i| self.turns.get_mut(i))
+            .and_then(Option::take)
+            .is_some();
+        if held {
+            self.in_flight -= 1;
+        }
+        held
+    }
+
+    /// When the oldest turn still held started.
+    fn oldest(&self) -> Option<Instant> {
+        self.turns.iter().flatten().next().copied()
+    }
 }
 
 /// Hands out turns for presence checks. Cheap to clone.
 #[derive(Debug, Clone)]
 pub(crate) struct PresenceGate {
     shape: PresenceWindow,
+    /// How long a check may hold its turn: a turn held longer is ended (as
+    /// answered: the window grows) when the next check comes or a waiting
+    /// one has waited for it, so a runtime that stops answering cannot hold
+    /// up the other checks. Checked by those, not timed per check: a check
+    /// that is not kept waiting costs no timer.
+    hold: Duration,
     state: Arc<Mutex<State>>,
 }
 
@@ -64,22 +107,24 @@ pub(crate) struct PresenceGate {
 #[derive(Debug)]
 pub(crate) struct Turn {
     gate: PresenceGate,
-    ended: bool,
+    /// Its number; `None` once ended.
+    n: Option<u64>,
 }
 
 impl Turn {
-    /// The check was answered (successfully or not), or held its turn as
-    /// long as it may: its turn ends and the window grows by one.
+    /// The check was answered (successfully or not): its turn ends and the
+    /// window grows by one.
     pub(crate) fn end(mut self) {
-        self.ended = true;
-        self.gate.release(true);
+        if let Some(n) = self.n.take() {
+            self.gate.release(n, true);
+        }
     }
 }
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        if !self.ended {
-            self.gate.release(false);
+        if let Some(n) = self.n.take() {
+            self.gate.release(n, false);
         }
     }
 }
@@ -88,23 +133,24 @@ impl Drop for Turn {
 /// it is passed on.
 struct Waiting {
     gate: PresenceGate,
-    rx: Option<oneshot::Receiver<()>>,
+    rx: Option<oneshot::Receiver<u64>>,
 }
 
 impl Drop for Waiting {
     fn drop(&mut self) {
         if let Some(mut rx) = self.rx.take()
-            && rx.try_recv().is_ok()
+            && let Ok(n) = rx.try_recv()
         {
-            self.gate.release(false);
+            self.gate.release(n, false);
         }
     }
 }
 
 impl PresenceGate {
-    pub(crate) fn new(shape: PresenceWindow) -> Self {
-        let state = State { in_flight: 0, window: shape.start, waiting: VecDeque::new() };
-        Self { shape, state: Arc::new(Mutex::new(state)) }
+    pub(crate) fn new(shape: PresenceWindow, hold: Duration) -> Self {
+        let state =
+            State { window: shape.start, in_flight: 0, turns: VecDeque::new(), first: 0, waiting: VecDeque::new() };
+        Self { shape, hold, state: Arc::new(Mutex::new(state)) }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -114,41 +160,94 @@ impl PresenceGate {
 
     /// Waits for a turn, in arrival order.
     pub(crate) async fn turn(&self) -> Turn {
+        let now = Instant::now();
         let rx = {
             let mut st = self.lock();
+            self.expire(&mut st, now);
             if st.waiting.is_empty() && st.in_flight < st.window {
-                st.in_flight += 1;
-                return Turn { gate: self.clone(), ended: false };
+                let n = st.give(now);
+                return Turn { gate: self.clone(), n: Some(n) };
             }
             let (tx, rx) = oneshot::channel();
             st.waiting.push_back(tx);
             rx
         };
         let mut wait = Waiting { gate: self.clone(), rx: Some(rx) };
-        if let Some(rx) = wait.rx.as_mut() {
+        loop {
+            // Wait until the oldest turn held has held it too long, then end it.
+            let overdue = self.lock().oldest().map(|t| t + self.hold);
+            let Some(rx) = wait.rx.as_mut() else { break };
+            let got = match overdue {
+                Some(at) => match tokio::time::timeout_at(at, rx).await {
+                    Ok(got) => got,
+                    Err(_) => {
+                        let mut st = self.lock();
+                        self.expire(&mut st, Instant::now());
+                        continue;
+                    }
+                },
+                None => rx.await,
+            };
+            wait.rx = None;
             // The gate never drops a waiter's sender without a turn: a
             // closed channel cannot happen, and would only mean "go on".
-            let _ = rx.await;
+            return Turn { gate: self.clone(), n: got.ok() };
         }
-        wait.rx = None;
-        Turn { gate: self.clone(), ended: false }
+        Turn { gate: self.clone(), n: None }
     }
 
-    fn release(&self, grow: bool) {
+    fn release(&self, n: u64, grow: bool) {
         let mut st = self.lock();
-        st.in_flight = st.in_flight.saturating_sub(1);
-        if grow && st.window < self.shape.cap {
+        if st.end(n) && grow && st.window < self.shape.cap {
             st.window += 1;
+        }
+        self.settle(&mut st, Instant::now());
+    }
+
+    /// Ends the turns held for `hold` or longer at `now` (as answered), and
+    /// hands out what is free.
+    fn expire(&self, st: &mut State, now: Instant) {
+        let mut grew = false;
+        for t in st.turns.iter_mut() {
+            match *t {
+                Some(start) if start + self.hold <= now => {
+                    *t = None;
+                    st.in_flight -= 1;
+                    grew = true;
+                    if st.window < self.shape.cap {
+                        st.window += 1;
+                    }
+                }
+                Some(_) => break,
+                None => {}
+            }
+        }
+        if grew {
+            self.settle(st, now);
+        }
+    }
+
+    /// Forgets ended turns at the front, shrinks an idle window back to its
+    /// start and hands free turns to waiters in arrival order.
+    fn settle(&self, st: &mut State, now: Instant) {
+        while st.turns.front().is_some_and(Option::is_none) {
+            st.turns.pop_front();
+            st.first += 1;
         }
         if st.in_flight == 0 && st.waiting.is_empty() {
             st.window = self.shape.start;
         }
         while st.in_flight < st.window {
             let Some(next) = st.waiting.pop_front() else { break };
+            let n = st.give(now);
             // A waiter that went away takes no turn.
-            if next.send(()).is_ok() {
-                st.in_flight += 1;
+            if next.send(n).is_err() {
+                st.end(n);
             }
+        }
+        while st.turns.front().is_some_and(Option::is_none) {
+            st.turns.pop_front();
+            st.first += 1;
         }
     }
 
@@ -158,12 +257,20 @@ impl PresenceGate {
         let st = self.lock();
         (st.in_flight, st.window)
     }
+
+    /// Turns remembered (held, or ended behind one still held), for tests.
+    #[cfg(test)]
+    fn remembered(&self) -> usize {
+        self.lock().turns.len()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use futures_util::FutureExt;
+
+    const HOLD: Duration = Duration::from_millis(50);
 
     /// `n` turns taken one after another without waiting (panics if one waits).
     fn take(gate: &PresenceGate, n: usize) -> Vec<Turn> {
@@ -179,9 +286,9 @@ mod tests {
         assert_eq!(PresenceWindow::fixed(3), PresenceWindow { start: 3, cap: 3 });
     }
 
-    #[test]
-    fn a_fixed_window_never_grows() {
-        let gate = PresenceGate::new(PresenceWindow::fixed(3));
+    #[tokio::test]
+    async fn a_fixed_window_never_grows() {
+        let gate = PresenceGate::new(PresenceWindow::fixed(3), HOLD);
         let mut turns = take(&gate, 3);
         assert!(gate.turn().now_or_never().is_none(), "the fourth check waits");
         for _ in 0..10 {
@@ -192,9 +299,9 @@ mod tests {
         assert!(gate.turn().now_or_never().is_none());
     }
 
-    #[test]
-    fn each_answer_widens_the_window_up_to_its_cap() {
-        let gate = PresenceGate::new(PresenceWindow::new(2, Some(5)));
+    #[tokio::test]
+    async fn each_answer_widens_the_window_up_to_its_cap() {
+        let gate = PresenceGate::new(PresenceWindow::new(2, Some(5)), HOLD);
         let mut turns = take(&gate, 2);
         assert!(gate.turn().now_or_never().is_none());
         // One answer: one turn back and one more.
@@ -211,9 +318,9 @@ mod tests {
         assert_eq!(gate.now(), (5, 5), "capped");
     }
 
-    #[test]
-    fn an_abandoned_check_does_not_widen_the_window() {
-        let gate = PresenceGate::new(PresenceWindow::new(2, None));
+    #[tokio::test]
+    async fn an_abandoned_check_does_not_widen_the_window() {
+        let gate = PresenceGate::new(PresenceWindow::new(2, None), HOLD);
         let mut turns = take(&gate, 2);
         drop(turns.pop());
         assert_eq!(gate.now(), (1, 2));
@@ -221,9 +328,9 @@ mod tests {
         assert!(gate.turn().now_or_never().is_none());
     }
 
-    #[test]
-    fn the_window_shrinks_back_once_nothing_is_in_flight() {
-        let gate = PresenceGate::new(PresenceWindow::new(2, None));
+    #[tokio::test]
+    async fn the_window_shrinks_back_once_nothing_is_in_flight() {
+        let gate = PresenceGate::new(PresenceWindow::new(2, None), HOLD);
         let mut turns = take(&gate, 2);
         for _ in 0..6 {
             turns.pop().expect("a turn").end();
@@ -242,7 +349,7 @@ mod tests {
 
     #[tokio::test]
     async fn waiters_get_their_turns_in_arrival_order() {
-        let gate = PresenceGate::new(PresenceWindow::fixed(1));
+        let gate = PresenceGate::new(PresenceWindow::fixed(1), HOLD);
         let first = gate.turn().await;
         let order = Arc::new(Mutex::new(Vec::new()));
         let waiters: Vec<_> = (0..5)
@@ -269,7 +376,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_waiter_that_goes_away_passes_its_turn_on() {
-        let gate = PresenceGate::new(PresenceWindow::fixed(1));
+        let gate = PresenceGate::new(PresenceWindow::fixed(1), HOLD);
         let first = gate.turn().await;
         // Gone before its turn comes.
         let mut gone = Box::pin(gate.turn());
@@ -291,5 +398,50 @@ mod tests {
         drop(late);
         assert_eq!(gate.now(), (0, 1));
         take(&gate, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_held_too_long_is_ended_when_the_next_check_comes() {
+        let gate = PresenceGate::new(PresenceWindow::fixed(1), HOLD);
+        let _hung = gate.turn().await;
+        assert!(gate.turn().now_or_never().is_none(), "held");
+        tokio::time::advance(HOLD).await;
+        // Overdue: the next check ends it and takes the turn at once.
+        let next = gate.turn().now_or_never().expect("the hung turn was ended");
+        assert_eq!(gate.now(), (1, 1));
+        next.end();
+        drop(_hung);
+        assert_eq!(gate.now(), (0, 1), "the late end of an ended turn changes nothing");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_check_gets_its_turn_when_the_turn_it_waits_on_is_overdue() {
+        let gate = PresenceGate::new(PresenceWindow::new(1, None), HOLD);
+        let _hung = gate.turn().await;
+        tokio::time::advance(Duration::from_millis(20)).await;
+        let t = Instant::now();
+        let turn = gate.turn().await;
+        // It waited what was left of the hung turn's hold, no more.
+        assert_eq!(t.elapsed(), Duration::from_millis(30));
+        // The hung turn counts as answered: the window grew.
+        assert_eq!(gate.now(), (1, 2));
+        turn.end();
+        assert_eq!(gate.now(), (0, 1), "idle: back to its start");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_turn_is_not_remembered_forever() {
+        let gate = PresenceGate::new(PresenceWindow::new(4, None), HOLD);
+        let _hung = gate.turn().await;
+        for _ in 0..100 {
+            gate.turn().await.end();
+        }
+        // Every turn after the hung one is remembered while it is held...
+        assert_eq!(gate.remembered(), 101);
+        tokio::time::advance(HOLD).await;
+        // ...and forgotten once it is overdue and the next check comes.
+        gate.turn().await.end();
+        assert_eq!(gate.remembered(), 0);
+        assert_eq!(gate.now(), (0, 4));
     }
 }
