@@ -133,13 +133,15 @@ impl Drop for Turn {
 /// it is passed on.
 struct Waiting {
     gate: PresenceGate,
-    rx: Option<oneshot::Receiver<u64>>,
+    rx: oneshot::Receiver<u64>,
+    /// Its turn was seen (and is now a [`Turn`]'s to end).
+    seen: bool,
 }
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        if let Some(mut rx) = self.rx.take()
-            && let Ok(n) = rx.try_recv()
+        if !self.seen
+            && let Ok(n) = self.rx.try_recv()
         {
             self.gate.release(n, false);
         }
@@ -172,28 +174,25 @@ impl PresenceGate {
             st.waiting.push_back(tx);
             rx
         };
-        let mut wait = Waiting { gate: self.clone(), rx: Some(rx) };
-        loop {
+        let mut wait = Waiting { gate: self.clone(), rx, seen: false };
+        let got = loop {
             // Wait until the oldest turn held has held it too long, then end it.
             let overdue = self.lock().oldest().map(|t| t + self.hold);
-            let Some(rx) = wait.rx.as_mut() else { break };
-            let got = match overdue {
-                Some(at) => match tokio::time::timeout_at(at, rx).await {
-                    Ok(got) => got,
+            match overdue {
+                Some(at) => match tokio::time::timeout_at(at, &mut wait.rx).await {
+                    Ok(got) => break got,
                     Err(_) => {
                         let mut st = self.lock();
                         self.expire(&mut st, Instant::now());
-                        continue;
                     }
                 },
-                None => rx.await,
-            };
-            wait.rx = None;
-            // The gate never drops a waiter's sender without a turn: a
-            // closed channel cannot happen, and would only mean "go on".
-            return Turn { gate: self.clone(), n: got.ok() };
-        }
-        Turn { gate: self.clone(), n: None }
+                None => break (&mut wait.rx).await,
+            }
+        };
+        wait.seen = true;
+        // The gate never drops a waiter's sender without a turn: a closed
+        // channel cannot happen, and would only mean "go on" (uncounted).
+        Turn { gate: self.clone(), n: got.ok() }
     }
 
     fn release(&self, n: u64, grow: bool) {
@@ -230,10 +229,6 @@ impl PresenceGate {
     /// Forgets ended turns at the front, shrinks an idle window back to its
     /// start and hands free turns to waiters in arrival order.
     fn settle(&self, st: &mut State, now: Instant) {
-        while st.turns.front().is_some_and(Option::is_none) {
-            st.turns.pop_front();
-            st.first += 1;
-        }
         if st.in_flight == 0 && st.waiting.is_empty() {
             st.window = self.shape.start;
         }
@@ -245,6 +240,7 @@ impl PresenceGate {
                 st.end(n);
             }
         }
+        // Forget the ended turns in front of the oldest one still held.
         while st.turns.front().is_some_and(Option::is_none) {
             st.turns.pop_front();
             st.first += 1;
