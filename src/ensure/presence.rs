@@ -83,6 +83,11 @@ impl State {
         held
     }
 
+    /// `by` more turns, up to `cap`.
+    fn widen(&mut self, by: usize, cap: usize) {
+        self.window = self.window.saturating_add(by).min(cap);
+    }
+
     /// When the oldest turn still held started.
     fn oldest(&self) -> Option<Instant> {
         self.turns.iter().flatten().next().copied()
@@ -197,44 +202,44 @@ impl PresenceGate {
 
     fn release(&self, n: u64, grow: bool) {
         let mut st = self.lock();
-        if st.end(n) && grow && st.window < self.shape.cap {
-            st.window += 1;
+        if st.end(n) && grow {
+            st.widen(1, self.shape.cap);
         }
-        self.settle(&mut st, Instant::now());
+        self.settle(&mut st);
     }
 
     /// Ends the turns held for `hold` or longer at `now` (as answered), and
     /// hands out what is free.
     fn expire(&self, st: &mut State, now: Instant) {
-        let mut grew = false;
+        let mut ended = 0;
         for t in st.turns.iter_mut() {
             match *t {
                 Some(start) if start + self.hold <= now => {
                     *t = None;
-                    st.in_flight -= 1;
-                    grew = true;
-                    if st.window < self.shape.cap {
-                        st.window += 1;
-                    }
+                    ended += 1;
                 }
                 Some(_) => break,
                 None => {}
             }
         }
-        if grew {
-            self.settle(st, now);
+        if ended > 0 {
+            st.in_flight -= ended;
+            st.widen(ended, self.shape.cap);
+            self.settle(st);
         }
     }
 
     /// Forgets ended turns at the front, shrinks an idle window back to its
     /// start and hands free turns to waiters in arrival order.
-    fn settle(&self, st: &mut State, now: Instant) {
+    fn settle(&self, st: &mut State) {
         if st.in_flight == 0 && st.waiting.is_empty() {
             st.window = self.shape.start;
         }
+        // The clock is read only when a turn is handed on.
+        let mut now = None;
         while st.in_flight < st.window {
             let Some(next) = st.waiting.pop_front() else { break };
-            let n = st.give(now);
+            let n = st.give(*now.get_or_insert_with(Instant::now));
             // A waiter that went away takes no turn.
             if next.send(n).is_err() {
                 st.end(n);
