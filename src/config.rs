@@ -934,8 +934,9 @@ fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {
 
 /// Parses a duration (`500ms`, `2m`, `1h30m`), naming the key on failure.
 pub fn duration(key: &str, v: &str) -> Result<Duration, ConfigError> {
-    humantime::parse_duration(v.trim())
-        .map_err(|e| invalid(key, v, format!("not a duration ({e}); write e.g. \"500ms\", \"10s\", \"2m\"")))
+    let d = humantime::parse_duration(v.trim())
+        .map_err(|e| invalid(key, v, format!("not a duration ({e}); write e.g. \"500ms\", \"10s\", \"2m\"")))?;
+    crate::domain::limits::check_duration(d, || v.trim().to_string()).map_err(|e| invalid(key, v, e.reason()))
 }
 
 #[cfg(test)]

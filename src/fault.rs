@@ -322,7 +322,14 @@ impl FaultPlan {
                 }
                 "delay" => {
                     let d = r.delay.as_deref().ok_or_else(|| at("delay", "required for action \"delay\"".into()))?;
-                    rule.delay(humantime::parse_duration(d).map_err(|e| at("delay", format!("{d:?}: {e}")))?)
+                    rule.delay(
+                        humantime::parse_duration(d)
+                            .map_err(|e| e.to_string())
+                            .and_then(|v| {
+                                crate::domain::limits::check_duration(v, || d.to_string()).map_err(|e| e.reason())
+                            })
+                            .map_err(|e| at("delay", format!("{d:?}: {e}")))?,
+                    )
                 }
                 "hang" => rule.hang(),
                 "drop-reply" => rule.drop_reply(),

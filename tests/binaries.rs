@@ -37,6 +37,26 @@ fn bad_configuration_exits_64_naming_the_key_and_value() {
 }
 
 #[test]
+fn a_duration_run_cannot_use_is_refused_by_check_config_and_run_alike() {
+    // `runtime.deadlines.image_status = "20000y"` aborted `imaged run` at
+    // start (a crash loop under systemd) while check-config accepted it.
+    for key in ["runtime.deadlines.image_status", "pull.pull_deadline"] {
+        let set = format!("{key}=20000y");
+        for cmd in ["check-config", "run"] {
+            let out = imaged().args(["--set", &set, cmd]).output().expect("run imaged");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(64), "{cmd} {set}: {err}");
+            assert!(
+                err.contains(&format!(
+                    "invalid value \"20000y\" for {key}: too large: at most 2562047h47m16.854775807s"
+                )),
+                "{cmd} {set}: {err}"
+            );
+        }
+    }
+}
+
+#[test]
 fn an_unreachable_runtime_exits_69() {
     let dir = tempfile::tempdir().expect("tempdir");
     let sock = dir.path().join("none.sock");

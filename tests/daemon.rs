@@ -166,6 +166,49 @@ fn bad_requests_are_rejected_naming_the_field() {
 }
 
 #[test]
+fn extreme_deadlines_get_a_clear_error_and_the_daemon_keeps_serving() {
+    // u64::MAX ms once panicked in tonic's set_timeout at the pull and
+    // aborted the daemon with every pull in flight.
+    let d = Daemon::start(&[]);
+    let too_large = "deadline_ms: 18446744073709551615ms is too large: \
+                     at most 2562047h47m16.854775807s (Go's largest duration)";
+    rt().block_on(async {
+        let mut c = imaged::api::client(&d.socket).expect("client");
+        let req = proto::EnsureImageRequest { deadline_ms: u64::MAX, ..ensure_req("p1", "busybox:1.36", "Always") };
+        let e = c.ensure_image(req).await.expect_err("refused");
+        assert_eq!((e.code(), e.message()), (tonic::Code::InvalidArgument, too_large));
+        let req = proto::PrefetchImageRequest {
+            image: "busybox:1.36".into(),
+            deadline_ms: u64::MAX,
+            wait: true,
+            ..Default::default()
+        };
+        let e = c.prefetch_image(req).await.expect_err("refused");
+        assert_eq!((e.code(), e.message()), (tonic::Code::InvalidArgument, too_large));
+
+        // The largest deadline accepted pulls as any other.
+        let largest = u64::try_from(imaged::domain::limits::MAX_DURATION.as_millis()).expect("fits");
+        let req = proto::EnsureImageRequest { deadline_ms: largest, ..ensure_req("p2", "busybox:1.36", "Always") };
+        let r = c.ensure_image(req).await.expect("rpc").into_inner();
+        assert!(matches!(r.result, Some(proto::ensure_image_response::Result::Ok(_))), "{r:?}");
+    });
+
+    let o = d.imagectl(&["ensure", "nginx:1.27", "--deadline", "20000y"]);
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            "invalid value '20000y' for '--deadline <DEADLINE>': too large: at most 2562047h47m16.854775807s"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    // Still serving, and nothing in its log says it panicked.
+    let o = d.imagectl(&["ensure", "nginx:1.27", "--deadline", "2m"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(!d.log().contains("panicked"), "{}", d.log());
+}
+
+#[test]
 fn imagectl_drives_the_daemon_with_tables_json_and_exit_codes() {
     let d = Daemon::start(&[]);
     let o = d.imagectl(&["ensure", "busybox:1.36", "--pod", "web/front-1", "--pod-uid", "u1"]);

@@ -56,7 +56,7 @@ pub fn ensure_request(r: proto::EnsureImageRequest) -> Result<EnsureImageRequest
         pull_secrets,
         credentials: Vec::new(),
         sandbox: None,
-        deadline: (r.deadline_ms > 0).then(|| Duration::from_millis(r.deadline_ms)),
+        deadline: deadline(r.deadline_ms)?,
     })
 }
 
@@ -75,9 +75,18 @@ pub fn prefetch_request(r: proto::PrefetchImageRequest) -> Result<(PrefetchReque
         pull_secrets,
         credentials: Vec::new(),
         priority: r.priority,
-        deadline: (r.deadline_ms > 0).then(|| Duration::from_millis(r.deadline_ms)),
+        deadline: deadline(r.deadline_ms)?,
     };
     Ok((req, r.wait))
+}
+
+/// `deadline_ms` (0 = none), refused when it is larger than any duration
+/// imaged can wait for.
+fn deadline(ms: u64) -> Result<Option<Duration>, Status> {
+    if ms == 0 {
+        return Ok(None);
+    }
+    crate::domain::limits::duration_from_millis(ms).map(Some).map_err(|e| field("deadline_ms", e))
 }
 
 fn pull_secrets(manifests: &[Vec<u8>]) -> Result<Vec<PullSecret>, Status> {

@@ -59,6 +59,42 @@ fn bad_values_are_rejected_naming_key_and_value() {
 }
 
 #[test]
+fn durations_past_gos_largest_are_refused_in_every_section() {
+    // Each of these panicked in tonic, tokio or std before it was bounded
+    // (tonic's set_timeout at the first pull, the gateway's deadline at start).
+    let keys = [
+        ("pull", "pull_deadline"),
+        ("pull", "slow_pull_warning"),
+        ("runtime", "connect_timeout"),
+        ("runtime", "startup_timeout"),
+        ("runtime.deadlines", "image_status"),
+        ("runtime.deadlines", "pull_image"),
+        ("daemon", "shutdown_grace"),
+        ("gc", "image_minimum_gc_age"),
+        ("gc", "image_maximum_gc_age"),
+        ("credentials", "cache_period"),
+        ("credentials", "provider_timeout"),
+        ("backoff", "max"),
+        ("backoff", "gc_interval"),
+    ];
+    for (section, key) in keys {
+        let toml = format!("[{section}]\n{key} = \"20000y\"\n");
+        let err = Config::from_toml(&toml).expect_err(&toml).to_string();
+        assert_eq!(
+            err,
+            format!(
+                "configuration: invalid value \"20000y\" for {section}.{key}: \
+                 too large: at most 2562047h47m16.854775807s (Go's largest duration)"
+            ),
+            "{toml}"
+        );
+    }
+    // Go's largest duration itself is accepted.
+    let c = Config::from_toml("[pull]\npull_deadline = \"2562047h 47m 16s 854775807ns\"\n").expect("the bound");
+    assert_eq!(c.pull.pull_deadline, Some(crate::domain::limits::MAX_DURATION));
+}
+
+#[test]
 fn unknown_keys_and_wrong_types_are_rejected_by_name() {
     let err = Config::from_toml("[runtime]\nendpont = \"x\"").expect_err("typo").to_string();
     assert!(err.contains("endpont"), "{err}");

@@ -33,8 +33,9 @@ pub struct CriClient {
 fn request<T>(msg: T, deadline: Option<Duration>) -> tonic::Request<T> {
     let mut req = tonic::Request::new(msg);
     if let Some(d) = deadline {
-        // Tell the runtime too, so it can stop work nobody waits for.
-        req.set_timeout(d);
+        // Tell the runtime too, so it can stop work nobody waits for. tonic
+        // panics on a timeout it cannot encode: clamp whatever the caller checked.
+        req.set_timeout(crate::domain::limits::clamp_duration(d));
     }
     req
 }
@@ -152,5 +153,21 @@ impl CriClient {
         resp.status.map(ContainerStatus::from).ok_or_else(|| {
             CriError::new(CriErrorKind::InvalidResponse, format!("ContainerStatus for {id:?} returned no status"))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deadline_tonic_cannot_encode_is_clamped_not_a_panic() {
+        // tonic's set_timeout panics past 99,999,999 hours ("duration is
+        // unrealistically large"); an embedding agent may pass anything.
+        let req = request((), Some(Duration::MAX));
+        let timeout = req.metadata().get("grpc-timeout").and_then(|v| v.to_str().ok()).map(str::to_string);
+        assert_eq!(timeout.as_deref(), Some("2562047H"), "Go's largest duration, in hours");
+        let req = request((), Some(Duration::from_millis(1500)));
+        assert_eq!(req.metadata().get("grpc-timeout").and_then(|v| v.to_str().ok()), Some("1500000u"));
     }
 }

@@ -4,6 +4,7 @@
 pub mod gofmt;
 mod image;
 mod image_error;
+pub mod limits;
 pub mod pull_policy;
 pub mod reference;
 mod runtime;

@@ -111,7 +111,7 @@ fn run(rx: Receiver<Request>) {
 /// Waits until `d` after now, precisely (within the kernel's wake-up latency,
 /// typically tens of microseconds). Dropping the future abandons the wait.
 pub(crate) async fn wait(d: Duration) {
-    let at = Instant::now() + d;
+    let at = Instant::now() + crate::domain::limits::clamp_duration(d);
     let (tx, rx) = oneshot::channel();
     let sent = inbox().is_some_and(|inbox| inbox.send((at, tx)).is_ok());
     if !sent || rx.await.is_err() {

@@ -54,11 +54,13 @@ impl PullThrottle {
     /// A throttle of `qps` pulls per second with bursts of `burst` (0 QPS =
     /// no throttle; a burst of 0 is treated as 1).
     pub fn new(qps: f64, burst: u32, mode: ThrottleMode) -> Self {
-        if qps.is_nan() || qps <= 0.0 || !qps.is_finite() {
+        let Some(period) = crate::domain::limits::period_of_rate(qps) else {
             return Self { limiter: None, mode };
-        }
-        let period = Duration::from_secs_f64(1.0 / qps);
+        };
         let burst = NonZeroU32::new(burst.max(1)).unwrap_or(NonZeroU32::MIN);
+        // governor multiplies the period by the burst in u64 nanoseconds: a
+        // vanishing rate must not overflow it.
+        let period = period.min(Duration::from_nanos(u64::MAX / u64::from(burst.get())));
         let quota = Quota::with_period(period).map(|q| q.allow_burst(burst));
         match quota {
             Some(q) => {
@@ -98,6 +100,18 @@ mod tests {
         tokio::time::advance(Duration::from_millis(200)).await;
         assert!(t.try_acquire().is_ok());
         assert!(t.try_acquire().is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_vanishing_rate_throttles_without_overflow() {
+        // A period of ~292 years times a burst of u32::MAX would overflow
+        // governor's u64 nanoseconds: the period is capped instead.
+        let huge = PullThrottle::new(1e-300, u32::MAX, ThrottleMode::Wait);
+        assert!(huge.try_acquire().is_ok());
+        let one = PullThrottle::new(f64::MIN_POSITIVE, 1, ThrottleMode::Wait);
+        assert!(one.try_acquire().is_ok());
+        let wait = one.try_acquire().expect_err("one token per ~292 years");
+        assert!(wait > Duration::from_secs(100 * 365 * 86_400), "{wait:?}");
     }
 
     #[test]

@@ -71,7 +71,7 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         priority: i32,
         /// Overall pull deadline (e.g. `2m`).
-        #[arg(long, value_parser = humantime::parse_duration)]
+        #[arg(long, value_parser = parse_deadline)]
         deadline: Option<std::time::Duration>,
     },
     /// The runtime's images, largest first.
@@ -112,7 +112,7 @@ enum Command {
         #[arg(long, default_value = "")]
         runtime_handler: String,
         /// Overall pull deadline (e.g. `2m`).
-        #[arg(long, value_parser = humantime::parse_duration)]
+        #[arg(long, value_parser = parse_deadline)]
         deadline: Option<std::time::Duration>,
         /// Wait for the pulls to end (exit 2 if one failed).
         #[arg(long)]
@@ -153,6 +153,12 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => ExitCode::from(report("imagectl", &e) as u8),
     }
+}
+
+/// `--deadline`: a duration no larger than the daemon accepts.
+fn parse_deadline(text: &str) -> Result<std::time::Duration, String> {
+    let d = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    imaged::domain::limits::check_duration(d, || text.to_string()).map_err(|e| e.reason())
 }
 
 fn out(e: std::io::Error) -> AppError {
