@@ -37,11 +37,12 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use futures_util::future::join_all;
+use imaged::actors::backoff_registry::BackoffSettings;
+use imaged::actors::cri_gateway::CriConfig;
 use imaged::actors::cri_gateway::{CriGatewayActor, GetImageStatus};
 use imaged::actors::pull_queue::{
     Concurrency, EnqueuePull, PullPhase, PullPhaseChanged, PullQueueConfig, PullRequest, SubscribePhases,
 };
-use imaged::config::{BackoffSettings, CriConfig};
 use imaged::cri::proto::image_service_client::ImageServiceClient;
 use imaged::cri::proto::{ImageSpec as PbSpec, ImageStatusRequest, PullImageRequest};
 use imaged::cri::{CriClient, Rpc};

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use imaged::actors::cri_gateway::CriConfig;
 use imaged::actors::cri_gateway::{CriGatewayActor, GetImageStatus};
-use imaged::config::CriConfig;
 use imaged::cri::proto::image_service_client::ImageServiceClient;
 use imaged::cri::proto::{ImageSpec as PbSpec, ImageStatusRequest};
 use imaged::domain::ImageSpec;

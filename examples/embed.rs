@@ -13,7 +13,8 @@ use actix::prelude::*;
 use imaged::actors::pull_queue::PullPhaseChanged;
 use imaged::config::{Config, Sources};
 use imaged::domain::pull_policy::PullPolicy;
-use imaged::ensure::{EnsureImageRequest, ImageEvent};
+use imaged::ensure::EnsureImageRequest;
+use imaged::events::ImageEvent;
 use imaged::node::Node;
 
 /// The agent's actor: here it just prints what imaged reports.

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::actors::backoff_registry::BackoffConfig;
+use crate::actors::backoff_registry::{BackoffConfig, BackoffSettings};
+use crate::actors::cri_gateway::{CriConfig, CriDeadlines};
 use crate::actors::pull_queue::{Concurrency, PullQueueConfig, ThrottleMode};
 use crate::credentials::{DockerConfigSearch, NodeCredentialSettings};
 use crate::cri::{CriEndpoint, Rpc};
@@ -199,58 +200,6 @@ pub enum RuntimeEndpoint {
     Cri(CriEndpoint),
 }
 
-/// Per-RPC deadlines; `None` = no deadline.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CriDeadlines {
-    deadlines: HashMap<Rpc, Option<Duration>>,
-}
-
-impl CriDeadlines {
-    /// Every call gets `d` (tests and embedders).
-    pub fn uniform(d: Option<Duration>) -> Self {
-        Self { deadlines: Rpc::ALL.into_iter().map(|r| (r, d)).collect() }
-    }
-
-    /// The deadline of one call kind.
-    pub fn get(&self, rpc: Rpc) -> Option<Duration> {
-        self.deadlines.get(&rpc).copied().flatten()
-    }
-
-    /// Sets one call kind's deadline.
-    #[must_use]
-    pub fn with(mut self, rpc: Rpc, d: Option<Duration>) -> Self {
-        self.deadlines.insert(rpc, d);
-        self
-    }
-}
-
-/// The CRI gateway's settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CriConfig {
-    /// Time to establish a connection.
-    pub connect_timeout: Duration,
-    /// How long to retry `Version` at start.
-    pub startup_timeout: Duration,
-    /// Gateway mailbox capacity.
-    pub mailbox_capacity: usize,
-    /// Per-call deadlines.
-    pub deadlines: CriDeadlines,
-    /// Where the gateway reports call latencies and errors.
-    pub metrics: Metrics,
-}
-
-impl Default for CriConfig {
-    fn default() -> Self {
-        Self {
-            connect_timeout: Duration::from_secs(10),
-            startup_timeout: Duration::from_secs(30),
-            mailbox_capacity: 256,
-            deadlines: CriDeadlines::uniform(Some(Duration::from_secs(120))).with(Rpc::PullImage, None),
-            metrics: Metrics::default(),
-        }
-    }
-}
-
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
@@ -267,30 +216,6 @@ pub struct LogConfig {
     pub format: LogFormat,
     /// tracing filter directives (`RUST_LOG` wins when set).
     pub filter: String,
-}
-
-/// The backoff registry's settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BackoffSettings {
-    /// Delays.
-    pub backoff: BackoffConfig,
-    /// Periodic GC of expired entries (None = only after successful pulls).
-    pub gc_interval: Option<Duration>,
-    /// Mailbox capacity.
-    pub mailbox_capacity: usize,
-    /// Where the registry reports its size.
-    pub metrics: Metrics,
-}
-
-impl Default for BackoffSettings {
-    fn default() -> Self {
-        Self {
-            backoff: BackoffConfig::default(),
-            gc_interval: Some(Duration::from_secs(60)),
-            mailbox_capacity: 1024,
-            metrics: Metrics::default(),
-        }
-    }
 }
 
 /// Image garbage collection settings (validated with the kubelet's rules).
@@ -438,6 +363,28 @@ impl Sources {
 }
 
 impl Config {
+    /// The key settings published as `imaged_config_info`'s labels.
+    pub fn info_labels(&self) -> Vec<(&'static str, String)> {
+        let endpoint = match &self.endpoint {
+            RuntimeEndpoint::Embedded { .. } => "embedded".to_string(),
+            RuntimeEndpoint::Cri(e) => e.to_string(),
+        };
+        let concurrency = match self.pull.concurrency {
+            Concurrency::Serial => "serial".to_string(),
+            Concurrency::Parallel(None) => "parallel".to_string(),
+            Concurrency::Parallel(Some(n)) => format!("parallel:{n}"),
+        };
+        vec![
+            ("runtime_endpoint", endpoint),
+            ("pull_concurrency", concurrency),
+            ("single_flight", self.pull.single_flight.to_string()),
+            ("registry_pull_qps", self.pull.qps.to_string()),
+            ("registry_burst", self.pull.burst.to_string()),
+            ("image_gc_high_threshold_percent", self.gc.high_threshold_percent.to_string()),
+            ("image_gc_low_threshold_percent", self.gc.low_threshold_percent.to_string()),
+        ]
+    }
+
     /// This configuration with every component reporting to `metrics` (the
     /// gateway, the pull queue and ensure flow, the backoff registry, GC).
     #[must_use]

@@ -53,7 +53,7 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
     let daemon = cfg.daemon.clone();
     // One registry for every component (a loaded Config already shares one).
     let metrics = cfg.pull.metrics.clone();
-    metrics.set_config_info(&cfg);
+    metrics.set_config_info(&cfg.info_labels());
     let health = Health::new();
     let (stop_tx, stop_rx) = watch::channel(false);
     // HTTP first, so /healthz answers (and /readyz says why not ready)

@@ -11,7 +11,7 @@ use crate::actors::detector::{DetectorActor, DetectorConfig, DetectorCri};
 use crate::actors::gc_executor::{GcExecutorActor, GcExecutorConfig};
 use crate::clock::WallClock;
 use crate::config::GcSettings;
-use crate::ensure::EventSink;
+use crate::events::EventSink;
 use crate::gc::capacity::CapacitySource;
 use crate::gc::hints::InUseHints;
 use crate::pull_records::PullRecords;

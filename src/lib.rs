@@ -4,6 +4,14 @@
 //!
 //! # Layout
 //!
+//! The modules flow one way, from configuration through the wiring to the
+//! actors and the pure logic under them; `tests/layering.rs` holds the
+//! layers (lowest first: `domain`/`clock`; `cri`, `events`, `gc`,
+//! `kubelet_config`; `fault`, `metrics`, `store`; `credentials`,
+//! `pull_records`, `embedded`; `actors`; `ensure`; `config`; the wiring
+//! `runtime`, `gc_service`, `node`; the front ends) and fails on an upward
+//! reference or a circle.
+//!
 //! - [`credentials`]: pull secrets, node docker config files, exec
 //!   credential-provider plugins, and the kubelet's keyring matching rules.
 //! - [`domain`]: pure types (images, specs, credentials, containers); no actix, no tonic.
@@ -14,6 +22,8 @@
 //!   calls CRI. Their contracts are in `actors.md`.
 //! - [`ensure`]: the kubelet's `EnsureImageExists` flow over the actors
 //!   ([`ensure::ImageManager`]).
+//! - [`events`]: the kubelet's image events (`Pulling`, `Pulled`, …) and
+//!   their delivery ([`events::EventSink`]), shared by the ensure flow and GC.
 //! - [`embedded`]: the embedded CRI runtime (in memory, served on a unix
 //!   socket) used by default, by the README and by tests.
 //! - [`gc`]: image garbage collection logic (records, detection, the plan);
@@ -50,6 +60,7 @@ pub mod domain;
 pub mod embedded;
 pub mod ensure;
 pub mod error;
+pub mod events;
 pub mod fault;
 pub mod gc;
 pub mod gc_service;

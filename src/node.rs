@@ -35,8 +35,9 @@ use crate::actors::pull_queue::{GetQueueStatus, ListPulls, PullInfo, PullPhaseCh
 use crate::config::{Config, GcSettings};
 use crate::cri::{CriEndpoint, CriError};
 use crate::domain::{Image, RuntimeVersion};
-use crate::ensure::{EnsureError, EnsureImageRequest, EnsureOk, ImageEvent, ImageManager, Prefetch, PrefetchRequest};
+use crate::ensure::{EnsureError, EnsureImageRequest, EnsureOk, ImageManager, Prefetch, PrefetchRequest};
 use crate::error::AppError;
+use crate::events::ImageEvent;
 use crate::gc::capacity::CapacitySource;
 use crate::gc_service::GcService;
 use crate::pull_records::PullRecords;
@@ -158,7 +159,7 @@ impl Node {
         let records = PullRecords::open(cfg.verification.clone(), store.clone())
             .map_err(|e| AppError::Other(format!("opening the pull records: {e}")))?
             .with_metrics(cfg.pull.metrics.clone());
-        match records.recover_intents_from_runtime(&runtime.gateway).await {
+        match recover_intents_from_runtime(&records, &runtime.gateway).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(recovered = n, "pull intents left by an earlier run recovered"),
             Err(e) => tracing::warn!(error = %e, "pull intents not recovered; their images keep needing verification"),
@@ -378,4 +379,23 @@ impl Node {
         self.manager.backoff().do_send(Stop);
         ShutdownReport { abandoned_pulls }
     }
+}
+
+/// [`PullRecords::recover_intents`] over the images the runtime behind
+/// `gateway` lists (listed only when intents are stored, as the kubelet
+/// does). A listing failure leaves the intents as they are (the images keep
+/// counting as pulled by imaged) and is returned.
+pub async fn recover_intents_from_runtime(
+    records: &PullRecords,
+    gateway: &actix::Addr<crate::actors::cri_gateway::CriGatewayActor>,
+) -> Result<usize, String> {
+    if !records.has_stored_intents() {
+        return Ok(0);
+    }
+    let images = gateway
+        .send(crate::actors::cri_gateway::ListImages::default())
+        .await
+        .map_err(|_| "the CRI gateway stopped".to_string())?
+        .map_err(|e| format!("failed to list images: {e}"))?;
+    records.recover_intents(&images).await.map_err(|e| e.to_string())
 }

@@ -10,8 +10,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use imaged::actors::backoff_registry::BackoffSettings;
 use imaged::actors::pull_queue::{Concurrency, PullQueueConfig};
-use imaged::config::BackoffSettings;
 use imaged::credentials::{CredentialProviders, DockerConfigSearch, NodeConfigFiles, NodeCredentials, PullSecret};
 use imaged::cri::Rpc;
 use imaged::domain::ImageErrorKind;

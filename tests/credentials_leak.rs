@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use base64::Engine as _;
+use imaged::actors::backoff_registry::BackoffSettings;
 use imaged::actors::pull_queue::{Concurrency, PullQueueConfig};
-use imaged::config::BackoffSettings;
 use imaged::credentials::{
     CredentialProviders, DockerConfigSearch, NodeConfigFiles, NodeCredentials, PullSecret, lookup_credentials,
 };

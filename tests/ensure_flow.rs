@@ -7,14 +7,15 @@ mod support;
 use std::time::Duration;
 
 use actix::prelude::*;
+use imaged::actors::backoff_registry::BackoffSettings;
 use imaged::actors::backoff_registry::{ClearBackoff, ClearScope};
 use imaged::actors::pull_queue::{Concurrency, PullQueueConfig};
-use imaged::config::BackoffSettings;
 use imaged::cri::{CriError, CriErrorKind, Rpc};
 use imaged::domain::pull_policy::PullPolicy;
 use imaged::domain::{ErrorClass, ImageErrorKind};
 use imaged::embedded::RemoteImage;
 use imaged::ensure::*;
+use imaged::events::*;
 use imaged::fault::{FaultPlan, FaultRule};
 use imaged::testing::{EventLog, TakeEvents};
 use support::fixture::{Runtime, runtime};

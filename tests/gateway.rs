@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use actix::Addr;
 use imaged::actors::cri_gateway::*;
-use imaged::config::{CriConfig, CriDeadlines};
+use imaged::actors::cri_gateway::{CriConfig, CriDeadlines};
 use imaged::cri::{CriError, CriErrorKind, Rpc};
 use imaged::domain::{
     AuthConfig, Container, ContainerFilter, ContainerState, ImageSpec, PodSandbox, PodSandboxFilter, PodSandboxState,

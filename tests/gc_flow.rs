@@ -12,7 +12,7 @@ use imaged::config::Config;
 use imaged::cri::Rpc;
 use imaged::domain::{Container, ContainerState, ImageSpec};
 use imaged::embedded::RemoteImage;
-use imaged::ensure::EventSink;
+use imaged::events::EventSink;
 use imaged::gc::hints::InUseHints;
 use imaged::gc::plan::{DeleteReason, KeepReason, Verdict};
 use imaged::gc_service::GcService;

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
 
+use imaged::actors::backoff_registry::BackoffSettings;
 use imaged::actors::pull_queue::{Concurrency, PullQueueConfig};
-use imaged::config::BackoffSettings;
 use imaged::credentials::PullSecret;
 use imaged::cri::Rpc;
 use imaged::domain::ImageErrorKind;
@@ -70,7 +70,7 @@ async fn counting_manager(
     let store = Arc::new(Store::open(dir).expect("store opens"));
     let records =
         PullRecords::open(VerifyPolicy::new(policy), Some(store)).expect("records load").with_metrics(metrics.clone());
-    records.recover_intents_from_runtime(&rt.gateway).await.expect("recovery");
+    imaged::node::recover_intents_from_runtime(&records, &rt.gateway).await.expect("recovery");
     let pull = PullQueueConfig { concurrency, qps: 0.0, metrics: metrics.clone(), ..PullQueueConfig::default() };
     ImageManager::start(rt.gateway.clone(), &pull, &BackoffSettings::default(), EnsureConfig::default())
         .await
@@ -297,7 +297,7 @@ async fn a_crash_between_intent_and_record_is_recovered_at_the_next_start() {
 #[actix::test]
 async fn gc_prunes_the_records_of_the_images_it_removes_and_keeps_the_others() {
     use imaged::actors::gc_executor::DeleteUnusedImages;
-    use imaged::ensure::EventSink;
+    use imaged::events::EventSink;
     use imaged::gc_service::GcService;
 
     let rt = runtime().await;

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use imaged::actors::backoff_registry::{ClearBackoff, ClearScope};
 use imaged::actors::cri_gateway::CriGatewayActor;
+use imaged::actors::cri_gateway::{CriConfig, CriDeadlines};
 use imaged::actors::gc_executor::RunGc;
 use imaged::actors::pull_queue::{Concurrency, GetQueueStatus, PullQueueConfig, ThrottleMode};
-use imaged::config::{Config, CriConfig, CriDeadlines};
+use imaged::config::Config;
 use imaged::domain::pull_policy::PullPolicy;
 use imaged::embedded::{EmbeddedRuntime, RemoteImage};
 use imaged::ensure::{EnsureConfig, EnsureImageRequest, ImageManager};
@@ -123,7 +124,7 @@ async fn pulls_joins_failures_and_gc_show_in_the_scrape() {
         st.runtime.capacity_source(),
         None,
         InUseHints::default(),
-        imaged::ensure::EventSink::default(),
+        imaged::events::EventSink::default(),
     );
     let report = svc.executor.send(RunGc { dry_run: false }).await.expect("executor").expect("gc");
     assert!(!report.removed.is_empty());

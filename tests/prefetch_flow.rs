@@ -7,14 +7,15 @@ mod support;
 use std::time::Duration;
 
 use actix::prelude::*;
+use imaged::actors::backoff_registry::BackoffSettings;
 use imaged::actors::pull_queue::{Concurrency, ListPulls, PullQueueConfig, PullStage};
-use imaged::config::BackoffSettings;
 use imaged::credentials::PullSecret;
 use imaged::cri::Rpc;
 use imaged::domain::ImageErrorKind;
 use imaged::domain::pull_policy::PullPolicy;
 use imaged::embedded::RemoteImage;
 use imaged::ensure::*;
+use imaged::events::*;
 use imaged::pull_records::{PullRecords, VerificationPolicy, VerifyPolicy};
 use imaged::testing::{EventLog, TakeEvents};
 use support::fixture::{Runtime, runtime};

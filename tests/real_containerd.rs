@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use imaged::actors::cri_gateway::*;
-use imaged::config::{CriConfig, CriDeadlines};
+use imaged::actors::cri_gateway::{CriConfig, CriDeadlines};
 use imaged::cri::{CriErrorKind, Rpc};
 use imaged::domain::{AuthConfig, ImageSpec};
 use imaged::fault::{FaultPlan, FaultRule};
@@ -288,7 +288,7 @@ async fn daemon_flow(env: &ContainerdEnv) {
 /// is measured with statvfs on the mountpoint containerd reports.
 async fn gc_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>) {
     use imaged::actors::gc_executor::DeleteUnusedImages;
-    use imaged::ensure::EventSink;
+    use imaged::events::EventSink;
     use imaged::gc::capacity::CapacitySource;
     use imaged::gc::hints::InUseHints;
     use imaged::gc::plan::{KeepReason, Verdict};
@@ -342,7 +342,7 @@ async fn ensure_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>)
     let manager = ImageManager::start(
         gateway,
         &PullQueueConfig::default(),
-        &imaged::config::BackoffSettings::default(),
+        &imaged::actors::backoff_registry::BackoffSettings::default(),
         EnsureConfig::default(),
     )
     .await
@@ -486,7 +486,7 @@ async fn node_credentials_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGate
     let manager = ImageManager::start(
         gateway,
         &PullQueueConfig::default(),
-        &imaged::config::BackoffSettings::default(),
+        &imaged::actors::backoff_registry::BackoffSettings::default(),
         EnsureConfig::default(),
     )
     .await

@@ -12,7 +12,8 @@ use crate::actors::pull_queue::{PullInfo, PullPhase, PullPhaseChanged};
 use crate::credentials::PullSecret;
 use crate::domain::Image;
 use crate::domain::pull_policy::{PullPolicy, default_pull_policy};
-use crate::ensure::{EnsureError, EnsureImageRequest, EnsureOk, ImageEvent, PodInfo, PrefetchRequest};
+use crate::ensure::{EnsureError, EnsureImageRequest, EnsureOk, PodInfo, PrefetchRequest};
+use crate::events::ImageEvent;
 use crate::gc::plan::{GcMode, Verdict};
 
 /// Longest image reference accepted (the grammar's own limit is 255 for the

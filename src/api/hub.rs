@@ -11,7 +11,7 @@ use tokio::sync::broadcast;
 
 use super::{convert, proto};
 use crate::actors::pull_queue::PullPhaseChanged;
-use crate::ensure::ImageEvent;
+use crate::events::ImageEvent;
 
 /// Events kept for a watcher that is behind.
 pub const HUB_BUFFER: usize = 1024;

@@ -10,7 +10,8 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::domain::pull_policy::PullPolicy;
-use crate::ensure::{EnsureImageRequest, ImageEvent, ImageManager};
+use crate::ensure::{EnsureImageRequest, ImageManager};
+use crate::events::ImageEvent;
 
 use crate::actors::cri_gateway::{GetImageFsInfo, GetImageStatus, ListImages, PullImage, RemoveImage};
 use crate::domain::ImageSpec;
@@ -141,7 +142,7 @@ fn short(id: &str) -> &str {
 pub async fn run_gc(cfg: &Config, rt: &ConnectedRuntime, out: &mut impl Write) -> Result<(), AppError> {
     use crate::actors::cri_gateway::PullImage;
     use crate::actors::gc_executor::DeleteUnusedImages;
-    use crate::ensure::EventSink;
+    use crate::events::EventSink;
     use crate::gc::capacity::CapacitySource;
     use crate::gc::hints::InUseHints;
     use crate::gc_service::GcService;

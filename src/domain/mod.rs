@@ -6,6 +6,7 @@ mod image;
 mod image_error;
 pub mod limits;
 pub mod pull_policy;
+pub mod pull_record;
 pub mod reference;
 mod runtime;
 mod secret;

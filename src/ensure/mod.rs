@@ -5,7 +5,6 @@
 //! checks), the backoff registry and the pull queue, emitting the kubelet's
 //! events with its exact messages. See `actors.md` for the actors.
 
-mod events;
 mod prefetch;
 mod presence;
 mod recorder;
@@ -20,7 +19,7 @@ use std::time::Duration;
 use actix::Addr;
 use tokio::time::Instant;
 
-pub use events::{EventReason, EventSink, EventType, ImageEvent, ObjectRef};
+use crate::events::{EventReason, EventSink, ImageEvent, ObjectRef};
 pub use prefetch::{Prefetch, PrefetchDone, PrefetchRequest};
 pub use presence::PresenceWindow;
 pub use recorder::{PodPullTimes, PullingRecorder};
@@ -33,10 +32,11 @@ use crate::actors::cri_gateway::{CriGatewayActor, CriReader, GetReader};
 use crate::actors::pull_queue::{EnqueuePull, PullFailure, PullOutcome, PullQueueActor, PullRequest};
 use crate::cri::{CriError, CriErrorKind};
 use crate::domain::pull_policy::PullPolicy;
+use crate::domain::pull_record::{ImagePullCredentials, ImagePullSecret};
 use crate::domain::reference::apply_default_image_tag;
 use crate::domain::{AuthConfig, ErrorClass, ImageErrorKind, ImageSpec, SandboxConfig, eval_cri_pull_err};
 use crate::metrics::Tristate;
-use crate::pull_records::{ImagePullCredentials, ImagePullSecret, PodCredentials, PullRecords, VerifyPolicy};
+use crate::pull_records::{PodCredentials, PullRecords, VerifyPolicy};
 
 /// The pod an image is for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -302,7 +302,7 @@ impl ImageManager {
     pub async fn start(
         gateway: Addr<CriGatewayActor>,
         pull: &crate::actors::pull_queue::PullQueueConfig,
-        backoff: &crate::config::BackoffSettings,
+        backoff: &crate::actors::backoff_registry::BackoffSettings,
         cfg: EnsureConfig,
     ) -> Result<Self, actix::MailboxError> {
         use actix::Actor as _;

@@ -29,7 +29,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::cri::{CriError, Rpc};
 use crate::domain::pull_policy::PullPolicy;
-use crate::pull_records::MustPullResult;
+use crate::domain::pull_record::MustPullResult;
 
 /// The content type of [`Metrics::encode`]'s text (OpenMetrics 1.0, which
 /// Prometheus scrapes natively).
@@ -512,27 +512,10 @@ impl Metrics {
 
     // === info ===
 
-    /// Publishes the key settings of `cfg` as `imaged_config_info` labels.
-    pub fn set_config_info(&self, cfg: &crate::config::Config) {
-        use crate::actors::pull_queue::Concurrency;
-        let endpoint = match &cfg.endpoint {
-            crate::config::RuntimeEndpoint::Embedded { .. } => "embedded".to_string(),
-            crate::config::RuntimeEndpoint::Cri(e) => e.to_string(),
-        };
-        let concurrency = match cfg.pull.concurrency {
-            Concurrency::Serial => "serial".to_string(),
-            Concurrency::Parallel(None) => "parallel".to_string(),
-            Concurrency::Parallel(Some(n)) => format!("parallel:{n}"),
-        };
-        let labels = vec![
-            ("runtime_endpoint", endpoint),
-            ("pull_concurrency", concurrency),
-            ("single_flight", cfg.pull.single_flight.to_string()),
-            ("registry_pull_qps", cfg.pull.qps.to_string()),
-            ("registry_burst", cfg.pull.burst.to_string()),
-            ("image_gc_high_threshold_percent", cfg.gc.high_threshold_percent.to_string()),
-            ("image_gc_low_threshold_percent", cfg.gc.low_threshold_percent.to_string()),
-        ];
+    /// Publishes the key settings (from [`Config::info_labels`](crate::config::Config::info_labels))
+    /// as `imaged_config_info` labels, replacing the last ones.
+    pub fn set_config_info(&self, labels: &[(&'static str, String)]) {
+        let labels = labels.to_vec();
         self.inner.config_info.clear();
         self.inner.config_info.get_or_create(&labels).set(1);
     }

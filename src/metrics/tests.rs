@@ -43,7 +43,7 @@ fn every_family_is_prefixed_and_typed() {
     m.image_pulled(1, Duration::from_secs(1));
     m.image_garbage_collected("age", 1);
     drop(m.ensure_request(PullPolicy::Always));
-    m.mustpull_check(crate::pull_records::MustPullResult::Error);
+    m.mustpull_check(crate::domain::pull_record::MustPullResult::Error);
     m.credential_plugin_ran("p", Duration::from_millis(1), true);
     m.cri_call(Rpc::Version, Duration::from_millis(1), Some(&CriError::deadline_exceeded()));
     m.gc_run(true);
@@ -165,7 +165,7 @@ fn gauges_counters_and_info_report_what_they_were_told() {
     m.image_garbage_collected("age", 50);
     m.gc_run(true);
     m.gc_run(false);
-    m.mustpull_check(crate::pull_records::MustPullResult::CredentialRecordFound);
+    m.mustpull_check(crate::domain::pull_record::MustPullResult::CredentialRecordFound);
     m.credential_plugin_ran("ecr", Duration::from_millis(20), true);
     m.set_credential_provider_config("sha256:aa");
     m.set_credential_provider_config("sha256:bb");
@@ -196,7 +196,7 @@ fn gauges_counters_and_info_report_what_they_were_told() {
 fn config_info_names_the_key_settings() {
     let m = Metrics::default();
     let cfg = crate::config::Config::defaults().expect("defaults");
-    m.set_config_info(&cfg);
+    m.set_config_info(&cfg.info_labels());
     let s = scrape(&m);
     let labels = [
         ("runtime_endpoint", "embedded"),

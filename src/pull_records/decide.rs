@@ -2,56 +2,10 @@
 //! 3–12), pure: the caller looks the record up and supplies the pod's
 //! credentials lazily.
 
-use std::fmt;
-
 use super::policy::VerifyPolicy;
-use super::record::{ImagePullSecret, ImagePullServiceAccount, MAX_SECRETS_WRITTEN_WHILE_MATCHING, PulledRecord};
-
-/// The `result` label of `kubelet_imagemanager_image_mustpull_checks_total`
-/// (imaged's `imaged_imagemanager_image_mustpull_checks_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum MustPullResult {
-    /// The policy does not ask for verification of this image.
-    CredentialPolicyAllowed,
-    /// A record shows the pod may use the image.
-    CredentialRecordFound,
-    /// The pod must pull (authenticate) to use the image.
-    MustAuthenticate,
-    /// The check failed; the pod must pull.
-    Error,
-}
-
-impl MustPullResult {
-    /// Every result, in [`MustPullResult::index`] order.
-    pub const ALL: [MustPullResult; 4] =
-        [Self::CredentialPolicyAllowed, Self::CredentialRecordFound, Self::MustAuthenticate, Self::Error];
-
-    /// The position in [`MustPullResult::ALL`].
-    pub fn index(self) -> usize {
-        match self {
-            Self::CredentialPolicyAllowed => 0,
-            Self::CredentialRecordFound => 1,
-            Self::MustAuthenticate => 2,
-            Self::Error => 3,
-        }
-    }
-
-    /// The kubelet's label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::CredentialPolicyAllowed => "credentialPolicyAllowed",
-            Self::CredentialRecordFound => "credentialRecordFound",
-            Self::MustAuthenticate => "mustAuthenticate",
-            Self::Error => "error",
-        }
-    }
-}
-
-impl fmt::Display for MustPullResult {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+use crate::domain::pull_record::{
+    ImagePullSecret, ImagePullServiceAccount, MAX_SECRETS_WRITTEN_WHILE_MATCHING, MustPullResult, PulledRecord,
+};
 
 /// What is known of the image's pulled record.
 #[derive(Debug, Clone, Copy)]

@@ -31,7 +31,6 @@
 
 mod decide;
 mod policy;
-mod record;
 #[cfg(test)]
 mod tests;
 
@@ -39,15 +38,12 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-pub use decide::{Decision, MustPullResult, PodCredentials, RecordLookup, decide};
+pub use decide::{Decision, PodCredentials, RecordLookup, decide};
 pub use policy::{Allowlist, AllowlistError, UnknownPolicy, VerificationPolicy, VerifyPolicy};
-pub use record::{
-    ImagePullCredentials, ImagePullSecret, ImagePullServiceAccount, MAX_SECRETS_WRITTEN_WHILE_MATCHING, PulledRecord,
-    merge_pulled,
-};
 
 use crate::clock::WallClock;
 use crate::domain::Image;
+use crate::domain::pull_record::{ImagePullCredentials, MustPullResult, PulledRecord, merge_pulled};
 use crate::domain::reference::parse_normalized_named;
 use crate::metrics::Metrics;
 use crate::store::{PullRecordsWrite, Store, StoreError};
@@ -441,23 +437,11 @@ impl PullRecords {
         Ok(recovered)
     }
 
-    /// [`PullRecords::recover_intents`] over the images the runtime behind
-    /// `gateway` lists (listed only when intents are stored, as the kubelet
-    /// does). A listing failure leaves the intents as they are (the images
-    /// keep counting as pulled by imaged) and is returned.
-    pub async fn recover_intents_from_runtime(
-        &self,
-        gateway: &actix::Addr<crate::actors::cri_gateway::CriGatewayActor>,
-    ) -> Result<usize, String> {
-        if self.state().stored_intents.is_empty() {
-            return Ok(0);
-        }
-        let images = gateway
-            .send(crate::actors::cri_gateway::ListImages::default())
-            .await
-            .map_err(|_| "the CRI gateway stopped".to_string())?
-            .map_err(|e| format!("failed to list images: {e}"))?;
-        self.recover_intents(&images).await.map_err(|e| e.to_string())
+    /// Whether a crash left pull intents to recover (see
+    /// [`PullRecords::recover_intents`]; the kubelet lists the runtime's
+    /// images only then).
+    pub fn has_stored_intents(&self) -> bool {
+        !self.state().stored_intents.is_empty()
     }
 
     /// The kubelet's `PruneUnknownRecords`: deletes every record last

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::*;
+use crate::domain::pull_record::*;
 
 fn t(secs: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(secs)

@@ -48,8 +48,8 @@ use redb::{
     Database, DatabaseError, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
 };
 
+use crate::domain::pull_record::PulledRecord;
 use crate::gc::record::{ImageRecord, RecordKey};
-use crate::pull_records::PulledRecord;
 
 #[cfg(test)]
 mod tests;

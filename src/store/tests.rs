@@ -447,7 +447,7 @@ fn sigkill_mid_write_leaves_each_transaction_all_or_nothing() {
 // === pull intents and pulled records (KEP-2535) ===
 
 fn pulled(image_ref: &str) -> PulledRecord {
-    use crate::pull_records::ImagePullCredentials;
+    use crate::domain::pull_record::ImagePullCredentials;
     PulledRecord {
         last_updated_time: time(1_700_000_000, 5),
         image_ref: image_ref.into(),

@@ -3,7 +3,7 @@
 
 use actix::prelude::*;
 
-use crate::ensure::{EventReason, ImageEvent};
+use crate::events::{EventReason, ImageEvent};
 
 /// Records events in arrival order.
 #[derive(Debug, Default)]

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use actix::Addr;
 use imaged::actors::cri_gateway::CriGatewayActor;
-use imaged::config::{CriConfig, CriDeadlines};
+use imaged::actors::cri_gateway::{CriConfig, CriDeadlines};
 use imaged::embedded::EmbeddedRuntime;
 
 /// A runtime, its socket's temp dir and a gateway to it.

@@ -14,6 +14,7 @@
 
 mod actor;
 mod messages;
+mod settings;
 mod table;
 #[cfg(test)]
 mod tests;
@@ -23,6 +24,7 @@ pub use messages::{
     BackoffCheck, BeginAttempt, CheckBackoff, ClearBackoff, ListBackoffs, RecordFailure, RecordSuccess,
     RegistryRecovered,
 };
+pub use settings::BackoffSettings;
 pub use table::{
     BackoffConfig, BackoffKey, BackoffTable, BackoffView, ClearScope, DEFAULT_INITIAL, DEFAULT_MAX, InvalidBackoff,
 };

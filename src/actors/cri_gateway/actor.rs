@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::messages::*;
-use crate::config::{CriConfig, CriDeadlines};
+use super::{CriConfig, CriDeadlines};
 use crate::cri::{CriClient, CriEndpoint, CriError, CriErrorKind, Rpc};
 use crate::domain::{
     Container, ContainerStatus, Image, ImageFsInfo, ImageSpec, ImageStatus, PodSandbox, RuntimeVersion,

@@ -9,6 +9,7 @@
 
 mod actor;
 mod messages;
+mod settings;
 #[cfg(test)]
 mod tests;
 
@@ -17,3 +18,4 @@ pub use messages::{
     GetContainerStatus, GetImageFsInfo, GetImageStatus, GetReader, GetVersion, ListContainers, ListImages,
     ListPodSandboxes, PullImage, RemoveImage, SetFaultPlan,
 };
+pub use settings::{CriConfig, CriDeadlines};

@@ -22,7 +22,7 @@ use crate::actors::detector::{DetectImages, Detection, DetectorActor};
 use crate::clock::WallClock;
 use crate::cri::CriError;
 use crate::domain::ImageSpec;
-use crate::ensure::{EventReason, EventSink, ImageEvent, ObjectRef};
+use crate::events::{EventReason, EventSink, ImageEvent, ObjectRef};
 use crate::gc::capacity::{CapacitySource, FsCapacity};
 pub use crate::gc::plan::GcMode;
 use crate::gc::plan::{

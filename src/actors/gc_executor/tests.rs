@@ -6,7 +6,7 @@ use super::*;
 use crate::actors::detector::{DetectorActor, DetectorConfig};
 use crate::cri::{CriErrorKind, Rpc};
 use crate::domain::{Container, ContainerState, Image};
-use crate::ensure::EventReason;
+use crate::events::EventReason;
 use crate::gc::hints::InUseHints;
 use crate::gc::plan::{DeleteReason, KeepReason};
 use crate::testing::{EventLog, EventReasons, FailNext, FakeCri, GetFakeCalls, SetFakeContainers, SetFakeFs};

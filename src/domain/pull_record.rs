@@ -2,6 +2,7 @@
 //! (reference §8.2, §8.3). Pure: no I/O, no clock (the caller passes `now`).
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
@@ -181,4 +182,50 @@ fn sort(creds: &mut ImagePullCredentials) {
     creds
         .kubernetes_service_accounts
         .sort_by(|a, b| (&a.namespace, &a.name, &a.uid).cmp(&(&b.namespace, &b.name, &b.uid)));
+}
+
+/// The `result` label of `kubelet_imagemanager_image_mustpull_checks_total`
+/// (imaged's `imaged_imagemanager_image_mustpull_checks_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MustPullResult {
+    /// The policy does not ask for verification of this image.
+    CredentialPolicyAllowed,
+    /// A record shows the pod may use the image.
+    CredentialRecordFound,
+    /// The pod must pull (authenticate) to use the image.
+    MustAuthenticate,
+    /// The check failed; the pod must pull.
+    Error,
+}
+
+impl MustPullResult {
+    /// Every result, in [`MustPullResult::index`] order.
+    pub const ALL: [MustPullResult; 4] =
+        [Self::CredentialPolicyAllowed, Self::CredentialRecordFound, Self::MustAuthenticate, Self::Error];
+
+    /// The position in [`MustPullResult::ALL`].
+    pub fn index(self) -> usize {
+        match self {
+            Self::CredentialPolicyAllowed => 0,
+            Self::CredentialRecordFound => 1,
+            Self::MustAuthenticate => 2,
+            Self::Error => 3,
+        }
+    }
+
+    /// The kubelet's label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CredentialPolicyAllowed => "credentialPolicyAllowed",
+            Self::CredentialRecordFound => "credentialRecordFound",
+            Self::MustAuthenticate => "mustAuthenticate",
+            Self::Error => "error",
+        }
+    }
+}
+
+impl fmt::Display for MustPullResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
