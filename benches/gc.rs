@@ -14,6 +14,7 @@
 //!
 //! Data: 64-hex image ids, 1–3 tags of about 40 characters and one digest
 //! per image, sizes 10 MiB–2 GiB, first detections over 30 days.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use std::collections::HashSet;
 use std::hint::black_box;

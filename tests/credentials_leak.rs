@@ -5,6 +5,7 @@
 //! error text, the metrics scrape and the `Debug` output of the request,
 //! the credentials and the manager are captured; no password and no base64 `auth` string may
 //! appear in any of them.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod support;
 

@@ -1,5 +1,6 @@
 //! The daemon as operators run it: `imaged run` on the embedded runtime,
 //! its API through a real unix socket, `imagectl` against it, signals.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod support;
 

@@ -3,6 +3,7 @@
 //! exactly upstream's fields (name, number, type), every enum upstream's
 //! values, every RPC upstream's request and response types. This is what
 //! "wire-compatible" means.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -2,6 +2,7 @@
 //! order, the parallel token limit, single-flight, priority, the throttle in
 //! both modes, the deadline, and the presence re-check. Concurrency is
 //! asserted with the runtime's counters, not with wall time.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod support;
 
