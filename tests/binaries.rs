@@ -61,14 +61,18 @@ fn a_duration_run_cannot_use_is_refused_by_check_config_and_run_alike() {
 fn an_unreachable_runtime_exits_69() {
     let dir = tempfile::tempdir().expect("tempdir");
     let sock = dir.path().join("none.sock");
+    let api = dir.path().join("api.sock");
     let out = imaged()
         .args([
             "--runtime-endpoint",
             &format!("unix://{}", sock.display()),
             "--set",
             "runtime.startup_timeout=300ms",
-            "demo",
-            "--cri-round",
+            "--set",
+            &format!("daemon.socket={}", api.display()),
+            "--set",
+            "daemon.metrics_address=127.0.0.1:0",
+            "run",
         ])
         .output()
         .expect("run imaged");
@@ -125,41 +129,8 @@ fn the_main_job_needs_the_embedded_runtime_and_names_the_alternative() {
         .output()
         .expect("run imaged");
     assert_eq!(out.status.code(), Some(64));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("imaged demo --cri-round"));
-}
-
-#[test]
-fn the_scripted_cri_round_still_runs() {
-    let out = imaged().args(["demo", "--cri-round"]).output().expect("run imaged");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8_lossy(&out.stdout);
-    for want in [
-        "runtime: imaged-embedded",
-        "pull    busybox:1.36: sha256:",
-        "list    0 image(s) left",
-        "Successfully pulled image \"busybox:1.36\" in ",
-        "Container image \"busybox:1.36\" already present on machine and can be accessed by the pod",
-        "ImagePullBackOff: Back-off pulling image \"docker.io/library/does-not-exist:1.0\": ErrImagePull: ",
-        "keep: sandbox image",
-    ] {
-        assert!(text.contains(want), "missing {want:?} in:\n{text}");
-    }
-}
-
-#[test]
-fn logs_are_json_lines_when_asked_and_rust_log_filters_them() {
-    let out = imaged().args(["--log-format", "json", "demo", "--cri-round"]).output().expect("run imaged");
-    assert!(out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert!(!lines.is_empty(), "info logs expected");
-    for l in &lines {
-        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
-        assert!(v.get("level").is_some() && v.get("message").is_some(), "{l}");
-    }
-    let quiet = imaged().env("RUST_LOG", "error").args(["demo", "--cri-round"]).output().expect("run imaged");
-    assert!(quiet.status.success());
-    assert!(String::from_utf8_lossy(&quiet.stderr).trim().is_empty(), "RUST_LOG=error silences info logs");
+    assert!(err.contains("run `imaged run` and drive it with `imagectl`"), "{err}");
 }
 
 #[test]

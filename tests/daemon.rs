@@ -210,6 +210,26 @@ fn extreme_deadlines_get_a_clear_error_and_the_daemon_keeps_serving() {
 }
 
 #[test]
+fn logs_are_json_lines_when_asked_and_rust_log_filters_them() {
+    let d = Daemon::start(&["--log-format", "json"]);
+    let o = d.imagectl(&["ensure", "busybox:1.36"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let log = d.log();
+    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(lines.len() >= 2, "info logs expected: {log}");
+    for l in &lines {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+        assert!(v.get("level").is_some() && v.get("message").is_some(), "{l}");
+    }
+    assert!(log.contains("Successfully pulled image"), "{log}");
+
+    let quiet = Daemon::start(&["--set", "log.filter=error"]);
+    let o = quiet.imagectl(&["ensure", "busybox:1.36"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(quiet.log().trim().is_empty(), "log.filter=error silences info logs: {}", quiet.log());
+}
+
+#[test]
 fn imagectl_drives_the_daemon_with_tables_json_and_exit_codes() {
     let d = Daemon::start(&[]);
     let o = d.imagectl(&["ensure", "busybox:1.36", "--pod", "web/front-1", "--pod-uid", "u1"]);

@@ -23,20 +23,13 @@ enum Command {
     /// Run the daemon: serve the API on `daemon.socket` until SIGTERM/SIGINT (SIGHUP reloads).
     Run,
     /// The main job: replay a node workload (a few hundred pods) on the embedded runtime with a live
-    /// display and a closing summary. `--cri-round`: the older scripted round of CRI calls instead.
+    /// display and a closing summary.
     Demo {
-        /// The scripted round: pull, list, status and remove through the CRI gateway, the ensure
-        /// flow with its events, and a GC plan; works against any runtime endpoint.
-        #[arg(long)]
-        cri_round: bool,
-        /// Images for `--cri-round` to pull and remove (default: a few from the embedded catalogue).
-        #[arg(requires = "cri_round")]
-        images: Vec<String>,
         /// Seed of the generated workload (the same seed replays the same pods).
-        #[arg(long, default_value_t = imaged::demo::workload::DEFAULT_SEED, conflicts_with = "cri_round")]
+        #[arg(long, default_value_t = imaged::demo::workload::DEFAULT_SEED)]
         seed: u64,
         /// Do not serve the API on a temporary socket while the demo runs.
-        #[arg(long, conflicts_with = "cri_round")]
+        #[arg(long)]
         no_api: bool,
     },
     /// Serve the embedded CRI runtime on a unix socket until SIGINT/SIGTERM.
@@ -65,7 +58,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<(), AppError> {
     let sources = match &cli.command {
-        Command::Demo { cri_round: false, .. } => imaged::demo::sources(cli.config.sources()),
+        Command::Demo { .. } => imaged::demo::sources(cli.config.sources()),
         _ => cli.config.sources(),
     };
     let cfg: Config = Config::load(&sources)?;
@@ -77,22 +70,9 @@ fn run(cli: Cli) -> Result<(), AppError> {
             println!("{cfg:#?}");
             Ok(())
         }
-        Command::Demo { cri_round: false, seed, no_api, .. } => {
+        Command::Demo { seed, no_api } => {
             let opts = imaged::demo::DemoOptions { seed, serve_api: !no_api };
             actix::System::new().block_on(async move { imaged::demo::run_main_job(cfg, &opts).await.map(|_| ()) })
-        }
-        Command::Demo { cri_round: true, images, .. } => {
-            let images = if images.is_empty() {
-                ["busybox:1.36", "nginx:1.27", "registry.k8s.io/pause:3.10"].map(String::from).to_vec()
-            } else {
-                images
-            };
-            actix::System::new().block_on(async move {
-                let rt = imaged::runtime::connect(&cfg).await?;
-                imaged::demo::run(&rt, &images, &mut std::io::stdout()).await?;
-                imaged::demo::run_ensure(&cfg, &rt, &images[0], &mut std::io::stdout()).await?;
-                imaged::demo::run_gc(&cfg, &rt, &mut std::io::stdout()).await
-            })
         }
         Command::EmbeddedRuntime { socket, empty } => {
             let rt = EmbeddedRuntime::start(&socket)?;

@@ -12,11 +12,11 @@
 //! workload's horizon. [`display`] shows progress live; [`summary`] closes
 //! with what happened and what imaged did better than the kubelet.
 //!
-//! The older scripted round (CRI calls, the ensure flow and a GC plan
-//! against any runtime) is [`cri_round`], `imaged demo --cri-round`.
+//! Against another runtime, run the daemon there (`imaged run
+//! --runtime-endpoint …`) and drive it with `imagectl` (`imagectl cri …` for
+//! raw CRI calls).
 
 pub mod catalogue;
-pub mod cri_round;
 pub mod display;
 pub mod summary;
 pub mod workload;
@@ -29,8 +29,6 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use tokio::time::Instant;
-
-pub use cri_round::{run, run_ensure, run_gc};
 
 use crate::actors::cri_gateway::CriGatewayActor;
 use crate::actors::gc_executor::{GcReport, GetLastGcReport};
@@ -192,7 +190,7 @@ async fn embedded_runtime(cfg: &Config, dir: &std::path::Path) -> Result<Connect
         RuntimeEndpoint::Cri(e) => {
             return Err(AppError::Usage(format!(
                 "the demo runs on the embedded runtime, but runtime.endpoint is {e}; \
-                 use `imaged demo --cri-round` for a round against that runtime"
+                 against that runtime run `imaged run` and drive it with `imagectl` (`imagectl cri` for raw CRI calls)"
             )));
         }
     };
