@@ -369,14 +369,9 @@ impl Config {
             RuntimeEndpoint::Embedded { .. } => "embedded".to_string(),
             RuntimeEndpoint::Cri(e) => e.to_string(),
         };
-        let concurrency = match self.pull.concurrency {
-            Concurrency::Serial => "serial".to_string(),
-            Concurrency::Parallel(None) => "parallel".to_string(),
-            Concurrency::Parallel(Some(n)) => format!("parallel:{n}"),
-        };
         vec![
             ("runtime_endpoint", endpoint),
-            ("pull_concurrency", concurrency),
+            ("pull_concurrency", self.pull.concurrency.to_string()),
             ("single_flight", self.pull.single_flight.to_string()),
             ("registry_pull_qps", self.pull.qps.to_string()),
             ("registry_burst", self.pull.burst.to_string()),

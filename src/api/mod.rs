@@ -68,11 +68,7 @@ impl ImagedService {
     }
 
     fn pull_mode(&self) -> String {
-        match self.node.config().pull.concurrency {
-            crate::actors::pull_queue::Concurrency::Serial => "serial".to_string(),
-            crate::actors::pull_queue::Concurrency::Parallel(Some(n)) => format!("parallel({n})"),
-            crate::actors::pull_queue::Concurrency::Parallel(None) => "parallel(unlimited)".to_string(),
-        }
+        self.node.config().pull.concurrency.to_string()
     }
 
     /// The settings in force (the GC policy as a SIGHUP last applied it).

@@ -15,3 +15,27 @@ pub use messages::{
 };
 pub use queue::{Concurrency, registry_of};
 pub use throttle::ThrottleMode;
+
+/// The one text form of the mode (status, metrics labels, logs): `serial`,
+/// `parallel(N)`, `parallel(unlimited)`.
+impl std::fmt::Display for Concurrency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Concurrency::Serial => f.write_str("serial"),
+            Concurrency::Parallel(Some(n)) => write!(f, "parallel({n})"),
+            Concurrency::Parallel(None) => f.write_str("parallel(unlimited)"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod display_tests {
+    use super::Concurrency;
+
+    #[test]
+    fn one_text_form_of_the_mode() {
+        assert_eq!(Concurrency::Serial.to_string(), "serial");
+        assert_eq!(Concurrency::Parallel(Some(4)).to_string(), "parallel(4)");
+        assert_eq!(Concurrency::Parallel(None).to_string(), "parallel(unlimited)");
+    }
+}
