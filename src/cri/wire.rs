@@ -1,0 +1,190 @@
+//! CRI messages as bytes on the wire, for a front that forwards them: prost
+//! drops fields it does not know when it decodes, so a message that passes
+//! through imaged is kept as the bytes the peer sent, read only where imaged
+//! needs a value, and changed only where imaged changes it (an `Image`'s
+//! `pinned`), every other field, known or not, copied as it came.
+
+use prost::Message as _;
+use prost::bytes::{BufMut as _, Bytes, BytesMut};
+
+use super::proto as pb;
+
+/// Bytes that are not a well-formed protobuf message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("malformed protobuf message: {0}")]
+pub struct WireError(&'static str);
+
+/// One field of a message: its number, wire type, the whole field's bytes
+/// (tag included) and, for length-delimited fields, the payload's range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Field {
+    number: u32,
+    wire_type: u8,
+    whole: std::ops::Range<usize>,
+    payload: std::ops::Range<usize>,
+}
+
+const LEN: u8 = 2;
+
+fn varint(buf: &[u8], at: &mut usize) -> Result<u64, WireError> {
+    let mut value = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = *buf.get(*at).ok_or(WireError("truncated varint"))?;
+        *at += 1;
+        value |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Ok(value);
+        }
+    }
+    Err(WireError("varint longer than 10 bytes"))
+}
+
+fn put_varint(out: &mut BytesMut, mut v: u64) {
+    while v >= 0x80 {
+        out.put_u8((v as u8 & 0x7f) | 0x80);
+        v >>= 7;
+    }
+    out.put_u8(v as u8);
+}
+
+/// The top-level fields of `buf`, in order.
+fn fields(buf: &[u8]) -> Result<Vec<Field>, WireError> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < buf.len() {
+        let start = at;
+        let tag = varint(buf, &mut at)?;
+        let number = u32::try_from(tag >> 3).map_err(|_| WireError("field number out of range"))?;
+        if number == 0 {
+            return Err(WireError("field number 0"));
+        }
+        let wire_type = (tag & 7) as u8;
+        let payload_start;
+        match wire_type {
+            0 => {
+                varint(buf, &mut at)?;
+                payload_start = start;
+            }
+            1 | 5 => {
+                let n = if wire_type == 1 { 8 } else { 4 };
+                payload_start = at;
+                at = at.checked_add(n).filter(|end| *end <= buf.len()).ok_or(WireError("truncated fixed field"))?;
+            }
+            LEN => {
+                let len = usize::try_from(varint(buf, &mut at)?).map_err(|_| WireError("length out of range"))?;
+                payload_start = at;
+                at = at.checked_add(len).filter(|end| *end <= buf.len()).ok_or(WireError("truncated field"))?;
+            }
+            _ => return Err(WireError("unsupported wire type (groups are not used by CRI)")),
+        }
+        out.push(Field { number, wire_type, whole: start..at, payload: payload_start..at });
+    }
+    Ok(out)
+}
+
+/// `Image.pinned` is field 8, a varint: appending `pinned = true` to an
+/// image's bytes sets it (the last value of a scalar field wins), whatever
+/// the runtime wrote before.
+const PINNED_TRUE: [u8; 2] = [8 << 3, 1];
+
+/// Rewrites the `Image` messages in field `field` of the message `buf`
+/// (`ListImagesResponse.images` and `ImageStatusResponse.image` are both
+/// field 1): each image for which `pin` says so gets `pinned = true` (never
+/// cleared); every other byte is kept. Returns `buf` itself when no image
+/// changes.
+pub fn pin_images(buf: Bytes, field: u32, pin: impl Fn(&pb::Image) -> bool) -> Result<Bytes, WireError> {
+    let fields = fields(&buf)?;
+    let mut changed = Vec::new();
+    for f in fields.iter().filter(|f| f.number == field && f.wire_type == LEN) {
+        let image = pb::Image::decode(&buf[f.payload.clone()]).map_err(|_| WireError("an image does not decode"))?;
+        if !image.pinned && pin(&image) {
+            changed.push(f);
+        }
+    }
+    if changed.is_empty() {
+        return Ok(buf);
+    }
+    let mut out = BytesMut::with_capacity(buf.len() + changed.len() * (PINNED_TRUE.len() + 2));
+    let mut copied = 0;
+    for f in changed {
+        out.extend_from_slice(&buf[copied..f.whole.start]);
+        put_varint(&mut out, (u64::from(field) << 3) | u64::from(LEN));
+        put_varint(&mut out, (f.payload.len() + PINNED_TRUE.len()) as u64);
+        out.extend_from_slice(&buf[f.payload.clone()]);
+        out.extend_from_slice(&PINNED_TRUE);
+        copied = f.whole.end;
+    }
+    out.extend_from_slice(&buf[copied..]);
+    Ok(out.freeze())
+}
+
+/// Decodes `buf` as `M` (unknown fields skipped), for the values imaged
+/// reads from a message it forwards as bytes.
+pub fn peek<M: prost::Message + Default>(buf: &[u8]) -> Result<M, WireError> {
+    M::decode(buf).map_err(|_| WireError("does not decode as the CRI message"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image(id: &str, tag: &str, pinned: bool) -> pb::Image {
+        pb::Image { id: id.into(), repo_tags: vec![tag.into()], size: 7, pinned, ..Default::default() }
+    }
+
+    /// `msg` with an extra field a newer peer might send (number 99, a string).
+    fn with_unknown(msg: &impl prost::Message, text: &str) -> Vec<u8> {
+        let mut b = msg.encode_to_vec();
+        b.extend_from_slice(&[0x9a, 0x06, text.len() as u8]); // field 99, LEN
+        b.extend_from_slice(text.as_bytes());
+        b
+    }
+
+    #[test]
+    fn pinning_keeps_every_other_byte_including_unknown_fields() {
+        let a = with_unknown(&image("sha256:a", "pause:3.10", false), "img-extra");
+        let b = image("sha256:b", "nginx:1", false).encode_to_vec();
+        let mut resp = Vec::new();
+        for img in [&a, &b] {
+            resp.push(0x0a);
+            resp.push(img.len() as u8);
+            resp.extend_from_slice(img);
+        }
+        resp.extend_from_slice(&[0x9a, 0x06, 4]);
+        resp.extend_from_slice(b"resp");
+
+        let out =
+            pin_images(Bytes::from(resp.clone()), 1, |i| i.repo_tags.iter().any(|t| t.starts_with("pause"))).unwrap();
+        let decoded = pb::ListImagesResponse::decode(out.clone()).unwrap();
+        assert_eq!(decoded.images.iter().map(|i| i.pinned).collect::<Vec<_>>(), [true, false]);
+        // The unknown fields of the response and of the image are still there.
+        assert!(out.windows(9).any(|w| w == b"img-extra"), "{out:?}");
+        assert!(out.ends_with(&[0x9a, 0x06, 4, b'r', b'e', b's', b'p']), "{out:?}");
+        // The second image's bytes are untouched.
+        assert!(out.windows(b.len()).any(|w| w == b.as_slice()));
+    }
+
+    #[test]
+    fn nothing_to_pin_returns_the_same_bytes_and_true_is_never_cleared() {
+        let resp = pb::ImageStatusResponse { image: Some(image("sha256:a", "x:1", true)), ..Default::default() };
+        let bytes = Bytes::from(resp.encode_to_vec());
+        let out = pin_images(bytes.clone(), 1, |_| false).unwrap();
+        assert_eq!(out, bytes);
+        let out = pin_images(bytes.clone(), 1, |_| true).unwrap();
+        assert_eq!(out, bytes, "already pinned: not rewritten");
+        assert!(pb::ImageStatusResponse::decode(out).unwrap().image.unwrap().pinned);
+    }
+
+    #[test]
+    fn an_empty_status_and_an_empty_list_pass_through() {
+        assert_eq!(pin_images(Bytes::new(), 1, |_| true).unwrap(), Bytes::new());
+    }
+
+    #[test]
+    fn malformed_bytes_are_an_error_not_a_panic() {
+        for bad in [&[0x0a, 0x05, 1][..], &[0x80][..], &[0x00, 0x01][..], &[0x0b][..], &[0x0a, 0xff, 0xff, 0xff][..]] {
+            assert!(pin_images(Bytes::copy_from_slice(bad), 1, |_| true).is_err(), "{bad:?}");
+        }
+        assert!(peek::<pb::Image>(&[0x0a, 0x05, 1]).is_err());
+    }
+}
