@@ -320,3 +320,45 @@ async fn connect_fails_clearly_when_no_runtime_listens() {
     assert_eq!(e.kind(), CriErrorKind::RuntimeUnavailable, "{e}");
     assert!(t.elapsed() < Duration::from_secs(5));
 }
+
+#[actix::test]
+async fn a_forwarded_call_carries_the_callers_bytes_and_the_runtimes_answer() {
+    use imaged::cri::proto as pb;
+    use prost::Message as _;
+    let f = fixture().await;
+    let reader = f.gateway.send(GetReader).await.expect("reader");
+    // A pull, forwarded: the request's bytes with a field imaged's proto
+    // does not know (number 99) still decode at the runtime.
+    let mut req = pb::PullImageRequest {
+        image: Some(pb::ImageSpec { image: "busybox:1.36".into(), ..Default::default() }),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    req.extend_from_slice(&[0x9a, 0x06, 2, b'h', b'i']);
+    let answer = reader.forward(Rpc::PullImage, Some("busybox:1.36"), req.into(), None).await.expect("pulled");
+    let image_ref = pb::PullImageResponse::decode(answer).expect("decodes").image_ref;
+    assert!(image_ref.starts_with("sha256:"), "{image_ref}");
+
+    // ImageStatus and ListImages forwarded answer as the typed calls do.
+    let req = pb::ImageStatusRequest {
+        image: Some(pb::ImageSpec { image: "busybox:1.36".into(), ..Default::default() }),
+        verbose: false,
+    };
+    let answer = reader.forward(Rpc::ImageStatus, None, req.encode_to_vec().into(), None).await.expect("status");
+    let image = pb::ImageStatusResponse::decode(answer).expect("decodes").image.expect("present");
+    assert_eq!(image.id, image_ref);
+    let answer = reader.forward(Rpc::ListImages, None, Vec::new().into(), None).await.expect("list");
+    assert_eq!(pb::ListImagesResponse::decode(answer).expect("decodes").images.len(), 1);
+
+    // The runtime's error keeps its code and message.
+    let req = pb::PullImageRequest {
+        image: Some(pb::ImageSpec { image: "docker.io/library/missing:1".into(), ..Default::default() }),
+        ..Default::default()
+    };
+    let e = reader.forward(Rpc::PullImage, None, req.encode_to_vec().into(), None).await.expect_err("missing");
+    let typed = f.gateway.send(pull("docker.io/library/missing:1")).await.expect("mailbox").expect_err("missing");
+    assert_eq!((e.code(), e.message()), (typed.code(), typed.message()));
+    // Bytes that are no message are the runtime's InvalidArgument/Internal, not a panic.
+    let e = reader.forward(Rpc::ImageStatus, None, vec![0xff, 0xff].into(), None).await.expect_err("garbage");
+    assert_ne!(e.kind(), CriErrorKind::RuntimeUnavailable, "{e:?}");
+}

@@ -8,7 +8,7 @@ use tonic::transport::Channel;
 use super::proto as pb;
 use super::proto::image_service_client::ImageServiceClient;
 use super::proto::runtime_service_client::RuntimeServiceClient;
-use super::{CriEndpoint, CriError, CriErrorKind, InvalidEndpoint};
+use super::{CriEndpoint, CriError, CriErrorKind, InvalidEndpoint, Rpc};
 use crate::domain::{
     AuthConfig, Container, ContainerFilter, ContainerStatus, Image, ImageFsInfo, ImageSpec, ImageStatus, PodSandbox,
     PodSandboxFilter, RuntimeVersion, SandboxConfig,
@@ -28,6 +28,8 @@ pub struct CriClient {
     endpoint: CriEndpoint,
     images: ImageServiceClient<Channel>,
     runtime: RuntimeServiceClient<Channel>,
+    /// The channel itself, for calls forwarded as bytes.
+    channel: Channel,
 }
 
 fn request<T>(msg: T, deadline: Option<Duration>) -> tonic::Request<T> {
@@ -47,8 +49,28 @@ impl CriClient {
         Ok(Self {
             endpoint: endpoint.clone(),
             images: ImageServiceClient::new(channel.clone()).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE),
-            runtime: RuntimeServiceClient::new(channel).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE),
+            runtime: RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE),
+            channel,
         })
+    }
+
+    /// One `ImageService` call as bytes: `request` is sent as it is and the
+    /// answer comes back as the runtime encoded it, unknown fields and all
+    /// (for a front that forwards calls; see [`super::wire`]).
+    pub async fn forward(
+        &self,
+        rpc: Rpc,
+        body: prost::bytes::Bytes,
+        deadline: Option<Duration>,
+    ) -> Result<prost::bytes::Bytes, CriError> {
+        let path =
+            tonic::codegen::http::uri::PathAndQuery::try_from(format!("/runtime.v1.{}/{}", rpc.service(), rpc.name()))
+                .map_err(|e| CriError::new(CriErrorKind::InvalidArgument, e.to_string()))?;
+        let mut grpc =
+            tonic::client::Grpc::new(self.channel.clone()).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE);
+        grpc.ready().await.map_err(|e| CriError::from(tonic::Status::unavailable(e.to_string())))?;
+        let resp = grpc.unary(request(body, deadline), path, super::wire::BytesCodec).await?;
+        Ok(resp.into_inner())
     }
 
     /// The endpoint this client talks to.

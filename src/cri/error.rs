@@ -45,6 +45,14 @@ impl Rpc {
         Rpc::ContainerStatus,
     ];
 
+    /// The CRI service the RPC belongs to (`ImageService`).
+    pub fn service(self) -> &'static str {
+        match self {
+            Rpc::Version | Rpc::ListContainers | Rpc::ListPodSandbox | Rpc::ContainerStatus => "RuntimeService",
+            Rpc::ListImages | Rpc::ImageStatus | Rpc::PullImage | Rpc::RemoveImage | Rpc::ImageFsInfo => "ImageService",
+        }
+    }
+
     /// The RPC's CRI method name (`PullImage`).
     pub fn name(self) -> &'static str {
         match self {

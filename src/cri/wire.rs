@@ -118,6 +118,50 @@ pub fn pin_images(buf: Bytes, field: u32, pin: impl Fn(&pb::Image) -> bool) -> R
     Ok(out.freeze())
 }
 
+/// A gRPC codec whose messages are their encoded bytes: what a front
+/// forwards is never decoded and re-encoded on the way through.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BytesCodec;
+
+/// [`BytesCodec`]'s encoder and decoder.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BytesCoder;
+
+impl tonic::codec::Codec for BytesCodec {
+    type Encode = Bytes;
+    type Decode = Bytes;
+    type Encoder = BytesCoder;
+    type Decoder = BytesCoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        BytesCoder
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        BytesCoder
+    }
+}
+
+impl tonic::codec::Encoder for BytesCoder {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), Self::Error> {
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for BytesCoder {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<Bytes>, Self::Error> {
+        use prost::bytes::Buf as _;
+        Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+}
+
 /// Decodes `buf` as `M` (unknown fields skipped), for the values imaged
 /// reads from a message it forwards as bytes.
 pub fn peek<M: prost::Message + Default>(buf: &[u8]) -> Result<M, WireError> {

@@ -82,6 +82,23 @@ impl CriReader {
     }
 }
 
+impl CriReader {
+    /// One `ImageService` call forwarded as bytes (see
+    /// [`CriClient::forward`]): the request as a client sent it, the answer
+    /// as the runtime encoded it, with the gateway's deadlines (the caller's
+    /// `requested` one when shorter), fault plan and metrics. `image` names
+    /// the call's image for the fault plan and logs.
+    pub fn forward(
+        &self,
+        rpc: Rpc,
+        image: Option<&str>,
+        body: prost::bytes::Bytes,
+        requested: Option<Duration>,
+    ) -> impl Future<Output = Result<prost::bytes::Bytes, CriError>> + 'static + use<> {
+        self.core.call_within(rpc, image, requested, move |c, d| async move { c.forward(rpc, body, d).await })
+    }
+}
+
 impl CriGatewayActor {
     /// A gateway over `client` (not started).
     pub fn new(client: CriClient, cfg: &CriConfig) -> Self {
