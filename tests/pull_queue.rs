@@ -486,3 +486,199 @@ async fn no_slow_pull_warning_when_it_is_off() {
     small.await.expect("pulled");
     assert_eq!(slow_pulls(&metrics), 0.0);
 }
+
+// === The bound of a full serial queue ===
+//
+// The serial queue's bound (one running, `queue_capacity` = 10 waiting) is
+// kept by the queue's admission, not by the actor's mailbox: actix's
+// `Addr::send` never waits for room in a full mailbox (the first test pins
+// that), so a mailbox left to fill would hold every sender's message and
+// bound nothing. These tests show the bound the admission keeps: the next
+// sender's `send` stays pending, status queries are answered meanwhile,
+// joiners need no room, and priorities order what is queued.
+
+/// A serial queue with a `blocker` pull running (`latency_ms`) and ten
+/// pulls `q0`..`q9` (5 ms each) queued behind it: full. Returns their tickets.
+async fn full_serial_queue(rt: &Runtime, latency_ms: u64) -> (Addr<PullQueueActor>, Vec<PullTicket>) {
+    add(rt, "example.com/blocker:1", latency_ms);
+    for i in 0..10 {
+        add(rt, &format!("example.com/q{i}:1"), 5);
+    }
+    let q = queue(rt, no_throttle(Concurrency::Serial)).await;
+    let mut tickets = vec![q.send(EnqueuePull(req("example.com/blocker:1"))).await.expect("admitted")];
+    for i in 0..10 {
+        tickets.push(q.send(EnqueuePull(req(&format!("example.com/q{i}:1")))).await.expect("admitted"));
+    }
+    assert_eq!(status(&q).await, QueueStatus { queued: 10, running: 1, parked: 0, waiters: 11 });
+    (q, tickets)
+}
+
+/// What `ListPulls` shows, in order: image and stage.
+async fn stages(q: &Addr<PullQueueActor>) -> Vec<(String, PullStage)> {
+    q.send(ListPulls).await.expect("list").into_iter().map(|p| (p.image, p.stage)).collect()
+}
+
+/// Stops taking messages until `release` fires (`ctx.wait`), then records
+/// the order in which it handles them.
+mod stalled {
+    use actix::prelude::*;
+    use tokio::sync::oneshot;
+
+    pub struct Stalled {
+        pub release: Option<oneshot::Receiver<()>>,
+        pub handled: usize,
+    }
+
+    impl Actor for Stalled {
+        type Context = Context<Self>;
+        fn started(&mut self, ctx: &mut Self::Context) {
+            ctx.set_mailbox_capacity(10);
+            if let Some(release) = self.release.take() {
+                ctx.wait(actix::fut::wrap_future(async move {
+                    let _ = release.await;
+                }));
+            }
+        }
+    }
+
+    /// Replies with how many messages were handled before it.
+    #[derive(Message)]
+    #[rtype(result = "usize")]
+    pub struct Nth;
+
+    impl Handler<Nth> for Stalled {
+        type Result = usize;
+        fn handle(&mut self, _: Nth, _: &mut Self::Context) -> usize {
+            self.handled += 1;
+            self.handled - 1
+        }
+    }
+}
+
+/// The measured reason the bound is not the mailbox: with a mailbox of 10
+/// and an actor that takes nothing (`ctx.wait`), 100 `send`s through one
+/// address all land in the mailbox at their first poll — none waits for
+/// room (on a full mailbox, `Addr::send` retries through a fresh clone of
+/// the sender, which is never parked; actix/actix#329). Only `try_send`
+/// sees the capacity. If actix ever makes `send` wait, this test fails:
+/// then the mailbox could be the bound and `actors.md` should change.
+#[actix::test]
+async fn actix_send_never_waits_for_room_in_a_full_mailbox() {
+    use futures_util::poll;
+    let (release, stalled) = tokio::sync::oneshot::channel();
+    let addr = stalled::Stalled { release: Some(stalled), handled: 0 }.start();
+    tokio::task::yield_now().await; // started(): the actor stops taking messages
+    let mut sends: Vec<_> = (0..100).map(|_| Box::pin(addr.send(stalled::Nth))).collect();
+    for s in &mut sends {
+        assert!(poll!(s).is_pending(), "the actor takes nothing yet");
+    }
+    // The address that filled the mailbox is refused by try_send...
+    assert!(matches!(addr.try_send(stalled::Nth), Err(actix::dev::SendError::Full(_))));
+    // ...but a message sent after the hundred is handled after all of them:
+    // every one was already in the mailbox (100 > 10), none was held back.
+    let mut marker = Box::pin(addr.clone().send(stalled::Nth));
+    assert!(poll!(&mut marker).is_pending());
+    release.send(()).expect("the actor waits");
+    let order: Vec<usize> = join_all(sends).await.into_iter().map(|r| r.expect("handled")).collect();
+    assert_eq!(order, (0..100).collect::<Vec<_>>(), "handled in send order");
+    assert_eq!(marker.await.expect("handled"), 100, "the mailbox held 100 messages with a capacity of 10");
+}
+
+#[actix::test]
+async fn a_full_serial_queue_holds_the_next_sender_and_still_answers_status_queries() {
+    use futures_util::poll;
+    let rt = runtime().await;
+    add(&rt, "example.com/late:1", 5);
+    let (q, tickets) = full_serial_queue(&rt, 1000).await;
+    // The next sender: its send stays pending...
+    let mut late = Box::pin(q.send(EnqueuePull(req("example.com/late:1"))));
+    assert!(poll!(&mut late).is_pending(), "admitted into a full queue");
+    // ...while the queue answers status queries and listings.
+    assert_eq!(status(&q).await, QueueStatus { queued: 10, running: 1, parked: 1, waiters: 11 });
+    let listed = pulls_once(&q, |p| p.first().is_some_and(|p| p.stage == PullStage::Pulling)).await;
+    let mut expected = vec![("example.com/blocker:1".to_string(), PullStage::Pulling)];
+    expected.extend((0..10).map(|i| (format!("example.com/q{i}:1"), PullStage::Queued { position: i + 1 })));
+    expected.push(("example.com/late:1".into(), PullStage::Parked { position: 1 }));
+    assert_eq!(listed.into_iter().map(|p| (p.image, p.stage)).collect::<Vec<_>>(), expected);
+    assert!(poll!(&mut late).is_pending(), "still held while the blocker runs");
+    assert_eq!(rt.runtime.stats().pulls_completed, 0, "the blocker still runs");
+    // The running pull ends: q0 starts and the held sender is taken.
+    let mut tickets = tickets.into_iter();
+    tickets.next().expect("the blocker's ticket").await.expect("pulled");
+    let late = tokio::time::timeout(Duration::from_secs(5), late).await.expect("taken").expect("admitted");
+    assert!(!late.joined);
+    for t in tickets.chain([late]) {
+        t.await.expect("pulled");
+    }
+    let mut log = vec!["example.com/blocker:1".to_string()];
+    log.extend((0..10).map(|i| format!("example.com/q{i}:1")));
+    log.push("example.com/late:1".into());
+    assert_eq!(rt.runtime.pull_log(), log);
+    assert_eq!(stages(&q).await, vec![], "nothing held");
+}
+
+#[actix::test]
+async fn joiners_need_no_room_in_a_full_serial_queue() {
+    use futures_util::poll;
+    let rt = runtime().await;
+    add(&rt, "example.com/late:1", 5);
+    let (q, tickets) = full_serial_queue(&rt, 1000).await;
+    let mut late = Box::pin(q.send(EnqueuePull(req("example.com/late:1"))));
+    assert!(poll!(&mut late).is_pending(), "admitted into a full queue");
+    // A request for the running pull and one for a queued pull join at
+    // once: they take no slot, so the full queue does not hold them.
+    let running = q.send(EnqueuePull(req("example.com/blocker:1"))).await.expect("joined");
+    let queued = q.send(EnqueuePull(req("example.com/q9:1"))).await.expect("joined");
+    assert!(running.joined && queued.joined);
+    // A second request for the parked image parks behind it (a parked
+    // request is not a pull yet), then joins it when admitted.
+    let mut again = Box::pin(q.send(EnqueuePull(req("example.com/late:1"))));
+    assert!(poll!(&mut again).is_pending(), "parked behind the first");
+    assert_eq!(status(&q).await, QueueStatus { queued: 10, running: 1, parked: 2, waiters: 13 });
+    let (late, again) = tokio::time::timeout(Duration::from_secs(5), async { (late.await, again.await) })
+        .await
+        .expect("both taken once the blocker ends");
+    let (late, again) = (late.expect("admitted"), again.expect("admitted"));
+    assert!(!late.joined && again.joined);
+    for t in tickets.into_iter().chain([running, queued, late, again]) {
+        t.await.expect("pulled");
+    }
+    assert_eq!(rt.runtime.stats().calls(Rpc::PullImage), 12, "one CRI pull per image");
+}
+
+#[actix::test]
+async fn a_full_serial_queue_admits_in_arrival_order_and_starts_by_priority() {
+    use futures_util::poll;
+    let rt = runtime().await;
+    add(&rt, "example.com/low:1", 5);
+    add(&rt, "example.com/high:1", 5);
+    let (q, tickets) = full_serial_queue(&rt, 600).await;
+    // Two senders wait: a low priority one, then a high priority one.
+    let mut low = Box::pin(q.send(EnqueuePull(PullRequest { priority: 0, ..req("example.com/low:1") })));
+    let mut high = Box::pin(q.send(EnqueuePull(PullRequest { priority: 9, ..req("example.com/high:1") })));
+    assert!(poll!(&mut low).is_pending() && poll!(&mut high).is_pending());
+    let parked: Vec<_> = stages(&q).await.into_iter().filter(|(_, s)| s.name() == "parked").collect();
+    assert_eq!(
+        parked,
+        [
+            ("example.com/low:1".to_string(), PullStage::Parked { position: 1 }),
+            ("example.com/high:1".to_string(), PullStage::Parked { position: 2 }),
+        ],
+        "parked in arrival order, whatever their priority"
+    );
+    let (low, high) = tokio::time::timeout(Duration::from_secs(5), async { (low.await, high.await) })
+        .await
+        .expect("both taken as pulls start");
+    for t in tickets.into_iter().chain([low.expect("admitted"), high.expect("admitted")]) {
+        t.await.expect("pulled");
+    }
+    // The blocker ends: q0 starts and low, first to arrive, takes the room.
+    // q1 starts next and high takes that room; once queued, high outranks
+    // every pull waiting, low included.
+    let mut log: Vec<String> = ["example.com/blocker:1", "example.com/q0:1", "example.com/q1:1", "example.com/high:1"]
+        .map(String::from)
+        .into();
+    log.extend((2..10).map(|i| format!("example.com/q{i}:1")));
+    log.push("example.com/low:1".into());
+    assert_eq!(rt.runtime.pull_log(), log);
+}

@@ -409,7 +409,10 @@ impl Actor for PullQueueActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        // Senders use send() and wait for room: backpressure, never loss.
+        // Not the queue's bound: actix's send never waits for room in a full
+        // mailbox (actors.md, System). The bound is the admission in
+        // `PullQueue`: a request that finds the queue full is parked and its
+        // sender's send() resolves when it is admitted.
         ctx.set_mailbox_capacity(self.cfg.capacity.unwrap_or(1024).max(1));
         if let Some(after) = self.cfg.slow_pull_warning {
             // One timer for every pull, on a task of its own: a timer in the
@@ -424,7 +427,8 @@ impl Actor for PullQueueActor {
                 loop {
                     every.tick().await;
                     let Some(queue) = me.upgrade() else { break };
-                    // Full mailbox: this tick is skipped, the next one checks.
+                    // A freshly upgraded address is never refused as full;
+                    // a closed mailbox ends the timer.
                     if let Err(actix::dev::SendError::Closed(_)) = queue.try_send(CheckSlowPulls { after }) {
                         break;
                     }
