@@ -17,13 +17,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::prelude::*;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::api::ImagedService;
 use crate::api::server::ApiSocket;
-use crate::api::{EventHub, ImagedService};
 use crate::config::{Config, Sources};
 use crate::error::AppError;
 use crate::http::Health;
@@ -92,14 +91,11 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
         runtime_version = %rt.version.runtime_version,
         "connected to the CRI runtime"
     );
-    let (hub, events, recent) = EventHub::new();
-    let hub = hub.start();
-    node.subscribe_events(hub.clone().recipient());
-    node.subscribe_phases(hub.recipient()).await.map_err(|e| AppError::Other(e.to_string()))?;
 
     let socket = ApiSocket::bind(&daemon).await?;
     info!(socket = %socket.path().display(), "imaged API serving");
-    let service = ImagedService::new(node.clone(), events, recent, stop_rx.clone());
+    let service =
+        ImagedService::start(node.clone(), stop_rx.clone()).await.map_err(|e| AppError::Other(e.to_string()))?;
     let mut server_stop = stop_rx.clone();
     let server = socket.serve(service, daemon.max_request_bytes, async move {
         let _ = server_stop.wait_for(|s| *s).await;

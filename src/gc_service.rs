@@ -13,7 +13,7 @@ use crate::clock::WallClock;
 use crate::config::GcSettings;
 use crate::events::EventSink;
 use crate::gc::capacity::CapacitySource;
-use crate::gc::hints::InUseHints;
+use crate::gc::in_use_hints::InUseHints;
 use crate::pull_records::PullRecords;
 use crate::store::Store;
 

@@ -348,10 +348,10 @@ impl Fields<'_> {
 }
 
 /// Parses a Go `time.Duration` string (`"2m0s"`, `"1h30m"`, `"1.5s"`,
-/// `"300ms"`, `"0"`) with Go's own grammar (`domain::gofmt::parse_duration`);
+/// `"300ms"`, `"0"`) with Go's own grammar (`domain::go_text::parse_duration`);
 /// negative durations are refused.
 pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
-    let nanos = crate::domain::gofmt::parse_duration(s).map_err(|e| e.to_string())?;
+    let nanos = crate::domain::go_text::parse_duration(s).map_err(|e| e.to_string())?;
     u64::try_from(nanos).map(Duration::from_nanos).map_err(|_| "must not be negative".to_string())
 }
 

@@ -9,7 +9,7 @@
 //! layers (lowest first: `domain`/`clock`; `cri`, `events`, `gc`,
 //! `kubelet_config`; `fault`, `metrics`, `store`; `credentials`,
 //! `pull_records`, `embedded`; `actors`; `ensure`; `config`; the wiring
-//! `runtime`, `gc_service`, `node`; the front ends) and fails on an upward
+//! `connect`, `gc_service`, `node`; the front ends) and fails on an upward
 //! reference or a circle.
 //!
 //! - [`credentials`]: pull secrets, node docker config files, exec
@@ -36,7 +36,7 @@
 //! - [`api`]: the daemon's gRPC API (`proto/imaged/v1`): service, socket, client.
 //! - [`daemon`]: `imaged run`: a [`node::Node`] behind the API, with signals.
 //! - [`node`]: the library entry point ([`node::Node`]): every actor from one config.
-//! - [`runtime`]: resolves the configured endpoint (starting the embedded
+//! - [`connect`]: resolves the configured endpoint (starting the embedded
 //!   runtime when asked) and connects the gateway.
 //! - [`metrics`]: the Prometheus metrics handle every actor updates;
 //!   [`http`]: `/metrics`, `/healthz` and `/readyz` on loopback.
@@ -52,6 +52,7 @@ pub mod api;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod connect;
 pub mod credentials;
 pub mod cri;
 pub mod daemon;
@@ -69,7 +70,6 @@ pub mod kubelet_config;
 pub mod metrics;
 pub mod node;
 pub mod pull_records;
-pub mod runtime;
 pub mod store;
 pub mod telemetry;
 #[cfg(any(test, feature = "test-util"))]

@@ -33,6 +33,7 @@ use crate::actors::detector::DetectImages;
 use crate::actors::gc_executor::{DeleteUnusedImages, GcError, GcReport, GetLastGcReport, RunGc, UpdateGcPolicy};
 use crate::actors::pull_queue::{GetQueueStatus, ListPulls, PullInfo, PullPhaseChanged, QueueStatus, SubscribePhases};
 use crate::config::{Config, GcSettings};
+use crate::connect::ConnectedRuntime;
 use crate::cri::{CriEndpoint, CriError};
 use crate::domain::{Image, RuntimeVersion};
 use crate::ensure::{EnsureError, EnsureImageRequest, EnsureOk, ImageManager, Prefetch, PrefetchRequest};
@@ -41,7 +42,6 @@ use crate::events::ImageEvent;
 use crate::gc::capacity::CapacitySource;
 use crate::gc_service::GcService;
 use crate::pull_records::PullRecords;
-use crate::runtime::ConnectedRuntime;
 use crate::store::Store;
 
 /// How often [`Node::shutdown`] looks whether in-flight pulls are done.
@@ -120,15 +120,15 @@ impl Node {
     pub async fn start(cfg: Config) -> Result<Self, AppError> {
         // Node credentials first: a bad plugin setup fails at once, not
         // after waiting for the runtime.
-        let node_credentials = crate::runtime::node_credentials(&cfg)?;
-        let runtime = crate::runtime::connect(&cfg).await?;
+        let node_credentials = crate::connect::node_credentials(&cfg)?;
+        let runtime = crate::connect::runtime(&cfg).await?;
         Self::start_parts(cfg, runtime, node_credentials).await
     }
 
     /// Starts every actor over an already connected runtime (an embedder's
     /// own gateway, or a test's).
     pub async fn start_on(cfg: Config, runtime: ConnectedRuntime) -> Result<Self, AppError> {
-        let node_credentials = crate::runtime::node_credentials(&cfg)?;
+        let node_credentials = crate::connect::node_credentials(&cfg)?;
         Self::start_parts(cfg, runtime, node_credentials).await
     }
 

@@ -14,7 +14,7 @@ use imaged::cri::Rpc;
 use imaged::domain::{Container, ContainerState, ImageSpec};
 use imaged::embedded::RemoteImage;
 use imaged::events::EventSink;
-use imaged::gc::hints::InUseHints;
+use imaged::gc::in_use_hints::InUseHints;
 use imaged::gc::plan::{DeleteReason, KeepReason, Verdict};
 use imaged::gc_service::GcService;
 use support::fixture::runtime;

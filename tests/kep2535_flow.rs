@@ -331,7 +331,7 @@ async fn gc_prunes_the_records_of_the_images_it_removes_and_keeps_the_others() {
         &settings,
         rt.runtime.capacity_source(),
         None,
-        imaged::gc::hints::InUseHints::default(),
+        imaged::gc::in_use_hints::InUseHints::default(),
         EventSink::default(),
         Some(m.pull_records().clone()),
     );

@@ -14,7 +14,7 @@ use imaged::config::Config;
 use imaged::domain::pull_policy::PullPolicy;
 use imaged::embedded::{EmbeddedRuntime, RemoteImage};
 use imaged::ensure::{EnsureConfig, EnsureImageRequest, ImageManager};
-use imaged::gc::hints::InUseHints;
+use imaged::gc::in_use_hints::InUseHints;
 use imaged::gc_service::GcService;
 use imaged::metrics::{Metrics, PULL_DURATION_BUCKETS};
 use imaged::testing::Scrape;

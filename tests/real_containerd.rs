@@ -291,7 +291,7 @@ async fn gc_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>) {
     use imaged::actors::gc_executor::DeleteUnusedImages;
     use imaged::events::EventSink;
     use imaged::gc::capacity::CapacitySource;
-    use imaged::gc::hints::InUseHints;
+    use imaged::gc::in_use_hints::InUseHints;
     use imaged::gc::plan::{KeepReason, Verdict};
     use imaged::gc_service::GcService;
 

@@ -5,6 +5,7 @@ pub mod backoff_registry;
 pub mod cache_refresher;
 pub mod cri_gateway;
 pub mod detector;
+pub mod event_hub;
 pub mod gc_executor;
 pub mod pull_queue;
 

@@ -2,7 +2,6 @@
 //! the unix-socket server the daemon runs, and the client `imagectl` uses.
 
 pub mod convert;
-pub mod hub;
 pub mod server;
 
 use std::pin::Pin;
@@ -12,6 +11,9 @@ use futures_util::Stream;
 use tokio::sync::{broadcast, watch};
 use tonic::{Request, Response, Status};
 
+use actix::Actor as _;
+
+use crate::actors::event_hub::{EventHub, HubFeed};
 use crate::cri::{CriEndpoint, CriErrorKind};
 use crate::node::{Node, NodeError};
 
@@ -21,7 +23,10 @@ pub mod proto {
     tonic::include_proto!("imaged.v1");
 }
 
-pub use hub::EventHub;
+/// Items each `WatchEvents` stream may fall behind by before it is told it
+/// lost some (and the event hub's mailbox).
+pub const HUB_CAPACITY: usize = 1024;
+
 pub use proto::imaged_client::ImagedClient;
 pub use proto::imaged_server::{Imaged, ImagedServer};
 
@@ -44,8 +49,7 @@ fn status_of(e: NodeError) -> Status {
 #[derive(Clone)]
 pub struct ImagedService {
     node: Arc<Node>,
-    events: broadcast::Sender<proto::Event>,
-    recent: hub::Recent,
+    events: HubFeed<proto::Event>,
     stopping: watch::Receiver<bool>,
 }
 
@@ -56,15 +60,15 @@ impl std::fmt::Debug for ImagedService {
 }
 
 impl ImagedService {
-    /// The service over `node`; `events` and `recent` are the
-    /// [`EventHub`]'s; event streams end when `stopping` turns true.
-    pub fn new(
-        node: Arc<Node>,
-        events: broadcast::Sender<proto::Event>,
-        recent: hub::Recent,
-        stopping: watch::Receiver<bool>,
-    ) -> Self {
-        Self { node, events, recent, stopping }
+    /// The service over `node`, its event streams fed by an [`EventHub`]
+    /// it starts and subscribes to the node (call inside an actix System);
+    /// event streams end when `stopping` turns true.
+    pub async fn start(node: Arc<Node>, stopping: watch::Receiver<bool>) -> Result<Self, NodeError> {
+        let (hub, events) = EventHub::new(HUB_CAPACITY, convert::image_event, convert::phase_event);
+        let hub = hub.start();
+        node.subscribe_events(hub.clone().recipient());
+        node.subscribe_phases(hub.recipient()).await?;
+        Ok(Self { node, events, stopping })
     }
 
     fn pull_mode(&self) -> String {
@@ -95,15 +99,15 @@ impl ImagedService {
             format!("pull.single_flight = {}", c.pull.single_flight),
             format!(
                 "pull.slow_pull_warning = {}",
-                c.pull.slow_pull_warning.map_or_else(|| "off".to_string(), crate::domain::gofmt::duration)
+                c.pull.slow_pull_warning.map_or_else(|| "off".to_string(), crate::domain::go_text::duration)
             ),
-            format!("backoff.max = {}", crate::domain::gofmt::duration(c.backoff.backoff.max)),
+            format!("backoff.max = {}", crate::domain::go_text::duration(c.backoff.backoff.max)),
             format!("backoff.reset_on_credential_change = {}", c.ensure.reset_backoff_on_credential_change),
             format!("backoff.reset_on_registry_recovery = {}", c.ensure.reset_backoff_on_registry_recovery),
             format!("gc.image_gc_high_threshold_percent = {}", gc.high_threshold_percent),
             format!("gc.image_gc_low_threshold_percent = {}", gc.low_threshold_percent),
-            format!("gc.image_minimum_gc_age = {}", crate::domain::gofmt::duration(gc.min_age)),
-            format!("gc.image_maximum_gc_age = {}", crate::domain::gofmt::duration(gc.max_age)),
+            format!("gc.image_minimum_gc_age = {}", crate::domain::go_text::duration(gc.min_age)),
+            format!("gc.image_maximum_gc_age = {}", crate::domain::go_text::duration(gc.max_age)),
             format!("gc.pinned_images = {:?}", gc.pinned_images),
             format!(
                 "gc.keep_newest_tags_per_repo = {}",
@@ -173,9 +177,9 @@ impl Imaged for ImagedService {
         let r = request.into_inner();
         // Subscribe before copying the backlog: an event in between is sent
         // twice rather than lost.
-        let rx = self.events.subscribe();
+        let rx = self.events.sender.subscribe();
         let backlog: Vec<Result<proto::Event, Status>> = if r.recent {
-            self.recent.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().map(Ok).collect()
+            self.events.recent.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().map(Ok).collect()
         } else {
             Vec::new()
         };

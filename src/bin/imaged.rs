@@ -66,7 +66,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
     match cli.command {
         Command::Run => actix::System::new().block_on(imaged::daemon::run(cfg, sources, Some(log))),
         Command::CheckConfig => {
-            imaged::runtime::node_credentials(&cfg)?;
+            imaged::connect::node_credentials(&cfg)?;
             println!("{cfg:#?}");
             Ok(())
         }

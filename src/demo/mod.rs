@@ -34,6 +34,7 @@ use crate::actors::cri_gateway::CriGatewayActor;
 use crate::actors::gc_executor::{GcReport, GetLastGcReport};
 use crate::actors::pull_queue::{GetQueueStatus, PullPhase, PullPhaseChanged};
 use crate::config::{Config, RuntimeEndpoint, Sources};
+use crate::connect::ConnectedRuntime;
 use crate::credentials::PullSecret;
 use crate::cri::Rpc;
 use crate::domain::{Container, ContainerState, ImageSpec};
@@ -42,7 +43,6 @@ use crate::ensure::EnsureImageRequest;
 use crate::error::AppError;
 use crate::events::{EventReason, ImageEvent};
 use crate::node::Node;
-use crate::runtime::ConnectedRuntime;
 use summary::{RunFacts, Tally};
 use workload::{PodPlan, Workload};
 
@@ -303,11 +303,9 @@ pub async fn run_main_job_on(
             socket.path().display()
         )
         .map_err(io)?;
-        let (hub, events, recent) = crate::api::EventHub::new();
-        let hub = hub.start();
-        node.subscribe_events(hub.clone().recipient());
-        node.subscribe_phases(hub.recipient()).await.map_err(|e| AppError::Other(e.to_string()))?;
-        let service = crate::api::ImagedService::new(node.clone(), events, recent, stop_rx.clone());
+        let service = crate::api::ImagedService::start(node.clone(), stop_rx.clone())
+            .await
+            .map_err(|e| AppError::Other(e.to_string()))?;
         let mut stop = stop_rx.clone();
         Some(actix::spawn(socket.serve(service, daemon.max_request_bytes, async move {
             let _ = stop.wait_for(|s| *s).await;

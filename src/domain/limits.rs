@@ -27,7 +27,7 @@ pub struct DurationTooLarge {
 impl DurationTooLarge {
     /// What is wrong without the value: "too large: at most …".
     pub fn reason(&self) -> String {
-        format!("too large: at most {} (Go's largest duration)", super::gofmt::duration(MAX_DURATION))
+        format!("too large: at most {} (Go's largest duration)", super::go_text::duration(MAX_DURATION))
     }
 }
 
@@ -63,7 +63,7 @@ mod tests {
 
     #[test]
     fn max_is_gos_largest_duration() {
-        assert_eq!(super::super::gofmt::duration(MAX_DURATION), "2562047h47m16.854775807s");
+        assert_eq!(super::super::go_text::duration(MAX_DURATION), "2562047h47m16.854775807s");
         assert_eq!(check_duration(MAX_DURATION, || unreachable!()), Ok(MAX_DURATION));
     }
 

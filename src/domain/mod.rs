@@ -1,20 +1,20 @@
 //! Pure domain types: what imaged knows about images, containers and the
 //! runtime, independent of CRI's wire types. Imports neither actix nor tonic.
 
-pub mod gofmt;
+mod containers;
+pub mod go_text;
 mod image;
 mod image_error;
 pub mod limits;
 pub mod pull_policy;
 pub mod pull_record;
 pub mod reference;
-mod runtime;
 mod secret;
 
-pub use image::{AuthConfig, FilesystemUsage, Image, ImageFsInfo, ImageSpec, ImageStatus, SandboxConfig};
-pub use image_error::{ErrorClass, ImageErrorKind, eval_cri_pull_err};
-pub use runtime::{
+pub use containers::{
     Container, ContainerFilter, ContainerState, ContainerStatus, PodSandbox, PodSandboxFilter, PodSandboxState,
     RuntimeVersion,
 };
+pub use image::{AuthConfig, FilesystemUsage, Image, ImageFsInfo, ImageSpec, ImageStatus, SandboxConfig};
+pub use image_error::{ErrorClass, ImageErrorKind, eval_cri_pull_err};
 pub use secret::Secret;

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::gofmt::quote;
+use super::go_text::quote;
 use super::reference::{DEFAULT_TAG, parse_image_name};
 
 /// When to pull an image (a container's `imagePullPolicy`).

@@ -31,7 +31,7 @@
 
 use std::fmt;
 
-use super::gofmt::quote;
+use super::go_text::quote;
 
 /// Docker Hub's canonical domain.
 pub const DEFAULT_DOMAIN: &str = "docker.io";

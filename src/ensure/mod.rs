@@ -5,12 +5,12 @@
 //! checks), the backoff registry and the pull queue, emitting the kubelet's
 //! events with its exact messages. See `actors.md` for the actors.
 
+mod kubelet_messages;
 mod prefetch;
 mod presence;
 mod recorder;
 #[cfg(test)]
 mod tests;
-mod text;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -20,10 +20,10 @@ use actix::Addr;
 use tokio::time::Instant;
 
 use crate::events::{EventReason, EventSink, ImageEvent, ObjectRef};
+pub use kubelet_messages::*;
 pub use prefetch::{Prefetch, PrefetchDone, PrefetchRequest};
 pub use presence::PresenceWindow;
 pub use recorder::{PodPullTimes, PullingRecorder};
-pub use text::*;
 
 use crate::actors::backoff_registry::{
     BackoffKey, BackoffRegistryActor, BeginAttempt, CheckBackoff, RecordFailure, RecordSuccess, RegistryRecovered,
@@ -196,7 +196,7 @@ pub struct ImageManager {
     backoff: Addr<BackoffRegistryActor>,
     events: EventSink,
     recorder: PullingRecorder,
-    hints: crate::gc::hints::InUseHints,
+    hints: crate::gc::in_use_hints::InUseHints,
     /// KEP-2535 pull intents and records: who may use a present image.
     records: PullRecords,
     /// `applyDefaultImageTag` results: pods name the same images over and
@@ -252,7 +252,7 @@ impl ImageManager {
             backoff,
             events: EventSink::default(),
             recorder: PullingRecorder::default(),
-            hints: crate::gc::hints::InUseHints::default(),
+            hints: crate::gc::in_use_hints::InUseHints::default(),
             records: PullRecords::in_memory(VerifyPolicy::default()),
             defaulted: Arc::default(),
             presence_checks: cfg.presence_window().map(|w| presence::PresenceGate::new(w, PRESENCE_CHECK_HOLD)),
@@ -336,7 +336,7 @@ impl ImageManager {
 
     /// In-use hints for GC: every image this manager ensures is marked, so
     /// GC keeps it for the min-age window (give these to `GcService::start`).
-    pub fn hints(&self) -> &crate::gc::hints::InUseHints {
+    pub fn hints(&self) -> &crate::gc::in_use_hints::InUseHints {
         &self.hints
     }
 

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::ImageManager;
 use crate::actors::pull_queue::{EnqueuePull, PullRequest};
-use crate::domain::gofmt::quote;
+use crate::domain::go_text::quote;
 use crate::domain::{AuthConfig, ErrorClass, ImageErrorKind, ImageSpec};
 
 /// A pull to make ahead of need.

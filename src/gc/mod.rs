@@ -4,7 +4,7 @@
 
 pub mod capacity;
 pub mod detect;
-pub mod hints;
+pub mod in_use_hints;
 pub mod plan;
 pub mod policy;
 pub mod record;

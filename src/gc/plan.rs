@@ -29,7 +29,7 @@ use std::fmt;
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::time::{Duration, SystemTime};
 
-use crate::domain::gofmt;
+use crate::domain::go_text;
 use crate::gc::capacity::FsCapacity;
 use crate::gc::detect::Records;
 use crate::gc::policy::{GcPolicy, ProtectionRules, repository_of};
@@ -159,13 +159,13 @@ impl fmt::Display for KeepReason {
         match self {
             KeepReason::InUse => f.write_str("in use"),
             KeepReason::PinnedByRuntime => f.write_str("pinned by the runtime"),
-            KeepReason::PinnedByRule(pattern) => write!(f, "pinned by rule {}", gofmt::quote(pattern)),
+            KeepReason::PinnedByRule(pattern) => write!(f, "pinned by rule {}", go_text::quote(pattern)),
             KeepReason::SandboxImage => f.write_str("sandbox image"),
             KeepReason::TooYoung { age, min_age } => write!(
                 f,
                 "too young (first detected {} ago, minimum age {})",
-                gofmt::duration(*age),
-                gofmt::duration(*min_age)
+                go_text::duration(*age),
+                go_text::duration(*min_age)
             ),
             KeepReason::UsedSinceRunBegan => f.write_str("used since the run began"),
             KeepReason::NotNeeded => f.write_str("not needed (target already met)"),

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::domain::gofmt;
+use crate::domain::go_text;
 
 #[cfg(test)]
 mod tests;
@@ -70,8 +70,8 @@ impl GcPolicy {
         if !self.max_age.is_zero() && self.max_age <= self.min_age {
             errors.push(format!(
                 "invalid configuration: imageMaximumGCAge {} must be greater than imageMinimumGCAge {}",
-                gofmt::duration(self.max_age),
-                gofmt::duration(self.min_age)
+                go_text::duration(self.max_age),
+                go_text::duration(self.min_age)
             ));
         }
         if errors.is_empty() { Ok(()) } else { Err(errors) }

@@ -21,7 +21,7 @@ use crate::clock::WallClock;
 use crate::cri::{CriError, CriErrorKind};
 use crate::domain::{Container, ContainerFilter, Image, ImageSpec, ImageStatus, PodSandbox, PodSandboxFilter};
 use crate::gc::detect::{DetectDiff, Records};
-use crate::gc::hints::InUseHints;
+use crate::gc::in_use_hints::InUseHints;
 use crate::gc::record::ImageRecord;
 use crate::store::Store;
 

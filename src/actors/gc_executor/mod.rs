@@ -444,7 +444,7 @@ impl GcExecutorActor {
             } else {
                 format!(
                     "wanted to free images older than {}, encountered errors in image deletion: {agg}",
-                    crate::domain::gofmt::duration(self.cfg.policy.max_age)
+                    crate::domain::go_text::duration(self.cfg.policy.max_age)
                 )
             };
             return Err(GcError::Deletion(msg));

@@ -7,7 +7,7 @@ use crate::actors::detector::{DetectorActor, DetectorConfig};
 use crate::cri::{CriErrorKind, Rpc};
 use crate::domain::{Container, ContainerState, Image};
 use crate::events::EventReason;
-use crate::gc::hints::InUseHints;
+use crate::gc::in_use_hints::InUseHints;
 use crate::gc::plan::{DeleteReason, KeepReason};
 use crate::testing::{EventLog, EventReasons, FailNext, FakeCri, GetFakeCalls, SetFakeContainers, SetFakeFs};
 

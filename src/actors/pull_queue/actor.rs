@@ -239,7 +239,7 @@ impl PullQueueActor {
             }
             s.warned = true;
             self.cfg.metrics.slow_pull_blocking();
-            let running = crate::domain::gofmt::duration(Duration::from_millis(
+            let running = crate::domain::go_text::duration(Duration::from_millis(
                 u64::try_from(running.as_millis()).unwrap_or(u64::MAX),
             ));
             warn!(

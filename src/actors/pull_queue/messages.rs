@@ -144,7 +144,7 @@ impl fmt::Display for PullFailure {
                 write!(
                     f,
                     "image pull cancelled: it did not finish within its deadline of {}",
-                    crate::domain::gofmt::duration(*d)
+                    crate::domain::go_text::duration(*d)
                 )
             }
             PullFailure::Stopped => f.write_str("image pull abandoned: the pull queue stopped"),

@@ -59,7 +59,7 @@ pub fn run(cfg: imaged::config::Config, command: Command) -> Result<u8, AppError
         _ => None,
     };
     actix::System::new().block_on(async move {
-        let rt = imaged::runtime::connect(&cfg).await?;
+        let rt = imaged::connect::runtime(&cfg).await?;
         let g = &rt.gateway;
         let closed = |_| AppError::Mailbox("CRI gateway".into());
         let mut o = std::io::stdout().lock();

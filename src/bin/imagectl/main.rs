@@ -571,11 +571,11 @@ fn print_backoffs(b: &[proto::BackoffEntry], json: bool, o: &mut impl Write) -> 
             "{:<24} {:<40} {:>8} {:>9}  {}",
             e.pod_uid,
             e.image,
-            imaged::domain::gofmt::duration(std::time::Duration::from_millis(e.backoff_ms)),
+            imaged::domain::go_text::duration(std::time::Duration::from_millis(e.backoff_ms)),
             if e.retry_in_ms == 0 {
                 "now".to_string()
             } else {
-                imaged::domain::gofmt::duration(std::time::Duration::from_millis(e.retry_in_ms))
+                imaged::domain::go_text::duration(std::time::Duration::from_millis(e.retry_in_ms))
             },
             e.previous_error
         )
@@ -597,7 +597,7 @@ fn print_pulls(pulls: &[proto::Pull], json: bool, o: &mut impl Write) -> Result<
             .collect();
         return writeln!(o, "{}", Value::Array(v)).map_err(out);
     }
-    let ms = |v: u64| imaged::domain::gofmt::duration(std::time::Duration::from_millis(v));
+    let ms = |v: u64| imaged::domain::go_text::duration(std::time::Duration::from_millis(v));
     writeln!(
         o,
         "{:<10} {:>4} {:>5} {:>7} {:>9} {:>9}  {:<5} {:<4}  IMAGE",

@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use crate::credentials::keyring::normalize_key;
 use crate::domain::Secret;
-use crate::domain::gofmt::{duration as go_duration, parse_duration, quote};
+use crate::domain::go_text::{duration as go_duration, parse_duration, quote};
 
 /// API group of `CredentialProviderConfig`.
 pub const CONFIG_GROUP: &str = "kubelet.config.k8s.io";

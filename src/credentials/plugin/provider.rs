@@ -28,7 +28,7 @@ use crate::credentials::clock::CacheClock;
 use crate::credentials::keyring::urls_match;
 use crate::credentials::secrets::{DockerConfig, DockerConfigEntry};
 use crate::domain::Secret;
-use crate::domain::gofmt::{parse_duration, quote};
+use crate::domain::go_text::{parse_duration, quote};
 
 /// The kubelet's plugin timeout.
 pub const DEFAULT_PLUGIN_TIMEOUT: Duration = Duration::from_secs(60);

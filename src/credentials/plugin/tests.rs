@@ -313,7 +313,7 @@ impl Plugin {
             name: "test-plugin".into(),
             match_images: vec!["*.example.com".into(), "registry.local:5000/team".into()],
             default_cache_duration: Duration::from_nanos(
-                crate::domain::gofmt::parse_duration(default_cache).expect("duration").unsigned_abs(),
+                crate::domain::go_text::parse_duration(default_cache).expect("duration").unsigned_abs(),
             ),
             api_version: V1.into(),
             args: vec!["get-credentials".into()],

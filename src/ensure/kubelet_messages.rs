@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::domain::gofmt::{duration_truncated_ms, quote};
+use crate::domain::go_text::{duration_truncated_ms, quote};
 
 /// `InspectFailed` for a name the default tag cannot be applied to.
 pub fn failed_to_apply_default_tag(image: &str, err: &str) -> String {

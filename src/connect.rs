@@ -31,7 +31,7 @@ impl std::fmt::Debug for ConnectedRuntime {
 
 /// Starts the embedded runtime if configured (with the demo catalogue) and
 /// connects a CRI gateway to the runtime. Must run inside an actix System.
-pub async fn connect(cfg: &Config) -> Result<ConnectedRuntime, AppError> {
+pub async fn runtime(cfg: &Config) -> Result<ConnectedRuntime, AppError> {
     let (endpoint, embedded) = match &cfg.endpoint {
         RuntimeEndpoint::Cri(e) => (e.clone(), None),
         RuntimeEndpoint::Embedded { socket } => {
