@@ -1,6 +1,9 @@
 use super::*;
+use crate::actors::pull_queue::{Concurrency, ThrottleMode};
+use crate::cri::{CriEndpoint, Rpc};
 use crate::ensure::PresenceWindow;
 use std::path::PathBuf;
+use std::time::Duration;
 
 fn env(pairs: &[(&str, &str)]) -> Option<HashMap<String, String>> {
     Some(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())

@@ -1,0 +1,143 @@
+//! `[gc]`: the kubelet's image GC fields and imaged's own, validated with
+//! the kubelet's rules and texts.
+
+use std::time::Duration;
+
+use super::ConfigError;
+use super::raw::RawGc;
+use super::values::{duration, invalid, zero_is_off};
+use crate::metrics::Metrics;
+
+/// Image garbage collection settings (validated with the kubelet's rules).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GcSettings {
+    /// `image_gc_high_threshold_percent` (0-100).
+    pub high_threshold_percent: i64,
+    /// `image_gc_low_threshold_percent` (0-100, below high).
+    pub low_threshold_percent: i64,
+    /// `image_minimum_gc_age`.
+    pub min_age: Duration,
+    /// `image_maximum_gc_age` (zero = off).
+    pub max_age: Duration,
+    /// Detector period.
+    pub detect_period: Duration,
+    /// GC period.
+    pub gc_period: Duration,
+    /// Node-status image list refresh period.
+    pub cache_refresh_period: Duration,
+    /// Images in node status (`None` = all).
+    pub node_status_max_images: Option<usize>,
+    /// The sandbox image (protected by its resolved id); empty = none.
+    pub sandbox_image: String,
+    /// Patterns of images GC never removes.
+    pub pinned_images: Vec<String>,
+    /// Keep at most this many unused tags per repository (`None` = off).
+    pub keep_newest_tags_per_repo: Option<usize>,
+    /// Where the GC executor reports removals, bytes freed and runs.
+    pub metrics: Metrics,
+}
+
+impl GcSettings {
+    /// These settings with `other`'s live-changeable part (thresholds, min
+    /// and max age, pinned images, retention rule): what a SIGHUP applies.
+    pub fn with_policy_of(&self, other: &GcSettings) -> GcSettings {
+        GcSettings {
+            high_threshold_percent: other.high_threshold_percent,
+            low_threshold_percent: other.low_threshold_percent,
+            min_age: other.min_age,
+            max_age: other.max_age,
+            pinned_images: other.pinned_images.clone(),
+            keep_newest_tags_per_repo: other.keep_newest_tags_per_repo,
+            ..self.clone()
+        }
+    }
+
+    /// GC is off entirely (the kubelet: high threshold 100 and no max age).
+    pub fn disabled(&self) -> bool {
+        self.policy().is_disabled()
+    }
+
+    /// The thresholds and ages as a GC policy.
+    pub fn policy(&self) -> crate::gc::policy::GcPolicy {
+        crate::gc::policy::GcPolicy {
+            high_threshold_percent: self.high_threshold_percent,
+            low_threshold_percent: self.low_threshold_percent,
+            min_age: self.min_age,
+            max_age: self.max_age,
+        }
+    }
+
+    /// The protection rules (the sandbox image id is resolved at each detection).
+    pub fn rules(&self) -> crate::gc::policy::ProtectionRules {
+        crate::gc::policy::ProtectionRules {
+            pinned_images: self.pinned_images.clone(),
+            sandbox_image_id: None,
+            keep_newest_tags_per_repo: self.keep_newest_tags_per_repo,
+        }
+    }
+}
+
+/// The kubelet's image GC validation (its texts), plus imaged's own keys.
+pub(super) fn gc_from_raw(g: RawGc) -> Result<GcSettings, ConfigError> {
+    let (high, low) = (g.image_gc_high_threshold_percent, g.image_gc_low_threshold_percent);
+    let min_age = duration("gc.image_minimum_gc_age", &g.image_minimum_gc_age)?;
+    let max_age = duration("gc.image_maximum_gc_age", &g.image_maximum_gc_age)?;
+    // The kubelet's texts live in `GcPolicy::validate`; name the key here.
+    let policy =
+        crate::gc::policy::GcPolicy { high_threshold_percent: high, low_threshold_percent: low, min_age, max_age };
+    if let Err(errors) = policy.validate() {
+        let first = errors.into_iter().next().unwrap_or_default();
+        let (key, value) = if first.contains("imageMaximumGCAge") {
+            ("gc.image_maximum_gc_age", g.image_maximum_gc_age.clone())
+        } else if first.starts_with("invalid configuration: imageGCLowThresholdPercent") {
+            ("gc.image_gc_low_threshold_percent", low.to_string())
+        } else {
+            ("gc.image_gc_high_threshold_percent", high.to_string())
+        };
+        return Err(invalid(key, &value, first));
+    }
+    let period = |key: &str, v: &str| -> Result<Duration, ConfigError> {
+        let d = duration(key, v)?;
+        if d.is_zero() {
+            return Err(invalid(key, v, "must be more than 0s"));
+        }
+        Ok(d)
+    };
+    let node_status_max_images = match g.node_status_max_images {
+        -1 => None,
+        n if n < -1 => {
+            return Err(invalid(
+                "gc.node_status_max_images",
+                &n.to_string(),
+                format!(
+                    "invalid configuration: nodeStatusMaxImages (--node-status-max-images) {n} must be -1 or greater"
+                ),
+            ));
+        }
+        n => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+    };
+    for p in &g.pinned_images {
+        if p.trim().is_empty() || p.contains(char::is_whitespace) {
+            return Err(invalid(
+                "gc.pinned_images",
+                p,
+                "a pattern is a reference, \"repo:*\" or \"prefix/*\", without spaces",
+            ));
+        }
+    }
+    let keep = zero_is_off("gc.keep_newest_tags_per_repo", g.keep_newest_tags_per_repo, "off")?;
+    Ok(GcSettings {
+        high_threshold_percent: high,
+        low_threshold_percent: low,
+        min_age,
+        max_age,
+        detect_period: period("gc.detect_period", &g.detect_period)?,
+        gc_period: period("gc.gc_period", &g.gc_period)?,
+        cache_refresh_period: period("gc.cache_refresh_period", &g.cache_refresh_period)?,
+        node_status_max_images,
+        sandbox_image: g.sandbox_image,
+        pinned_images: g.pinned_images,
+        keep_newest_tags_per_repo: keep,
+        metrics: Metrics::default(),
+    })
+}

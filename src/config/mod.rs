@@ -1,0 +1,250 @@
+//! Configuration: loading (file → `IMAGED_*` environment → flags) into a raw
+//! form, then validating into typed values.
+//!
+//! The defaults are `config/default.toml`, compiled into the binary, so the
+//! documented file and the running defaults cannot drift apart. Loading is
+//! separate from validation so tests feed plain strings and maps.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+mod credentials;
+mod daemon;
+mod gc;
+mod pull;
+mod raw;
+mod runtime;
+mod values;
+
+pub use daemon::DaemonSettings;
+pub use gc::GcSettings;
+pub use runtime::{LogConfig, LogFormat, RuntimeEndpoint};
+pub use values::duration;
+
+use raw::RawConfig;
+use values::blame_kubelet_field;
+
+use crate::actors::backoff_registry::BackoffSettings;
+use crate::actors::cri_gateway::CriConfig;
+use crate::actors::pull_queue::PullQueueConfig;
+use crate::credentials::NodeCredentialSettings;
+use crate::ensure::EnsureConfig;
+use crate::metrics::Metrics;
+
+/// The documented defaults (`config/default.toml`).
+pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A source could not be read or parsed (unknown key, wrong type, bad TOML).
+    #[error("configuration: {0}")]
+    Load(String),
+    /// A key has a value that is not allowed.
+    #[error("configuration: invalid value {value:?} for {key}: {reason}")]
+    Invalid {
+        /// Dotted key (`runtime.deadlines.pull_image`).
+        key: String,
+        /// The rejected value, as given.
+        value: String,
+        /// What is allowed.
+        reason: String,
+    },
+    /// A `--set` override is not `key=value`.
+    #[error("configuration: override {0:?} is not key=value")]
+    BadOverride(String),
+    /// The `--kubelet-config` file cannot be used (names the file and field).
+    #[error("configuration: {0}")]
+    Kubelet(#[from] crate::kubelet_config::KubeletConfigError),
+}
+
+impl From<config::ConfigError> for ConfigError {
+    fn from(e: config::ConfigError) -> Self {
+        ConfigError::Load(e.to_string())
+    }
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Where the runtime is.
+    pub endpoint: RuntimeEndpoint,
+    /// CRI gateway settings.
+    pub cri: CriConfig,
+    /// Pull queue settings.
+    pub pull: PullQueueConfig,
+    /// Ensure-flow settings.
+    pub ensure: EnsureConfig,
+    /// Backoff registry settings.
+    pub backoff: BackoffSettings,
+    /// Image GC settings.
+    pub gc: GcSettings,
+    /// KEP-2535: when a present image needs the pod's credentials verified
+    /// (`credential_verification.policy` and `.allowlist`).
+    pub verification: crate::pull_records::VerifyPolicy,
+    /// Directory of durable state (`None` = memory only).
+    pub state_dir: Option<PathBuf>,
+    /// A fault plan file (TOML, see `fault::FaultPlan::from_toml`) applied
+    /// at the CRI gateway; `None` = no faults.
+    pub fault_plan: Option<PathBuf>,
+    /// The daemon's settings (`imaged run`).
+    pub daemon: DaemonSettings,
+    /// Logging.
+    pub log: LogConfig,
+    /// Node credentials: docker config files and credential-provider plugins.
+    pub credentials: NodeCredentialSettings,
+}
+
+/// Where configuration comes from, besides the built-in defaults.
+#[derive(Debug, Default, Clone)]
+pub struct Sources {
+    /// A TOML file (`--config`).
+    pub file: Option<PathBuf>,
+    /// A KubeletConfiguration YAML whose image fields are layered after
+    /// `file` and before the environment (`--kubelet-config`).
+    pub kubelet_config: Option<PathBuf>,
+    /// Environment variables to read `IMAGED_*` keys from (`None` = none).
+    pub env: Option<HashMap<String, String>>,
+    /// `key=value` overrides (`--set`), applied last.
+    pub overrides: Vec<String>,
+}
+
+impl Sources {
+    /// The file, this process's environment and the overrides.
+    pub fn from_process(file: Option<PathBuf>, overrides: Vec<String>) -> Self {
+        Self { file, kubelet_config: None, env: Some(std::env::vars().collect()), overrides }
+    }
+
+    /// The same sources with a KubeletConfiguration file layered after the file.
+    #[must_use]
+    pub fn with_kubelet_config(mut self, path: Option<PathBuf>) -> Self {
+        self.kubelet_config = path;
+        self
+    }
+}
+
+impl Config {
+    /// The key settings published as `imaged_config_info`'s labels.
+    pub fn info_labels(&self) -> Vec<(&'static str, String)> {
+        let endpoint = match &self.endpoint {
+            RuntimeEndpoint::Embedded { .. } => "embedded".to_string(),
+            RuntimeEndpoint::Cri(e) => e.to_string(),
+        };
+        vec![
+            ("runtime_endpoint", endpoint),
+            ("pull_concurrency", self.pull.concurrency.to_string()),
+            ("single_flight", self.pull.single_flight.to_string()),
+            ("registry_pull_qps", self.pull.qps.to_string()),
+            ("registry_burst", self.pull.burst.to_string()),
+            ("image_gc_high_threshold_percent", self.gc.high_threshold_percent.to_string()),
+            ("image_gc_low_threshold_percent", self.gc.low_threshold_percent.to_string()),
+        ]
+    }
+
+    /// This configuration with every component reporting to `metrics` (the
+    /// gateway, the pull queue and ensure flow, the backoff registry, GC).
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: &Metrics) -> Self {
+        self.cri.metrics = metrics.clone();
+        self.pull.metrics = metrics.clone();
+        self.backoff.metrics = metrics.clone();
+        self.gc.metrics = metrics.clone();
+        self.credentials.metrics = metrics.clone();
+        self
+    }
+
+    /// The built-in defaults.
+    pub fn defaults() -> Result<Self, ConfigError> {
+        Self::load(&Sources::default())
+    }
+
+    /// Loads and validates from `sources`.
+    pub fn load(sources: &Sources) -> Result<Self, ConfigError> {
+        let mut b =
+            config::Config::builder().add_source(config::File::from_str(DEFAULT_TOML, config::FileFormat::Toml));
+        if let Some(path) = &sources.file {
+            b = b.add_source(config::File::from(path.as_path()).format(config::FileFormat::Toml).required(true));
+        }
+        let kubelet = match &sources.kubelet_config {
+            Some(path) => {
+                let fields = crate::kubelet_config::KubeletImageFields::read(path)?;
+                b = b.add_source(crate::kubelet_config::KubeletSource(fields.clone()));
+                Some(fields)
+            }
+            None => None,
+        };
+        if let Some(env) = &sources.env {
+            // Only IMAGED_<SECTION>__<KEY> variables are configuration; other
+            // IMAGED_* variables (used by tests and tools) are left alone.
+            let vars: HashMap<String, String> = env
+                .iter()
+                .filter(|(k, _)| k.starts_with("IMAGED_") && k.contains("__"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            b = b.add_source(
+                config::Environment::with_prefix("IMAGED").prefix_separator("_").separator("__").source(Some(vars)),
+            );
+        }
+        for o in &sources.overrides {
+            let (k, v) = o.split_once('=').ok_or_else(|| ConfigError::BadOverride(o.clone()))?;
+            b = b.set_override(k.trim(), v.trim())?;
+        }
+        let raw: RawConfig = b.build()?.try_deserialize()?;
+        Self::from_raw(raw).map_err(|e| match &kubelet {
+            Some(k) => blame_kubelet_field(e, k, sources),
+            None => e,
+        })
+    }
+
+    /// Loads from a TOML string layered over the defaults (for tests).
+    pub fn from_toml(toml: &str) -> Result<Self, ConfigError> {
+        let raw: RawConfig = config::Config::builder()
+            .add_source(config::File::from_str(DEFAULT_TOML, config::FileFormat::Toml))
+            .add_source(config::File::from_str(toml, config::FileFormat::Toml))
+            .build()?
+            .try_deserialize()?;
+        Self::from_raw(raw)
+    }
+
+    fn from_raw(raw: RawConfig) -> Result<Self, ConfigError> {
+        let endpoint = runtime::endpoint_from_raw(&raw.runtime)?;
+        let fault_plan = raw.runtime.fault_plan.clone();
+        let cri = runtime::cri_from_raw(raw.runtime)?;
+        let log = runtime::log_from_raw(raw.log)?;
+        let (pull, mut ensure) = pull::pull_from_raw(raw.pull)?;
+        ensure.reset_backoff_on_credential_change = raw.backoff.reset_on_credential_change;
+        ensure.reset_backoff_on_registry_recovery = raw.backoff.reset_on_registry_recovery;
+        let backoff = pull::backoff_from_raw(raw.backoff)?;
+        let gc = gc::gc_from_raw(raw.gc)?;
+        let verification = credentials::verification_from_raw(raw.credential_verification)?;
+        let credentials = credentials::credentials_from_raw(raw.credentials)?;
+        let state_dir = if raw.state.dir.is_empty() { None } else { Some(PathBuf::from(raw.state.dir)) };
+        let daemon = daemon::daemon_from_raw(raw.daemon)?;
+        let fault_plan = runtime::fault_plan_from_raw(&fault_plan)?;
+        // One registry for every component (see `with_metrics` to use the daemon's).
+        Ok(Config {
+            endpoint,
+            cri,
+            pull,
+            ensure,
+            backoff,
+            gc,
+            verification,
+            state_dir,
+            fault_plan,
+            daemon,
+            log,
+            credentials,
+        }
+        .with_metrics(&Metrics::default()))
+    }
+}
+
+/// Reads and parses a fault plan file.
+pub fn load_fault_plan(path: &std::path::Path) -> Result<crate::fault::FaultPlan, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("reading it: {e}"))?;
+    crate::fault::FaultPlan::from_toml(&text)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,130 @@
+//! `[pull]` and `[backoff]`: the kubelet's pull fields (validation and
+//! defaulting, its texts) and imaged's own, for the pull queue, the ensure
+//! flow and the backoff registry.
+
+use super::ConfigError;
+use super::raw::{RawBackoff, RawPull};
+use super::values::{duration, invalid, zero_is_off};
+use crate::actors::backoff_registry::{BackoffConfig, BackoffSettings};
+use crate::actors::pull_queue::{Concurrency, PullQueueConfig, ThrottleMode};
+use crate::ensure::EnsureConfig;
+use crate::metrics::Metrics;
+
+/// The kubelet's validation and defaulting of the image pull fields.
+pub(super) fn pull_from_raw(p: RawPull) -> Result<(PullQueueConfig, EnsureConfig), ConfigError> {
+    let serialize = kubelet_pull_mode(&p)?;
+    let registry_limit = zero_is_off(
+        "pull.max_parallel_pulls_per_registry",
+        p.max_parallel_pulls_per_registry,
+        "no per-registry limit",
+    )?;
+    if let Some(n) = registry_limit
+        && serialize
+        && n > 1
+    {
+        return Err(invalid(
+            "pull.max_parallel_pulls_per_registry",
+            &n.to_string(),
+            "cannot be larger than 1 while pulls are serial (pull.serialize_image_pulls)",
+        ));
+    }
+    let presence_check_concurrency =
+        zero_is_off("pull.presence_check_concurrency", p.presence_check_concurrency, "no limit")?;
+    let presence_check_window = zero_is_off("pull.presence_check_window", p.presence_check_window, "no window")?;
+    let concurrency = if serialize {
+        Concurrency::Serial
+    } else {
+        Concurrency::Parallel(p.max_parallel_image_pulls.and_then(|n| usize::try_from(n).ok()))
+    };
+    let capacity = zero_is_off("pull.queue_capacity", p.queue_capacity, "unbounded")?;
+    let throttle_mode = match p.throttle_mode.as_str() {
+        "fail" => ThrottleMode::Fail,
+        "wait" => ThrottleMode::Wait,
+        other => return Err(invalid("pull.throttle_mode", other, "must be \"fail\" or \"wait\"")),
+    };
+    let burst = u32::try_from(p.registry_burst)
+        .map_err(|_| invalid("pull.registry_burst", &p.registry_burst.to_string(), "must be at most 4294967295"))?;
+    let deadline = duration("pull.pull_deadline", &p.pull_deadline)?;
+    let slow = duration("pull.slow_pull_warning", &p.slow_pull_warning)?;
+    Ok((
+        PullQueueConfig {
+            concurrency,
+            registry_limit,
+            capacity,
+            single_flight: p.single_flight,
+            qps: p.registry_pull_qps,
+            // The kubelet's v1beta1 defaulting turns a zero burst into 10.
+            burst: if burst == 0 { 10 } else { burst },
+            throttle_mode,
+            pull_deadline: if deadline.is_zero() { None } else { Some(deadline) },
+            slow_pull_warning: if slow.is_zero() { None } else { Some(slow) },
+            metrics: Metrics::default(),
+        },
+        EnsureConfig {
+            annotate_error_class: p.annotate_error_class,
+            presence_check_concurrency,
+            presence_check_window,
+            ..EnsureConfig::default()
+        },
+    ))
+}
+
+pub(super) fn backoff_from_raw(b: RawBackoff) -> Result<BackoffSettings, ConfigError> {
+    let initial = duration("backoff.initial", &b.initial)?;
+    let max = duration("backoff.max", &b.max)?;
+    let backoff = BackoffConfig::try_new(initial, max)
+        .map_err(|e| invalid("backoff.initial/backoff.max", &format!("{}/{}", b.initial, b.max), e.to_string()))?;
+    let gc = duration("backoff.gc_interval", &b.gc_interval)?;
+    let mailbox_capacity =
+        usize::try_from(b.mailbox_capacity).ok().filter(|c| (1..=1_000_000).contains(c)).ok_or_else(|| {
+            invalid("backoff.mailbox_capacity", &b.mailbox_capacity.to_string(), "must be from 1 to 1000000")
+        })?;
+    Ok(BackoffSettings {
+        backoff,
+        gc_interval: if gc.is_zero() { None } else { Some(gc) },
+        mailbox_capacity,
+        metrics: Metrics::default(),
+    })
+}
+
+/// The kubelet's checks of `registryPullQPS`, `registryBurst`,
+/// `maxParallelImagePulls` and `serializeImagePulls` (its texts), and its
+/// defaulting: whether pulls are serial.
+fn kubelet_pull_mode(p: &RawPull) -> Result<bool, ConfigError> {
+    if p.registry_pull_qps < 0.0 || !p.registry_pull_qps.is_finite() {
+        let v = p.registry_pull_qps.to_string();
+        return Err(invalid(
+            "pull.registry_pull_qps",
+            &v,
+            format!("invalid configuration: registryPullQPS (--registry-qps) {v} must not be a negative number"),
+        ));
+    }
+    if p.registry_burst < 0 {
+        let v = p.registry_burst.to_string();
+        return Err(invalid(
+            "pull.registry_burst",
+            &v,
+            format!("invalid configuration: registryBurst (--registry-burst) {v} must not be a negative number"),
+        ));
+    }
+    if let Some(n) = p.max_parallel_image_pulls
+        && n < 1
+    {
+        return Err(invalid(
+            "pull.max_parallel_image_pulls",
+            &n.to_string(),
+            format!("invalid configuration: maxParallelImagePulls {n} must be a positive number"),
+        ));
+    }
+    // Defaulting: serial unless at least two parallel pulls are asked for.
+    let serialize = p.serialize_image_pulls.unwrap_or(p.max_parallel_image_pulls.is_none_or(|n| n < 2));
+    if serialize && p.max_parallel_image_pulls.is_some_and(|n| n > 1) {
+        let n = p.max_parallel_image_pulls.unwrap_or_default().to_string();
+        return Err(invalid(
+            "pull.max_parallel_image_pulls",
+            &n,
+            "invalid configuration: maxParallelImagePulls cannot be larger than 1 unless SerializeImagePulls (--serialize-image-pulls) is set to false",
+        ));
+    }
+    Ok(serialize)
+}

@@ -1,0 +1,49 @@
+//! Value parsers and the error helpers every section shares.
+
+use std::time::Duration;
+
+use super::{ConfigError, Sources};
+
+/// A count where 0 means `zero` (off, no limit…): `None` for 0, the count
+/// otherwise; a negative value is rejected naming `key`.
+pub(super) fn zero_is_off(key: &str, v: i64, zero: &str) -> Result<Option<usize>, ConfigError> {
+    match usize::try_from(v) {
+        Ok(0) => Ok(None),
+        Ok(n) => Ok(Some(n)),
+        Err(_) => Err(invalid(key, &v.to_string(), format!("must be 0 ({zero}) or more"))),
+    }
+}
+
+/// A value the KubeletConfiguration set (and nothing later overrode) that
+/// imaged's validation refused: name the file and the kubelet's field.
+pub(super) fn blame_kubelet_field(
+    e: ConfigError,
+    k: &crate::kubelet_config::KubeletImageFields,
+    sources: &Sources,
+) -> ConfigError {
+    let ConfigError::Invalid { key, value, reason } = &e else { return e };
+    let Some((_, _, field)) = k.overrides().into_iter().find(|(k, _, _)| key == k) else { return e };
+    let env_name = format!("IMAGED_{}", key.replace('.', "__").to_uppercase());
+    let overridden = sources.env.as_ref().is_some_and(|env| env.contains_key(&env_name))
+        || sources.overrides.iter().any(|o| o.split_once('=').is_some_and(|(k, _)| k.trim() == key));
+    if overridden {
+        return e;
+    }
+    crate::kubelet_config::KubeletConfigError::Field {
+        file: k.file.clone(),
+        field: field.to_string(),
+        reason: format!("{value}: {reason} (imaged key {key})"),
+    }
+    .into()
+}
+
+pub(super) fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { key: key.to_string(), value: value.to_string(), reason: reason.into() }
+}
+
+/// Parses a duration (`500ms`, `2m`, `1h30m`), naming the key on failure.
+pub fn duration(key: &str, v: &str) -> Result<Duration, ConfigError> {
+    let d = humantime::parse_duration(v.trim())
+        .map_err(|e| invalid(key, v, format!("not a duration ({e}); write e.g. \"500ms\", \"10s\", \"2m\"")))?;
+    crate::domain::limits::check_duration(d, || v.trim().to_string()).map_err(|e| invalid(key, v, e.reason()))
+}
