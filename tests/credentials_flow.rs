@@ -75,7 +75,14 @@ fn plugin_in(dir: &Path, password: &str) -> CredentialProviders {
         "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: example-provider\n    matchImages: [\"*.example.com\"]\n    defaultCacheDuration: 10m\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
     )
     .expect("write");
-    CredentialProviders::register(&conf, &bin, Duration::from_secs(60)).expect("registers")
+    CredentialProviders::register(
+        &conf,
+        &bin,
+        Duration::from_secs(60),
+        imaged::clock::Clock::new(),
+        &imaged::metrics::Metrics::default(),
+    )
+    .expect("registers")
 }
 
 fn secret(password: &str) -> PullSecret {

@@ -103,14 +103,9 @@ async fn no_password_or_auth_string_in_logs_events_errors_or_debug() {
     )
     .expect("write");
     let metrics = imaged::metrics::Metrics::default();
-    let plugins = CredentialProviders::register_with(
-        &conf,
-        &bin,
-        Duration::from_secs(60),
-        imaged::credentials::CacheClock::tokio(),
-        &metrics,
-    )
-    .expect("registers");
+    let plugins =
+        CredentialProviders::register(&conf, &bin, Duration::from_secs(60), imaged::clock::Clock::new(), &metrics)
+            .expect("registers");
     let node = Arc::new(NodeCredentials::new(Some(files), plugins));
 
     let rt = runtime().await;

@@ -483,7 +483,14 @@ async fn node_credentials_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGate
         ),
     )
     .expect("write");
-    let plugins = CredentialProviders::register(&conf, &bin, Duration::from_secs(60)).expect("registers");
+    let plugins = CredentialProviders::register(
+        &conf,
+        &bin,
+        Duration::from_secs(60),
+        imaged::clock::Clock::new(),
+        &imaged::metrics::Metrics::default(),
+    )
+    .expect("registers");
     let manager = ImageManager::start(
         gateway,
         &PullQueueConfig::default(),

@@ -7,14 +7,12 @@
 //! Passwords stay in [`Secret`](crate::domain::Secret)s; errors name secrets,
 //! fields and registries, never a value.
 
-pub mod clock;
 pub mod keyring;
 pub mod node;
 pub mod node_files;
 pub mod plugin;
 pub mod secrets;
 
-pub use clock::{CacheClock, ManualClock};
 pub use keyring::{
     Credential, CredentialSource, DEFAULT_REGISTRY_HOST, DockerKeyring, KeyError, Keyring, UrlError, glob_match,
     is_default_registry_match, normalize_key, urls_match,

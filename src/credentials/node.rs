@@ -63,11 +63,11 @@ impl NodeCredentials {
         let files = (!s.search.is_empty()).then(|| NodeConfigFiles::new(s.search.clone(), s.cache_period));
         let plugins = match (&s.provider_config, &s.provider_bin_dir) {
             (None, None) => CredentialProviders::default(),
-            (config, bin_dir) => CredentialProviders::register_with(
+            (config, bin_dir) => CredentialProviders::register(
                 config.as_deref().unwrap_or(std::path::Path::new("")),
                 bin_dir.as_deref().unwrap_or(std::path::Path::new("")),
                 s.provider_timeout,
-                super::clock::CacheClock::tokio(),
+                crate::clock::Clock::new(),
                 &s.metrics,
             )?,
         };

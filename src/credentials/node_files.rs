@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::clock::CacheClock;
 use super::keyring::{Credential, Keyring};
 use super::secrets::{DockerConfig, parse_docker_config_json, parse_dockercfg};
+use crate::clock::Clock;
 
 /// The kubelet's default `--root-dir`, searched first.
 pub const DEFAULT_ROOT_DIR: &str = "/var/lib/kubelet";
@@ -145,7 +145,7 @@ pub fn config_keyring(config: &DockerConfig, origin: &str) -> Keyring {
 pub struct NodeConfigFiles {
     search: DockerConfigSearch,
     period: Duration,
-    clock: CacheClock,
+    clock: Clock,
     cached: Mutex<Option<(Instant, Arc<Keyring>)>>,
 }
 
@@ -153,12 +153,12 @@ impl NodeConfigFiles {
     /// Files searched as `search` says, re-read at most every `period`
     /// (zero: on every lookup).
     pub fn new(search: DockerConfigSearch, period: Duration) -> Self {
-        Self { search, period, clock: CacheClock::tokio(), cached: Mutex::new(None) }
+        Self { search, period, clock: Clock::new(), cached: Mutex::new(None) }
     }
 
     /// The same, reading time from `clock`.
     #[must_use]
-    pub fn with_clock(mut self, clock: CacheClock) -> Self {
+    pub fn with_clock(mut self, clock: Clock) -> Self {
         self.clock = clock;
         self
     }
@@ -173,7 +173,7 @@ impl NodeConfigFiles {
     /// tokio's blocking pool, never on the caller's task, and no lock is
     /// held while they are read (two callers at expiry may both read).
     pub async fn keyring(&self) -> Arc<Keyring> {
-        let now = self.clock.now();
+        let now = self.clock.instant();
         {
             let cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
             if let Some((expires, keyring)) = cached.as_ref()

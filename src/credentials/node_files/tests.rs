@@ -174,7 +174,7 @@ async fn re_read_at_most_once_per_period() {
 async fn zero_period_re_reads_every_time() {
     let dir = tempfile::tempdir().expect("tempdir");
     write(dir.path(), &[("a", "config.json", JSON_A)]);
-    let clock = crate::credentials::clock::ManualClock::new();
+    let clock = crate::clock::ManualClock::new();
     let files = NodeConfigFiles::new(search(dir.path()), Duration::ZERO).with_clock(clock.clock());
     assert_eq!(users(&*files.keyring().await, "reg.io/x"), vec![("a".into(), "pa".into())]);
     write(dir.path(), &[("a", "config.json", JSON_B)]);

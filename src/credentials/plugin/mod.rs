@@ -20,8 +20,8 @@ pub use provider::{
     decode_response, registry_of,
 };
 
-use super::clock::CacheClock;
 use super::secrets::DockerConfig;
+use crate::clock::Clock;
 
 /// The registered plugins, in configuration order.
 #[derive(Debug, Clone, Default)]
@@ -33,21 +33,16 @@ pub struct CredentialProviders {
 
 impl CredentialProviders {
     /// Registers the plugins configured at `config_path` (file or directory)
-    /// with executables in `bin_dir`, each run limited to `timeout`. Fails
+    /// with executables in `bin_dir`, each run limited to `timeout`, their
+    /// caches reading time from `clock`, each run reported to `metrics`
+    /// (`credential_provider_plugin_duration`, `..._errors`) and the
+    /// configuration's hash set in `credential_provider_config_info`. Fails
     /// with the kubelet's texts; the kubelet exits when this fails.
-    pub fn register(config_path: &Path, bin_dir: &Path, timeout: Duration) -> Result<Self, ProviderConfigError> {
-        Self::register_with(config_path, bin_dir, timeout, CacheClock::tokio(), &crate::metrics::Metrics::default())
-    }
-
-    /// The same, with the caches reading time from `clock`, each run
-    /// reported to `metrics` (`credential_provider_plugin_duration`,
-    /// `..._errors`) and the configuration's hash set in
-    /// `credential_provider_config_info`.
-    pub fn register_with(
+    pub fn register(
         config_path: &Path,
         bin_dir: &Path,
         timeout: Duration,
-        clock: CacheClock,
+        clock: Clock,
         metrics: &crate::metrics::Metrics,
     ) -> Result<Self, ProviderConfigError> {
         let registered = register_providers(config_path, bin_dir)?;

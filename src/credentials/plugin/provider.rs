@@ -24,7 +24,7 @@ use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use super::config::{PROVIDER_API_VERSIONS, ProviderSpec};
-use crate::credentials::clock::CacheClock;
+use crate::clock::Clock;
 use crate::credentials::keyring::urls_match;
 use crate::credentials::secrets::{DockerConfig, DockerConfigEntry};
 use crate::domain::Secret;
@@ -201,7 +201,7 @@ pub struct PluginProvider {
     spec: ProviderSpec,
     executable: PathBuf,
     timeout: Duration,
-    clock: CacheClock,
+    clock: Clock,
     /// cache key → (expiry, credentials).
     cache: Mutex<HashMap<String, (Instant, DockerConfig)>>,
     /// image → the run every concurrent request for it waits on.
@@ -216,7 +216,7 @@ impl PluginProvider {
             spec,
             executable,
             timeout,
-            clock: CacheClock::tokio(),
+            clock: Clock::new(),
             cache: Mutex::default(),
             in_flight: Mutex::default(),
         }
@@ -224,7 +224,7 @@ impl PluginProvider {
 
     /// The same, reading cache time from `clock`.
     #[must_use]
-    pub fn with_clock(mut self, clock: CacheClock) -> Self {
+    pub fn with_clock(mut self, clock: Clock) -> Self {
         self.clock = clock;
         self
     }
@@ -247,7 +247,7 @@ impl PluginProvider {
     }
 
     fn cached(&self, image: &str) -> Option<DockerConfig> {
-        let now = self.clock.now();
+        let now = self.clock.instant();
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         for key in [image, registry_of(image), GLOBAL_CACHE_KEY] {
             match cache.get(key) {
@@ -263,7 +263,7 @@ impl PluginProvider {
     }
 
     fn store(&self, key: String, config: DockerConfig, ttl: Duration) {
-        let now = self.clock.now();
+        let now = self.clock.instant();
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         // Expired entries go when anything is stored (the kubelet lists every 15 min).
         cache.retain(|_, (expires, _)| now <= *expires);

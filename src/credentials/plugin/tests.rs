@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::*;
-use crate::credentials::clock::ManualClock;
+use crate::clock::ManualClock;
 
 const V1: &str = "credentialprovider.kubelet.k8s.io/v1";
 
@@ -513,7 +513,14 @@ async fn providers_run_in_order_and_only_when_matching() {
             provider_yaml("second", "[\"a.example.com\", \"other.io\"]", "1m", ""),
         ]),
     );
-    let providers = CredentialProviders::register(&conf, &bin, MINUTE).expect("registers");
+    let providers = CredentialProviders::register(
+        &conf,
+        &bin,
+        MINUTE,
+        crate::clock::Clock::new(),
+        &crate::metrics::Metrics::default(),
+    )
+    .expect("registers");
     let names = |cs: &[crate::credentials::DockerConfig]| {
         cs.iter().map(|c| c.entries[0].1.username.clone()).collect::<Vec<_>>()
     };
@@ -540,8 +547,7 @@ async fn runs_and_failed_runs_are_metered_and_the_config_hash_is_published() {
     );
     let metrics = crate::metrics::Metrics::default();
     let providers =
-        CredentialProviders::register_with(&conf, &bin, MINUTE, crate::credentials::CacheClock::tokio(), &metrics)
-            .expect("registers");
+        CredentialProviders::register(&conf, &bin, MINUTE, crate::clock::Clock::new(), &metrics).expect("registers");
     providers.provide("a.example.com/x").await;
     providers.provide("a.example.com/x").await;
     let s = crate::testing::Scrape::parse(&metrics.encode()).expect("scrape");
