@@ -7,6 +7,7 @@ pub(crate) mod convert;
 mod endpoint;
 mod error;
 pub mod proto;
+pub mod server;
 pub mod wire;
 
 pub use client::{CriClient, KUBE_RUNTIME_API_VERSION};
