@@ -2,8 +2,12 @@
 //!
 //! [`ImageManager`] is a cloneable handle (no actor of its own): each call
 //! runs on the caller's task and talks to the CRI gateway (presence
-//! checks), the backoff registry and the pull queue, emitting the kubelet's
-//! events with its exact messages. See `actors.md` for the actors.
+//! checks, through a `CriReader`), the backoff registry and the pull queue
+//! (through the recipients of the messages it sends them: a
+//! [`BackoffPort`] and a `Recipient<EnqueuePull>`), emitting the kubelet's
+//! events with its exact messages. It starts no actor: whoever wires the
+//! node (`node::Node`) starts them and hands their ports to
+//! [`ImageManager::new`]. See `actors.md` for the actors.
 //!
 //! - `mod.rs`: the handle and the flow's decision steps (policy, presence).
 //! - `request.rs`: the request and its answer ([`EnsureImageRequest`],
@@ -25,7 +29,7 @@ mod settings;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use actix::Addr;
+use actix::Recipient;
 use tokio::time::Instant;
 
 use crate::events::{EventReason, EventSink, ImageEvent, ObjectRef};
@@ -36,9 +40,9 @@ pub use recorder::{PodPullTimes, PullingRecorder};
 pub use request::{EnsureError, EnsureImageRequest, EnsureOk, PodInfo, class_of_cri, class_of_pull};
 pub use settings::{DEFAULT_PRESENCE_CHECK_WINDOW, EnsureConfig, PRESENCE_CHECK_HOLD};
 
-use crate::actors::backoff_registry::BackoffRegistryActor;
-use crate::actors::cri_gateway::{CriGatewayActor, CriReader, GetReader};
-use crate::actors::pull_queue::PullQueueActor;
+use crate::actors::backoff_registry::BackoffPort;
+use crate::actors::cri_gateway::CriReader;
+use crate::actors::pull_queue::EnqueuePull;
 use crate::cri::CriError;
 use crate::domain::pull_policy::PullPolicy;
 use crate::domain::reference::apply_default_image_tag;
@@ -50,11 +54,12 @@ use credentials::pod_credentials;
 /// The handle embedders call. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct ImageManager {
-    gateway: Addr<CriGatewayActor>,
     /// Presence checks on the caller's task (the hot path).
     reader: CriReader,
-    queue: Addr<PullQueueActor>,
-    backoff: Addr<BackoffRegistryActor>,
+    /// The pull queue's `EnqueuePull`.
+    queue: Recipient<EnqueuePull>,
+    /// What the ensure flow sends the backoff registry.
+    backoff: BackoffPort,
     events: EventSink,
     recorder: PullingRecorder,
     hints: crate::gc::in_use_hints::InUseHints,
@@ -77,16 +82,13 @@ pub struct ImageManager {
 const DEFAULTED_CACHE: usize = 4096;
 
 impl ImageManager {
-    /// A manager over running actors.
-    pub fn new(
-        gateway: Addr<CriGatewayActor>,
-        reader: CriReader,
-        queue: Addr<PullQueueActor>,
-        backoff: Addr<BackoffRegistryActor>,
-        cfg: EnsureConfig,
-    ) -> Self {
+    /// A manager over running actors: the gateway's `reader` (from
+    /// `GetReader`) for presence checks, the pull queue's `queue` (its
+    /// `EnqueuePull`) and the backoff registry's `backoff` (e.g.
+    /// `BackoffPort::from(&addr)`). It reports to a private metrics
+    /// registry until [`with_metrics`](Self::with_metrics).
+    pub fn new(reader: CriReader, queue: Recipient<EnqueuePull>, backoff: BackoffPort, cfg: EnsureConfig) -> Self {
         Self {
-            gateway,
             reader,
             queue,
             backoff,
@@ -133,40 +135,6 @@ impl ImageManager {
     pub fn with_node_credentials(mut self, node: Arc<crate::credentials::NodeCredentials>) -> Self {
         self.node_credentials = Some(node);
         self
-    }
-
-    /// Starts a backoff registry and a pull queue on the current actix
-    /// arbiter and returns a manager over them and `gateway`. Fails only if
-    /// the gateway has stopped. The queue and this manager report to
-    /// `pull.metrics`, the registry to `backoff.metrics`.
-    pub async fn start(
-        gateway: Addr<CriGatewayActor>,
-        pull: &crate::actors::pull_queue::PullQueueConfig,
-        backoff: &crate::actors::backoff_registry::BackoffSettings,
-        cfg: EnsureConfig,
-    ) -> Result<Self, actix::MailboxError> {
-        use actix::Actor as _;
-        let reader = gateway.send(GetReader).await?;
-        let queue = PullQueueActor::new(pull.clone(), reader.clone()).start();
-        let backoff = BackoffRegistryActor::new(backoff.backoff, backoff.mailbox_capacity, backoff.gc_interval)
-            .with_metrics(backoff.metrics.clone())
-            .start();
-        Ok(Self::new(gateway, reader, queue, backoff, cfg).with_metrics(pull.metrics.clone()))
-    }
-
-    /// The pull queue.
-    pub fn queue(&self) -> &Addr<PullQueueActor> {
-        &self.queue
-    }
-
-    /// The backoff registry (send it `ClearBackoff` to retry now).
-    pub fn backoff(&self) -> &Addr<BackoffRegistryActor> {
-        &self.backoff
-    }
-
-    /// The CRI gateway.
-    pub fn gateway(&self) -> &Addr<CriGatewayActor> {
-        &self.gateway
     }
 
     /// The event sink (subscribe to it for events).

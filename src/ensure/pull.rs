@@ -70,7 +70,7 @@ impl ImageManager {
         if let (Ok(outcome), false, Some(registry)) = (&result, joined, &registry)
             && outcome.pulled
         {
-            let _ = self.backoff.try_send(RegistryRecovered { registry: registry.clone() });
+            let _ = self.backoff.recovered.try_send(RegistryRecovered { registry: registry.clone() });
         }
         self.record_pull_end(&spec.image, requested, result.as_ref().ok(), &proves).await;
         intent.disarm();
@@ -92,7 +92,8 @@ impl ImageManager {
     ) -> Result<(), EnsureError> {
         let stopped =
             || self.fail(ImageErrorKind::ErrImagePull, "imaged is shutting down".into(), ErrorClass::Transient);
-        let check = self.backoff.send(CheckBackoff { key: key.clone(), credentials }).await.map_err(|_| stopped())?;
+        let check =
+            self.backoff.check.send(CheckBackoff { key: key.clone(), credentials }).await.map_err(|_| stopped())?;
         if check.in_backoff {
             let event_msg = back_off_pulling(&req.image);
             self.emit(req, EventReason::BackOff, &event_msg, None);
@@ -108,7 +109,7 @@ impl ImageManager {
             return Err(self.fail(ImageErrorKind::ImagePullBackOff, msg, class));
         }
         if check.previous_error.is_some() {
-            let _ = self.backoff.send(BeginAttempt { key: key.clone() }).await;
+            let _ = self.backoff.begin.send(BeginAttempt { key: key.clone() }).await;
         }
         Ok(())
     }
@@ -188,7 +189,11 @@ impl ImageManager {
         // Only a transient failure from the registry itself waits for it to recover.
         let from_registry = matches!(failure, PullFailure::Cri(_) | PullFailure::DeadlineExceeded(_));
         let transient_registry = registry.filter(|_| from_registry && class == ErrorClass::Transient);
-        let _ = self.backoff.send(RecordFailure { key, error_text: previous, credentials, transient_registry }).await;
+        let _ = self
+            .backoff
+            .failure
+            .send(RecordFailure { key, error_text: previous, credentials, transient_registry })
+            .await;
         Err(self.fail(kind, msg, class))
     }
 
@@ -222,7 +227,7 @@ impl ImageManager {
         // Fire and forget, and without needing an actix LocalSet on this
         // task (callers may be plain tokio tasks, e.g. the API server's):
         // a full mailbox only delays the entry GC to its periodic run.
-        let _ = self.backoff.try_send(RecordSuccess);
+        let _ = self.backoff.success.try_send(RecordSuccess);
         if !outcome.pulled {
             // Found present when the pull's turn came (another pod pulled
             // it) and the pod may use it.

@@ -44,9 +44,8 @@ pub struct PullQueueConfig {
     /// Warn (once per pull) when a pull is still running this long after
     /// its start while other pulls wait behind it (None = never).
     pub slow_pull_warning: Option<Duration>,
-    /// Where the queue reports its depths, joins and throttling (and the
-    /// ensure flow started with [`ImageManager::start`](crate::ensure::ImageManager::start)
-    /// its requests and pull durations).
+    /// Where the queue reports its depths, joins and throttling (and, as
+    /// `node::Node` wires it, the ensure flow its requests and pull durations).
     pub metrics: Metrics,
 }
 
