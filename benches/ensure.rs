@@ -50,7 +50,8 @@ use imaged::cri::{CriClient, Rpc};
 use imaged::domain::ImageSpec;
 use imaged::domain::pull_policy::PullPolicy;
 use imaged::embedded::{EmbeddedRuntime, RemoteImage};
-use imaged::ensure::{EnsureConfig, EnsureImageRequest, ImageManager};
+use imaged::ensure::{EnsureConfig, EnsureImageRequest};
+use imaged::testing::{StartedManager, start_manager};
 
 // Hot path.
 const HOT_IMAGE: &str = "busybox:1.36";
@@ -92,7 +93,7 @@ fn median_f64(mut v: Vec<f64>) -> f64 {
 
 /// A fresh embedded runtime (in its own temp dir), a gateway to it, and a
 /// manager with `pull` as the queue's settings.
-async fn stack(pull: &PullQueueConfig) -> (tempfile::TempDir, EmbeddedRuntime, Addr<CriGatewayActor>, ImageManager) {
+async fn stack(pull: &PullQueueConfig) -> (tempfile::TempDir, EmbeddedRuntime, Addr<CriGatewayActor>, StartedManager) {
     stack_with(pull, EnsureConfig::default()).await
 }
 
@@ -100,12 +101,11 @@ async fn stack(pull: &PullQueueConfig) -> (tempfile::TempDir, EmbeddedRuntime, A
 async fn stack_with(
     pull: &PullQueueConfig,
     ensure: EnsureConfig,
-) -> (tempfile::TempDir, EmbeddedRuntime, Addr<CriGatewayActor>, ImageManager) {
+) -> (tempfile::TempDir, EmbeddedRuntime, Addr<CriGatewayActor>, StartedManager) {
     let dir = tempfile::tempdir().expect("tempdir");
     let runtime = EmbeddedRuntime::start_in(dir.path()).expect("embedded runtime");
     let (gateway, _) = CriGatewayActor::connect(&runtime.endpoint(), &CriConfig::default()).await.expect("gateway");
-    let manager =
-        ImageManager::start(gateway.clone(), pull, &BackoffSettings::default(), ensure).await.expect("manager starts");
+    let manager = start_manager(&gateway, pull, &BackoffSettings::default(), ensure).await.expect("manager starts");
     (dir, runtime, gateway, manager)
 }
 
@@ -147,16 +147,17 @@ fn bare_status_request() -> ImageStatusRequest {
 
 async fn hot_path() {
     let pull = PullQueueConfig { qps: 0.0, ..PullQueueConfig::default() };
-    let (_dir, runtime, gateway, manager) = stack(&pull).await;
+    let (_dir, runtime, gateway, StartedManager { manager, .. }) = stack(&pull).await;
     runtime.preload(RemoteImage::new(HOT_IMAGE, 1_000)).expect("preload");
     let bare = bare_client(&runtime);
     let cri_cfg = CriConfig::default();
     let client = CriClient::new(&runtime.endpoint(), cri_cfg.connect_timeout).expect("client");
     let status_deadline = cri_cfg.deadlines.get(Rpc::ImageStatus);
     let req = EnsureImageRequest::new("bench-pod", HOT_IMAGE, PullPolicy::IfNotPresent);
-    let all_at_once = ImageManager::start(gateway.clone(), &pull, &BackoffSettings::default(), presence_all_at_once())
+    let all_at_once = start_manager(&gateway, &pull, &BackoffSettings::default(), presence_all_at_once())
         .await
-        .expect("manager starts");
+        .expect("manager starts")
+        .manager;
 
     let one = |side: Side| {
         let (manager, all_at_once, gateway, client, mut bare, req) =
@@ -275,13 +276,13 @@ async fn makespan_once(driver: Driver, log: Option<&Addr<PhaseLog>>) -> Duration
         Driver::EnsureAllAtOnce => presence_all_at_once(),
         _ => EnsureConfig::default(),
     };
-    let (_dir, runtime, _gateway, manager) = stack_with(&pull, ensure).await;
+    let (_dir, runtime, _gateway, StartedManager { manager, queue, .. }) = stack_with(&pull, ensure).await;
     let names = makespan_names();
     for n in &names {
         runtime.add_remote(RemoteImage::new(n.clone(), 1_000).latency(MAKESPAN_LATENCY)).expect("add");
     }
     if let Some(log) = log {
-        manager.queue().send(SubscribePhases(log.clone().recipient())).await.expect("subscribe");
+        queue.send(SubscribePhases(log.clone().recipient())).await.expect("subscribe");
     }
     let bare = bare_client(&runtime);
     // Connect the bare channel before the clock starts (the gateway's is connected).
@@ -302,7 +303,7 @@ async fn makespan_once(driver: Driver, log: Option<&Addr<PhaseLog>>) -> Duration
             }
         }
         Driver::Queue => {
-            let q = manager.queue();
+            let q = &queue;
             let sends = names.iter().map(|n| {
                 q.send(EnqueuePull(PullRequest {
                     skip_if_present: true,
@@ -532,7 +533,7 @@ async fn present_burst() {
             runtime.preload(RemoteImage::new(format!("example.com/burst/p{i}:1"), 1_000)).expect("preload");
         }
         let manager =
-            ImageManager::start(gateway, &pull, &BackoffSettings::default(), cfg).await.expect("manager starts");
+            start_manager(&gateway, &pull, &BackoffSettings::default(), cfg).await.expect("manager starts").manager;
         sides.push((dir, runtime, manager));
     }
     let reqs: Vec<EnsureImageRequest> = (0..BURST_REQUESTS)
@@ -576,7 +577,7 @@ async fn shared_pulls(single_flight: bool) -> u64 {
         single_flight,
         ..PullQueueConfig::default()
     };
-    let (_dir, runtime, _gateway, manager) = stack(&pull).await;
+    let (_dir, runtime, _gateway, StartedManager { manager, .. }) = stack(&pull).await;
     let image = "example.com/shared:1";
     runtime.add_remote(RemoteImage::new(image, 1_000).latency(SF_LATENCY)).expect("add");
     let reqs: Vec<EnsureImageRequest> =

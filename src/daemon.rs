@@ -141,8 +141,8 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
 fn watch_actors(node: &Node, health: &Health) -> Vec<tokio::task::JoinHandle<()>> {
     const EVERY: Duration = Duration::from_secs(1);
     let gateway = node.gateway().clone();
-    let queue = node.manager().queue().clone();
-    let backoff = node.manager().backoff().clone();
+    let queue = node.queue().clone();
+    let backoff = node.backoff().clone();
     let gc = node.gc().clone();
     let (detector, executor) = (gc.detector.clone(), gc.executor.clone());
     vec![

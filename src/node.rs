@@ -26,12 +26,14 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use crate::actors::Stop;
-use crate::actors::backoff_registry::{BackoffView, ClearBackoff, ClearScope, ListBackoffs};
+use crate::actors::backoff_registry::{BackoffRegistryActor, BackoffView, ClearBackoff, ClearScope, ListBackoffs};
 use crate::actors::cache_refresher::ImageListReader;
-use crate::actors::cri_gateway::{CriGatewayActor, ListImages};
+use crate::actors::cri_gateway::{CriGatewayActor, GetReader, ListImages};
 use crate::actors::detector::DetectImages;
 use crate::actors::gc_executor::{DeleteUnusedImages, GcError, GcReport, GetLastGcReport, RunGc, UpdateGcPolicy};
-use crate::actors::pull_queue::{GetQueueStatus, ListPulls, PullInfo, PullPhaseChanged, QueueStatus, SubscribePhases};
+use crate::actors::pull_queue::{
+    GetQueueStatus, ListPulls, PullInfo, PullPhaseChanged, PullQueueActor, QueueStatus, SubscribePhases,
+};
 use crate::config::{Config, GcSettings};
 use crate::connect::ConnectedRuntime;
 use crate::cri::{CriEndpoint, CriError};
@@ -94,11 +96,13 @@ pub struct ShutdownReport {
 
 /// A running imaged: every actor, started from one configuration. Cheap
 /// handles to the parts are available for agents that want the actors
-/// themselves (`manager()`, `gc()`, `gateway()`).
+/// themselves (`manager()`, `queue()`, `backoff()`, `gc()`, `gateway()`).
 pub struct Node {
     cfg: Config,
     runtime: ConnectedRuntime,
     manager: ImageManager,
+    queue: Addr<PullQueueActor>,
+    backoff: Addr<BackoffRegistryActor>,
     gc: GcService,
     store: Option<Arc<Store>>,
     accepting: Arc<AtomicBool>,
@@ -164,9 +168,11 @@ impl Node {
             Ok(n) => tracing::info!(recovered = n, "pull intents left by an earlier run recovered"),
             Err(e) => tracing::warn!(error = %e, "pull intents not recovered; their images keep needing verification"),
         }
-        let manager = ImageManager::start(runtime.gateway.clone(), &cfg.pull, &cfg.backoff, cfg.ensure.clone())
-            .await
-            .map_err(|_| AppError::Mailbox("CRI gateway".into()))?
+        let reader = runtime.gateway.send(GetReader).await.map_err(|_| AppError::Mailbox("CRI gateway".into()))?;
+        let queue = PullQueueActor::new(cfg.pull.clone(), reader.clone()).start();
+        let backoff = BackoffRegistryActor::from_settings(&cfg.backoff).start();
+        let manager = ImageManager::new(reader, queue.clone().recipient(), (&backoff).into(), cfg.ensure.clone())
+            .with_metrics(cfg.pull.metrics.clone())
             .with_pull_records(records.clone())
             .with_node_credentials(node_credentials);
         let capacity = match &runtime.embedded {
@@ -183,7 +189,17 @@ impl Node {
             Some(records),
         );
         let live_gc = std::sync::Mutex::new(cfg.gc.clone());
-        Ok(Self { cfg, runtime, manager, gc, store, accepting: Arc::new(AtomicBool::new(true)), live_gc })
+        Ok(Self {
+            cfg,
+            runtime,
+            manager,
+            queue,
+            backoff,
+            gc,
+            store,
+            accepting: Arc::new(AtomicBool::new(true)),
+            live_gc,
+        })
     }
 
     /// The configuration the node started with (see
@@ -222,9 +238,19 @@ impl Node {
         &self.runtime.gateway
     }
 
-    /// The ensure flow's handle (its pull queue and backoff registry).
+    /// The ensure flow's handle.
     pub fn manager(&self) -> &ImageManager {
         &self.manager
+    }
+
+    /// The pull queue the ensure flow pulls through.
+    pub fn queue(&self) -> &Addr<PullQueueActor> {
+        &self.queue
+    }
+
+    /// The backoff registry the ensure flow consults (send it `ClearBackoff` to retry now).
+    pub fn backoff(&self) -> &Addr<BackoffRegistryActor> {
+        &self.backoff
     }
 
     /// The GC actors.
@@ -269,12 +295,12 @@ impl Node {
 
     /// Subscribes to pull phases (queued, throttled, pulling, done, …).
     pub async fn subscribe_phases(&self, to: Recipient<PullPhaseChanged>) -> Result<(), NodeError> {
-        self.manager.queue().send(SubscribePhases(to)).await.map_err(|_| NodeError::Stopped("pull queue"))
+        self.queue.send(SubscribePhases(to)).await.map_err(|_| NodeError::Stopped("pull queue"))
     }
 
     /// The pulls the queue holds now: running, queued, parked (see [`ListPulls`]).
     pub async fn list_pulls(&self) -> Result<Vec<PullInfo>, NodeError> {
-        self.manager.queue().send(ListPulls).await.map_err(|_| NodeError::Stopped("pull queue"))
+        self.queue.send(ListPulls).await.map_err(|_| NodeError::Stopped("pull queue"))
     }
 
     /// The node-status image list, as the cache refresher last saw it.
@@ -308,14 +334,13 @@ impl Node {
 
     /// Clears back-off in `scope`; returns how many keys were cleared.
     pub async fn clear_backoff(&self, scope: ClearScope) -> Result<usize, NodeError> {
-        self.manager.backoff().send(ClearBackoff { scope }).await.map_err(|_| NodeError::Stopped("backoff registry"))
+        self.backoff.send(ClearBackoff { scope }).await.map_err(|_| NodeError::Stopped("backoff registry"))
     }
 
     /// Queue depths, back-offs, the last GC and the runtime.
     pub async fn status(&self) -> Result<NodeStatus, NodeError> {
-        let queue = self.manager.queue().send(GetQueueStatus).await.map_err(|_| NodeError::Stopped("pull queue"))?;
-        let backoffs =
-            self.manager.backoff().send(ListBackoffs).await.map_err(|_| NodeError::Stopped("backoff registry"))?;
+        let queue = self.queue.send(GetQueueStatus).await.map_err(|_| NodeError::Stopped("pull queue"))?;
+        let backoffs = self.backoff.send(ListBackoffs).await.map_err(|_| NodeError::Stopped("backoff registry"))?;
         let last_gc = self.gc.executor.send(GetLastGcReport).await.map_err(|_| NodeError::Stopped("GC executor"))?;
         Ok(NodeStatus {
             runtime: self.runtime.version.clone(),
@@ -348,7 +373,7 @@ impl Node {
         self.stop_accepting();
         let deadline = tokio::time::Instant::now() + grace;
         let abandoned_pulls = loop {
-            let left = match self.manager.queue().send(GetQueueStatus).await {
+            let left = match self.queue.send(GetQueueStatus).await {
                 Ok(s) => s.queued + s.running,
                 Err(_) => 0,
             };
@@ -375,8 +400,8 @@ impl Node {
         self.gc.detector.do_send(Stop);
         self.gc.executor.do_send(Stop);
         self.gc.refresher.do_send(Stop);
-        self.manager.queue().do_send(Stop);
-        self.manager.backoff().do_send(Stop);
+        self.queue.do_send(Stop);
+        self.backoff.do_send(Stop);
         ShutdownReport { abandoned_pulls }
     }
 }

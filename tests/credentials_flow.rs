@@ -19,6 +19,7 @@ use imaged::domain::ImageErrorKind;
 use imaged::domain::pull_policy::PullPolicy;
 use imaged::embedded::RemoteImage;
 use imaged::ensure::*;
+use imaged::testing::start_manager;
 use support::fixture::{Runtime, runtime};
 
 const PRIVATE: &str = "registry.example.com/team/app:v1";
@@ -32,9 +33,10 @@ async fn flow(node: NodeCredentials) -> Flow {
     let rt = runtime().await;
     rt.runtime.add_remote(RemoteImage::new(PRIVATE, 10).private("team", "s3cret")).expect("add");
     let pull = PullQueueConfig { concurrency: Concurrency::Parallel(None), qps: 0.0, ..PullQueueConfig::default() };
-    let manager = ImageManager::start(rt.gateway.clone(), &pull, &BackoffSettings::default(), EnsureConfig::default())
+    let manager = start_manager(&rt.gateway, &pull, &BackoffSettings::default(), EnsureConfig::default())
         .await
         .expect("manager starts")
+        .manager
         .with_node_credentials(Arc::new(node));
     Flow { rt, manager }
 }

@@ -25,7 +25,7 @@ use imaged::domain::ImageErrorKind;
 use imaged::domain::pull_policy::PullPolicy;
 use imaged::embedded::RemoteImage;
 use imaged::ensure::*;
-use imaged::testing::{EventLog, TakeEvents};
+use imaged::testing::{EventLog, TakeEvents, start_manager};
 use support::fixture::runtime;
 
 const PRIVATE: &str = "registry.example.com/team/app:v1";
@@ -117,9 +117,10 @@ async fn no_password_or_auth_string_in_logs_events_errors_or_debug() {
         ..PullQueueConfig::default()
     };
     let backoff = BackoffSettings { metrics: metrics.clone(), ..BackoffSettings::default() };
-    let manager = ImageManager::start(rt.gateway.clone(), &pull, &backoff, EnsureConfig::default())
+    let manager = start_manager(&rt.gateway, &pull, &backoff, EnsureConfig::default())
         .await
         .expect("manager starts")
+        .manager
         .with_node_credentials(node.clone());
     let events = EventLog::default().start();
     manager.events().subscribe(events.clone().recipient());

@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use actix::prelude::*;
-use imaged::actors::backoff_registry::BackoffSettings;
+use imaged::actors::backoff_registry::{BackoffRegistryActor, BackoffSettings};
 use imaged::actors::backoff_registry::{ClearBackoff, ClearScope};
 use imaged::actors::pull_queue::{Concurrency, PullQueueConfig};
 use imaged::cri::{CriError, CriErrorKind, Rpc};
@@ -18,7 +18,7 @@ use imaged::embedded::RemoteImage;
 use imaged::ensure::*;
 use imaged::events::*;
 use imaged::fault::{FaultPlan, FaultRule};
-use imaged::testing::{EventLog, TakeEvents};
+use imaged::testing::{EventLog, StartedManager, TakeEvents, start_manager};
 use support::fixture::{Runtime, runtime};
 
 const PRESENT: &str = "example.com/present:1";
@@ -28,6 +28,7 @@ const MISSING: &str = "example.com/missing:1";
 struct Flow {
     rt: Runtime,
     manager: ImageManager,
+    backoff: Addr<BackoffRegistryActor>,
     events: Addr<EventLog>,
 }
 
@@ -36,12 +37,11 @@ async fn flow_with(ensure: EnsureConfig) -> Flow {
     rt.runtime.preload(RemoteImage::new(PRESENT, 1_000)).expect("preload");
     rt.runtime.add_remote(RemoteImage::new(ABSENT, 2_000).latency(Duration::from_millis(20))).expect("add");
     let pull = PullQueueConfig { concurrency: Concurrency::Parallel(None), qps: 0.0, ..PullQueueConfig::default() };
-    let manager = ImageManager::start(rt.gateway.clone(), &pull, &BackoffSettings::default(), ensure)
-        .await
-        .expect("manager starts");
+    let StartedManager { manager, backoff, .. } =
+        start_manager(&rt.gateway, &pull, &BackoffSettings::default(), ensure).await.expect("manager starts");
     let events = EventLog::default().start();
     manager.events().subscribe(events.clone().recipient());
-    Flow { rt, manager, events }
+    Flow { rt, manager, backoff, events }
 }
 
 async fn flow() -> Flow {
@@ -167,7 +167,7 @@ async fn a_failed_pull_backs_off_with_the_previous_error_in_the_message() {
     assert_eq!(always.kind, ImageErrorKind::ImagePullBackOff);
 
     // Operator "retry now": clearing the pod's back-off lets the next request pull.
-    let cleared = f.manager.backoff().send(ClearBackoff { scope: ClearScope::Pod("u1".into()) }).await.expect("clear");
+    let cleared = f.backoff.send(ClearBackoff { scope: ClearScope::Pod("u1".into()) }).await.expect("clear");
     assert_eq!(cleared, 1);
     f.rt.runtime.add_remote(RemoteImage::new(MISSING, 10)).expect("now it exists");
     f.ensure("u1", MISSING, PullPolicy::IfNotPresent).await.expect("pulled after clearing");

@@ -26,7 +26,7 @@ use imaged::ensure::{EnsureConfig, EnsureError, EnsureImageRequest, EnsureOk, Im
 use imaged::metrics::Metrics;
 use imaged::pull_records::{PullRecords, VerificationPolicy, VerifyPolicy};
 use imaged::store::Store;
-use imaged::testing::Scrape;
+use imaged::testing::{Scrape, start_manager};
 use support::fixture::{Runtime, runtime};
 
 const PRIVATE: &str = "registry.example.com/team/app:v1";
@@ -73,9 +73,10 @@ async fn counting_manager(
         PullRecords::open(VerifyPolicy::new(policy), Some(store)).expect("records load").with_metrics(metrics.clone());
     imaged::node::recover_intents_from_runtime(&records, &rt.gateway).await.expect("recovery");
     let pull = PullQueueConfig { concurrency, qps: 0.0, metrics: metrics.clone(), ..PullQueueConfig::default() };
-    ImageManager::start(rt.gateway.clone(), &pull, &BackoffSettings::default(), EnsureConfig::default())
+    start_manager(&rt.gateway, &pull, &BackoffSettings::default(), EnsureConfig::default())
         .await
         .expect("manager starts")
+        .manager
         .with_pull_records(records)
 }
 

@@ -5,11 +5,12 @@
 
 use std::time::Duration;
 
-use imaged::actors::backoff_registry::{ClearBackoff, ClearScope};
+use actix::Addr;
+use imaged::actors::backoff_registry::{BackoffRegistryActor, ClearBackoff, ClearScope};
 use imaged::actors::cri_gateway::CriGatewayActor;
 use imaged::actors::cri_gateway::{CriConfig, CriDeadlines};
 use imaged::actors::gc_executor::RunGc;
-use imaged::actors::pull_queue::{Concurrency, GetQueueStatus, PullQueueConfig, ThrottleMode};
+use imaged::actors::pull_queue::{Concurrency, GetQueueStatus, PullQueueActor, PullQueueConfig, ThrottleMode};
 use imaged::config::Config;
 use imaged::domain::pull_policy::PullPolicy;
 use imaged::embedded::{EmbeddedRuntime, RemoteImage};
@@ -17,12 +18,15 @@ use imaged::ensure::{EnsureConfig, EnsureImageRequest, ImageManager};
 use imaged::gc::in_use_hints::InUseHints;
 use imaged::gc_service::GcService;
 use imaged::metrics::{Metrics, PULL_DURATION_BUCKETS};
-use imaged::testing::Scrape;
+use imaged::testing::{Scrape, StartedManager, start_manager};
 
 struct Stack {
     _dir: tempfile::TempDir,
     runtime: EmbeddedRuntime,
     manager: ImageManager,
+    gateway: Addr<CriGatewayActor>,
+    queue: Addr<PullQueueActor>,
+    backoff: Addr<BackoffRegistryActor>,
     cfg: Config,
     metrics: Metrics,
 }
@@ -39,8 +43,9 @@ async fn stack(pull: PullQueueConfig) -> Stack {
     };
     let (gateway, _) = CriGatewayActor::connect(&runtime.endpoint(), &cri).await.expect("gateway connects");
     let pull = PullQueueConfig { metrics: metrics.clone(), ..pull };
-    let manager = ImageManager::start(gateway, &pull, &cfg.backoff, EnsureConfig::default()).await.expect("manager");
-    Stack { _dir: dir, runtime, manager, cfg, metrics }
+    let StartedManager { manager, queue, backoff } =
+        start_manager(&gateway, &pull, &cfg.backoff, EnsureConfig::default()).await.expect("manager");
+    Stack { _dir: dir, runtime, manager, gateway, queue, backoff, cfg, metrics }
 }
 
 fn parallel() -> PullQueueConfig {
@@ -120,7 +125,7 @@ async fn pulls_joins_failures_and_gc_show_in_the_scrape() {
     st.runtime.preload(RemoteImage::new("example.com/old:1", 1_000)).expect("preload");
     let gc = imaged::config::GcSettings { high_threshold_percent: 50, low_threshold_percent: 40, ..st.cfg.gc.clone() };
     let svc = GcService::start(
-        st.manager.gateway(),
+        &st.gateway,
         &gc,
         st.runtime.capacity_source(),
         None,
@@ -161,7 +166,7 @@ async fn in_flight_and_queue_depth_follow_the_queue() {
     // Serial: one runs, two wait. Poll the queue (bounded) until it says so.
     let mut status = None;
     for _ in 0..100 {
-        let s = st.manager.queue().send(GetQueueStatus).await.expect("status");
+        let s = st.queue.send(GetQueueStatus).await.expect("status");
         if s.running == 1 && s.queued == 2 {
             status = Some(s);
             break;
@@ -205,7 +210,7 @@ async fn throttle_rejections_are_counted() {
     assert_eq!(s.value("imaged_pull_throttle_waits_total", &[]), Some(0.0));
     assert_eq!(s.value("imaged_backoff_entries", &[]), Some(1.0));
     // An operator clears the back-off: the gauge follows.
-    let cleared = st.manager.backoff().send(ClearBackoff { scope: ClearScope::All }).await.expect("registry");
+    let cleared = st.backoff.send(ClearBackoff { scope: ClearScope::All }).await.expect("registry");
     assert_eq!(cleared, 1);
     assert_eq!(scrape(&st.metrics).value("imaged_backoff_entries", &[]), Some(0.0));
 }

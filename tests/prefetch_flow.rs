@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use imaged::actors::backoff_registry::BackoffSettings;
-use imaged::actors::pull_queue::{Concurrency, ListPulls, PullQueueConfig, PullStage};
+use imaged::actors::pull_queue::{Concurrency, ListPulls, PullQueueActor, PullQueueConfig, PullStage};
 use imaged::credentials::PullSecret;
 use imaged::cri::Rpc;
 use imaged::domain::ImageErrorKind;
@@ -18,7 +18,7 @@ use imaged::embedded::RemoteImage;
 use imaged::ensure::*;
 use imaged::events::*;
 use imaged::pull_records::{PullRecords, VerificationPolicy, VerifyPolicy};
-use imaged::testing::{EventLog, TakeEvents};
+use imaged::testing::{EventLog, TakeEvents, start_manager};
 use support::fixture::{Runtime, runtime};
 
 const PRESENT: &str = "example.com/present:1";
@@ -28,14 +28,19 @@ const PRIVATE: &str = "registry.example.com/team/app:v1";
 const PASSWORD: &str = "s3cret";
 
 async fn manager(rt: &Runtime, policy: VerificationPolicy) -> ImageManager {
+    manager_and_queue(rt, policy).await.0
+}
+
+/// [`manager`], and the pull queue it pulls through.
+async fn manager_and_queue(rt: &Runtime, policy: VerificationPolicy) -> (ImageManager, Addr<PullQueueActor>) {
     rt.runtime.preload(RemoteImage::new(PRESENT, 1_000)).expect("preload");
     rt.runtime.add_remote(RemoteImage::new(SLOW, 2_000).latency(Duration::from_millis(300))).expect("add");
     rt.runtime.add_remote(RemoteImage::new(PRIVATE, 3_000).private("team", PASSWORD)).expect("add");
     let pull = PullQueueConfig { concurrency: Concurrency::Parallel(None), qps: 0.0, ..PullQueueConfig::default() };
-    ImageManager::start(rt.gateway.clone(), &pull, &BackoffSettings::default(), EnsureConfig::default())
+    let started = start_manager(&rt.gateway, &pull, &BackoffSettings::default(), EnsureConfig::default())
         .await
-        .expect("manager starts")
-        .with_pull_records(PullRecords::in_memory(VerifyPolicy::new(policy)))
+        .expect("manager starts");
+    (started.manager.with_pull_records(PullRecords::in_memory(VerifyPolicy::new(policy))), started.queue)
 }
 
 fn pod_req(uid: &str, image: &str) -> EnsureImageRequest {
@@ -59,7 +64,7 @@ fn pulls(rt: &Runtime) -> u64 {
 #[actix::test]
 async fn a_prefetch_pulls_in_the_background_and_an_ensure_meanwhile_joins_it() {
     let rt = runtime().await;
-    let m = manager(&rt, VerificationPolicy::NeverVerifyPreloadedImages).await;
+    let (m, queue) = manager_and_queue(&rt, VerificationPolicy::NeverVerifyPreloadedImages).await;
     let events = EventLog::default().start();
     m.events().subscribe(events.clone().recipient());
 
@@ -68,7 +73,7 @@ async fn a_prefetch_pulls_in_the_background_and_an_ensure_meanwhile_joins_it() {
     };
     assert!(!joined);
     // It returned at admission: the pull is still running, and the queue shows it.
-    let listed = m.queue().send(ListPulls).await.expect("list");
+    let listed = queue.send(ListPulls).await.expect("list");
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert!(matches!(listed[0].stage, PullStage::Starting | PullStage::Pulling), "{listed:?}");
 
@@ -80,7 +85,7 @@ async fn a_prefetch_pulls_in_the_background_and_an_ensure_meanwhile_joins_it() {
     let seen: Vec<(EventReason, String)> =
         events.send(TakeEvents).await.expect("events").into_iter().map(|e| (e.reason, e.object.pod_uid)).collect();
     assert_eq!(seen, [(EventReason::Pulling, "p1".to_string()), (EventReason::Pulled, "p1".to_string())]);
-    assert_eq!(m.queue().send(ListPulls).await.expect("list"), vec![]);
+    assert_eq!(queue.send(ListPulls).await.expect("list"), vec![]);
 }
 
 #[actix::test]

@@ -338,16 +338,17 @@ async fn ensure_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>)
     use imaged::actors::pull_queue::PullQueueConfig;
     use imaged::domain::ImageErrorKind;
     use imaged::domain::pull_policy::PullPolicy;
-    use imaged::ensure::{EnsureConfig, EnsureImageRequest, ImageManager};
+    use imaged::ensure::{EnsureConfig, EnsureImageRequest};
 
-    let manager = ImageManager::start(
-        gateway,
+    let manager = imaged::testing::start_manager(
+        &gateway,
         &PullQueueConfig::default(),
         &imaged::actors::backoff_registry::BackoffSettings::default(),
         EnsureConfig::default(),
     )
     .await
-    .expect("manager starts");
+    .expect("manager starts")
+    .manager;
     let open = Registry::open(&env.registry_open);
     let pushed = open.push_image("imaged/ensure", "v1", &[("etc/ensure.txt", b"ensured\n")]).await.expect("push");
 
@@ -448,7 +449,7 @@ async fn node_credentials_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGate
     use imaged::credentials::{CredentialProviders, DockerConfigSearch, NodeConfigFiles, NodeCredentials};
     use imaged::domain::ImageErrorKind;
     use imaged::domain::pull_policy::PullPolicy;
-    use imaged::ensure::{EnsureConfig, EnsureImageRequest, ImageManager};
+    use imaged::ensure::{EnsureConfig, EnsureImageRequest};
 
     let auth_reg = Registry::with_auth(&env.registry_auth, &env.user, &env.pass);
     let by_file = auth_reg.push_image("imaged/node-file", "v1", &[("etc/f.txt", b"f\n")]).await.expect("push");
@@ -491,14 +492,15 @@ async fn node_credentials_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGate
         &imaged::metrics::Metrics::default(),
     )
     .expect("registers");
-    let manager = ImageManager::start(
-        gateway,
+    let manager = imaged::testing::start_manager(
+        &gateway,
         &PullQueueConfig::default(),
         &imaged::actors::backoff_registry::BackoffSettings::default(),
         EnsureConfig::default(),
     )
     .await
     .expect("manager starts")
+    .manager
     .with_node_credentials(Arc::new(NodeCredentials::new(Some(files), plugins)));
 
     let ok = manager

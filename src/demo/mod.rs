@@ -381,7 +381,7 @@ struct Watch {
 impl Watch {
     /// Reads the queue, the runtime's counters and image set, and the last GC report.
     async fn poll(&mut self, node: &Node, shared: &Shared) {
-        let queue = node.manager().queue().send(GetQueueStatus).await.ok();
+        let queue = node.queue().send(GetQueueStatus).await.ok();
         let last = node.gc().executor.send(GetLastGcReport).await.ok().flatten();
         let Some(rt) = node.runtime().embedded.as_ref() else { return };
         let stats = rt.stats();

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use tracing::{debug, info};
 
 use super::messages::*;
+use super::settings::BackoffSettings;
 use super::table::{BackoffConfig, BackoffTable, BackoffView};
 use crate::metrics::{BackoffResetReason, Metrics};
 
@@ -35,6 +36,12 @@ impl BackoffRegistryActor {
             gc_interval: gc_interval.filter(|d| !d.is_zero()),
             metrics: Metrics::default(),
         }
+    }
+
+    /// A registry with `settings` (`[backoff]`), reporting to their metrics (not started).
+    pub fn from_settings(settings: &BackoffSettings) -> Self {
+        Self::new(settings.backoff, settings.mailbox_capacity, settings.gc_interval)
+            .with_metrics(settings.metrics.clone())
     }
 
     /// The registry reporting `imaged_backoff_entries` to `metrics`.

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use actix::Message;
+use actix::{Actor, Addr, Context, Handler, Message, Recipient};
 
 use super::table::{BackoffKey, BackoffView, ClearScope};
 
@@ -113,3 +113,67 @@ pub struct ClearBackoff {
 #[derive(Debug, Clone, Copy, Default, Message)]
 #[rtype(result = "Vec<BackoffView>")]
 pub struct ListBackoffs;
+
+/// What a pull pipeline sends the backoff registry, one recipient per
+/// message: the ensure flow depends on these messages, not on the actor.
+/// Built from the registry's address with `BackoffPort::from(&addr)` (or
+/// from any actor handling the five, e.g. a test's fake).
+#[derive(Debug, Clone)]
+pub struct BackoffPort {
+    /// [`CheckBackoff`], before a pull.
+    pub check: Recipient<CheckBackoff>,
+    /// [`BeginAttempt`], when a pull really starts.
+    pub begin: Recipient<BeginAttempt>,
+    /// [`RecordFailure`], when it failed.
+    pub failure: Recipient<RecordFailure>,
+    /// [`RecordSuccess`], when it succeeded (with `try_send`).
+    pub success: Recipient<RecordSuccess>,
+    /// [`RegistryRecovered`], when a pull from a registry succeeded (with `try_send`).
+    pub recovered: Recipient<RegistryRecovered>,
+}
+
+impl<A> From<&Addr<A>> for BackoffPort
+where
+    A: Actor<Context = Context<A>>
+        + Handler<CheckBackoff>
+        + Handler<BeginAttempt>
+        + Handler<RecordFailure>
+        + Handler<RecordSuccess>
+        + Handler<RegistryRecovered>,
+{
+    fn from(addr: &Addr<A>) -> Self {
+        Self {
+            check: addr.clone().recipient(),
+            begin: addr.clone().recipient(),
+            failure: addr.clone().recipient(),
+            success: addr.clone().recipient(),
+            recovered: addr.clone().recipient(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use actix::Actor as _;
+
+    use super::*;
+    use crate::actors::backoff_registry::{BackoffRegistryActor, BackoffSettings};
+
+    #[actix::test]
+    async fn a_port_built_from_the_address_reaches_the_registry_with_each_message() {
+        let registry = BackoffRegistryActor::from_settings(&BackoffSettings::default()).start();
+        let port = BackoffPort::from(&registry);
+        let key = BackoffKey::new("u1", "example.com/a:1");
+        let failed = RecordFailure::new(key.clone(), "ErrImagePull: denied");
+        assert_eq!(port.failure.send(failed).await.expect("registry"), Duration::from_secs(10));
+        let check = port.check.send(CheckBackoff { key: key.clone(), credentials: None }).await.expect("registry");
+        assert!(check.in_backoff);
+        assert_eq!(check.previous_error.as_deref(), Some("ErrImagePull: denied"));
+        port.begin.send(BeginAttempt { key: key.clone() }).await.expect("registry");
+        let check = port.check.send(CheckBackoff { key, credentials: None }).await.expect("registry");
+        assert_eq!((check.in_backoff, check.previous_error), (true, None), "the text goes, the period stays");
+        port.success.send(RecordSuccess).await.expect("registry");
+        let recovered = RegistryRecovered { registry: "example.com".into() };
+        assert_eq!(port.recovered.send(recovered).await.expect("registry"), 0, "no transient mark was recorded");
+    }
+}

@@ -8,7 +8,8 @@
 //! `tokio::time::Instant::now()` per message and can run the table's GC on a
 //! timer. The pull pipeline sends [`CheckBackoff`] before a pull,
 //! [`BeginAttempt`] when it really pulls, then [`RecordFailure`] or
-//! [`RecordSuccess`]; operators use [`ClearBackoff`] and [`ListBackoffs`].
+//! [`RecordSuccess`] (through a [`BackoffPort`], the recipients of those
+//! messages); operators use [`ClearBackoff`] and [`ListBackoffs`].
 //! The table lives in memory only: a restart forgets every back-off, as the
 //! kubelet does.
 
@@ -21,7 +22,7 @@ mod tests;
 
 pub use actor::BackoffRegistryActor;
 pub use messages::{
-    BackoffCheck, BeginAttempt, CheckBackoff, ClearBackoff, ListBackoffs, RecordFailure, RecordSuccess,
+    BackoffCheck, BackoffPort, BeginAttempt, CheckBackoff, ClearBackoff, ListBackoffs, RecordFailure, RecordSuccess,
     RegistryRecovered,
 };
 pub use settings::BackoffSettings;

@@ -4,20 +4,19 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use actix::prelude::*;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
-use tracing::{debug, warn};
+use tracing::warn;
 
 use super::messages::*;
+use super::pull_task::{self, Progress, PullTask, RECHECK_WINDOW, StageCell};
 use super::queue::{Concurrency, Place, PullKey, PullQueue, Submitted};
 use super::throttle::{PullThrottle, ThrottleMode};
-use crate::actors::cri_gateway::{CriReader, PullImage};
-use crate::cri::CriErrorKind;
-use crate::domain::{AuthConfig, ImageSpec};
+use crate::actors::cri_gateway::CriReader;
+use crate::domain::AuthConfig;
 use crate::metrics::Metrics;
 
 /// The pull queue's settings (validated; see `config::PullConfig`).
@@ -45,9 +44,8 @@ pub struct PullQueueConfig {
     /// Warn (once per pull) when a pull is still running this long after
     /// its start while other pulls wait behind it (None = never).
     pub slow_pull_warning: Option<Duration>,
-    /// Where the queue reports its depths, joins and throttling (and the
-    /// ensure flow started with [`ImageManager::start`](crate::ensure::ImageManager::start)
-    /// its requests and pull durations).
+    /// Where the queue reports its depths, joins and throttling (and, as
+    /// `node::Node` wires it, the ensure flow its requests and pull durations).
     pub metrics: Metrics,
 }
 
@@ -79,50 +77,11 @@ struct Waiter {
     since: Instant,
 }
 
-/// A running pull's stage, set by its task (see [`Progress`]).
-#[derive(Debug, Default)]
-struct StageCell(AtomicU8);
-
-impl StageCell {
-    const STAGES: [PullStage; 4] =
-        [PullStage::Starting, PullStage::Throttled, PullStage::Pulling, PullStage::Finishing];
-
-    fn set(&self, stage: PullStage) {
-        if let Some(i) = Self::STAGES.iter().position(|s| *s == stage) {
-            self.0.store(i as u8, Ordering::Relaxed);
-        }
-    }
-
-    fn get(&self) -> PullStage {
-        Self::STAGES.get(usize::from(self.0.load(Ordering::Relaxed))).copied().unwrap_or(PullStage::Starting)
-    }
-}
-
 /// A pull that started: when, its stage, and whether it was warned slow.
 struct Started {
     at: Instant,
     stage: Arc<StageCell>,
     warned: bool,
-}
-
-/// How a pull task reports its progress: phases to subscribers, and the
-/// stage [`ListPulls`] shows.
-struct Progress<'a> {
-    /// The image as the queue's key names it (normalised).
-    image: &'a str,
-    subscribers: &'a [Recipient<PullPhaseChanged>],
-    stage: &'a StageCell,
-}
-
-impl Progress<'_> {
-    fn phase(&self, phase: PullPhase) {
-        match phase {
-            PullPhase::Throttled => self.stage.set(PullStage::Throttled),
-            PullPhase::Pulling => self.stage.set(PullStage::Pulling),
-            _ => {}
-        }
-        PullQueueActor::publish(self.subscribers, self.image, phase);
-    }
 }
 
 /// Self-notification: a pull's CRI call succeeded (its slot can go to the
@@ -169,9 +128,6 @@ pub struct PullQueueActor {
 const SLOW_CHECK_MIN: Duration = Duration::from_millis(50);
 const SLOW_CHECK_MAX: Duration = Duration::from_secs(15);
 
-/// How fresh a caller's presence check must be to spare the re-check.
-const RECHECK_WINDOW: Duration = Duration::from_secs(1);
-
 impl PullQueueActor {
     /// A queue that pulls and looks images up through the gateway's direct
     /// handle (`reader`, from [`GetReader`](crate::actors::cri_gateway::GetReader)).
@@ -185,14 +141,6 @@ impl PullQueueActor {
             subscribers: Vec::new(),
             finished: HashMap::new(),
             started: HashMap::new(),
-        }
-    }
-
-    fn publish(subscribers: &[Recipient<PullPhaseChanged>], image: &str, phase: PullPhase) {
-        for s in subscribers {
-            if s.try_send(PullPhaseChanged { image: image.to_string(), phase }).is_err() {
-                debug!(image, ?phase, "a phase subscriber is full or gone; event dropped");
-            }
         }
     }
 
@@ -212,7 +160,7 @@ impl PullQueueActor {
                     metrics.single_flight_joined();
                 }
                 let phase = if how == Submitted::Joined { PullPhase::WaitingOnSharedPull } else { PullPhase::Queued };
-                Self::publish(subscribers, &key.image, phase);
+                pull_task::publish(subscribers, &key.image, phase);
             });
             // (With a registry limit, a slot may stay free while every
             // queued pull's registry is at its limit: admitting more can
@@ -259,20 +207,27 @@ impl PullQueueActor {
         self.cfg.metrics.set_pull_queue(self.queue.queued(), self.queue.parked(), self.queue.running());
     }
 
+    /// Spawns the task that runs one pull ([`PullTask`]); it tells the
+    /// actor when its slot frees and when it ends.
     fn spawn_pull(&mut self, key: PullKey, request: PullRequest, ctx: &mut Context<Self>) {
         let me = ctx.address();
-        let reader = self.reader.clone();
-        let throttle = self.throttle.clone();
-        let deadline = request.deadline.or(self.cfg.pull_deadline);
-        let recheck = request.skip_if_present
-            && match request.absent_at {
-                None => true,
-                Some(t) => t.elapsed() > RECHECK_WINDOW || self.finished.get(&key.image).is_some_and(|f| *f >= t),
-            };
-        let subscribers = self.subscribers.clone();
-        let metrics = self.cfg.metrics.clone();
+        let now = Instant::now();
         let stage = Arc::new(StageCell::default());
-        self.started.insert(key.clone(), Started { at: Instant::now(), stage: stage.clone(), warned: false });
+        self.started.insert(key.clone(), Started { at: now, stage: stage.clone(), warned: false });
+        let task = PullTask {
+            runtime: self.reader.clone(),
+            recheck: pull_task::needs_recheck(
+                request.skip_if_present,
+                request.absent_at,
+                self.finished.get(&key.image).copied(),
+                now,
+            ),
+            deadline: request.deadline.or(self.cfg.pull_deadline),
+            request,
+            throttle: self.throttle.clone(),
+            progress: Progress { image: key.image.clone(), subscribers: self.subscribers.clone(), stage },
+            metrics: self.cfg.metrics.clone(),
+        };
         // A task of its own (not ctx.spawn): actix polls every context future
         // on each wake-up, which would make many parallel pulls quadratic.
         actix::spawn(async move {
@@ -287,10 +242,8 @@ impl PullQueueActor {
                     let _ = started.await;
                 }
             };
-            let progress = Progress { image: &key.image, subscribers: &subscribers, stage: &stage };
-            let result = run_pull(&reader, &throttle, request, recheck, deadline, &progress, &metrics, freed).await;
-            let phase = if result.is_ok() { PullPhase::Done } else { PullPhase::Failed };
-            Self::publish(&subscribers, &key.image, phase);
+            let result = task.run(freed).await;
+            task.progress.phase(if result.is_ok() { PullPhase::Done } else { PullPhase::Failed });
             me.do_send(PullFinished { key, result });
         });
     }
@@ -300,109 +253,6 @@ impl PullQueueActor {
 /// share a pull), or the text as given when it does not parse.
 fn normalized_or_raw(image: &str) -> String {
     crate::domain::reference::parse_normalized_named(image).map_or_else(|_| image.to_string(), |n| n.docker_ref())
-}
-
-// One pull's whole context, passed once from `spawn_pull`.
-#[allow(clippy::too_many_arguments)]
-async fn run_pull(
-    reader: &CriReader,
-    throttle: &PullThrottle,
-    request: PullRequest,
-    recheck: bool,
-    deadline: Option<Duration>,
-    progress: &Progress<'_>,
-    metrics: &Metrics,
-    slot_freed: impl AsyncFnOnce(),
-) -> PullResult {
-    let image = progress.image;
-    if recheck {
-        match reader.image_status(request.image.clone(), false).await {
-            Ok(s) => {
-                if let Some(img) = s.image {
-                    progress.phase(PullPhase::AlreadyPresent);
-                    return Ok(PullOutcome {
-                        image_ref: img.id,
-                        size: img.size,
-                        pull_duration: Duration::ZERO,
-                        pulled: false,
-                        credential: None,
-                    });
-                }
-            }
-            // An inspect error here is not fatal: the pull itself will tell.
-            Err(e) => debug!(image, error = %e, "re-check before pulling failed; pulling"),
-        }
-    }
-    let mut waited = false;
-    loop {
-        match throttle.try_acquire() {
-            Ok(()) => break,
-            Err(wait) => match throttle.mode() {
-                ThrottleMode::Fail => {
-                    metrics.throttle_rejected();
-                    return Err(PullFailure::QpsExceeded);
-                }
-                ThrottleMode::Wait => {
-                    if !waited {
-                        waited = true;
-                        metrics.throttle_waited();
-                    }
-                    progress.phase(PullPhase::Throttled);
-                    tokio::time::sleep(wait).await;
-                }
-            },
-        }
-    }
-    progress.phase(PullPhase::Pulling);
-    let started = Instant::now();
-    let attempts: Vec<Option<AuthConfig>> = if request.credentials.is_empty() {
-        vec![None]
-    } else {
-        request.credentials.iter().cloned().map(Some).collect()
-    };
-    let mut errors = Vec::new();
-    let mut image_ref = None;
-    let mut used = None;
-    for (index, auth) in attempts.into_iter().enumerate() {
-        let with_credential = auth.is_some();
-        let left = match deadline {
-            Some(d) => match d.checked_sub(started.elapsed()) {
-                Some(left) if !left.is_zero() => Some(left),
-                _ => return Err(PullFailure::DeadlineExceeded(d)),
-            },
-            None => None,
-        };
-        let msg = PullImage { image: request.image.clone(), auth, sandbox: request.sandbox.clone(), deadline: left };
-        // Through the gateway's direct handle: one task hop less per pull
-        // than the mailbox (the next pull of a wave starts that much sooner).
-        match reader.pull_image(msg).await {
-            Ok(r) => {
-                image_ref = Some(r);
-                used = with_credential.then_some(index);
-                break;
-            }
-            Err(e) => {
-                if let Some(d) = deadline
-                    && e.kind() == CriErrorKind::DeadlineExceeded
-                    && started.elapsed() >= d
-                {
-                    return Err(PullFailure::DeadlineExceeded(d));
-                }
-                errors.push(e);
-            }
-        }
-    }
-    let Some(image_ref) = image_ref else { return Err(PullFailure::Cri(errors)) };
-    // The registry work is done: the next pull starts (its request goes out
-    // first) and this pull's size lookup runs beside it.
-    slot_freed().await;
-    // Best effort, as the kubelet: a failed lookup reports size 0.
-    let spec = ImageSpec { image: image_ref.clone(), ..request.image.clone() };
-    let size = match reader.image_status(spec, false).await {
-        Ok(s) => s.image.map_or(0, |i| i.size),
-        Err(_) => 0,
-    };
-    Ok(PullOutcome { image_ref, size, pull_duration: started.elapsed(), pulled: true, credential: used })
 }
 
 impl Actor for PullQueueActor {
@@ -481,7 +331,7 @@ impl Handler<EnqueuePull> for PullQueueActor {
             Submitted::Queued => PullPhase::Queued,
             Submitted::Parked => PullPhase::Parked,
         };
-        Self::publish(&self.subscribers, &image, phase);
+        pull_task::publish(&self.subscribers, &image, phase);
         self.pump(ctx);
         // The reply is the admission; the ticket it carries is awaited later
         // for the result, on purpose.

@@ -5,6 +5,7 @@
 
 mod actor;
 mod messages;
+mod pull_task;
 pub mod queue;
 pub mod throttle;
 

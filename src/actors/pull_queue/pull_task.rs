@@ -1,0 +1,255 @@
+//! One pull, from its turn to its result — what the pull queue's per-pull
+//! task runs, free of actix: the re-check at its turn, a throttle token,
+//! `PullImage` per credential under the deadline, the size lookup, and the
+//! phases and stage it reports on the way. The actor builds a [`PullTask`]
+//! when a slot frees and spawns [`PullTask::run`]; tests drive it with a
+//! scripted [`PullRuntime`] and paused time.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+use actix::Recipient;
+use tokio::time::Instant;
+use tracing::debug;
+
+use super::messages::{PullFailure, PullOutcome, PullPhase, PullPhaseChanged, PullRequest, PullResult, PullStage};
+use super::throttle::{PullThrottle, ThrottleMode};
+use crate::actors::cri_gateway::{CriReader, PullImage};
+use crate::cri::{CriError, CriErrorKind};
+use crate::domain::{AuthConfig, ImageSpec, ImageStatus};
+use crate::metrics::Metrics;
+
+/// How fresh a caller's presence check must be to spare the re-check.
+pub(super) const RECHECK_WINDOW: Duration = Duration::from_secs(1);
+
+/// Whether a pull must check, at its turn, that its image is still absent:
+/// only a pull that may be skipped (`skip_if_present`), and not when the
+/// caller saw the image absent (`absent_at`) within [`RECHECK_WINDOW`] of
+/// `now` with no pull of the image succeeding since (`last_success`).
+pub(super) fn needs_recheck(
+    skip_if_present: bool,
+    absent_at: Option<Instant>,
+    last_success: Option<Instant>,
+    now: Instant,
+) -> bool {
+    skip_if_present
+        && match absent_at {
+            None => true,
+            Some(t) => now.saturating_duration_since(t) > RECHECK_WINDOW || last_success.is_some_and(|f| f >= t),
+        }
+}
+
+/// The two CRI calls a pull makes (the gateway's [`CriReader`] in
+/// production, a script in tests).
+pub(super) trait PullRuntime {
+    /// `ImageStatus`, not verbose.
+    fn status(&self, image: ImageSpec) -> impl Future<Output = Result<ImageStatus, CriError>>;
+    /// `PullImage`; returns the image reference.
+    fn pull(&self, m: PullImage) -> impl Future<Output = Result<String, CriError>>;
+}
+
+impl PullRuntime for CriReader {
+    fn status(&self, image: ImageSpec) -> impl Future<Output = Result<ImageStatus, CriError>> {
+        self.image_status(image, false)
+    }
+
+    // Through the gateway's direct handle: one task hop less per pull than
+    // the mailbox (the next pull of a wave starts that much sooner).
+    fn pull(&self, m: PullImage) -> impl Future<Output = Result<String, CriError>> {
+        self.pull_image(m)
+    }
+}
+
+/// A running pull's stage, set by its task and read by `ListPulls` and the
+/// slow-pull check.
+#[derive(Debug, Default)]
+pub(super) struct StageCell(AtomicU8);
+
+impl StageCell {
+    const STAGES: [PullStage; 4] =
+        [PullStage::Starting, PullStage::Throttled, PullStage::Pulling, PullStage::Finishing];
+
+    pub(super) fn set(&self, stage: PullStage) {
+        if let Some(i) = Self::STAGES.iter().position(|s| *s == stage) {
+            self.0.store(i as u8, Ordering::Relaxed);
+        }
+    }
+
+    pub(super) fn get(&self) -> PullStage {
+        Self::STAGES.get(usize::from(self.0.load(Ordering::Relaxed))).copied().unwrap_or(PullStage::Starting)
+    }
+}
+
+/// Sends `phase` of `image` to every subscriber with `try_send`: a full or
+/// closed subscriber loses it, and never holds up the queue.
+pub(super) fn publish(subscribers: &[Recipient<PullPhaseChanged>], image: &str, phase: PullPhase) {
+    for s in subscribers {
+        if s.try_send(PullPhaseChanged { image: image.to_string(), phase }).is_err() {
+            debug!(image, ?phase, "a phase subscriber is full or gone; event dropped");
+        }
+    }
+}
+
+/// How a pull task reports its progress: phases to subscribers, and the
+/// stage `ListPulls` shows.
+pub(super) struct Progress {
+    /// The image as the queue's key names it (normalised).
+    pub image: String,
+    pub subscribers: Vec<Recipient<PullPhaseChanged>>,
+    pub stage: Arc<StageCell>,
+}
+
+impl Progress {
+    /// Publishes `phase`, and moves the stage along with it.
+    pub(super) fn phase(&self, phase: PullPhase) {
+        match phase {
+            PullPhase::Throttled => self.stage.set(PullStage::Throttled),
+            PullPhase::Pulling => self.stage.set(PullStage::Pulling),
+            _ => {}
+        }
+        publish(&self.subscribers, &self.image, phase);
+    }
+}
+
+/// What is left of the pull's `deadline` once `elapsed` has passed since it
+/// started pulling (`None`: no deadline); none left fails the pull.
+pub(super) fn time_left(deadline: Option<Duration>, elapsed: Duration) -> Result<Option<Duration>, PullFailure> {
+    match deadline {
+        Some(d) => match d.checked_sub(elapsed) {
+            Some(left) if !left.is_zero() => Ok(Some(left)),
+            _ => Err(PullFailure::DeadlineExceeded(d)),
+        },
+        None => Ok(None),
+    }
+}
+
+/// Whether a failed `PullImage` ends the whole pull: it was cancelled by the
+/// pull's own deadline (a runtime's shorter deadline is one more error, and
+/// the next credential is tried).
+pub(super) fn deadline_passed(deadline: Option<Duration>, error: &CriError, elapsed: Duration) -> Option<PullFailure> {
+    deadline
+        .filter(|d| error.kind() == CriErrorKind::DeadlineExceeded && elapsed >= *d)
+        .map(PullFailure::DeadlineExceeded)
+}
+
+/// One pull to run, with everything it needs (moved onto its own task).
+pub(super) struct PullTask<R> {
+    pub runtime: R,
+    pub request: PullRequest,
+    /// Check the image is still absent first (see [`needs_recheck`]).
+    pub recheck: bool,
+    /// Overall deadline from the start of the pulling (the request's, or the queue's).
+    pub deadline: Option<Duration>,
+    pub throttle: Arc<PullThrottle>,
+    pub progress: Progress,
+    pub metrics: Metrics,
+}
+
+impl<R: PullRuntime> PullTask<R> {
+    /// Runs the pull. `slot_freed` is awaited once the image is pulled,
+    /// before the size lookup: the next pull starts (its request goes out
+    /// first) and this pull's lookup runs beside it.
+    pub(super) async fn run(&self, slot_freed: impl AsyncFnOnce()) -> PullResult {
+        if self.recheck
+            && let Some(present) = self.still_present().await
+        {
+            self.progress.phase(PullPhase::AlreadyPresent);
+            return Ok(present);
+        }
+        self.take_token().await?;
+        self.progress.phase(PullPhase::Pulling);
+        let started = Instant::now();
+        let (image_ref, credential) = self.pull_with_credentials(started).await?;
+        slot_freed().await;
+        let size = self.size_of(&image_ref).await;
+        Ok(PullOutcome { image_ref, size, pull_duration: started.elapsed(), pulled: true, credential })
+    }
+
+    /// The re-check: the image found present (no pull to make), or `None`
+    /// (absent, or the check failed: the pull itself will tell).
+    async fn still_present(&self) -> Option<PullOutcome> {
+        match self.runtime.status(self.request.image.clone()).await {
+            Ok(s) => s.image.map(|img| PullOutcome {
+                image_ref: img.id,
+                size: img.size,
+                pull_duration: Duration::ZERO,
+                pulled: false,
+                credential: None,
+            }),
+            Err(e) => {
+                debug!(image = self.progress.image, error = %e, "re-check before pulling failed; pulling");
+                None
+            }
+        }
+    }
+
+    /// A throttle token: at once, or after waiting for one (`Wait`, counted
+    /// once per pull), or `QpsExceeded` (`Fail`).
+    async fn take_token(&self) -> Result<(), PullFailure> {
+        let mut waited = false;
+        loop {
+            let Err(wait) = self.throttle.try_acquire() else { return Ok(()) };
+            match self.throttle.mode() {
+                ThrottleMode::Fail => {
+                    self.metrics.throttle_rejected();
+                    return Err(PullFailure::QpsExceeded);
+                }
+                ThrottleMode::Wait => {
+                    if !waited {
+                        waited = true;
+                        self.metrics.throttle_waited();
+                    }
+                    self.progress.phase(PullPhase::Throttled);
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+    }
+
+    /// `PullImage` with each credential in order (anonymous when there are
+    /// none), each with what is left of the deadline, until one works: the
+    /// image reference and the index of the credential used (`None` =
+    /// anonymous). Every attempt failing gives all their errors.
+    async fn pull_with_credentials(&self, started: Instant) -> Result<(String, Option<usize>), PullFailure> {
+        let attempts: Vec<Option<AuthConfig>> = if self.request.credentials.is_empty() {
+            vec![None]
+        } else {
+            self.request.credentials.iter().cloned().map(Some).collect()
+        };
+        let mut errors = Vec::new();
+        for (index, auth) in attempts.into_iter().enumerate() {
+            let with_credential = auth.is_some();
+            let left = time_left(self.deadline, started.elapsed())?;
+            let msg = PullImage {
+                image: self.request.image.clone(),
+                auth,
+                sandbox: self.request.sandbox.clone(),
+                deadline: left,
+            };
+            match self.runtime.pull(msg).await {
+                Ok(image_ref) => return Ok((image_ref, with_credential.then_some(index))),
+                Err(e) => {
+                    if let Some(failure) = deadline_passed(self.deadline, &e, started.elapsed()) {
+                        return Err(failure);
+                    }
+                    errors.push(e);
+                }
+            }
+        }
+        Err(PullFailure::Cri(errors))
+    }
+
+    /// The pulled image's size; best effort, as the kubelet: a failed
+    /// lookup reports 0.
+    async fn size_of(&self, image_ref: &str) -> u64 {
+        let spec = ImageSpec { image: image_ref.to_string(), ..self.request.image.clone() };
+        match self.runtime.status(spec).await {
+            Ok(s) => s.image.map_or(0, |i| i.size),
+            Err(_) => 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

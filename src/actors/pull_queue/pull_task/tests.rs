@@ -1,0 +1,330 @@
+//! One pull without an actor: the decisions on their own, and whole pulls
+//! against a scripted runtime with paused time.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+
+use super::*;
+use crate::domain::Image;
+use crate::testing::Scrape;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+// === the decisions ===
+
+#[tokio::test(start_paused = true)]
+async fn a_fresh_absent_check_spares_the_recheck_unless_a_pull_succeeded_since() {
+    let t0 = Instant::now();
+    tokio::time::advance(SECOND / 2).await;
+    let now = Instant::now();
+    // Only a pull that may be skipped re-checks.
+    assert!(!needs_recheck(false, None, None, now));
+    // No check of its own: it re-checks.
+    assert!(needs_recheck(true, None, None, now));
+    // Checked 0.5 s ago: spared.
+    assert!(!needs_recheck(true, Some(t0), None, now));
+    // ... unless a pull of the image succeeded since (or at the same instant).
+    assert!(needs_recheck(true, Some(t0), Some(now), now));
+    assert!(needs_recheck(true, Some(t0), Some(t0), now));
+    // A success before the check changes nothing.
+    tokio::time::advance(SECOND / 4).await;
+    let later = Instant::now();
+    assert!(!needs_recheck(true, Some(now), Some(t0), later));
+    // Exactly the window old: still fresh; older: re-checked.
+    assert!(!needs_recheck(true, Some(t0), None, t0 + RECHECK_WINDOW));
+    assert!(needs_recheck(true, Some(t0), None, t0 + RECHECK_WINDOW + Duration::from_millis(1)));
+}
+
+#[test]
+fn what_is_left_of_a_deadline_and_when_none_is() {
+    assert_eq!(time_left(None, Duration::from_secs(3600)), Ok(None));
+    assert_eq!(time_left(Some(5 * SECOND), 3 * SECOND), Ok(Some(2 * SECOND)));
+    assert_eq!(time_left(Some(5 * SECOND), 5 * SECOND), Err(PullFailure::DeadlineExceeded(5 * SECOND)));
+    assert_eq!(time_left(Some(5 * SECOND), 6 * SECOND), Err(PullFailure::DeadlineExceeded(5 * SECOND)));
+}
+
+#[test]
+fn only_the_pulls_own_deadline_ends_the_pull() {
+    let late = CriError::deadline_exceeded();
+    let denied = CriError::new(CriErrorKind::Unauthorized, "denied");
+    assert_eq!(deadline_passed(Some(5 * SECOND), &late, 5 * SECOND), Some(PullFailure::DeadlineExceeded(5 * SECOND)));
+    // The runtime's own (shorter) deadline: one more error, next credential.
+    assert_eq!(deadline_passed(Some(5 * SECOND), &late, 2 * SECOND), None);
+    assert_eq!(deadline_passed(None, &late, 5 * SECOND), None);
+    // Another error past the deadline: the next attempt finds no time left.
+    assert_eq!(deadline_passed(Some(5 * SECOND), &denied, 6 * SECOND), None);
+}
+
+#[test]
+fn the_stage_cell_keeps_running_stages_only() {
+    let cell = StageCell::default();
+    assert_eq!(cell.get(), PullStage::Starting);
+    cell.set(PullStage::Pulling);
+    assert_eq!(cell.get(), PullStage::Pulling);
+    // A waiting stage is not a running one: ignored.
+    cell.set(PullStage::Queued { position: 1 });
+    assert_eq!(cell.get(), PullStage::Pulling);
+    cell.set(PullStage::Finishing);
+    assert_eq!(cell.get(), PullStage::Finishing);
+}
+
+// === whole pulls against a script ===
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Call {
+    Status(String),
+    /// The credential's user name ("" = anonymous) and the deadline sent.
+    Pull(String, Option<Duration>),
+    SlotFreed,
+}
+
+/// A runtime that answers from scripts, in order: `ImageStatus` (absent
+/// when the script is empty) and `PullImage` (how long it takes, then its
+/// answer; `sha256:pulled` when empty). A pull that outlasts the deadline
+/// it was sent fails with `DeadlineExceeded` then, as the gateway's does.
+#[derive(Default)]
+struct Script {
+    statuses: RefCell<VecDeque<Result<ImageStatus, CriError>>>,
+    pulls: RefCell<VecDeque<(Duration, Result<String, CriError>)>>,
+    log: RefCell<Vec<Call>>,
+}
+
+impl Script {
+    fn status(self, s: Result<ImageStatus, CriError>) -> Self {
+        self.statuses.borrow_mut().push_back(s);
+        self
+    }
+
+    fn pull(self, took: Duration, r: Result<String, CriError>) -> Self {
+        self.pulls.borrow_mut().push_back((took, r));
+        self
+    }
+
+    fn calls(&self) -> Vec<Call> {
+        self.log.borrow().clone()
+    }
+}
+
+impl PullRuntime for &Script {
+    async fn status(&self, image: ImageSpec) -> Result<ImageStatus, CriError> {
+        self.log.borrow_mut().push(Call::Status(image.image));
+        let next = self.statuses.borrow_mut().pop_front();
+        next.unwrap_or_else(|| Ok(ImageStatus::default()))
+    }
+
+    async fn pull(&self, m: PullImage) -> Result<String, CriError> {
+        let user = m.auth.map(|a| a.username).unwrap_or_default();
+        self.log.borrow_mut().push(Call::Pull(user, m.deadline));
+        let next = self.pulls.borrow_mut().pop_front();
+        let (took, answer) = next.unwrap_or((Duration::ZERO, Ok("sha256:pulled".into())));
+        match m.deadline {
+            Some(d) if d < took => {
+                tokio::time::sleep(d).await;
+                Err(CriError::deadline_exceeded())
+            }
+            _ => {
+                tokio::time::sleep(took).await;
+                answer
+            }
+        }
+    }
+}
+
+fn present(id: &str, size: u64) -> Result<ImageStatus, CriError> {
+    Ok(ImageStatus { image: Some(Image { id: id.into(), size, ..Image::default() }), ..ImageStatus::default() })
+}
+
+fn denied(who: &str) -> CriError {
+    CriError::new(CriErrorKind::Unauthorized, format!("{who} denied"))
+}
+
+fn task(script: &Script, request: PullRequest) -> PullTask<&Script> {
+    PullTask {
+        runtime: script,
+        recheck: false,
+        deadline: request.deadline,
+        request,
+        throttle: Arc::new(PullThrottle::new(0.0, 0, ThrottleMode::Fail)),
+        progress: Progress { image: "example.com/a:1".into(), subscribers: Vec::new(), stage: Arc::default() },
+        metrics: Metrics::default(),
+    }
+}
+
+fn request() -> PullRequest {
+    PullRequest::new(ImageSpec::new("example.com/a:1"))
+}
+
+fn with_users(users: &[&str]) -> PullRequest {
+    let mut r = request();
+    r.credentials = users.iter().map(|u| AuthConfig::basic("example.com", *u, "pw")).collect();
+    r
+}
+
+/// Runs `t`, logging when its slot frees.
+async fn run(t: &PullTask<&Script>, script: &Script) -> PullResult {
+    t.run(async || script.log.borrow_mut().push(Call::SlotFreed)).await
+}
+
+fn scrape(m: &Metrics) -> Scrape {
+    Scrape::parse(&m.encode()).expect("the scrape parses")
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_image_present_at_its_turn_is_not_pulled_and_takes_no_token() {
+    let script = Script::default().status(present("sha256:there", 42));
+    let mut t = task(&script, request());
+    t.recheck = true;
+    t.throttle = Arc::new(PullThrottle::new(1.0, 1, ThrottleMode::Fail));
+    let outcome = run(&t, &script).await.expect("present");
+    assert_eq!(
+        outcome,
+        PullOutcome {
+            image_ref: "sha256:there".into(),
+            size: 42,
+            pull_duration: Duration::ZERO,
+            pulled: false,
+            credential: None
+        }
+    );
+    assert_eq!(script.calls(), vec![Call::Status("example.com/a:1".into())]);
+    assert!(t.throttle.try_acquire().is_ok(), "the token is still there");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_recheck_pulls_anyway() {
+    let failed = CriError::new(CriErrorKind::RuntimeUnavailable, "down");
+    let script = Script::default().status(Err(failed)).status(present("sha256:pulled", 7));
+    let mut t = task(&script, request());
+    t.recheck = true;
+    let outcome = run(&t, &script).await.expect("pulled");
+    assert!(outcome.pulled);
+    assert_eq!(outcome.size, 7);
+    assert_eq!(
+        script.calls(),
+        vec![
+            Call::Status("example.com/a:1".into()),
+            Call::Pull(String::new(), None),
+            Call::SlotFreed,
+            Call::Status("sha256:pulled".into()),
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn credentials_are_tried_in_order_until_one_works() {
+    let script = Script::default().pull(SECOND, Err(denied("ann"))).pull(SECOND, Err(denied("bob")));
+    let t = task(&script, with_users(&["ann", "bob", "cy", "dee"]));
+    let outcome = run(&t, &script).await.expect("cy's works");
+    assert_eq!(outcome.credential, Some(2), "the index of the credential that worked");
+    let pulls: Vec<Call> = script.calls().into_iter().filter(|c| matches!(c, Call::Pull(..))).collect();
+    assert_eq!(
+        pulls,
+        vec![Call::Pull("ann".into(), None), Call::Pull("bob".into(), None), Call::Pull("cy".into(), None)]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_anonymous_pull_makes_one_attempt_and_reports_no_credential() {
+    let script = Script::default().pull(SECOND, Err(denied("anonymous")));
+    let t = task(&script, request());
+    assert_eq!(run(&t, &script).await, Err(PullFailure::Cri(vec![denied("anonymous")])));
+    let script = Script::default();
+    let t = task(&script, request());
+    assert_eq!(run(&t, &script).await.expect("pulled").credential, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_credential_failing_gives_every_error_and_the_text_merges_repeats() {
+    let script =
+        Script::default().pull(SECOND, Err(denied("x"))).pull(SECOND, Err(denied("y"))).pull(SECOND, Err(denied("x")));
+    let t = task(&script, with_users(&["a", "b", "c"]));
+    let failure = run(&t, &script).await.expect_err("all denied");
+    assert_eq!(failure, PullFailure::Cri(vec![denied("x"), denied("y"), denied("x")]));
+    assert_eq!(failure.to_string(), format!("[{}, {}]", denied("x"), denied("y")));
+    assert!(!script.calls().contains(&Call::SlotFreed), "a failed pull frees no slot early");
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_credential_gets_what_is_left_of_the_deadline_and_the_deadline_ends_the_pull() {
+    let script = Script::default().pull(3 * SECOND, Err(denied("ann"))).pull(10 * SECOND, Ok("sha256:late".into()));
+    let mut r = with_users(&["ann", "bob", "cy"]);
+    r.deadline = Some(5 * SECOND);
+    let t = task(&script, r);
+    let start = Instant::now();
+    assert_eq!(run(&t, &script).await, Err(PullFailure::DeadlineExceeded(5 * SECOND)));
+    assert_eq!(start.elapsed(), 5 * SECOND, "cancelled at the deadline, not when the pull would end");
+    assert_eq!(
+        script.calls(),
+        vec![Call::Pull("ann".into(), Some(5 * SECOND)), Call::Pull("bob".into(), Some(2 * SECOND))],
+        "cy is never tried"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_runtime_deadline_shorter_than_the_pulls_is_one_more_error() {
+    let script = Script::default().pull(SECOND, Err(CriError::deadline_exceeded()));
+    let mut r = with_users(&["ann", "bob"]);
+    r.deadline = Some(5 * SECOND);
+    let t = task(&script, r);
+    let outcome = run(&t, &script).await.expect("bob's works");
+    assert_eq!(outcome.credential, Some(1));
+    assert!(script.calls().contains(&Call::Pull("bob".into(), Some(4 * SECOND))));
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_time_left_before_the_next_credential_ends_the_pull_without_trying_it() {
+    // ann's failure comes exactly at the deadline (not as a deadline error).
+    let script = Script::default().pull(5 * SECOND, Err(denied("ann")));
+    let mut r = with_users(&["ann", "bob"]);
+    r.deadline = Some(5 * SECOND);
+    let t = task(&script, r);
+    assert_eq!(run(&t, &script).await, Err(PullFailure::DeadlineExceeded(5 * SECOND)));
+    assert_eq!(script.calls(), vec![Call::Pull("ann".into(), Some(5 * SECOND))]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_slot_frees_before_the_size_lookup_and_a_failed_lookup_gives_size_zero() {
+    let script = Script::default().pull(2 * SECOND, Ok("sha256:new".into()));
+    script.statuses.borrow_mut().push_back(Err(CriError::new(CriErrorKind::RuntimeUnavailable, "down")));
+    let t = task(&script, request());
+    let outcome = run(&t, &script).await.expect("pulled");
+    assert_eq!((outcome.image_ref.as_str(), outcome.size, outcome.pulled), ("sha256:new", 0, true));
+    assert_eq!(outcome.pull_duration, 2 * SECOND);
+    assert_eq!(
+        script.calls(),
+        vec![Call::Pull(String::new(), None), Call::SlotFreed, Call::Status("sha256:new".into())]
+    );
+    assert_eq!(t.progress.stage.get(), PullStage::Pulling, "Finishing is the actor's, when it frees the slot");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_empty_bucket_fails_the_pull_in_fail_mode() {
+    let script = Script::default();
+    let mut t = task(&script, request());
+    t.throttle = Arc::new(PullThrottle::new(1.0, 1, ThrottleMode::Fail));
+    assert!(t.throttle.try_acquire().is_ok());
+    assert_eq!(run(&t, &script).await, Err(PullFailure::QpsExceeded));
+    assert_eq!(script.calls(), vec![], "no CRI call");
+    assert_eq!(scrape(&t.metrics).value("imaged_pull_throttle_rejections_total", &[]), Some(1.0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_wait_mode_the_pull_waits_for_a_token_counted_once() {
+    let script = Script::default();
+    let mut t = task(&script, request());
+    t.throttle = Arc::new(PullThrottle::new(1.0, 1, ThrottleMode::Wait));
+    assert!(t.throttle.try_acquire().is_ok());
+    let start = Instant::now();
+    let watch = async {
+        tokio::time::sleep(SECOND / 2).await;
+        t.progress.stage.get()
+    };
+    let (result, midway) = tokio::join!(run(&t, &script), watch);
+    assert!(result.expect("pulled").pulled);
+    assert_eq!(midway, PullStage::Throttled);
+    assert_eq!(start.elapsed(), SECOND, "one token per second");
+    assert_eq!(t.progress.stage.get(), PullStage::Pulling);
+    let s = scrape(&t.metrics);
+    assert_eq!(s.value("imaged_pull_throttle_waits_total", &[]), Some(1.0));
+    assert_eq!(s.value("imaged_pull_throttle_rejections_total", &[]), Some(0.0));
+}

@@ -1,0 +1,243 @@
+//! The pull step of an ensure: back-off, the KEP-2535 intent, the pull
+//! queue (until its answer is one the pod may use), and what its end
+//! records — the pulled record, the `Pulled` or `Failed` event, the
+//! back-off's success or failure.
+
+use tokio::time::Instant;
+
+use super::credentials::{credentials_used, pod_credentials};
+use super::kubelet_messages::*;
+use super::{EnsureError, EnsureImageRequest, EnsureOk, ImageManager, class_of_pull};
+use crate::actors::backoff_registry::{
+    BackoffKey, BeginAttempt, CheckBackoff, RecordFailure, RecordSuccess, RegistryRecovered,
+};
+use crate::actors::pull_queue::{EnqueuePull, PullFailure, PullOutcome, PullRequest};
+use crate::domain::pull_policy::PullPolicy;
+use crate::domain::pull_record::ImagePullCredentials;
+use crate::domain::{AuthConfig, ErrorClass, ImageErrorKind, ImageSpec, eval_cri_pull_err};
+use crate::events::EventReason;
+
+impl ImageManager {
+    /// Pulls `spec` for `req`. `verify`: the image is present but the pod
+    /// must show its credentials, so the pull must reach the registry.
+    pub(super) async fn pull(
+        &self,
+        req: &EnsureImageRequest,
+        spec: ImageSpec,
+        absent_at: Option<Instant>,
+        verify: bool,
+    ) -> Result<EnsureOk, EnsureError> {
+        let requested = req.image.as_str();
+        let key = BackoffKey { pod_uid: req.pod.uid.clone(), image: requested.to_string() };
+        // Credentials, before the back-off check as in the kubelet (1.35,
+        // steps 4 and 7).
+        let (credentials, proves) = self.credentials_for(&req.pull_secrets, &req.credentials, &spec.image).await?;
+        // Only hashed when asked for: the kubelet's path stays as it was.
+        let cause = self.cfg.reset_backoff_on_credential_change.then(|| AuthConfig::list_identity(&credentials));
+        self.check_backoff(req, &key, cause.clone()).await?;
+        // KEP-2535: the intent is on disk before the pull starts.
+        let intent = match self.records.begin_pull(&spec.image).await {
+            Ok(guard) => guard,
+            Err(e) => {
+                let msg = failed_to_record_pull_intent(requested, &e.to_string());
+                return Err(self.fail(ImageErrorKind::ErrImagePull, msg, ErrorClass::Transient));
+            }
+        };
+        let start = Instant::now();
+        self.recorder.started(&req.pod.uid, start);
+        self.emit(req, EventReason::Pulling, &pulling(requested), None);
+        let request = PullRequest {
+            image: spec.clone(),
+            credentials,
+            sandbox: req.sandbox.clone(),
+            priority: req.pod.priority,
+            skip_if_present: !verify
+                && req.pull_policy != PullPolicy::Always
+                && req.pull_policy != PullPolicy::AlwaysWithLocalFallback,
+            absent_at,
+            deadline: req.deadline,
+        };
+        // While the pull runs, an image it would replace counts as in use for GC.
+        let normalized = crate::domain::reference::parse_normalized_named(&spec.image).map(|n| n.docker_ref()).ok();
+        let registry = normalized
+            .as_deref()
+            .filter(|_| self.cfg.reset_backoff_on_registry_recovery)
+            .map(|r| crate::actors::pull_queue::registry_of(r).to_string());
+        let _in_flight = normalized.map(|r| self.hints.pull_started(&r));
+        let (result, joined) = self.queue_pull(req, &spec, request).await;
+        // Once per pull (by the request that started it), fire and forget,
+        // ahead of any later check in the mailbox.
+        if let (Ok(outcome), false, Some(registry)) = (&result, joined, &registry)
+            && outcome.pulled
+        {
+            let _ = self.backoff.recovered.try_send(RegistryRecovered { registry: registry.clone() });
+        }
+        self.record_pull_end(&spec.image, requested, result.as_ref().ok(), &proves).await;
+        intent.disarm();
+        match result {
+            Ok(outcome) => Ok(self.pulled(req, &outcome, start)),
+            Err(failure) => self.pull_failed(req, &spec, key, cause, registry, &failure).await,
+        }
+    }
+
+    /// The back-off check before a pull: the kubelet's `ImagePullBackOff`
+    /// while the key backs off; otherwise the stored previous error is
+    /// deleted when there is one (the kubelet does so when it really
+    /// attempts a pull).
+    async fn check_backoff(
+        &self,
+        req: &EnsureImageRequest,
+        key: &BackoffKey,
+        credentials: Option<String>,
+    ) -> Result<(), EnsureError> {
+        let stopped =
+            || self.fail(ImageErrorKind::ErrImagePull, "imaged is shutting down".into(), ErrorClass::Transient);
+        let check =
+            self.backoff.check.send(CheckBackoff { key: key.clone(), credentials }).await.map_err(|_| stopped())?;
+        if check.in_backoff {
+            let event_msg = back_off_pulling(&req.image);
+            self.emit(req, EventReason::BackOff, &event_msg, None);
+            let msg = match &check.previous_error {
+                Some(prev) => format!("{event_msg}: {prev}"),
+                None => event_msg,
+            };
+            let class = if check.previous_error.as_deref().is_some_and(|p| p.contains("(permanent)")) {
+                ErrorClass::Permanent
+            } else {
+                ErrorClass::Transient
+            };
+            return Err(self.fail(ImageErrorKind::ImagePullBackOff, msg, class));
+        }
+        if check.previous_error.is_some() {
+            let _ = self.backoff.begin.send(BeginAttempt { key: key.clone() }).await;
+        }
+        Ok(())
+    }
+
+    /// Runs `request` through the pull queue until its answer is one the pod
+    /// may use, and says whether it joined a pull another request started.
+    /// An image found present when the pull's turn came (pulled by another
+    /// pod, maybe with other credentials) is this pod's only if the records
+    /// say so; otherwise it pulls for real.
+    async fn queue_pull(
+        &self,
+        req: &EnsureImageRequest,
+        spec: &ImageSpec,
+        mut request: PullRequest,
+    ) -> (Result<PullOutcome, PullFailure>, bool) {
+        loop {
+            let (result, joined) = match self.queue.send(EnqueuePull(request.clone())).await {
+                Ok(ticket) => {
+                    let joined = ticket.joined;
+                    (ticket.await, joined)
+                }
+                Err(_) => (Err(PullFailure::Stopped), false),
+            };
+            if let Ok(o) = &result
+                && !o.pulled
+                && self
+                    .records
+                    .must_attempt_pull(&spec.image, &o.image_ref, || pod_credentials(req, &spec.image))
+                    .await
+                    .unwrap_or(true)
+            {
+                request.skip_if_present = false;
+                continue;
+            }
+            return (result, joined);
+        }
+    }
+
+    /// A failed pull: the local image under `AlwaysWithLocalFallback` when
+    /// the registry is unreachable and the pod may use it; otherwise the
+    /// kubelet's `Failed` event and error, and the failure recorded for
+    /// back-off.
+    async fn pull_failed(
+        &self,
+        req: &EnsureImageRequest,
+        spec: &ImageSpec,
+        key: BackoffKey,
+        credentials: Option<String>,
+        registry: Option<String>,
+        failure: &PullFailure,
+    ) -> Result<EnsureOk, EnsureError> {
+        let requested = req.image.as_str();
+        if req.pull_policy == PullPolicy::AlwaysWithLocalFallback
+            && failure.registry_unreachable()
+            && let Ok(Some(image_ref)) = self.image_present(spec).await
+            // The local image only for a pod that may use it (KEP-2535).
+            && !self
+                .records
+                .must_attempt_pull(&spec.image, &image_ref, || pod_credentials(req, &spec.image))
+                .await
+                .unwrap_or(true)
+        {
+            let msg = using_local_image(requested, &failure.to_string());
+            self.emit(req, EventReason::Pulled, &msg, Some(ErrorClass::Transient));
+            self.recorder.finished(&req.pod.uid, Instant::now());
+            return Ok(EnsureOk { image_ref, message: msg });
+        }
+        let err_text = failure.to_string();
+        let class = class_of_pull(failure);
+        self.emit(req, EventReason::Failed, &failed_to_pull(requested, &err_text), Some(class));
+        let (msg, kind) = eval_cri_pull_err(requested, &err_text);
+        // The kubelet keeps "<error>: <message>" for the next back-off message.
+        let mut previous = format!("{kind}: {msg}");
+        if self.cfg.annotate_error_class {
+            previous = format!("{previous} ({class})");
+        }
+        // Only a transient failure from the registry itself waits for it to recover.
+        let from_registry = matches!(failure, PullFailure::Cri(_) | PullFailure::DeadlineExceeded(_));
+        let transient_registry = registry.filter(|_| from_registry && class == ErrorClass::Transient);
+        let _ = self
+            .backoff
+            .failure
+            .send(RecordFailure { key, error_text: previous, credentials, transient_registry })
+            .await;
+        Err(self.fail(kind, msg, class))
+    }
+
+    /// KEP-2535: what a pull's end proves. Pulled (`outcome` with `pulled`):
+    /// the record, with what the credential that worked proves (`proves`,
+    /// one per credential tried); otherwise (failed, or found present) the
+    /// pull only ends its intent.
+    pub(super) async fn record_pull_end(
+        &self,
+        image: &str,
+        requested: &str,
+        outcome: Option<&PullOutcome>,
+        proves: &[ImagePullCredentials],
+    ) {
+        match outcome.filter(|o| o.pulled) {
+            Some(o) => {
+                let used = credentials_used(proves, o.credential, requested);
+                if let Err(e) = self.records.record_image_pulled(image, &o.image_ref, &used).await {
+                    tracing::warn!(image = requested, error = %e, "failed to record an image pulled record");
+                }
+            }
+            None => self.records.record_image_pull_failed(image).await,
+        }
+    }
+
+    fn pulled(&self, req: &EnsureImageRequest, outcome: &PullOutcome, start: Instant) -> EnsureOk {
+        let requested = req.image.as_str();
+        let now = Instant::now();
+        self.recorder.finished(&req.pod.uid, now);
+        self.hints.ensured(&outcome.image_ref, std::time::SystemTime::now());
+        // Fire and forget, and without needing an actix LocalSet on this
+        // task (callers may be plain tokio tasks, e.g. the API server's):
+        // a full mailbox only delays the entry GC to its periodic run.
+        let _ = self.backoff.success.try_send(RecordSuccess);
+        if !outcome.pulled {
+            // Found present when the pull's turn came (another pod pulled
+            // it) and the pod may use it.
+            let msg = already_present_accessible(requested);
+            self.emit(req, EventReason::Pulled, &msg, None);
+            return EnsureOk { image_ref: outcome.image_ref.clone(), message: msg };
+        }
+        self.metrics.image_pulled(outcome.size, now.duration_since(start));
+        let msg = successfully_pulled(requested, outcome.pull_duration, now.duration_since(start), outcome.size);
+        self.emit(req, EventReason::Pulled, &msg, None);
+        EnsureOk { image_ref: outcome.image_ref.clone(), message: String::new() }
+    }
+}

@@ -1,0 +1,38 @@
+//! An ensure flow over its own pull queue and backoff registry, started the
+//! way `node::Node` wires them, for tests and benches that want the
+//! manager without a whole node.
+
+use actix::{Actor as _, Addr, MailboxError};
+
+use crate::actors::backoff_registry::{BackoffRegistryActor, BackoffSettings};
+use crate::actors::cri_gateway::{CriGatewayActor, GetReader};
+use crate::actors::pull_queue::{PullQueueActor, PullQueueConfig};
+use crate::ensure::{EnsureConfig, ImageManager};
+
+/// A started manager and the actors it sends to.
+#[derive(Debug, Clone)]
+pub struct StartedManager {
+    /// The manager; it reports to `pull.metrics`.
+    pub manager: ImageManager,
+    /// Its pull queue (`ListPulls`, `GetQueueStatus`, `SubscribePhases`).
+    pub queue: Addr<PullQueueActor>,
+    /// Its backoff registry (`ClearBackoff`, `ListBackoffs`).
+    pub backoff: Addr<BackoffRegistryActor>,
+}
+
+/// Starts a pull queue with `pull` and a backoff registry with `backoff` on
+/// the current actix arbiter, and a manager over them and `gateway` (as
+/// `node::Node` does). Fails only if the gateway has stopped.
+pub async fn start_manager(
+    gateway: &Addr<CriGatewayActor>,
+    pull: &PullQueueConfig,
+    backoff: &BackoffSettings,
+    cfg: EnsureConfig,
+) -> Result<StartedManager, MailboxError> {
+    let reader = gateway.send(GetReader).await?;
+    let queue = PullQueueActor::new(pull.clone(), reader.clone()).start();
+    let backoff = BackoffRegistryActor::from_settings(backoff).start();
+    let manager =
+        ImageManager::new(reader, queue.clone().recipient(), (&backoff).into(), cfg).with_metrics(pull.metrics.clone());
+    Ok(StartedManager { manager, queue, backoff })
+}
