@@ -14,11 +14,15 @@
 //! start, the socket taken) ends the process with the exit code of
 //! [`AppError`], for the service manager to restart it.
 
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::api::ImagedService;
@@ -26,6 +30,7 @@ use crate::api::server::ApiSocket;
 use crate::config::{Config, Sources};
 use crate::error::AppError;
 use crate::http::Health;
+use crate::metrics::Metrics;
 use crate::node::Node;
 use crate::telemetry::LogReload;
 
@@ -45,10 +50,12 @@ pub fn abort_on_panic() {
 }
 
 /// Runs the daemon until SIGTERM/SIGINT. `sources` are re-read on SIGHUP.
+///
+/// The start and stop order below is the one docs/daemon.md ("Inside") and
+/// actors.md ("The daemon") describe: keep them in step.
 pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Result<(), AppError> {
     abort_on_panic();
-    let mut term = signal(SignalKind::terminate()).map_err(|e| AppError::Other(format!("SIGTERM handler: {e}")))?;
-    let mut hup = signal(SignalKind::hangup()).map_err(|e| AppError::Other(format!("SIGHUP handler: {e}")))?;
+    let mut signals = Signals::install()?;
     let daemon = cfg.daemon.clone();
     // One registry for every component (a loaded Config already shares one).
     let metrics = cfg.pull.metrics.clone();
@@ -57,31 +64,10 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
     let (stop_tx, stop_rx) = watch::channel(false);
     // HTTP first, so /healthz answers (and /readyz says why not ready)
     // while the runtime is being waited for.
-    let http = match daemon.metrics_address {
-        Some(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|e| AppError::Other(format!("daemon.metrics_address {addr}: cannot listen: {e}")))?;
-            let mut stop = stop_rx.clone();
-            Some(tokio::spawn(crate::http::serve_http(listener, metrics.clone(), health.clone(), async move {
-                let _ = stop.wait_for(|s| *s).await;
-            })))
-        }
-        None => None,
-    };
+    let http = serve_http(daemon.metrics_address, &metrics, &health, &stop_rx).await?;
     health.set_not_ready("waiting for the CRI runtime to answer Version");
     // SIGTERM/SIGINT while waiting for the runtime: stop at once (exit 0).
-    let node = tokio::select! {
-        n = Node::start(cfg) => Arc::new(n?),
-        _ = term.recv() => {
-            info!(signal = "SIGTERM", "stopped while starting");
-            return Ok(());
-        }
-        _ = tokio::signal::ctrl_c() => {
-            info!(signal = "SIGINT", "stopped while starting");
-            return Ok(());
-        }
-    };
+    let Some(node) = start_node(cfg, &mut signals.term).await? else { return Ok(()) };
     health.set_ready();
     let watchers = watch_actors(&node, &health);
     let rt = node.runtime();
@@ -102,18 +88,7 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
     });
     tokio::pin!(server);
 
-    let mut current = node.config().clone();
-    let why = loop {
-        tokio::select! {
-            r = &mut server => {
-                // The server ended on its own: an I/O failure on the socket.
-                return r.and(Err(AppError::Other("API server stopped unexpectedly".into())));
-            }
-            _ = term.recv() => break "SIGTERM",
-            _ = tokio::signal::ctrl_c() => break "SIGINT",
-            _ = hup.recv() => reload(&node, &sources, &mut current, log.as_ref()),
-        }
-    };
+    let why = serve_until_stop_signal(server.as_mut(), &mut signals, &node, &sources, log.as_ref()).await?;
     info!(signal = why, grace = ?daemon.shutdown_grace, "shutting down: no new requests; waiting for pulls in flight");
     node.stop_accepting();
     health.set_not_ready("shutting down");
@@ -133,6 +108,80 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
     }
     info!(abandoned_pulls = report.abandoned_pulls, "imaged stopped");
     Ok(())
+}
+
+/// The signals the daemon handles besides SIGINT (which comes through
+/// `tokio::signal::ctrl_c`).
+struct Signals {
+    /// SIGTERM: stop.
+    term: Signal,
+    /// SIGHUP: reload.
+    hup: Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Self, AppError> {
+        let term = signal(SignalKind::terminate()).map_err(|e| AppError::Other(format!("SIGTERM handler: {e}")))?;
+        let hup = signal(SignalKind::hangup()).map_err(|e| AppError::Other(format!("SIGHUP handler: {e}")))?;
+        Ok(Self { term, hup })
+    }
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` on `address`, if set, until
+/// `stop` turns true.
+async fn serve_http(
+    address: Option<SocketAddr>,
+    metrics: &Metrics,
+    health: &Health,
+    stop: &watch::Receiver<bool>,
+) -> Result<Option<JoinHandle<std::io::Result<()>>>, AppError> {
+    let Some(addr) = address else { return Ok(None) };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| AppError::Other(format!("daemon.metrics_address {addr}: cannot listen: {e}")))?;
+    let mut stop = stop.clone();
+    Ok(Some(tokio::spawn(crate::http::serve_http(listener, metrics.clone(), health.clone(), async move {
+        let _ = stop.wait_for(|s| *s).await;
+    }))))
+}
+
+/// Starts the node, waiting for the runtime; `None` when SIGTERM or SIGINT
+/// came first (the daemon then stops at once, exit 0).
+async fn start_node(cfg: Config, term: &mut Signal) -> Result<Option<Arc<Node>>, AppError> {
+    tokio::select! {
+        n = Node::start(cfg) => Ok(Some(Arc::new(n?))),
+        _ = term.recv() => {
+            info!(signal = "SIGTERM", "stopped while starting");
+            Ok(None)
+        }
+        _ = tokio::signal::ctrl_c() => {
+            info!(signal = "SIGINT", "stopped while starting");
+            Ok(None)
+        }
+    }
+}
+
+/// Serves the API, reloading on SIGHUP, until SIGTERM or SIGINT (returned
+/// by name). The server ending on its own is an error.
+async fn serve_until_stop_signal(
+    mut server: Pin<&mut impl Future<Output = Result<(), AppError>>>,
+    signals: &mut Signals,
+    node: &Node,
+    sources: &Sources,
+    log: Option<&LogReload>,
+) -> Result<&'static str, AppError> {
+    let mut current = node.config().clone();
+    loop {
+        tokio::select! {
+            r = &mut server => {
+                // The server ended on its own: an I/O failure on the socket.
+                return r.and(Err(AppError::Other("API server stopped unexpectedly".into())));
+            }
+            _ = signals.term.recv() => return Ok("SIGTERM"),
+            _ = tokio::signal::ctrl_c() => return Ok("SIGINT"),
+            _ = signals.hup.recv() => reload(node, sources, &mut current, log),
+        }
+    }
 }
 
 /// Turns health red, naming the actor, if any actor stops while the daemon

@@ -7,6 +7,7 @@
 //! variables and flags still win. A bad value is an error naming the file
 //! and the KubeletConfiguration field.
 
+use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -111,75 +112,31 @@ impl KubeletImageFields {
         Self::parse(file, &text)
     }
 
-    /// Parses `text` (the contents of `file`, named in errors).
+    /// Parses `text` (the contents of `file`, named in errors). Fields are
+    /// read, then checked, in the kubelet's order: the first bad one is the
+    /// error.
     pub fn parse(file: &Path, text: &str) -> Result<Self, KubeletConfigError> {
-        let file_err = |reason: String| KubeletConfigError::File { file: file.to_path_buf(), reason };
-        let raw: RawKubeletConfiguration =
-            serde_yaml_ng::from_str(text).map_err(|e| file_err(format!("not a YAML mapping: {e}")))?;
-        match (raw.api_version.as_deref(), raw.kind.as_deref()) {
-            (Some(API_VERSION), Some(KIND)) => {}
-            (a, k) => {
-                return Err(file_err(format!(
-                    "apiVersion {:?} and kind {:?}: want apiVersion {API_VERSION:?} and kind {KIND:?}",
-                    a.unwrap_or(""),
-                    k.unwrap_or("")
-                )));
-            }
-        }
+        let raw = decode(file, text)?;
         let f = Fields { file };
         let serialize_image_pulls = f.bool("serializeImagePulls", raw.serialize_image_pulls)?;
         let max_parallel_image_pulls = f.int("maxParallelImagePulls", raw.max_parallel_image_pulls)?;
-        if let Some(n) = max_parallel_image_pulls
-            && n < 1
-        {
-            return Err(f.err("maxParallelImagePulls", format!("{n} must be a positive number")));
-        }
+        f.check_range(&[("maxParallelImagePulls", max_parallel_image_pulls)], 1.., "must be a positive number")?;
         let registry_pull_qps = f.int("registryPullQPS", raw.registry_pull_qps)?;
         let registry_burst = f.int("registryBurst", raw.registry_burst)?;
-        for (field, v) in [("registryPullQPS", registry_pull_qps), ("registryBurst", registry_burst)] {
-            if let Some(n) = v
-                && n < 0
-            {
-                return Err(f.err(field, format!("{n} must not be a negative number")));
-            }
-        }
+        f.check_range(
+            &[("registryPullQPS", registry_pull_qps), ("registryBurst", registry_burst)],
+            0..,
+            "must not be a negative number",
+        )?;
         let high = f.int("imageGCHighThresholdPercent", raw.image_gc_high_threshold_percent)?;
         let low = f.int("imageGCLowThresholdPercent", raw.image_gc_low_threshold_percent)?;
-        for (field, v) in [("imageGCHighThresholdPercent", high), ("imageGCLowThresholdPercent", low)] {
-            if let Some(n) = v
-                && !(0..=100).contains(&n)
-            {
-                return Err(f.err(field, format!("{n} must be between 0 and 100, inclusive")));
-            }
-        }
-        let allowlist = match raw.preloaded_images_verification_allowlist {
-            None | Some(serde_yaml_ng::Value::Null) => None,
-            Some(serde_yaml_ng::Value::Sequence(items)) => Some(
-                items
-                    .into_iter()
-                    .map(|v| f.string("preloadedImagesVerificationAllowlist", Some(v)).map(Option::unwrap_or_default))
-                    .collect::<Result<Vec<_>, _>>()?,
-            ),
-            Some(other) => {
-                return Err(f.err(
-                    "preloadedImagesVerificationAllowlist",
-                    format!("{} is not a list of image patterns", show(&other)),
-                ));
-            }
-        };
-        let runtime = f.string("containerRuntimeEndpoint", raw.container_runtime_endpoint)?.filter(|s| !s.is_empty());
-        let image = f.string("imageServiceEndpoint", raw.image_service_endpoint)?.filter(|s| !s.is_empty());
-        if let Some(image) = &image
-            && runtime.as_ref().is_some_and(|r| r != image)
-        {
-            return Err(f.err(
-                "imageServiceEndpoint",
-                format!(
-                    "{image:?} differs from containerRuntimeEndpoint {:?}; imaged uses one CRI endpoint for both services",
-                    runtime.as_deref().unwrap_or("")
-                ),
-            ));
-        }
+        f.check_range(
+            &[("imageGCHighThresholdPercent", high), ("imageGCLowThresholdPercent", low)],
+            0..=100,
+            "must be between 0 and 100, inclusive",
+        )?;
+        let allowlist = f.allowlist(raw.preloaded_images_verification_allowlist)?;
+        let (runtime, image) = f.endpoints(raw.container_runtime_endpoint, raw.image_service_endpoint)?;
         Ok(Self {
             file: file.to_path_buf(),
             serialize_image_pulls,
@@ -194,7 +151,7 @@ impl KubeletImageFields {
                 .string("imagePullCredentialsVerificationPolicy", raw.image_pull_credentials_verification_policy)?,
             preloaded_images_verification_allowlist: allowlist,
             pod_sandbox_image: f.string("podSandboxImage", raw.pod_sandbox_image)?.filter(|s| !s.is_empty()),
-            container_runtime_endpoint: runtime.clone(),
+            container_runtime_endpoint: runtime,
             image_service_endpoint: image,
         })
     }
@@ -302,6 +259,21 @@ fn duration_text(d: Duration) -> KeyValue {
     })
 }
 
+/// The document as YAML, if it is a v1beta1 KubeletConfiguration.
+fn decode(file: &Path, text: &str) -> Result<RawKubeletConfiguration, KubeletConfigError> {
+    let file_err = |reason: String| KubeletConfigError::File { file: file.to_path_buf(), reason };
+    let raw: RawKubeletConfiguration =
+        serde_yaml_ng::from_str(text).map_err(|e| file_err(format!("not a YAML mapping: {e}")))?;
+    match (raw.api_version.as_deref(), raw.kind.as_deref()) {
+        (Some(API_VERSION), Some(KIND)) => Ok(raw),
+        (a, k) => Err(file_err(format!(
+            "apiVersion {:?} and kind {:?}: want apiVersion {API_VERSION:?} and kind {KIND:?}",
+            a.unwrap_or(""),
+            k.unwrap_or("")
+        ))),
+    }
+}
+
 fn show(v: &serde_yaml_ng::Value) -> String {
     serde_yaml_ng::to_string(v).map(|s| s.trim_end().to_string()).unwrap_or_else(|_| "the value".into())
 }
@@ -344,6 +316,62 @@ impl Fields<'_> {
     fn duration(&self, field: &str, v: Option<serde_yaml_ng::Value>) -> Result<Option<Duration>, KubeletConfigError> {
         let Some(text) = self.string(field, v)? else { return Ok(None) };
         parse_go_duration(&text).map(Some).map_err(|reason| self.err(field, format!("{text:?}: {reason}")))
+    }
+
+    /// The first of `values` (fields already read) outside `range`, as the
+    /// error: `{n} {what}`.
+    fn check_range(
+        &self,
+        values: &[(&str, Option<i64>)],
+        range: impl RangeBounds<i64>,
+        what: &str,
+    ) -> Result<(), KubeletConfigError> {
+        for (field, v) in values {
+            if let Some(n) = v
+                && !range.contains(n)
+            {
+                return Err(self.err(field, format!("{n} {what}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// `preloadedImagesVerificationAllowlist`: a list of strings.
+    fn allowlist(&self, v: Option<serde_yaml_ng::Value>) -> Result<Option<Vec<String>>, KubeletConfigError> {
+        const FIELD: &str = "preloadedImagesVerificationAllowlist";
+        match v {
+            None | Some(serde_yaml_ng::Value::Null) => Ok(None),
+            Some(serde_yaml_ng::Value::Sequence(items)) => Ok(Some(
+                items
+                    .into_iter()
+                    .map(|v| self.string(FIELD, Some(v)).map(Option::unwrap_or_default))
+                    .collect::<Result<Vec<_>, _>>()?,
+            )),
+            Some(other) => Err(self.err(FIELD, format!("{} is not a list of image patterns", show(&other)))),
+        }
+    }
+
+    /// `containerRuntimeEndpoint` and `imageServiceEndpoint` (empty counts
+    /// as unset): imaged has one endpoint, so they must agree.
+    fn endpoints(
+        &self,
+        runtime: Option<serde_yaml_ng::Value>,
+        image: Option<serde_yaml_ng::Value>,
+    ) -> Result<(Option<String>, Option<String>), KubeletConfigError> {
+        let runtime = self.string("containerRuntimeEndpoint", runtime)?.filter(|s| !s.is_empty());
+        let image = self.string("imageServiceEndpoint", image)?.filter(|s| !s.is_empty());
+        if let Some(image) = &image
+            && runtime.as_ref().is_some_and(|r| r != image)
+        {
+            return Err(self.err(
+                "imageServiceEndpoint",
+                format!(
+                    "{image:?} differs from containerRuntimeEndpoint {:?}; imaged uses one CRI endpoint for both services",
+                    runtime.as_deref().unwrap_or("")
+                ),
+            ));
+        }
+        Ok((runtime, image))
     }
 }
 

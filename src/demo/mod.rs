@@ -7,10 +7,12 @@
 //! replays a node workload ([`workload`]): pods arrive, their images are
 //! ensured one container at a time as the kubelet does, containers are
 //! created in the runtime once a pod's images are there (so GC sees them in
-//! use) and removed when the pod completes or is replaced. A failing pod
-//! retries every second, as the kubelet's pod worker resyncs, until the
-//! workload's horizon. [`display`] shows progress live; [`summary`] closes
-//! with what happened and what imaged did better than the kubelet.
+//! use) and removed when the pod completes or is replaced (one task per
+//! pod, in `pods.rs`). A failing pod retries every second, as the kubelet's
+//! pod worker resyncs, until the workload's horizon. What the node does is
+//! counted from its events and a periodic poll (`observe.rs`); [`display`]
+//! shows progress live; [`summary`] closes with what happened and what
+//! imaged did better than the kubelet.
 //!
 //! Against another runtime, run the daemon there (`imaged run
 //! --runtime-endpoint …`) and drive it with `imagectl` (`imagectl cri …` for
@@ -18,10 +20,11 @@
 
 pub mod catalogue;
 pub mod display;
+mod observe;
+mod pods;
 pub mod summary;
 pub mod workload;
 
-use std::collections::HashMap;
 use std::io::{IsTerminal as _, Write};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -31,20 +34,14 @@ use actix::prelude::*;
 use tokio::time::Instant;
 
 use crate::actors::cri_gateway::CriGatewayActor;
-use crate::actors::gc_executor::{GcReport, GetLastGcReport};
-use crate::actors::pull_queue::{GetQueueStatus, PullPhase, PullPhaseChanged};
-use crate::config::{Config, RuntimeEndpoint, Sources};
+use crate::config::{Config, DaemonSettings, RuntimeEndpoint, Sources};
 use crate::connect::ConnectedRuntime;
-use crate::credentials::PullSecret;
-use crate::cri::Rpc;
-use crate::domain::{Container, ContainerState, ImageSpec};
 use crate::embedded::EmbeddedRuntime;
-use crate::ensure::EnsureImageRequest;
 use crate::error::AppError;
-use crate::events::{EventReason, ImageEvent};
 use crate::node::Node;
+use observe::{Counter, Watch};
 use summary::{RunFacts, Tally};
-use workload::{PodPlan, Workload};
+use workload::Workload;
 
 /// The demo's settings, applied over the built-in defaults and the
 /// configuration file/environment, under the command line's `--set`.
@@ -111,75 +108,6 @@ type Shared = Arc<Mutex<Tally>>;
 
 fn tally(t: &Shared) -> std::sync::MutexGuard<'_, Tally> {
     t.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Counts events and pull phases into the tally.
-struct Counter {
-    tally: Shared,
-    /// Images with a pull that has already been counted as throttled.
-    throttled: HashMap<String, bool>,
-}
-
-impl Actor for Counter {
-    type Context = Context<Self>;
-    fn started(&mut self, ctx: &mut Self::Context) {
-        // Publishers use try_send: a roomy mailbox so no count is lost.
-        ctx.set_mailbox_capacity(1 << 16);
-    }
-}
-
-impl Handler<ImageEvent> for Counter {
-    type Result = ();
-    fn handle(&mut self, e: ImageEvent, _: &mut Self::Context) {
-        let mut t = tally(&self.tally);
-        match e.reason {
-            EventReason::Pulling => t.pull_requests += 1,
-            EventReason::Failed => {
-                t.failed_events += 1;
-                if e.class == Some(crate::domain::ErrorClass::Permanent) {
-                    t.failed_permanent += 1;
-                }
-            }
-            EventReason::FreeDiskSpaceFailed => t.gc_runs_short += 1,
-            _ => {}
-        }
-    }
-}
-
-impl Handler<PullPhaseChanged> for Counter {
-    type Result = ();
-    fn handle(&mut self, p: PullPhaseChanged, _: &mut Self::Context) {
-        let mut t = tally(&self.tally);
-        match p.phase {
-            PullPhase::WaitingOnSharedPull => t.joins += 1,
-            PullPhase::AlreadyPresent => t.present_at_turn += 1,
-            // A pull may wait for several tokens in a row: count it once.
-            PullPhase::Throttled => {
-                let seen = self.throttled.entry(p.image).or_insert(false);
-                if !*seen {
-                    *seen = true;
-                    t.throttled_pulls += 1;
-                }
-            }
-            PullPhase::Pulling => {
-                self.throttled.remove(&p.image);
-            }
-            _ => {}
-        }
-    }
-}
-
-/// The billing namespace's `regcred` secret for the private registry.
-fn billing_secret() -> PullSecret {
-    let json = format!(
-        r#"{{"auths":{{"{}":{{"username":"{}","password":"{}"}}}}}}"#,
-        catalogue::PRIVATE_HOST,
-        catalogue::PRIVATE_USER,
-        PRIVATE_PASSWORD
-    );
-    PullSecret::new("billing", "regcred", "kubernetes.io/dockerconfigjson")
-        .with_uid("billing-regcred-uid")
-        .with_data(".dockerconfigjson", json.into_bytes())
 }
 
 /// Starts the embedded runtime with the demo's registries and disk, and
@@ -255,12 +183,52 @@ pub async fn run_main_job_on(
     daemon.socket = dir.0.join("imaged.sock");
     let node = Arc::new(Node::start_on(cfg, runtime).await?);
     let shared: Shared = Arc::new(Mutex::new(Tally { pods_total: workload.pods.len(), ..Tally::default() }));
-    let counter = Counter { tally: shared.clone(), throttled: HashMap::new() }.start();
+    let counter = Counter::new(shared.clone()).start();
     node.subscribe_events(counter.clone().recipient());
     node.subscribe_phases(counter.recipient()).await.map_err(|e| AppError::Other(e.to_string()))?;
 
     let mut display = display::Display::new(out, terminal);
-    let o = display.out();
+    write_header(display.out(), &workload, &node)?;
+    // The daemon's API on a temporary socket, for imagectl in another terminal.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let server = if opts.serve_api { Some(serve_api(&node, &daemon, stop_rx, display.out()).await?) } else { None };
+    writeln!(display.out()).map_err(io)?;
+
+    let start = Instant::now();
+    let secret = pods::billing_secret();
+    for pod in &workload.pods {
+        actix::spawn(pods::drive_pod(
+            node.clone(),
+            pod.clone(),
+            secret.clone(),
+            shared.clone(),
+            start,
+            workload.horizon,
+        ));
+    }
+    let mut watch = Watch::default();
+    let interrupted = follow(&node, &shared, &mut watch, &mut display, start, start + workload.horizon + GRACE).await?;
+    let elapsed = start.elapsed();
+    // The last GC report and runtime counters.
+    watch.poll(&node, &shared).await;
+    let final_tally = tally(&shared).clone();
+    let facts = RunFacts { seed: workload.seed, elapsed, qps: facts_qps.0, burst: facts_qps.1 };
+    write_summary(&mut display, &final_tally, &facts, interrupted)?;
+
+    let _ = stop_tx.send(true);
+    node.shutdown(Duration::from_secs(2)).await;
+    if let Some(server) = server {
+        // A server that does not end in time, or whose task failed, does not
+        // change what the run did.
+        if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(3), server).await {
+            r?;
+        }
+    }
+    Ok(final_tally)
+}
+
+/// The run's opening lines: the node, the registries and disk, the workload.
+fn write_header(o: &mut impl Write, workload: &Workload, node: &Node) -> Result<(), AppError> {
     let rt = node.runtime();
     writeln!(
         o,
@@ -292,38 +260,44 @@ pub async fn run_main_job_on(
         count(workload::PodKind::Replica),
         count(workload::PodKind::Job)
     )
+    .map_err(io)
+}
+
+/// Serves the daemon's API on `daemon.socket` until `stop` turns true, and
+/// says so on `o`.
+async fn serve_api(
+    node: &Arc<Node>,
+    daemon: &DaemonSettings,
+    stop: tokio::sync::watch::Receiver<bool>,
+    o: &mut impl Write,
+) -> Result<tokio::task::JoinHandle<Result<(), AppError>>, AppError> {
+    let socket = crate::api::server::ApiSocket::bind(daemon).await?;
+    writeln!(
+        o,
+        "  while it runs, from another terminal: imagectl --socket {} status   (or: images, events --follow)",
+        socket.path().display()
+    )
     .map_err(io)?;
-    // The daemon's API on a temporary socket, for imagectl in another terminal.
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let server = if opts.serve_api {
-        let socket = crate::api::server::ApiSocket::bind(&daemon).await?;
-        writeln!(
-            o,
-            "  while it runs, from another terminal: imagectl --socket {} status   (or: images, events --follow)",
-            socket.path().display()
-        )
-        .map_err(io)?;
-        let service = crate::api::ImagedService::start(node.clone(), stop_rx.clone())
-            .await
-            .map_err(|e| AppError::Other(e.to_string()))?;
-        let mut stop = stop_rx.clone();
-        Some(actix::spawn(socket.serve(service, daemon.max_request_bytes, async move {
-            let _ = stop.wait_for(|s| *s).await;
-        })))
-    } else {
-        None
-    };
-    writeln!(o).map_err(io)?;
+    let service = crate::api::ImagedService::start(node.clone(), stop.clone())
+        .await
+        .map_err(|e| AppError::Other(e.to_string()))?;
+    let mut stop = stop;
+    Ok(actix::spawn(socket.serve(service, daemon.max_request_bytes, async move {
+        let _ = stop.wait_for(|s| *s).await;
+    })))
+}
 
-    let start = Instant::now();
-    let secret = billing_secret();
-    for pod in &workload.pods {
-        actix::spawn(drive_pod(node.clone(), pod.clone(), secret.clone(), shared.clone(), start, workload.horizon));
-    }
-
-    let mut watch = Watch::default();
+/// Refreshes the tally and the display every [`TICK`] until every pod has
+/// settled, `give_up` passes or Ctrl-C; returns whether Ctrl-C ended it.
+async fn follow<W: Write>(
+    node: &Node,
+    shared: &Shared,
+    watch: &mut Watch,
+    display: &mut display::Display<W>,
+    start: Instant,
+    give_up: Instant,
+) -> Result<bool, AppError> {
     let mut tick = tokio::time::interval(TICK);
-    let give_up = start + workload.horizon + GRACE;
     // Ctrl-C ends the run early, with the summary so far.
     let interrupt = tokio::signal::ctrl_c();
     tokio::pin!(interrupt);
@@ -333,234 +307,41 @@ pub async fn run_main_job_on(
             _ = tick.tick() => {}
             _ = &mut interrupt => interrupted = true,
         }
-        watch.poll(&node, &shared).await;
-        let t = tally(&shared).clone();
+        watch.poll(node, shared).await;
+        let t = tally(shared).clone();
         display.update(&t, start.elapsed()).map_err(io)?;
         if interrupted || t.pods_settled >= t.pods_total || Instant::now() >= give_up {
-            break;
+            return Ok(interrupted);
         }
     }
-    let elapsed = start.elapsed();
-    // The last GC report and runtime counters.
-    watch.poll(&node, &shared).await;
-    let final_tally = tally(&shared).clone();
-    display.finish(&final_tally, elapsed).map_err(io)?;
-    let facts = RunFacts { seed: workload.seed, elapsed, qps: facts_qps.0, burst: facts_qps.1 };
-    write!(display.out(), "{}", summary::render(&final_tally, &facts)).map_err(io)?;
-    if final_tally.pods_settled < final_tally.pods_total {
+}
+
+/// The display's last frame, the summary, and a note when pods were still
+/// in progress.
+fn write_summary<W: Write>(
+    display: &mut display::Display<W>,
+    t: &Tally,
+    facts: &RunFacts,
+    interrupted: bool,
+) -> Result<(), AppError> {
+    display.finish(t, facts.elapsed).map_err(io)?;
+    write!(display.out(), "{}", summary::render(t, facts)).map_err(io)?;
+    if t.pods_settled < t.pods_total {
         writeln!(
             display.out(),
             "  (the run was {} at {:.0} s: {} pods were still in progress)",
             if interrupted { "interrupted" } else { "cut" },
-            elapsed.as_secs_f64(),
-            final_tally.pods_total - final_tally.pods_settled
+            facts.elapsed.as_secs_f64(),
+            t.pods_total - t.pods_settled
         )
         .map_err(io)?;
     }
-    display.out().flush().map_err(io)?;
-
-    let _ = stop_tx.send(true);
-    node.shutdown(Duration::from_secs(2)).await;
-    if let Some(server) = server {
-        // A server that does not end in time, or whose task failed, does not
-        // change what the run did.
-        if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(3), server).await {
-            r?;
-        }
-    }
-    Ok(final_tally)
-}
-
-/// What the periodic poll remembers between ticks.
-#[derive(Default)]
-struct Watch {
-    last_gc: Option<Arc<GcReport>>,
-    images: HashMap<String, u64>,
-}
-
-impl Watch {
-    /// Reads the queue, the runtime's counters and image set, and the last GC report.
-    async fn poll(&mut self, node: &Node, shared: &Shared) {
-        let queue = node.queue().send(GetQueueStatus).await.ok();
-        let last = node.gc().executor.send(GetLastGcReport).await.ok().flatten();
-        let Some(rt) = node.runtime().embedded.as_ref() else { return };
-        let stats = rt.stats();
-        let now: HashMap<String, u64> = rt.images().into_iter().map(|i| (i.id, i.size)).collect();
-        // Only GC removes images in the demo: what went is what GC freed.
-        let gone: Vec<u64> = self.images.iter().filter(|(id, _)| !now.contains_key(*id)).map(|(_, s)| *s).collect();
-        self.images = now;
-        let mut t = tally(shared);
-        if let Some(q) = queue {
-            t.running = q.running;
-            t.queued = q.queued;
-            t.parked = q.parked;
-        }
-        t.cri_pulls = stats.calls(Rpc::PullImage);
-        t.max_parallel_pulls = stats.max_pulls_in_flight;
-        t.disk_capacity = rt.capacity_bytes();
-        t.disk_used = rt.used_bytes();
-        t.disk_peak = t.disk_peak.max(t.disk_used);
-        t.gc_images_removed += gone.len() as u64;
-        t.gc_bytes_freed += gone.iter().sum::<u64>();
-        if let Some(r) = last
-            && !self.last_gc.as_ref().is_some_and(|l| Arc::ptr_eq(l, &r))
-        {
-            t.gc_runs += 1;
-            self.last_gc = Some(r);
-        }
-    }
-}
-
-/// A short reason for a pod that never started, from its last error (a
-/// back-off message carries the error it backs off from).
-fn why_not_started(kind: &str, message: &str) -> String {
-    let cause = if message.contains("401 Unauthorized") {
-        "unauthorized"
-    } else if message.contains(": not found") {
-        "image not found"
-    } else if message.contains("no space left on device") {
-        "disk full"
-    } else {
-        return kind.to_string();
-    };
-    format!("{kind} ({cause})")
-}
-
-/// What a pod does after an ensure.
-enum Step {
-    /// Ensure the next container's image.
-    Next,
-    /// Try again after [`RETRY`].
-    Retry,
-    /// Stop trying (horizon, deletion, or the node stopping).
-    GiveUp,
-}
-
-/// One pod's life on the node: arrive, ensure its images container by
-/// container (retrying every [`RETRY`] on failure until the horizon or its
-/// deletion), create its containers, and remove them when it stops.
-async fn drive_pod(
-    node: Arc<Node>,
-    pod: PodPlan,
-    secret: PullSecret,
-    shared: Shared,
-    start: Instant,
-    horizon: Duration,
-) {
-    tokio::time::sleep_until(start + pod.arrive).await;
-    let give_up = start + pod.stop.map_or(horizon, |s| s.min(horizon));
-    let mut next = 0;
-    let mut refs: Vec<String> = Vec::new();
-    let mut failing = false;
-    while next < pod.containers.len() {
-        let c = &pod.containers[next];
-        let mut req = EnsureImageRequest::new(pod.uid.clone(), c.image.clone(), c.policy);
-        req.pod.namespace = pod.namespace.clone();
-        req.pod.name = pod.name.clone();
-        req.pod.priority = pod.priority;
-        req.container = Some(c.name.clone());
-        if pod.pull_secret {
-            req.pull_secrets = vec![secret.clone()];
-        }
-        let t0 = Instant::now();
-        let result = node.ensure_image_exists(&req).await;
-        let took = t0.elapsed();
-        let step = {
-            let mut t = tally(&shared);
-            t.ensure_calls += 1;
-            match result {
-                Ok(Ok(ok)) => {
-                    t.ensure_ok.push(took);
-                    refs.push(ok.image_ref);
-                    next += 1;
-                    Step::Next
-                }
-                Ok(Err(e)) => {
-                    *t.ensure_errors.entry(e.kind.to_string()).or_insert(0) += 1;
-                    if e.message.contains("pull QPS exceeded") {
-                        t.qps_exceeded += 1;
-                    }
-                    if !failing {
-                        failing = true;
-                        t.pods_failing += 1;
-                    }
-                    if Instant::now() + RETRY >= give_up {
-                        t.pods_failing -= 1;
-                        *t.never_started.entry(why_not_started(&e.kind.to_string(), &e.message)).or_insert(0) += 1;
-                        t.pods_settled += 1;
-                        Step::GiveUp
-                    } else {
-                        Step::Retry
-                    }
-                }
-                // The node is stopping: the run is over.
-                Err(_) => {
-                    if failing {
-                        t.pods_failing -= 1;
-                    }
-                    *t.never_started.entry("node stopping".into()).or_insert(0) += 1;
-                    t.pods_settled += 1;
-                    Step::GiveUp
-                }
-            }
-        };
-        match step {
-            Step::Next => {}
-            Step::Retry => tokio::time::sleep(RETRY).await,
-            Step::GiveUp => return,
-        }
-    }
-    let Some(rt) = node.runtime().embedded.as_ref() else {
-        tally(&shared).pods_settled += 1;
-        return;
-    };
-    let ids: Vec<String> = pod.containers.iter().map(|c| format!("{}-{}", pod.uid, c.name)).collect();
-    for ((c, image_ref), id) in pod.containers.iter().zip(&refs).zip(&ids) {
-        rt.add_container(Container {
-            id: id.clone(),
-            pod_sandbox_id: pod.uid.clone(),
-            name: c.name.clone(),
-            image: ImageSpec::new(c.image.clone()),
-            image_ref: image_ref.clone(),
-            image_id: image_ref.clone(),
-            state: ContainerState::Running,
-            ..Container::default()
-        });
-    }
-    {
-        let mut t = tally(&shared);
-        t.pods_started += 1;
-        if failing {
-            t.pods_failing -= 1;
-        }
-        t.pods_settled += usize::from(pod.stop.is_none());
-    }
-    if let Some(stop) = pod.stop {
-        tokio::time::sleep_until(start + stop).await;
-        for id in &ids {
-            rt.remove_container(id);
-        }
-        let mut t = tally(&shared);
-        t.pods_stopped += 1;
-        t.pods_settled += 1;
-    }
+    display.out().flush().map_err(io)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_pod_that_never_started_is_explained_by_its_last_error() {
-        let backoff = "Back-off pulling image \"ghcr.io/acme/legacy-reporter:0.3.1\": ErrImagePull: failed to pull and \
-                       unpack image \"ghcr.io/acme/legacy-reporter:0.3.1\": failed to resolve reference \
-                       \"ghcr.io/acme/legacy-reporter:0.3.1\": ghcr.io/acme/legacy-reporter:0.3.1: not found";
-        assert_eq!(why_not_started("ImagePullBackOff", backoff), "ImagePullBackOff (image not found)");
-        let unauthorized = "failed to pull and unpack image \"x\": pulling from host h failed with status code \
-                            [manifests 4.2.0]: 401 Unauthorized";
-        assert_eq!(why_not_started("ErrImagePull", unauthorized), "ErrImagePull (unauthorized)");
-        assert_eq!(why_not_started("ErrImagePull", "pull QPS exceeded"), "ErrImagePull");
-    }
 
     #[test]
     fn the_demo_settings_come_before_the_command_line() {

@@ -280,7 +280,8 @@ fn required(field: &str, detail: &str) -> String {
 }
 
 /// The kubelet's `validateCredentialProviderConfig` (service-account token
-/// mode is not supported: `tokenAttributes` is rejected).
+/// mode is not supported: `tokenAttributes` is rejected). Every error is
+/// collected, in the kubelet's order.
 fn validate(providers: Vec<RawProvider>) -> Result<Vec<ProviderSpec>, ProviderConfigError> {
     let mut errs = Vec::new();
     if providers.is_empty() {
@@ -289,88 +290,119 @@ fn validate(providers: Vec<RawProvider>) -> Result<Vec<ProviderSpec>, ProviderCo
     let mut seen: Vec<String> = Vec::new();
     let mut out = Vec::new();
     for p in providers {
-        let name = p.name.as_str();
-        if name.contains('/') {
-            errs.push(invalid_value("providers.name", name, "provider name cannot contain '/'"));
-        }
-        if name.contains(' ') {
-            errs.push(invalid_value("providers.name", name, "provider name cannot contain spaces"));
-        }
-        if name == "." {
-            errs.push(invalid_value("providers.name", name, "provider name cannot be '.'"));
-        }
-        if name == ".." {
-            errs.push(invalid_value("providers.name", name, "provider name cannot be '..'"));
-        }
-        if name.is_empty() {
-            errs.push(required("providers.name", "name is required"));
-        }
-        if seen.iter().any(|s| s == name) {
-            errs.push(format!("providers.name: Duplicate value: {}", quote(name)));
-        }
-        seen.push(name.to_string());
-        if p.api_version.is_empty() {
-            errs.push(required("providers.apiVersion", ""));
-        } else if !PROVIDER_API_VERSIONS.contains(&p.api_version.as_str()) {
-            let mut supported: Vec<String> = PROVIDER_API_VERSIONS.iter().map(|v| quote(v)).collect();
-            supported.sort();
-            errs.push(format!(
-                "providers.apiVersion: Unsupported value: {}: supported values: {}",
-                quote(&p.api_version),
-                supported.join(", ")
-            ));
-        }
-        let match_images = p.match_images.unwrap_or_default();
-        if match_images.is_empty() {
-            errs.push(required("providers.matchImages", "at least 1 item in matchImages is required"));
-        }
-        for m in &match_images {
-            if let Err(e) = normalize_key(m) {
-                let detail = format!("match image is invalid: parse {}: {}", quote(&format!("https://{m}")), e.reason);
-                errs.push(invalid_value("providers.matchImages", m, &detail));
-            }
-        }
-        let mut default_cache_duration = Duration::ZERO;
-        match p.default_cache_ns {
-            None => errs.push(required("providers.defaultCacheDuration", "")),
-            // A Go duration value is printed unquoted (`-1m0s`).
-            Some(ns) if ns < 0 => errs.push(format!(
-                "providers.defaultCacheDuration: Invalid value: -{}: must be greater than or equal to 0",
-                go_duration(Duration::from_nanos(ns.unsigned_abs()))
-            )),
-            Some(ns) => default_cache_duration = Duration::from_nanos(ns.unsigned_abs()),
-        }
-        if p.token_attributes.as_ref().is_some_and(|t| !t.is_null()) {
-            errs.push(format!(
-                "providers.tokenAttributes: Forbidden: service account tokens for credential providers are not supported by imaged (provider {})",
-                quote(name)
-            ));
-        }
-        let mut env = Vec::new();
-        for (i, e) in p.env.unwrap_or_default().into_iter().enumerate() {
-            if e.name.is_empty() {
-                errs.push(required(&format!("providers.env[{i}].name"), "name is required"));
-            }
-            let value = match e.value {
-                serde_yaml_ng::Value::Null => Secret::default(),
-                serde_yaml_ng::Value::String(s) => Secret::new(s),
-                _ => {
-                    errs.push(format!("providers.env[{i}].value: Invalid value: must be a string"));
-                    Secret::default()
-                }
-            };
-            env.push(EnvVar { name: e.name, value });
-        }
-        out.push(ProviderSpec {
-            name: p.name,
-            match_images,
-            default_cache_duration,
-            api_version: p.api_version,
-            args: p.args.unwrap_or_default(),
-            env,
-        });
+        validate_name(&p.name, &seen, &mut errs);
+        seen.push(p.name.clone());
+        out.push(validate_provider(p, &mut errs));
     }
     if errs.is_empty() { Ok(out) } else { Err(ProviderConfigError::Invalid(errs)) }
+}
+
+/// `providers.name`: a file name in the bin dir, unique (`seen` holds the
+/// names before it).
+fn validate_name(name: &str, seen: &[String], errs: &mut Vec<String>) {
+    if name.contains('/') {
+        errs.push(invalid_value("providers.name", name, "provider name cannot contain '/'"));
+    }
+    if name.contains(' ') {
+        errs.push(invalid_value("providers.name", name, "provider name cannot contain spaces"));
+    }
+    if name == "." {
+        errs.push(invalid_value("providers.name", name, "provider name cannot be '.'"));
+    }
+    if name == ".." {
+        errs.push(invalid_value("providers.name", name, "provider name cannot be '..'"));
+    }
+    if name.is_empty() {
+        errs.push(required("providers.name", "name is required"));
+    }
+    if seen.iter().any(|s| s == name) {
+        errs.push(format!("providers.name: Duplicate value: {}", quote(name)));
+    }
+}
+
+/// The checks of one provider after its name; the spec as far as it is valid.
+fn validate_provider(p: RawProvider, errs: &mut Vec<String>) -> ProviderSpec {
+    validate_api_version(&p.api_version, errs);
+    let match_images = p.match_images.unwrap_or_default();
+    validate_match_images(&match_images, errs);
+    let default_cache_duration = validate_cache_duration(p.default_cache_ns, errs);
+    if p.token_attributes.as_ref().is_some_and(|t| !t.is_null()) {
+        errs.push(format!(
+            "providers.tokenAttributes: Forbidden: service account tokens for credential providers are not supported by imaged (provider {})",
+            quote(&p.name)
+        ));
+    }
+    let env = validate_env(p.env.unwrap_or_default(), errs);
+    ProviderSpec {
+        name: p.name,
+        match_images,
+        default_cache_duration,
+        api_version: p.api_version,
+        args: p.args.unwrap_or_default(),
+        env,
+    }
+}
+
+fn validate_api_version(api_version: &str, errs: &mut Vec<String>) {
+    if api_version.is_empty() {
+        errs.push(required("providers.apiVersion", ""));
+    } else if !PROVIDER_API_VERSIONS.contains(&api_version) {
+        let mut supported: Vec<String> = PROVIDER_API_VERSIONS.iter().map(|v| quote(v)).collect();
+        supported.sort();
+        errs.push(format!(
+            "providers.apiVersion: Unsupported value: {}: supported values: {}",
+            quote(api_version),
+            supported.join(", ")
+        ));
+    }
+}
+
+/// At least one pattern, each a valid keyring key.
+fn validate_match_images(match_images: &[String], errs: &mut Vec<String>) {
+    if match_images.is_empty() {
+        errs.push(required("providers.matchImages", "at least 1 item in matchImages is required"));
+    }
+    for m in match_images {
+        if let Err(e) = normalize_key(m) {
+            let detail = format!("match image is invalid: parse {}: {}", quote(&format!("https://{m}")), e.reason);
+            errs.push(invalid_value("providers.matchImages", m, &detail));
+        }
+    }
+}
+
+/// Required and not negative; zero when invalid.
+fn validate_cache_duration(ns: Option<i64>, errs: &mut Vec<String>) -> Duration {
+    match ns {
+        None => errs.push(required("providers.defaultCacheDuration", "")),
+        // A Go duration value is printed unquoted (`-1m0s`).
+        Some(ns) if ns < 0 => errs.push(format!(
+            "providers.defaultCacheDuration: Invalid value: -{}: must be greater than or equal to 0",
+            go_duration(Duration::from_nanos(ns.unsigned_abs()))
+        )),
+        Some(ns) => return Duration::from_nanos(ns.unsigned_abs()),
+    }
+    Duration::ZERO
+}
+
+/// Each variable named, its value a string (kept as a [`Secret`]; a value of
+/// another type is never shown).
+fn validate_env(env: Vec<RawEnv>, errs: &mut Vec<String>) -> Vec<EnvVar> {
+    let mut out = Vec::new();
+    for (i, e) in env.into_iter().enumerate() {
+        if e.name.is_empty() {
+            errs.push(required(&format!("providers.env[{i}].name"), "name is required"));
+        }
+        let value = match e.value {
+            serde_yaml_ng::Value::Null => Secret::default(),
+            serde_yaml_ng::Value::String(s) => Secret::new(s),
+            _ => {
+                errs.push(format!("providers.env[{i}].value: Invalid value: must be a string"));
+                Secret::default()
+            }
+        };
+        out.push(EnvVar { name: e.name, value });
+    }
+    out
 }
 
 /// The kubelet's registration checks: the bin dir exists, the config loads

@@ -1,0 +1,237 @@
+//! The metric families, grouped as docs/metrics.md lists them: the
+//! kubelet's image metrics, then imaged's own by the part that updates them
+//! (pull queue, back-off, CRI, GC) and the info gauges. Each group registers
+//! its families with their names and help texts; groups register in that
+//! order, which is the order of the scrape.
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::cri::Rpc;
+use crate::domain::pull_record::MustPullResult;
+
+/// The kubelet's `image_pull_duration_seconds` buckets (seconds).
+pub const PULL_DURATION_BUCKETS: [f64; 18] = [
+    1.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 180.0, 240.0, 300.0, 360.0, 480.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0,
+    3600.0,
+];
+
+/// CRI call latency buckets (seconds): sub-millisecond lookups to ten-minute pulls.
+pub const CRI_DURATION_BUCKETS: [f64; 18] =
+    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0];
+
+/// The credential provider plugin duration buckets (Prometheus' defaults, as the kubelet).
+pub const PLUGIN_DURATION_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+pub(super) type Labels1 = [(&'static str, &'static str); 1];
+pub(super) type Labels2 = [(&'static str, &'static str); 2];
+pub(super) type Labels3 = [(&'static str, &'static str); 3];
+pub(super) type OwnedLabels1 = [(&'static str, String); 1];
+pub(super) type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// The kubelet's image metrics (same names, labels and buckets, under `imaged_`).
+pub(super) struct KubeletFamilies {
+    pub(super) pull_duration: HistogramFamily<Labels1>,
+    pub(super) garbage_collected: Family<Labels1, Counter>,
+    pub(super) ensure_requests: Family<Labels3, Counter>,
+    /// `ensure_requests` counters by (policy, present, required), resolved on first use.
+    pub(super) ensure_cells: [std::sync::OnceLock<Counter>; 4 * 3 * 3],
+    pub(super) mustpull_checks: Family<Labels1, Counter>,
+    /// `mustpull_checks` counters by [`MustPullResult::index`], resolved on first use.
+    pub(super) mustpull_cells: [std::sync::OnceLock<Counter>; MustPullResult::ALL.len()],
+    pub(super) plugin_duration: HistogramFamily<OwnedLabels1>,
+    pub(super) plugin_errors: Family<OwnedLabels1, Counter>,
+    pub(super) provider_config_info: Family<OwnedLabels1, Gauge>,
+}
+
+impl KubeletFamilies {
+    pub(super) fn register(r: &mut Registry) -> Self {
+        let pull_duration: HistogramFamily<Labels1> =
+            Family::new_with_constructor(|| Histogram::new(PULL_DURATION_BUCKETS));
+        r.register_with_unit(
+            "image_pull_duration",
+            "Duration of successful image pulls, including waiting in the queue, by image size (the kubelet's image_pull_duration_seconds)",
+            Unit::Seconds,
+            pull_duration.clone(),
+        );
+        let garbage_collected = Family::<Labels1, Counter>::default();
+        r.register(
+            "image_garbage_collected",
+            "Images removed by image garbage collection, by reason (age, space, or imaged's retention)",
+            garbage_collected.clone(),
+        );
+        let ensure_requests = Family::<Labels3, Counter>::default();
+        r.register(
+            "image_manager_ensure_image_requests",
+            "EnsureImageExists requests by pull policy, whether the image was present and whether a pull was required",
+            ensure_requests.clone(),
+        );
+        let mustpull_checks = Family::<Labels1, Counter>::default();
+        r.register(
+            "imagemanager_image_mustpull_checks",
+            "Checks whether a present image must be pulled again to verify the pod's credentials, by result",
+            mustpull_checks.clone(),
+        );
+        let plugin_duration: HistogramFamily<OwnedLabels1> =
+            Family::new_with_constructor(|| Histogram::new(PLUGIN_DURATION_BUCKETS));
+        r.register(
+            "credential_provider_plugin_duration",
+            "Duration of credential provider plugin executions in seconds, by plugin",
+            plugin_duration.clone(),
+        );
+        let plugin_errors = Family::<OwnedLabels1, Counter>::default();
+        r.register(
+            "credential_provider_plugin_errors",
+            "Failed credential provider plugin executions, by plugin",
+            plugin_errors.clone(),
+        );
+        let provider_config_info = Family::<OwnedLabels1, Gauge>::default();
+        r.register(
+            "credential_provider_config_info",
+            "The hash of the credential provider configuration in use (value 1)",
+            provider_config_info.clone(),
+        );
+        Self {
+            pull_duration,
+            garbage_collected,
+            ensure_requests,
+            ensure_cells: std::array::from_fn(|_| std::sync::OnceLock::new()),
+            mustpull_checks,
+            mustpull_cells: std::array::from_fn(|_| std::sync::OnceLock::new()),
+            plugin_duration,
+            plugin_errors,
+            provider_config_info,
+        }
+    }
+}
+
+/// The pull queue's: depths and what happened to pulls on their way.
+pub(super) struct PullQueueFamilies {
+    pub(super) depth: Gauge,
+    pub(super) parked: Gauge,
+    pub(super) in_flight: Gauge,
+    pub(super) single_flight_joins: Counter,
+    pub(super) throttle_waits: Counter,
+    pub(super) throttle_rejections: Counter,
+    pub(super) slow_pulls: Counter,
+}
+
+impl PullQueueFamilies {
+    pub(super) fn register(r: &mut Registry) -> Self {
+        let depth = Gauge::default();
+        r.register("pull_queue_depth", "Pulls waiting in the pull queue for their turn", depth.clone());
+        let parked = Gauge::default();
+        r.register("pull_queue_parked", "Pull requests waiting for room in a full pull queue", parked.clone());
+        let in_flight = Gauge::default();
+        r.register("pulls_in_flight", "Pulls running now", in_flight.clone());
+        let single_flight_joins = Counter::default();
+        r.register(
+            "pull_single_flight_joins",
+            "Pull requests that joined a pull of the same image already queued or running",
+            single_flight_joins.clone(),
+        );
+        let throttle_waits = Counter::default();
+        r.register(
+            "pull_throttle_waits",
+            "Pulls that waited for a registry throttle token (throttle_mode wait)",
+            throttle_waits.clone(),
+        );
+        let throttle_rejections = Counter::default();
+        r.register(
+            "pull_throttle_rejections",
+            "Pulls failed with \"pull QPS exceeded\" (throttle_mode fail)",
+            throttle_rejections.clone(),
+        );
+        let slow_pulls = Counter::default();
+        r.register(
+            "pull_slow_blocking",
+            "Pulls still running after pull.slow_pull_warning while other pulls waited (warned once per pull)",
+            slow_pulls.clone(),
+        );
+        Self { depth, parked, in_flight, single_flight_joins, throttle_waits, throttle_rejections, slow_pulls }
+    }
+}
+
+/// The back-off registry's.
+pub(super) struct BackoffFamilies {
+    pub(super) entries: Gauge,
+    pub(super) resets: Family<Labels1, Counter>,
+}
+
+impl BackoffFamilies {
+    pub(super) fn register(r: &mut Registry) -> Self {
+        let entries = Gauge::default();
+        r.register("backoff_entries", "Pod and image pairs held in the pull back-off table", entries.clone());
+        let resets = Family::<Labels1, Counter>::default();
+        r.register(
+            "backoff_resets",
+            "Back-offs ended before their time, by reason: cleared (ClearBackoff), credentials_changed, registry_recovered",
+            resets.clone(),
+        );
+        Self { entries, resets }
+    }
+}
+
+/// The CRI gateway's.
+pub(super) struct CriFamilies {
+    /// Resolved per method at construction (index: `Rpc as usize`).
+    pub(super) duration: [Histogram; Rpc::ALL.len()],
+    pub(super) errors: Family<Labels2, Counter>,
+}
+
+impl CriFamilies {
+    pub(super) fn register(r: &mut Registry) -> Self {
+        let duration_family: HistogramFamily<Labels1> =
+            Family::new_with_constructor(|| Histogram::new(CRI_DURATION_BUCKETS));
+        r.register_with_unit(
+            "cri_request_duration",
+            "Duration of CRI calls, by method, successful or not",
+            Unit::Seconds,
+            duration_family.clone(),
+        );
+        let duration = Rpc::ALL.map(|rpc| duration_family.get_or_create_owned(&[("method", rpc.name())]));
+        let errors = Family::<Labels2, Counter>::default();
+        r.register("cri_request_errors", "Failed CRI calls, by method and gRPC code", errors.clone());
+        Self { duration, errors }
+    }
+}
+
+/// GC's own (the kubelet's `image_garbage_collected` is in [`KubeletFamilies`]).
+pub(super) struct GcFamilies {
+    pub(super) runs: Family<Labels1, Counter>,
+    pub(super) bytes_freed: Counter,
+}
+
+impl GcFamilies {
+    pub(super) fn register(r: &mut Registry) -> Self {
+        let runs = Family::<Labels1, Counter>::default();
+        r.register("image_gc_runs", "Image garbage collection runs (not dry runs), by result", runs.clone());
+        let bytes_freed = Counter::default();
+        r.register_with_unit(
+            "image_gc_freed",
+            "Bytes image garbage collection freed: the sizes of the images it removed",
+            Unit::Bytes,
+            bytes_freed.clone(),
+        );
+        Self { runs, bytes_freed }
+    }
+}
+
+/// `build_info` (set here, once) and `config_info` (set by the daemon).
+pub(super) struct InfoFamilies {
+    pub(super) config: Family<Vec<(&'static str, String)>, Gauge>,
+}
+
+impl InfoFamilies {
+    pub(super) fn register(r: &mut Registry) -> Self {
+        let build_info = Family::<OwnedLabels1, Gauge>::default();
+        r.register("build_info", "imaged's version (value 1)", build_info.clone());
+        build_info.get_or_create(&[("version", env!("CARGO_PKG_VERSION").to_string())]).set(1);
+        let config = Family::<Vec<(&'static str, String)>, Gauge>::default();
+        r.register("config_info", "Key settings of the running configuration (value 1)", config.clone());
+        Self { config }
+    }
+}
