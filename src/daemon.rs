@@ -87,6 +87,7 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
         let _ = server_stop.wait_for(|s| *s).await;
     });
     tokio::pin!(server);
+    let cri = serve_cri(&node, &stop_rx).await?;
 
     let why = serve_until_stop_signal(server.as_mut(), &mut signals, &node, &sources, log.as_ref()).await?;
     info!(signal = why, grace = ?daemon.shutdown_grace, "shutting down: no new requests; waiting for pulls in flight");
@@ -106,8 +107,31 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
         Ok(r) => r?,
         Err(_) => warn!("API calls still open 5s after shutdown; closing"),
     }
+    if let Some(cri) = cri {
+        match tokio::time::timeout(Duration::from_secs(5), cri).await {
+            Ok(Ok(Err(e))) => warn!(error = %e, "the CRI server failed"),
+            Ok(_) => {}
+            Err(_) => warn!("CRI calls still open 5s after shutdown; closing"),
+        }
+    }
     info!(abandoned_pulls = report.abandoned_pulls, "imaged stopped");
     Ok(())
+}
+
+/// Serves the CRI front when `[cri_server] socket` is set, until `stop`.
+async fn serve_cri(
+    node: &Arc<Node>,
+    stop: &watch::Receiver<bool>,
+) -> Result<Option<tokio::task::JoinHandle<Result<(), AppError>>>, AppError> {
+    let settings = &node.config().cri_server;
+    let Some(path) = &settings.socket else { return Ok(None) };
+    let socket = ApiSocket::bind_at("CRI socket", path, settings.socket_group.as_deref()).await?;
+    let front = crate::cri_front::CriFront::over(node, settings).await?;
+    info!(socket = %socket.path().display(), "CRI ImageService serving (the kubelet's imageServiceEndpoint)");
+    let mut stop = stop.clone();
+    Ok(Some(tokio::spawn(crate::cri_front::serve(socket, front, async move {
+        let _ = stop.wait_for(|s| *s).await;
+    }))))
 }
 
 /// The signals the daemon handles besides SIGINT (which comes through

@@ -55,6 +55,7 @@ pub mod config;
 pub mod connect;
 pub mod credentials;
 pub mod cri;
+pub mod cri_front;
 pub mod daemon;
 pub mod demo;
 pub mod domain;

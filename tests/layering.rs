@@ -21,7 +21,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("the ensure flow", &["ensure"]),
     ("configuration", &["config"]),
     ("wiring", &["error", "telemetry", "connect", "gc_service", "node"]),
-    ("front ends", &["api", "http", "daemon", "demo", "cli"]),
+    ("front ends", &["api", "cri_front", "http", "daemon", "demo", "cli"]),
 ];
 
 /// Modules outside the layering: test support, compiled only for tests.

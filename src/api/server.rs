@@ -12,20 +12,27 @@ use super::{ImagedServer, ImagedService};
 use crate::config::DaemonSettings;
 use crate::error::AppError;
 
-/// The bound API socket; the file is removed when this is dropped.
+/// A bound socket the daemon serves (its API, the CRI front); the file is
+/// removed when this is dropped.
 #[derive(Debug)]
 pub struct ApiSocket {
     path: PathBuf,
+    name: &'static str,
     listener: Option<UnixListener>,
 }
 
 impl ApiSocket {
-    /// Binds `settings.socket` with mode 0600 (0660 and the group when
-    /// `socket_group` is set). A stale socket left by a crashed daemon is
-    /// replaced; a live one (something answers on it) is an error.
+    /// Binds `settings.socket` for the API (see [`bind_at`](Self::bind_at)).
     pub async fn bind(settings: &DaemonSettings) -> Result<Self, AppError> {
-        let path = settings.socket.clone();
-        let at = |what: &str, e: std::io::Error| AppError::Other(format!("API socket {}: {what}: {e}", path.display()));
+        Self::bind_at("API socket", &settings.socket, settings.socket_group.as_deref()).await
+    }
+
+    /// Binds `path` with mode 0600 (0660 and the group when `group` is
+    /// set), named `name` in errors. A stale socket left by a crashed daemon
+    /// is replaced; a live one (something answers on it) is an error.
+    pub async fn bind_at(name: &'static str, path: &Path, group: Option<&str>) -> Result<Self, AppError> {
+        let path = path.to_path_buf();
+        let at = |what: &str, e: std::io::Error| AppError::Other(format!("{name} {}: {what}: {e}", path.display()));
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| at("creating its directory", e))?;
         }
@@ -33,7 +40,7 @@ impl ApiSocket {
             Ok(m) if m.file_type().is_socket() => {
                 if tokio::net::UnixStream::connect(&path).await.is_ok() {
                     return Err(AppError::Other(format!(
-                        "API socket {}: another process is serving on it (is imaged already running?)",
+                        "{name} {}: another process is serving on it (is imaged already running?)",
                         path.display()
                     )));
                 }
@@ -41,7 +48,7 @@ impl ApiSocket {
             }
             Ok(_) => {
                 return Err(AppError::Other(format!(
-                    "API socket {}: the path exists and is not a socket; refusing to replace it",
+                    "{name} {}: the path exists and is not a socket; refusing to replace it",
                     path.display()
                 )));
             }
@@ -51,13 +58,13 @@ impl ApiSocket {
         let tmp = tmp_path(&path);
         let _ = std::fs::remove_file(&tmp);
         let listener = UnixListener::bind(&tmp).map_err(|e| at("binding", e))?;
-        let ready = set_access(&tmp, settings.socket_group.as_deref())
+        let ready = set_access(&tmp, group)
             .and_then(|()| std::fs::rename(&tmp, &path).map_err(|e| format!("moving it into place: {e}")));
         if let Err(reason) = ready {
             let _ = std::fs::remove_file(&tmp);
-            return Err(AppError::Other(format!("API socket {}: {reason}", path.display())));
+            return Err(AppError::Other(format!("{name} {}: {reason}", path.display())));
         }
-        Ok(Self { path, listener: Some(listener) })
+        Ok(Self { path, name, listener: Some(listener) })
     }
 
     /// The socket's path.
@@ -75,8 +82,7 @@ impl ApiSocket {
         max_request_bytes: usize,
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), AppError> {
-        let listener = self.listener.take().ok_or_else(|| AppError::Other("API socket already served".into()))?;
-        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+        let incoming = self.incoming()?;
         tonic::transport::Server::builder()
             .add_service(
                 ImagedServer::new(service)
@@ -86,6 +92,12 @@ impl ApiSocket {
             .serve_with_incoming_shutdown(incoming, shutdown)
             .await
             .map_err(|e| AppError::Other(format!("API server on {}: {e}", self.path.display())))
+    }
+
+    /// The connections to serve (once).
+    pub fn incoming(&mut self) -> Result<tokio_stream::wrappers::UnixListenerStream, AppError> {
+        let listener = self.listener.take().ok_or_else(|| AppError::Other(format!("{} already served", self.name)))?;
+        Ok(tokio_stream::wrappers::UnixListenerStream::new(listener))
     }
 }
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::ConfigError;
-use super::raw::RawDaemon;
+use super::raw::{RawCriServer, RawDaemon};
 use super::values::{duration, invalid};
 
 /// The daemon's settings (`[daemon]`).
@@ -29,17 +29,14 @@ pub(super) fn daemon_from_raw(d: RawDaemon) -> Result<DaemonSettings, ConfigErro
     if d.socket.is_empty() {
         return Err(invalid("daemon.socket", &d.socket, "must be a path"));
     }
-    let group = d.socket_group.trim();
-    if group.contains(char::is_whitespace) || group.contains(':') {
-        return Err(invalid("daemon.socket_group", &d.socket_group, "must be a group name or number"));
-    }
+    let group = socket_group("daemon.socket_group", &d.socket_group)?;
     let max_request_bytes =
         usize::try_from(d.max_request_bytes).ok().filter(|n| (1024..=256 << 20).contains(n)).ok_or_else(|| {
             invalid("daemon.max_request_bytes", &d.max_request_bytes.to_string(), "must be from 1024 to 268435456")
         })?;
     Ok(DaemonSettings {
         socket: PathBuf::from(d.socket),
-        socket_group: if group.is_empty() { None } else { Some(group.to_string()) },
+        socket_group: group,
         shutdown_grace: duration("daemon.shutdown_grace", &d.shutdown_grace)?,
         max_request_bytes,
         metrics_address,
@@ -64,4 +61,40 @@ fn metrics_address(d: &RawDaemon) -> Result<Option<std::net::SocketAddr>, Config
         ));
     }
     Ok(Some(addr))
+}
+
+/// A socket's group: a name or number, `None` when empty.
+fn socket_group(key: &str, v: &str) -> Result<Option<String>, ConfigError> {
+    let group = v.trim();
+    if group.contains(char::is_whitespace) || group.contains(':') {
+        return Err(invalid(key, v, "must be a group name or number"));
+    }
+    Ok(if group.is_empty() { None } else { Some(group.to_string()) })
+}
+
+/// The CRI front's settings (`[cri_server]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CriServerSettings {
+    /// Where the CRI `ImageService` is served (`None` = not served).
+    pub socket: Option<PathBuf>,
+    /// Group given access to the socket (mode 0660); `None` = owner only (0600).
+    pub socket_group: Option<String>,
+    /// Namespaces whose pods' pulls go first.
+    pub priority_namespaces: Vec<String>,
+    /// Report the sandbox image pinned.
+    pub pin_sandbox_image: bool,
+}
+
+pub(super) fn cri_server_from_raw(c: RawCriServer) -> Result<CriServerSettings, ConfigError> {
+    for n in &c.priority_namespaces {
+        if n.trim().is_empty() || n.contains(char::is_whitespace) {
+            return Err(invalid("cri_server.priority_namespaces", n, "a namespace name, without spaces"));
+        }
+    }
+    Ok(CriServerSettings {
+        socket: (!c.socket.trim().is_empty()).then(|| PathBuf::from(c.socket.trim())),
+        socket_group: socket_group("cri_server.socket_group", &c.socket_group)?,
+        priority_namespaces: c.priority_namespaces,
+        pin_sandbox_image: c.pin_sandbox_image,
+    })
 }

@@ -16,7 +16,7 @@ mod raw;
 mod runtime;
 mod values;
 
-pub use daemon::DaemonSettings;
+pub use daemon::{CriServerSettings, DaemonSettings};
 pub use gc::GcSettings;
 pub use runtime::{LogConfig, LogFormat, RuntimeEndpoint};
 pub use values::duration;
@@ -89,6 +89,8 @@ pub struct Config {
     pub fault_plan: Option<PathBuf>,
     /// The daemon's settings (`imaged run`).
     pub daemon: DaemonSettings,
+    /// The CRI front (`imaged run` serving the kubelet's image calls).
+    pub cri_server: CriServerSettings,
     /// Logging.
     pub log: LogConfig,
     /// Node credentials: docker config files and credential-provider plugins.
@@ -220,6 +222,7 @@ impl Config {
         let credentials = credentials::credentials_from_raw(raw.credentials)?;
         let state_dir = if raw.state.dir.is_empty() { None } else { Some(PathBuf::from(raw.state.dir)) };
         let daemon = daemon::daemon_from_raw(raw.daemon)?;
+        let cri_server = daemon::cri_server_from_raw(raw.cri_server)?;
         let fault_plan = runtime::fault_plan_from_raw(&fault_plan)?;
         // One registry for every component (see `with_metrics` to use the daemon's).
         Ok(Config {
@@ -233,6 +236,7 @@ impl Config {
             state_dir,
             fault_plan,
             daemon,
+            cri_server,
             log,
             credentials,
         }

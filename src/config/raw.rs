@@ -13,6 +13,7 @@ pub(super) struct RawConfig {
     pub(super) credential_verification: RawCredentialVerification,
     pub(super) state: RawState,
     pub(super) daemon: RawDaemon,
+    pub(super) cri_server: RawCriServer,
     pub(super) log: RawLog,
     pub(super) credentials: RawCredentials,
 }
@@ -133,4 +134,13 @@ pub(super) struct RawDeadlines {
 pub(super) struct RawLog {
     pub(super) format: String,
     pub(super) filter: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCriServer {
+    pub(super) socket: String,
+    pub(super) socket_group: String,
+    pub(super) priority_namespaces: Vec<String>,
+    pub(super) pin_sandbox_image: bool,
 }

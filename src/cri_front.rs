@@ -1,0 +1,228 @@
+//! imaged in the kubelet's path: the CRI `ImageService` served on imaged's
+//! own socket, in front of the runtime the gateway talks to, so a kubelet
+//! whose `imageServiceEndpoint` points here pulls through imaged's queue
+//! (shared pulls, limits, throttle, priorities, deadlines) with no change of
+//! its own. The protocol side is [`crate::cri::server`]; this is what each
+//! call does:
+//!
+//! - `PullImage` becomes one pull in the pull queue with the call's one
+//!   credential: identical concurrent calls (same image, same credential)
+//!   share one runtime `PullImage`, different credentials never do, and a
+//!   failure answers only the calls that shared it (no back-off: the kubelet
+//!   keeps its own). The pull always reaches the registry (the kubelet
+//!   decided to pull). A caller's own deadline is honoured and answered
+//!   `DeadlineExceeded`; a caller that goes away stops waiting without
+//!   cancelling the pull for the others.
+//! - `ListImages`, `ImageStatus`, `ImageFsInfo` and `RemoveImage` are
+//!   forwarded as bytes through the gateway's [`CriReader`] (its deadlines,
+//!   fault plan and metrics), never through the queue or a mailbox, so they
+//!   never wait behind pulls. Images matching `gc.pinned_images`, and the
+//!   sandbox image unless told otherwise, are reported `pinned`.
+//!
+//! Credentials in `auth` serve that pull only: they are never logged,
+//! stored or shown, and never replaced by node credentials.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::Recipient;
+use prost::bytes::Bytes;
+
+use crate::actors::cri_gateway::{CriReader, GetReader};
+use crate::actors::pull_queue::{EnqueuePull, PullFailure, PullRequest};
+use crate::api::server::ApiSocket;
+use crate::config::CriServerSettings;
+use crate::cri::server::{FrontFuture, ImageFront, ImageServiceServer, PullCall};
+use crate::cri::{CriError, CriErrorKind, Rpc};
+use crate::error::AppError;
+use crate::gc::policy::pattern_matches;
+use crate::node::Node;
+
+/// The pull priority of pods in [`CriServerSettings::priority_namespaces`].
+pub const PRIORITY_NAMESPACE_PULL: i32 = 1000;
+
+/// What the kubelet's pulls and image calls go through.
+pub struct CriFront {
+    reader: CriReader,
+    pulls: Recipient<EnqueuePull>,
+    pins: Pins,
+    priority_namespaces: Vec<String>,
+}
+
+impl std::fmt::Debug for CriFront {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CriFront").field("pins", &self.pins).finish_non_exhaustive()
+    }
+}
+
+/// Which images are reported pinned.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pins {
+    /// `gc.pinned_images` patterns.
+    pub patterns: Vec<String>,
+    /// The sandbox image, fully qualified (`registry.k8s.io/pause:3.10`), if pinned.
+    pub sandbox_image: Option<String>,
+}
+
+impl Pins {
+    /// The pins of `patterns` and, when `pin_sandbox` is set, `sandbox_image`
+    /// (normalised as the runtime names it; an unparsable or empty name pins
+    /// nothing).
+    pub fn new(patterns: Vec<String>, sandbox_image: &str, pin_sandbox: bool) -> Self {
+        let sandbox_image = pin_sandbox
+            .then(|| crate::domain::reference::parse_normalized_named(sandbox_image).ok())
+            .flatten()
+            .map(|n| n.to_string());
+        Self { patterns, sandbox_image }
+    }
+
+    /// Whether an image with these tags and digests is pinned.
+    pub fn pins(&self, repo_tags: &[String], repo_digests: &[String]) -> bool {
+        let names = || repo_tags.iter().chain(repo_digests);
+        self.sandbox_image.as_ref().is_some_and(|s| names().any(|n| n == s))
+            || self.patterns.iter().any(|p| names().any(|n| pattern_matches(p, n)))
+    }
+
+    /// True when nothing is pinned.
+    pub fn is_empty(&self) -> bool {
+        self.patterns.is_empty() && self.sandbox_image.is_none()
+    }
+}
+
+impl CriFront {
+    /// A front forwarding through `reader` and pulling through `pulls`.
+    pub fn new(reader: CriReader, pulls: Recipient<EnqueuePull>, pins: Pins, settings: &CriServerSettings) -> Self {
+        Self { reader, pulls, pins, priority_namespaces: settings.priority_namespaces.clone() }
+    }
+
+    /// The queue request for a call: its one credential, must reach the
+    /// registry, priority by the pod's namespace.
+    fn request(&self, call: PullCall) -> PullRequest {
+        let priority = match &call.sandbox {
+            Some(s) if self.priority_namespaces.contains(&s.namespace) => PRIORITY_NAMESPACE_PULL,
+            _ => 0,
+        };
+        PullRequest {
+            credentials: call.auth.into_iter().collect(),
+            sandbox: call.sandbox,
+            priority,
+            ..PullRequest::new(call.image)
+        }
+    }
+}
+
+/// A failed pull as the CRI error the client sees: the runtime's own code
+/// and message when the runtime failed it, a fitting code for imaged's own.
+pub fn pull_error(failure: PullFailure) -> CriError {
+    match failure {
+        PullFailure::Cri(mut errors) if errors.len() == 1 => errors.remove(0),
+        PullFailure::Cri(errors) => match errors.first() {
+            Some(first) => CriError::from_status(first.code(), PullFailure::Cri(errors.clone()).to_string()),
+            None => CriError::new(CriErrorKind::Other, "image pull failed"),
+        },
+        f @ PullFailure::QpsExceeded => CriError::new(CriErrorKind::ResourceExhausted, f.to_string()),
+        f @ PullFailure::DeadlineExceeded(_) => CriError::new(CriErrorKind::DeadlineExceeded, f.to_string()),
+        f @ PullFailure::Stopped => CriError::new(CriErrorKind::RuntimeUnavailable, f.to_string()),
+    }
+}
+
+impl ImageFront for CriFront {
+    fn forward(&self, rpc: Rpc, body: Bytes, deadline: Option<Duration>) -> FrontFuture<Bytes> {
+        Box::pin(self.reader.forward(rpc, None, body, deadline))
+    }
+
+    fn pull(&self, call: PullCall) -> FrontFuture<String> {
+        let deadline = call.deadline;
+        let request = self.request(call);
+        let pulls = self.pulls.clone();
+        let wait = async move {
+            let ticket = pulls
+                .send(EnqueuePull(request))
+                .await
+                .map_err(|_| CriError::new(CriErrorKind::RuntimeUnavailable, "imaged's pull queue has stopped"))?;
+            ticket.await.map(|o| o.image_ref).map_err(pull_error)
+        };
+        Box::pin(async move {
+            // The caller's deadline bounds its own wait only: the pull goes
+            // on for the others (and is joined by the caller's next try).
+            match deadline {
+                Some(d) => tokio::time::timeout(d, wait).await.unwrap_or_else(|_| {
+                    Err(CriError::new(
+                        CriErrorKind::DeadlineExceeded,
+                        "the caller's deadline passed while its pull was queued or running",
+                    ))
+                }),
+                None => wait.await,
+            }
+        })
+    }
+
+    fn pins(&self, _id: &str, repo_tags: &[String], repo_digests: &[String]) -> bool {
+        self.pins.pins(repo_tags, repo_digests)
+    }
+
+    fn pins_nothing(&self) -> bool {
+        self.pins.is_empty()
+    }
+}
+
+impl CriFront {
+    /// The front over `node`: its gateway's reader, its pull queue, and
+    /// the pins of its GC settings.
+    pub async fn over(node: &Node, settings: &CriServerSettings) -> Result<Self, AppError> {
+        let reader = node.gateway().send(GetReader).await.map_err(|_| AppError::Mailbox("CRI gateway".into()))?;
+        let gc = node.gc_settings();
+        let pins = Pins::new(gc.pinned_images.clone(), &gc.sandbox_image, settings.pin_sandbox_image);
+        Ok(Self::new(reader, node.queue().clone().recipient(), pins, settings))
+    }
+}
+
+/// Serves `front` on `socket` until `shutdown` resolves; calls in flight
+/// finish first. The socket file is removed when serving ends.
+pub async fn serve(
+    mut socket: ApiSocket,
+    front: CriFront,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), AppError> {
+    let incoming = socket.incoming()?;
+    tonic::transport::Server::builder()
+        .add_service(ImageServiceServer::new(Arc::new(front)))
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+        .map_err(|e| AppError::Other(format!("CRI server on {}: {e}", socket.path().display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn the_sandbox_image_and_pinned_patterns_pin_by_tag_or_digest() {
+        let pins = Pins::new(s(&["quay.io/team/*"]), "registry.k8s.io/pause:3.10", true);
+        assert!(pins.pins(&s(&["registry.k8s.io/pause:3.10"]), &[]));
+        assert!(!pins.pins(&s(&["registry.k8s.io/pause:3.9"]), &[]));
+        assert!(pins.pins(&[], &s(&["quay.io/team/app@sha256:abcd"])));
+        assert!(!pins.pins(&s(&["docker.io/library/nginx:1"]), &[]));
+        let short = Pins::new(vec![], "pause:3.10", true);
+        assert_eq!(short.sandbox_image.as_deref(), Some("docker.io/library/pause:3.10"));
+        let off = Pins::new(vec![], "registry.k8s.io/pause:3.10", false);
+        assert!(off.is_empty());
+        assert!(!off.pins(&s(&["registry.k8s.io/pause:3.10"]), &[]));
+    }
+
+    #[test]
+    fn runtime_errors_keep_their_code_and_imageds_own_get_a_fitting_one() {
+        let nf = CriError::from_status(crate::cri::StatusCode::NotFound, "not found: x");
+        assert_eq!(pull_error(PullFailure::Cri(vec![nf.clone()])), nf);
+        assert_eq!(pull_error(PullFailure::QpsExceeded).kind(), CriErrorKind::ResourceExhausted);
+        assert_eq!(
+            pull_error(PullFailure::DeadlineExceeded(Duration::from_secs(1))).code(),
+            crate::cri::StatusCode::DeadlineExceeded
+        );
+        assert_eq!(pull_error(PullFailure::Stopped).code(), crate::cri::StatusCode::Unavailable);
+    }
+}
