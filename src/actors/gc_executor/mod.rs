@@ -26,8 +26,8 @@ use crate::events::{EventReason, EventSink, ImageEvent, ObjectRef};
 use crate::gc::capacity::{CapacitySource, FsCapacity};
 pub use crate::gc::plan::GcMode;
 use crate::gc::plan::{
-    DeleteReason as DeleteReasonText, GcPlanError, KeepReason, Shortfall, Verdict, free_disk_space_failed_message,
-    plan_gc,
+    DeleteReason as DeleteReasonText, GcPlanError, GcRunInputs, KeepReason, Shortfall, Verdict,
+    free_disk_space_failed_message, plan_gc,
 };
 use crate::gc::policy::{GcPolicy, ProtectionRules};
 use crate::metrics::Metrics;
@@ -283,51 +283,55 @@ impl GcExecutorActor {
             rules.sandbox_image_id = detection.sandbox_image_id.clone();
             let now = clock.now();
             let in_use = detection.in_use_ids();
-            let (entries, deletions, summary) =
-                match plan_gc(&detection.records, &in_use, before, &policy, &rules, began, now, mode) {
-                    Ok(plan) => {
-                        let entries: Vec<ReportEntry> = plan
-                            .entries
-                            .iter()
-                            .map(|e| ReportEntry {
-                                id: e.record.key.id.clone(),
-                                runtime_handler: e.record.key.runtime_handler.clone(),
-                                repo_tags: e.record.repo_tags.clone(),
-                                size: e.record.size,
-                                verdict: e.verdict.clone(),
-                                used_by: detection.in_use.get(&e.record.key.id).cloned().unwrap_or_default(),
-                            })
-                            .collect();
-                        let deletions: Vec<ReportEntry> =
-                            entries.iter().filter(|e| matches!(e.verdict, Verdict::Delete(_))).cloned().collect();
-                        let summary = (
-                            plan.usage_percent,
-                            plan.projected_usage_percent,
-                            plan.amount_to_free,
-                            plan.bytes_to_delete,
-                            plan.shortfall.clone(),
-                        );
-                        (entries, deletions, summary)
-                    }
-                    Err(GcPlanError::InvalidCapacity { age_deletions }) => {
-                        // As the kubelet: the max-age pass runs before the capacity check.
-                        if !dry_run {
-                            for key in age_deletions {
-                                let size = detection.records.get(&key).map_or(0, |r| r.size);
-                                let spec = ImageSpec::new(key.id).with_runtime_handler(key.runtime_handler);
-                                if let Ok(Ok(())) = remove.send(RemoveImage { image: spec }).await {
-                                    metrics.image_garbage_collected("age", size);
-                                }
+            let (entries, deletions, summary) = match plan_gc(GcRunInputs {
+                records: &detection.records,
+                in_use: &in_use,
+                fs: before,
+                policy: &policy,
+                rules: &rules,
+                began,
+                now,
+                mode,
+            }) {
+                Ok(plan) => {
+                    let entries: Vec<ReportEntry> = plan
+                        .entries
+                        .iter()
+                        .map(|e| ReportEntry {
+                            id: e.record.key.id.clone(),
+                            runtime_handler: e.record.key.runtime_handler.clone(),
+                            repo_tags: e.record.repo_tags.clone(),
+                            size: e.record.size,
+                            verdict: e.verdict.clone(),
+                            used_by: detection.in_use.get(&e.record.key.id).cloned().unwrap_or_default(),
+                        })
+                        .collect();
+                    let deletions: Vec<ReportEntry> =
+                        entries.iter().filter(|e| matches!(e.verdict, Verdict::Delete(_))).cloned().collect();
+                    let summary = (
+                        plan.usage_percent,
+                        plan.projected_usage_percent,
+                        plan.amount_to_free,
+                        plan.bytes_to_delete,
+                        plan.shortfall.clone(),
+                    );
+                    (entries, deletions, summary)
+                }
+                Err(GcPlanError::InvalidCapacity { age_deletions }) => {
+                    // As the kubelet: the max-age pass runs before the capacity check.
+                    if !dry_run {
+                        for key in age_deletions {
+                            let size = detection.records.get(&key).map_or(0, |r| r.size);
+                            let spec = ImageSpec::new(key.id).with_runtime_handler(key.runtime_handler);
+                            if let Ok(Ok(())) = remove.send(RemoveImage { image: spec }).await {
+                                metrics.image_garbage_collected("age", size);
                             }
                         }
-                        Self::node_event(
-                            &events,
-                            EventReason::InvalidDiskCapacity,
-                            GcError::InvalidCapacity.to_string(),
-                        );
-                        return Err(GcError::InvalidCapacity);
                     }
-                };
+                    Self::node_event(&events, EventReason::InvalidDiskCapacity, GcError::InvalidCapacity.to_string());
+                    return Err(GcError::InvalidCapacity);
+                }
+            };
             let (usage_percent, projected_usage_percent, amount_to_free, bytes_to_delete, shortfall) = summary;
             let mut report = GcReport {
                 mode,

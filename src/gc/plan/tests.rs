@@ -97,7 +97,16 @@ impl Case {
     }
 
     fn plan(&self) -> Result<GcPlan<'_>, GcPlanError> {
-        plan_gc(&self.records, &self.in_use, self.fs, &self.policy, &self.rules, self.began, now(), self.mode)
+        plan_gc(GcRunInputs {
+            records: &self.records,
+            in_use: &self.in_use,
+            fs: self.fs,
+            policy: &self.policy,
+            rules: &self.rules,
+            began: self.began,
+            now: now(),
+            mode: self.mode,
+        })
     }
 
     fn ok(&self) -> GcPlan<'_> {
