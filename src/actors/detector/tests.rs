@@ -112,7 +112,7 @@ async fn records_survive_a_restart_through_the_store() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert_eq!(store.image_records().unwrap().len(), 1);
-        d.send(StopDetector).await.unwrap();
+        d.send(crate::actors::Stop).await.unwrap();
     }
     // A new detector, an hour later, on the same state directory.
     let mut opened = None;

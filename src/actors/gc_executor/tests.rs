@@ -242,7 +242,7 @@ async fn min_age_counts_from_the_first_detection_before_a_restart() {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        d.send(crate::actors::detector::StopDetector).await.unwrap();
+        d.send(crate::actors::Stop).await.unwrap();
     }
     // imaged restarts an hour later; the image was first seen an hour ago.
     let mut store = None;
