@@ -89,7 +89,7 @@ impl GcService {
         };
         let mut executor = GcExecutorActor::new(
             ecfg,
-            detector.clone(),
+            detector.clone().recipient(),
             gateway.clone().recipient(),
             gateway.clone().recipient(),
             events,

@@ -1,14 +1,19 @@
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use actix::prelude::*;
 
 use super::*;
 use crate::actors::detector::{DetectorActor, DetectorConfig};
-use crate::cri::{CriErrorKind, Rpc};
+use crate::clock::WallClock;
+use crate::cri::{CriError, CriErrorKind, Rpc};
 use crate::domain::{Container, ContainerState, Image};
 use crate::events::EventReason;
+use crate::events::EventSink;
+use crate::gc::capacity::CapacitySource;
 use crate::gc::in_use_hints::InUseHints;
-use crate::gc::plan::{DeleteReason, KeepReason};
+use crate::gc::plan::{DeleteReason, KeepReason, Verdict};
+use crate::gc::policy::{GcPolicy, ProtectionRules};
 use crate::testing::{EventLog, EventReasons, FailNext, FakeCri, GetFakeCalls, SetFakeContainers, SetFakeFs};
 
 const GB: u64 = 1 << 30;
@@ -50,8 +55,15 @@ async fn rig(other_gb: u64, policy: GcPolicy) -> Rig {
         period: Duration::from_secs(300),
         capacity: CapacitySource::fixed(100 * GB),
     };
-    let gc =
-        GcExecutorActor::new(cfg, detector, fake.clone().recipient(), fake.clone().recipient(), sink, clock).start();
+    let gc = GcExecutorActor::new(
+        cfg,
+        detector.recipient(),
+        fake.clone().recipient(),
+        fake.clone().recipient(),
+        sink,
+        clock,
+    )
+    .start();
     Rig { fake, gc, events }
 }
 
@@ -156,8 +168,15 @@ async fn zero_capacity_is_invalid_and_listing_failures_are_reported() {
         period: Duration::from_secs(300),
         capacity: CapacitySource::fixed(0),
     };
-    let gc = GcExecutorActor::new(cfg, detector, r.fake.clone().recipient(), r.fake.clone().recipient(), sink, clock)
-        .start();
+    let gc = GcExecutorActor::new(
+        cfg,
+        detector.recipient(),
+        r.fake.clone().recipient(),
+        r.fake.clone().recipient(),
+        sink,
+        clock,
+    )
+    .start();
     tokio::time::sleep(Duration::from_millis(1)).await;
     let err = gc.send(RunGc { dry_run: false }).await.unwrap().expect_err("capacity 0");
     assert_eq!(err, GcError::InvalidCapacity);
@@ -261,9 +280,15 @@ async fn min_age_counts_from_the_first_detection_before_a_restart() {
         period: Duration::from_secs(300),
         capacity: CapacitySource::fixed(100 * GB),
     };
-    let gc =
-        GcExecutorActor::new(cfg, d, fake.clone().recipient(), fake.clone().recipient(), EventSink::default(), clock)
-            .start();
+    let gc = GcExecutorActor::new(
+        cfg,
+        d.recipient(),
+        fake.clone().recipient(),
+        fake.clone().recipient(),
+        EventSink::default(),
+        clock,
+    )
+    .start();
     let plan = gc.send(DeleteUnusedImages { dry_run: true }).await.unwrap().expect("plan");
     assert_eq!(
         plan.entries[0].verdict,
