@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 
-use crate::actors::cache_refresher::{CacheRefresherActor, ImageListReader};
+use crate::actors::cache_refresher::{self, CacheRefresherActor, CacheRefresherConfig, ImageListReader};
 use crate::actors::cri_gateway::CriGatewayActor;
-use crate::actors::detector::{DetectorActor, DetectorConfig, DetectorCri};
-use crate::actors::gc_executor::{GcExecutorActor, GcExecutorConfig};
+use crate::actors::detector::{self, DetectorActor, DetectorConfig, DetectorCri};
+use crate::actors::gc_executor::{self, GcExecutorActor, GcExecutorConfig};
 use crate::clock::WallClock;
 use crate::config::GcSettings;
 use crate::events::EventSink;
@@ -79,6 +79,7 @@ impl GcService {
             period: settings.detect_period,
             sandbox_image: settings.sandbox_image.clone(),
             recent_window: settings.min_age,
+            mailbox_capacity: detector::DEFAULT_MAILBOX_CAPACITY,
         };
         let detector = DetectorActor::new(dcfg, cri, store, hints, clock).start();
         let ecfg = GcExecutorConfig {
@@ -86,6 +87,7 @@ impl GcService {
             rules: settings.rules(),
             period: settings.gc_period,
             capacity,
+            mailbox_capacity: gc_executor::DEFAULT_MAILBOX_CAPACITY,
         };
         let mut executor = GcExecutorActor::new(
             ecfg,
@@ -100,11 +102,12 @@ impl GcService {
             executor = executor.with_pull_records(records);
         }
         let executor = executor.start();
-        let (refresher, images) = CacheRefresherActor::new(
-            gateway.clone().recipient(),
-            settings.cache_refresh_period,
-            settings.node_status_max_images,
-        );
+        let rcfg = CacheRefresherConfig {
+            period: settings.cache_refresh_period,
+            max_images: settings.node_status_max_images,
+            mailbox_capacity: cache_refresher::DEFAULT_MAILBOX_CAPACITY,
+        };
+        let (refresher, images) = CacheRefresherActor::new(gateway.clone().recipient(), rcfg);
         Self { detector, executor, refresher: refresher.start(), images }
     }
 }

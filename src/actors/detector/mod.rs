@@ -40,6 +40,9 @@ pub struct DetectorCri {
     pub image_status: Recipient<GetImageStatus>,
 }
 
+/// The detector's mailbox capacity unless its settings say otherwise.
+pub const DEFAULT_MAILBOX_CAPACITY: usize = 64;
+
 /// The detector's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DetectorConfig {
@@ -49,6 +52,8 @@ pub struct DetectorConfig {
     pub sandbox_image: String,
     /// Images ensured within this window count as in use (GC's min age).
     pub recent_window: Duration,
+    /// Mailbox capacity, set in `started()` ([`DEFAULT_MAILBOX_CAPACITY`]).
+    pub mailbox_capacity: usize,
 }
 
 /// One detection: the records after it and who uses what.
@@ -213,7 +218,7 @@ impl Actor for DetectorActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.set_mailbox_capacity(64);
+        ctx.set_mailbox_capacity(self.cfg.mailbox_capacity);
         if let Some(store) = self.store.clone() {
             // Load durable records before the first detection (the mailbox
             // waits meanwhile), so first-detected and last-used survive restarts.

@@ -28,6 +28,7 @@ fn cfg() -> DetectorConfig {
         period: Duration::from_secs(300),
         sandbox_image: "registry.k8s.io/pause:3.10".into(),
         recent_window: Duration::from_secs(120),
+        mailbox_capacity: DEFAULT_MAILBOX_CAPACITY,
     }
 }
 

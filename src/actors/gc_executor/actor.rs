@@ -85,7 +85,7 @@ impl Actor for GcExecutorActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.set_mailbox_capacity(16);
+        ctx.set_mailbox_capacity(self.gc.config().mailbox_capacity);
         // One timer for the actor's life; a tick does nothing while the
         // policy is disabled, so a reload can turn GC on and off without
         // timers piling up.

@@ -31,6 +31,9 @@ pub struct GcExecutorConfig {
     pub period: Duration,
     /// Where capacity and free space come from.
     pub capacity: CapacitySource,
+    /// Mailbox capacity, set in `started()`
+    /// ([`DEFAULT_MAILBOX_CAPACITY`](super::DEFAULT_MAILBOX_CAPACITY)).
+    pub mailbox_capacity: usize,
 }
 
 /// What one run works with, copied when it begins: a policy reload during

@@ -27,3 +27,6 @@ pub use report::{GcError, GcReport, RemovedImage, ReportEntry};
 pub use run::{GcPorts, run_gc};
 
 pub use crate::gc::plan::GcMode;
+
+/// The GC executor's mailbox capacity unless its settings say otherwise.
+pub const DEFAULT_MAILBOX_CAPACITY: usize = 16;

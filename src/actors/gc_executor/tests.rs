@@ -44,6 +44,7 @@ async fn rig(other_gb: u64, policy: GcPolicy) -> Rig {
         period: Duration::from_secs(300),
         sandbox_image: String::new(),
         recent_window: policy.min_age,
+        mailbox_capacity: crate::actors::detector::DEFAULT_MAILBOX_CAPACITY,
     };
     let detector = DetectorActor::new(dcfg, FakeCri::detector_cri(&fake), None, InUseHints::default(), clock).start();
     let sink = EventSink::default();
@@ -54,6 +55,7 @@ async fn rig(other_gb: u64, policy: GcPolicy) -> Rig {
         rules: ProtectionRules::default(),
         period: Duration::from_secs(300),
         capacity: CapacitySource::fixed(100 * GB),
+        mailbox_capacity: DEFAULT_MAILBOX_CAPACITY,
     };
     let gc = GcExecutorActor::new(
         cfg,
@@ -157,6 +159,7 @@ async fn zero_capacity_is_invalid_and_listing_failures_are_reported() {
         period: Duration::from_secs(300),
         sandbox_image: String::new(),
         recent_window: Duration::from_secs(120),
+        mailbox_capacity: crate::actors::detector::DEFAULT_MAILBOX_CAPACITY,
     };
     let detector = DetectorActor::new(dcfg, FakeCri::detector_cri(&r.fake), None, InUseHints::default(), clock).start();
     let sink = EventSink::default();
@@ -167,6 +170,7 @@ async fn zero_capacity_is_invalid_and_listing_failures_are_reported() {
         rules: ProtectionRules::default(),
         period: Duration::from_secs(300),
         capacity: CapacitySource::fixed(0),
+        mailbox_capacity: DEFAULT_MAILBOX_CAPACITY,
     };
     let gc = GcExecutorActor::new(
         cfg,
@@ -243,6 +247,7 @@ async fn min_age_counts_from_the_first_detection_before_a_restart() {
         period: Duration::from_secs(300),
         sandbox_image: String::new(),
         recent_window: Duration::from_secs(1_800),
+        mailbox_capacity: crate::actors::detector::DEFAULT_MAILBOX_CAPACITY,
     };
     {
         let store = Arc::new(crate::store::Store::open(dir.path()).unwrap());
@@ -279,6 +284,7 @@ async fn min_age_counts_from_the_first_detection_before_a_restart() {
         rules: ProtectionRules::default(),
         period: Duration::from_secs(300),
         capacity: CapacitySource::fixed(100 * GB),
+        mailbox_capacity: DEFAULT_MAILBOX_CAPACITY,
     };
     let gc = GcExecutorActor::new(
         cfg,

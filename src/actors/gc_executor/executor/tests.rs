@@ -4,6 +4,7 @@ use std::collections::HashSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::*;
+use crate::actors::gc_executor::DEFAULT_MAILBOX_CAPACITY;
 use crate::actors::gc_executor::report::{RemovedImage, ReportEntry};
 use crate::gc::capacity::FsCapacity;
 use crate::gc::detect::Records;
@@ -23,6 +24,7 @@ fn cfg(policy: GcPolicy) -> GcExecutorConfig {
         rules: ProtectionRules::default(),
         period: Duration::from_secs(300),
         capacity: CapacitySource::fixed(100 * GB),
+        mailbox_capacity: DEFAULT_MAILBOX_CAPACITY,
     }
 }
 
