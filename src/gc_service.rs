@@ -41,23 +41,13 @@ impl GcService {
     /// `ImageManager`'s (images it ensured count as in use for the min-age
     /// window); `events` receives the node events (`InvalidDiskCapacity`,
     /// `FreeDiskSpaceFailed`, `ImageGCFailed`).
+    ///
+    /// With `pull_records` (the `ImageManager`'s, see
+    /// `ImageManager::pull_records`), the GC executor prunes them after
+    /// each run, and the actors run on the records' clock
+    /// ([`PullRecords::clock`]), so the prune compares the run's start with
+    /// the records' stamps on one clock.
     pub fn start(
-        gateway: &Addr<CriGatewayActor>,
-        settings: &GcSettings,
-        capacity: CapacitySource,
-        store: Option<Arc<Store>>,
-        hints: InUseHints,
-        events: EventSink,
-    ) -> Self {
-        Self::start_with(gateway, settings, capacity, store, hints, events, None)
-    }
-
-    /// [`GcService::start`], and the GC executor prunes `pull_records` (the
-    /// `ImageManager`'s, see `ImageManager::pull_records`) after each run.
-    /// The actors then run on the records' clock ([`PullRecords::clock`]),
-    /// so the prune compares the run's start with the records' stamps on
-    /// one clock.
-    pub fn start_with(
         gateway: &Addr<CriGatewayActor>,
         settings: &GcSettings,
         capacity: CapacitySource,

@@ -166,7 +166,7 @@ impl PullRecords {
 
     /// The clock records are stamped with (`last_updated_time`). A GC that
     /// prunes these records must read the start of its run from this clock
-    /// (`GcService::start_with` runs its actors on it).
+    /// (`GcService::start` runs its actors on it).
     pub fn clock(&self) -> WallClock {
         self.inner.clock
     }
