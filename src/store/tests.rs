@@ -10,6 +10,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use redb::ReadableDatabase;
+
+use crate::domain::pull_record::PulledRecord;
+use crate::gc::record::{ImageRecord, RecordKey};
+
 /// Selects the child-process modes of [`crash_writer_child`] (value:
 /// `write` or `hold`).
 const CHILD_MODE_ENV: &str = "IMAGED_STORE_TEST_CHILD";
