@@ -6,6 +6,9 @@ use redb::{Durability, ReadableDatabase, ReadableTable};
 use super::{PULL_INTENTS, PULLED_RECORDS, Store, StoreError};
 use crate::domain::pull_record::PulledRecord;
 
+#[cfg(test)]
+mod tests;
+
 /// The KEP-2535 state read at start: pulled records, intents.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PullRecordsState {
