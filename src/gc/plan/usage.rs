@@ -4,6 +4,9 @@
 
 use crate::gc::capacity::FsCapacity;
 
+#[cfg(test)]
+mod tests;
+
 /// The kubelet's usage: `100 − ⌊available × 100 / capacity⌋`, with available
 /// clamped to capacity; `None` for capacity 0.
 pub fn usage_percent(fs: FsCapacity) -> Option<u8> {

@@ -10,6 +10,9 @@ use crate::domain::go_text;
 use crate::gc::capacity::FsCapacity;
 use crate::gc::record::{ImageRecord, RecordKey};
 
+#[cfg(test)]
+mod tests;
+
 /// Which kubelet entry point a plan stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GcMode {
