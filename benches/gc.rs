@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use imaged::domain::{Image, ImageSpec};
 use imaged::gc::capacity::FsCapacity;
 use imaged::gc::detect::Records;
-use imaged::gc::plan::{GcMode, plan_gc};
+use imaged::gc::plan::{GcMode, GcRunInputs, plan_gc};
 use imaged::gc::policy::{GcPolicy, ProtectionRules};
 use imaged::gc::record::{ImageRecord, RecordKey};
 
@@ -185,7 +185,16 @@ fn main() {
     let mut summary = String::new();
     for _ in 0..RUNS {
         let start = Instant::now();
-        let plan = plan_gc(&records, &in_use, fs, &policy, &rules, began, at, GcMode::Threshold);
+        let plan = plan_gc(GcRunInputs {
+            records: &records,
+            in_use: &in_use,
+            fs,
+            policy: &policy,
+            rules: &rules,
+            began,
+            now: at,
+            mode: GcMode::Threshold,
+        });
         times.push(ms(start.elapsed()));
         if let Ok(plan) = &plan {
             summary = format!(
@@ -205,7 +214,16 @@ fn main() {
     let mut times = Vec::new();
     for _ in 0..RUNS {
         let start = Instant::now();
-        let plan = plan_gc(&records, &in_use, fs, &policy, &rules, began, at, GcMode::Threshold);
+        let plan = plan_gc(GcRunInputs {
+            records: &records,
+            in_use: &in_use,
+            fs,
+            policy: &policy,
+            rules: &rules,
+            began,
+            now: at,
+            mode: GcMode::Threshold,
+        });
         times.push(ms(start.elapsed()));
         black_box(&plan);
     }
@@ -214,7 +232,16 @@ fn main() {
     let mut times = Vec::new();
     for _ in 0..RUNS {
         let start = Instant::now();
-        let plan = plan_gc(&records, &in_use, fs, &policy, &rules, began, at, GcMode::DeleteUnused);
+        let plan = plan_gc(GcRunInputs {
+            records: &records,
+            in_use: &in_use,
+            fs,
+            policy: &policy,
+            rules: &rules,
+            began,
+            now: at,
+            mode: GcMode::DeleteUnused,
+        });
         times.push(ms(start.elapsed()));
         black_box(&plan);
     }

@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 
-use crate::actors::cache_refresher::{CacheRefresherActor, ImageListReader};
+use crate::actors::cache_refresher::{self, CacheRefresherActor, CacheRefresherConfig, ImageListReader};
 use crate::actors::cri_gateway::CriGatewayActor;
-use crate::actors::detector::{DetectorActor, DetectorConfig, DetectorCri};
-use crate::actors::gc_executor::{GcExecutorActor, GcExecutorConfig};
+use crate::actors::detector::{self, DetectorActor, DetectorConfig, DetectorCri};
+use crate::actors::gc_executor::{self, GcExecutorActor, GcExecutorConfig};
 use crate::clock::WallClock;
 use crate::config::GcSettings;
 use crate::events::EventSink;
@@ -41,23 +41,13 @@ impl GcService {
     /// `ImageManager`'s (images it ensured count as in use for the min-age
     /// window); `events` receives the node events (`InvalidDiskCapacity`,
     /// `FreeDiskSpaceFailed`, `ImageGCFailed`).
+    ///
+    /// With `pull_records` (the `ImageManager`'s, see
+    /// `ImageManager::pull_records`), the GC executor prunes them after
+    /// each run, and the actors run on the records' clock
+    /// ([`PullRecords::clock`]), so the prune compares the run's start with
+    /// the records' stamps on one clock.
     pub fn start(
-        gateway: &Addr<CriGatewayActor>,
-        settings: &GcSettings,
-        capacity: CapacitySource,
-        store: Option<Arc<Store>>,
-        hints: InUseHints,
-        events: EventSink,
-    ) -> Self {
-        Self::start_with(gateway, settings, capacity, store, hints, events, None)
-    }
-
-    /// [`GcService::start`], and the GC executor prunes `pull_records` (the
-    /// `ImageManager`'s, see `ImageManager::pull_records`) after each run.
-    /// The actors then run on the records' clock ([`PullRecords::clock`]),
-    /// so the prune compares the run's start with the records' stamps on
-    /// one clock.
-    pub fn start_with(
         gateway: &Addr<CriGatewayActor>,
         settings: &GcSettings,
         capacity: CapacitySource,
@@ -79,6 +69,7 @@ impl GcService {
             period: settings.detect_period,
             sandbox_image: settings.sandbox_image.clone(),
             recent_window: settings.min_age,
+            mailbox_capacity: detector::DEFAULT_MAILBOX_CAPACITY,
         };
         let detector = DetectorActor::new(dcfg, cri, store, hints, clock).start();
         let ecfg = GcExecutorConfig {
@@ -86,10 +77,11 @@ impl GcService {
             rules: settings.rules(),
             period: settings.gc_period,
             capacity,
+            mailbox_capacity: gc_executor::DEFAULT_MAILBOX_CAPACITY,
         };
         let mut executor = GcExecutorActor::new(
             ecfg,
-            detector.clone(),
+            detector.clone().recipient(),
             gateway.clone().recipient(),
             gateway.clone().recipient(),
             events,
@@ -100,11 +92,12 @@ impl GcService {
             executor = executor.with_pull_records(records);
         }
         let executor = executor.start();
-        let (refresher, images) = CacheRefresherActor::new(
-            gateway.clone().recipient(),
-            settings.cache_refresh_period,
-            settings.node_status_max_images,
-        );
+        let rcfg = CacheRefresherConfig {
+            period: settings.cache_refresh_period,
+            max_images: settings.node_status_max_images,
+            mailbox_capacity: cache_refresher::DEFAULT_MAILBOX_CAPACITY,
+        };
+        let (refresher, images) = CacheRefresherActor::new(gateway.clone().recipient(), rcfg);
         Self { detector, executor, refresher: refresher.start(), images }
     }
 }

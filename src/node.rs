@@ -179,7 +179,7 @@ impl Node {
             Some(e) => e.capacity_source(),
             None => CapacitySource::Statvfs,
         };
-        let gc = GcService::start_with(
+        let gc = GcService::start(
             &runtime.gateway,
             &cfg.gc,
             capacity,

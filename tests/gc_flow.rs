@@ -53,6 +53,7 @@ async fn gc_brings_a_full_filesystem_under_the_low_threshold() {
         None,
         InUseHints::default(),
         EventSink::default(),
+        None,
     );
 
     let plan = svc.executor.send(RunGc { dry_run: true }).await.unwrap().expect("plan");
@@ -98,6 +99,7 @@ async fn the_node_status_image_list_comes_from_the_cache() {
         None,
         InUseHints::default(),
         EventSink::default(),
+        None,
     );
     let reader = svc.images.clone();
     // The first refresh runs at start (bounded wait).

@@ -327,7 +327,7 @@ async fn gc_prunes_the_records_of_the_images_it_removes_and_keeps_the_others() {
     let settings = imaged::config::Config::from_toml("[gc]\nimage_minimum_gc_age = \"0s\"\nsandbox_image = \"\"")
         .expect("config")
         .gc;
-    let svc = GcService::start_with(
+    let svc = GcService::start(
         &rt.gateway,
         &settings,
         rt.runtime.capacity_source(),

@@ -131,6 +131,7 @@ async fn pulls_joins_failures_and_gc_show_in_the_scrape() {
         None,
         InUseHints::default(),
         imaged::events::EventSink::default(),
+        None,
     );
     let report = svc.executor.send(RunGc { dry_run: false }).await.expect("executor").expect("gc");
     assert!(!report.removed.is_empty());

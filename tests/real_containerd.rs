@@ -314,6 +314,7 @@ async fn gc_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>) {
         None,
         InUseHints::default(),
         EventSink::default(),
+        None,
     );
     let plan = svc.executor.send(DeleteUnusedImages { dry_run: true }).await.unwrap().expect("plan");
     assert!(plan.before.capacity > 0, "statvfs measured the containerd mountpoint");

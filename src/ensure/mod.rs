@@ -116,7 +116,7 @@ impl ImageManager {
 
     /// The same manager keeping its pull intents and records in `records`
     /// (by default: in memory only, policy `NeverVerifyPreloadedImages`).
-    /// Give the same handle to `GcService::start_with` so records of
+    /// Give the same handle to `GcService::start` so records of
     /// removed images are pruned.
     #[must_use]
     pub fn with_pull_records(mut self, records: PullRecords) -> Self {

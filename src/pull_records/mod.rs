@@ -28,21 +28,24 @@
 //! started, read from [`PullRecords::clock`]: records are stamped with that
 //! clock and `GcService` runs detection and GC on it, so the comparison is
 //! on one clock.
+//!
+//! Files: here the handle and the pull path (intents, records, the must-pull
+//! check); `housekeeping.rs` recovery and pruning; `decide.rs` the decision
+//! table; `policy.rs` the verification policy.
 
 mod decide;
+mod housekeeping;
 mod policy;
 #[cfg(test)]
 mod tests;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
 
 pub use decide::{Decision, PodCredentials, RecordLookup, decide};
 pub use policy::{Allowlist, AllowlistError, UnknownPolicy, VerificationPolicy, VerifyPolicy};
 
 use crate::clock::WallClock;
-use crate::domain::Image;
 use crate::domain::pull_record::{ImagePullCredentials, MustPullResult, PulledRecord, merge_pulled};
 use crate::domain::reference::parse_normalized_named;
 use crate::metrics::Metrics;
@@ -166,7 +169,7 @@ impl PullRecords {
 
     /// The clock records are stamped with (`last_updated_time`). A GC that
     /// prunes these records must read the start of its run from this clock
-    /// (`GcService::start_with` runs its actors on it).
+    /// (`GcService::start` runs its actors on it).
     pub fn clock(&self) -> WallClock {
         self.inner.clock
     }
@@ -386,96 +389,6 @@ impl PullRecords {
             }
         }
         Ok(())
-    }
-
-    /// The kubelet's `initialize`: every stored intent whose image is one of
-    /// `images`' tags or digests (compared normalised) becomes a record with
-    /// no credentials for that image, and the intent is deleted, in one
-    /// transaction. Returns how many intents were recovered. Call once at
-    /// start, before ensuring images.
-    pub async fn recover_intents(&self, images: &[Image]) -> Result<usize, StoreError> {
-        let _w = self.inner.writes.lock().await;
-        let intents: HashSet<String> = self.state().stored_intents.clone();
-        if intents.is_empty() {
-            return Ok(0);
-        }
-        let mut w = PullRecordsWrite::default();
-        let mut records: HashMap<String, PulledRecord> = HashMap::new();
-        let now = self.inner.clock.now();
-        for image in images {
-            for name in image.repo_tags.iter().chain(&image.repo_digests) {
-                let key = image_key(name);
-                if !intents.contains(&key) || w.delete_intents.contains(&key) {
-                    continue;
-                }
-                w.delete_intents.push(key);
-                if !records.contains_key(&image.id) {
-                    let existing = self.state().records.get(&image.id).cloned();
-                    let (record, changed) =
-                        merge_pulled(existing.as_deref(), &image.id, "", &ImagePullCredentials::default(), now);
-                    if changed {
-                        records.insert(image.id.clone(), record);
-                    }
-                }
-            }
-        }
-        w.upsert_records = records.into_values().collect();
-        let recovered = w.delete_intents.len();
-        if w.is_empty() {
-            return Ok(0);
-        }
-        self.commit(w.clone()).await?;
-        let mut st = self.state();
-        for key in &w.delete_intents {
-            st.stored_intents.remove(key);
-        }
-        for record in w.upsert_records {
-            st.unreadable.remove(&record.image_ref);
-            st.records.insert(record.image_ref.clone(), Arc::new(record));
-        }
-        tracing::info!(recovered, "pull intents of images present in the runtime turned into records");
-        Ok(recovered)
-    }
-
-    /// Whether a crash left pull intents to recover (see
-    /// [`PullRecords::recover_intents`]; the kubelet lists the runtime's
-    /// images only then).
-    pub fn has_stored_intents(&self) -> bool {
-        !self.state().stored_intents.is_empty()
-    }
-
-    /// The kubelet's `PruneUnknownRecords`: deletes every record last
-    /// updated before `until` whose image ref is not in `present` (the ids
-    /// of the images the runtime still has), and every unreadable record
-    /// (its time unknown) whose image ref is not in `present`. Returns how
-    /// many were deleted.
-    pub async fn prune_unknown_records(
-        &self,
-        present: &HashSet<String>,
-        until: SystemTime,
-    ) -> Result<usize, StoreError> {
-        let _w = self.inner.writes.lock().await;
-        let doomed: Vec<String> = {
-            let st = self.state();
-            let old = st
-                .records
-                .values()
-                .filter(|r| r.last_updated_time < until && !present.contains(&r.image_ref))
-                .map(|r| r.image_ref.clone());
-            let unreadable = st.unreadable.iter().filter(|r| !present.contains(*r)).cloned();
-            old.chain(unreadable).collect()
-        };
-        if doomed.is_empty() {
-            return Ok(0);
-        }
-        self.commit(PullRecordsWrite { delete_records: doomed.clone(), ..Default::default() }).await?;
-        let mut st = self.state();
-        for r in &doomed {
-            st.records.remove(r);
-            st.unreadable.remove(r);
-        }
-        tracing::debug!(pruned = doomed.len(), "pulled records of removed images pruned");
-        Ok(doomed.len())
     }
 
     /// Writes `w` to the store on the blocking pool (nothing without a store).

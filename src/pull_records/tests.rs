@@ -1,7 +1,7 @@
 //! Pure tests: merge rules, the must-pull decision table, the policy and
 //! allowlist texts; and the handle's bookkeeping over a real store.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -444,83 +444,6 @@ async fn an_empty_image_ref_must_pull_under_every_policy_and_is_not_counted() {
     }
 }
 
-#[tokio::test]
-async fn recovery_turns_matched_intents_into_records_without_credentials() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
-        r.record_pull_intent(IMAGE).await.unwrap();
-        r.record_pull_intent("example.com/gone:1").await.unwrap();
-        // "Crash": neither pull is ever recorded.
-    }
-    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
-    assert_eq!(r.stored_intents(), ["example.com/gone:1", "example.com/private:1"]);
-    let images = [crate::domain::Image {
-        id: REF.into(),
-        repo_tags: vec!["example.com/private:1".into()],
-        ..Default::default()
-    }];
-    assert_eq!(r.recover_intents(&images).await.unwrap(), 1);
-    assert_eq!(r.stored_intents(), ["example.com/gone:1"], "an intent for an absent image stays");
-    let rec = r.record(REF).expect("record without credentials");
-    assert!(rec.credential_mapping.is_empty());
-    // A pod without credentials must pull it; so must one with a secret.
-    assert!(r.must_attempt_pull(IMAGE, REF, pod(vec![])).await.unwrap());
-    assert!(r.must_attempt_pull(IMAGE, REF, pod(vec![secret("ns", "a", "u1", "h1")])).await.unwrap());
-    // The gone image still counts as pulled by imaged.
-    assert!(r.must_attempt_pull("example.com/gone:1", "sha256:other", pod(vec![])).await.unwrap());
-    drop(r);
-    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
-    assert!(r.record(REF).is_some() && r.stored_intents() == ["example.com/gone:1"], "recovery is durable");
-}
-
-#[tokio::test]
-async fn prune_deletes_old_records_of_absent_images_only() {
-    let dir = tempfile::tempdir().unwrap();
-    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
-    for (img, id) in [("example.com/a:1", "sha256:a"), ("example.com/b:1", "sha256:b")] {
-        r.record_pull_intent(img).await.unwrap();
-        r.record_image_pulled(img, id, &ImagePullCredentials::node_accessible()).await.unwrap();
-    }
-    let cutoff = r.clock().now() + Duration::from_secs(1);
-    let present: HashSet<String> = ["sha256:a".to_string()].into();
-    // Records newer than the GC start stay even when absent.
-    assert_eq!(r.prune_unknown_records(&present, t(0)).await.unwrap(), 0);
-    assert_eq!(r.prune_unknown_records(&present, cutoff).await.unwrap(), 1);
-    assert!(r.record("sha256:a").is_some());
-    assert!(r.record("sha256:b").is_none());
-    drop(r);
-    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
-    assert!(r.record("sha256:b").is_none(), "pruned on disk too");
-}
-
-#[tokio::test(start_paused = true)]
-async fn every_pull_refreshes_the_record_time_so_a_gc_run_in_between_keeps_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
-    let clock = r.clock();
-    let node = ImagePullCredentials::node_accessible();
-    r.record_pull_intent(IMAGE).await.unwrap();
-    r.record_image_pulled(IMAGE, REF, &node).await.unwrap();
-    assert_eq!(r.record(REF).unwrap().last_updated_time, clock.now(), "stamped with the shared clock");
-    tokio::time::advance(Duration::from_secs(3600)).await;
-    // A GC run starts; its detection no longer sees the image (removed, the
-    // record stayed). Then the same image is pulled again with the same
-    // credentials: the merge changes nothing, but the time is refreshed.
-    let gc_started = clock.now();
-    tokio::time::advance(Duration::from_secs(1)).await;
-    r.record_pull_intent(IMAGE).await.unwrap();
-    r.record_image_pulled(IMAGE, REF, &node).await.unwrap();
-    let pulled_again = gc_started + Duration::from_secs(1);
-    assert_eq!(r.record(REF).unwrap().last_updated_time, pulled_again);
-    // The prune after that run keeps the record.
-    assert_eq!(r.prune_unknown_records(&HashSet::new(), gc_started).await.unwrap(), 0);
-    assert!(r.record(REF).is_some());
-    drop(r);
-    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
-    assert_eq!(r.record(REF).unwrap().last_updated_time, pulled_again, "the refreshed time is on disk");
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_secret_matched_while_checking_does_not_refresh_the_record_time() {
     let r = PullRecords::in_memory(VerifyPolicy::default());
@@ -540,37 +463,6 @@ fn must_pull_results_have_the_kubelets_labels_and_a_stable_index() {
     for (i, r) in MustPullResult::ALL.iter().enumerate() {
         assert_eq!(r.index(), i);
     }
-}
-
-/// Stores, under each of `refs`, a pulled record that does not decode.
-fn store_unreadable(dir: &std::path::Path, refs: &[&str]) {
-    let path = store(dir).path().to_path_buf();
-    let db = redb::Database::open(&path).unwrap();
-    let txn = db.begin_write().unwrap();
-    {
-        let table: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("pulled_records_v1");
-        let mut table = txn.open_table(table).unwrap();
-        for r in refs {
-            table.insert(*r, &b"{not json"[..]).unwrap();
-        }
-    }
-    txn.commit().unwrap();
-}
-
-#[tokio::test]
-async fn prune_deletes_unreadable_records_of_absent_images() {
-    let dir = tempfile::tempdir().unwrap();
-    store_unreadable(dir.path(), &["sha256:gone", "sha256:kept"]);
-    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
-    // Unreadable: the image counts as pulled by imaged, the check errs to a pull.
-    assert!(r.must_attempt_pull("example.com/gone:1", "sha256:gone", pod(vec![])).await.unwrap());
-    let present: HashSet<String> = ["sha256:kept".to_string()].into();
-    assert_eq!(r.prune_unknown_records(&present, t(0)).await.unwrap(), 1, "whatever `until` is");
-    drop(r);
-    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
-    let st = r.state();
-    assert!(!st.unreadable.contains("sha256:gone"), "deleted on disk");
-    assert!(st.unreadable.contains("sha256:kept"), "a present image's record stays");
 }
 
 #[tokio::test]

@@ -19,6 +19,20 @@ pub use cache::{ImageList, MAX_NAMES_PER_IMAGE, NodeImage};
 use crate::actors::cri_gateway::ListImages;
 use crate::cri::{CriError, CriErrorKind};
 
+/// The cache refresher's mailbox capacity unless its settings say otherwise.
+pub const DEFAULT_MAILBOX_CAPACITY: usize = 16;
+
+/// The cache refresher's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheRefresherConfig {
+    /// Refresh period (`gc.cache_refresh_period`).
+    pub period: Duration,
+    /// The node-status limit (`gc.node_status_max_images`; `None` = all).
+    pub max_images: Option<usize>,
+    /// Mailbox capacity, set in `started()` ([`DEFAULT_MAILBOX_CAPACITY`]).
+    pub mailbox_capacity: usize,
+}
+
 /// A cheap, cloneable read handle on the cached image list.
 #[derive(Debug, Clone)]
 pub struct ImageListReader {
@@ -57,17 +71,19 @@ struct Tick;
 pub struct CacheRefresherActor {
     gateway: Recipient<ListImages>,
     period: Duration,
+    mailbox_capacity: usize,
     tx: watch::Sender<Arc<ImageList>>,
     in_flight: bool,
 }
 
 impl CacheRefresherActor {
     /// A refresher listing through `gateway` (the CRI gateway's
-    /// `Recipient<ListImages>`) every `period`, and the reader
-    /// for its list; `max_images` is the node-status limit (`None` = all).
-    pub fn new(gateway: Recipient<ListImages>, period: Duration, max_images: Option<usize>) -> (Self, ImageListReader) {
+    /// `Recipient<ListImages>`) every `cfg.period`, and the reader for its
+    /// list.
+    pub fn new(gateway: Recipient<ListImages>, cfg: CacheRefresherConfig) -> (Self, ImageListReader) {
         let (tx, rx) = watch::channel(Arc::new(ImageList::default()));
-        (Self { gateway, period, tx, in_flight: false }, ImageListReader { rx, max_images })
+        let CacheRefresherConfig { period, max_images, mailbox_capacity } = cfg;
+        (Self { gateway, period, mailbox_capacity, tx, in_flight: false }, ImageListReader { rx, max_images })
     }
 
     fn refresh(&mut self) -> ResponseActFuture<Self, Result<usize, CriError>> {
@@ -111,7 +127,7 @@ impl Actor for CacheRefresherActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.set_mailbox_capacity(16);
+        ctx.set_mailbox_capacity(self.mailbox_capacity);
         // First refresh at once, then every period.
         ctx.notify(Tick);
         ctx.run_interval(self.period, |_, ctx| ctx.notify(Tick));

@@ -11,11 +11,15 @@ fn img(id: &str, size: u64) -> Image {
     Image { id: id.into(), size, repo_tags: vec![format!("example.com/{id}:1")], ..Image::default() }
 }
 
+fn cfg(max_images: Option<usize>) -> CacheRefresherConfig {
+    CacheRefresherConfig { period: Duration::from_secs(30), max_images, mailbox_capacity: DEFAULT_MAILBOX_CAPACITY }
+}
+
 #[actix::test]
 async fn refreshes_at_start_and_every_period_and_readers_see_snapshots() {
     tokio::time::pause();
     let fake = FakeCri::new(vec![img("a", 10), img("b", 30)], 1_000).start();
-    let (actor, reader) = CacheRefresherActor::new(fake.clone().recipient(), Duration::from_secs(30), Some(1));
+    let (actor, reader) = CacheRefresherActor::new(fake.clone().recipient(), cfg(Some(1)));
     let _refresher = actor.start();
     tokio::time::sleep(Duration::from_millis(1)).await;
     assert_eq!(fake.send(GetFakeCalls).await.unwrap().of(Rpc::ListImages), 1, "first refresh at start");
@@ -37,7 +41,7 @@ async fn refreshes_at_start_and_every_period_and_readers_see_snapshots() {
 async fn a_failed_refresh_keeps_the_previous_list() {
     tokio::time::pause();
     let fake = FakeCri::new(vec![img("a", 10)], 1_000).start();
-    let (actor, reader) = CacheRefresherActor::new(fake.clone().recipient(), Duration::from_secs(30), None);
+    let (actor, reader) = CacheRefresherActor::new(fake.clone().recipient(), cfg(None));
     let refresher = actor.start();
     tokio::time::sleep(Duration::from_millis(1)).await;
     fake.send(FailNext(

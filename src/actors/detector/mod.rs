@@ -1,15 +1,16 @@
 //! The detector ticker: every `gc.detect_period` (and at start) it lists
 //! images and containers (all states) through the CRI gateway, works out
-//! which images are in use (containers' images, the sandbox image by its
-//! resolved id, images ensured within the min-age window or with a pull in
-//! flight), updates the image
-//! records as the kubelet's `detectImages` does, and persists what changed.
+//! which images are in use ([`images_in_use`]: containers' images, the
+//! sandbox image by its resolved id, images ensured within the min-age
+//! window or with a pull in flight), updates the image records as the
+//! kubelet's `detectImages` does ([`Records::detect`]), and persists what
+//! changed.
 //! It is the records' only writer; the GC executor asks it for a detection.
 
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -21,6 +22,7 @@ use crate::clock::WallClock;
 use crate::cri::{CriError, CriErrorKind};
 use crate::domain::{Container, ContainerFilter, Image, ImageSpec, ImageStatus, PodSandbox, PodSandboxFilter};
 use crate::gc::detect::{DetectDiff, Records};
+use crate::gc::in_use::{InUse, InUseSources, images_in_use};
 use crate::gc::in_use_hints::InUseHints;
 use crate::gc::record::ImageRecord;
 use crate::store::Store;
@@ -38,6 +40,9 @@ pub struct DetectorCri {
     pub image_status: Recipient<GetImageStatus>,
 }
 
+/// The detector's mailbox capacity unless its settings say otherwise.
+pub const DEFAULT_MAILBOX_CAPACITY: usize = 64;
+
 /// The detector's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DetectorConfig {
@@ -47,6 +52,8 @@ pub struct DetectorConfig {
     pub sandbox_image: String,
     /// Images ensured within this window count as in use (GC's min age).
     pub recent_window: Duration,
+    /// Mailbox capacity, set in `started()` ([`DEFAULT_MAILBOX_CAPACITY`]).
+    pub mailbox_capacity: usize,
 }
 
 /// One detection: the records after it and who uses what.
@@ -57,8 +64,8 @@ pub struct Detection {
     /// The records (shared; the detector copies on its next write).
     pub records: Arc<Records>,
     /// Image id → who uses it (`namespace/pod/container`, `sandbox image`,
-    /// `ensured recently`).
-    pub in_use: BTreeMap<String, Vec<String>>,
+    /// `ensured recently`, `pull in flight`; see [`images_in_use`]).
+    pub in_use: InUse,
     /// The sandbox image's id, when it is present.
     pub sandbox_image_id: Option<String>,
 }
@@ -79,11 +86,6 @@ pub struct DetectImages;
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "Option<Arc<Detection>>")]
 pub struct GetLastDetection;
-
-/// Stops the detector (shutdown). Records already written stay written.
-#[derive(Debug, Clone, Copy, Message)]
-#[rtype(result = "()")]
-pub struct StopDetector;
 
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -163,29 +165,16 @@ impl DetectorActor {
 
     fn apply(&mut self, l: Listed) -> Arc<Detection> {
         let now = self.clock.now();
-        let pods: HashMap<&str, String> =
-            l.sandboxes.iter().map(|s| (s.id.as_str(), format!("{}/{}", s.namespace, s.name))).collect();
-        let mut in_use: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for c in &l.containers {
-            let id = if c.image_id.is_empty() { &c.image_ref } else { &c.image_id };
-            if id.is_empty() {
-                continue;
-            }
-            let pod = pods.get(c.pod_sandbox_id.as_str()).cloned().unwrap_or_else(|| c.pod_sandbox_id.clone());
-            in_use.entry(id.clone()).or_default().push(format!("{pod}/{}", c.name));
-        }
         let sandbox_image_id = l.sandbox.and_then(|s| s.image).map(|i| i.id);
-        if let Some(id) = &sandbox_image_id {
-            in_use.entry(id.clone()).or_default().push("sandbox image".into());
-        }
-        for id in self.hints.recent(now, self.cfg.recent_window) {
-            in_use.entry(id).or_default().push("ensured recently".into());
-        }
-        for i in &l.images {
-            if self.hints.pulling_any(i.repo_tags.iter().chain(&i.repo_digests)) {
-                in_use.entry(i.id.clone()).or_default().push("pull in flight".into());
-            }
-        }
+        let ensured_recently = self.hints.recent(now, self.cfg.recent_window);
+        let sources = InUseSources {
+            images: &l.images,
+            containers: &l.containers,
+            sandboxes: &l.sandboxes,
+            sandbox_image_id: sandbox_image_id.as_deref(),
+            ensured_recently: &ensured_recently,
+        };
+        let in_use = images_in_use(sources, |i| self.hints.pulling_any(i.repo_tags.iter().chain(&i.repo_digests)));
         let ids: HashSet<String> = in_use.keys().cloned().collect();
         let records = Arc::make_mut(&mut self.records);
         let diff = records.detect(&l.images, &ids, now);
@@ -229,7 +218,7 @@ impl Actor for DetectorActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.set_mailbox_capacity(64);
+        ctx.set_mailbox_capacity(self.cfg.mailbox_capacity);
         if let Some(store) = self.store.clone() {
             // Load durable records before the first detection (the mailbox
             // waits meanwhile), so first-detected and last-used survive restarts.
@@ -274,13 +263,5 @@ impl Handler<GetLastDetection> for DetectorActor {
     /// The last detection.
     fn handle(&mut self, _: GetLastDetection, _: &mut Self::Context) -> Self::Result {
         MessageResult(self.last.clone())
-    }
-}
-
-impl Handler<StopDetector> for DetectorActor {
-    type Result = ();
-    /// Stops the actor.
-    fn handle(&mut self, _: StopDetector, ctx: &mut Self::Context) {
-        ctx.stop();
     }
 }

@@ -28,6 +28,7 @@ fn cfg() -> DetectorConfig {
         period: Duration::from_secs(300),
         sandbox_image: "registry.k8s.io/pause:3.10".into(),
         recent_window: Duration::from_secs(120),
+        mailbox_capacity: DEFAULT_MAILBOX_CAPACITY,
     }
 }
 
@@ -112,7 +113,7 @@ async fn records_survive_a_restart_through_the_store() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert_eq!(store.image_records().unwrap().len(), 1);
-        d.send(StopDetector).await.unwrap();
+        d.send(crate::actors::Stop).await.unwrap();
     }
     // A new detector, an hour later, on the same state directory.
     let mut opened = None;

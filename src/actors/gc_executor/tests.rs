@@ -1,14 +1,19 @@
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use actix::prelude::*;
 
 use super::*;
 use crate::actors::detector::{DetectorActor, DetectorConfig};
-use crate::cri::{CriErrorKind, Rpc};
+use crate::clock::WallClock;
+use crate::cri::{CriError, CriErrorKind, Rpc};
 use crate::domain::{Container, ContainerState, Image};
 use crate::events::EventReason;
+use crate::events::EventSink;
+use crate::gc::capacity::CapacitySource;
 use crate::gc::in_use_hints::InUseHints;
-use crate::gc::plan::{DeleteReason, KeepReason};
+use crate::gc::plan::{DeleteReason, KeepReason, Verdict};
+use crate::gc::policy::{GcPolicy, ProtectionRules};
 use crate::testing::{EventLog, EventReasons, FailNext, FakeCri, GetFakeCalls, SetFakeContainers, SetFakeFs};
 
 const GB: u64 = 1 << 30;
@@ -39,6 +44,7 @@ async fn rig(other_gb: u64, policy: GcPolicy) -> Rig {
         period: Duration::from_secs(300),
         sandbox_image: String::new(),
         recent_window: policy.min_age,
+        mailbox_capacity: crate::actors::detector::DEFAULT_MAILBOX_CAPACITY,
     };
     let detector = DetectorActor::new(dcfg, FakeCri::detector_cri(&fake), None, InUseHints::default(), clock).start();
     let sink = EventSink::default();
@@ -49,9 +55,17 @@ async fn rig(other_gb: u64, policy: GcPolicy) -> Rig {
         rules: ProtectionRules::default(),
         period: Duration::from_secs(300),
         capacity: CapacitySource::fixed(100 * GB),
+        mailbox_capacity: DEFAULT_MAILBOX_CAPACITY,
     };
-    let gc =
-        GcExecutorActor::new(cfg, detector, fake.clone().recipient(), fake.clone().recipient(), sink, clock).start();
+    let gc = GcExecutorActor::new(
+        cfg,
+        detector.recipient(),
+        fake.clone().recipient(),
+        fake.clone().recipient(),
+        sink,
+        clock,
+    )
+    .start();
     Rig { fake, gc, events }
 }
 
@@ -145,6 +159,7 @@ async fn zero_capacity_is_invalid_and_listing_failures_are_reported() {
         period: Duration::from_secs(300),
         sandbox_image: String::new(),
         recent_window: Duration::from_secs(120),
+        mailbox_capacity: crate::actors::detector::DEFAULT_MAILBOX_CAPACITY,
     };
     let detector = DetectorActor::new(dcfg, FakeCri::detector_cri(&r.fake), None, InUseHints::default(), clock).start();
     let sink = EventSink::default();
@@ -155,9 +170,17 @@ async fn zero_capacity_is_invalid_and_listing_failures_are_reported() {
         rules: ProtectionRules::default(),
         period: Duration::from_secs(300),
         capacity: CapacitySource::fixed(0),
+        mailbox_capacity: DEFAULT_MAILBOX_CAPACITY,
     };
-    let gc = GcExecutorActor::new(cfg, detector, r.fake.clone().recipient(), r.fake.clone().recipient(), sink, clock)
-        .start();
+    let gc = GcExecutorActor::new(
+        cfg,
+        detector.recipient(),
+        r.fake.clone().recipient(),
+        r.fake.clone().recipient(),
+        sink,
+        clock,
+    )
+    .start();
     tokio::time::sleep(Duration::from_millis(1)).await;
     let err = gc.send(RunGc { dry_run: false }).await.unwrap().expect_err("capacity 0");
     assert_eq!(err, GcError::InvalidCapacity);
@@ -224,6 +247,7 @@ async fn min_age_counts_from_the_first_detection_before_a_restart() {
         period: Duration::from_secs(300),
         sandbox_image: String::new(),
         recent_window: Duration::from_secs(1_800),
+        mailbox_capacity: crate::actors::detector::DEFAULT_MAILBOX_CAPACITY,
     };
     {
         let store = Arc::new(crate::store::Store::open(dir.path()).unwrap());
@@ -242,7 +266,7 @@ async fn min_age_counts_from_the_first_detection_before_a_restart() {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        d.send(crate::actors::detector::StopDetector).await.unwrap();
+        d.send(crate::actors::Stop).await.unwrap();
     }
     // imaged restarts an hour later; the image was first seen an hour ago.
     let mut store = None;
@@ -260,10 +284,17 @@ async fn min_age_counts_from_the_first_detection_before_a_restart() {
         rules: ProtectionRules::default(),
         period: Duration::from_secs(300),
         capacity: CapacitySource::fixed(100 * GB),
+        mailbox_capacity: DEFAULT_MAILBOX_CAPACITY,
     };
-    let gc =
-        GcExecutorActor::new(cfg, d, fake.clone().recipient(), fake.clone().recipient(), EventSink::default(), clock)
-            .start();
+    let gc = GcExecutorActor::new(
+        cfg,
+        d.recipient(),
+        fake.clone().recipient(),
+        fake.clone().recipient(),
+        EventSink::default(),
+        clock,
+    )
+    .start();
     let plan = gc.send(DeleteUnusedImages { dry_run: true }).await.unwrap().expect("plan");
     assert_eq!(
         plan.entries[0].verdict,

@@ -97,7 +97,16 @@ impl Case {
     }
 
     fn plan(&self) -> Result<GcPlan<'_>, GcPlanError> {
-        plan_gc(&self.records, &self.in_use, self.fs, &self.policy, &self.rules, self.began, now(), self.mode)
+        plan_gc(GcRunInputs {
+            records: &self.records,
+            in_use: &self.in_use,
+            fs: self.fs,
+            policy: &self.policy,
+            rules: &self.rules,
+            began: self.began,
+            now: now(),
+            mode: self.mode,
+        })
     }
 
     fn ok(&self) -> GcPlan<'_> {
@@ -134,32 +143,6 @@ fn del(r: DeleteReason) -> Verdict {
 
 fn keep(r: KeepReason) -> Verdict {
     Verdict::Keep(r)
-}
-
-#[test]
-fn usage_and_amount_use_the_kubelets_integer_arithmetic() {
-    // (capacity, available, low, usage, amount)
-    let cases: [(u64, u64, i64, Option<u8>, u64); 14] = [
-        (1000, 149, 80, Some(86), 51),
-        (1000, 150, 80, Some(85), 50),
-        (1000, 151, 80, Some(85), 49),
-        (1000, 160, 80, Some(84), 40),
-        (1000, 0, 80, Some(100), 200),
-        (1000, 1000, 80, Some(0), 0),
-        (1000, 2000, 80, Some(0), 0),
-        (3, 1, 80, Some(67), 0),
-        (1001, 200, 80, Some(81), 0),
-        (0, 0, 80, None, 0),
-        (u64::MAX, 0, 80, Some(100), 3_689_348_814_741_910_323),
-        (u64::MAX, u64::MAX / 2, 80, Some(51), 0),
-        (1000, 100, -50, Some(90), 1400),
-        (1000, 100, 150, Some(90), 0),
-    ];
-    for (capacity, available, low, usage, amount) in cases {
-        let f = fs(capacity, available);
-        assert_eq!(usage_percent(f), usage, "usage of {f:?}");
-        assert_eq!(amount_to_free(f, low), amount, "amount of {f:?} low {low}");
-    }
 }
 
 #[test]
@@ -321,86 +304,6 @@ fn age_deletions_count_as_freed_before_the_threshold_check() {
     assert_eq!((plan.usage_percent, plan.projected_usage_percent), (Some(95), Some(93)));
     assert_eq!(plan.amount_to_free, 130);
     assert_eq!(verdicts(&plan), [("old".to_string(), del(Age)), ("recent".to_string(), del(Space))]);
-}
-
-#[test]
-fn protected_images_are_kept_with_the_reason() {
-    let records = vec![
-        rec("in-use"),
-        rec("runtime-pinned").pinned(),
-        rec("rule-pinned").tags(&["quay.io/team/app:1"]),
-        rec("sandbox").pinned(),
-        rec("plain"),
-    ];
-    let mut case = Case::new(records, fs(1000, 0));
-    case.in_use = set(&["in-use", "sandbox"]);
-    case.rules = ProtectionRules {
-        pinned_images: vec!["ghcr.io/*".into(), "quay.io/team/*".into()],
-        sandbox_image_id: Some("sandbox".into()),
-        keep_newest_tags_per_repo: None,
-    };
-    case.mode = GcMode::DeleteUnused;
-    let plan = case.ok();
-    assert_eq!(deleted(&plan), ["plain"]);
-    assert_eq!(verdict_of(&plan, "in-use"), keep(InUse));
-    assert_eq!(verdict_of(&plan, "runtime-pinned"), keep(PinnedByRuntime));
-    assert_eq!(verdict_of(&plan, "rule-pinned"), keep(KeepReason::PinnedByRule("quay.io/team/*".into())));
-    assert_eq!(verdict_of(&plan, "sandbox"), keep(SandboxImage), "the sandbox reason wins over in use and pinned");
-
-    // A rule matches digests too.
-    let mut case = Case::new(vec![rec("by-digest")], fs(1000, 0));
-    case.rules.pinned_images = vec!["example.com/by-digest:*".into()];
-    case.mode = GcMode::DeleteUnused;
-    assert_eq!(verdict_of(&case.ok(), "by-digest"), keep(KeepReason::PinnedByRule("example.com/by-digest:*".into())));
-}
-
-#[test]
-fn retention_keeps_the_newest_unused_images_of_each_repository() {
-    let records = vec![
-        rec("app-1").tags(&["r/app:1"]).detected(t(11)),
-        rec("app-2").tags(&["r/app:2", "r/app:stable"]).detected(t(12)),
-        rec("app-3").tags(&["r/app:3"]).detected(t(13)),
-        rec("app-4").tags(&["r/app:4"]).detected(t(14)),
-        rec("app-5-in-use").tags(&["r/app:5"]).detected(t(15)),
-        // Beyond the newest of r/app, but the newest of r/other: kept.
-        rec("shared").tags(&["r/app:0", "r/other:1"]).detected(t(5)),
-        rec("other-old").tags(&["r/other:0"]).detected(t(1)).used(ago(HOUR)),
-        rec("young-1").tags(&["r/young:1"]).detected(ago(MIN)),
-        rec("young-2").tags(&["r/young:2"]).detected(ago(MIN / 2)),
-        rec("untagged").tags(&[]),
-    ];
-    let mut case = Case::new(records, fs(1000, 900));
-    case.in_use = set(&["app-5-in-use"]);
-    case.rules.keep_newest_tags_per_repo = Some(1);
-    let plan = case.ok();
-    assert!(!plan.space_pass);
-    assert_eq!(deleted(&plan), ["app-1", "app-2", "app-3", "other-old"], "in eviction order");
-    assert!(plan.deletions().all(|(_, reason)| reason == Retention));
-    assert_eq!(verdict_of(&plan, "app-4"), keep(NotNeeded), "the newest unused of r/app");
-    assert_eq!(verdict_of(&plan, "app-5-in-use"), keep(InUse), "in-use images do not count");
-    assert_eq!(verdict_of(&plan, "shared"), keep(NotNeeded), "the newest unused of r/other");
-    assert_eq!(verdict_of(&plan, "young-1"), keep(KeepReason::TooYoung { age: MIN, min_age: 2 * MIN }));
-    assert_eq!(verdict_of(&plan, "young-2"), keep(NotNeeded));
-    assert_eq!(verdict_of(&plan, "untagged"), keep(NotNeeded), "no repository");
-
-    // Retention deletions count as freed before the threshold check.
-    let mut case = Case::new(
-        vec![rec("a").tags(&["r/x:1"]).detected(t(1)), rec("b").tags(&["r/x:2"]).detected(t(2))],
-        fs(1000, 100),
-    );
-    case.rules.keep_newest_tags_per_repo = Some(1);
-    let plan = case.ok();
-    assert_eq!((plan.usage_percent, plan.projected_usage_percent), (Some(90), Some(80)));
-    assert_eq!(verdicts(&plan), [("a".to_string(), del(Retention)), ("b".to_string(), keep(NotNeeded))]);
-
-    // Off without the rule; two kept per repository with N = 2.
-    let records =
-        || (1..=4).map(|i| rec(&format!("x{i}")).tags(&[&format!("r/x:{i}")]).detected(t(i))).collect::<Vec<_>>();
-    let case = Case::new(records(), fs(1000, 900));
-    assert!(deleted(&case.ok()).is_empty());
-    let mut case = Case::new(records(), fs(1000, 900));
-    case.rules.keep_newest_tags_per_repo = Some(2);
-    assert_eq!(deleted(&case.ok()), ["x1", "x2"]);
 }
 
 #[test]
@@ -573,60 +476,5 @@ fn every_record_appears_once_and_deletions_come_first_in_run_order() {
     }
 }
 
-#[test]
-fn the_free_disk_space_failed_text_is_the_kubelets() {
-    assert_eq!(
-        free_disk_space_failed_message(88, 28_346_784_154, 36_018_163),
-        "Insufficient free disk space on the node's image filesystem (88% of 26.4 GiB used). \
-         Failed to free sufficient space by deleting unused images (freed 36018163 bytes). \
-         Investigate disk usage, as it could be used by active images, logs, volumes, or other data."
-    );
-    assert!(free_disk_space_failed_message(90, 100 << 30, 0).contains("(90% of 100.0 GiB used)"));
-}
-
-#[test]
-fn sizes_print_in_binary_units_with_one_decimal() {
-    let cases = [
-        (0, "0 B"),
-        (1023, "1023 B"),
-        (1024, "1.0 KiB"),
-        (1280, "1.2 KiB"),
-        (1792, "1.8 KiB"),
-        (1536, "1.5 KiB"),
-        ((1 << 20) - 1, "1024.0 KiB"),
-        (1 << 20, "1.0 MiB"),
-        (28_346_784_154, "26.4 GiB"),
-        (100 << 30, "100.0 GiB"),
-        (96_527_413_248, "89.9 GiB"),
-        (1 << 40, "1.0 TiB"),
-        ((3 << 40) + (1 << 39), "3.5 TiB"),
-        (1 << 50, "1.0 PiB"),
-        (u64::MAX, "16.0 EiB"),
-    ];
-    for (bytes, text) in cases {
-        assert_eq!(format_size(bytes), text, "{bytes}");
-    }
-}
-
-#[test]
-fn verdicts_explain_themselves() {
-    let cases = [
-        (del(Age), "delete: unused for longer than the maximum age"),
-        (del(Space), "delete: frees space"),
-        (del(Retention), "delete: older than the newest unused images kept per repository"),
-        (keep(InUse), "keep: in use"),
-        (keep(PinnedByRuntime), "keep: pinned by the runtime"),
-        (keep(KeepReason::PinnedByRule("quay.io/*".into())), "keep: pinned by rule \"quay.io/*\""),
-        (keep(SandboxImage), "keep: sandbox image"),
-        (
-            keep(KeepReason::TooYoung { age: Duration::from_secs(61), min_age: 2 * MIN }),
-            "keep: too young (first detected 1m1s ago, minimum age 2m0s)",
-        ),
-        (keep(UsedSinceRunBegan), "keep: used since the run began"),
-        (keep(NotNeeded), "keep: not needed (target already met)"),
-    ];
-    for (verdict, text) in cases {
-        assert_eq!(verdict.to_string(), text);
-    }
-    assert_eq!([Age, Space, Retention].map(DeleteReason::metric_label), ["age", "space", "retention"]);
-}
+// Protection and retention rules.
+mod rules;

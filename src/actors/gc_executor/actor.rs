@@ -1,0 +1,143 @@
+//! The GC executor actor: a thin shell over [`GcExecutor`]. It owns the
+//! mailbox and the periodic timer, routes each message to the executor,
+//! runs [`run_gc`] as a context future (one at a time, cancelled if the
+//! actor stops) and emits the node events the executor decides on.
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use tracing::info;
+
+use super::executor::{GcExecutor, GcExecutorConfig};
+use super::messages::{DeleteUnusedImages, GetLastGcReport, RunGc, UpdateGcPolicy};
+use super::report::{GcError, GcReport};
+use super::run::{GcPorts, run_gc};
+use crate::actors::cri_gateway::{GetImageFsInfo, RemoveImage};
+use crate::actors::detector::DetectImages;
+use crate::clock::WallClock;
+use crate::events::EventSink;
+use crate::gc::plan::GcMode;
+use crate::metrics::Metrics;
+use crate::pull_records::PullRecords;
+
+/// The periodic tick (`gc.gc_period`).
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Tick;
+
+/// The GC executor actor. See `actors.md`.
+pub struct GcExecutorActor {
+    gc: GcExecutor,
+    ports: GcPorts,
+    events: EventSink,
+    clock: WallClock,
+}
+
+impl GcExecutorActor {
+    /// An executor asking `detector` for detections and the gateway's
+    /// recipients for the filesystem and removals. The GC loop begins now
+    /// on `clock` (the kubelet's `beganGC`).
+    pub fn new(
+        cfg: GcExecutorConfig,
+        detector: Recipient<DetectImages>,
+        fs_info: Recipient<GetImageFsInfo>,
+        remove: Recipient<RemoveImage>,
+        events: EventSink,
+        clock: WallClock,
+    ) -> Self {
+        let ports = GcPorts { detect: detector, fs_info, remove, pull_records: None, metrics: Metrics::default() };
+        Self { gc: GcExecutor::new(cfg, clock.now()), ports, events, clock }
+    }
+
+    /// The executor reporting removals, bytes freed and runs to `metrics`.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.gc.set_metrics(metrics.clone());
+        self.ports.metrics = metrics;
+        self
+    }
+
+    /// The same executor, pruning `records` after each run: records last
+    /// updated before the run began, of images the runtime no longer has.
+    #[must_use]
+    pub fn with_pull_records(mut self, records: PullRecords) -> Self {
+        self.ports.pull_records = Some(records);
+        self
+    }
+
+    fn run(&mut self, mode: GcMode, dry_run: bool) -> ResponseActFuture<Self, Result<Arc<GcReport>, GcError>> {
+        let spec = match self.gc.begin(mode, dry_run) {
+            Ok(spec) => spec,
+            Err(e) => return Box::pin(actix::fut::ready(Err(e))),
+        };
+        let work = run_gc(self.ports.clone(), spec, self.clock);
+        Box::pin(work.into_actor(self).map(move |outcome, act, _| {
+            let end = act.gc.finish(dry_run, outcome);
+            for event in end.events {
+                act.events.emit(event.into_image_event());
+            }
+            end.result
+        }))
+    }
+}
+
+impl Actor for GcExecutorActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(self.gc.config().mailbox_capacity);
+        // One timer for the actor's life; a tick does nothing while the
+        // policy is disabled, so a reload can turn GC on and off without
+        // timers piling up.
+        ctx.run_interval(self.gc.config().period, |_, ctx| ctx.notify(Tick));
+        if self.gc.runs_at_start() {
+            ctx.notify(Tick);
+        }
+    }
+}
+
+impl Handler<Tick> for GcExecutorActor {
+    type Result = ();
+    /// Runs GC unless a run is going on (or GC was disabled by a reload).
+    fn handle(&mut self, _: Tick, ctx: &mut Self::Context) {
+        if self.gc.tick_runs() {
+            let fut = self.run(GcMode::Threshold, false).map(|_, _, _| ());
+            ctx.spawn(fut);
+        }
+    }
+}
+
+impl Handler<RunGc> for GcExecutorActor {
+    type Result = ResponseActFuture<Self, Result<Arc<GcReport>, GcError>>;
+    /// Runs GC now.
+    fn handle(&mut self, m: RunGc, _: &mut Self::Context) -> Self::Result {
+        self.run(GcMode::Threshold, m.dry_run)
+    }
+}
+
+impl Handler<DeleteUnusedImages> for GcExecutorActor {
+    type Result = ResponseActFuture<Self, Result<Arc<GcReport>, GcError>>;
+    /// Removes every unused image old enough.
+    fn handle(&mut self, m: DeleteUnusedImages, _: &mut Self::Context) -> Self::Result {
+        info!("Attempting to delete unused images");
+        self.run(GcMode::DeleteUnused, m.dry_run)
+    }
+}
+
+impl Handler<UpdateGcPolicy> for GcExecutorActor {
+    type Result = ();
+    /// Replaces the policy and rules; enabling a disabled GC runs it at once.
+    fn handle(&mut self, m: UpdateGcPolicy, ctx: &mut Self::Context) {
+        if self.gc.update_policy(m.policy, m.rules) {
+            ctx.notify(Tick);
+        }
+    }
+}
+
+impl Handler<GetLastGcReport> for GcExecutorActor {
+    type Result = MessageResult<GetLastGcReport>;
+    /// The last report.
+    fn handle(&mut self, _: GetLastGcReport, _: &mut Self::Context) -> Self::Result {
+        MessageResult(self.gc.last_report())
+    }
+}

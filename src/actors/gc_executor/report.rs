@@ -1,0 +1,158 @@
+//! What a GC run gives back: the report ([`GcReport`], one [`ReportEntry`]
+//! per image, the [`RemovedImage`]s) or why it failed ([`GcError`]), and
+//! the report built from a plan and the detection it was made from.
+
+use std::time::SystemTime;
+
+use crate::cri::CriError;
+use crate::gc::capacity::FsCapacity;
+use crate::gc::in_use::InUse;
+use crate::gc::plan::{GcMode, GcPlan, KeepReason, Shortfall, Verdict};
+
+/// One image removed by a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemovedImage {
+    /// Image id.
+    pub id: String,
+    /// Its tags, for the report.
+    pub repo_tags: Vec<String>,
+    /// Its size.
+    pub size: u64,
+    /// Why (`age`, `space`, `retention`).
+    pub reason: String,
+}
+
+/// One image in a report: what the plan decided and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportEntry {
+    /// Image id.
+    pub id: String,
+    /// Runtime handler the image was pulled for (passed back on removal).
+    pub runtime_handler: String,
+    /// Its tags.
+    pub repo_tags: Vec<String>,
+    /// Its size.
+    pub size: u64,
+    /// Delete (with the reason) or keep (with the reason).
+    pub verdict: Verdict,
+    /// For images kept because they are in use: who uses them
+    /// (`namespace/pod/container`, `sandbox image`, `ensured recently`).
+    pub used_by: Vec<String>,
+}
+
+impl ReportEntry {
+    /// One line of explanation (`keep: in use by prod/web/c1`).
+    pub fn explain(&self) -> String {
+        match &self.verdict {
+            Verdict::Keep(KeepReason::InUse) if !self.used_by.is_empty() => {
+                format!("keep: in use by {}", self.used_by.join(", "))
+            }
+            v => v.to_string(),
+        }
+    }
+}
+
+/// What a GC run did, or (dry run) would do.
+#[derive(Debug, Clone)]
+pub struct GcReport {
+    /// `RunGc` (threshold) or `DeleteUnusedImages`.
+    pub mode: GcMode,
+    /// Nothing was removed.
+    pub dry_run: bool,
+    /// When the run began.
+    pub started: SystemTime,
+    /// The filesystem before.
+    pub before: FsCapacity,
+    /// Usage before, in percent (the kubelet's integer arithmetic).
+    pub usage_percent: Option<u8>,
+    /// Usage the plan expects after its deletions.
+    pub projected_usage_percent: Option<u8>,
+    /// Bytes the free-space pass wanted to free (0 = below the threshold).
+    pub amount_to_free: u64,
+    /// Every image with its verdict and reason, in eviction order.
+    pub entries: Vec<ReportEntry>,
+    /// When the target cannot be met: what was eligible and what holds the rest.
+    pub shortfall: Option<Shortfall>,
+    /// Images removed.
+    pub removed: Vec<RemovedImage>,
+    /// Images whose removal failed, with the error.
+    pub failed: Vec<(String, String)>,
+    /// Bytes the removals should free (sum of sizes).
+    pub bytes_expected: u64,
+    /// Bytes actually freed: free space after minus before (`None` for a dry
+    /// run or when the second measurement failed). Shared layers and delayed
+    /// content GC in the runtime make this differ from `bytes_expected`.
+    pub bytes_freed_measured: Option<i128>,
+}
+
+impl GcReport {
+    /// The report of `plan`, before any removal: every entry with who uses
+    /// it (from the detection's `in_use`), the plan's numbers; `before` is
+    /// the filesystem as measured (not clamped), `started` when the run began.
+    pub fn from_plan(
+        plan: &GcPlan<'_>,
+        in_use: &InUse,
+        dry_run: bool,
+        started: SystemTime,
+        before: FsCapacity,
+    ) -> Self {
+        let entries = plan
+            .entries
+            .iter()
+            .map(|e| ReportEntry {
+                id: e.record.key.id.clone(),
+                runtime_handler: e.record.key.runtime_handler.clone(),
+                repo_tags: e.record.repo_tags.clone(),
+                size: e.record.size,
+                verdict: e.verdict.clone(),
+                used_by: in_use.get(&e.record.key.id).cloned().unwrap_or_default(),
+            })
+            .collect();
+        GcReport {
+            mode: plan.mode,
+            dry_run,
+            started,
+            before,
+            usage_percent: plan.usage_percent,
+            projected_usage_percent: plan.projected_usage_percent,
+            amount_to_free: plan.amount_to_free,
+            entries,
+            shortfall: plan.shortfall.clone(),
+            removed: Vec::new(),
+            failed: Vec::new(),
+            bytes_expected: plan.bytes_to_delete,
+            bytes_freed_measured: None,
+        }
+    }
+
+    /// The entries to delete, in the order to remove them.
+    pub fn deletions(&self) -> impl Iterator<Item = &ReportEntry> {
+        self.entries.iter().filter(|e| matches!(e.verdict, Verdict::Delete(_)))
+    }
+}
+
+/// Why a GC run failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GcError {
+    /// A run is already going on.
+    #[error("image garbage collection is already running")]
+    Busy,
+    /// Listing images or containers failed.
+    #[error("{0}")]
+    Detection(CriError),
+    /// Reading the image filesystem failed.
+    #[error("{0}")]
+    FsInfo(String),
+    /// The filesystem reports capacity 0 (the kubelet's text).
+    #[error("invalid capacity 0 on image filesystem")]
+    InvalidCapacity,
+    /// Removals failed (the kubelet's texts).
+    #[error("{0}")]
+    Deletion(String),
+    /// Not enough space could be freed (the kubelet's `FreeDiskSpaceFailed` text).
+    #[error("{0}")]
+    NotEnoughFreed(String),
+    /// The detector stopped.
+    #[error("the image detector stopped")]
+    DetectorStopped,
+}

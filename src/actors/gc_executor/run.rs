@@ -1,0 +1,154 @@
+//! One GC run's I/O, in order: measure the image filesystem, detect, plan,
+//! remove the deletions one by one in plan order, measure again, prune the
+//! KEP-2535 pulled records of removed images. An async function over
+//! [`GcPorts`] (recipients and handles), so it runs without the actor and
+//! its state: the actor copies a [`RunSpec`] in and hands the outcome to
+//! [`GcExecutor::finish`](super::executor::GcExecutor::finish).
+
+use std::collections::HashSet;
+
+use actix::Recipient;
+use tracing::{info, warn};
+
+use super::executor::RunSpec;
+use super::report::{GcError, GcReport, RemovedImage};
+use crate::actors::cri_gateway::{GetImageFsInfo, RemoveImage};
+use crate::actors::detector::{DetectImages, Detection};
+use crate::clock::WallClock;
+use crate::domain::ImageSpec;
+use crate::gc::capacity::{CapacitySource, FsCapacity};
+use crate::gc::plan::{GcPlanError, GcRunInputs, Verdict, plan_gc};
+use crate::gc::record::RecordKey;
+use crate::metrics::Metrics;
+use crate::pull_records::PullRecords;
+
+/// Where a run's I/O goes.
+#[derive(Clone)]
+pub struct GcPorts {
+    /// A fresh detection (the detector).
+    pub detect: Recipient<DetectImages>,
+    /// The image filesystem (the CRI gateway).
+    pub fs_info: Recipient<GetImageFsInfo>,
+    /// Removals (the CRI gateway).
+    pub remove: Recipient<RemoveImage>,
+    /// Pulled records to prune after a non-dry run (KEP-2535), if any.
+    pub pull_records: Option<PullRecords>,
+    /// Removals by reason and bytes freed.
+    pub metrics: Metrics,
+}
+
+/// Runs GC once as `spec` says, on `clock` (the one the pulled records are
+/// stamped with). A run that planned returns its report, before judging
+/// (see `GcExecutor::finish`).
+///
+/// # Errors
+///
+/// Measuring the filesystem failed, detection failed, or the capacity is 0
+/// (after the max-age deletions, as in the kubelet).
+pub async fn run_gc(ports: GcPorts, spec: RunSpec, clock: WallClock) -> Result<GcReport, GcError> {
+    let started = clock.now();
+    let before = measure(&ports.fs_info, &spec.capacity).await?;
+    let detection = ports.detect.send(DetectImages).await.map_err(|_| GcError::DetectorStopped)?;
+    let detection = detection.map_err(GcError::Detection)?;
+    let mut rules = spec.rules;
+    rules.sandbox_image_id = detection.sandbox_image_id.clone();
+    let in_use = detection.in_use_ids();
+    let inputs = GcRunInputs {
+        records: &detection.records,
+        in_use: &in_use,
+        fs: before,
+        policy: &spec.policy,
+        rules: &rules,
+        began: spec.began,
+        now: clock.now(),
+        mode: spec.mode,
+    };
+    let mut report = match plan_gc(inputs) {
+        Ok(plan) => GcReport::from_plan(&plan, &detection.in_use, spec.dry_run, started, before),
+        Err(GcPlanError::InvalidCapacity { age_deletions }) => {
+            // As the kubelet: the max-age pass runs before the capacity check.
+            if !spec.dry_run {
+                remove_for_age(&ports, &detection, age_deletions).await;
+            }
+            return Err(GcError::InvalidCapacity);
+        }
+    };
+    if spec.dry_run {
+        return Ok(report);
+    }
+    remove_in_order(&ports, &mut report).await;
+    if let Ok(after) = measure(&ports.fs_info, &spec.capacity).await {
+        report.bytes_freed_measured = Some(i128::from(after.available) - i128::from(before.available));
+    }
+    prune_pull_records(&ports, &detection, &report, started).await;
+    Ok(report)
+}
+
+/// The image filesystem's capacity and free space: `ImageFsInfo`, then the
+/// capacity source (on the blocking pool: `statvfs` may block).
+async fn measure(fs_info: &Recipient<GetImageFsInfo>, capacity: &CapacitySource) -> Result<FsCapacity, GcError> {
+    let info = fs_info.send(GetImageFsInfo).await.map_err(|_| GcError::FsInfo("CRI gateway stopped".into()))?;
+    let info = info.map_err(|e| GcError::FsInfo(format!("failed to get image filesystem info: {e}")))?;
+    let fs = info
+        .image_filesystems
+        .into_iter()
+        .next()
+        .ok_or_else(|| GcError::FsInfo("the runtime reported no image filesystem".into()))?;
+    let capacity = capacity.clone();
+    tokio::task::spawn_blocking(move || capacity.measure(&fs))
+        .await
+        .map_err(|e| GcError::FsInfo(e.to_string()))?
+        .map_err(GcError::FsInfo)
+}
+
+/// Removes the max-age pass's deletions when the capacity is invalid: no
+/// report, only the metrics.
+async fn remove_for_age(ports: &GcPorts, detection: &Detection, keys: Vec<RecordKey>) {
+    for key in keys {
+        let size = detection.records.get(&key).map_or(0, |r| r.size);
+        let spec = ImageSpec::new(key.id).with_runtime_handler(key.runtime_handler);
+        if let Ok(Ok(())) = ports.remove.send(RemoveImage { image: spec }).await {
+            ports.metrics.image_garbage_collected("age", size);
+        }
+    }
+}
+
+/// Removes the report's deletions one at a time, in plan order, recording
+/// each as removed or failed (a failure does not stop the rest).
+async fn remove_in_order(ports: &GcPorts, report: &mut GcReport) {
+    let deletions: Vec<_> = report.deletions().cloned().collect();
+    for v in &deletions {
+        let Verdict::Delete(reason) = &v.verdict else { continue };
+        let msg = RemoveImage { image: ImageSpec::new(v.id.clone()).with_runtime_handler(v.runtime_handler.clone()) };
+        match ports.remove.send(msg).await {
+            Ok(Ok(())) => {
+                ports.metrics.image_garbage_collected(reason.metric_label(), v.size);
+                info!(image = %v.id, reason = %reason, bytes = v.size, "image removed");
+                report.removed.push(RemovedImage {
+                    id: v.id.clone(),
+                    repo_tags: v.repo_tags.clone(),
+                    size: v.size,
+                    reason: reason.to_string(),
+                });
+            }
+            Ok(Err(e)) => report.failed.push((v.id.clone(), e.to_string())),
+            Err(_) => report.failed.push((v.id.clone(), "CRI gateway stopped".into())),
+        }
+    }
+}
+
+/// The kubelet's post-GC hook. Unlike the kubelet (which passes only the
+/// remaining GC candidates), every image still present keeps its record,
+/// in use or not. A failure is logged; the run's result is unchanged.
+async fn prune_pull_records(ports: &GcPorts, detection: &Detection, report: &GcReport, started: std::time::SystemTime) {
+    let Some(records) = &ports.pull_records else { return };
+    let removed: HashSet<&str> = report.removed.iter().map(|r| r.id.as_str()).collect();
+    let present: HashSet<String> =
+        detection.records.iter().map(|r| r.key.id.clone()).filter(|id| !removed.contains(id.as_str())).collect();
+    // `started` is before detection, read from the clock the records are
+    // stamped with (`GcService` shares it): a record written since (a pull
+    // during this run) is newer and stays.
+    if let Err(e) = records.prune_unknown_records(&present, started).await {
+        warn!(error = %e, "failed to prune pulled records of removed images");
+    }
+}

@@ -1,0 +1,116 @@
+//! The KEP-2535 tables (`pull_intents_v1`, `pulled_records_v1`): the
+//! state read at start and one durable transaction per change.
+
+use redb::{Durability, ReadableDatabase, ReadableTable};
+
+use super::{PULL_INTENTS, PULLED_RECORDS, Store, StoreError};
+use crate::domain::pull_record::PulledRecord;
+
+#[cfg(test)]
+mod tests;
+
+/// The KEP-2535 state read at start: pulled records, intents.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PullRecordsState {
+    /// Records that decode.
+    pub records: Vec<PulledRecord>,
+    /// Image refs whose stored record does not decode (kept: the image
+    /// counts as pulled by imaged, and pods must pull it to use it).
+    pub unreadable: Vec<String>,
+    /// Images with a pull intent (pulls that began and never ended).
+    pub intents: Vec<String>,
+}
+
+/// One write transaction of KEP-2535 state (see [`Store::apply_pull_records`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PullRecordsWrite {
+    /// Records to insert or replace (by image ref).
+    pub upsert_records: Vec<PulledRecord>,
+    /// Image refs whose records to delete.
+    pub delete_records: Vec<String>,
+    /// Images whose intents to record.
+    pub put_intents: Vec<String>,
+    /// Images whose intents to delete.
+    pub delete_intents: Vec<String>,
+}
+
+impl PullRecordsWrite {
+    /// Nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.upsert_records.is_empty()
+            && self.delete_records.is_empty()
+            && self.put_intents.is_empty()
+            && self.delete_intents.is_empty()
+    }
+}
+
+// === impl Store: pull records ===
+
+impl Store {
+    /// The pulled records (and the keys of those that do not decode) and the
+    /// pull intents, from one read transaction.
+    pub fn pull_records_state(&self) -> Result<PullRecordsState, StoreError> {
+        let op = "reading pull records";
+        let txn = self.db.begin_read().map_err(|e| self.tx_error(op, e))?;
+        let mut state = PullRecordsState::default();
+        let records = txn.open_table(PULLED_RECORDS).map_err(|e| self.tx_error(op, e))?;
+        for entry in records.iter().map_err(|e| self.tx_error(op, e))? {
+            let (key, value) = entry.map_err(|e| self.tx_error(op, e))?;
+            let key = key.value();
+            match serde_json::from_slice::<PulledRecord>(value.value()) {
+                Ok(record) if record.image_ref == key => state.records.push(record),
+                Ok(record) => {
+                    tracing::warn!(db = %self.path.display(), key = %key.escape_debug(), found = %record.image_ref.escape_debug(), "pulled record is stored under another image ref; treating it as unreadable");
+                    state.unreadable.push(key.to_string());
+                }
+                Err(reason) => {
+                    tracing::warn!(db = %self.path.display(), key = %key.escape_debug(), %reason, "pulled record does not decode; treating it as unreadable");
+                    state.unreadable.push(key.to_string());
+                }
+            }
+        }
+        let intents = txn.open_table(PULL_INTENTS).map_err(|e| self.tx_error(op, e))?;
+        for entry in intents.iter().map_err(|e| self.tx_error(op, e))? {
+            let (key, _) = entry.map_err(|e| self.tx_error(op, e))?;
+            state.intents.push(key.value().to_string());
+        }
+        Ok(state)
+    }
+
+    /// Applies `w` in one durable write transaction: record upserts, then
+    /// record deletes, intent puts, intent deletes. When this returns `Ok`
+    /// all of it is on disk; a crash applies all or none of it.
+    pub fn apply_pull_records(&self, w: &PullRecordsWrite) -> Result<(), StoreError> {
+        let encoded =
+            w.upsert_records
+                .iter()
+                .map(|r| {
+                    serde_json::to_vec(r).map(|v| (r.image_ref.as_str(), v)).map_err(|source| {
+                        StoreError::EncodePulled { path: self.path.clone(), image_ref: r.image_ref.clone(), source }
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default();
+        let op = "committing pull records";
+        let mut txn = self.db.begin_write().map_err(|e| self.tx_error(op, e))?;
+        txn.set_durability(Durability::Immediate).map_err(|e| self.tx_error(op, e))?;
+        {
+            let mut records = txn.open_table(PULLED_RECORDS).map_err(|e| self.tx_error(op, e))?;
+            for (key, value) in &encoded {
+                records.insert(*key, value.as_slice()).map_err(|e| self.tx_error(op, e))?;
+            }
+            for key in &w.delete_records {
+                records.remove(key.as_str()).map_err(|e| self.tx_error(op, e))?;
+            }
+            let mut intents = txn.open_table(PULL_INTENTS).map_err(|e| self.tx_error(op, e))?;
+            for key in &w.put_intents {
+                intents.insert(key.as_str(), now).map_err(|e| self.tx_error(op, e))?;
+            }
+            for key in &w.delete_intents {
+                intents.remove(key.as_str()).map_err(|e| self.tx_error(op, e))?;
+            }
+        }
+        txn.commit().map_err(|e| self.tx_error(op, e))
+    }
+}
