@@ -89,41 +89,6 @@ impl ManualClock {
     }
 }
 
-/// A wall clock: the system time at creation plus tokio time elapsed since.
-#[derive(Debug, Clone, Copy)]
-pub struct WallClock {
-    base: SystemTime,
-    start: Instant,
-}
-
-impl Default for WallClock {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl WallClock {
-    /// A clock starting at the current system time.
-    pub fn new() -> Self {
-        Self { base: SystemTime::now(), start: Instant::now() }
-    }
-
-    /// A clock starting at `base` (tests).
-    pub fn starting_at(base: SystemTime) -> Self {
-        Self { base, start: Instant::now() }
-    }
-
-    /// Now.
-    pub fn now(&self) -> SystemTime {
-        self.base + self.start.elapsed()
-    }
-
-    /// Time since `t` (zero when `t` is in the future).
-    pub fn since(&self, t: SystemTime) -> Duration {
-        self.now().duration_since(t).unwrap_or(Duration::ZERO)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

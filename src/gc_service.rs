@@ -9,7 +9,7 @@ use crate::actors::cache_refresher::{self, CacheRefresherActor, CacheRefresherCo
 use crate::actors::cri_gateway::CriGatewayActor;
 use crate::actors::detector::{self, DetectorActor, DetectorConfig, DetectorCri};
 use crate::actors::gc_executor::{self, GcExecutorActor, GcExecutorConfig};
-use crate::clock::WallClock;
+use crate::clock::Clock;
 use crate::config::GcSettings;
 use crate::events::EventSink;
 use crate::gc::capacity::CapacitySource;
@@ -58,7 +58,7 @@ impl GcService {
     ) -> Self {
         // Records are stamped with their own clock; GC compares the start
         // of its run with those stamps when it prunes, so it runs on it too.
-        let clock = pull_records.as_ref().map_or_else(WallClock::new, PullRecords::clock);
+        let clock = pull_records.as_ref().map_or_else(Clock::new, PullRecords::clock);
         let cri = DetectorCri {
             list_images: gateway.clone().recipient(),
             list_containers: gateway.clone().recipient(),
@@ -71,7 +71,7 @@ impl GcService {
             recent_window: settings.min_age,
             mailbox_capacity: detector::DEFAULT_MAILBOX_CAPACITY,
         };
-        let detector = DetectorActor::new(dcfg, cri, store, hints, clock).start();
+        let detector = DetectorActor::new(dcfg, cri, store, hints, clock.clone()).start();
         let ecfg = GcExecutorConfig {
             policy: settings.policy(),
             rules: settings.rules(),

@@ -45,7 +45,7 @@ use std::sync::{Arc, Mutex};
 pub use decide::{Decision, PodCredentials, RecordLookup, decide};
 pub use policy::{Allowlist, AllowlistError, UnknownPolicy, VerificationPolicy, VerifyPolicy};
 
-use crate::clock::WallClock;
+use crate::clock::Clock;
 use crate::domain::pull_record::{ImagePullCredentials, MustPullResult, PulledRecord, merge_pulled};
 use crate::domain::reference::parse_normalized_named;
 use crate::metrics::Metrics;
@@ -77,7 +77,7 @@ struct Inner {
     policy: VerifyPolicy,
     store: Option<Arc<Store>>,
     /// Stamps records' `last_updated_time`; shared with GC (see [`PullRecords::clock`]).
-    clock: WallClock,
+    clock: Clock,
     state: Mutex<State>,
     /// Serialises writers: read-merge-write and the store write are one step.
     writes: tokio::sync::Mutex<()>,
@@ -154,7 +154,7 @@ impl PullRecords {
             inner: Arc::new(Inner {
                 policy,
                 store,
-                clock: WallClock::new(),
+                clock: Clock::new(),
                 state: Mutex::new(state),
                 writes: tokio::sync::Mutex::new(()),
                 names: Mutex::default(),
@@ -170,8 +170,8 @@ impl PullRecords {
     /// The clock records are stamped with (`last_updated_time`). A GC that
     /// prunes these records must read the start of its run from this clock
     /// (`GcService::start` runs its actors on it).
-    pub fn clock(&self) -> WallClock {
-        self.inner.clock
+    pub fn clock(&self) -> Clock {
+        self.inner.clock.clone()
     }
 
     /// This handle (and the clones made from it from now on) counting each

@@ -18,7 +18,7 @@ use actix::prelude::*;
 use tracing::{debug, info, warn};
 
 use crate::actors::cri_gateway::{GetImageStatus, ListContainers, ListImages, ListPodSandboxes};
-use crate::clock::WallClock;
+use crate::clock::Clock;
 use crate::cri::{CriError, CriErrorKind};
 use crate::domain::{Container, ContainerFilter, Image, ImageSpec, ImageStatus, PodSandbox, PodSandboxFilter};
 use crate::gc::detect::{DetectDiff, Records};
@@ -98,7 +98,7 @@ pub struct DetectorActor {
     records: Arc<Records>,
     store: Option<Arc<Store>>,
     hints: InUseHints,
-    clock: WallClock,
+    clock: Clock,
     in_flight: bool,
     last: Option<Arc<Detection>>,
 }
@@ -122,7 +122,7 @@ impl DetectorActor {
         cri: DetectorCri,
         store: Option<Arc<Store>>,
         hints: InUseHints,
-        clock: WallClock,
+        clock: Clock,
     ) -> Self {
         Self { cfg, cri, records: Arc::new(Records::default()), store, hints, clock, in_flight: false, last: None }
     }

@@ -34,8 +34,8 @@ fn cfg() -> DetectorConfig {
 
 const BASE: u64 = 1_700_000_000;
 
-fn clock() -> WallClock {
-    WallClock::starting_at(SystemTime::UNIX_EPOCH + Duration::from_secs(BASE))
+fn clock() -> Clock {
+    Clock::starting_at(SystemTime::UNIX_EPOCH + Duration::from_secs(BASE))
 }
 
 fn at(secs: u64) -> SystemTime {
@@ -125,7 +125,7 @@ async fn records_survive_a_restart_through_the_store() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let store = opened.expect("the first detector released the store");
-    let later = WallClock::starting_at(at(3_600));
+    let later = Clock::starting_at(at(3_600));
     let d = DetectorActor::new(cfg(), FakeCri::detector_cri(&fake), Some(store), InUseHints::default(), later).start();
     let det = d.send(DetectImages).await.unwrap().expect("detect");
     let a = det.records.get(&RecordKey::id("sha256:a")).expect("a");

@@ -14,7 +14,7 @@ use super::report::{GcError, GcReport};
 use super::run::{GcPorts, run_gc};
 use crate::actors::cri_gateway::{GetImageFsInfo, RemoveImage};
 use crate::actors::detector::DetectImages;
-use crate::clock::WallClock;
+use crate::clock::Clock;
 use crate::events::EventSink;
 use crate::gc::plan::GcMode;
 use crate::metrics::Metrics;
@@ -30,7 +30,7 @@ pub struct GcExecutorActor {
     gc: GcExecutor,
     ports: GcPorts,
     events: EventSink,
-    clock: WallClock,
+    clock: Clock,
 }
 
 impl GcExecutorActor {
@@ -43,7 +43,7 @@ impl GcExecutorActor {
         fs_info: Recipient<GetImageFsInfo>,
         remove: Recipient<RemoveImage>,
         events: EventSink,
-        clock: WallClock,
+        clock: Clock,
     ) -> Self {
         let ports = GcPorts { detect: detector, fs_info, remove, pull_records: None, metrics: Metrics::default() };
         Self { gc: GcExecutor::new(cfg, clock.now()), ports, events, clock }
@@ -70,7 +70,7 @@ impl GcExecutorActor {
             Ok(spec) => spec,
             Err(e) => return Box::pin(actix::fut::ready(Err(e))),
         };
-        let work = run_gc(self.ports.clone(), spec, self.clock);
+        let work = run_gc(self.ports.clone(), spec, self.clock.clone());
         Box::pin(work.into_actor(self).map(move |outcome, act, _| {
             let end = act.gc.finish(dry_run, outcome);
             for event in end.events {

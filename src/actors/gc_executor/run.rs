@@ -14,7 +14,7 @@ use super::executor::RunSpec;
 use super::report::{GcError, GcReport, RemovedImage};
 use crate::actors::cri_gateway::{GetImageFsInfo, RemoveImage};
 use crate::actors::detector::{DetectImages, Detection};
-use crate::clock::WallClock;
+use crate::clock::Clock;
 use crate::domain::ImageSpec;
 use crate::gc::capacity::{CapacitySource, FsCapacity};
 use crate::gc::plan::{GcPlanError, GcRunInputs, Verdict, plan_gc};
@@ -45,7 +45,7 @@ pub struct GcPorts {
 ///
 /// Measuring the filesystem failed, detection failed, or the capacity is 0
 /// (after the max-age deletions, as in the kubelet).
-pub async fn run_gc(ports: GcPorts, spec: RunSpec, clock: WallClock) -> Result<GcReport, GcError> {
+pub async fn run_gc(ports: GcPorts, spec: RunSpec, clock: Clock) -> Result<GcReport, GcError> {
     let started = clock.now();
     let before = measure(&ports.fs_info, &spec.capacity).await?;
     let detection = ports.detect.send(DetectImages).await.map_err(|_| GcError::DetectorStopped)?;

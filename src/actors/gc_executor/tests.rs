@@ -5,7 +5,7 @@ use actix::prelude::*;
 
 use super::*;
 use crate::actors::detector::{DetectorActor, DetectorConfig};
-use crate::clock::WallClock;
+use crate::clock::Clock;
 use crate::cri::{CriError, CriErrorKind, Rpc};
 use crate::domain::{Container, ContainerState, Image};
 use crate::events::EventReason;
@@ -39,14 +39,15 @@ async fn rig(other_gb: u64, policy: GcPolicy) -> Rig {
     let images = ["a", "b", "c", "d", "e"].map(|n| img(&format!("sha256:{n}"), 10 * GB)).to_vec();
     let fake = FakeCri::new(images, 100 * GB).start();
     fake.send(SetFakeFs { capacity: 100 * GB, other_used: other_gb * GB }).await.unwrap();
-    let clock = WallClock::starting_at(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
+    let clock = Clock::starting_at(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
     let dcfg = DetectorConfig {
         period: Duration::from_secs(300),
         sandbox_image: String::new(),
         recent_window: policy.min_age,
         mailbox_capacity: crate::actors::detector::DEFAULT_MAILBOX_CAPACITY,
     };
-    let detector = DetectorActor::new(dcfg, FakeCri::detector_cri(&fake), None, InUseHints::default(), clock).start();
+    let detector =
+        DetectorActor::new(dcfg, FakeCri::detector_cri(&fake), None, InUseHints::default(), clock.clone()).start();
     let sink = EventSink::default();
     let events = EventLog::default().start();
     sink.subscribe(events.clone().recipient());
@@ -154,14 +155,15 @@ async fn zero_capacity_is_invalid_and_listing_failures_are_reported() {
     let r = rig(0, GcPolicy::default()).await;
     r.fake.send(SetFakeFs { capacity: 0, other_used: 0 }).await.unwrap();
     // The capacity source is fixed at 100 GiB in the rig; use a zero one here.
-    let clock = WallClock::new();
+    let clock = Clock::new();
     let dcfg = DetectorConfig {
         period: Duration::from_secs(300),
         sandbox_image: String::new(),
         recent_window: Duration::from_secs(120),
         mailbox_capacity: crate::actors::detector::DEFAULT_MAILBOX_CAPACITY,
     };
-    let detector = DetectorActor::new(dcfg, FakeCri::detector_cri(&r.fake), None, InUseHints::default(), clock).start();
+    let detector =
+        DetectorActor::new(dcfg, FakeCri::detector_cri(&r.fake), None, InUseHints::default(), clock.clone()).start();
     let sink = EventSink::default();
     let events = EventLog::default().start();
     sink.subscribe(events.clone().recipient());
@@ -256,7 +258,7 @@ async fn min_age_counts_from_the_first_detection_before_a_restart() {
             FakeCri::detector_cri(&fake),
             Some(store.clone()),
             InUseHints::default(),
-            WallClock::starting_at(t0),
+            Clock::starting_at(t0),
         )
         .start();
         d.send(crate::actors::detector::DetectImages).await.unwrap().expect("detect");
@@ -277,8 +279,9 @@ async fn min_age_counts_from_the_first_detection_before_a_restart() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let clock = WallClock::starting_at(t0 + Duration::from_secs(3_600));
-    let d = DetectorActor::new(dcfg(), FakeCri::detector_cri(&fake), store, InUseHints::default(), clock).start();
+    let clock = Clock::starting_at(t0 + Duration::from_secs(3_600));
+    let d =
+        DetectorActor::new(dcfg(), FakeCri::detector_cri(&fake), store, InUseHints::default(), clock.clone()).start();
     let cfg = GcExecutorConfig {
         policy,
         rules: ProtectionRules::default(),
