@@ -39,10 +39,10 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use futures_util::future::join_all;
 use imaged::actors::backoff_registry::BackoffSettings;
-use imaged::actors::cri_gateway::CriConfig;
+use imaged::actors::cri_gateway::CriSettings;
 use imaged::actors::cri_gateway::{CriGatewayActor, GetImageStatus};
 use imaged::actors::pull_queue::{
-    Concurrency, EnqueuePull, PullPhase, PullPhaseChanged, PullQueueConfig, PullRequest, SubscribePhases,
+    Concurrency, EnqueuePull, PullPhase, PullPhaseChanged, PullQueueSettings, PullRequest, SubscribePhases,
 };
 use imaged::cri::proto::image_service_client::ImageServiceClient;
 use imaged::cri::proto::{ImageSpec as PbSpec, ImageStatusRequest, PullImageRequest};
@@ -50,7 +50,7 @@ use imaged::cri::{CriClient, Rpc};
 use imaged::domain::ImageSpec;
 use imaged::domain::pull_policy::PullPolicy;
 use imaged::embedded::{EmbeddedRuntime, RemoteImage};
-use imaged::ensure::{EnsureConfig, EnsureImageRequest};
+use imaged::ensure::{EnsureImageRequest, EnsureSettings};
 use imaged::testing::{StartedManager, start_manager};
 
 // Hot path.
@@ -93,18 +93,20 @@ fn median_f64(mut v: Vec<f64>) -> f64 {
 
 /// A fresh embedded runtime (in its own temp dir), a gateway to it, and a
 /// manager with `pull` as the queue's settings.
-async fn stack(pull: &PullQueueConfig) -> (tempfile::TempDir, EmbeddedRuntime, Addr<CriGatewayActor>, StartedManager) {
-    stack_with(pull, EnsureConfig::default()).await
+async fn stack(
+    pull: &PullQueueSettings,
+) -> (tempfile::TempDir, EmbeddedRuntime, Addr<CriGatewayActor>, StartedManager) {
+    stack_with(pull, EnsureSettings::default()).await
 }
 
 /// [`stack`] with these ensure settings.
 async fn stack_with(
-    pull: &PullQueueConfig,
-    ensure: EnsureConfig,
+    pull: &PullQueueSettings,
+    ensure: EnsureSettings,
 ) -> (tempfile::TempDir, EmbeddedRuntime, Addr<CriGatewayActor>, StartedManager) {
     let dir = tempfile::tempdir().expect("tempdir");
     let runtime = EmbeddedRuntime::start_in(dir.path()).expect("embedded runtime");
-    let (gateway, _) = CriGatewayActor::connect(&runtime.endpoint(), &CriConfig::default()).await.expect("gateway");
+    let (gateway, _) = CriGatewayActor::connect(&runtime.endpoint(), &CriSettings::default()).await.expect("gateway");
     let manager = start_manager(&gateway, pull, &BackoffSettings::default(), ensure).await.expect("manager starts");
     (dir, runtime, gateway, manager)
 }
@@ -146,11 +148,11 @@ fn bare_status_request() -> ImageStatusRequest {
 }
 
 async fn hot_path() {
-    let pull = PullQueueConfig { qps: 0.0, ..PullQueueConfig::default() };
+    let pull = PullQueueSettings { qps: 0.0, ..PullQueueSettings::default() };
     let (_dir, runtime, gateway, StartedManager { manager, .. }) = stack(&pull).await;
     runtime.preload(RemoteImage::new(HOT_IMAGE, 1_000)).expect("preload");
     let bare = bare_client(&runtime);
-    let cri_cfg = CriConfig::default();
+    let cri_cfg = CriSettings::default();
     let client = CriClient::new(&runtime.endpoint(), cri_cfg.connect_timeout).expect("client");
     let status_deadline = cri_cfg.deadlines.get(Rpc::ImageStatus);
     let req = EnsureImageRequest::new("bench-pod", HOT_IMAGE, PullPolicy::IfNotPresent);
@@ -265,16 +267,16 @@ enum Driver {
 /// One makespan run on a fresh runtime; with `log`, the queue's phase
 /// changes are recorded (that perturbs the run a little: not counted).
 async fn makespan_once(driver: Driver, log: Option<&Addr<PhaseLog>>) -> Duration {
-    let pull = PullQueueConfig {
+    let pull = PullQueueSettings {
         concurrency: Concurrency::Parallel(Some(MAKESPAN_TOKENS)),
         qps: 0.0,
         capacity: None,
-        ..PullQueueConfig::default()
+        ..PullQueueSettings::default()
     };
     let ensure = match driver {
         Driver::EnsureLimited => presence_limited(),
         Driver::EnsureAllAtOnce => presence_all_at_once(),
-        _ => EnsureConfig::default(),
+        _ => EnsureSettings::default(),
     };
     let (_dir, runtime, _gateway, StartedManager { manager, queue, .. }) = stack_with(&pull, ensure).await;
     let names = makespan_names();
@@ -506,17 +508,17 @@ const BURST_RUNS: usize = 30;
 const PRESENCE_LIMIT: usize = 8;
 
 /// A fixed limit of `PRESENCE_LIMIT` presence checks in flight, no window.
-fn presence_limited() -> EnsureConfig {
-    EnsureConfig {
+fn presence_limited() -> EnsureSettings {
+    EnsureSettings {
         presence_check_window: None,
         presence_check_concurrency: Some(PRESENCE_LIMIT),
-        ..EnsureConfig::default()
+        ..EnsureSettings::default()
     }
 }
 
 /// Every presence check sent at once, as the kubelet: no window, no limit.
-fn presence_all_at_once() -> EnsureConfig {
-    EnsureConfig { presence_check_window: None, presence_check_concurrency: None, ..EnsureConfig::default() }
+fn presence_all_at_once() -> EnsureSettings {
+    EnsureSettings { presence_check_window: None, presence_check_concurrency: None, ..EnsureSettings::default() }
 }
 
 /// Wall time of `BURST_REQUESTS` concurrent ensures of present images
@@ -525,9 +527,9 @@ fn presence_all_at_once() -> EnsureConfig {
 /// interleaved run by run: what holding checks back costs a burst that needs
 /// no pull. Median of the runs, per side.
 async fn present_burst() {
-    let pull = PullQueueConfig { qps: 0.0, ..PullQueueConfig::default() };
+    let pull = PullQueueSettings { qps: 0.0, ..PullQueueSettings::default() };
     let mut sides = Vec::new();
-    for cfg in [EnsureConfig::default(), presence_limited(), presence_all_at_once()] {
+    for cfg in [EnsureSettings::default(), presence_limited(), presence_all_at_once()] {
         let (dir, runtime, gateway, _) = stack(&pull).await;
         for i in 0..BURST_IMAGES {
             runtime.preload(RemoteImage::new(format!("example.com/burst/p{i}:1"), 1_000)).expect("preload");
@@ -557,7 +559,7 @@ async fn present_burst() {
     }
     let medians: Vec<f64> = totals.into_iter().map(median_f64).collect();
     println!("present_burst_requests: {BURST_REQUESTS}");
-    println!("present_burst_window: {}", EnsureConfig::default().presence_check_window.unwrap_or(0));
+    println!("present_burst_window: {}", EnsureSettings::default().presence_check_window.unwrap_or(0));
     println!("present_burst_limit: {PRESENCE_LIMIT}");
     println!("present_burst_p50_ms: {:.2}", medians[0]);
     println!("present_burst_limit_p50_ms: {:.2}", medians[1]);
@@ -570,12 +572,12 @@ async fn present_burst() {
 
 /// CRI PullImage calls for `SF_WAITERS` concurrent ensures of one absent image.
 async fn shared_pulls(single_flight: bool) -> u64 {
-    let pull = PullQueueConfig {
+    let pull = PullQueueSettings {
         concurrency: Concurrency::Parallel(None),
         qps: 0.0,
         capacity: None,
         single_flight,
-        ..PullQueueConfig::default()
+        ..PullQueueSettings::default()
     };
     let (_dir, runtime, _gateway, StartedManager { manager, .. }) = stack(&pull).await;
     let image = "example.com/shared:1";

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use imaged::actors::cri_gateway::CriConfig;
+use imaged::actors::cri_gateway::CriSettings;
 use imaged::actors::cri_gateway::{CriGatewayActor, GetImageStatus};
 use imaged::cri::proto::image_service_client::ImageServiceClient;
 use imaged::cri::proto::{ImageSpec as PbSpec, ImageStatusRequest};
@@ -31,7 +31,7 @@ fn main() {
     let endpoint = runtime.endpoint();
 
     actix::System::new().block_on(async move {
-        let (gateway, _) = CriGatewayActor::connect(&endpoint, &CriConfig::default()).await.expect("gateway");
+        let (gateway, _) = CriGatewayActor::connect(&endpoint, &CriSettings::default()).await.expect("gateway");
         let channel = endpoint.channel(Duration::from_secs(5)).expect("channel");
         let bare = ImageServiceClient::new(channel);
 

@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 
-use crate::actors::cache_refresher::{self, CacheRefresherActor, CacheRefresherConfig, ImageListReader};
+use crate::actors::cache_refresher::{self, CacheRefresherActor, CacheRefresherSettings, ImageListReader};
 use crate::actors::cri_gateway::CriGatewayActor;
-use crate::actors::detector::{self, DetectorActor, DetectorConfig, DetectorCri};
-use crate::actors::gc_executor::{self, GcExecutorActor, GcExecutorConfig};
+use crate::actors::detector::{self, DetectorActor, DetectorCri, DetectorSettings};
+use crate::actors::gc_executor::{self, GcExecutorActor, GcExecutorSettings};
 use crate::clock::Clock;
 use crate::config::GcSettings;
 use crate::events::EventSink;
@@ -65,14 +65,14 @@ impl GcService {
             list_sandboxes: gateway.clone().recipient(),
             image_status: gateway.clone().recipient(),
         };
-        let dcfg = DetectorConfig {
+        let dcfg = DetectorSettings {
             period: settings.detect_period,
             sandbox_image: settings.sandbox_image.clone(),
             recent_window: settings.min_age,
             mailbox_capacity: detector::DEFAULT_MAILBOX_CAPACITY,
         };
         let detector = DetectorActor::new(dcfg, cri, store, hints, clock.clone()).start();
-        let ecfg = GcExecutorConfig {
+        let ecfg = GcExecutorSettings {
             policy: settings.policy(),
             rules: settings.rules(),
             period: settings.gc_period,
@@ -92,7 +92,7 @@ impl GcService {
             executor = executor.with_pull_records(records);
         }
         let executor = executor.start();
-        let rcfg = CacheRefresherConfig {
+        let rcfg = CacheRefresherSettings {
             period: settings.cache_refresh_period,
             max_images: settings.node_status_max_images,
             mailbox_capacity: cache_refresher::DEFAULT_MAILBOX_CAPACITY,

@@ -5,7 +5,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry, reload};
 
-use crate::config::{LogConfig, LogFormat};
+use crate::config::{LogFormat, LogSettings};
 
 /// Replaces the log filter of the installed subscriber.
 #[derive(Clone)]
@@ -36,7 +36,7 @@ impl LogReload {
 
 /// Installs the global subscriber. Returns an error text when a subscriber
 /// is already installed (tests, embedders) or the filter is bad.
-pub fn init(cfg: &LogConfig) -> Result<LogReload, String> {
+pub fn init(cfg: &LogSettings) -> Result<LogReload, String> {
     let (filter, pinned_by_env) = match std::env::var("RUST_LOG") {
         Ok(v) if !v.is_empty() => (EnvFilter::try_new(&v).map_err(|e| format!("RUST_LOG {v:?}: {e}"))?, true),
         _ => (EnvFilter::try_new(&cfg.filter).map_err(|e| format!("log.filter {:?}: {e}", cfg.filter))?, false),

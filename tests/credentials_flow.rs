@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use imaged::actors::backoff_registry::BackoffSettings;
-use imaged::actors::pull_queue::{Concurrency, PullQueueConfig};
+use imaged::actors::pull_queue::{Concurrency, PullQueueSettings};
 use imaged::credentials::{CredentialProviders, DockerConfigSearch, NodeConfigFiles, NodeCredentials, PullSecret};
 use imaged::cri::Rpc;
 use imaged::domain::ImageErrorKind;
@@ -32,8 +32,8 @@ struct Flow {
 async fn flow(node: NodeCredentials) -> Flow {
     let rt = runtime().await;
     rt.runtime.add_remote(RemoteImage::new(PRIVATE, 10).private("team", "s3cret")).expect("add");
-    let pull = PullQueueConfig { concurrency: Concurrency::Parallel(None), qps: 0.0, ..PullQueueConfig::default() };
-    let manager = start_manager(&rt.gateway, &pull, &BackoffSettings::default(), EnsureConfig::default())
+    let pull = PullQueueSettings { concurrency: Concurrency::Parallel(None), qps: 0.0, ..PullQueueSettings::default() };
+    let manager = start_manager(&rt.gateway, &pull, &BackoffSettings::default(), EnsureSettings::default())
         .await
         .expect("manager starts")
         .manager

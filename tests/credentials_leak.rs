@@ -17,7 +17,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use base64::Engine as _;
 use imaged::actors::backoff_registry::BackoffSettings;
-use imaged::actors::pull_queue::{Concurrency, PullQueueConfig};
+use imaged::actors::pull_queue::{Concurrency, PullQueueSettings};
 use imaged::credentials::{
     CredentialProviders, DockerConfigSearch, NodeConfigFiles, NodeCredentials, PullSecret, lookup_credentials,
 };
@@ -110,14 +110,14 @@ async fn no_password_or_auth_string_in_logs_events_errors_or_debug() {
 
     let rt = runtime().await;
     rt.runtime.add_remote(RemoteImage::new(PRIVATE, 10).private("team", "the-right-one")).expect("add");
-    let pull = PullQueueConfig {
+    let pull = PullQueueSettings {
         concurrency: Concurrency::Parallel(None),
         qps: 0.0,
         metrics: metrics.clone(),
-        ..PullQueueConfig::default()
+        ..PullQueueSettings::default()
     };
     let backoff = BackoffSettings { metrics: metrics.clone(), ..BackoffSettings::default() };
-    let manager = start_manager(&rt.gateway, &pull, &backoff, EnsureConfig::default())
+    let manager = start_manager(&rt.gateway, &pull, &backoff, EnsureSettings::default())
         .await
         .expect("manager starts")
         .manager

@@ -10,7 +10,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use imaged::actors::backoff_registry::{BackoffRegistryActor, BackoffSettings};
 use imaged::actors::backoff_registry::{ClearBackoff, ClearScope};
-use imaged::actors::pull_queue::{Concurrency, PullQueueConfig};
+use imaged::actors::pull_queue::{Concurrency, PullQueueSettings};
 use imaged::cri::{CriError, CriErrorKind, Rpc};
 use imaged::domain::pull_policy::PullPolicy;
 use imaged::domain::{ErrorClass, ImageErrorKind};
@@ -32,11 +32,11 @@ struct Flow {
     events: Addr<EventLog>,
 }
 
-async fn flow_with(ensure: EnsureConfig) -> Flow {
+async fn flow_with(ensure: EnsureSettings) -> Flow {
     let rt = runtime().await;
     rt.runtime.preload(RemoteImage::new(PRESENT, 1_000)).expect("preload");
     rt.runtime.add_remote(RemoteImage::new(ABSENT, 2_000).latency(Duration::from_millis(20))).expect("add");
-    let pull = PullQueueConfig { concurrency: Concurrency::Parallel(None), qps: 0.0, ..PullQueueConfig::default() };
+    let pull = PullQueueSettings { concurrency: Concurrency::Parallel(None), qps: 0.0, ..PullQueueSettings::default() };
     let StartedManager { manager, backoff, .. } =
         start_manager(&rt.gateway, &pull, &BackoffSettings::default(), ensure).await.expect("manager starts");
     let events = EventLog::default().start();
@@ -45,7 +45,7 @@ async fn flow_with(ensure: EnsureConfig) -> Flow {
 }
 
 async fn flow() -> Flow {
-    flow_with(EnsureConfig::default()).await
+    flow_with(EnsureSettings::default()).await
 }
 
 fn req(uid: &str, image: &str, policy: PullPolicy) -> EnsureImageRequest {
@@ -280,7 +280,7 @@ async fn local_fallback_uses_the_present_image_only_when_the_registry_is_unreach
 
 #[actix::test]
 async fn annotated_error_class_is_opt_in() {
-    let f = flow_with(EnsureConfig { annotate_error_class: true, ..EnsureConfig::default() }).await;
+    let f = flow_with(EnsureSettings { annotate_error_class: true, ..EnsureSettings::default() }).await;
     let e = f.ensure("u1", MISSING, PullPolicy::Always).await.expect_err("missing");
     assert!(e.message.ends_with(" (permanent)"), "{}", e.message);
     let b = f.ensure("u1", MISSING, PullPolicy::Always).await.expect_err("backoff");
@@ -353,7 +353,7 @@ async fn pull_secrets_supply_the_credentials_and_a_bad_one_fails_by_name() {
 /// back-off), then with them: the pull waits out the back-off as in the
 /// kubelet, or, with `reset_backoff_on_credential_change`, goes ahead at once.
 async fn retry_with_new_credentials(reset: bool) -> (Result<EnsureOk, EnsureError>, u64) {
-    let f = flow_with(EnsureConfig { reset_backoff_on_credential_change: reset, ..EnsureConfig::default() }).await;
+    let f = flow_with(EnsureSettings { reset_backoff_on_credential_change: reset, ..EnsureSettings::default() }).await;
     let image = "example.com/private:1";
     f.rt.runtime.add_remote(RemoteImage::new(image, 10).private("robot", "s3cret")).expect("add");
     let e = f.ensure("u1", image, PullPolicy::IfNotPresent).await.expect_err("no credentials");
@@ -387,7 +387,7 @@ async fn new_credentials_reset_the_back_off_when_asked_to() {
 /// from the same registry, and u1 retries: it waits out its back-off as in
 /// the kubelet, or, with `reset_backoff_on_registry_recovery`, pulls at once.
 async fn retry_after_registry_outage(reset: bool) -> (Result<EnsureOk, EnsureError>, u64) {
-    let f = flow_with(EnsureConfig { reset_backoff_on_registry_recovery: reset, ..EnsureConfig::default() }).await;
+    let f = flow_with(EnsureSettings { reset_backoff_on_registry_recovery: reset, ..EnsureSettings::default() }).await;
     for image in ["flaky.example.com/a:1", "flaky.example.com/b:1"] {
         f.rt.runtime.add_remote(RemoteImage::new(image, 10)).expect("add");
     }
@@ -423,7 +423,7 @@ async fn a_pull_that_succeeds_from_a_registry_ends_its_transient_back_offs_when_
 
 #[actix::test]
 async fn a_permanent_failure_is_not_retried_when_its_registry_pulls_again() {
-    let f = flow_with(EnsureConfig { reset_backoff_on_registry_recovery: true, ..EnsureConfig::default() }).await;
+    let f = flow_with(EnsureSettings { reset_backoff_on_registry_recovery: true, ..EnsureSettings::default() }).await;
     let e = f.ensure("u1", MISSING, PullPolicy::IfNotPresent).await.expect_err("not found");
     assert_eq!(e.class, ErrorClass::Permanent);
     f.ensure("u2", ABSENT, PullPolicy::IfNotPresent).await.expect("same registry, pulls");
@@ -435,8 +435,11 @@ async fn a_permanent_failure_is_not_retried_when_its_registry_pulls_again() {
 /// settings, each check delayed 20 ms at the runtime: the most checks the
 /// runtime served at once.
 async fn presence_checks_at_once(window: Option<usize>, limit: Option<usize>, n: usize) -> u64 {
-    let cfg =
-        EnsureConfig { presence_check_window: window, presence_check_concurrency: limit, ..EnsureConfig::default() };
+    let cfg = EnsureSettings {
+        presence_check_window: window,
+        presence_check_concurrency: limit,
+        ..EnsureSettings::default()
+    };
     let f = flow_with(cfg).await;
     f.rt.runtime
         .set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::ImageStatus).delay(Duration::from_millis(20))));
@@ -472,7 +475,7 @@ async fn a_window_of_presence_checks_grows_as_they_are_answered() {
 
 #[actix::test]
 async fn a_presence_check_that_hangs_holds_its_turn_only_briefly() {
-    let f = flow_with(EnsureConfig { presence_check_concurrency: Some(1), ..EnsureConfig::default() }).await;
+    let f = flow_with(EnsureSettings { presence_check_concurrency: Some(1), ..EnsureSettings::default() }).await;
     f.rt.runtime
         .set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::ImageStatus).image("example.com/hung:*").hang()));
     let hung = req("u1", "example.com/hung:1", PullPolicy::IfNotPresent);

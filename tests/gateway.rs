@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use actix::Addr;
 use imaged::actors::cri_gateway::*;
-use imaged::actors::cri_gateway::{CriConfig, CriDeadlines};
+use imaged::actors::cri_gateway::{CriDeadlines, CriSettings};
 use imaged::cri::{CriError, CriErrorKind, Rpc};
 use imaged::domain::{
     AuthConfig, Container, ContainerFilter, ContainerState, ImageSpec, PodSandbox, PodSandboxFilter, PodSandboxState,
@@ -21,15 +21,15 @@ struct Fixture {
     gateway: Addr<CriGatewayActor>,
 }
 
-fn cfg(deadline: Option<Duration>) -> CriConfig {
-    CriConfig {
+fn cfg(deadline: Option<Duration>) -> CriSettings {
+    CriSettings {
         startup_timeout: Duration::from_secs(5),
         deadlines: CriDeadlines::uniform(deadline),
-        ..CriConfig::default()
+        ..CriSettings::default()
     }
 }
 
-async fn fixture_with(cfg: CriConfig) -> Fixture {
+async fn fixture_with(cfg: CriSettings) -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let runtime = EmbeddedRuntime::start_in(dir.path()).expect("embedded runtime starts");
     runtime.add_remote(RemoteImage::new("busybox:1.36", 1_000)).expect("add");
@@ -314,7 +314,7 @@ async fn concurrent_pulls_are_concurrent_rpcs() {
 async fn connect_fails_clearly_when_no_runtime_listens() {
     let dir = tempfile::tempdir().expect("tempdir");
     let endpoint = imaged::cri::CriEndpoint::Unix(dir.path().join("absent.sock"));
-    let cfg = CriConfig { startup_timeout: Duration::from_millis(500), ..cfg(Some(Duration::from_secs(1))) };
+    let cfg = CriSettings { startup_timeout: Duration::from_millis(500), ..cfg(Some(Duration::from_secs(1))) };
     let t = Instant::now();
     let e = CriGatewayActor::connect(&endpoint, &cfg).await.expect_err("nobody listens");
     assert_eq!(e.kind(), CriErrorKind::RuntimeUnavailable, "{e}");

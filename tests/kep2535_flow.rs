@@ -16,13 +16,13 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use imaged::actors::backoff_registry::BackoffSettings;
-use imaged::actors::pull_queue::{Concurrency, PullQueueConfig};
+use imaged::actors::pull_queue::{Concurrency, PullQueueSettings};
 use imaged::credentials::PullSecret;
 use imaged::cri::Rpc;
 use imaged::domain::ImageErrorKind;
 use imaged::domain::pull_policy::PullPolicy;
 use imaged::embedded::RemoteImage;
-use imaged::ensure::{EnsureConfig, EnsureError, EnsureImageRequest, EnsureOk, ImageManager};
+use imaged::ensure::{EnsureError, EnsureImageRequest, EnsureOk, EnsureSettings, ImageManager};
 use imaged::metrics::Metrics;
 use imaged::pull_records::{PullRecords, VerificationPolicy, VerifyPolicy};
 use imaged::store::Store;
@@ -72,8 +72,8 @@ async fn counting_manager(
     let records =
         PullRecords::open(VerifyPolicy::new(policy), Some(store)).expect("records load").with_metrics(metrics.clone());
     imaged::node::recover_intents_from_runtime(&records, &rt.gateway).await.expect("recovery");
-    let pull = PullQueueConfig { concurrency, qps: 0.0, metrics: metrics.clone(), ..PullQueueConfig::default() };
-    start_manager(&rt.gateway, &pull, &BackoffSettings::default(), EnsureConfig::default())
+    let pull = PullQueueSettings { concurrency, qps: 0.0, metrics: metrics.clone(), ..PullQueueSettings::default() };
+    start_manager(&rt.gateway, &pull, &BackoffSettings::default(), EnsureSettings::default())
         .await
         .expect("manager starts")
         .manager

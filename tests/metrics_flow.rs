@@ -8,13 +8,13 @@ use std::time::Duration;
 use actix::Addr;
 use imaged::actors::backoff_registry::{BackoffRegistryActor, ClearBackoff, ClearScope};
 use imaged::actors::cri_gateway::CriGatewayActor;
-use imaged::actors::cri_gateway::{CriConfig, CriDeadlines};
+use imaged::actors::cri_gateway::{CriDeadlines, CriSettings};
 use imaged::actors::gc_executor::RunGc;
-use imaged::actors::pull_queue::{Concurrency, GetQueueStatus, PullQueueActor, PullQueueConfig, ThrottleMode};
+use imaged::actors::pull_queue::{Concurrency, GetQueueStatus, PullQueueActor, PullQueueSettings, ThrottleMode};
 use imaged::config::Config;
 use imaged::domain::pull_policy::PullPolicy;
 use imaged::embedded::{EmbeddedRuntime, RemoteImage};
-use imaged::ensure::{EnsureConfig, EnsureImageRequest, ImageManager};
+use imaged::ensure::{EnsureImageRequest, EnsureSettings, ImageManager};
 use imaged::gc::in_use_hints::InUseHints;
 use imaged::gc_service::GcService;
 use imaged::metrics::{Metrics, PULL_DURATION_BUCKETS};
@@ -31,25 +31,25 @@ struct Stack {
     metrics: Metrics,
 }
 
-async fn stack(pull: PullQueueConfig) -> Stack {
+async fn stack(pull: PullQueueSettings) -> Stack {
     let metrics = Metrics::default();
     let dir = tempfile::tempdir().expect("tempdir");
     let runtime = EmbeddedRuntime::start_in(dir.path()).expect("embedded runtime starts");
     let cfg = Config::from_toml("[gc]\nimage_minimum_gc_age = \"0s\"").expect("config").with_metrics(&metrics);
-    let cri = CriConfig {
+    let cri = CriSettings {
         startup_timeout: Duration::from_secs(5),
         deadlines: CriDeadlines::uniform(Some(Duration::from_secs(10))),
         ..cfg.cri.clone()
     };
     let (gateway, _) = CriGatewayActor::connect(&runtime.endpoint(), &cri).await.expect("gateway connects");
-    let pull = PullQueueConfig { metrics: metrics.clone(), ..pull };
+    let pull = PullQueueSettings { metrics: metrics.clone(), ..pull };
     let StartedManager { manager, queue, backoff } =
-        start_manager(&gateway, &pull, &cfg.backoff, EnsureConfig::default()).await.expect("manager");
+        start_manager(&gateway, &pull, &cfg.backoff, EnsureSettings::default()).await.expect("manager");
     Stack { _dir: dir, runtime, manager, gateway, queue, backoff, cfg, metrics }
 }
 
-fn parallel() -> PullQueueConfig {
-    PullQueueConfig { concurrency: Concurrency::Parallel(None), qps: 0.0, ..PullQueueConfig::default() }
+fn parallel() -> PullQueueSettings {
+    PullQueueSettings { concurrency: Concurrency::Parallel(None), qps: 0.0, ..PullQueueSettings::default() }
 }
 
 fn scrape(m: &Metrics) -> Scrape {
@@ -150,7 +150,7 @@ async fn pulls_joins_failures_and_gc_show_in_the_scrape() {
 
 #[actix::test]
 async fn in_flight_and_queue_depth_follow_the_queue() {
-    let st = stack(PullQueueConfig { qps: 0.0, ..PullQueueConfig::default() }).await;
+    let st = stack(PullQueueSettings { qps: 0.0, ..PullQueueSettings::default() }).await;
     for n in ["a", "b", "c"] {
         st.runtime
             .add_remote(RemoteImage::new(format!("example.com/{n}:1"), 10).latency(Duration::from_millis(400)))
@@ -187,12 +187,12 @@ async fn in_flight_and_queue_depth_follow_the_queue() {
 
 #[actix::test]
 async fn throttle_rejections_are_counted() {
-    let pull = PullQueueConfig {
+    let pull = PullQueueSettings {
         concurrency: Concurrency::Parallel(None),
         qps: 0.001,
         burst: 1,
         throttle_mode: ThrottleMode::Fail,
-        ..PullQueueConfig::default()
+        ..PullQueueSettings::default()
     };
     let st = stack(pull).await;
     for n in ["a", "b"] {
@@ -231,7 +231,8 @@ fn a_loaded_configuration_shares_one_registry() {
 
 #[actix::test]
 async fn throttle_waits_are_counted_once_per_pull() {
-    let pull = PullQueueConfig { qps: 20.0, burst: 1, throttle_mode: ThrottleMode::Wait, ..PullQueueConfig::default() };
+    let pull =
+        PullQueueSettings { qps: 20.0, burst: 1, throttle_mode: ThrottleMode::Wait, ..PullQueueSettings::default() };
     let st = stack(pull).await;
     for n in ["a", "b"] {
         st.runtime.add_remote(RemoteImage::new(format!("example.com/{n}:1"), 10)).expect("add");

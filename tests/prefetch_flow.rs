@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use imaged::actors::backoff_registry::BackoffSettings;
-use imaged::actors::pull_queue::{Concurrency, ListPulls, PullQueueActor, PullQueueConfig, PullStage};
+use imaged::actors::pull_queue::{Concurrency, ListPulls, PullQueueActor, PullQueueSettings, PullStage};
 use imaged::credentials::PullSecret;
 use imaged::cri::Rpc;
 use imaged::domain::ImageErrorKind;
@@ -36,8 +36,8 @@ async fn manager_and_queue(rt: &Runtime, policy: VerificationPolicy) -> (ImageMa
     rt.runtime.preload(RemoteImage::new(PRESENT, 1_000)).expect("preload");
     rt.runtime.add_remote(RemoteImage::new(SLOW, 2_000).latency(Duration::from_millis(300))).expect("add");
     rt.runtime.add_remote(RemoteImage::new(PRIVATE, 3_000).private("team", PASSWORD)).expect("add");
-    let pull = PullQueueConfig { concurrency: Concurrency::Parallel(None), qps: 0.0, ..PullQueueConfig::default() };
-    let started = start_manager(&rt.gateway, &pull, &BackoffSettings::default(), EnsureConfig::default())
+    let pull = PullQueueSettings { concurrency: Concurrency::Parallel(None), qps: 0.0, ..PullQueueSettings::default() };
+    let started = start_manager(&rt.gateway, &pull, &BackoffSettings::default(), EnsureSettings::default())
         .await
         .expect("manager starts");
     (started.manager.with_pull_records(PullRecords::in_memory(VerifyPolicy::new(policy))), started.queue)

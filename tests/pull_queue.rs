@@ -16,13 +16,13 @@ use imaged::domain::{AuthConfig, ImageSpec};
 use imaged::embedded::RemoteImage;
 use support::fixture::{Runtime, runtime};
 
-async fn queue(rt: &Runtime, cfg: PullQueueConfig) -> Addr<PullQueueActor> {
+async fn queue(rt: &Runtime, cfg: PullQueueSettings) -> Addr<PullQueueActor> {
     let reader = rt.gateway.send(imaged::actors::cri_gateway::GetReader).await.expect("reader");
     PullQueueActor::new(cfg, reader).start()
 }
 
-fn no_throttle(concurrency: Concurrency) -> PullQueueConfig {
-    PullQueueConfig { concurrency, qps: 0.0, ..PullQueueConfig::default() }
+fn no_throttle(concurrency: Concurrency) -> PullQueueSettings {
+    PullQueueSettings { concurrency, qps: 0.0, ..PullQueueSettings::default() }
 }
 
 fn add(rt: &Runtime, name: &str, latency_ms: u64) {
@@ -91,7 +91,7 @@ async fn parallel_mode_without_a_limit_runs_everything_at_once() {
     for i in 0..20 {
         add(&rt, &format!("example.com/u{i}:1"), 150);
     }
-    let q = queue(&rt, PullQueueConfig { capacity: None, ..no_throttle(Concurrency::Parallel(None)) }).await;
+    let q = queue(&rt, PullQueueSettings { capacity: None, ..no_throttle(Concurrency::Parallel(None)) }).await;
     let sends = (0..20).map(|i| q.send(EnqueuePull(req(&format!("example.com/u{i}:1")))));
     let tickets: Vec<PullTicket> = join_all(sends).await.into_iter().map(|t| t.expect("admitted")).collect();
     for r in join_all(tickets).await {
@@ -104,7 +104,7 @@ async fn parallel_mode_without_a_limit_runs_everything_at_once() {
 async fn one_hundred_requests_for_one_absent_image_make_one_pull() {
     let rt = runtime().await;
     add(&rt, "example.com/shared:1", 200);
-    let q = queue(&rt, PullQueueConfig { capacity: None, ..no_throttle(Concurrency::Parallel(None)) }).await;
+    let q = queue(&rt, PullQueueSettings { capacity: None, ..no_throttle(Concurrency::Parallel(None)) }).await;
     let sends = (0..100).map(|_| q.send(EnqueuePull(req("example.com/shared:1"))));
     let tickets: Vec<PullTicket> = join_all(sends).await.into_iter().map(|t| t.expect("admitted")).collect();
     assert_eq!(tickets.iter().filter(|t| t.joined).count(), 99);
@@ -178,8 +178,12 @@ async fn throttle_fails_fast_like_the_kubelet() {
     for i in 0..3 {
         add(&rt, &format!("example.com/t{i}:1"), 0);
     }
-    let cfg =
-        PullQueueConfig { qps: 0.01, burst: 2, throttle_mode: ThrottleMode::Fail, ..no_throttle(Concurrency::Serial) };
+    let cfg = PullQueueSettings {
+        qps: 0.01,
+        burst: 2,
+        throttle_mode: ThrottleMode::Fail,
+        ..no_throttle(Concurrency::Serial)
+    };
     let q = queue(&rt, cfg).await;
     let mut results = Vec::new();
     for i in 0..3 {
@@ -199,8 +203,12 @@ async fn throttle_in_wait_mode_queues_instead_of_failing() {
     for i in 0..3 {
         add(&rt, &format!("example.com/w{i}:1"), 0);
     }
-    let cfg =
-        PullQueueConfig { qps: 20.0, burst: 1, throttle_mode: ThrottleMode::Wait, ..no_throttle(Concurrency::Serial) };
+    let cfg = PullQueueSettings {
+        qps: 20.0,
+        burst: 1,
+        throttle_mode: ThrottleMode::Wait,
+        ..no_throttle(Concurrency::Serial)
+    };
     let q = queue(&rt, cfg).await;
     let phases = support_phases::Recorder::start();
     q.send(SubscribePhases(phases.clone().recipient())).await.expect("subscribe");
@@ -220,7 +228,7 @@ async fn a_pull_past_its_deadline_is_cancelled_and_says_so() {
     add(&rt, "example.com/hung:1", 30_000);
     let q = queue(
         &rt,
-        PullQueueConfig { pull_deadline: Some(Duration::from_millis(300)), ..no_throttle(Concurrency::Serial) },
+        PullQueueSettings { pull_deadline: Some(Duration::from_millis(300)), ..no_throttle(Concurrency::Serial) },
     )
     .await;
     let t = q.send(EnqueuePull(req("example.com/hung:1"))).await.expect("admitted");
@@ -341,7 +349,7 @@ async fn a_per_registry_limit_keeps_a_slow_registry_from_taking_every_slot() {
         let (rt, slow) = (&rt, &slow);
         async move {
             rt.runtime.reset_stats();
-            let cfg = PullQueueConfig { registry_limit: limit, ..no_throttle(Concurrency::Parallel(Some(2))) };
+            let cfg = PullQueueSettings { registry_limit: limit, ..no_throttle(Concurrency::Parallel(Some(2))) };
             let q = queue(rt, cfg).await;
             // The slow registry's four requests come first, then the fast one.
             let mut tickets = Vec::new();
@@ -428,8 +436,12 @@ async fn list_pulls_shows_a_pull_waiting_for_a_throttle_token_and_whether_it_has
     add(&rt, "example.com/first:1", 0);
     rt.runtime.add_remote(RemoteImage::new("example.com/private:1", 10).private("u", "pw")).expect("add");
     // One token, then one every 100 s: the second pull waits for it.
-    let cfg =
-        PullQueueConfig { qps: 0.01, burst: 1, throttle_mode: ThrottleMode::Wait, ..no_throttle(Concurrency::Serial) };
+    let cfg = PullQueueSettings {
+        qps: 0.01,
+        burst: 1,
+        throttle_mode: ThrottleMode::Wait,
+        ..no_throttle(Concurrency::Serial)
+    };
     let q = queue(&rt, cfg).await;
     q.send(EnqueuePull(req("example.com/first:1"))).await.expect("admitted").await.expect("took the token");
     let private =
@@ -455,7 +467,7 @@ async fn a_pull_running_past_the_warning_while_others_wait_is_warned_once() {
     add(&rt, "example.com/alone:1", 400);
     add(&rt, "example.com/small:1", 5);
     let metrics = imaged::metrics::Metrics::new();
-    let cfg = PullQueueConfig {
+    let cfg = PullQueueSettings {
         slow_pull_warning: Some(Duration::from_millis(100)),
         metrics: metrics.clone(),
         ..no_throttle(Concurrency::Serial)
@@ -478,7 +490,8 @@ async fn no_slow_pull_warning_when_it_is_off() {
     add(&rt, "example.com/big:1", 400);
     add(&rt, "example.com/small:1", 5);
     let metrics = imaged::metrics::Metrics::new();
-    let cfg = PullQueueConfig { slow_pull_warning: None, metrics: metrics.clone(), ..no_throttle(Concurrency::Serial) };
+    let cfg =
+        PullQueueSettings { slow_pull_warning: None, metrics: metrics.clone(), ..no_throttle(Concurrency::Serial) };
     let q = queue(&rt, cfg).await;
     let big = q.send(EnqueuePull(req("example.com/big:1"))).await.expect("admitted");
     let small = q.send(EnqueuePull(req("example.com/small:1"))).await.expect("admitted");

@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use imaged::actors::cri_gateway::*;
-use imaged::actors::cri_gateway::{CriConfig, CriDeadlines};
+use imaged::actors::cri_gateway::{CriDeadlines, CriSettings};
 use imaged::cri::{CriErrorKind, Rpc};
 use imaged::domain::{AuthConfig, ImageSpec};
 use imaged::fault::{FaultPlan, FaultRule};
@@ -101,10 +101,10 @@ fn dump_logs(dir: &Path) {
 
 async fn scenario(env: ContainerdEnv) {
     let endpoint = imaged::cri::CriEndpoint::Unix(env.socket.clone());
-    let cfg = CriConfig {
+    let cfg = CriSettings {
         startup_timeout: Duration::from_secs(20),
         deadlines: CriDeadlines::uniform(Some(Duration::from_secs(60))),
-        ..CriConfig::default()
+        ..CriSettings::default()
     };
     let (g, version) = CriGatewayActor::connect(&endpoint, &cfg).await.expect("gateway connects to containerd");
     assert_eq!(version.runtime_name, "containerd");
@@ -195,7 +195,7 @@ async fn scenario(env: ContainerdEnv) {
     g.send(RemoveImage { image: spec(&id) }).await.unwrap().expect("remove by id");
 
     // --- the gateway's fault plan works in front of a real runtime too ---
-    let fast = CriConfig { deadlines: CriDeadlines::uniform(Some(Duration::from_millis(300))), ..cfg.clone() };
+    let fast = CriSettings { deadlines: CriDeadlines::uniform(Some(Duration::from_millis(300))), ..cfg.clone() };
     let (g2, _) = CriGatewayActor::connect(&endpoint, &fast).await.expect("second gateway");
     g2.send(SetFaultPlan(FaultPlan::new(3).rule(FaultRule::on(Rpc::ImageStatus).times(1).hang()))).await.unwrap();
     let e = g2.send(GetImageStatus { image: spec("busybox"), verbose: false }).await.unwrap().expect_err("hang");
@@ -336,16 +336,16 @@ async fn gc_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>) {
 /// `EnsureImageExists` once against containerd: pull, present, missing,
 /// private with credentials.
 async fn ensure_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>) {
-    use imaged::actors::pull_queue::PullQueueConfig;
+    use imaged::actors::pull_queue::PullQueueSettings;
     use imaged::domain::ImageErrorKind;
     use imaged::domain::pull_policy::PullPolicy;
-    use imaged::ensure::{EnsureConfig, EnsureImageRequest};
+    use imaged::ensure::{EnsureImageRequest, EnsureSettings};
 
     let manager = imaged::testing::start_manager(
         &gateway,
-        &PullQueueConfig::default(),
+        &PullQueueSettings::default(),
         &imaged::actors::backoff_registry::BackoffSettings::default(),
-        EnsureConfig::default(),
+        EnsureSettings::default(),
     )
     .await
     .expect("manager starts")
@@ -446,11 +446,11 @@ async fn node_credentials_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGate
     use std::os::unix::fs::PermissionsExt as _;
     use std::sync::Arc;
 
-    use imaged::actors::pull_queue::PullQueueConfig;
+    use imaged::actors::pull_queue::PullQueueSettings;
     use imaged::credentials::{CredentialProviders, DockerConfigSearch, NodeConfigFiles, NodeCredentials};
     use imaged::domain::ImageErrorKind;
     use imaged::domain::pull_policy::PullPolicy;
-    use imaged::ensure::{EnsureConfig, EnsureImageRequest};
+    use imaged::ensure::{EnsureImageRequest, EnsureSettings};
 
     let auth_reg = Registry::with_auth(&env.registry_auth, &env.user, &env.pass);
     let by_file = auth_reg.push_image("imaged/node-file", "v1", &[("etc/f.txt", b"f\n")]).await.expect("push");
@@ -495,9 +495,9 @@ async fn node_credentials_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGate
     .expect("registers");
     let manager = imaged::testing::start_manager(
         &gateway,
-        &PullQueueConfig::default(),
+        &PullQueueSettings::default(),
         &imaged::actors::backoff_registry::BackoffSettings::default(),
-        EnsureConfig::default(),
+        EnsureSettings::default(),
     )
     .await
     .expect("manager starts")

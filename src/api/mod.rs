@@ -101,7 +101,7 @@ impl ImagedService {
                 "pull.slow_pull_warning = {}",
                 c.pull.slow_pull_warning.map_or_else(|| "off".to_string(), crate::domain::go_text::duration)
             ),
-            format!("backoff.max = {}", crate::domain::go_text::duration(c.backoff.backoff.max)),
+            format!("backoff.max = {}", crate::domain::go_text::duration(c.backoff.delays.max)),
             format!("backoff.reset_on_credential_change = {}", c.ensure.reset_backoff_on_credential_change),
             format!("backoff.reset_on_registry_recovery = {}", c.ensure.reset_backoff_on_registry_recovery),
             format!("gc.image_gc_high_threshold_percent = {}", gc.high_threshold_percent),

@@ -18,17 +18,17 @@ mod values;
 
 pub use daemon::{CriServerSettings, DaemonSettings};
 pub use gc::GcSettings;
-pub use runtime::{LogConfig, LogFormat, RuntimeEndpoint};
+pub use runtime::{LogFormat, LogSettings, RuntimeEndpoint};
 pub use values::duration;
 
 use raw::RawConfig;
 use values::blame_kubelet_field;
 
 use crate::actors::backoff_registry::BackoffSettings;
-use crate::actors::cri_gateway::CriConfig;
-use crate::actors::pull_queue::PullQueueConfig;
+use crate::actors::cri_gateway::CriSettings;
+use crate::actors::pull_queue::PullQueueSettings;
 use crate::credentials::NodeCredentialSettings;
-use crate::ensure::EnsureConfig;
+use crate::ensure::EnsureSettings;
 use crate::metrics::Metrics;
 
 /// The documented defaults (`config/default.toml`).
@@ -70,11 +70,11 @@ pub struct Config {
     /// Where the runtime is.
     pub endpoint: RuntimeEndpoint,
     /// CRI gateway settings.
-    pub cri: CriConfig,
+    pub cri: CriSettings,
     /// Pull queue settings.
-    pub pull: PullQueueConfig,
+    pub pull: PullQueueSettings,
     /// Ensure-flow settings.
-    pub ensure: EnsureConfig,
+    pub ensure: EnsureSettings,
     /// Backoff registry settings.
     pub backoff: BackoffSettings,
     /// Image GC settings.
@@ -92,7 +92,7 @@ pub struct Config {
     /// The CRI front (`imaged run` serving the kubelet's image calls).
     pub cri_server: CriServerSettings,
     /// Logging.
-    pub log: LogConfig,
+    pub log: LogSettings,
     /// Node credentials: docker config files and credential-provider plugins.
     pub credentials: NodeCredentialSettings,
 }

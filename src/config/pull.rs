@@ -5,13 +5,13 @@
 use super::ConfigError;
 use super::raw::{RawBackoff, RawPull};
 use super::values::{duration, invalid, zero_is_off};
-use crate::actors::backoff_registry::{BackoffConfig, BackoffSettings};
-use crate::actors::pull_queue::{Concurrency, PullQueueConfig, ThrottleMode};
-use crate::ensure::EnsureConfig;
+use crate::actors::backoff_registry::{BackoffDelays, BackoffSettings};
+use crate::actors::pull_queue::{Concurrency, PullQueueSettings, ThrottleMode};
+use crate::ensure::EnsureSettings;
 use crate::metrics::Metrics;
 
 /// The kubelet's validation and defaulting of the image pull fields.
-pub(super) fn pull_from_raw(p: RawPull) -> Result<(PullQueueConfig, EnsureConfig), ConfigError> {
+pub(super) fn pull_from_raw(p: RawPull) -> Result<(PullQueueSettings, EnsureSettings), ConfigError> {
     let serialize = kubelet_pull_mode(&p)?;
     let registry_limit = zero_is_off(
         "pull.max_parallel_pulls_per_registry",
@@ -47,7 +47,7 @@ pub(super) fn pull_from_raw(p: RawPull) -> Result<(PullQueueConfig, EnsureConfig
     let deadline = duration("pull.pull_deadline", &p.pull_deadline)?;
     let slow = duration("pull.slow_pull_warning", &p.slow_pull_warning)?;
     Ok((
-        PullQueueConfig {
+        PullQueueSettings {
             concurrency,
             registry_limit,
             capacity,
@@ -60,11 +60,11 @@ pub(super) fn pull_from_raw(p: RawPull) -> Result<(PullQueueConfig, EnsureConfig
             slow_pull_warning: if slow.is_zero() { None } else { Some(slow) },
             metrics: Metrics::default(),
         },
-        EnsureConfig {
+        EnsureSettings {
             annotate_error_class: p.annotate_error_class,
             presence_check_concurrency,
             presence_check_window,
-            ..EnsureConfig::default()
+            ..EnsureSettings::default()
         },
     ))
 }
@@ -72,7 +72,7 @@ pub(super) fn pull_from_raw(p: RawPull) -> Result<(PullQueueConfig, EnsureConfig
 pub(super) fn backoff_from_raw(b: RawBackoff) -> Result<BackoffSettings, ConfigError> {
     let initial = duration("backoff.initial", &b.initial)?;
     let max = duration("backoff.max", &b.max)?;
-    let backoff = BackoffConfig::try_new(initial, max)
+    let delays = BackoffDelays::try_new(initial, max)
         .map_err(|e| invalid("backoff.initial/backoff.max", &format!("{}/{}", b.initial, b.max), e.to_string()))?;
     let gc = duration("backoff.gc_interval", &b.gc_interval)?;
     let mailbox_capacity =
@@ -80,7 +80,7 @@ pub(super) fn backoff_from_raw(b: RawBackoff) -> Result<BackoffSettings, ConfigE
             invalid("backoff.mailbox_capacity", &b.mailbox_capacity.to_string(), "must be from 1 to 1000000")
         })?;
     Ok(BackoffSettings {
-        backoff,
+        delays,
         gc_interval: if gc.is_zero() { None } else { Some(gc) },
         mailbox_capacity,
         metrics: Metrics::default(),

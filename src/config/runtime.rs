@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::ConfigError;
 use super::raw::{RawLog, RawRuntime};
 use super::values::{duration, invalid};
-use crate::actors::cri_gateway::{CriConfig, CriDeadlines};
+use crate::actors::cri_gateway::{CriDeadlines, CriSettings};
 use crate::cri::{CriEndpoint, Rpc};
 use crate::metrics::Metrics;
 
@@ -34,7 +34,7 @@ pub enum LogFormat {
 
 /// Logging settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogConfig {
+pub struct LogSettings {
     /// Output format.
     pub format: LogFormat,
     /// tracing filter directives (`RUST_LOG` wins when set).
@@ -65,7 +65,7 @@ pub(super) fn fault_plan_from_raw(file: &str) -> Result<Option<PathBuf>, ConfigE
 }
 
 /// The CRI gateway's settings: timeouts, per-RPC deadlines, mailbox.
-pub(super) fn cri_from_raw(r: RawRuntime) -> Result<CriConfig, ConfigError> {
+pub(super) fn cri_from_raw(r: RawRuntime) -> Result<CriSettings, ConfigError> {
     let mailbox_capacity =
         usize::try_from(r.mailbox_capacity).ok().filter(|c| (1..=1_000_000).contains(c)).ok_or_else(|| {
             invalid("runtime.mailbox_capacity", &r.mailbox_capacity.to_string(), "must be from 1 to 1000000")
@@ -89,7 +89,7 @@ pub(super) fn cri_from_raw(r: RawRuntime) -> Result<CriConfig, ConfigError> {
     if connect_timeout.is_zero() {
         return Err(invalid("runtime.connect_timeout", &r.connect_timeout, "must be more than 0s"));
     }
-    Ok(CriConfig {
+    Ok(CriSettings {
         connect_timeout,
         startup_timeout: duration("runtime.startup_timeout", &r.startup_timeout)?,
         mailbox_capacity,
@@ -98,7 +98,7 @@ pub(super) fn cri_from_raw(r: RawRuntime) -> Result<CriConfig, ConfigError> {
     })
 }
 
-pub(super) fn log_from_raw(l: RawLog) -> Result<LogConfig, ConfigError> {
+pub(super) fn log_from_raw(l: RawLog) -> Result<LogSettings, ConfigError> {
     let format = match l.format.as_str() {
         "text" => LogFormat::Text,
         "json" => LogFormat::Json,
@@ -107,5 +107,5 @@ pub(super) fn log_from_raw(l: RawLog) -> Result<LogConfig, ConfigError> {
     if let Err(e) = tracing_subscriber::EnvFilter::try_new(&l.filter) {
         return Err(invalid("log.filter", &l.filter, e.to_string()));
     }
-    Ok(LogConfig { format, filter: l.filter })
+    Ok(LogSettings { format, filter: l.filter })
 }

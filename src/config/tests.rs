@@ -13,10 +13,10 @@ fn env(pairs: &[(&str, &str)]) -> Option<HashMap<String, String>> {
 fn defaults_match_the_documented_file() {
     let c = Config::defaults().expect("defaults load");
     assert_eq!(c.endpoint, RuntimeEndpoint::Embedded { socket: None });
-    assert_eq!(c.cri, CriConfig::default());
+    assert_eq!(c.cri, CriSettings::default());
     assert_eq!(c.cri.deadlines.get(Rpc::PullImage), None);
     assert_eq!(c.cri.deadlines.get(Rpc::ImageStatus), Some(Duration::from_secs(120)));
-    assert_eq!(c.log, LogConfig { format: LogFormat::Text, filter: "info".into() });
+    assert_eq!(c.log, LogSettings { format: LogFormat::Text, filter: "info".into() });
 }
 
 #[test]
@@ -114,12 +114,12 @@ fn unknown_keys_and_wrong_types_are_rejected_by_name() {
 #[test]
 fn pull_defaults_are_the_kubelets() {
     let c = Config::defaults().expect("defaults");
-    assert_eq!(c.pull, PullQueueConfig::default());
+    assert_eq!(c.pull, PullQueueSettings::default());
     assert_eq!(c.pull.concurrency, Concurrency::Serial);
     assert_eq!(c.pull.capacity, Some(10));
     assert_eq!((c.pull.qps, c.pull.burst), (5.0, 10));
     assert_eq!(c.backoff, BackoffSettings::default());
-    assert_eq!(c.ensure, EnsureConfig::default());
+    assert_eq!(c.ensure, EnsureSettings::default());
 }
 
 #[test]
@@ -213,7 +213,7 @@ fn pull_values_are_validated_with_kubelet_texts() {
     let err = Config::from_toml("[backoff]\ninitial = \"0s\"").unwrap_err().to_string();
     assert!(err.contains("backoff"), "{err}");
     let c = Config::from_toml("[backoff]\nmax = \"60s\"\ngc_interval = \"0s\"").unwrap();
-    assert_eq!(c.backoff.backoff.max, Duration::from_secs(60));
+    assert_eq!(c.backoff.delays.max, Duration::from_secs(60));
     assert_eq!(c.backoff.gc_interval, None);
 }
 

@@ -12,7 +12,7 @@
 //! - `mod.rs`: the handle and the flow's decision steps (policy, presence).
 //! - `request.rs`: the request and its answer ([`EnsureImageRequest`],
 //!   [`EnsureOk`], [`EnsureError`]).
-//! - `settings.rs`: [`EnsureConfig`].
+//! - `settings.rs`: [`EnsureSettings`].
 //! - `credentials.rs`: the credentials a pull tries and what each proves.
 //! - `pull.rs`: the pull step (back-off, intent, queue, events, records).
 //! - `prefetch.rs`, `presence.rs`, `recorder.rs`, `kubelet_messages.rs`.
@@ -38,7 +38,7 @@ pub use prefetch::{Prefetch, PrefetchDone, PrefetchRequest};
 pub use presence::PresenceWindow;
 pub use recorder::{PodPullTimes, PullingRecorder};
 pub use request::{EnsureError, EnsureImageRequest, EnsureOk, PodInfo, class_of_cri, class_of_pull};
-pub use settings::{DEFAULT_PRESENCE_CHECK_WINDOW, EnsureConfig, PRESENCE_CHECK_HOLD};
+pub use settings::{DEFAULT_PRESENCE_CHECK_WINDOW, EnsureSettings, PRESENCE_CHECK_HOLD};
 
 use crate::actors::backoff_registry::BackoffPort;
 use crate::actors::cri_gateway::CriReader;
@@ -69,12 +69,12 @@ pub struct ImageManager {
     /// over, and the grammar's regular expression is the costliest step of
     /// a present-image ensure. Bounded; cleared when full.
     defaulted: Arc<Mutex<HashMap<String, Result<String, String>>>>,
-    cfg: EnsureConfig,
+    cfg: EnsureSettings,
     /// Requests by policy/presence/pull-required; pull durations by size.
     metrics: crate::metrics::Metrics,
     /// The node's credentials (config files, plugins), tried after pod secrets.
     node_credentials: Option<Arc<crate::credentials::NodeCredentials>>,
-    /// Turns for presence checks (`EnsureConfig::presence_window`).
+    /// Turns for presence checks (`EnsureSettings::presence_window`).
     presence_checks: Option<presence::PresenceGate>,
 }
 
@@ -87,7 +87,7 @@ impl ImageManager {
     /// `EnqueuePull`) and the backoff registry's `backoff` (e.g.
     /// `BackoffPort::from(&addr)`). It reports to a private metrics
     /// registry until [`with_metrics`](Self::with_metrics).
-    pub fn new(reader: CriReader, queue: Recipient<EnqueuePull>, backoff: BackoffPort, cfg: EnsureConfig) -> Self {
+    pub fn new(reader: CriReader, queue: Recipient<EnqueuePull>, backoff: BackoffPort, cfg: EnsureSettings) -> Self {
         Self {
             reader,
             queue,

@@ -7,7 +7,7 @@ use super::PresenceWindow;
 
 /// Settings of the ensure flow.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EnsureConfig {
+pub struct EnsureSettings {
     /// Append the error class (`(permanent)`/`(transient)`) to returned
     /// failure messages. Off by default: messages stay the kubelet's.
     pub annotate_error_class: bool,
@@ -47,7 +47,7 @@ pub struct EnsureConfig {
 /// `pull.presence_check_window` by default.
 pub const DEFAULT_PRESENCE_CHECK_WINDOW: usize = 8;
 
-impl Default for EnsureConfig {
+impl Default for EnsureSettings {
     fn default() -> Self {
         Self {
             annotate_error_class: false,
@@ -59,7 +59,7 @@ impl Default for EnsureConfig {
     }
 }
 
-impl EnsureConfig {
+impl EnsureSettings {
     /// The window of presence-check turns these settings ask for, if any.
     pub fn presence_window(&self) -> Option<PresenceWindow> {
         match (self.presence_check_window, self.presence_check_concurrency) {
@@ -71,6 +71,6 @@ impl EnsureConfig {
 }
 
 /// How long one presence check may hold its turn (see
-/// [`EnsureConfig::presence_check_window`]); a check still running then goes
+/// [`EnsureSettings::presence_check_window`]); a check still running then goes
 /// on without it, and the window grows as if it had been answered.
 pub const PRESENCE_CHECK_HOLD: Duration = Duration::from_millis(50);

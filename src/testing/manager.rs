@@ -6,8 +6,8 @@ use actix::{Actor as _, Addr, MailboxError};
 
 use crate::actors::backoff_registry::{BackoffRegistryActor, BackoffSettings};
 use crate::actors::cri_gateway::{CriGatewayActor, GetReader};
-use crate::actors::pull_queue::{PullQueueActor, PullQueueConfig};
-use crate::ensure::{EnsureConfig, ImageManager};
+use crate::actors::pull_queue::{PullQueueActor, PullQueueSettings};
+use crate::ensure::{EnsureSettings, ImageManager};
 
 /// A started manager and the actors it sends to.
 #[derive(Debug, Clone)]
@@ -25,9 +25,9 @@ pub struct StartedManager {
 /// `node::Node` does). Fails only if the gateway has stopped.
 pub async fn start_manager(
     gateway: &Addr<CriGatewayActor>,
-    pull: &PullQueueConfig,
+    pull: &PullQueueSettings,
     backoff: &BackoffSettings,
-    cfg: EnsureConfig,
+    cfg: EnsureSettings,
 ) -> Result<StartedManager, MailboxError> {
     let reader = gateway.send(GetReader).await?;
     let queue = PullQueueActor::new(pull.clone(), reader.clone()).start();

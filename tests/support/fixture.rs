@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use actix::Addr;
 use imaged::actors::cri_gateway::CriGatewayActor;
-use imaged::actors::cri_gateway::{CriConfig, CriDeadlines};
+use imaged::actors::cri_gateway::{CriDeadlines, CriSettings};
 use imaged::embedded::EmbeddedRuntime;
 
 /// A runtime, its socket's temp dir and a gateway to it.
@@ -18,10 +18,10 @@ pub struct Runtime {
 pub async fn runtime() -> Runtime {
     let dir = tempfile::tempdir().expect("tempdir");
     let runtime = EmbeddedRuntime::start_in(dir.path()).expect("embedded runtime starts");
-    let cfg = CriConfig {
+    let cfg = CriSettings {
         startup_timeout: Duration::from_secs(5),
         deadlines: CriDeadlines::uniform(Some(Duration::from_secs(10))).with(imaged::cri::Rpc::PullImage, None),
-        ..CriConfig::default()
+        ..CriSettings::default()
     };
     let (gateway, _) = CriGatewayActor::connect(&runtime.endpoint(), &cfg).await.expect("gateway connects");
     Runtime { _dir: dir, runtime, gateway }

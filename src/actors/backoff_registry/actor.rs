@@ -10,7 +10,7 @@ use tracing::{debug, info};
 
 use super::messages::*;
 use super::settings::BackoffSettings;
-use super::table::{BackoffConfig, BackoffTable, BackoffView};
+use super::table::{BackoffDelays, BackoffTable, BackoffView};
 use crate::metrics::{BackoffResetReason, Metrics};
 
 /// The backoff registry actor. See the module docs and `actors.md`.
@@ -29,7 +29,7 @@ pub struct BackoffRegistryActor {
 impl BackoffRegistryActor {
     /// A registry with periods `cfg` (not started). `mailbox_capacity` 0 is
     /// taken as 1; a zero `gc_interval` turns the GC timer off.
-    pub fn new(cfg: BackoffConfig, mailbox_capacity: usize, gc_interval: Option<Duration>) -> Self {
+    pub fn new(cfg: BackoffDelays, mailbox_capacity: usize, gc_interval: Option<Duration>) -> Self {
         Self {
             table: BackoffTable::new(cfg),
             mailbox_capacity: mailbox_capacity.max(1),
@@ -40,7 +40,7 @@ impl BackoffRegistryActor {
 
     /// A registry with `settings` (`[backoff]`), reporting to their metrics (not started).
     pub fn from_settings(settings: &BackoffSettings) -> Self {
-        Self::new(settings.backoff, settings.mailbox_capacity, settings.gc_interval)
+        Self::new(settings.delays, settings.mailbox_capacity, settings.gc_interval)
             .with_metrics(settings.metrics.clone())
     }
 

@@ -27,5 +27,5 @@ pub use messages::{
 };
 pub use settings::BackoffSettings;
 pub use table::{
-    BackoffConfig, BackoffKey, BackoffTable, BackoffView, ClearScope, DEFAULT_INITIAL, DEFAULT_MAX, InvalidBackoff,
+    BackoffDelays, BackoffKey, BackoffTable, BackoffView, ClearScope, DEFAULT_INITIAL, DEFAULT_MAX, InvalidBackoff,
 };

@@ -2,14 +2,14 @@
 
 use std::time::Duration;
 
-use super::BackoffConfig;
+use super::BackoffDelays;
 use crate::metrics::Metrics;
 
 /// The backoff registry's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackoffSettings {
     /// Delays.
-    pub backoff: BackoffConfig,
+    pub delays: BackoffDelays,
     /// Periodic GC of expired entries (None = only after successful pulls).
     pub gc_interval: Option<Duration>,
     /// Mailbox capacity.
@@ -21,7 +21,7 @@ pub struct BackoffSettings {
 impl Default for BackoffSettings {
     fn default() -> Self {
         Self {
-            backoff: BackoffConfig::default(),
+            delays: BackoffDelays::default(),
             gc_interval: Some(Duration::from_secs(60)),
             mailbox_capacity: 1024,
             metrics: Metrics::default(),

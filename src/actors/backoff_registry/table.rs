@@ -60,27 +60,27 @@ impl fmt::Display for BackoffKey {
     }
 }
 
-// === BackoffConfig ===
+// === BackoffDelays ===
 
 /// Back-off periods. Build it with [`try_new`](Self::try_new) (or
 /// [`Default`]) so that `initial > 0` and `max >= initial` hold; the table
 /// does not misbehave when they don't, but the sequence is then meaningless.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BackoffConfig {
+pub struct BackoffDelays {
     /// The period after a first failure (or one after the entry expired).
     pub initial: Duration,
     /// The cap on the period; an entry idle for more than twice this expires.
     pub max: Duration,
 }
 
-impl Default for BackoffConfig {
+impl Default for BackoffDelays {
     /// The kubelet's values: 10 s, capped at 300 s (expiry after 600 s idle).
     fn default() -> Self {
         Self { initial: DEFAULT_INITIAL, max: DEFAULT_MAX }
     }
 }
 
-impl BackoffConfig {
+impl BackoffDelays {
     /// Validated periods.
     ///
     /// # Errors
@@ -103,7 +103,7 @@ impl BackoffConfig {
     }
 }
 
-/// Back-off periods that [`BackoffConfig::try_new`] refuses.
+/// Back-off periods that [`BackoffDelays::try_new`] refuses.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidBackoff {
     /// The initial period is zero: nothing would ever be in back-off.
@@ -193,7 +193,7 @@ struct Entry {
 /// Per-key back-off periods and previous-error texts. See the module docs.
 #[derive(Debug, Clone, Default)]
 pub struct BackoffTable {
-    cfg: BackoffConfig,
+    cfg: BackoffDelays,
     entries: HashMap<BackoffKey, Entry>,
     /// Kept apart from `entries`, as in the kubelet: the text is deleted when
     /// a pull is attempted, while the period stays (and keeps doubling).
@@ -208,7 +208,7 @@ pub struct BackoffTable {
 
 impl BackoffTable {
     /// An empty table with these periods.
-    pub fn new(cfg: BackoffConfig) -> Self {
+    pub fn new(cfg: BackoffDelays) -> Self {
         Self {
             cfg,
             entries: HashMap::new(),
@@ -219,7 +219,7 @@ impl BackoffTable {
     }
 
     /// The periods.
-    pub fn config(&self) -> BackoffConfig {
+    pub fn config(&self) -> BackoffDelays {
         self.cfg
     }
 

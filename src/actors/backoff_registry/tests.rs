@@ -26,13 +26,13 @@ fn key_displays_as_the_kubelet_key() {
 
 #[test]
 fn default_config_is_the_kubelets() {
-    let cfg = BackoffConfig::default();
+    let cfg = BackoffDelays::default();
     assert_eq!((cfg.initial, cfg.max, cfg.expiry()), (secs(10), secs(300), secs(600)));
 }
 
 #[test]
 fn backoff_doubles_from_10s_and_caps_at_300s() {
-    let mut t = BackoffTable::new(BackoffConfig::default());
+    let mut t = BackoffTable::new(BackoffDelays::default());
     let k = key("p", "img");
     let mut now = Instant::now();
     let mut seen = Vec::new();
@@ -48,7 +48,7 @@ fn backoff_doubles_from_10s_and_caps_at_300s() {
 
 #[test]
 fn in_backoff_until_last_update_plus_backoff_strictly() {
-    let mut t = BackoffTable::new(BackoffConfig::default());
+    let mut t = BackoffTable::new(BackoffDelays::default());
     let k = key("p", "img");
     let t0 = Instant::now();
     assert!(!t.is_in_backoff_since_update(&k, t0), "no entry, no back-off");
@@ -70,7 +70,7 @@ fn in_backoff_until_last_update_plus_backoff_strictly() {
 
 #[test]
 fn entry_idle_over_600s_expires_and_restarts_at_10s() {
-    let mut t = BackoffTable::new(BackoffConfig::default());
+    let mut t = BackoffTable::new(BackoffDelays::default());
     let k = key("p", "img");
     let t0 = Instant::now();
     for i in 0..6 {
@@ -94,7 +94,7 @@ fn entry_idle_over_600s_expires_and_restarts_at_10s() {
 
 #[test]
 fn previous_error_text_is_kept_until_cleared() {
-    let mut t = BackoffTable::new(BackoffConfig::default());
+    let mut t = BackoffTable::new(BackoffDelays::default());
     let k = key("p", "img");
     let t0 = Instant::now();
     t.next(&k, t0);
@@ -107,7 +107,7 @@ fn previous_error_text_is_kept_until_cleared() {
 
 #[test]
 fn gc_deletes_only_expired_entries_and_their_texts() {
-    let mut t = BackoffTable::new(BackoffConfig::default());
+    let mut t = BackoffTable::new(BackoffDelays::default());
     let (old, fresh) = (key("p1", "a"), key("p2", "b"));
     let t0 = Instant::now();
     t.next(&old, t0);
@@ -122,7 +122,7 @@ fn gc_deletes_only_expired_entries_and_their_texts() {
 
 #[test]
 fn clear_by_pod_image_key_and_all_counts_entries() {
-    let mut t = BackoffTable::new(BackoffConfig::default());
+    let mut t = BackoffTable::new(BackoffDelays::default());
     let now = Instant::now();
     for (pod, image) in [("p1", "a"), ("p1", "b"), ("p2", "a"), ("p2", "c"), ("p3", "c")] {
         t.next(&key(pod, image), now);
@@ -143,7 +143,7 @@ fn clear_by_pod_image_key_and_all_counts_entries() {
 
 #[test]
 fn cleared_key_starts_again_at_initial() {
-    let mut t = BackoffTable::new(BackoffConfig::default());
+    let mut t = BackoffTable::new(BackoffDelays::default());
     let k = key("p", "img");
     let now = Instant::now();
     t.next(&k, now);
@@ -155,7 +155,7 @@ fn cleared_key_starts_again_at_initial() {
 
 #[test]
 fn custom_cap_of_60s_caps_the_sequence_and_expires_after_120s() {
-    let cfg = BackoffConfig::try_new(secs(10), secs(60)).expect("valid");
+    let cfg = BackoffDelays::try_new(secs(10), secs(60)).expect("valid");
     assert_eq!(cfg.expiry(), secs(120));
     let mut t = BackoffTable::new(cfg);
     let k = key("p", "img");
@@ -176,22 +176,22 @@ fn custom_cap_of_60s_caps_the_sequence_and_expires_after_120s() {
 
 #[test]
 fn try_new_rejects_zero_initial_and_max_below_initial_naming_both() {
-    let err = BackoffConfig::try_new(Duration::ZERO, secs(300)).expect_err("zero initial");
+    let err = BackoffDelays::try_new(Duration::ZERO, secs(300)).expect_err("zero initial");
     assert_eq!(err, InvalidBackoff::ZeroInitial { initial: Duration::ZERO, max: secs(300) });
     let text = err.to_string();
     assert!(text.contains("0ns") && text.contains("300s"), "{text}");
 
-    let err = BackoffConfig::try_new(secs(10), secs(5)).expect_err("max below initial");
+    let err = BackoffDelays::try_new(secs(10), secs(5)).expect_err("max below initial");
     let text = err.to_string();
     assert!(text.contains("10s") && text.contains("5s"), "{text}");
     assert_eq!(text, "back-off max period 5s is shorter than the initial period 10s");
 
-    assert!(BackoffConfig::try_new(secs(10), secs(10)).is_ok(), "max == initial is fine");
+    assert!(BackoffDelays::try_new(secs(10), secs(10)).is_ok(), "max == initial is fine");
 }
 
 #[test]
 fn keys_are_per_pod_and_per_image_string() {
-    let mut t = BackoffTable::new(BackoffConfig::default());
+    let mut t = BackoffTable::new(BackoffDelays::default());
     let t0 = Instant::now();
     let (a, b) = (key("pod-a", "nginx"), key("pod-b", "nginx"));
     t.next(&a, t0);
@@ -205,7 +205,7 @@ fn keys_are_per_pod_and_per_image_string() {
 
 #[test]
 fn entries_are_sorted_and_show_retry_in_expiry_and_text() {
-    let mut t = BackoffTable::new(BackoffConfig::default());
+    let mut t = BackoffTable::new(BackoffDelays::default());
     let t0 = Instant::now();
     t.next(&key("p2", "x"), t0);
     t.next(&key("p1", "y"), t0 - secs(700));
@@ -229,7 +229,7 @@ fn entries_are_sorted_and_show_retry_in_expiry_and_text() {
 // === BackoffRegistryActor (paused time) ===
 
 fn start(gc_interval: Option<Duration>) -> Addr<BackoffRegistryActor> {
-    BackoffRegistryActor::new(BackoffConfig::default(), 64, gc_interval).start()
+    BackoffRegistryActor::new(BackoffDelays::default(), 64, gc_interval).start()
 }
 
 async fn fail(addr: &Addr<BackoffRegistryActor>, k: &BackoffKey, text: &str) -> Duration {
@@ -399,7 +399,7 @@ async fn zero_gc_interval_means_no_timer() {
 
 #[actix::test]
 async fn mailbox_capacity_is_set_when_started() {
-    let addr = BackoffRegistryActor::new(BackoffConfig::default(), 2, None).start();
+    let addr = BackoffRegistryActor::new(BackoffDelays::default(), 2, None).start();
     addr.send(ListBackoffs).await.expect("started");
     let full = (0..50).map(|_| addr.try_send(RecordSuccess)).filter(|r| matches!(r, Err(SendError::Full(_)))).count();
     assert!(full > 0, "a capacity of 2 rejects part of a burst of 50");
@@ -473,7 +473,7 @@ async fn a_registry_that_recovers_ends_the_transient_back_offs_waiting_on_it() {
 async fn early_ends_of_back_offs_are_counted_by_reason() {
     tokio::time::pause();
     let metrics = crate::metrics::Metrics::default();
-    let addr = BackoffRegistryActor::new(BackoffConfig::default(), 64, None).with_metrics(metrics.clone()).start();
+    let addr = BackoffRegistryActor::new(BackoffDelays::default(), 64, None).with_metrics(metrics.clone()).start();
     let failed = |k: &BackoffKey| RecordFailure {
         credentials: Some("anonymous".into()),
         transient_registry: Some("flaky.io".into()),

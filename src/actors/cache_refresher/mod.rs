@@ -24,7 +24,7 @@ pub const DEFAULT_MAILBOX_CAPACITY: usize = 16;
 
 /// The cache refresher's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CacheRefresherConfig {
+pub struct CacheRefresherSettings {
     /// Refresh period (`gc.cache_refresh_period`).
     pub period: Duration,
     /// The node-status limit (`gc.node_status_max_images`; `None` = all).
@@ -80,9 +80,9 @@ impl CacheRefresherActor {
     /// A refresher listing through `gateway` (the CRI gateway's
     /// `Recipient<ListImages>`) every `cfg.period`, and the reader for its
     /// list.
-    pub fn new(gateway: Recipient<ListImages>, cfg: CacheRefresherConfig) -> (Self, ImageListReader) {
+    pub fn new(gateway: Recipient<ListImages>, cfg: CacheRefresherSettings) -> (Self, ImageListReader) {
         let (tx, rx) = watch::channel(Arc::new(ImageList::default()));
-        let CacheRefresherConfig { period, max_images, mailbox_capacity } = cfg;
+        let CacheRefresherSettings { period, max_images, mailbox_capacity } = cfg;
         (Self { gateway, period, mailbox_capacity, tx, in_flight: false }, ImageListReader { rx, max_images })
     }
 

@@ -11,8 +11,8 @@ fn img(id: &str, size: u64) -> Image {
     Image { id: id.into(), size, repo_tags: vec![format!("example.com/{id}:1")], ..Image::default() }
 }
 
-fn cfg(max_images: Option<usize>) -> CacheRefresherConfig {
-    CacheRefresherConfig { period: Duration::from_secs(30), max_images, mailbox_capacity: DEFAULT_MAILBOX_CAPACITY }
+fn cfg(max_images: Option<usize>) -> CacheRefresherSettings {
+    CacheRefresherSettings { period: Duration::from_secs(30), max_images, mailbox_capacity: DEFAULT_MAILBOX_CAPACITY }
 }
 
 #[actix::test]

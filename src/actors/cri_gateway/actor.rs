@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::messages::*;
-use super::{CriConfig, CriDeadlines};
+use super::{CriDeadlines, CriSettings};
 use crate::cri::{CriClient, CriEndpoint, CriError, CriErrorKind, Rpc};
 use crate::domain::{
     Container, ContainerStatus, Image, ImageFsInfo, ImageSpec, ImageStatus, PodSandbox, RuntimeVersion,
@@ -101,7 +101,7 @@ impl CriReader {
 
 impl CriGatewayActor {
     /// A gateway over `client` (not started).
-    pub fn new(client: CriClient, cfg: &CriConfig) -> Self {
+    pub fn new(client: CriClient, cfg: &CriSettings) -> Self {
         Self {
             core: Core {
                 client,
@@ -124,7 +124,7 @@ impl CriGatewayActor {
     /// Connects to `endpoint`, checks the runtime answers `Version` (retrying
     /// while it is unavailable, up to `startup_timeout`), and starts the
     /// gateway on the current actix arbiter.
-    pub async fn connect(endpoint: &CriEndpoint, cfg: &CriConfig) -> Result<(Addr<Self>, RuntimeVersion), CriError> {
+    pub async fn connect(endpoint: &CriEndpoint, cfg: &CriSettings) -> Result<(Addr<Self>, RuntimeVersion), CriError> {
         let client = CriClient::new(endpoint, cfg.connect_timeout)
             .map_err(|e| CriError::new(CriErrorKind::InvalidArgument, e.to_string()))?;
         let version = wait_for_version(&client, cfg).await?;
@@ -232,7 +232,7 @@ impl Core {
     }
 }
 
-async fn wait_for_version(client: &CriClient, cfg: &CriConfig) -> Result<RuntimeVersion, CriError> {
+async fn wait_for_version(client: &CriClient, cfg: &CriSettings) -> Result<RuntimeVersion, CriError> {
     let give_up = Instant::now() + cfg.startup_timeout;
     loop {
         let deadline = cfg.deadlines.get(Rpc::Version).unwrap_or(cfg.connect_timeout);

@@ -18,4 +18,4 @@ pub use messages::{
     GetContainerStatus, GetImageFsInfo, GetImageStatus, GetReader, GetVersion, ListContainers, ListImages,
     ListPodSandboxes, PullImage, RemoveImage, SetFaultPlan,
 };
-pub use settings::{CriConfig, CriDeadlines};
+pub use settings::{CriDeadlines, CriSettings};

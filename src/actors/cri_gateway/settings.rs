@@ -33,7 +33,7 @@ impl CriDeadlines {
 
 /// The CRI gateway's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CriConfig {
+pub struct CriSettings {
     /// Time to establish a connection.
     pub connect_timeout: Duration,
     /// How long to retry `Version` at start.
@@ -46,7 +46,7 @@ pub struct CriConfig {
     pub metrics: Metrics,
 }
 
-impl Default for CriConfig {
+impl Default for CriSettings {
     fn default() -> Self {
         Self {
             connect_timeout: Duration::from_secs(10),

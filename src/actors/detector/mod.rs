@@ -45,7 +45,7 @@ pub const DEFAULT_MAILBOX_CAPACITY: usize = 64;
 
 /// The detector's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DetectorConfig {
+pub struct DetectorSettings {
     /// Detection period (the kubelet's 5 minutes).
     pub period: Duration,
     /// The sandbox image reference; empty = none.
@@ -93,7 +93,7 @@ struct Tick;
 
 /// The detector actor. See `actors.md`.
 pub struct DetectorActor {
-    cfg: DetectorConfig,
+    cfg: DetectorSettings,
     cri: DetectorCri,
     records: Arc<Records>,
     store: Option<Arc<Store>>,
@@ -118,7 +118,7 @@ impl DetectorActor {
     /// A detector; with a `store`, records are loaded from it at start and
     /// every change is written back.
     pub fn new(
-        cfg: DetectorConfig,
+        cfg: DetectorSettings,
         cri: DetectorCri,
         store: Option<Arc<Store>>,
         hints: InUseHints,

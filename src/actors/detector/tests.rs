@@ -23,8 +23,8 @@ fn container(id: &str, image: &str, sandbox: &str) -> Container {
     }
 }
 
-fn cfg() -> DetectorConfig {
-    DetectorConfig {
+fn cfg() -> DetectorSettings {
+    DetectorSettings {
         period: Duration::from_secs(300),
         sandbox_image: "registry.k8s.io/pause:3.10".into(),
         recent_window: Duration::from_secs(120),

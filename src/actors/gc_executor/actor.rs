@@ -8,7 +8,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 use tracing::info;
 
-use super::executor::{GcExecutor, GcExecutorConfig};
+use super::executor::{GcExecutor, GcExecutorSettings};
 use super::messages::{DeleteUnusedImages, GetLastGcReport, RunGc, UpdateGcPolicy};
 use super::report::{GcError, GcReport};
 use super::run::{GcPorts, run_gc};
@@ -38,7 +38,7 @@ impl GcExecutorActor {
     /// recipients for the filesystem and removals. The GC loop begins now
     /// on `clock` (the kubelet's `beganGC`).
     pub fn new(
-        cfg: GcExecutorConfig,
+        cfg: GcExecutorSettings,
         detector: Recipient<DetectImages>,
         fs_info: Recipient<GetImageFsInfo>,
         remove: Recipient<RemoveImage>,

@@ -22,7 +22,7 @@ use crate::metrics::Metrics;
 
 /// The GC executor's settings.
 #[derive(Debug, Clone)]
-pub struct GcExecutorConfig {
+pub struct GcExecutorSettings {
     /// Thresholds and ages.
     pub policy: GcPolicy,
     /// Protection rules (the sandbox image id is filled in from each detection).
@@ -91,7 +91,7 @@ pub struct RunEnd {
 /// The GC executor's state and logic. See the module docs.
 #[derive(Debug)]
 pub struct GcExecutor {
-    cfg: GcExecutorConfig,
+    cfg: GcExecutorSettings,
     /// When the GC loop started (the kubelet's `beganGC`).
     began: SystemTime,
     running: bool,
@@ -103,7 +103,7 @@ pub struct GcExecutor {
 
 impl GcExecutor {
     /// An executor whose GC loop began at `began`.
-    pub fn new(cfg: GcExecutorConfig, began: SystemTime) -> Self {
+    pub fn new(cfg: GcExecutorSettings, began: SystemTime) -> Self {
         Self { cfg, began, running: false, consecutive_failures: 0, last: None, metrics: Metrics::default() }
     }
 
@@ -113,7 +113,7 @@ impl GcExecutor {
     }
 
     /// The settings in force (policy and rules as last updated).
-    pub fn config(&self) -> &GcExecutorConfig {
+    pub fn config(&self) -> &GcExecutorSettings {
         &self.cfg
     }
 

@@ -21,7 +21,7 @@ mod run;
 mod tests;
 
 pub use actor::GcExecutorActor;
-pub use executor::{GcExecutor, GcExecutorConfig, NodeEvent, RunEnd, RunSpec};
+pub use executor::{GcExecutor, GcExecutorSettings, NodeEvent, RunEnd, RunSpec};
 pub use messages::{DeleteUnusedImages, GetLastGcReport, RunGc, UpdateGcPolicy};
 pub use report::{GcError, GcReport, RemovedImage, ReportEntry};
 pub use run::{GcPorts, run_gc};

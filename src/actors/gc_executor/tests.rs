@@ -4,7 +4,7 @@ use std::time::{Duration, SystemTime};
 use actix::prelude::*;
 
 use super::*;
-use crate::actors::detector::{DetectorActor, DetectorConfig};
+use crate::actors::detector::{DetectorActor, DetectorSettings};
 use crate::clock::Clock;
 use crate::cri::{CriError, CriErrorKind, Rpc};
 use crate::domain::{Container, ContainerState, Image};
@@ -40,7 +40,7 @@ async fn rig(other_gb: u64, policy: GcPolicy) -> Rig {
     let fake = FakeCri::new(images, 100 * GB).start();
     fake.send(SetFakeFs { capacity: 100 * GB, other_used: other_gb * GB }).await.unwrap();
     let clock = Clock::starting_at(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
-    let dcfg = DetectorConfig {
+    let dcfg = DetectorSettings {
         period: Duration::from_secs(300),
         sandbox_image: String::new(),
         recent_window: policy.min_age,
@@ -51,7 +51,7 @@ async fn rig(other_gb: u64, policy: GcPolicy) -> Rig {
     let sink = EventSink::default();
     let events = EventLog::default().start();
     sink.subscribe(events.clone().recipient());
-    let cfg = GcExecutorConfig {
+    let cfg = GcExecutorSettings {
         policy,
         rules: ProtectionRules::default(),
         period: Duration::from_secs(300),
@@ -156,7 +156,7 @@ async fn zero_capacity_is_invalid_and_listing_failures_are_reported() {
     r.fake.send(SetFakeFs { capacity: 0, other_used: 0 }).await.unwrap();
     // The capacity source is fixed at 100 GiB in the rig; use a zero one here.
     let clock = Clock::new();
-    let dcfg = DetectorConfig {
+    let dcfg = DetectorSettings {
         period: Duration::from_secs(300),
         sandbox_image: String::new(),
         recent_window: Duration::from_secs(120),
@@ -167,7 +167,7 @@ async fn zero_capacity_is_invalid_and_listing_failures_are_reported() {
     let sink = EventSink::default();
     let events = EventLog::default().start();
     sink.subscribe(events.clone().recipient());
-    let cfg = GcExecutorConfig {
+    let cfg = GcExecutorSettings {
         policy: GcPolicy::default(),
         rules: ProtectionRules::default(),
         period: Duration::from_secs(300),
@@ -245,7 +245,7 @@ async fn min_age_counts_from_the_first_detection_before_a_restart() {
     let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
     let fake = FakeCri::new(vec![img("sha256:old", 10 * GB)], 100 * GB).start();
     let policy = GcPolicy { min_age: Duration::from_secs(1_800), ..GcPolicy::default() };
-    let dcfg = || DetectorConfig {
+    let dcfg = || DetectorSettings {
         period: Duration::from_secs(300),
         sandbox_image: String::new(),
         recent_window: Duration::from_secs(1_800),
@@ -282,7 +282,7 @@ async fn min_age_counts_from_the_first_detection_before_a_restart() {
     let clock = Clock::starting_at(t0 + Duration::from_secs(3_600));
     let d =
         DetectorActor::new(dcfg(), FakeCri::detector_cri(&fake), store, InUseHints::default(), clock.clone()).start();
-    let cfg = GcExecutorConfig {
+    let cfg = GcExecutorSettings {
         policy,
         rules: ProtectionRules::default(),
         period: Duration::from_secs(300),

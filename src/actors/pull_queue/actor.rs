@@ -19,9 +19,9 @@ use crate::actors::cri_gateway::CriReader;
 use crate::domain::AuthConfig;
 use crate::metrics::Metrics;
 
-/// The pull queue's settings (validated; see `config::PullConfig`).
+/// The pull queue's settings (validated from `[pull]` by `config`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct PullQueueConfig {
+pub struct PullQueueSettings {
     /// Serial, or parallel with an optional limit.
     pub concurrency: Concurrency,
     /// Most pulls from one registry running at once (`None` = no such
@@ -49,7 +49,7 @@ pub struct PullQueueConfig {
     pub metrics: Metrics,
 }
 
-impl Default for PullQueueConfig {
+impl Default for PullQueueSettings {
     fn default() -> Self {
         Self {
             concurrency: Concurrency::Serial,
@@ -111,7 +111,7 @@ struct PullFinished {
 
 /// The pull queue actor. See `actors.md`.
 pub struct PullQueueActor {
-    cfg: PullQueueConfig,
+    cfg: PullQueueSettings,
     queue: PullQueue<PullRequest, Waiter>,
     /// Presence re-checks and size lookups, on the pull's own task.
     reader: CriReader,
@@ -131,7 +131,7 @@ const SLOW_CHECK_MAX: Duration = Duration::from_secs(15);
 impl PullQueueActor {
     /// A queue that pulls and looks images up through the gateway's direct
     /// handle (`reader`, from [`GetReader`](crate::actors::cri_gateway::GetReader)).
-    pub fn new(cfg: PullQueueConfig, reader: CriReader) -> Self {
+    pub fn new(cfg: PullQueueSettings, reader: CriReader) -> Self {
         Self {
             reader,
             queue: PullQueue::new(cfg.concurrency, cfg.capacity, cfg.single_flight)

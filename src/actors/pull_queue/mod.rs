@@ -9,7 +9,7 @@ mod pull_task;
 pub mod queue;
 pub mod throttle;
 
-pub use actor::{PullQueueActor, PullQueueConfig};
+pub use actor::{PullQueueActor, PullQueueSettings};
 pub use messages::{
     EnqueuePull, GetQueueStatus, ListPulls, PullFailure, PullInfo, PullOutcome, PullPhase, PullPhaseChanged,
     PullRequest, PullResult, PullStage, PullTicket, QueueStatus, SubscribePhases,

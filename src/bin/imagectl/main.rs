@@ -175,7 +175,7 @@ fn parse_deadline(text: &str) -> Result<std::time::Duration, String> {
 /// runtime, the others against the daemon's socket. Returns the exit code.
 fn run(cli: Cli) -> Result<u8, AppError> {
     let cfg = cli.config.load()?;
-    let _ = imaged::telemetry::init(&imaged::config::LogConfig { filter: "warn".into(), ..cfg.log.clone() });
+    let _ = imaged::telemetry::init(&imaged::config::LogSettings { filter: "warn".into(), ..cfg.log.clone() });
     let command = match cli.command {
         Command::Cri { command } => return cri::run(cfg, command),
         c => c,

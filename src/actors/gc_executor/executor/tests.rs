@@ -18,8 +18,8 @@ fn t0() -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(1_700_000_000)
 }
 
-fn cfg(policy: GcPolicy) -> GcExecutorConfig {
-    GcExecutorConfig {
+fn cfg(policy: GcPolicy) -> GcExecutorSettings {
+    GcExecutorSettings {
         policy,
         rules: ProtectionRules::default(),
         period: Duration::from_secs(300),
