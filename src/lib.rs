@@ -9,7 +9,7 @@
 //! layers (lowest first: `domain`/`clock`; `cri`, `events`, `gc`,
 //! `kubelet_config`; `fault`, `metrics`, `store`; `credentials`,
 //! `pull_records`, `embedded`; `actors`; `ensure`; `config`; the wiring
-//! `connect`, `gc_service`, `node`; the front ends) and fails on an upward
+//! `connect`, `node`; the front ends) and fails on an upward
 //! reference or a circle.
 //!
 //! - [`credentials`]: pull secrets, node docker config files, exec
@@ -27,7 +27,7 @@
 //! - [`embedded`]: the embedded CRI runtime (in memory, served on a unix
 //!   socket) used by default, by the README and by tests.
 //! - [`gc`]: image garbage collection logic (records, detection, the plan);
-//!   [`gc_service`] starts the detector, cache refresher and GC executor.
+//!   the GC actors are started, with every other actor, in `node`'s wiring.
 //! - [`pull_records`]: KEP-2535 pull intents and pulled records, the
 //!   verification policy and the must-pull decision (verified access to
 //!   cached private images).
@@ -35,7 +35,11 @@
 //!   state (GC image records, pull intents and pulled records).
 //! - [`api`]: the daemon's gRPC API (`proto/imaged/v1`): service, socket, client.
 //! - [`daemon`]: `imaged run`: a [`node::Node`] behind the API, with signals.
-//! - [`node`]: the library entry point ([`node::Node`]): every actor from one config.
+//! - [`node`]: the library entry point ([`node::Node`]): every actor from one
+//!   config, spawned in one place (`node/wiring.rs`, which reads like the
+//!   architecture).
+//! - [`cri_front`]: imaged in the kubelet's path: the CRI ImageService served
+//!   in front of the runtime (protocol side in [`cri::server`]).
 //! - [`connect`]: resolves the configured endpoint (starting the embedded
 //!   runtime when asked) and connects the gateway.
 //! - [`metrics`]: the Prometheus metrics handle every actor updates;
@@ -65,7 +69,6 @@ pub mod error;
 pub mod events;
 pub mod fault;
 pub mod gc;
-pub mod gc_service;
 pub mod http;
 pub mod kubelet_config;
 pub mod metrics;

@@ -13,10 +13,8 @@ use imaged::config::Config;
 use imaged::cri::Rpc;
 use imaged::domain::{Container, ContainerState, ImageSpec};
 use imaged::embedded::RemoteImage;
-use imaged::events::EventSink;
-use imaged::gc::in_use_hints::InUseHints;
 use imaged::gc::plan::{DeleteReason, KeepReason, Verdict};
-use imaged::gc_service::GcService;
+use imaged::node::{GcParts, GcService};
 use support::fixture::runtime;
 
 fn settings() -> imaged::config::GcSettings {
@@ -46,15 +44,7 @@ async fn gc_brings_a_full_filesystem_under_the_low_threshold() {
         state: ContainerState::Exited,
         ..Container::default()
     });
-    let svc = GcService::start(
-        &rt.gateway,
-        &settings(),
-        rt.runtime.capacity_source(),
-        None,
-        InUseHints::default(),
-        EventSink::default(),
-        None,
-    );
+    let svc = GcService::start(&rt.gateway, &settings(), rt.runtime.capacity_source(), GcParts::default());
 
     let plan = svc.executor.send(RunGc { dry_run: true }).await.unwrap().expect("plan");
     assert_eq!(plan.usage_percent, Some(90));
@@ -92,15 +82,7 @@ async fn the_node_status_image_list_comes_from_the_cache() {
     let rt = runtime().await;
     rt.runtime.preload(RemoteImage::new("example.com/big:1", 300)).expect("preload");
     rt.runtime.preload(RemoteImage::new("example.com/small:1", 10)).expect("preload");
-    let svc = GcService::start(
-        &rt.gateway,
-        &settings(),
-        rt.runtime.capacity_source(),
-        None,
-        InUseHints::default(),
-        EventSink::default(),
-        None,
-    );
+    let svc = GcService::start(&rt.gateway, &settings(), rt.runtime.capacity_source(), GcParts::default());
     let reader = svc.images.clone();
     // The first refresh runs at start (bounded wait).
     for _ in 0..50 {

@@ -299,8 +299,7 @@ async fn a_crash_between_intent_and_record_is_recovered_at_the_next_start() {
 #[actix::test]
 async fn gc_prunes_the_records_of_the_images_it_removes_and_keeps_the_others() {
     use imaged::actors::gc_executor::DeleteUnusedImages;
-    use imaged::events::EventSink;
-    use imaged::gc_service::GcService;
+    use imaged::node::{GcParts, GcService};
 
     let rt = runtime().await;
     rt.runtime.add_remote(private_remote()).expect("add");
@@ -331,10 +330,7 @@ async fn gc_prunes_the_records_of_the_images_it_removes_and_keeps_the_others() {
         &rt.gateway,
         &settings,
         rt.runtime.capacity_source(),
-        None,
-        imaged::gc::in_use_hints::InUseHints::default(),
-        EventSink::default(),
-        Some(m.pull_records().clone()),
+        GcParts { pull_records: Some(m.pull_records().clone()), ..GcParts::default() },
     );
     let report = svc.executor.send(DeleteUnusedImages { dry_run: false }).await.expect("executor").expect("gc");
     assert_eq!(report.removed.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [public.image_ref.as_str()]);

@@ -20,7 +20,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("actors", &["actors"]),
     ("the ensure flow", &["ensure"]),
     ("configuration", &["config"]),
-    ("wiring", &["error", "telemetry", "connect", "gc_service", "node"]),
+    ("wiring", &["error", "telemetry", "connect", "node"]),
     ("front ends", &["api", "cri_front", "http", "daemon", "demo", "cli"]),
 ];
 

@@ -15,9 +15,8 @@ use imaged::config::Config;
 use imaged::domain::pull_policy::PullPolicy;
 use imaged::embedded::{EmbeddedRuntime, RemoteImage};
 use imaged::ensure::{EnsureImageRequest, EnsureSettings, ImageManager};
-use imaged::gc::in_use_hints::InUseHints;
-use imaged::gc_service::GcService;
 use imaged::metrics::{Metrics, PULL_DURATION_BUCKETS};
+use imaged::node::{GcParts, GcService};
 use imaged::testing::{Scrape, StartedManager, start_manager};
 
 struct Stack {
@@ -124,15 +123,7 @@ async fn pulls_joins_failures_and_gc_show_in_the_scrape() {
     st.runtime.set_capacity(4_000);
     st.runtime.preload(RemoteImage::new("example.com/old:1", 1_000)).expect("preload");
     let gc = imaged::config::GcSettings { high_threshold_percent: 50, low_threshold_percent: 40, ..st.cfg.gc.clone() };
-    let svc = GcService::start(
-        &st.gateway,
-        &gc,
-        st.runtime.capacity_source(),
-        None,
-        InUseHints::default(),
-        imaged::events::EventSink::default(),
-        None,
-    );
+    let svc = GcService::start(&st.gateway, &gc, st.runtime.capacity_source(), GcParts::default());
     let report = svc.executor.send(RunGc { dry_run: false }).await.expect("executor").expect("gc");
     assert!(!report.removed.is_empty());
     let freed: u64 = report.removed.iter().map(|r| r.size).sum();

@@ -289,11 +289,9 @@ async fn daemon_flow(env: &ContainerdEnv) {
 /// is measured with statvfs on the mountpoint containerd reports.
 async fn gc_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>) {
     use imaged::actors::gc_executor::DeleteUnusedImages;
-    use imaged::events::EventSink;
     use imaged::gc::capacity::CapacitySource;
-    use imaged::gc::in_use_hints::InUseHints;
     use imaged::gc::plan::{KeepReason, Verdict};
-    use imaged::gc_service::GcService;
+    use imaged::node::{GcParts, GcService};
 
     let open = Registry::open(&env.registry_open);
     let mut pushed = Vec::new();
@@ -307,15 +305,7 @@ async fn gc_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>) {
         pushed[2].reference, env.registry_open
     );
     let settings = imaged::config::Config::from_toml(&toml).expect("config").gc;
-    let svc = GcService::start(
-        &gateway,
-        &settings,
-        CapacitySource::Statvfs,
-        None,
-        InUseHints::default(),
-        EventSink::default(),
-        None,
-    );
+    let svc = GcService::start(&gateway, &settings, CapacitySource::Statvfs, GcParts::default());
     let plan = svc.executor.send(DeleteUnusedImages { dry_run: true }).await.unwrap().expect("plan");
     assert!(plan.before.capacity > 0, "statvfs measured the containerd mountpoint");
     let verdict = |id: &str| plan.entries.iter().find(|e| e.id == id).map(|e| e.verdict.clone());

@@ -19,6 +19,10 @@
 //! The daemon (`imaged run`) is this handle behind a gRPC API; embedders get
 //! the same behaviour without the socket.
 
+mod wiring;
+
+pub use wiring::{GcParts, GcService, recover_intents_from_runtime};
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -28,7 +32,7 @@ use actix::prelude::*;
 use crate::actors::Stop;
 use crate::actors::backoff_registry::{BackoffRegistryActor, BackoffView, ClearBackoff, ClearScope, ListBackoffs};
 use crate::actors::cache_refresher::ImageListReader;
-use crate::actors::cri_gateway::{CriGatewayActor, GetReader, ListImages};
+use crate::actors::cri_gateway::{CriGatewayActor, ListImages};
 use crate::actors::detector::DetectImages;
 use crate::actors::gc_executor::{DeleteUnusedImages, GcError, GcReport, GetLastGcReport, RunGc, UpdateGcPolicy};
 use crate::actors::pull_queue::{
@@ -41,9 +45,6 @@ use crate::domain::{Image, RuntimeVersion};
 use crate::ensure::{EnsureError, EnsureImageRequest, EnsureOk, ImageManager, Prefetch, PrefetchRequest};
 use crate::error::AppError;
 use crate::events::ImageEvent;
-use crate::gc::capacity::CapacitySource;
-use crate::gc_service::GcService;
-use crate::pull_records::PullRecords;
 use crate::store::Store;
 
 /// How often [`Node::shutdown`] looks whether in-flight pulls are done.
@@ -126,80 +127,14 @@ impl Node {
         // after waiting for the runtime.
         let node_credentials = crate::connect::node_credentials(&cfg)?;
         let runtime = crate::connect::runtime(&cfg).await?;
-        Self::start_parts(cfg, runtime, node_credentials).await
+        wiring::start(cfg, runtime, node_credentials).await
     }
 
     /// Starts every actor over an already connected runtime (an embedder's
     /// own gateway, or a test's).
     pub async fn start_on(cfg: Config, runtime: ConnectedRuntime) -> Result<Self, AppError> {
         let node_credentials = crate::connect::node_credentials(&cfg)?;
-        Self::start_parts(cfg, runtime, node_credentials).await
-    }
-
-    async fn start_parts(
-        cfg: Config,
-        runtime: ConnectedRuntime,
-        node_credentials: Arc<crate::credentials::NodeCredentials>,
-    ) -> Result<Self, AppError> {
-        if let Some(path) = &cfg.fault_plan {
-            let plan = crate::config::load_fault_plan(path)
-                .map_err(|e| AppError::Other(format!("fault plan {}: {e}", path.display())))?;
-            tracing::warn!(plan = %path.display(), rules = plan.rules().len(), "a fault plan is active at the CRI gateway");
-            runtime
-                .gateway
-                .send(crate::actors::cri_gateway::SetFaultPlan(plan))
-                .await
-                .map_err(|_| AppError::Mailbox("CRI gateway".into()))?;
-        }
-        let store = match &cfg.state_dir {
-            Some(dir) => Some(Arc::new(
-                Store::open(dir)
-                    .map_err(|e| AppError::Other(format!("opening the state in {}: {e}", dir.display())))?,
-            )),
-            None => None,
-        };
-        // KEP-2535 pull records: durable with the store; intents a crash
-        // left are turned into records every pod must re-verify.
-        let records = PullRecords::open(cfg.verification.clone(), store.clone())
-            .map_err(|e| AppError::Other(format!("opening the pull records: {e}")))?
-            .with_metrics(cfg.pull.metrics.clone());
-        match recover_intents_from_runtime(&records, &runtime.gateway).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(recovered = n, "pull intents left by an earlier run recovered"),
-            Err(e) => tracing::warn!(error = %e, "pull intents not recovered; their images keep needing verification"),
-        }
-        let reader = runtime.gateway.send(GetReader).await.map_err(|_| AppError::Mailbox("CRI gateway".into()))?;
-        let queue = PullQueueActor::new(cfg.pull.clone(), reader.clone()).start();
-        let backoff = BackoffRegistryActor::from_settings(&cfg.backoff).start();
-        let manager = ImageManager::new(reader, queue.clone().recipient(), (&backoff).into(), cfg.ensure.clone())
-            .with_metrics(cfg.pull.metrics.clone())
-            .with_pull_records(records.clone())
-            .with_node_credentials(node_credentials);
-        let capacity = match &runtime.embedded {
-            Some(e) => e.capacity_source(),
-            None => CapacitySource::Statvfs,
-        };
-        let gc = GcService::start(
-            &runtime.gateway,
-            &cfg.gc,
-            capacity,
-            store.clone(),
-            manager.hints().clone(),
-            manager.events().clone(),
-            Some(records),
-        );
-        let live_gc = std::sync::Mutex::new(cfg.gc.clone());
-        Ok(Self {
-            cfg,
-            runtime,
-            manager,
-            queue,
-            backoff,
-            gc,
-            store,
-            accepting: Arc::new(AtomicBool::new(true)),
-            live_gc,
-        })
+        wiring::start(cfg, runtime, node_credentials).await
     }
 
     /// The configuration the node started with (see
@@ -404,23 +339,4 @@ impl Node {
         self.backoff.do_send(Stop);
         ShutdownReport { abandoned_pulls }
     }
-}
-
-/// [`PullRecords::recover_intents`] over the images the runtime behind
-/// `gateway` lists (listed only when intents are stored, as the kubelet
-/// does). A listing failure leaves the intents as they are (the images keep
-/// counting as pulled by imaged) and is returned.
-pub async fn recover_intents_from_runtime(
-    records: &PullRecords,
-    gateway: &actix::Addr<crate::actors::cri_gateway::CriGatewayActor>,
-) -> Result<usize, String> {
-    if !records.has_stored_intents() {
-        return Ok(0);
-    }
-    let images = gateway
-        .send(crate::actors::cri_gateway::ListImages::default())
-        .await
-        .map_err(|_| "the CRI gateway stopped".to_string())?
-        .map_err(|e| format!("failed to list images: {e}"))?;
-    records.recover_intents(&images).await.map_err(|e| e.to_string())
 }

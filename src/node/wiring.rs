@@ -1,0 +1,207 @@
+//! The one place a node is wired: configuration in, every actor spawned,
+//! in the order they depend on each other. Read top to bottom, [`start`] is
+//! the architecture (`actors.md`, "Start order"): the runtime and its
+//! gateway were connected by [`crate::connect`]; then the fault plan, the
+//! durable state, the pull side (queue, back-off registry, the ensure
+//! handle over their ports) and the GC side (detector, executor, cache
+//! refresher). No actor starts another.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use actix::prelude::*;
+
+use super::Node;
+use crate::actors::backoff_registry::BackoffRegistryActor;
+use crate::actors::cache_refresher::{self, CacheRefresherActor, CacheRefresherSettings, ImageListReader};
+use crate::actors::cri_gateway::{CriGatewayActor, GetReader, ListImages, SetFaultPlan};
+use crate::actors::detector::{self, DetectorActor, DetectorCri, DetectorSettings};
+use crate::actors::gc_executor::{self, GcExecutorActor, GcExecutorSettings};
+use crate::actors::pull_queue::PullQueueActor;
+use crate::clock::Clock;
+use crate::config::{Config, GcSettings};
+use crate::connect::ConnectedRuntime;
+use crate::credentials::NodeCredentials;
+use crate::ensure::ImageManager;
+use crate::error::AppError;
+use crate::events::EventSink;
+use crate::gc::capacity::CapacitySource;
+use crate::gc::in_use_hints::InUseHints;
+use crate::pull_records::PullRecords;
+use crate::store::Store;
+
+/// Builds and spawns every actor of a node over a connected runtime.
+pub(super) async fn start(
+    cfg: Config,
+    runtime: ConnectedRuntime,
+    node_credentials: Arc<NodeCredentials>,
+) -> Result<Node, AppError> {
+    let gateway = &runtime.gateway;
+    let mailbox = |_| AppError::Mailbox("CRI gateway".into());
+    if let Some(path) = &cfg.fault_plan {
+        let plan = crate::config::load_fault_plan(path)
+            .map_err(|e| AppError::Other(format!("fault plan {}: {e}", path.display())))?;
+        tracing::warn!(plan = %path.display(), rules = plan.rules().len(), "a fault plan is active at the CRI gateway");
+        gateway.send(SetFaultPlan(plan)).await.map_err(mailbox)?;
+    }
+
+    // Durable state, and the KEP-2535 pull records in it; intents a crash
+    // left are turned into records every pod must re-verify.
+    let store = match &cfg.state_dir {
+        Some(dir) => Some(Arc::new(
+            Store::open(dir).map_err(|e| AppError::Other(format!("opening the state in {}: {e}", dir.display())))?,
+        )),
+        None => None,
+    };
+    let records = PullRecords::open(cfg.verification.clone(), store.clone())
+        .map_err(|e| AppError::Other(format!("opening the pull records: {e}")))?
+        .with_metrics(cfg.pull.metrics.clone());
+    match recover_intents_from_runtime(&records, gateway).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(recovered = n, "pull intents left by an earlier run recovered"),
+        Err(e) => tracing::warn!(error = %e, "pull intents not recovered; their images keep needing verification"),
+    }
+
+    // The pull side: the queue pulls through the gateway's reader (no
+    // mailbox hop); the ensure handle talks to the queue and the back-off
+    // registry through the messages it sends.
+    let reader = gateway.send(GetReader).await.map_err(mailbox)?;
+    let queue = PullQueueActor::new(cfg.pull.clone(), reader.clone()).start();
+    let backoff = BackoffRegistryActor::from_settings(&cfg.backoff).start();
+    let manager = ImageManager::new(reader, queue.clone().recipient(), (&backoff).into(), cfg.ensure.clone())
+        .with_metrics(cfg.pull.metrics.clone())
+        .with_pull_records(records.clone())
+        .with_node_credentials(node_credentials);
+
+    // The GC side: what the runtime's image filesystem is measured with,
+    // then the three GC actors, sharing the manager's in-use hints and
+    // event sink, pruning its pull records.
+    let capacity = match &runtime.embedded {
+        Some(e) => e.capacity_source(),
+        None => CapacitySource::Statvfs,
+    };
+    let parts = GcParts {
+        store: store.clone(),
+        hints: manager.hints().clone(),
+        events: manager.events().clone(),
+        pull_records: Some(records),
+    };
+    let gc = GcService::start(gateway, &cfg.gc, capacity, parts);
+
+    let live_gc = std::sync::Mutex::new(cfg.gc.clone());
+    Ok(Node { cfg, runtime, manager, queue, backoff, gc, store, accepting: Arc::new(AtomicBool::new(true)), live_gc })
+}
+
+/// [`PullRecords::recover_intents`] over the images the runtime behind
+/// `gateway` lists (listed only when intents are stored, as the kubelet
+/// does). A listing failure leaves the intents as they are (the images keep
+/// counting as pulled by imaged) and is returned.
+pub async fn recover_intents_from_runtime(
+    records: &PullRecords,
+    gateway: &Addr<CriGatewayActor>,
+) -> Result<usize, String> {
+    if !records.has_stored_intents() {
+        return Ok(0);
+    }
+    let images = gateway
+        .send(ListImages::default())
+        .await
+        .map_err(|_| "the CRI gateway stopped".to_string())?
+        .map_err(|e| format!("failed to list images: {e}"))?;
+    records.recover_intents(&images).await.map_err(|e| e.to_string())
+}
+
+/// What the GC actors share with the rest of the node.
+#[derive(Default)]
+pub struct GcParts {
+    /// The durable image records (`None` = memory only).
+    pub store: Option<Arc<Store>>,
+    /// The `ImageManager`'s in-use hints (images it ensured count as in use
+    /// for the min-age window, pulls in flight always).
+    pub hints: InUseHints,
+    /// Where the node events go (`InvalidDiskCapacity`, `FreeDiskSpaceFailed`,
+    /// `ImageGCFailed`).
+    pub events: EventSink,
+    /// With the `ImageManager`'s pull records, the GC executor prunes them
+    /// after each run, and the actors run on the records' clock
+    /// ([`PullRecords::clock`]), so the prune compares the run's start with
+    /// the records' stamps on one clock.
+    pub pull_records: Option<PullRecords>,
+}
+
+/// The running GC actors.
+#[derive(Clone)]
+pub struct GcService {
+    /// The detector ticker (records' only writer).
+    pub detector: Addr<DetectorActor>,
+    /// The GC executor (`RunGc`, `DeleteUnusedImages`, `GetLastGcReport`).
+    pub executor: Addr<GcExecutorActor>,
+    /// The cache refresher.
+    pub refresher: Addr<CacheRefresherActor>,
+    /// Node-status image list, read without a round trip.
+    pub images: ImageListReader,
+}
+
+impl std::fmt::Debug for GcService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GcService").finish_non_exhaustive()
+    }
+}
+
+impl GcService {
+    /// Starts the three GC actors on the current arbiter over `gateway`,
+    /// measuring the image filesystem with `capacity`, sharing `parts` with
+    /// the rest of the node. [`Node::start`] calls it; tests that want GC
+    /// without a node do too.
+    pub fn start(
+        gateway: &Addr<CriGatewayActor>,
+        settings: &GcSettings,
+        capacity: CapacitySource,
+        parts: GcParts,
+    ) -> Self {
+        let GcParts { store, hints, events, pull_records } = parts;
+        // Records are stamped with their own clock; GC compares the start
+        // of its run with those stamps when it prunes, so it runs on it too.
+        let clock = pull_records.as_ref().map_or_else(Clock::new, PullRecords::clock);
+        let cri = DetectorCri {
+            list_images: gateway.clone().recipient(),
+            list_containers: gateway.clone().recipient(),
+            list_sandboxes: gateway.clone().recipient(),
+            image_status: gateway.clone().recipient(),
+        };
+        let dcfg = DetectorSettings {
+            period: settings.detect_period,
+            sandbox_image: settings.sandbox_image.clone(),
+            recent_window: settings.min_age,
+            mailbox_capacity: detector::DEFAULT_MAILBOX_CAPACITY,
+        };
+        let detector = DetectorActor::new(dcfg, cri, store, hints, clock.clone()).start();
+        let ecfg = GcExecutorSettings {
+            policy: settings.policy(),
+            rules: settings.rules(),
+            period: settings.gc_period,
+            capacity,
+            mailbox_capacity: gc_executor::DEFAULT_MAILBOX_CAPACITY,
+        };
+        let mut executor = GcExecutorActor::new(
+            ecfg,
+            detector.clone().recipient(),
+            gateway.clone().recipient(),
+            gateway.clone().recipient(),
+            events,
+            clock,
+        )
+        .with_metrics(settings.metrics.clone());
+        if let Some(records) = pull_records {
+            executor = executor.with_pull_records(records);
+        }
+        let executor = executor.start();
+        let rcfg = CacheRefresherSettings {
+            period: settings.cache_refresh_period,
+            max_images: settings.node_status_max_images,
+            mailbox_capacity: cache_refresher::DEFAULT_MAILBOX_CAPACITY,
+        };
+        let (refresher, images) = CacheRefresherActor::new(gateway.clone().recipient(), rcfg);
+        Self { detector, executor, refresher: refresher.start(), images }
+    }
+}
