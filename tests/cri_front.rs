@@ -1,0 +1,194 @@
+//! imaged in the kubelet's path: a CRI client that is not imaged's gateway
+//! (the generated `runtime.v1` client, as the kubelet uses it) talks to the
+//! CRI front's socket, in front of the embedded runtime.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use imaged::api::server::ApiSocket;
+use imaged::config::{Config, RuntimeEndpoint};
+use imaged::cri::proto as pb;
+use imaged::cri::proto::image_service_client::ImageServiceClient;
+use imaged::cri::{CriEndpoint, Rpc};
+use imaged::cri_front::CriFront;
+use imaged::node::Node;
+use tonic::Code;
+use tonic::transport::Channel;
+
+/// A node on the embedded runtime, its CRI front served on a temp socket,
+/// and a client of that socket.
+struct Front {
+    _dir: tempfile::TempDir,
+    node: Arc<Node>,
+    client: ImageServiceClient<Channel>,
+    channel: Channel,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Front {
+    async fn start(toml: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cfg = Config::from_toml(toml).expect("config");
+        cfg.endpoint = RuntimeEndpoint::Embedded { socket: Some(dir.path().join("runtime.sock")) };
+        let node = Arc::new(Node::start(cfg).await.expect("node starts"));
+        let path = dir.path().join("cri.sock");
+        let socket = ApiSocket::bind_at("CRI socket", &path, None).await.expect("binds");
+        let front = CriFront::over(&node, &node.config().cri_server).await.expect("front");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        actix::spawn(async move {
+            let _ = imaged::cri_front::serve(socket, front, async move {
+                let _ = stopped.await;
+            })
+            .await;
+        });
+        let channel = CriEndpoint::Unix(path).channel(Duration::from_secs(5)).expect("channel");
+        let client = ImageServiceClient::new(channel.clone());
+        Front { _dir: dir, node, client, channel, _stop: stop }
+    }
+
+    fn runtime_pulls(&self) -> u64 {
+        self.node.runtime().embedded.as_ref().expect("embedded").stats().calls(Rpc::PullImage)
+    }
+
+    async fn status(&self, image: &str) -> Option<pb::Image> {
+        let req = pb::ImageStatusRequest { image: Some(spec(image)), verbose: false };
+        self.client.clone().image_status(req).await.expect("status").into_inner().image
+    }
+}
+
+fn spec(image: &str) -> pb::ImageSpec {
+    pb::ImageSpec { image: image.into(), ..Default::default() }
+}
+
+fn pull(image: &str) -> pb::PullImageRequest {
+    pb::PullImageRequest { image: Some(spec(image)), auth: None, sandbox_config: None }
+}
+
+#[actix::test]
+async fn a_pull_is_listed_and_statused_at_once_and_gone_at_once_after_a_remove() {
+    let f = Front::start("").await;
+    let mut c = f.client.clone();
+    let image_ref = c.pull_image(pull("docker.io/library/busybox:1.36")).await.expect("pulled").into_inner().image_ref;
+    let img = f.status("docker.io/library/busybox:1.36").await.expect("present after the pull");
+    assert_eq!(img.id, image_ref, "PullImageResponse.image_ref is the image's id");
+    assert!(img.size > 0, "the size is kept (the kubelet takes 0 as an inspect error)");
+    let list = c.list_images(pb::ListImagesRequest::default()).await.expect("list").into_inner().images;
+    assert!(list.iter().any(|i| i.id == image_ref), "{list:?}");
+    c.remove_image(pb::RemoveImageRequest { image: Some(spec(&image_ref)) }).await.expect("removed");
+    assert_eq!(f.status("docker.io/library/busybox:1.36").await, None, "absent at once after the remove");
+    let fs = c.image_fs_info(pb::ImageFsInfoRequest {}).await.expect("fs info").into_inner();
+    assert!(!fs.image_filesystems.is_empty());
+}
+
+#[actix::test]
+async fn fifty_identical_pulls_are_one_runtime_pull() {
+    let f = Front::start("").await;
+    let calls: Vec<_> = (0..50)
+        .map(|_| {
+            let mut c = f.client.clone();
+            tokio::spawn(
+                async move { c.pull_image(pull("docker.io/library/nginx:1.27")).await.map(|r| r.into_inner()) },
+            )
+        })
+        .collect();
+    let mut refs = Vec::new();
+    for c in calls {
+        refs.push(c.await.expect("task").expect("pulled").image_ref);
+    }
+    refs.dedup();
+    assert_eq!(refs.len(), 1, "{refs:?}");
+    assert_eq!(f.runtime_pulls(), 1, "50 identical PullImage calls share one runtime pull");
+}
+
+#[actix::test]
+async fn each_credential_is_its_own_pull_and_a_wrong_one_fails_only_its_call() {
+    let f = Front::start("").await;
+    let image = "registry.example.com/team/app:v1";
+    let with = |password: &str| pb::PullImageRequest {
+        auth: Some(pb::AuthConfig { username: "team".into(), password: password.into(), ..Default::default() }),
+        ..pull(image)
+    };
+    let (mut a, mut b) = (f.client.clone(), f.client.clone());
+    let (wrong, right) = tokio::join!(a.pull_image(with("nope")), b.pull_image(with("team-password")));
+    let wrong = wrong.expect_err("the wrong password fails");
+    assert_ne!(wrong.code(), Code::Ok);
+    assert!(!wrong.message().contains("nope"), "the credential is never shown: {}", wrong.message());
+    right.expect("the right password pulls");
+    assert_eq!(f.runtime_pulls(), 2, "different credentials never share a pull");
+}
+
+#[actix::test]
+async fn the_runtimes_error_reaches_the_client_with_its_code() {
+    let f = Front::start("").await;
+    let through = f.client.clone().pull_image(pull("docker.io/library/nope:1")).await.expect_err("not in the registry");
+    let rt = f.node.runtime().embedded.as_ref().expect("embedded").endpoint();
+    let direct = ImageServiceClient::new(rt.channel(Duration::from_secs(5)).expect("channel"))
+        .pull_image(pull("docker.io/library/nope:1"))
+        .await
+        .expect_err("not in the registry");
+    assert_eq!((through.code(), through.message()), (direct.code(), direct.message()));
+}
+
+#[actix::test]
+async fn the_sandbox_image_and_pinned_patterns_are_reported_pinned() {
+    let f = Front::start("[gc]\npinned_images = [\"docker.io/library/redis:*\"]").await;
+    let mut c = f.client.clone();
+    for image in ["registry.k8s.io/pause:3.10", "docker.io/library/redis:7", "docker.io/library/busybox:1.36"] {
+        c.pull_image(pull(image)).await.expect("pulled");
+    }
+    let list = c.list_images(pb::ListImagesRequest::default()).await.expect("list").into_inner().images;
+    let pinned = |tag: &str| list.iter().find(|i| i.repo_tags.iter().any(|t| t == tag)).map(|i| i.pinned);
+    assert_eq!(pinned("registry.k8s.io/pause:3.10"), Some(true));
+    assert_eq!(pinned("docker.io/library/redis:7"), Some(true));
+    assert_eq!(pinned("docker.io/library/busybox:1.36"), Some(false));
+    assert_eq!(f.status("registry.k8s.io/pause:3.10").await.map(|i| i.pinned), Some(true));
+
+    let off = Front::start("[cri_server]\npin_sandbox_image = false").await;
+    off.client.clone().pull_image(pull("registry.k8s.io/pause:3.10")).await.expect("pulled");
+    assert_eq!(off.status("registry.k8s.io/pause:3.10").await.map(|i| i.pinned), Some(false));
+}
+
+#[actix::test]
+async fn a_callers_deadline_ends_its_wait_but_not_the_shared_pull() {
+    let f = Front::start("").await;
+    // The deadline as it travels (grpc-timeout), without the client's own
+    // timer. tonic's server ends the call at the deadline with Cancelled
+    // "Timeout expired" before the front's own DeadlineExceeded (a Go
+    // client such as the kubelet reports DeadlineExceeded from its context
+    // either way); what matters is that the call ends at the deadline.
+    let mut req = tonic::Request::new(pull("docker.io/library/nginx:1.27"));
+    req.metadata_mut().insert("grpc-timeout", "50m".parse().expect("header"));
+    let err = f.client.clone().pull_image(req).await.expect_err("nginx takes 400 ms");
+    assert!(matches!(err.code(), Code::DeadlineExceeded | Code::Cancelled), "{err:?}");
+    // The pull went on: a later call finds it done (or joins it), and the
+    // runtime pulled once.
+    f.client.clone().pull_image(pull("docker.io/library/nginx:1.27")).await.expect("pulled");
+    assert_eq!(f.runtime_pulls(), 1);
+}
+
+#[actix::test]
+async fn methods_imaged_does_not_serve_answer_unimplemented() {
+    let f = Front::start("").await;
+    for path in ["/runtime.v1.ImageService/StreamImages", "/runtime.v1.RuntimeService/Version"] {
+        let mut grpc = tonic::client::Grpc::new(f.channel.clone());
+        grpc.ready().await.expect("ready");
+        let err = grpc
+            .unary(
+                tonic::Request::new(prost::bytes::Bytes::new()),
+                path.parse().expect("path"),
+                imaged::cri::wire::BytesCodec,
+            )
+            .await
+            .expect_err("not served");
+        assert_eq!(err.code(), Code::Unimplemented, "{path}: {err:?}");
+    }
+}
+
+#[actix::test]
+async fn an_empty_image_is_refused_with_invalid_argument() {
+    let f = Front::start("").await;
+    let err = f.client.clone().pull_image(pull("")).await.expect_err("refused");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert_eq!(f.runtime_pulls(), 0);
+}
