@@ -681,3 +681,34 @@ fn a_node_applies_only_the_live_part_of_new_gc_settings() {
         node.shutdown(Duration::from_secs(5)).await;
     });
 }
+
+#[test]
+fn imaged_run_serves_the_kubelets_image_calls_on_its_cri_socket() {
+    let dir = tempfile::Builder::new().prefix("imdc").tempdir_in("/tmp").expect("tempdir");
+    let cri = dir.path().join("cri.sock");
+    let d = Daemon::start(&["--set", &format!("cri_server.socket={}", cri.display())]);
+    let mode = std::fs::metadata(&cri).expect("CRI socket").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "CRI socket mode {mode:o}");
+    rt().block_on(async {
+        use imaged::cri::proto as pb;
+        let channel = imaged::cri::CriEndpoint::Unix(cri.clone()).channel(Duration::from_secs(5)).expect("channel");
+        let mut kubelet = pb::image_service_client::ImageServiceClient::new(channel);
+        let spec = pb::ImageSpec { image: "docker.io/library/busybox:1.36".into(), ..Default::default() };
+        let pulled = kubelet
+            .pull_image(pb::PullImageRequest { image: Some(spec.clone()), auth: None, sandbox_config: None })
+            .await
+            .expect("PullImage through imaged")
+            .into_inner();
+        let status = kubelet
+            .image_status(pb::ImageStatusRequest { image: Some(spec), verbose: false })
+            .await
+            .expect("ImageStatus")
+            .into_inner();
+        assert_eq!(status.image.map(|i| i.id), Some(pulled.image_ref.clone()));
+        // imaged's own API sees the image the kubelet pulled.
+        let mut c = imaged::api::client(&d.socket).expect("client");
+        let images = c.list_images(proto::ListImagesRequest {}).await.expect("rpc").into_inner().images;
+        assert!(images.iter().any(|i| i.id == pulled.image_ref), "{images:?}");
+    });
+    assert!(d.log().contains("CRI ImageService serving"), "{}", d.log());
+}
