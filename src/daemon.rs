@@ -87,7 +87,7 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
         let _ = server_stop.wait_for(|s| *s).await;
     });
     tokio::pin!(server);
-    let cri = serve_cri(&node, &stop_rx).await?;
+    let cri = serve_cri(&node, &stop_rx, &sources).await?;
 
     let why = serve_until_stop_signal(server.as_mut(), &mut signals, &node, &sources, log.as_ref()).await?;
     info!(signal = why, grace = ?daemon.shutdown_grace, "shutting down: no new requests; waiting for pulls in flight");
@@ -122,9 +122,13 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
 async fn serve_cri(
     node: &Arc<Node>,
     stop: &watch::Receiver<bool>,
+    sources: &Sources,
 ) -> Result<Option<tokio::task::JoinHandle<Result<(), AppError>>>, AppError> {
     let settings = &node.config().cri_server;
     let Some(path) = &settings.socket else { return Ok(None) };
+    if let Some(file) = &sources.kubelet_config {
+        warn_if_the_kubelet_still_limits_pulls(file);
+    }
     let socket = ApiSocket::bind_at("CRI socket", path, settings.socket_group.as_deref()).await?;
     let front = crate::cri_front::CriFront::over(node, settings).await?;
     info!(socket = %socket.path().display(), "CRI ImageService serving (the kubelet's imageServiceEndpoint)");
@@ -132,6 +136,20 @@ async fn serve_cri(
     Ok(Some(tokio::spawn(crate::cri_front::serve(socket, front, async move {
         let _ = stop.wait_for(|s| *s).await;
     }))))
+}
+
+/// With imaged in the kubelet's path, the kubelet's own serial pulls and
+/// pull QPS would hold pulls back before imaged's queue sees them.
+fn warn_if_the_kubelet_still_limits_pulls(file: &std::path::Path) {
+    let Ok(k) = crate::kubelet_config::KubeletImageFields::read(file) else { return };
+    if k.serialize_image_pulls != Some(false) {
+        warn!(file = %file.display(), "the kubelet serializes its image pulls (serializeImagePulls is not false): \
+            they reach imaged's CRI socket one at a time; set serializeImagePulls: false and let imaged's pull.* limits apply");
+    }
+    if k.registry_pull_qps.is_none_or(|q| q > 0.0) {
+        warn!(file = %file.display(), "the kubelet throttles its image pulls (registryPullQPS is not 0): \
+            set registryPullQPS: 0 and let imaged's pull.registry_pull_qps apply");
+    }
 }
 
 /// The signals the daemon handles besides SIGINT (which comes through

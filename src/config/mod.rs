@@ -223,6 +223,17 @@ impl Config {
         let state_dir = if raw.state.dir.is_empty() { None } else { Some(PathBuf::from(raw.state.dir)) };
         let daemon = daemon::daemon_from_raw(raw.daemon)?;
         let cri_server = daemon::cri_server_from_raw(raw.cri_server)?;
+        if let (Some(front), RuntimeEndpoint::Cri(crate::cri::CriEndpoint::Unix(runtime))) =
+            (&cri_server.socket, &endpoint)
+            && front == runtime
+        {
+            return Err(values::invalid(
+                "cri_server.socket",
+                &front.display().to_string(),
+                "is the runtime endpoint imaged forwards to (runtime.endpoint): imaged would call itself; \
+                 point runtime.endpoint at the runtime (containerd) and the kubelet's imageServiceEndpoint here",
+            ));
+        }
         let fault_plan = runtime::fault_plan_from_raw(&fault_plan)?;
         // One registry for every component (see `with_metrics` to use the daemon's).
         Ok(Config {

@@ -389,3 +389,22 @@ fn credential_verification_policy_and_allowlist_are_parsed_and_validated_naming_
     let e = Config::from_toml("[credential_verification]\nverify = true\n").unwrap_err().to_string();
     assert!(e.contains("verify"), "unknown key rejected: {e}");
 }
+
+#[test]
+fn the_cri_front_is_off_by_default_and_never_its_own_runtime() {
+    let c = Config::defaults().unwrap();
+    assert_eq!(c.cri_server.socket, None);
+    assert!(c.cri_server.pin_sandbox_image);
+    assert_eq!(c.cri_server.priority_namespaces, ["kube-system"]);
+    let on = Config::from_toml("[cri_server]\nsocket = \"/run/imaged/cri.sock\"\nsocket_group = \"kube\"").unwrap();
+    assert_eq!(on.cri_server.socket, Some(PathBuf::from("/run/imaged/cri.sock")));
+    assert_eq!(on.cri_server.socket_group.as_deref(), Some("kube"));
+    let e = Config::from_toml(
+        "[runtime]\nendpoint = \"unix:///run/imaged/cri.sock\"\n[cri_server]\nsocket = \"/run/imaged/cri.sock\"",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("cri_server.socket") && e.contains("imaged would call itself"), "{e}");
+    let e = Config::from_toml("[cri_server]\nsocket_group = \"a b\"").unwrap_err().to_string();
+    assert!(e.contains("cri_server.socket_group"), "{e}");
+}
