@@ -69,3 +69,28 @@ fn the_systemd_unit_settings_are_valid_configuration() {
     }
     assert!(UNIT.contains("--kubelet-config /var/lib/kubelet/config.yaml run"));
 }
+
+#[test]
+fn the_kubelet_path_files_agree_on_the_cri_socket() {
+    const PATH_UNIT: &str = include_str!("../deploy/kubelet-path/imaged.service");
+    const PATCH: &str = include_str!("../deploy/kubelet-path/kubelet-config-patch.yaml");
+    const CRICTL: &str = include_str!("../deploy/kubelet-path/crictl.yaml");
+    let env: Vec<(String, String)> = PATH_UNIT
+        .lines()
+        .filter_map(|l| l.strip_prefix("Environment="))
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let cfg = load_with_env(&env);
+    let socket = cfg.cri_server.socket.expect("the unit serves the CRI front");
+    let endpoint = format!("unix://{}", socket.display());
+    let patch: Value = serde_yaml_ng::from_str(PATCH).expect("yaml");
+    assert_eq!(patch["imageServiceEndpoint"].as_str(), Some(endpoint.as_str()));
+    assert_eq!(patch["serializeImagePulls"].as_bool(), Some(false), "the kubelet must not serialize before imaged");
+    assert_eq!(patch["registryPullQPS"].as_u64(), Some(0), "nor throttle");
+    let crictl: Value = serde_yaml_ng::from_str(CRICTL).expect("yaml");
+    assert_eq!(crictl["image-endpoint"].as_str(), Some(endpoint.as_str()));
+    assert_eq!(crictl["runtime-endpoint"], patch["containerRuntimeEndpoint"]);
+    assert!(PATH_UNIT.contains("Before=kubelet.service"), "up before the kubelet, which exits without it");
+    assert_eq!(cfg.pull.concurrency.to_string(), "parallel(4)", "imaged's own limits apply, not the kubelet's");
+}
