@@ -23,6 +23,7 @@
 //! stored or shown, and never replaced by node credentials.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use actix::Recipient;
@@ -41,12 +42,23 @@ use crate::node::Node;
 /// The pull priority of pods in [`CriServerSettings::priority_namespaces`].
 pub const PRIORITY_NAMESPACE_PULL: i32 = 1000;
 
+/// How long the first `ImageFsInfo` waits for a runtime that is not
+/// answering yet (the kubelet allows its first call 2 minutes, and exits
+/// when it fails).
+pub const FIRST_FS_INFO_WAIT: Duration = Duration::from_secs(110);
+
+/// Pause between tries of that first `ImageFsInfo`.
+const FS_INFO_RETRY: Duration = Duration::from_millis(200);
+
 /// What the kubelet's pulls and image calls go through.
 pub struct CriFront {
     reader: CriReader,
     pulls: Recipient<EnqueuePull>,
     pins: Pins,
     priority_namespaces: Vec<String>,
+    /// Whether an `ImageFsInfo` has been answered yet (until then it waits
+    /// for the runtime instead of failing).
+    fs_info_answered: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for CriFront {
@@ -92,7 +104,13 @@ impl Pins {
 impl CriFront {
     /// A front forwarding through `reader` and pulling through `pulls`.
     pub fn new(reader: CriReader, pulls: Recipient<EnqueuePull>, pins: Pins, settings: &CriServerSettings) -> Self {
-        Self { reader, pulls, pins, priority_namespaces: settings.priority_namespaces.clone() }
+        Self {
+            reader,
+            pulls,
+            pins,
+            priority_namespaces: settings.priority_namespaces.clone(),
+            fs_info_answered: Arc::default(),
+        }
     }
 
     /// The queue request for a call: its one credential, must reach the
@@ -128,7 +146,32 @@ pub fn pull_error(failure: PullFailure) -> CriError {
 
 impl ImageFront for CriFront {
     fn forward(&self, rpc: Rpc, body: Bytes, deadline: Option<Duration>) -> FrontFuture<Bytes> {
-        Box::pin(self.reader.forward(rpc, None, body, deadline))
+        if rpc != Rpc::ImageFsInfo || self.fs_info_answered.load(Ordering::Acquire) {
+            return Box::pin(self.reader.forward(rpc, None, body, deadline));
+        }
+        // The kubelet's first ImageFsInfo, when it connects: a runtime not
+        // answering yet (imaged started first) is waited for within the
+        // call, as the kubelet exits when this call fails.
+        let (reader, answered) = (self.reader.clone(), self.fs_info_answered.clone());
+        Box::pin(async move {
+            let give_up = tokio::time::Instant::now() + deadline.unwrap_or(FIRST_FS_INFO_WAIT).min(FIRST_FS_INFO_WAIT);
+            loop {
+                match reader.forward(rpc, None, body.clone(), deadline).await {
+                    Ok(answer) => {
+                        answered.store(true, Ordering::Release);
+                        return Ok(answer);
+                    }
+                    Err(e)
+                        if e.kind() == CriErrorKind::RuntimeUnavailable
+                            && tokio::time::Instant::now() + FS_INFO_RETRY < give_up =>
+                    {
+                        tracing::debug!(error = %e, "the runtime is not answering ImageFsInfo yet; waiting");
+                        tokio::time::sleep(FS_INFO_RETRY).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        })
     }
 
     fn pull(&self, call: PullCall) -> FrontFuture<String> {

@@ -192,3 +192,32 @@ async fn an_empty_image_is_refused_with_invalid_argument() {
     assert_eq!(err.code(), Code::InvalidArgument);
     assert_eq!(f.runtime_pulls(), 0);
 }
+
+#[actix::test]
+async fn the_first_fs_info_waits_for_a_runtime_not_answering_yet_and_later_ones_do_not() {
+    use imaged::actors::cri_gateway::{CriGatewayActor, CriSettings};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut runtime = imaged::embedded::EmbeddedRuntime::start_in(dir.path()).expect("runtime");
+    let (gateway, version) = CriGatewayActor::connect(&runtime.endpoint(), &CriSettings::default()).await.expect("gw");
+    let connected =
+        imaged::connect::ConnectedRuntime { gateway, version, endpoint: runtime.endpoint(), embedded: None };
+    let node = Node::start_on(Config::defaults().expect("config"), connected).await.expect("node");
+    let path = dir.path().join("front.sock");
+    let socket = ApiSocket::bind_at("CRI socket", &path, None).await.expect("binds");
+    let front = CriFront::over(&node, &node.config().cri_server).await.expect("front");
+    actix::spawn(imaged::cri_front::serve(socket, front, std::future::pending()));
+    let client = ImageServiceClient::new(CriEndpoint::Unix(path).channel(Duration::from_secs(5)).expect("channel"));
+
+    runtime.stop();
+    let mut first = client.clone();
+    let call = tokio::spawn(async move { first.image_fs_info(pb::ImageFsInfoRequest {}).await });
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(!call.is_finished(), "the kubelet's first ImageFsInfo waits for the runtime");
+    runtime.resume().expect("resumes");
+    let fs = call.await.expect("task").expect("answered once the runtime is back").into_inner();
+    assert!(!fs.image_filesystems.is_empty());
+
+    runtime.stop();
+    let err = client.clone().image_fs_info(pb::ImageFsInfoRequest {}).await.expect_err("runtime down");
+    assert_eq!(err.code(), Code::Unavailable, "later calls fail at once: {err:?}");
+}
