@@ -310,7 +310,7 @@ pub fn parse_duration(text: &str) -> Result<i64, ParseDurationError> {
             if frac_scale == 0 {
                 break;
             }
-            value += u128::from(d - b'0') * frac_scale;
+            value = value.checked_add(u128::from(d - b'0') * frac_scale).ok_or_else(invalid)?;
         }
         total = total.checked_add(value).ok_or_else(invalid)?;
         if total > 1u128 << 63 {
@@ -441,6 +441,9 @@ mod tests {
             ("1m5", "time: missing unit in duration \"1m5\""),
             ("3d", "time: unknown unit \"d\" in duration \"3d\""),
             ("9999999999999h", "time: invalid duration \"9999999999999h\""),
+            // A fraction on an integer part near u128's limit: refused, not
+            // wrapped (or a panic in a debug build).
+            ("94522879700260684295381835.9h", "time: invalid duration \"94522879700260684295381835.9h\""),
         ] {
             assert_eq!(parse_duration(text).map_err(|e| e.to_string()), Err(msg.to_string()), "{text}");
         }
