@@ -215,14 +215,15 @@ fn string_field(obj: &Map<String, Value>, name: &str, path: &str) -> Result<Stri
     Ok(out)
 }
 
-/// The kubelet's `decodeDockerConfigFieldAuth`: base64 (padded when the
-/// length is a multiple of 4, else raw) of `user:password`, split at the
-/// first `:`.
+/// The kubelet's `decodeDockerConfigFieldAuth`: base64 of `user:password`,
+/// split at the first `:`; padded when the field, trimmed of white space,
+/// ends in `=`, else raw. As Go's decoder, `\r` and `\n` anywhere are
+/// skipped (a value wrapped across lines decodes); other white space is not.
 fn decode_auth(field: &str, path: &str) -> Result<(String, Secret), DockerConfigError> {
     let bad = || DockerConfigError::BadAuth { path: format!("{path}.auth") };
     let cleaned = strip_newlines(field);
-    let decoded = if field.len().is_multiple_of(4) { GO_STD.decode(&cleaned) } else { GO_RAW.decode(&cleaned) }
-        .map_err(|_| bad())?;
+    let padded = field.trim().ends_with('=');
+    let decoded = if padded { GO_STD.decode(&cleaned) } else { GO_RAW.decode(&cleaned) }.map_err(|_| bad())?;
     let text = String::from_utf8_lossy(&decoded);
     let (user, pass) = text.split_once(':').ok_or_else(bad)?;
     Ok((user.to_string(), Secret::new(pass)))

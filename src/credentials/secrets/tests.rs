@@ -323,3 +323,29 @@ fn bad_yaml_manifests_name_the_secret_never_the_content() {
         assert!(!text.contains("12345678"));
     }
 }
+
+#[test]
+fn auth_wrapped_across_lines_decodes_as_gos_decoder_does() {
+    // Go's base64 decoder skips \r and \n anywhere; the kubelet picks the
+    // padded alphabet when the trimmed field ends in `=`.
+    let cases = [
+        ("Zm9vOm\nJhcg==\n", "foo", "bar"),
+        ("Zm9vOmJh\r\ncg==", "foo", "bar"),
+        ("YWw6aHVu\ndGVyMjI=", "al", "hunter22"),
+        ("YWw6aHVudGVyMjI\n\n", "al", "hunter22"),
+        ("\nYWw6\naHVudGVyMjI", "al", "hunter22"),
+    ];
+    for (auth, user, pass) in cases {
+        let json = serde_json::json!({ "auths": { "r.io": { "auth": auth } } }).to_string();
+        let config = parse_docker_config_json(json.as_bytes()).unwrap_or_else(|e| panic!("{auth:?}: {e}"));
+        let [(key, entry)] = config.entries.as_slice() else { panic!("{auth:?}: one entry") };
+        assert_eq!(key, "r.io");
+        assert_eq!((entry.username.as_str(), entry.password.expose()), (user, pass), "{auth:?} in config.json");
+        let cfg = serde_json::json!({ "r.io": { "auth": auth } }).to_string();
+        let secret = secret(DOCKERCFG_TYPE, DOCKERCFG_KEY, &cfg);
+        assert_eq!(entries(&secret), vec![triple("r.io", user, pass)], "{auth:?} in a .dockercfg Secret");
+    }
+    // Other white space is not skipped, as in Go.
+    let json = r#"{"auths":{"r.io":{"auth":"Zm9v Om Jhcg=="}}}"#;
+    assert!(parse_docker_config_json(json.as_bytes()).is_err(), "a space inside auth is refused");
+}
