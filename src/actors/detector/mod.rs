@@ -6,9 +6,14 @@
 //! kubelet's `detectImages` does ([`Records::detect`]), and persists what
 //! changed.
 //! It is the records' only writer; the GC executor asks it for a detection.
+//! The actor is a shell: [`Detector`] holds the records and decides, the
+//! actor lists through the gateway and writes to the store.
 
+mod detection;
 #[cfg(test)]
 mod tests;
+
+pub use detection::{Detector, Listed, RecordWrite};
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -20,11 +25,10 @@ use tracing::{debug, info, warn};
 use crate::actors::cri_gateway::{GetImageStatus, ListContainers, ListImages, ListPodSandboxes};
 use crate::clock::Clock;
 use crate::cri::{CriError, CriErrorKind};
-use crate::domain::{Container, ContainerFilter, Image, ImageSpec, ImageStatus, PodSandbox, PodSandboxFilter};
-use crate::gc::detect::{DetectDiff, Records};
-use crate::gc::in_use::{InUse, InUseSources, images_in_use};
+use crate::domain::{ContainerFilter, ImageSpec, PodSandboxFilter};
+use crate::gc::detect::Records;
+use crate::gc::in_use::InUse;
 use crate::gc::in_use_hints::InUseHints;
-use crate::gc::record::ImageRecord;
 use crate::store::Store;
 
 /// What the detector needs from the CRI gateway (its recipients).
@@ -91,23 +95,15 @@ pub struct GetLastDetection;
 #[rtype(result = "()")]
 struct Tick;
 
-/// The detector actor. See `actors.md`.
+/// The detector actor: a shell over [`Detector`] that lists through the
+/// gateway and writes records to the store. See `actors.md`.
 pub struct DetectorActor {
-    cfg: DetectorSettings,
+    detector: Detector,
     cri: DetectorCri,
-    records: Arc<Records>,
     store: Option<Arc<Store>>,
-    hints: InUseHints,
-    clock: Clock,
+    mailbox_capacity: usize,
+    period: Duration,
     in_flight: bool,
-    last: Option<Arc<Detection>>,
-}
-
-struct Listed {
-    images: Vec<Image>,
-    containers: Vec<Container>,
-    sandboxes: Vec<PodSandbox>,
-    sandbox: Option<ImageStatus>,
 }
 
 fn closed(_: MailboxError) -> CriError {
@@ -124,87 +120,38 @@ impl DetectorActor {
         hints: InUseHints,
         clock: Clock,
     ) -> Self {
-        Self { cfg, cri, records: Arc::new(Records::default()), store, hints, clock, in_flight: false, last: None }
+        Self {
+            detector: Detector::new(&cfg, hints, clock),
+            cri,
+            store,
+            mailbox_capacity: cfg.mailbox_capacity,
+            period: cfg.period,
+            in_flight: false,
+        }
     }
 
     fn detect(&mut self) -> ResponseActFuture<Self, Result<Arc<Detection>, CriError>> {
         self.in_flight = true;
-        let cri = self.cri.clone();
-        let sandbox = self.cfg.sandbox_image.clone();
-        let list = async move {
-            let all = ContainerFilter::default();
-            let (images, containers, sandboxes) = tokio::join!(
-                cri.list_images.send(ListImages::default()),
-                cri.list_containers.send(ListContainers { filter: all }),
-                cri.list_sandboxes.send(ListPodSandboxes { filter: PodSandboxFilter::default() }),
-            );
-            let sandbox = if sandbox.is_empty() {
-                None
-            } else {
-                // A sandbox image that cannot be resolved protects nothing, but does not fail detection.
-                cri.image_status
-                    .send(GetImageStatus { image: ImageSpec::new(sandbox), verbose: false })
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
-            };
-            Ok::<_, CriError>(Listed {
-                images: images.map_err(closed)??,
-                containers: containers.map_err(closed)??,
-                // Pod names only decorate explanations.
-                sandboxes: sandboxes.ok().and_then(Result::ok).unwrap_or_default(),
-                sandbox,
-            })
-        };
+        let list = list(self.cri.clone(), self.detector.sandbox_image().to_string());
         Box::pin(list.into_actor(self).map(|listed, act, _| {
             act.in_flight = false;
             let listed = listed.inspect_err(|e| warn!(error = %e, "Failed to monitor images"))?;
-            Ok(act.apply(listed))
+            let (detection, write) = act.detector.apply(listed);
+            if let Some(write) = write {
+                act.persist(write);
+            }
+            Ok(detection)
         }))
-    }
-
-    fn apply(&mut self, l: Listed) -> Arc<Detection> {
-        let now = self.clock.now();
-        let sandbox_image_id = l.sandbox.and_then(|s| s.image).map(|i| i.id);
-        let ensured_recently = self.hints.recent(now, self.cfg.recent_window);
-        let sources = InUseSources {
-            images: &l.images,
-            containers: &l.containers,
-            sandboxes: &l.sandboxes,
-            sandbox_image_id: sandbox_image_id.as_deref(),
-            ensured_recently: &ensured_recently,
-        };
-        let in_use = images_in_use(sources, |i| self.hints.pulling_any(i.repo_tags.iter().chain(&i.repo_digests)));
-        let ids: HashSet<String> = in_use.keys().cloned().collect();
-        let records = Arc::make_mut(&mut self.records);
-        let diff = records.detect(&l.images, &ids, now);
-        debug!(
-            images = l.images.len(),
-            in_use = ids.len(),
-            added = diff.added.len(),
-            updated = diff.updated.len(),
-            removed = diff.removed.len(),
-            "images detected"
-        );
-        self.persist(diff);
-        let d = Arc::new(Detection { at: now, records: self.records.clone(), in_use, sandbox_image_id });
-        self.last = Some(d.clone());
-        d
     }
 
     /// Writes the changed records off the actor's thread. A failed write is
     /// logged and the next detection writes its own changes; the records in
     /// memory stay right either way.
-    fn persist(&self, diff: DetectDiff) {
+    fn persist(&self, write: RecordWrite) {
         let Some(store) = self.store.clone() else { return };
-        if diff.is_empty() {
-            return;
-        }
-        let upserts: Vec<ImageRecord> =
-            diff.added.iter().chain(&diff.updated).filter_map(|k| self.records.get(k).cloned()).collect();
-        let deletes = diff.removed;
         actix::spawn(async move {
-            let r = tokio::task::spawn_blocking(move || store.apply_image_records(&upserts, &deletes)).await;
+            let r =
+                tokio::task::spawn_blocking(move || store.apply_image_records(&write.upserts, &write.deletes)).await;
             match r {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => warn!(error = %e, "could not persist image records"),
@@ -214,11 +161,38 @@ impl DetectorActor {
     }
 }
 
+/// Lists what one detection needs: images and containers (a failure fails
+/// the detection), sandboxes and the sandbox image (a failure only loses
+/// pod names or the sandbox image's protection).
+async fn list(cri: DetectorCri, sandbox_image: String) -> Result<Listed, CriError> {
+    let all = ContainerFilter::default();
+    let (images, containers, sandboxes) = tokio::join!(
+        cri.list_images.send(ListImages::default()),
+        cri.list_containers.send(ListContainers { filter: all }),
+        cri.list_sandboxes.send(ListPodSandboxes { filter: PodSandboxFilter::default() }),
+    );
+    let sandbox = if sandbox_image.is_empty() {
+        None
+    } else {
+        cri.image_status
+            .send(GetImageStatus { image: ImageSpec::new(sandbox_image), verbose: false })
+            .await
+            .ok()
+            .and_then(Result::ok)
+    };
+    Ok(Listed {
+        images: images.map_err(closed)??,
+        containers: containers.map_err(closed)??,
+        sandboxes: sandboxes.ok().and_then(Result::ok).unwrap_or_default(),
+        sandbox,
+    })
+}
+
 impl Actor for DetectorActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.set_mailbox_capacity(self.cfg.mailbox_capacity);
+        ctx.set_mailbox_capacity(self.mailbox_capacity);
         if let Some(store) = self.store.clone() {
             // Load durable records before the first detection (the mailbox
             // waits meanwhile), so first-detected and last-used survive restarts.
@@ -226,14 +200,14 @@ impl Actor for DetectorActor {
             ctx.wait(load.into_actor(self).map(|r, act, _| match r {
                 Ok(Ok((records, skipped))) => {
                     info!(records = records.len(), skipped, "image records loaded");
-                    act.records = Arc::new(records.into_iter().collect());
+                    act.detector.load(records);
                 }
                 Ok(Err(e)) => warn!(error = %e, "could not load image records; starting without them"),
                 Err(e) => warn!(error = %e, "could not load image records; starting without them"),
             }));
         }
         ctx.notify(Tick);
-        ctx.run_interval(self.cfg.period, |_, ctx| ctx.notify(Tick));
+        ctx.run_interval(self.period, |_, ctx| ctx.notify(Tick));
     }
 }
 
@@ -262,6 +236,6 @@ impl Handler<GetLastDetection> for DetectorActor {
     type Result = MessageResult<GetLastDetection>;
     /// The last detection.
     fn handle(&mut self, _: GetLastDetection, _: &mut Self::Context) -> Self::Result {
-        MessageResult(self.last.clone())
+        MessageResult(self.detector.last())
     }
 }

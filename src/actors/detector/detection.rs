@@ -1,0 +1,118 @@
+//! The detector's logic, without actix: one detection over what the runtime
+//! listed, the kubelet's record rules ([`Records::detect`]) and the records
+//! to write back. The actor ([`super::DetectorActor`]) lists, calls
+//! [`Detector::apply`] and runs the write it returns.
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use tracing::debug;
+
+use super::{Detection, DetectorSettings};
+use crate::clock::Clock;
+use crate::domain::{Container, Image, ImageStatus, PodSandbox};
+use crate::gc::detect::Records;
+use crate::gc::in_use::{InUseSources, images_in_use};
+use crate::gc::in_use_hints::InUseHints;
+use crate::gc::record::{ImageRecord, RecordKey};
+
+/// What one detection lists from the runtime.
+#[derive(Debug, Clone, Default)]
+pub struct Listed {
+    /// Every image.
+    pub images: Vec<Image>,
+    /// Every container, in any state.
+    pub containers: Vec<Container>,
+    /// Pod sandboxes (pod names for explanations only).
+    pub sandboxes: Vec<PodSandbox>,
+    /// The sandbox image's status, when it resolved.
+    pub sandbox: Option<ImageStatus>,
+}
+
+/// The records a detection changed, to write to the store.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RecordWrite {
+    /// Records added or changed.
+    pub upserts: Vec<ImageRecord>,
+    /// Records of images no longer listed.
+    pub deletes: Vec<RecordKey>,
+}
+
+/// The detector's state: the image records, the last detection, and what
+/// decides "in use" (the manager's hints, the sandbox image, the window).
+#[derive(Debug)]
+pub struct Detector {
+    sandbox_image: String,
+    recent_window: std::time::Duration,
+    records: Arc<Records>,
+    hints: InUseHints,
+    clock: Clock,
+    last: Option<Arc<Detection>>,
+}
+
+impl Detector {
+    /// A detector with no records yet.
+    pub fn new(cfg: &DetectorSettings, hints: InUseHints, clock: Clock) -> Self {
+        Self {
+            sandbox_image: cfg.sandbox_image.clone(),
+            recent_window: cfg.recent_window,
+            records: Arc::new(Records::default()),
+            hints,
+            clock,
+            last: None,
+        }
+    }
+
+    /// The sandbox image to resolve before each detection ("" = none).
+    pub fn sandbox_image(&self) -> &str {
+        &self.sandbox_image
+    }
+
+    /// Records loaded from the store replace the ones in memory.
+    pub fn load(&mut self, records: Vec<ImageRecord>) {
+        self.records = Arc::new(records.into_iter().collect());
+    }
+
+    /// One detection over `listed`, now: who uses which image, the records
+    /// updated by the kubelet's rules, and what to write back (`None` when
+    /// nothing changed).
+    pub fn apply(&mut self, listed: Listed) -> (Arc<Detection>, Option<RecordWrite>) {
+        let now = self.clock.now();
+        let sandbox_image_id = listed.sandbox.and_then(|s| s.image).map(|i| i.id);
+        let ensured_recently = self.hints.recent(now, self.recent_window);
+        let sources = InUseSources {
+            images: &listed.images,
+            containers: &listed.containers,
+            sandboxes: &listed.sandboxes,
+            sandbox_image_id: sandbox_image_id.as_deref(),
+            ensured_recently: &ensured_recently,
+        };
+        let hints = &self.hints;
+        let in_use = images_in_use(sources, |i| hints.pulling_any(i.repo_tags.iter().chain(&i.repo_digests)));
+        let ids = in_use.keys().cloned().collect();
+        let records = Arc::make_mut(&mut self.records);
+        let diff = records.detect(&listed.images, &ids, now);
+        debug!(
+            images = listed.images.len(),
+            in_use = ids.len(),
+            added = diff.added.len(),
+            updated = diff.updated.len(),
+            removed = diff.removed.len(),
+            "images detected"
+        );
+        let write = (!diff.is_empty()).then(|| RecordWrite {
+            upserts: diff.added.iter().chain(&diff.updated).filter_map(|k| self.records.get(k).cloned()).collect(),
+            deletes: diff.removed,
+        });
+        let detection = Arc::new(Detection { at: now, records: self.records.clone(), in_use, sandbox_image_id });
+        self.last = Some(detection.clone());
+        (detection, write)
+    }
+
+    /// The last detection.
+    pub fn last(&self) -> Option<Arc<Detection>> {
+        self.last.clone()
+    }
+}

@@ -1,0 +1,120 @@
+//! The detector's logic without actix: paused nothing, a manual clock.
+
+use std::time::{Duration, SystemTime};
+
+use super::*;
+use crate::clock::ManualClock;
+use crate::domain::ContainerState;
+
+fn img(id: &str, tag: &str) -> Image {
+    Image { id: id.into(), size: 10, repo_tags: vec![tag.into()], ..Image::default() }
+}
+
+fn settings() -> DetectorSettings {
+    DetectorSettings {
+        period: Duration::from_secs(300),
+        sandbox_image: "registry.k8s.io/pause:3.10".into(),
+        recent_window: Duration::from_secs(120),
+        mailbox_capacity: 1,
+    }
+}
+
+fn listed(images: Vec<Image>, containers: Vec<Container>) -> Listed {
+    Listed { images, containers, ..Listed::default() }
+}
+
+fn running(image: &str) -> Container {
+    Container {
+        id: "c1".into(),
+        pod_sandbox_id: "sb".into(),
+        name: "app".into(),
+        image_ref: image.into(),
+        state: ContainerState::Running,
+        ..Container::default()
+    }
+}
+
+#[test]
+fn each_source_of_in_use_is_named_and_the_rest_is_not_in_use() {
+    let clock = ManualClock::new();
+    let hints = InUseHints::default();
+    let mut d = Detector::new(&settings(), hints.clone(), clock.clock());
+    hints.ensured("sha256:recent", clock.clock().now());
+    let _pulling = hints.pull_started("flight:1");
+    let pause = img("sha256:pause", "registry.k8s.io/pause:3.10");
+    let mut l = listed(
+        vec![
+            img("sha256:used", "used:1"),
+            img("sha256:recent", "recent:1"),
+            img("sha256:flight", "flight:1"),
+            img("sha256:idle", "idle:1"),
+            pause.clone(),
+        ],
+        vec![running("sha256:used")],
+    );
+    l.sandbox = Some(ImageStatus { image: Some(pause), ..ImageStatus::default() });
+    let (det, _) = d.apply(l);
+    let reason = |id: &str| det.in_use.get(id).map(|v| v.join(","));
+    assert_eq!(
+        reason("sha256:used").as_deref(),
+        Some("sb/app"),
+        "a container's image, named by its sandbox when the pod is not listed"
+    );
+    assert_eq!(reason("sha256:recent").as_deref(), Some("ensured recently"));
+    assert_eq!(reason("sha256:flight").as_deref(), Some("pull in flight"));
+    assert_eq!(reason("sha256:pause").as_deref(), Some("sandbox image"));
+    assert_eq!(reason("sha256:idle"), None, "an image nothing uses is not in use");
+    assert_eq!(det.sandbox_image_id.as_deref(), Some("sha256:pause"));
+}
+
+#[test]
+fn an_ensure_hint_lapses_after_the_window() {
+    let clock = ManualClock::new();
+    let hints = InUseHints::default();
+    let mut d = Detector::new(&settings(), hints.clone(), clock.clock());
+    hints.ensured("sha256:a", clock.clock().now());
+    clock.advance(Duration::from_secs(121));
+    let (det, _) = d.apply(listed(vec![img("sha256:a", "a:1")], vec![]));
+    assert!(det.in_use.is_empty(), "ensured 121 s ago with a 120 s window: {:?}", det.in_use);
+}
+
+#[test]
+fn only_what_changed_is_written_back() {
+    let clock = ManualClock::new();
+    let mut d = Detector::new(&settings(), InUseHints::default(), clock.clock());
+    let images = vec![img("sha256:a", "a:1"), img("sha256:b", "b:1")];
+
+    let (first, write) = d.apply(listed(images.clone(), vec![]));
+    let write = write.expect("two new records");
+    let mut written: Vec<_> = write.upserts.iter().map(|r| r.key.clone()).collect();
+    written.sort();
+    assert_eq!(written, [RecordKey::id("sha256:a"), RecordKey::id("sha256:b")]);
+    assert!(write.deletes.is_empty());
+    assert_eq!(d.last().map(|l| l.at), Some(first.at), "the last detection is kept");
+
+    clock.advance(Duration::from_secs(300));
+    let (_, write) = d.apply(listed(images.clone(), vec![]));
+    assert_eq!(write, None, "nothing changed, nothing to write");
+
+    let (det, write) = d.apply(listed(vec![images[0].clone()], vec![]));
+    assert_eq!(write.map(|w| w.deletes), Some(vec![RecordKey::id("sha256:b")]), "a vanished image's record goes");
+    assert!(det.records.get(&RecordKey::id("sha256:b")).is_none());
+}
+
+#[test]
+fn loaded_records_keep_their_first_detection() {
+    let clock = ManualClock::new();
+    let earlier = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+    let mut old = Detector::new(&settings(), InUseHints::default(), crate::clock::Clock::starting_at(earlier));
+    let (_, write) = old.apply(listed(vec![img("sha256:a", "a:1")], vec![]));
+    let stored = write.expect("written").upserts;
+    let first_detected = stored[0].first_detected;
+    assert!(first_detected >= earlier && first_detected < earlier + Duration::from_secs(60));
+
+    let mut d = Detector::new(&settings(), InUseHints::default(), clock.clock());
+    d.load(stored);
+    let (det, write) = d.apply(listed(vec![img("sha256:a", "a:1")], vec![]));
+    let a = det.records.get(&RecordKey::id("sha256:a")).expect("a");
+    assert_eq!(a.first_detected, first_detected, "first detected comes from the store");
+    assert_eq!(write, None, "an unused image seen again changes nothing");
+}
