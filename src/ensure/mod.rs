@@ -142,6 +142,12 @@ impl ImageManager {
         &self.events
     }
 
+    /// Marks `image_ref` ensured now, on the pull records' clock: the one
+    /// the GC actors read the hints with (`GcService::start`).
+    fn mark_ensured(&self, image_ref: &str) {
+        self.hints.ensured(image_ref, self.records.clock().now());
+    }
+
     /// In-use hints for GC: every image this manager ensures is marked, so
     /// GC keeps it for the min-age window (give these to `GcService::start`).
     pub fn hints(&self) -> &crate::gc::in_use_hints::InUseHints {
@@ -249,7 +255,7 @@ impl ImageManager {
                         .map_err(|e| self.fail(ImageErrorKind::ErrImagePull, e.to_string(), ErrorClass::Permanent))?;
                     if !must_pull {
                         tally.pull_required = Tristate::False;
-                        self.hints.ensured(&image_ref, std::time::SystemTime::now());
+                        self.mark_ensured(&image_ref);
                         let msg = already_present_accessible(requested);
                         self.emit(req, EventReason::Pulled, &msg, None);
                         self.recorder.finished(&req.pod.uid, Instant::now());

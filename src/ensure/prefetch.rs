@@ -11,7 +11,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -105,7 +105,7 @@ impl ImageManager {
         };
         match self.image_present(&spec).await {
             Ok(Some(image_ref)) => {
-                self.hints.ensured(&image_ref, SystemTime::now());
+                self.mark_ensured(&image_ref);
                 return Ok(Prefetch::Present { image_ref });
             }
             Ok(None) => {}
@@ -145,7 +145,7 @@ impl ImageManager {
                 Ok(outcome) => {
                     manager.record_pull_end(&spec.image, &requested, Some(&outcome), &proves).await;
                     // Pulled for a pod to come: GC keeps it as if just used.
-                    manager.hints.ensured(&outcome.image_ref, SystemTime::now());
+                    manager.mark_ensured(&outcome.image_ref);
                     tracing::info!(
                         image = requested,
                         image_ref = outcome.image_ref,

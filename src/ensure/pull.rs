@@ -223,7 +223,7 @@ impl ImageManager {
         let requested = req.image.as_str();
         let now = Instant::now();
         self.recorder.finished(&req.pod.uid, now);
-        self.hints.ensured(&outcome.image_ref, std::time::SystemTime::now());
+        self.mark_ensured(&outcome.image_ref);
         // Fire and forget, and without needing an actix LocalSet on this
         // task (callers may be plain tokio tasks, e.g. the API server's):
         // a full mailbox only delays the entry GC to its periodic run.
