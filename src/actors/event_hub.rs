@@ -32,7 +32,23 @@ pub struct HubFeed<T> {
     pub recent: Recent<T>,
 }
 
-/// The hub. Mailbox: `capacity` (the daemon's `daemon.event_buffer`), and
+impl<T: Clone> HubFeed<T> {
+    /// Keeps `item` among the recent ones (dropping the oldest past
+    /// [`RECENT_EVENTS`]) and sends it to every watcher; none is not an error.
+    pub fn publish(&self, item: T) {
+        {
+            let mut r = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+            if r.len() == RECENT_EVENTS {
+                r.pop_front();
+            }
+            r.push_back(item.clone());
+        }
+        let _ = self.sender.send(item);
+    }
+}
+
+/// The hub: a shell over a [`HubFeed`]. Mailbox: `capacity` (the daemon's
+/// `daemon.event_buffer`), and
 /// each watcher's broadcast buffer the same; publishers use `try_send`, so
 /// a full mailbox drops an event, never blocks.
 pub struct EventHub<T> {
@@ -62,18 +78,6 @@ impl<T: Clone + Send + 'static> EventHub<T> {
         let feed = HubFeed { sender, recent: Recent::default() };
         (Self { feed: feed.clone(), capacity, of_event, of_phase }, feed)
     }
-
-    fn publish(&self, item: T) {
-        {
-            let mut r = self.feed.recent.lock().unwrap_or_else(|p| p.into_inner());
-            if r.len() == RECENT_EVENTS {
-                r.pop_front();
-            }
-            r.push_back(item.clone());
-        }
-        // No watcher is not an error.
-        let _ = self.feed.sender.send(item);
-    }
 }
 
 impl<T: Clone + Send + Unpin + 'static> Actor for EventHub<T> {
@@ -87,20 +91,42 @@ impl<T: Clone + Send + Unpin + 'static> Actor for EventHub<T> {
 impl<T: Clone + Send + Unpin + 'static> Handler<ImageEvent> for EventHub<T> {
     type Result = ();
     fn handle(&mut self, e: ImageEvent, _: &mut Self::Context) {
-        self.publish((self.of_event)(&e));
+        self.feed.publish((self.of_event)(&e));
     }
 }
 
 impl<T: Clone + Send + Unpin + 'static> Handler<PullPhaseChanged> for EventHub<T> {
     type Result = ();
     fn handle(&mut self, p: PullPhaseChanged, _: &mut Self::Context) {
-        self.publish((self.of_phase)(&p));
+        self.feed.publish((self.of_phase)(&p));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_feed_keeps_the_recent_window_and_a_slow_watcher_lags_without_blocking() {
+        let (_, feed) = EventHub::<usize>::new(4, |_| 0, |_| 0);
+        let mut rx = feed.sender.subscribe();
+        feed.publish(0); // before the window fills
+        for i in 1..(RECENT_EVENTS + 3) {
+            feed.publish(i);
+        }
+        let recent: Vec<usize> = feed.recent.lock().unwrap().iter().copied().collect();
+        assert_eq!(recent.len(), RECENT_EVENTS);
+        assert_eq!((recent[0], recent[RECENT_EVENTS - 1]), (3, RECENT_EVENTS + 2), "oldest dropped first");
+        assert!(matches!(rx.recv().await, Err(broadcast::error::RecvError::Lagged(_))), "told it lost some");
+        assert_eq!(rx.recv().await.unwrap(), RECENT_EVENTS - 1, "then reads the oldest of the 4 it kept");
+    }
+
+    #[test]
+    fn publishing_without_watchers_is_not_an_error() {
+        let (_, feed) = EventHub::<u8>::new(1, |_| 0, |_| 0);
+        feed.publish(1);
+        assert_eq!(feed.recent.lock().unwrap().len(), 1);
+    }
 
     #[actix::test]
     async fn publishes_to_watchers_and_keeps_only_the_recent_window() {

@@ -23,10 +23,6 @@ pub mod proto {
     tonic::include_proto!("imaged.v1");
 }
 
-/// Items each `WatchEvents` stream may fall behind by before it is told it
-/// lost some (and the event hub's mailbox).
-pub const HUB_CAPACITY: usize = 1024;
-
 pub use proto::imaged_client::ImagedClient;
 pub use proto::imaged_server::{Imaged, ImagedServer};
 
@@ -64,7 +60,8 @@ impl ImagedService {
     /// it starts and subscribes to the node (call inside an actix System);
     /// event streams end when `stopping` turns true.
     pub async fn start(node: Arc<Node>, stopping: watch::Receiver<bool>) -> Result<Self, NodeError> {
-        let (hub, events) = EventHub::new(HUB_CAPACITY, convert::image_event, convert::phase_event);
+        let buffer = node.config().daemon.event_buffer;
+        let (hub, events) = EventHub::new(buffer, convert::image_event, convert::phase_event);
         let hub = hub.start();
         node.subscribe_events(hub.clone().recipient());
         node.subscribe_phases(hub.recipient()).await?;

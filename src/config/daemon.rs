@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::ConfigError;
 use super::raw::{RawCriServer, RawDaemon};
-use super::values::{duration, invalid};
+use super::values::{duration, invalid, mailbox_capacity};
 
 /// The daemon's settings (`[daemon]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +22,9 @@ pub struct DaemonSettings {
     /// Where `/metrics`, `/healthz` and `/readyz` are served (`None` = not
     /// served). A loopback address unless `metrics_allow_non_loopback`.
     pub metrics_address: Option<std::net::SocketAddr>,
+    /// Events each `WatchEvents` stream may fall behind by before it is
+    /// told it lost some, and the event hub's mailbox.
+    pub event_buffer: usize,
 }
 
 pub(super) fn daemon_from_raw(d: RawDaemon) -> Result<DaemonSettings, ConfigError> {
@@ -40,6 +43,7 @@ pub(super) fn daemon_from_raw(d: RawDaemon) -> Result<DaemonSettings, ConfigErro
         shutdown_grace: duration("daemon.shutdown_grace", &d.shutdown_grace)?,
         max_request_bytes,
         metrics_address,
+        event_buffer: mailbox_capacity("daemon.event_buffer", d.event_buffer)?,
     })
 }
 

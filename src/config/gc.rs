@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::ConfigError;
 use super::raw::RawGc;
-use super::values::{duration, invalid, zero_is_off};
+use super::values::{duration, invalid, mailbox_capacity, zero_is_off};
 use crate::metrics::Metrics;
 
 /// Image garbage collection settings (validated with the kubelet's rules).
@@ -33,6 +33,12 @@ pub struct GcSettings {
     pub pinned_images: Vec<String>,
     /// Keep at most this many unused tags per repository (`None` = off).
     pub keep_newest_tags_per_repo: Option<usize>,
+    /// The detector's mailbox capacity.
+    pub detector_mailbox_capacity: usize,
+    /// The GC executor's mailbox capacity.
+    pub executor_mailbox_capacity: usize,
+    /// The cache refresher's mailbox capacity.
+    pub refresher_mailbox_capacity: usize,
     /// Where the GC executor reports removals, bytes freed and runs.
     pub metrics: Metrics,
 }
@@ -138,6 +144,9 @@ pub(super) fn gc_from_raw(g: RawGc) -> Result<GcSettings, ConfigError> {
         sandbox_image: g.sandbox_image,
         pinned_images: g.pinned_images,
         keep_newest_tags_per_repo: keep,
+        detector_mailbox_capacity: mailbox_capacity("gc.detector_mailbox_capacity", g.detector_mailbox_capacity)?,
+        executor_mailbox_capacity: mailbox_capacity("gc.executor_mailbox_capacity", g.executor_mailbox_capacity)?,
+        refresher_mailbox_capacity: mailbox_capacity("gc.refresher_mailbox_capacity", g.refresher_mailbox_capacity)?,
         metrics: Metrics::default(),
     })
 }

@@ -4,7 +4,7 @@
 
 use super::ConfigError;
 use super::raw::{RawBackoff, RawPull};
-use super::values::{duration, invalid, zero_is_off};
+use super::values::{duration, invalid, mailbox_capacity, zero_is_off};
 use crate::actors::backoff_registry::{BackoffDelays, BackoffSettings};
 use crate::actors::pull_queue::{Concurrency, PullQueueSettings, ThrottleMode};
 use crate::ensure::EnsureSettings;
@@ -75,10 +75,7 @@ pub(super) fn backoff_from_raw(b: RawBackoff) -> Result<BackoffSettings, ConfigE
     let delays = BackoffDelays::try_new(initial, max)
         .map_err(|e| invalid("backoff.initial/backoff.max", &format!("{}/{}", b.initial, b.max), e.to_string()))?;
     let gc = duration("backoff.gc_interval", &b.gc_interval)?;
-    let mailbox_capacity =
-        usize::try_from(b.mailbox_capacity).ok().filter(|c| (1..=1_000_000).contains(c)).ok_or_else(|| {
-            invalid("backoff.mailbox_capacity", &b.mailbox_capacity.to_string(), "must be from 1 to 1000000")
-        })?;
+    let mailbox_capacity = mailbox_capacity("backoff.mailbox_capacity", b.mailbox_capacity)?;
     Ok(BackoffSettings {
         delays,
         gc_interval: if gc.is_zero() { None } else { Some(gc) },

@@ -53,6 +53,9 @@ pub(super) struct RawGc {
     pub(super) sandbox_image: String,
     pub(super) pinned_images: Vec<String>,
     pub(super) keep_newest_tags_per_repo: i64,
+    pub(super) detector_mailbox_capacity: i64,
+    pub(super) executor_mailbox_capacity: i64,
+    pub(super) refresher_mailbox_capacity: i64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -64,6 +67,7 @@ pub(super) struct RawDaemon {
     pub(super) max_request_bytes: i64,
     pub(super) metrics_address: String,
     pub(super) metrics_allow_non_loopback: bool,
+    pub(super) event_buffer: i64,
 }
 
 #[derive(Debug, Deserialize)]

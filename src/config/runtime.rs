@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::ConfigError;
 use super::raw::{RawLog, RawRuntime};
-use super::values::{duration, invalid};
+use super::values::{duration, invalid, mailbox_capacity};
 use crate::actors::cri_gateway::{CriDeadlines, CriSettings};
 use crate::cri::{CriEndpoint, Rpc};
 use crate::metrics::Metrics;
@@ -66,10 +66,7 @@ pub(super) fn fault_plan_from_raw(file: &str) -> Result<Option<PathBuf>, ConfigE
 
 /// The CRI gateway's settings: timeouts, per-RPC deadlines, mailbox.
 pub(super) fn cri_from_raw(r: RawRuntime) -> Result<CriSettings, ConfigError> {
-    let mailbox_capacity =
-        usize::try_from(r.mailbox_capacity).ok().filter(|c| (1..=1_000_000).contains(c)).ok_or_else(|| {
-            invalid("runtime.mailbox_capacity", &r.mailbox_capacity.to_string(), "must be from 1 to 1000000")
-        })?;
+    let mailbox_capacity = mailbox_capacity("runtime.mailbox_capacity", r.mailbox_capacity)?;
     let d = r.deadlines;
     let deadline = |key: &str, v: &str| -> Result<Option<Duration>, ConfigError> {
         let dur = duration(&format!("runtime.deadlines.{key}"), v)?;

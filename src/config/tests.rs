@@ -408,3 +408,27 @@ fn the_cri_front_is_off_by_default_and_never_its_own_runtime() {
     let e = Config::from_toml("[cri_server]\nsocket_group = \"a b\"").unwrap_err().to_string();
     assert!(e.contains("cri_server.socket_group"), "{e}");
 }
+
+#[test]
+fn every_mailbox_comes_from_the_config_and_its_defaults_agree_with_the_actors() {
+    let c = Config::defaults().expect("defaults");
+    assert_eq!(c.gc.detector_mailbox_capacity, crate::actors::detector::DEFAULT_MAILBOX_CAPACITY);
+    assert_eq!(c.gc.executor_mailbox_capacity, crate::actors::gc_executor::DEFAULT_MAILBOX_CAPACITY);
+    assert_eq!(c.gc.refresher_mailbox_capacity, crate::actors::cache_refresher::DEFAULT_MAILBOX_CAPACITY);
+    assert_eq!(c.daemon.event_buffer, 1024);
+    let set = Config::from_toml(
+        "[gc]\ndetector_mailbox_capacity = 7\nexecutor_mailbox_capacity = 8\nrefresher_mailbox_capacity = 9\n\
+         [daemon]\nevent_buffer = 10",
+    )
+    .expect("config");
+    let gc = &set.gc;
+    assert_eq!((gc.detector_mailbox_capacity, gc.executor_mailbox_capacity, gc.refresher_mailbox_capacity), (7, 8, 9));
+    assert_eq!(set.daemon.event_buffer, 10);
+    for key in ["gc.detector_mailbox_capacity", "gc.executor_mailbox_capacity", "daemon.event_buffer"] {
+        let (section, name) = key.split_once('.').expect("dotted");
+        for bad in ["0", "-1", "1000001"] {
+            let err = Config::from_toml(&format!("[{section}]\n{name} = {bad}")).expect_err(bad).to_string();
+            assert!(err.contains(key) && err.contains("must be from 1 to 1000000"), "{key} = {bad}: {err}");
+        }
+    }
+}

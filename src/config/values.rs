@@ -37,6 +37,14 @@ pub(super) fn blame_kubelet_field(
     .into()
 }
 
+/// An actor's mailbox capacity: from 1 to 1,000,000, naming `key` otherwise.
+pub(super) fn mailbox_capacity(key: &str, v: i64) -> Result<usize, ConfigError> {
+    usize::try_from(v)
+        .ok()
+        .filter(|c| (1..=1_000_000).contains(c))
+        .ok_or_else(|| invalid(key, &v.to_string(), "must be from 1 to 1000000"))
+}
+
 pub(super) fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid { key: key.to_string(), value: value.to_string(), reason: reason.into() }
 }

@@ -13,10 +13,10 @@ use actix::prelude::*;
 
 use super::Node;
 use crate::actors::backoff_registry::BackoffRegistryActor;
-use crate::actors::cache_refresher::{self, CacheRefresherActor, CacheRefresherSettings, ImageListReader};
+use crate::actors::cache_refresher::{CacheRefresherActor, CacheRefresherSettings, ImageListReader};
 use crate::actors::cri_gateway::{CriGatewayActor, GetReader, ListImages, SetFaultPlan};
-use crate::actors::detector::{self, DetectorActor, DetectorCri, DetectorSettings};
-use crate::actors::gc_executor::{self, GcExecutorActor, GcExecutorSettings};
+use crate::actors::detector::{DetectorActor, DetectorCri, DetectorSettings};
+use crate::actors::gc_executor::{GcExecutorActor, GcExecutorSettings};
 use crate::actors::pull_queue::PullQueueActor;
 use crate::clock::Clock;
 use crate::config::{Config, GcSettings};
@@ -173,7 +173,7 @@ impl GcService {
             period: settings.detect_period,
             sandbox_image: settings.sandbox_image.clone(),
             recent_window: settings.min_age,
-            mailbox_capacity: detector::DEFAULT_MAILBOX_CAPACITY,
+            mailbox_capacity: settings.detector_mailbox_capacity,
         };
         let detector = DetectorActor::new(dcfg, cri, store, hints, clock.clone()).start();
         let ecfg = GcExecutorSettings {
@@ -181,7 +181,7 @@ impl GcService {
             rules: settings.rules(),
             period: settings.gc_period,
             capacity,
-            mailbox_capacity: gc_executor::DEFAULT_MAILBOX_CAPACITY,
+            mailbox_capacity: settings.executor_mailbox_capacity,
         };
         let mut executor = GcExecutorActor::new(
             ecfg,
@@ -199,7 +199,7 @@ impl GcService {
         let rcfg = CacheRefresherSettings {
             period: settings.cache_refresh_period,
             max_images: settings.node_status_max_images,
-            mailbox_capacity: cache_refresher::DEFAULT_MAILBOX_CAPACITY,
+            mailbox_capacity: settings.refresher_mailbox_capacity,
         };
         let (refresher, images) = CacheRefresherActor::new(gateway.clone().recipient(), rcfg);
         Self { detector, executor, refresher: refresher.start(), images }

@@ -29,7 +29,8 @@ pub struct CacheRefresherSettings {
     pub period: Duration,
     /// The node-status limit (`gc.node_status_max_images`; `None` = all).
     pub max_images: Option<usize>,
-    /// Mailbox capacity, set in `started()` ([`DEFAULT_MAILBOX_CAPACITY`]).
+    /// Mailbox capacity, set in `started()` (`gc.refresher_mailbox_capacity`,
+    /// [`DEFAULT_MAILBOX_CAPACITY`] by default).
     pub mailbox_capacity: usize,
 }
 

@@ -56,7 +56,8 @@ pub struct DetectorSettings {
     pub sandbox_image: String,
     /// Images ensured within this window count as in use (GC's min age).
     pub recent_window: Duration,
-    /// Mailbox capacity, set in `started()` ([`DEFAULT_MAILBOX_CAPACITY`]).
+    /// Mailbox capacity, set in `started()` (`gc.detector_mailbox_capacity`,
+    /// [`DEFAULT_MAILBOX_CAPACITY`] by default).
     pub mailbox_capacity: usize,
 }
 

@@ -32,7 +32,8 @@ pub struct GcExecutorSettings {
     /// Where capacity and free space come from.
     pub capacity: CapacitySource,
     /// Mailbox capacity, set in `started()`
-    /// ([`DEFAULT_MAILBOX_CAPACITY`](super::DEFAULT_MAILBOX_CAPACITY)).
+    /// (`gc.executor_mailbox_capacity`,
+    /// [`DEFAULT_MAILBOX_CAPACITY`](super::DEFAULT_MAILBOX_CAPACITY) by default).
     pub mailbox_capacity: usize,
 }
 

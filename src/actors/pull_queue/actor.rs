@@ -255,6 +255,10 @@ fn normalized_or_raw(image: &str) -> String {
     crate::domain::reference::parse_normalized_named(image).map_or_else(|_| image.to_string(), |n| n.docker_ref())
 }
 
+/// The mailbox capacity of a queue with no bound (`pull.queue_capacity` 0):
+/// only `do_send`/`try_send` see it, as `send` never waits for room.
+pub const UNBOUNDED_QUEUE_MAILBOX: usize = 1024;
+
 impl Actor for PullQueueActor {
     type Context = Context<Self>;
 
@@ -263,7 +267,7 @@ impl Actor for PullQueueActor {
         // mailbox (actors.md, System). The bound is the admission in
         // `PullQueue`: a request that finds the queue full is parked and its
         // sender's send() resolves when it is admitted.
-        ctx.set_mailbox_capacity(self.cfg.capacity.unwrap_or(1024).max(1));
+        ctx.set_mailbox_capacity(self.cfg.capacity.unwrap_or(UNBOUNDED_QUEUE_MAILBOX).max(1));
         if let Some(after) = self.cfg.slow_pull_warning {
             // One timer for every pull, on a task of its own: a timer in the
             // actor's context would be polled on every wake-up of the actor
