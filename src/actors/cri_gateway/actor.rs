@@ -25,7 +25,7 @@ const STARTUP_RETRY: Duration = Duration::from_millis(200);
 /// What every call needs: the client, the deadlines and the fault plan.
 /// Shared by the actor and the [`CriReader`]s it hands out.
 #[derive(Clone)]
-struct Core {
+pub(super) struct Core {
     client: CriClient,
     deadlines: CriDeadlines,
     /// Applied before each call.
@@ -102,16 +102,7 @@ impl CriReader {
 impl CriGatewayActor {
     /// A gateway over `client` (not started).
     pub fn new(client: CriClient, cfg: &CriSettings) -> Self {
-        Self {
-            core: Core {
-                client,
-                deadlines: cfg.deadlines.clone(),
-                faults: Arc::new(RwLock::new(FaultPlan::default())),
-                has_faults: Arc::new(AtomicBool::new(false)),
-                metrics: cfg.metrics.clone(),
-            },
-            mailbox_capacity: cfg.mailbox_capacity,
-        }
+        Self { core: Core::new(client, cfg), mailbox_capacity: cfg.mailbox_capacity }
     }
 
     /// The gateway with a fault plan already set.
@@ -154,7 +145,17 @@ impl CriGatewayActor {
 // === impl Core ===
 
 impl Core {
-    fn set_faults(&self, plan: FaultPlan) {
+    pub(super) fn new(client: CriClient, cfg: &CriSettings) -> Self {
+        Self {
+            client,
+            deadlines: cfg.deadlines.clone(),
+            faults: Arc::new(RwLock::new(FaultPlan::default())),
+            has_faults: Arc::new(AtomicBool::new(false)),
+            metrics: cfg.metrics.clone(),
+        }
+    }
+
+    pub(super) fn set_faults(&self, plan: FaultPlan) {
         let empty = plan.is_empty();
         *self.faults.write().unwrap_or_else(|p| p.into_inner()) = plan;
         self.has_faults.store(!empty, Ordering::Release);
@@ -164,7 +165,7 @@ impl Core {
     /// deadline (the caller's, when shorter than the configured one). The
     /// fault is decided now, when the call is made: in mailbox order for the
     /// actor's calls, in call order for a reader's.
-    fn call_within<T, F, Fut>(
+    pub(super) fn call_within<T, F, Fut>(
         &self,
         rpc: Rpc,
         image: Option<&str>,
