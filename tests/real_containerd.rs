@@ -10,8 +10,6 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use imaged::actors::cri_gateway::*;
@@ -19,54 +17,8 @@ use imaged::actors::cri_gateway::{CriDeadlines, CriSettings};
 use imaged::cri::{CriErrorKind, Rpc};
 use imaged::domain::{AuthConfig, ImageSpec};
 use imaged::fault::{FaultPlan, FaultRule};
-use support::containerd_env::{ContainerdEnv, ENV_VAR};
+use support::containerd_env::{ContainerdEnv, with_environment};
 use support::oci::Registry;
-
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".ci/containerd-env.sh")
-}
-
-/// Stops the environment on drop (also when the test panics).
-struct Started {
-    dir: PathBuf,
-}
-
-impl Drop for Started {
-    fn drop(&mut self) {
-        let _ = Command::new("bash").arg(script()).arg("down").arg(&self.dir).status();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn have(bin: &str) -> bool {
-    Command::new("sh").arg("-c").arg(format!("command -v {bin}")).output().is_ok_and(|o| o.status.success())
-}
-
-/// The environment: given by `IMAGED_CONTAINERD_ENV`, or started here.
-fn environment() -> Option<(ContainerdEnv, Option<Started>)> {
-    if std::env::var_os(ENV_VAR).is_some() {
-        return ContainerdEnv::for_test("real_containerd").map(|e| (e, None));
-    }
-    let tools = ["containerd", "ctr", "docker-registry", "htpasswd"];
-    let missing: Vec<&str> = tools.into_iter().filter(|b| !have(b)).collect();
-    if !missing.is_empty() {
-        let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-        assert!(!ci, "real_containerd: {missing:?} not installed under CI=true (.ci/run installs them)");
-        eprintln!(
-            "real_containerd: skipped, {missing:?} not installed (apt-get install containerd docker-registry apache2-utils)"
-        );
-        return None;
-    }
-    // Short path: unix socket paths are limited to ~100 bytes.
-    let dir = PathBuf::from(format!("/tmp/imaged-ctrd-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create env dir");
-    let started = Started { dir: dir.clone() };
-    let status = Command::new("bash").arg(script()).arg("up").arg(&dir).status().expect("run containerd-env.sh");
-    assert!(status.success(), "containerd-env.sh up failed; logs in {}", dir.display());
-    let env = ContainerdEnv::from_file(&dir.join("env")).expect("env file");
-    Some((env, Some(started)))
-}
 
 fn spec(image: &str) -> ImageSpec {
     ImageSpec::new(image)
@@ -74,29 +26,7 @@ fn spec(image: &str) -> ImageSpec {
 
 #[test]
 fn real_containerd() {
-    let Some((env, started)) = environment() else { return };
-    let result = std::panic::catch_unwind(|| actix::System::new().block_on(scenario(env)));
-    if result.is_err()
-        && let Some(s) = &started
-    {
-        dump_logs(&s.dir);
-    }
-    drop(started);
-    if let Err(p) = result {
-        std::panic::resume_unwind(p);
-    }
-}
-
-fn dump_logs(dir: &Path) {
-    for log in ["containerd.log", "registry-open.log", "registry-auth.log"] {
-        if let Ok(text) = std::fs::read_to_string(dir.join(log)) {
-            let tail: Vec<&str> = text.lines().rev().take(30).collect();
-            eprintln!("--- {log} (last lines) ---");
-            for l in tail.into_iter().rev() {
-                eprintln!("{l}");
-            }
-        }
-    }
+    with_environment("real_containerd", |env| actix::System::new().block_on(scenario(env)));
 }
 
 async fn scenario(env: ContainerdEnv) {

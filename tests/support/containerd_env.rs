@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 /// Environment variable holding the path of the `env` file written by `containerd-env.sh up`.
 pub const ENV_VAR: &str = "IMAGED_CONTAINERD_ENV";
@@ -99,5 +100,87 @@ impl ContainerdEnv {
             eprintln!("{test}: skipped, {ENV_VAR} not set (run .ci/containerd-env.sh up DIR and set it to DIR/env)");
         }
         env
+    }
+}
+
+/// `.ci/containerd-env.sh` of this checkout.
+pub fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".ci/containerd-env.sh")
+}
+
+/// An environment a test started: stopped (`containerd-env.sh down`) and its
+/// directory removed on drop, also when the test panics.
+pub struct Started {
+    pub dir: PathBuf,
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = Command::new("bash").arg(script()).arg("down").arg(&self.dir).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Whether `bin` is on the `PATH`.
+pub fn have(bin: &str) -> bool {
+    Command::new("sh").arg("-c").arg(format!("command -v {bin}")).output().is_ok_and(|o| o.status.success())
+}
+
+/// The environment for `test`: the one named by [`ENV_VAR`], or one started
+/// here under `/tmp/imaged-ctrd-PID` (stopped when the [`Started`] drops).
+/// `None` after a skip line when the tools are missing locally; a panic
+/// when they are missing under `CI=true`.
+pub fn environment(test: &str) -> Option<(ContainerdEnv, Option<Started>)> {
+    if std::env::var_os(ENV_VAR).is_some() {
+        return ContainerdEnv::for_test(test).map(|e| (e, None));
+    }
+    let tools = ["containerd", "ctr", "docker-registry", "htpasswd"];
+    let missing: Vec<&str> = tools.into_iter().filter(|b| !have(b)).collect();
+    if !missing.is_empty() {
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+        assert!(!ci, "{test}: {missing:?} not installed under CI=true (.ci/run installs them)");
+        eprintln!(
+            "{test}: skipped, {missing:?} not installed (apt-get install containerd docker-registry apache2-utils)"
+        );
+        return None;
+    }
+    // Short path: unix socket paths are limited to ~100 bytes.
+    let dir = PathBuf::from(format!("/tmp/imaged-ctrd-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create env dir");
+    let started = Started { dir: dir.clone() };
+    let status = Command::new("bash").arg(script()).arg("up").arg(&dir).status().expect("run containerd-env.sh");
+    assert!(status.success(), "containerd-env.sh up failed; logs in {}", dir.display());
+    let env = ContainerdEnv::from_file(&dir.join("env")).expect("env file");
+    Some((env, Some(started)))
+}
+
+/// Runs `body` in the environment for `test` (skipping as [`environment`]
+/// says); when it panics, the last log lines of what this test started are
+/// printed, the environment is stopped, and the panic goes on.
+pub fn with_environment(test: &str, body: impl FnOnce(ContainerdEnv) + std::panic::UnwindSafe) {
+    let Some((env, started)) = environment(test) else { return };
+    let result = std::panic::catch_unwind(move || body(env));
+    if result.is_err()
+        && let Some(s) = &started
+    {
+        dump_logs(&s.dir);
+    }
+    drop(started);
+    if let Err(p) = result {
+        std::panic::resume_unwind(p);
+    }
+}
+
+/// Prints the last 30 lines of each log of the environment in `dir`.
+pub fn dump_logs(dir: &Path) {
+    for log in ["containerd.log", "registry-open.log", "registry-auth.log"] {
+        if let Ok(text) = std::fs::read_to_string(dir.join(log)) {
+            let tail: Vec<&str> = text.lines().rev().take(30).collect();
+            eprintln!("--- {log} (last lines) ---");
+            for l in tail.into_iter().rev() {
+                eprintln!("{l}");
+            }
+        }
     }
 }

@@ -230,15 +230,31 @@ pub fn gzip(data: &[u8]) -> Result<Vec<u8>, BoxError> {
     Ok(enc.finish()?)
 }
 
+/// What an image's config says besides its layer (all optional).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageOptions {
+    /// The config's `User` (`"1002"`, `"www-data"`, `"1003:1004"`, `"name:group"`); unset when `None`.
+    pub user: Option<String>,
+}
+
 /// Builds layer, config and manifest for `files` without touching the network.
 pub fn build_image(files: &[(&str, &[u8])], format: ManifestFormat) -> Result<BuiltImage, BoxError> {
+    build_image_with(files, format, &ImageOptions::default())
+}
+
+/// Like [`build_image`], with the config's optional fields from `options`.
+pub fn build_image_with(
+    files: &[(&str, &[u8])],
+    format: ManifestFormat,
+    options: &ImageOptions,
+) -> Result<BuiltImage, BoxError> {
     let (manifest_mt, config_mt, layer_mt) = format.media_types();
     let tar = build_layer_tar(files)?;
     let diff_id = sha256_digest(&tar);
     let layer_gz = gzip(&tar)?;
     let layer_digest = sha256_digest(&layer_gz);
 
-    let config_json = serde_json::json!({
+    let mut config_json = serde_json::json!({
         "architecture": oci_arch(),
         "os": oci_os(),
         "created": "1970-01-01T00:00:00Z",
@@ -250,6 +266,9 @@ pub fn build_image(files: &[(&str, &[u8])], format: ManifestFormat) -> Result<Bu
             { "created": "1970-01-01T00:00:00Z", "created_by": "imaged tests/support/oci.rs" }
         ],
     });
+    if let Some(user) = &options.user {
+        config_json["config"]["User"] = serde_json::Value::String(user.clone());
+    }
     let config = serde_json::to_vec(&config_json)?;
     let config_digest = sha256_digest(&config);
 
@@ -372,9 +391,21 @@ impl Registry {
         files: &[(&str, &[u8])],
         format: ManifestFormat,
     ) -> Result<PushedImage, BoxError> {
+        self.push_image_with(repo, tag, files, format, &ImageOptions::default()).await
+    }
+
+    /// Like [`Registry::push_image_as`], with the config's optional fields from `options`.
+    pub async fn push_image_with(
+        &self,
+        repo: &str,
+        tag: &str,
+        files: &[(&str, &[u8])],
+        format: ManifestFormat,
+        options: &ImageOptions,
+    ) -> Result<PushedImage, BoxError> {
         check_repo(repo)?;
         check_tag(tag)?;
-        let image = build_image(files, format)?;
+        let image = build_image_with(files, format, options)?;
         let client = Self::client()?;
         self.upload_blob(&client, repo, &image.layer_digest, &image.layer_gz).await?;
         self.upload_blob(&client, repo, &image.config_digest, &image.config).await?;
