@@ -352,7 +352,10 @@ impl Fields<'_> {
     }
 
     /// `containerRuntimeEndpoint` and `imageServiceEndpoint` (empty counts
-    /// as unset): imaged has one endpoint, so they must agree.
+    /// as unset). imaged talks to the runtime: `containerRuntimeEndpoint`,
+    /// or the image endpoint when only that is set. Two different endpoints
+    /// are imaged in the kubelet's path (the image endpoint is imaged's CRI
+    /// socket; `imaged run` warns when it is not).
     fn endpoints(
         &self,
         runtime: Option<serde_yaml_ng::Value>,
@@ -360,17 +363,6 @@ impl Fields<'_> {
     ) -> Result<(Option<String>, Option<String>), KubeletConfigError> {
         let runtime = self.string("containerRuntimeEndpoint", runtime)?.filter(|s| !s.is_empty());
         let image = self.string("imageServiceEndpoint", image)?.filter(|s| !s.is_empty());
-        if let Some(image) = &image
-            && runtime.as_ref().is_some_and(|r| r != image)
-        {
-            return Err(self.err(
-                "imageServiceEndpoint",
-                format!(
-                    "{image:?} differs from containerRuntimeEndpoint {:?}; imaged uses one CRI endpoint for both services",
-                    runtime.as_deref().unwrap_or("")
-                ),
-            ));
-        }
         Ok((runtime, image))
     }
 }

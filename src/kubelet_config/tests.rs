@@ -117,11 +117,6 @@ fn a_bad_value_names_the_file_and_the_field() {
             "preloadedImagesVerificationAllowlist",
             "not a list",
         ),
-        (
-            "containerRuntimeEndpoint: unix:///a.sock\nimageServiceEndpoint: unix:///b.sock",
-            "imageServiceEndpoint",
-            "imaged uses one CRI endpoint",
-        ),
     ];
     for (yaml, field, says) in cases {
         let path = write(&dir, "kubelet.yaml", &minimal(yaml));
@@ -183,4 +178,17 @@ fn an_empty_endpoint_is_not_set_and_pod_sandbox_image_maps() {
     assert!(o.contains(&("gc.sandbox_image", KeyValue::Str("registry.k8s.io/pause:3.9".into()), "podSandboxImage")));
     assert!(o.contains(&("runtime.endpoint", KeyValue::Str("unix:///x.sock".into()), "imageServiceEndpoint")));
     assert_eq!(o.len(), 2);
+}
+
+#[test]
+fn in_the_kubelets_path_imaged_talks_to_the_container_runtime_endpoint() {
+    // The kubelet's image calls go to imaged (imageServiceEndpoint), its
+    // container calls to containerd: imaged forwards to containerd.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let yaml = "containerRuntimeEndpoint: unix:///run/containerd/containerd.sock\n\
+                imageServiceEndpoint: unix:///run/imaged/cri.sock";
+    let path = write(&dir, "kubelet.yaml", &minimal(yaml));
+    let cfg = Config::load(&Sources { kubelet_config: Some(path), ..Sources::default() }).expect("accepted");
+    let containerd = crate::cri::CriEndpoint::Unix("/run/containerd/containerd.sock".into());
+    assert_eq!(cfg.endpoint, crate::config::RuntimeEndpoint::Cri(containerd));
 }
