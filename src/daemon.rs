@@ -127,21 +127,32 @@ async fn serve_cri(
     let settings = &node.config().cri_server;
     let Some(path) = &settings.socket else { return Ok(None) };
     if let Some(file) = &sources.kubelet_config {
-        warn_if_the_kubelet_still_limits_pulls(file);
+        warn_if_the_kubelet_bypasses_or_limits_pulls(file, path);
     }
-    let socket = ApiSocket::bind_at("CRI socket", path, settings.socket_group.as_deref()).await?;
+    let socket = match ApiSocket::inherited("CRI socket", crate::api::server::CRI_FD_NAME, path)? {
+        Some(passed) => passed,
+        None => ApiSocket::bind_at("CRI socket", path, settings.socket_group.as_deref()).await?,
+    };
     let front = crate::cri_front::CriFront::over(node, settings).await?;
-    info!(socket = %socket.path().display(), "CRI ImageService serving (the kubelet's imageServiceEndpoint)");
+    info!(socket = %socket.path().display(), socket_activated = socket.is_inherited(),
+        "CRI ImageService serving (the kubelet's imageServiceEndpoint)");
     let mut stop = stop.clone();
     Ok(Some(tokio::spawn(crate::cri_front::serve(socket, front, async move {
         let _ = stop.wait_for(|s| *s).await;
     }))))
 }
 
-/// With imaged in the kubelet's path, the kubelet's own serial pulls and
-/// pull QPS would hold pulls back before imaged's queue sees them.
-fn warn_if_the_kubelet_still_limits_pulls(file: &std::path::Path) {
+/// With imaged in the kubelet's path: a kubelet whose `imageServiceEndpoint`
+/// is not imaged's CRI socket bypasses imaged, and the kubelet's own serial
+/// pulls and pull QPS would hold pulls back before imaged's queue sees them.
+fn warn_if_the_kubelet_bypasses_or_limits_pulls(file: &std::path::Path, cri_socket: &std::path::Path) {
     let Ok(k) = crate::kubelet_config::KubeletImageFields::read(file) else { return };
+    let ours = format!("unix://{}", cri_socket.display());
+    match k.image_service_endpoint.as_deref() {
+        Some(e) if e == ours || e == cri_socket.to_string_lossy() => {}
+        other => warn!(file = %file.display(), image_service_endpoint = other.unwrap_or(""), cri_socket = %ours,
+            "the kubelet's imageServiceEndpoint is not imaged's CRI socket: its image calls bypass imaged"),
+    }
     if k.serialize_image_pulls != Some(false) {
         warn!(file = %file.display(), "the kubelet serializes its image pulls (serializeImagePulls is not false): \
             they reach imaged's CRI socket one at a time; set serializeImagePulls: false and let imaged's pull.* limits apply");

@@ -712,3 +712,128 @@ fn imaged_run_serves_the_kubelets_image_calls_on_its_cri_socket() {
     });
     assert!(d.log().contains("CRI ImageService serving"), "{}", d.log());
 }
+
+/// The embedded runtime served on its own (its images outlive imaged's
+/// restarts), stopped on drop.
+struct ServedRuntime(std::process::Child);
+
+impl Drop for ServedRuntime {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_socket_activated_cri_socket_holds_the_kubelets_calls_while_imaged_restarts() {
+    use imaged::cri::proto as pb;
+    use std::time::Instant;
+    let dir = tempfile::Builder::new().prefix("imsa").tempdir_in("/tmp").expect("tempdir");
+    let rt_sock = dir.path().join("rt.sock");
+    let runtime = ServedRuntime(
+        std::process::Command::new(env!("CARGO_BIN_EXE_imaged"))
+            .args(["embedded-runtime", "--socket"])
+            .arg(&rt_sock)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("embedded runtime"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(&rt_sock).is_err() {
+        assert!(Instant::now() < deadline, "the embedded runtime did not serve");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The service manager's socket (imaged-cri.socket): bound once, passed
+    // to each imaged.
+    let cri = dir.path().join("cri.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&cri).expect("bind the CRI socket");
+    let endpoint = format!("runtime.endpoint=unix://{}", rt_sock.display());
+    let front = format!("cri_server.socket={}", cri.display());
+    let args = ["--set", endpoint.as_str(), "--set", front.as_str()];
+    let mut first = Daemon::start_activated(&args, &listener);
+    let serving = |d: &Daemon| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !d.log().contains("socket_activated=true") {
+            assert!(Instant::now() < deadline, "the CRI front serves the passed socket: {}", d.log());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    serving(&first);
+    let images: Vec<String> = imaged::embedded::demo_catalogue()
+        .into_iter()
+        .map(|i| i.name)
+        .filter(|r| !r.contains("registry.example.com"))
+        .collect();
+    let channel = || imaged::cri::CriEndpoint::Unix(cri.clone()).channel(Duration::from_secs(5)).expect("channel");
+    rt().block_on(async {
+        // Four pods per image, each pulling as the kubelet does: a failed
+        // call is retried (the kubelet's back-off, shortened).
+        let mut pulls = Vec::new();
+        for image in images.iter().cycle().take(4 * images.len()) {
+            let mut kubelet = pb::image_service_client::ImageServiceClient::new(channel());
+            let spec = pb::ImageSpec { image: image.clone(), ..Default::default() };
+            pulls.push(tokio::spawn(async move {
+                let mut failures = 0;
+                loop {
+                    let req = pb::PullImageRequest { image: Some(spec.clone()), auth: None, sandbox_config: None };
+                    match kubelet.pull_image(req).await {
+                        Ok(r) => return Ok::<_, String>((r.into_inner().image_ref, failures)),
+                        Err(e) if failures < 100 => {
+                            failures += 1;
+                            let _ = e;
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                        Err(e) => return Err(format!("{}: {e}", spec.image)),
+                    }
+                }
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // A crash in the middle of the burst.
+        first.signal(Signal::SIGKILL);
+        first.wait_status(Duration::from_secs(10));
+        let down = Instant::now();
+        // A call made while no imaged runs waits in the socket's backlog and
+        // is answered by the next one: not refused.
+        let mut waiting = pb::image_service_client::ImageServiceClient::new(channel());
+        let gap_call = tokio::spawn(async move { waiting.image_fs_info(pb::ImageFsInfoRequest {}).await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!gap_call.is_finished(), "the call waits while imaged is down");
+        let passed = listener.try_clone().expect("listener");
+        let args: Vec<String> = args.iter().map(|a| (*a).to_string()).collect();
+        let second = tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            Daemon::start_activated(&args, &passed)
+        })
+        .await
+        .expect("second imaged");
+        let fs = tokio::time::timeout(Duration::from_secs(30), gap_call)
+            .await
+            .expect("answered after the restart")
+            .expect("task")
+            .expect("ImageFsInfo made while imaged was down succeeds");
+        let restart = down.elapsed();
+        assert!(!fs.into_inner().image_filesystems.is_empty());
+        let mut retried = 0;
+        for p in pulls {
+            let (image_ref, failures) = tokio::time::timeout(Duration::from_secs(60), p)
+                .await
+                .expect("every pull ends")
+                .expect("task")
+                .expect("every pull succeeds in the end");
+            assert!(image_ref.starts_with("sha256:"), "{image_ref}");
+            retried += usize::from(failures > 0);
+        }
+        let mut kubelet = pb::image_service_client::ImageServiceClient::new(channel());
+        for image in &images {
+            let spec = pb::ImageSpec { image: image.clone(), ..Default::default() };
+            let status = kubelet.image_status(pb::ImageStatusRequest { image: Some(spec), verbose: false }).await;
+            assert!(status.expect("ImageStatus").into_inner().image.is_some(), "{image} present");
+        }
+        eprintln!("restart under a burst: {restart:?} from the crash to the first answer; {retried} pulls retried");
+        serving(&second);
+        assert!(restart < Duration::from_secs(20), "restart took {restart:?}");
+    });
+    assert!(cri.exists(), "the service manager's socket file stays when imaged exits");
+    drop(runtime);
+}

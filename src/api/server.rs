@@ -1,6 +1,8 @@
 //! The API's unix socket: created with its final mode before anyone can
 //! connect (bound under a temporary name, chmod/chown'ed, then renamed into
-//! place), served until shutdown, removed on exit.
+//! place), served until shutdown, removed on exit. Or a socket the service
+//! manager passed (systemd socket activation), served as it is and left in
+//! place: connections made while imaged restarts wait in its backlog.
 
 use std::future::Future;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -12,13 +14,34 @@ use super::{ImagedServer, ImagedService};
 use crate::config::DaemonSettings;
 use crate::error::AppError;
 
+/// The `FileDescriptorName=` of a socket-activated CRI socket
+/// (`deploy/kubelet-path/imaged-cri.socket`).
+pub const CRI_FD_NAME: &str = "imaged-cri";
+
+/// The sockets the service manager passed, with their names, once
+/// [`take_passed_sockets`] has run.
+static PASSED: std::sync::Mutex<Option<(listenfd::ListenFd, String)>> = std::sync::Mutex::new(None);
+
+/// Takes the listening sockets the service manager passed to this process
+/// (`LISTEN_FDS`; the variables are cleared, so children do not see them)
+/// for [`ApiSocket::inherited`]. Call it first thing in `main`, before any
+/// thread starts: it changes the environment. Without it no passed socket
+/// is used (a library embedding imaged never takes its host's sockets).
+pub fn take_passed_sockets() {
+    let names = std::env::var("LISTEN_FDNAMES").unwrap_or_default();
+    let fds = listenfd::ListenFd::from_env();
+    *PASSED.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((fds, names));
+}
+
 /// A bound socket the daemon serves (its API, the CRI front); the file is
-/// removed when this is dropped.
+/// removed when this is dropped, unless the service manager owns it.
 #[derive(Debug)]
 pub struct ApiSocket {
     path: PathBuf,
     name: &'static str,
     listener: Option<UnixListener>,
+    /// Bound here (removed on drop), not passed by the service manager.
+    owned: bool,
 }
 
 impl ApiSocket {
@@ -64,7 +87,41 @@ impl ApiSocket {
             let _ = std::fs::remove_file(&tmp);
             return Err(AppError::Other(format!("{name} {}: {reason}", path.display())));
         }
-        Ok(Self { path, name, listener: Some(listener) })
+        Ok(Self { path, name, listener: Some(listener), owned: true })
+    }
+
+    /// The listening socket the service manager passed under `fd_name`
+    /// (systemd socket activation: `LISTEN_PID`, `LISTEN_FDS`,
+    /// `LISTEN_FDNAMES`), if it passed one; named `name` in errors. Its mode
+    /// and owner are the manager's (`SocketMode=`, `SocketGroup=`), and the
+    /// file stays when imaged exits. `configured` is the path the
+    /// configuration names; a passed socket elsewhere is served with a
+    /// warning.
+    pub fn inherited(name: &'static str, fd_name: &str, configured: &Path) -> Result<Option<Self>, AppError> {
+        let mut passed = PASSED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some((fds, names)) = passed.as_mut() else { return Ok(None) };
+        let Some(index) = passed_index(names, fds.len(), fd_name) else { return Ok(None) };
+        let failed = |e: std::io::Error| {
+            AppError::Other(format!("{name}: the socket passed by the service manager (fd {}): {e}", 3 + index))
+        };
+        let Some(std_listener) = fds.take_unix_listener(index).map_err(failed)? else { return Ok(None) };
+        std_listener.set_nonblocking(true).map_err(failed)?;
+        let listener = UnixListener::from_std(std_listener).map_err(failed)?;
+        let path = listener
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_pathname().map(Path::to_path_buf))
+            .unwrap_or_else(|| configured.to_path_buf());
+        if path != configured {
+            tracing::warn!(passed = %path.display(), configured = %configured.display(),
+                "{name}: the service manager passed a socket at another path than the configuration names; serving it");
+        }
+        Ok(Some(Self { path, name, listener: Some(listener), owned: false }))
+    }
+
+    /// Whether the service manager passed this socket.
+    pub fn is_inherited(&self) -> bool {
+        !self.owned
     }
 
     /// The socket's path.
@@ -103,8 +160,23 @@ impl ApiSocket {
 
 impl Drop for ApiSocket {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        if self.owned {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
+}
+
+/// Which of the `count` passed descriptors is named `fd_name` in
+/// `LISTEN_FDNAMES` (colon-separated, one name per descriptor). A single
+/// unnamed descriptor is taken as the one asked for.
+fn passed_index(names: &str, count: usize, fd_name: &str) -> Option<usize> {
+    if count == 0 {
+        return None;
+    }
+    if names.is_empty() {
+        return (count == 1).then_some(0);
+    }
+    names.split(':').take(count).position(|n| n == fd_name)
 }
 
 fn tmp_path(path: &Path) -> PathBuf {
@@ -129,4 +201,20 @@ fn set_access(path: &Path, group: Option<&str>) -> Result<(), String> {
         nix::unistd::chown(path, None, Some(gid)).map_err(|e| format!("chown to group {g:?}: {e}"))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::passed_index;
+
+    #[test]
+    fn the_passed_socket_is_found_by_its_name() {
+        assert_eq!(passed_index("", 0, "imaged-cri"), None, "nothing passed");
+        assert_eq!(passed_index("", 1, "imaged-cri"), Some(0), "one unnamed socket is ours");
+        assert_eq!(passed_index("", 2, "imaged-cri"), None, "two unnamed ones are ambiguous");
+        assert_eq!(passed_index("imaged-cri", 1, "imaged-cri"), Some(0));
+        assert_eq!(passed_index("other:imaged-cri", 2, "imaged-cri"), Some(1));
+        assert_eq!(passed_index("other", 1, "imaged-cri"), None, "a socket for something else");
+        assert_eq!(passed_index("a:b:imaged-cri", 2, "imaged-cri"), None, "a name past the count");
+    }
 }

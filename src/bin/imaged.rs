@@ -46,6 +46,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Before any thread: it reads and clears LISTEN_FDS (socket activation).
+    imaged::api::server::take_passed_sockets();
     let cli: Cli = match imaged::cli::parse_or_exit() {
         Ok(c) => c,
         Err(code) => return code,

@@ -19,12 +19,40 @@ impl Daemon {
     /// Starts `imaged run` with `args` (before `run`: `--set k=v`, …) and
     /// waits (bounded) for the socket to answer.
     pub fn start(args: &[&str]) -> Daemon {
+        Self::spawn(args, None)
+    }
+
+    /// Starts `imaged run` as systemd starts a socket-activated service:
+    /// `listener` passed as fd 3, named `imaged-cri` (`LISTEN_FDS`,
+    /// `LISTEN_PID`, `LISTEN_FDNAMES`).
+    pub fn start_activated(args: &[&str], listener: &std::os::unix::net::UnixListener) -> Daemon {
+        Self::spawn(args, Some(listener))
+    }
+
+    fn spawn(args: &[&str], passed: Option<&std::os::unix::net::UnixListener>) -> Daemon {
+        use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+        use std::os::fd::AsRawFd;
         // Short path: unix socket paths are limited to ~100 bytes.
         let dir = tempfile::Builder::new().prefix("imd").tempdir_in("/tmp").expect("tempdir");
         let socket = dir.path().join("api.sock");
         let stderr = dir.path().join("imaged.log");
         let log = std::fs::File::create(&stderr).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_imaged"))
+        let mut command = match passed {
+            None => Command::new(env!("CARGO_BIN_EXE_imaged")),
+            Some(listener) => {
+                // The child inherits the socket (close-on-exec cleared until
+                // it is spawned), which bash moves to fd 3 (dash takes one-digit fds only) before it
+                // becomes imaged, keeping its pid for LISTEN_PID.
+                fcntl(listener, FcntlArg::F_SETFD(FdFlag::empty())).expect("clear close-on-exec");
+                let fd = listener.as_raw_fd();
+                let to_fd3 = if fd == 3 { String::new() } else { format!("exec 3<&{fd} {fd}<&- && ") };
+                let script = format!("{to_fd3}LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=imaged-cri exec \"$0\" \"$@\"");
+                let mut c = Command::new("bash");
+                c.arg("-c").arg(script).arg(env!("CARGO_BIN_EXE_imaged"));
+                c
+            }
+        };
+        let child = command
             .env_remove("RUST_LOG")
             .arg("--set")
             .arg(format!("daemon.socket={}", socket.display()))
@@ -39,6 +67,9 @@ impl Daemon {
             .stderr(Stdio::from(log))
             .spawn()
             .expect("spawn imaged run");
+        if let Some(listener) = passed {
+            fcntl(listener, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).expect("restore close-on-exec");
+        }
         let mut d = Daemon { child, socket, dir, stderr };
         d.wait_ready();
         d
