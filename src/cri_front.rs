@@ -32,15 +32,14 @@ use prost::bytes::Bytes;
 use crate::actors::cri_gateway::{CriReader, GetReader};
 use crate::actors::pull_queue::{EnqueuePull, PullFailure, PullRequest};
 use crate::api::server::ApiSocket;
-use crate::config::CriServerSettings;
+pub use crate::config::PRIORITY_NAMESPACE_PULL;
+use crate::config::{CriServerSettings, PriorityRule};
 use crate::cri::server::{FrontFuture, ImageFront, ImageServiceServer, PullCall};
 use crate::cri::{CriError, CriErrorKind, Rpc};
+use crate::domain::SandboxConfig;
 use crate::error::AppError;
 use crate::gc::policy::pattern_matches;
 use crate::node::Node;
-
-/// The pull priority of pods in [`CriServerSettings::priority_namespaces`].
-pub const PRIORITY_NAMESPACE_PULL: i32 = 1000;
 
 /// How long the first `ImageFsInfo` waits for a runtime that is not
 /// answering yet (the kubelet allows its first call 2 minutes, and exits
@@ -55,7 +54,7 @@ pub struct CriFront {
     reader: CriReader,
     pulls: Recipient<EnqueuePull>,
     pins: Pins,
-    priority_namespaces: Vec<String>,
+    priorities: Priorities,
     /// Whether an `ImageFsInfo` has been answered yet (until then it waits
     /// for the runtime instead of failing).
     fs_info_answered: Arc<AtomicBool>,
@@ -101,25 +100,48 @@ impl Pins {
     }
 }
 
+/// The pull priority of a pod: the highest of the `[[cri_server.priority]]`
+/// rules it matches and `priority_namespaces` ([`PRIORITY_NAMESPACE_PULL`]);
+/// 0 when nothing matches (and for a pull that names no pod).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Priorities {
+    rules: Vec<PriorityRule>,
+}
+
+impl Priorities {
+    /// The rules of `settings`, `priority_namespaces` folded in as
+    /// namespace rules.
+    pub fn new(settings: &CriServerSettings) -> Self {
+        let namespaces = settings.priority_namespaces.iter().map(|n| PriorityRule {
+            namespace: Some(n.clone()),
+            label: None,
+            annotation: None,
+            priority: PRIORITY_NAMESPACE_PULL,
+        });
+        Self { rules: namespaces.chain(settings.priority.iter().cloned()).collect() }
+    }
+
+    /// The priority of a pull for `pod`.
+    pub fn of(&self, pod: &SandboxConfig) -> i32 {
+        self.rules
+            .iter()
+            .filter(|r| r.matches(&pod.namespace, &pod.labels, &pod.annotations))
+            .map(|r| r.priority)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
 impl CriFront {
     /// A front forwarding through `reader` and pulling through `pulls`.
     pub fn new(reader: CriReader, pulls: Recipient<EnqueuePull>, pins: Pins, settings: &CriServerSettings) -> Self {
-        Self {
-            reader,
-            pulls,
-            pins,
-            priority_namespaces: settings.priority_namespaces.clone(),
-            fs_info_answered: Arc::default(),
-        }
+        Self { reader, pulls, pins, priorities: Priorities::new(settings), fs_info_answered: Arc::default() }
     }
 
     /// The queue request for a call: its one credential, must reach the
-    /// registry, priority by the pod's namespace.
+    /// registry, priority by the pod's namespace, labels and annotations.
     fn request(&self, call: PullCall) -> PullRequest {
-        let priority = match &call.sandbox {
-            Some(s) if self.priority_namespaces.contains(&s.namespace) => PRIORITY_NAMESPACE_PULL,
-            _ => 0,
-        };
+        let priority = call.sandbox.as_ref().map_or(0, |s| self.priorities.of(s));
         PullRequest {
             credentials: call.auth.into_iter().collect(),
             sandbox: call.sandbox,
@@ -255,6 +277,84 @@ mod tests {
         let off = Pins::new(vec![], "registry.k8s.io/pause:3.10", false);
         assert!(off.is_empty());
         assert!(!off.pins(&s(&["registry.k8s.io/pause:3.10"]), &[]));
+    }
+
+    fn pod(namespace: &str, labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> SandboxConfig {
+        let map = |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        SandboxConfig {
+            namespace: namespace.into(),
+            labels: map(labels),
+            annotations: map(annotations),
+            ..Default::default()
+        }
+    }
+
+    fn priorities(toml: &str) -> Priorities {
+        Priorities::new(&crate::config::Config::from_toml(toml).unwrap().cri_server)
+    }
+
+    #[test]
+    fn by_default_kube_system_and_static_pods_go_first_and_api_pods_do_not() {
+        let p = priorities("");
+        assert_eq!(p.of(&pod("kube-system", &[], &[("kubernetes.io/config.source", "api")])), 1000);
+        assert_eq!(p.of(&pod("default", &[], &[("kubernetes.io/config.source", "file")])), 1000);
+        assert_eq!(p.of(&pod("monitoring", &[], &[("kubernetes.io/config.source", "http")])), 1000);
+        assert_eq!(p.of(&pod("default", &[], &[("kubernetes.io/config.source", "api")])), 0);
+        assert_eq!(p.of(&pod("default", &[], &[])), 0);
+    }
+
+    #[test]
+    fn the_highest_matching_rule_wins_and_every_matcher_of_a_rule_must_match() {
+        let p = priorities(
+            r#"
+            [cri_server]
+            priority_namespaces = ["ops"]
+            [[cri_server.priority]]
+            namespace = "team-a"
+            priority = 10
+            [[cri_server.priority]]
+            namespace = "team-a"
+            label = "tier=frontend"
+            priority = 50
+            [[cri_server.priority]]
+            annotation = "example.com/urgent="
+            priority = 2000
+            [[cri_server.priority]]
+            label = "batch=true"
+            priority = -5
+            "#,
+        );
+        assert_eq!(p.of(&pod("team-a", &[], &[])), 10);
+        assert_eq!(p.of(&pod("team-a", &[("tier", "frontend")], &[])), 50, "both matchers match: 50 > 10");
+        assert_eq!(p.of(&pod("team-b", &[("tier", "frontend")], &[])), 0, "the namespace does not match");
+        assert_eq!(p.of(&pod("team-a", &[("tier", "backend")], &[])), 10);
+        assert_eq!(p.of(&pod("ops", &[], &[])), 1000, "priority_namespaces still work");
+        assert_eq!(p.of(&pod("ops", &[], &[("example.com/urgent", "")])), 2000, "an empty value matches");
+        assert_eq!(p.of(&pod("x", &[], &[("example.com/urgent", "no")])), 0);
+        assert_eq!(p.of(&pod("x", &[("batch", "true")], &[])), -5, "a rule may put pods last");
+        assert_eq!(p.of(&pod("team-a", &[("batch", "true")], &[])), 10, "the highest wins");
+        // The list replaces the default rules: static pods are not first any more.
+        assert_eq!(p.of(&pod("default", &[], &[("kubernetes.io/config.source", "file")])), 0);
+        assert_eq!(p.of(&pod("kube-system", &[], &[])), 0, "priority_namespaces replaced too");
+    }
+
+    #[test]
+    fn a_bad_rule_is_refused_naming_its_field() {
+        let err = |rule: &str| {
+            crate::config::Config::from_toml(&format!("[[cri_server.priority]]\n{rule}")).unwrap_err().to_string()
+        };
+        let e = err("priority = 5");
+        assert!(e.contains("cri_server.priority[0]") && e.contains("at least one of namespace"), "{e}");
+        let e = err("label = \"tier\"\npriority = 5");
+        assert!(e.contains("cri_server.priority[0].label") && e.contains("key=value"), "{e}");
+        let e = err("annotation = \"=x\"\npriority = 5");
+        assert!(e.contains("cri_server.priority[0].annotation"), "{e}");
+        let e = err("namespace = \"a b\"\npriority = 5");
+        assert!(e.contains("cri_server.priority[0].namespace"), "{e}");
+        let e = err("namespace = \"a\"\npriority = 9999999999");
+        assert!(e.contains("cri_server.priority[0].priority"), "{e}");
+        let e = err("namespace = \"a\"\npriority = 1\nclass = \"x\"");
+        assert!(e.contains("class"), "unknown matcher refused: {e}");
     }
 
     #[test]

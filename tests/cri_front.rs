@@ -48,7 +48,34 @@ impl Front {
     }
 
     fn runtime_pulls(&self) -> u64 {
-        self.node.runtime().embedded.as_ref().expect("embedded").stats().calls(Rpc::PullImage)
+        self.embedded().stats().calls(Rpc::PullImage)
+    }
+
+    fn embedded(&self) -> &imaged::embedded::EmbeddedRuntime {
+        self.node.runtime().embedded.as_ref().expect("embedded")
+    }
+
+    /// Adds `image` to the embedded registry, its pull taking `latency_ms`.
+    fn add(&self, image: &str, latency_ms: u64) {
+        let remote = imaged::embedded::RemoteImage::new(image, 100).latency(Duration::from_millis(latency_ms));
+        self.embedded().add_remote(remote).expect("add");
+    }
+
+    /// Sends `req` on a task of its own (the pull runs while the test goes on).
+    fn spawn_pull(&self, req: pb::PullImageRequest) -> tokio::task::JoinHandle<Result<String, tonic::Status>> {
+        let mut c = self.client.clone();
+        tokio::spawn(async move { c.pull_image(req).await.map(|r| r.into_inner().image_ref) })
+    }
+
+    /// Waits until the queue holds `n` pulls.
+    async fn until_queue_holds(&self, n: usize) {
+        for _ in 0..200 {
+            if self.node.list_pulls().await.expect("pulls").len() == n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("the queue never held {n} pulls: {:?}", self.node.list_pulls().await);
     }
 
     async fn status(&self, image: &str) -> Option<pb::Image> {
@@ -63,6 +90,64 @@ fn spec(image: &str) -> pb::ImageSpec {
 
 fn pull(image: &str) -> pb::PullImageRequest {
     pb::PullImageRequest { image: Some(spec(image)), auth: None, sandbox_config: None }
+}
+
+/// The pod the kubelet pulls for, as its `PodSandboxConfig` says.
+fn pod(namespace: &str, name: &str, annotations: &[(&str, &str)]) -> pb::PodSandboxConfig {
+    pb::PodSandboxConfig {
+        metadata: Some(pb::PodSandboxMetadata {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            namespace: namespace.into(),
+            attempt: 0,
+        }),
+        annotations: annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        ..Default::default()
+    }
+}
+
+fn pull_for(image: &str, sandbox: pb::PodSandboxConfig) -> pb::PullImageRequest {
+    pb::PullImageRequest { sandbox_config: Some(sandbox), ..pull(image) }
+}
+
+#[actix::test]
+async fn in_serial_mode_kube_system_and_static_pods_pull_before_earlier_ordinary_pods() {
+    let f = Front::start("").await;
+    f.add("example.com/slow:1", 300);
+    for name in ["low", "static", "system"] {
+        f.add(&format!("example.com/{name}:1"), 5);
+    }
+    let api = [("kubernetes.io/config.source", "api")];
+    let mut calls = vec![f.spawn_pull(pull_for("example.com/slow:1", pod("default", "first", &api)))];
+    f.until_queue_holds(1).await;
+    // While the slow pull runs: an ordinary pod's pull, then a static pod's,
+    // then a kube-system pod's, each queued before the next is sent.
+    calls.push(f.spawn_pull(pull_for("example.com/low:1", pod("default", "web", &api))));
+    f.until_queue_holds(2).await;
+    let file = [("kubernetes.io/config.source", "file")];
+    calls.push(f.spawn_pull(pull_for("example.com/static:1", pod("default", "etcd-node1", &file))));
+    f.until_queue_holds(3).await;
+    calls.push(f.spawn_pull(pull_for("example.com/system:1", pod("kube-system", "coredns", &api))));
+    f.until_queue_holds(4).await;
+    let priorities: Vec<_> =
+        f.node.list_pulls().await.expect("pulls").iter().map(|p| (p.image.clone(), p.priority)).collect();
+    assert_eq!(
+        priorities,
+        [
+            ("example.com/slow:1".to_string(), 0),
+            ("example.com/static:1".to_string(), 1000),
+            ("example.com/system:1".to_string(), 1000),
+            ("example.com/low:1".to_string(), 0),
+        ]
+    );
+    for c in calls {
+        c.await.expect("task").expect("pulled");
+    }
+    assert_eq!(
+        f.embedded().pull_log(),
+        ["example.com/slow:1", "example.com/static:1", "example.com/system:1", "example.com/low:1"],
+        "the pods that go first pulled before the ordinary pod queued earlier, FIFO among themselves"
+    );
 }
 
 #[actix::test]

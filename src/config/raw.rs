@@ -142,5 +142,16 @@ pub(super) struct RawCriServer {
     pub(super) socket: String,
     pub(super) socket_group: String,
     pub(super) priority_namespaces: Vec<String>,
+    pub(super) priority: Vec<RawPriorityRule>,
     pub(super) pin_sandbox_image: bool,
+}
+
+/// One `[[cri_server.priority]]` rule.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPriorityRule {
+    pub(super) namespace: Option<String>,
+    pub(super) label: Option<String>,
+    pub(super) annotation: Option<String>,
+    pub(super) priority: i64,
 }
