@@ -37,8 +37,11 @@ use crate::config::{CriServerSettings, PriorityRule};
 use crate::cri::server::{FrontFuture, ImageFront, ImageServiceServer, PullCall};
 use crate::cri::{CriError, CriErrorKind, Rpc};
 use crate::domain::SandboxConfig;
+use crate::ensure::{class_of_pull, failed_to_pull, pulling, successfully_pulled};
 use crate::error::AppError;
+use crate::events::{EventReason, EventSink, ImageEvent, ObjectRef};
 use crate::gc::policy::pattern_matches;
+use crate::metrics::Metrics;
 use crate::node::Node;
 
 /// How long the first `ImageFsInfo` waits for a runtime that is not
@@ -55,6 +58,10 @@ pub struct CriFront {
     pulls: Recipient<EnqueuePull>,
     pins: Pins,
     priorities: Priorities,
+    /// Where the kubelet's pulls are told (`Pulling`, `Pulled`, `Failed`,
+    /// with the pod), as ensure's are.
+    events: EventSink,
+    metrics: Metrics,
     /// Whether an `ImageFsInfo` has been answered yet (until then it waits
     /// for the runtime instead of failing).
     fs_info_answered: Arc<AtomicBool>,
@@ -133,9 +140,24 @@ impl Priorities {
 }
 
 impl CriFront {
-    /// A front forwarding through `reader` and pulling through `pulls`.
+    /// A front forwarding through `reader` and pulling through `pulls`
+    /// (its events to no one, its metrics to a registry of its own: see
+    /// [`with_events`](Self::with_events)).
     pub fn new(reader: CriReader, pulls: Recipient<EnqueuePull>, pins: Pins, settings: &CriServerSettings) -> Self {
-        Self { reader, pulls, pins, priorities: Priorities::new(settings), fs_info_answered: Arc::default() }
+        Self {
+            reader,
+            pulls,
+            pins,
+            priorities: Priorities::new(settings),
+            events: EventSink::default(),
+            metrics: Metrics::default(),
+            fs_info_answered: Arc::default(),
+        }
+    }
+
+    /// The same front telling its pulls to `events` and `metrics`.
+    pub fn with_events(self, events: EventSink, metrics: Metrics) -> Self {
+        Self { events, metrics, ..self }
     }
 
     /// The queue request for a call: its one credential, must reach the
@@ -148,6 +170,38 @@ impl CriFront {
             priority,
             ..PullRequest::new(call.image)
         }
+    }
+}
+
+/// How a front pull is told in imaged's events: as ensure tells a pod's
+/// pull, with the pod the kubelet named (no container: `PullImage` names
+/// none). Never with its credentials.
+struct Told {
+    events: EventSink,
+    object: ObjectRef,
+    image: String,
+}
+
+impl Told {
+    fn new(request: &PullRequest, events: EventSink) -> Self {
+        let object = request.sandbox.as_ref().map_or_else(ObjectRef::default, |s| ObjectRef {
+            pod_uid: s.uid.clone(),
+            namespace: s.namespace.clone(),
+            pod_name: s.name.clone(),
+            container: None,
+        });
+        Self { events, object, image: request.image.image.clone() }
+    }
+
+    fn emit(&self, reason: EventReason, message: String, failure: Option<&PullFailure>) {
+        self.events.emit(ImageEvent {
+            event_type: reason.event_type(),
+            reason,
+            message,
+            object: self.object.clone(),
+            image: self.image.clone(),
+            class: failure.map(class_of_pull),
+        });
     }
 }
 
@@ -200,12 +254,37 @@ impl ImageFront for CriFront {
         let deadline = call.deadline;
         let request = self.request(call);
         let pulls = self.pulls.clone();
+        let told = Told::new(&request, self.events.clone());
+        let metrics = self.metrics.clone();
         let wait = async move {
-            let ticket = pulls
-                .send(EnqueuePull(request))
-                .await
-                .map_err(|_| CriError::new(CriErrorKind::RuntimeUnavailable, "imaged's pull queue has stopped"))?;
-            ticket.await.map(|o| o.image_ref).map_err(pull_error)
+            let start = tokio::time::Instant::now();
+            told.emit(EventReason::Pulling, pulling(&told.image), None);
+            let ticket = match pulls.send(EnqueuePull(request)).await {
+                Ok(ticket) => ticket,
+                Err(_) => {
+                    let failure = PullFailure::Stopped;
+                    told.emit(EventReason::Failed, failed_to_pull(&told.image, &failure.to_string()), Some(&failure));
+                    return Err(CriError::new(CriErrorKind::RuntimeUnavailable, "imaged's pull queue has stopped"));
+                }
+            };
+            match ticket.await {
+                Ok(o) => {
+                    let total = start.elapsed();
+                    if o.pulled {
+                        metrics.image_pulled(o.size, total);
+                    }
+                    told.emit(
+                        EventReason::Pulled,
+                        successfully_pulled(&told.image, o.pull_duration, total, o.size),
+                        None,
+                    );
+                    Ok(o.image_ref)
+                }
+                Err(failure) => {
+                    told.emit(EventReason::Failed, failed_to_pull(&told.image, &failure.to_string()), Some(&failure));
+                    Err(pull_error(failure))
+                }
+            }
         };
         Box::pin(async move {
             // The caller's deadline bounds its own wait only: the pull goes
@@ -238,7 +317,8 @@ impl CriFront {
         let reader = node.gateway().send(GetReader).await.map_err(|_| AppError::Mailbox("CRI gateway".into()))?;
         let gc = node.gc_settings();
         let pins = Pins::new(gc.pinned_images.clone(), &gc.sandbox_image, settings.pin_sandbox_image);
-        Ok(Self::new(reader, node.queue().clone().recipient(), pins, settings))
+        Ok(Self::new(reader, node.queue().clone().recipient(), pins, settings)
+            .with_events(node.manager().events().clone(), node.config().pull.metrics.clone()))
     }
 }
 

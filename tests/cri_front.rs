@@ -150,6 +150,101 @@ async fn in_serial_mode_kube_system_and_static_pods_pull_before_earlier_ordinary
     );
 }
 
+/// Keeps the image events and pull phases the node tells.
+#[derive(Default)]
+struct Told {
+    events: Vec<imaged::events::ImageEvent>,
+    phases: Vec<imaged::actors::pull_queue::PullPhaseChanged>,
+}
+
+impl actix::Actor for Told {
+    type Context = actix::Context<Self>;
+}
+
+impl actix::Handler<imaged::events::ImageEvent> for Told {
+    type Result = ();
+    fn handle(&mut self, e: imaged::events::ImageEvent, _: &mut Self::Context) {
+        self.events.push(e);
+    }
+}
+
+impl actix::Handler<imaged::actors::pull_queue::PullPhaseChanged> for Told {
+    type Result = ();
+    fn handle(&mut self, p: imaged::actors::pull_queue::PullPhaseChanged, _: &mut Self::Context) {
+        self.phases.push(p);
+    }
+}
+
+#[derive(actix::Message)]
+#[rtype(result = "(Vec<imaged::events::ImageEvent>, Vec<imaged::actors::pull_queue::PullPhaseChanged>)")]
+struct TakeTold;
+
+impl actix::Handler<TakeTold> for Told {
+    type Result = actix::MessageResult<TakeTold>;
+    fn handle(&mut self, _: TakeTold, _: &mut Self::Context) -> Self::Result {
+        actix::MessageResult((std::mem::take(&mut self.events), std::mem::take(&mut self.phases)))
+    }
+}
+
+#[actix::test]
+async fn the_kubelets_pulls_show_their_pods_in_list_pulls_events_and_phases_but_never_credentials() {
+    use actix::Actor;
+    use imaged::actors::pull_queue::{PullPhase, PullPod};
+    use imaged::events::EventReason;
+    let f = Front::start("").await;
+    let told = Told::default().start();
+    f.node.subscribe_events(told.clone().recipient());
+    f.node.subscribe_phases(told.clone().recipient()).await.expect("subscribed");
+    let image = "registry.example.com/team/slow:1";
+    let remote =
+        imaged::embedded::RemoteImage::new(image, 100).latency(Duration::from_millis(300)).private("team", "s3cret-pw");
+    f.embedded().add_remote(remote).expect("add");
+    let with_auth = |name: &str| pb::PullImageRequest {
+        auth: Some(pb::AuthConfig { username: "team".into(), password: "s3cret-pw".into(), ..Default::default() }),
+        ..pull_for(image, pod("shop", name, &[]))
+    };
+    let web = f.spawn_pull(with_auth("web-0"));
+    f.until_queue_holds(1).await;
+    let worker = f.spawn_pull(with_auth("worker-0"));
+    let pod_of = |name: &str| PullPod { namespace: "shop".into(), name: name.into(), uid: format!("uid-{name}") };
+    let mut pods = Vec::new();
+    for _ in 0..200 {
+        pods = f.node.list_pulls().await.expect("pulls").first().map(|p| p.pods.clone()).unwrap_or_default();
+        if pods.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(pods, [pod_of("web-0"), pod_of("worker-0")], "the shared pull lists both pods, in arrival order");
+    web.await.expect("task").expect("pulled");
+    worker.await.expect("task").expect("pulled");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (events, phases) = told.send(TakeTold).await.expect("told");
+
+    let of = |name: &str, reason: EventReason| {
+        events
+            .iter()
+            .find(|e| e.reason == reason && e.object.pod_name == name)
+            .unwrap_or_else(|| panic!("no {reason} event for {name}: {events:#?}"))
+    };
+    for name in ["web-0", "worker-0"] {
+        let pulling = of(name, EventReason::Pulling);
+        assert_eq!(
+            (pulling.object.namespace.as_str(), pulling.object.pod_uid.as_str(), pulling.image.as_str()),
+            ("shop", format!("uid-{name}").as_str(), image)
+        );
+        let pulled = of(name, EventReason::Pulled);
+        assert!(pulled.message.starts_with("Successfully pulled image"), "{}", pulled.message);
+    }
+    let phase_pod = |phase: PullPhase| phases.iter().find(|p| p.phase == phase).and_then(|p| p.pod.clone());
+    assert_eq!(phase_pod(PullPhase::Queued), Some(pod_of("web-0")));
+    assert_eq!(phase_pod(PullPhase::WaitingOnSharedPull), Some(pod_of("worker-0")));
+    assert_eq!(phase_pod(PullPhase::Pulling), Some(pod_of("web-0")), "the pull's phases name the pod that started it");
+    assert_eq!(phase_pod(PullPhase::Done), Some(pod_of("web-0")));
+    let everything = format!("{events:?}{phases:?}{:?}", f.node.list_pulls().await);
+    assert!(!everything.contains("s3cret-pw"), "credentials never appear: {everything}");
+}
+
 #[actix::test]
 async fn a_pull_is_listed_and_statused_at_once_and_gone_at_once_after_a_remove() {
     let f = Front::start("").await;
