@@ -29,20 +29,23 @@ use std::time::Duration;
 use actix::Recipient;
 use prost::bytes::Bytes;
 
+use crate::actors::cache_refresher::ImageRemoved;
 use crate::actors::cri_gateway::{CriReader, GetReader};
 use crate::actors::pull_queue::{EnqueuePull, PullFailure, PullRequest};
 use crate::api::server::ApiSocket;
 pub use crate::config::PRIORITY_NAMESPACE_PULL;
 use crate::config::{CriServerSettings, PriorityRule};
+use crate::cri::proto as pb;
 use crate::cri::server::{FrontFuture, ImageFront, ImageServiceServer, PullCall};
 use crate::cri::{CriError, CriErrorKind, Rpc};
-use crate::domain::SandboxConfig;
+use crate::domain::{ImageSpec, SandboxConfig};
 use crate::ensure::{class_of_pull, failed_to_pull, pulling, successfully_pulled};
 use crate::error::AppError;
 use crate::events::{EventReason, EventSink, ImageEvent, ObjectRef};
 use crate::gc::policy::pattern_matches;
 use crate::metrics::Metrics;
 use crate::node::Node;
+use crate::pull_records::PullRecords;
 
 /// How long the first `ImageFsInfo` waits for a runtime that is not
 /// answering yet (the kubelet allows its first call 2 minutes, and exits
@@ -62,6 +65,10 @@ pub struct CriFront {
     /// with the pod), as ensure's are.
     events: EventSink,
     metrics: Metrics,
+    /// Refuse `RemoveImage` of a pinned image.
+    refuse_remove_pinned: bool,
+    /// What a forwarded `RemoveImage` tells, so imaged's records follow.
+    removed: RemoveFollowers,
     /// Whether an `ImageFsInfo` has been answered yet (until then it waits
     /// for the runtime instead of failing).
     fs_info_answered: Arc<AtomicBool>,
@@ -151,8 +158,63 @@ impl CriFront {
             priorities: Priorities::new(settings),
             events: EventSink::default(),
             metrics: Metrics::default(),
+            refuse_remove_pinned: settings.refuse_remove_pinned,
+            removed: RemoveFollowers::default(),
             fs_info_answered: Arc::default(),
         }
+    }
+
+    /// The same front telling what a forwarded `RemoveImage` removed to
+    /// `removed`.
+    pub fn with_remove_followers(self, removed: RemoveFollowers) -> Self {
+        Self { removed, ..self }
+    }
+
+    /// `RemoveImage`: the image's names first (`ImageStatus`: the call
+    /// carries a ref or an id only), refused when pinned and
+    /// `refuse_remove_pinned` is set, then forwarded; once removed, the pull
+    /// records and the node's image list let it go.
+    fn remove(&self, body: Bytes, deadline: Option<Duration>) -> FrontFuture<Bytes> {
+        let spec: ImageSpec = match crate::cri::wire::peek::<pb::RemoveImageRequest>(&body) {
+            Ok(req) => req.image.map(Into::into).unwrap_or_default(),
+            Err(e) => {
+                let e = CriError::new(CriErrorKind::InvalidArgument, format!("RemoveImageRequest: {e}"));
+                return Box::pin(std::future::ready(Err(e)));
+            }
+        };
+        let reader = self.reader.clone();
+        let refuse = self.refuse_remove_pinned.then(|| self.pins.clone());
+        let removed = self.removed.clone();
+        Box::pin(async move {
+            let image = match reader.image_status(spec.clone(), false).await {
+                Ok(s) => s.image,
+                Err(e) if refuse.is_some() => return Err(e),
+                Err(e) => {
+                    tracing::debug!(image = %spec.image, error = %e, "no ImageStatus before RemoveImage; records follow at the next refresh");
+                    None
+                }
+            };
+            if let (Some(pins), Some(img)) = (&refuse, &image)
+                && (img.pinned || pins.pins(&img.repo_tags, &img.repo_digests))
+            {
+                return Err(CriError::from_status(
+                    crate::cri::StatusCode::FailedPrecondition,
+                    format!(
+                        "imaged refuses to remove image {:?} ({}{}): it is pinned (gc.pinned_images, the sandbox \
+                         image or the runtime's pin) and cri_server.refuse_remove_pinned is set",
+                        spec.image,
+                        img.id,
+                        img.repo_tags.first().map(|t| format!(", {t}")).unwrap_or_default(),
+                    ),
+                ));
+            }
+            let until = removed.records.as_ref().map(|r| r.clock().now());
+            let answer = reader.forward(Rpc::RemoveImage, Some(&spec.image), body, deadline).await?;
+            if let Some(img) = image {
+                removed.image_removed(&img.id, until).await;
+            }
+            Ok(answer)
+        })
     }
 
     /// The same front telling its pulls to `events` and `metrics`.
@@ -169,6 +231,38 @@ impl CriFront {
             sandbox: call.sandbox,
             priority,
             ..PullRequest::new(call.image)
+        }
+    }
+}
+
+/// What a forwarded `RemoveImage` tells (as GC's removals end in the
+/// pull records' prune and the next image list).
+#[derive(Clone, Default)]
+pub struct RemoveFollowers {
+    /// KEP-2535 pull records: the removed image's record goes.
+    pub records: Option<PullRecords>,
+    /// The cache refresher: the node's image list drops the image.
+    pub image_list: Option<Recipient<ImageRemoved>>,
+}
+
+impl std::fmt::Debug for RemoveFollowers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoveFollowers").finish_non_exhaustive()
+    }
+}
+
+impl RemoveFollowers {
+    /// The image with `id` is gone; `until`: when the remove started (a
+    /// record written since is a new pull's and stays).
+    async fn image_removed(&self, id: &str, until: Option<std::time::SystemTime>) {
+        if let (Some(records), Some(until)) = (&self.records, until)
+            && let Err(e) = records.forget_removed_image(id, until).await
+        {
+            tracing::warn!(image = id, error = %e, "failed to delete the pulled record of a removed image");
+        }
+        if let Some(list) = &self.image_list {
+            // A full mailbox leaves it to the next refresh.
+            let _ = list.try_send(ImageRemoved { id: id.to_string() });
         }
     }
 }
@@ -222,6 +316,9 @@ pub fn pull_error(failure: PullFailure) -> CriError {
 
 impl ImageFront for CriFront {
     fn forward(&self, rpc: Rpc, body: Bytes, deadline: Option<Duration>) -> FrontFuture<Bytes> {
+        if rpc == Rpc::RemoveImage {
+            return self.remove(body, deadline);
+        }
         if rpc != Rpc::ImageFsInfo || self.fs_info_answered.load(Ordering::Acquire) {
             return Box::pin(self.reader.forward(rpc, None, body, deadline));
         }
@@ -318,7 +415,11 @@ impl CriFront {
         let gc = node.gc_settings();
         let pins = Pins::new(gc.pinned_images.clone(), &gc.sandbox_image, settings.pin_sandbox_image);
         Ok(Self::new(reader, node.queue().clone().recipient(), pins, settings)
-            .with_events(node.manager().events().clone(), node.config().pull.metrics.clone()))
+            .with_events(node.manager().events().clone(), node.config().pull.metrics.clone())
+            .with_remove_followers(RemoveFollowers {
+                records: Some(node.manager().pull_records().clone()),
+                image_list: Some(node.gc().refresher.clone().recipient()),
+            }))
     }
 }
 

@@ -401,3 +401,90 @@ async fn the_first_fs_info_waits_for_a_runtime_not_answering_yet_and_later_ones_
     let err = client.clone().image_fs_info(pb::ImageFsInfoRequest {}).await.expect_err("runtime down");
     assert_eq!(err.code(), Code::Unavailable, "later calls fail at once: {err:?}");
 }
+
+fn remove(image: &str) -> pb::RemoveImageRequest {
+    pb::RemoveImageRequest { image: Some(spec(image)) }
+}
+
+#[actix::test]
+async fn five_concurrent_removes_of_one_image_all_succeed() {
+    let f = Front::start("").await;
+    let image_ref = f
+        .client
+        .clone()
+        .pull_image(pull("docker.io/library/busybox:1.36"))
+        .await
+        .expect("pulled")
+        .into_inner()
+        .image_ref;
+    let calls: Vec<_> = (0..5)
+        .map(|i| {
+            let mut c = f.client.clone();
+            // By tag and by id, as the kubelet's GC and an operator would.
+            let target = if i % 2 == 0 { image_ref.clone() } else { "docker.io/library/busybox:1.36".to_string() };
+            tokio::spawn(async move { c.remove_image(remove(&target)).await })
+        })
+        .collect();
+    for c in calls {
+        c.await.expect("task").expect("every remove succeeds (absent is success)");
+    }
+    assert_eq!(f.status("docker.io/library/busybox:1.36").await, None);
+}
+
+#[actix::test]
+async fn with_refuse_remove_pinned_a_pinned_image_is_refused_naming_it_and_others_go() {
+    let toml = "[gc]\npinned_images = [\"docker.io/library/redis:*\"]\n[cri_server]\nrefuse_remove_pinned = true";
+    let f = Front::start(toml).await;
+    let mut c = f.client.clone();
+    let mut ids = std::collections::HashMap::new();
+    for image in ["registry.k8s.io/pause:3.10", "docker.io/library/redis:7", "docker.io/library/busybox:1.36"] {
+        ids.insert(image, c.pull_image(pull(image)).await.expect("pulled").into_inner().image_ref);
+    }
+    // By tag (a pattern pin) and by id (the sandbox image): RemoveImage
+    // names no tags, so the front resolves them first.
+    for (target, named) in [
+        ("docker.io/library/redis:7".to_string(), "docker.io/library/redis:7"),
+        (ids["registry.k8s.io/pause:3.10"].clone(), "registry.k8s.io/pause:3.10"),
+    ] {
+        let err = c.remove_image(remove(&target)).await.expect_err("pinned: refused");
+        assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+        assert!(err.message().contains(&target) && err.message().contains(named), "names the image: {}", err.message());
+        assert!(err.message().contains("refuse_remove_pinned"), "says why: {}", err.message());
+        assert!(f.status(named).await.is_some(), "{named} is kept");
+    }
+    c.remove_image(remove("docker.io/library/busybox:1.36")).await.expect("not pinned: removed");
+    assert_eq!(f.status("docker.io/library/busybox:1.36").await, None);
+    c.remove_image(remove("docker.io/library/nope:1")).await.expect("absent: success, as the runtime says");
+
+    // Off (the default): forwarded, as containerd removes pinned images too.
+    let off = Front::start("[gc]\npinned_images = [\"docker.io/library/redis:*\"]").await;
+    let mut c = off.client.clone();
+    c.pull_image(pull("docker.io/library/redis:7")).await.expect("pulled");
+    c.remove_image(remove("docker.io/library/redis:7")).await.expect("removed");
+    assert_eq!(off.status("docker.io/library/redis:7").await, None);
+}
+
+#[actix::test]
+async fn a_forwarded_remove_takes_the_image_out_of_imageds_records_and_image_list() {
+    use imaged::actors::cache_refresher::RefreshImageList;
+    let f = Front::start("").await;
+    let image = "docker.io/library/busybox:1.36";
+    let image_ref = f.client.clone().pull_image(pull(image)).await.expect("pulled").into_inner().image_ref;
+    let records = f.node.manager().pull_records();
+    let creds = imaged::domain::pull_record::ImagePullCredentials::node_accessible();
+    records.record_image_pulled(image, &image_ref, &creds).await.expect("recorded");
+    f.node.gc().refresher.send(RefreshImageList).await.expect("refresher").expect("listed");
+    let listed = |f: &Front| f.node.image_list().snapshot().images().iter().any(|i| i.id == image_ref);
+    assert!(records.record(&image_ref).is_some() && listed(&f));
+    tokio::time::sleep(Duration::from_millis(5)).await;
+
+    f.client.clone().remove_image(remove(image)).await.expect("removed");
+    assert!(records.record(&image_ref).is_none(), "the pulled record follows the remove");
+    for _ in 0..100 {
+        if !listed(&f) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(!listed(&f), "the node's image list drops it without waiting for a refresh");
+}

@@ -87,6 +87,8 @@ pub struct CriServerSettings {
     pub priority: Vec<PriorityRule>,
     /// Report the sandbox image pinned.
     pub pin_sandbox_image: bool,
+    /// Refuse `RemoveImage` of a pinned image (`FailedPrecondition`).
+    pub refuse_remove_pinned: bool,
 }
 
 /// The pull priority of pods in [`CriServerSettings::priority_namespaces`].
@@ -171,5 +173,6 @@ pub(super) fn cri_server_from_raw(c: RawCriServer) -> Result<CriServerSettings, 
         priority_namespaces: c.priority_namespaces,
         priority: c.priority.into_iter().enumerate().map(|(i, r)| priority_rule(i, r)).collect::<Result<_, _>>()?,
         pin_sandbox_image: c.pin_sandbox_image,
+        refuse_remove_pinned: c.refuse_remove_pinned,
     })
 }

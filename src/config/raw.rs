@@ -144,6 +144,7 @@ pub(super) struct RawCriServer {
     pub(super) priority_namespaces: Vec<String>,
     pub(super) priority: Vec<RawPriorityRule>,
     pub(super) pin_sandbox_image: bool,
+    pub(super) refuse_remove_pinned: bool,
 }
 
 /// One `[[cri_server.priority]]` rule.
