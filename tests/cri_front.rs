@@ -488,3 +488,28 @@ async fn a_forwarded_remove_takes_the_image_out_of_imageds_records_and_image_lis
     }
     assert!(!listed(&f), "the node's image list drops it without waiting for a refresh");
 }
+
+#[actix::test]
+async fn a_full_serial_queue_parks_the_kubelets_pulls_and_never_refuses_them() {
+    // The queue holds 10 waiting pulls (the kubelet's channel); more park
+    // in arrival order with no bound, as the kubelet's own serial queue
+    // blocks its callers. So the front never answers ResourceExhausted for
+    // a full queue: the kubelet would only retry later with back-off.
+    let f = Front::start("[pull]\nregistry_pull_qps = 0").await;
+    f.add("example.com/slow:1", 300);
+    for i in 0..12 {
+        f.add(&format!("example.com/q{i}:1"), 5);
+    }
+    let mut calls = vec![f.spawn_pull(pull("example.com/slow:1"))];
+    f.until_queue_holds(1).await;
+    for i in 0..12 {
+        calls.push(f.spawn_pull(pull(&format!("example.com/q{i}:1"))));
+        f.until_queue_holds(i + 2).await;
+    }
+    let status = f.node.queue().send(imaged::actors::pull_queue::GetQueueStatus).await.expect("status");
+    assert_eq!((status.running, status.queued, status.parked), (1, 10, 2), "{status:?}");
+    for c in calls {
+        c.await.expect("task").expect("every parked call is answered once room frees");
+    }
+    assert_eq!(f.runtime_pulls(), 13);
+}
