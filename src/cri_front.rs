@@ -39,9 +39,9 @@ use crate::cri::proto as pb;
 use crate::cri::server::{FrontFuture, ImageFront, ImageServiceServer, PullCall};
 use crate::cri::{CriError, CriErrorKind, Rpc};
 use crate::domain::{ImageSpec, SandboxConfig};
-use crate::ensure::{class_of_pull, failed_to_pull, pulling, successfully_pulled};
+use crate::ensure::{class_of_pull, failed_to_pull, pulling, successfully_pulled, using_local_image};
 use crate::error::AppError;
-use crate::events::{EventReason, EventSink, ImageEvent, ObjectRef};
+use crate::events::{EventReason, EventSink, EventType, ImageEvent, ObjectRef};
 use crate::gc::policy::pattern_matches;
 use crate::metrics::Metrics;
 use crate::node::Node;
@@ -67,6 +67,9 @@ pub struct CriFront {
     metrics: Metrics,
     /// Refuse `RemoveImage` of a pinned image.
     refuse_remove_pinned: bool,
+    /// `local_fallback_images` / `local_fallback_namespaces`.
+    fallback_images: Vec<String>,
+    fallback_namespaces: Vec<String>,
     /// What a forwarded `RemoveImage` tells, so imaged's records follow.
     removed: RemoveFollowers,
     /// Whether an `ImageFsInfo` has been answered yet (until then it waits
@@ -159,6 +162,8 @@ impl CriFront {
             events: EventSink::default(),
             metrics: Metrics::default(),
             refuse_remove_pinned: settings.refuse_remove_pinned,
+            fallback_images: settings.local_fallback_images.clone(),
+            fallback_namespaces: settings.local_fallback_namespaces.clone(),
             removed: RemoveFollowers::default(),
             fs_info_answered: Arc::default(),
         }
@@ -220,6 +225,15 @@ impl CriFront {
     /// The same front telling its pulls to `events` and `metrics`.
     pub fn with_events(self, events: EventSink, metrics: Metrics) -> Self {
         Self { events, metrics, ..self }
+    }
+
+    /// Whether a failed pull of this call falls back to the local image in
+    /// a registry outage.
+    fn falls_back(&self, call: &PullCall) -> bool {
+        let image = crate::domain::reference::parse_normalized_named(&call.image.image)
+            .map_or_else(|_| call.image.image.clone(), |n| n.docker_ref());
+        self.fallback_images.iter().any(|p| pattern_matches(p, &image))
+            || call.sandbox.as_ref().is_some_and(|s| self.fallback_namespaces.contains(&s.namespace))
     }
 
     /// The queue request for a call: its one credential, must reach the
@@ -288,8 +302,12 @@ impl Told {
     }
 
     fn emit(&self, reason: EventReason, message: String, failure: Option<&PullFailure>) {
+        self.emit_as(reason.event_type(), reason, message, failure);
+    }
+
+    fn emit_as(&self, event_type: EventType, reason: EventReason, message: String, failure: Option<&PullFailure>) {
         self.events.emit(ImageEvent {
-            event_type: reason.event_type(),
+            event_type,
             reason,
             message,
             object: self.object.clone(),
@@ -297,6 +315,18 @@ impl Told {
             class: failure.map(class_of_pull),
         });
     }
+}
+
+/// A pull refused for a registry outage with no local image to fall back
+/// to: code `Unknown` and a message starting `RegistryUnavailable`, the one
+/// form the kubelet reports as `ErrRegistryUnavailable`.
+pub fn registry_unavailable(failure: &str) -> CriError {
+    let message = if failure.starts_with("RegistryUnavailable") {
+        failure.to_string()
+    } else {
+        format!("RegistryUnavailable: {failure}")
+    };
+    CriError::from_status(crate::cri::StatusCode::Unknown, message)
 }
 
 /// A failed pull as the CRI error the client sees: the runtime's own code
@@ -349,6 +379,7 @@ impl ImageFront for CriFront {
 
     fn pull(&self, call: PullCall) -> FrontFuture<String> {
         let deadline = call.deadline;
+        let fallback = self.falls_back(&call).then(|| (self.reader.clone(), call.image.clone()));
         let request = self.request(call);
         let pulls = self.pulls.clone();
         let told = Told::new(&request, self.events.clone());
@@ -376,6 +407,22 @@ impl ImageFront for CriFront {
                         None,
                     );
                     Ok(o.image_ref)
+                }
+                Err(failure) if fallback.is_some() && failure.registry_unreachable() => {
+                    let present = match &fallback {
+                        Some((reader, spec)) => {
+                            reader.image_status(spec.clone(), false).await.ok().and_then(|s| s.image)
+                        }
+                        None => None,
+                    };
+                    let text = failure.to_string();
+                    if let Some(img) = present {
+                        let msg = using_local_image(&told.image, &text);
+                        told.emit_as(EventType::Warning, EventReason::Pulled, msg, Some(&failure));
+                        return Ok(img.id);
+                    }
+                    told.emit(EventReason::Failed, failed_to_pull(&told.image, &text), Some(&failure));
+                    Err(registry_unavailable(&text))
                 }
                 Err(failure) => {
                     told.emit(EventReason::Failed, failed_to_pull(&told.image, &failure.to_string()), Some(&failure));
@@ -536,6 +583,14 @@ mod tests {
         assert!(e.contains("cri_server.priority[0].priority"), "{e}");
         let e = err("namespace = \"a\"\npriority = 1\nclass = \"x\"");
         assert!(e.contains("class"), "unknown matcher refused: {e}");
+    }
+
+    #[test]
+    fn an_outage_refusal_starts_with_registry_unavailable_once() {
+        let e = registry_unavailable("dial tcp 10.0.0.1:443: i/o timeout");
+        assert_eq!(e.code(), crate::cri::StatusCode::Unknown);
+        assert_eq!(e.message(), "RegistryUnavailable: dial tcp 10.0.0.1:443: i/o timeout");
+        assert_eq!(registry_unavailable("RegistryUnavailable: down").message(), "RegistryUnavailable: down");
     }
 
     #[test]

@@ -513,3 +513,55 @@ async fn a_full_serial_queue_parks_the_kubelets_pulls_and_never_refuses_them() {
     }
     assert_eq!(f.runtime_pulls(), 13);
 }
+
+#[actix::test]
+async fn in_a_registry_outage_a_configured_pull_falls_back_to_the_local_image_or_says_registry_unavailable() {
+    use actix::Actor;
+    use imaged::cri::{CriError, CriErrorKind};
+    use imaged::events::{EventReason, EventType};
+    use imaged::fault::{FaultPlan, FaultRule};
+    let toml = "[cri_server]\nlocal_fallback_images = [\"docker.io/library/busybox:*\"]\nlocal_fallback_namespaces = [\"edge\"]";
+    let f = Front::start(toml).await;
+    let told = Told::default().start();
+    f.node.subscribe_events(told.clone().recipient());
+    let mut c = f.client.clone();
+    let busybox = c.pull_image(pull("docker.io/library/busybox:1.36")).await.expect("pulled").into_inner().image_ref;
+    c.pull_image(pull("docker.io/library/redis:7")).await.expect("pulled");
+    let outage = CriError::new(CriErrorKind::RegistryUnavailable, "dial tcp 10.0.0.1:443: i/o timeout");
+    f.embedded().set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::PullImage).fail(outage)));
+
+    // A pattern's image on the node: its id, and a Warning event.
+    let got = c
+        .pull_image(pull_for("docker.io/library/busybox:1.36", pod("shop", "web-0", &[])))
+        .await
+        .expect("falls back")
+        .into_inner()
+        .image_ref;
+    assert_eq!(got, busybox);
+    // A configured namespace's pod, no local image: RegistryUnavailable, code Unknown.
+    let err = c
+        .pull_image(pull_for("docker.io/library/nginx:1.27", pod("edge", "cam-0", &[])))
+        .await
+        .expect_err("nothing to fall back to");
+    assert_eq!(err.code(), Code::Unknown, "{err:?}");
+    assert!(err.message().starts_with("RegistryUnavailable"), "{}", err.message());
+    // Not configured: the runtime's error, although the image is on the node.
+    let err = c
+        .pull_image(pull_for("docker.io/library/redis:7", pod("shop", "cache-0", &[])))
+        .await
+        .expect_err("no fallback for this pull");
+    assert!(err.message().contains("i/o timeout"), "{err:?}");
+
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (events, _) = told.send(TakeTold).await.expect("told");
+    let fell_back = events
+        .iter()
+        .find(|e| e.object.pod_name == "web-0" && e.reason == EventReason::Pulled)
+        .expect("an event for the fallback");
+    assert_eq!(fell_back.event_type, EventType::Warning);
+    assert!(fell_back.message.contains("the local image is used"), "{}", fell_back.message);
+    assert!(
+        events.iter().any(|e| e.object.pod_name == "cam-0" && e.reason == EventReason::Failed),
+        "the refusal is told: {events:#?}"
+    );
+}

@@ -89,6 +89,11 @@ pub struct CriServerSettings {
     pub pin_sandbox_image: bool,
     /// Refuse `RemoveImage` of a pinned image (`FailedPrecondition`).
     pub refuse_remove_pinned: bool,
+    /// Image patterns whose failed pulls in a registry outage answer with
+    /// the image on the node (`AlwaysWithLocalFallback` for the kubelet).
+    pub local_fallback_images: Vec<String>,
+    /// Namespaces whose pods' failed pulls in a registry outage do so.
+    pub local_fallback_namespaces: Vec<String>,
 }
 
 /// The pull priority of pods in [`CriServerSettings::priority_namespaces`].
@@ -162,9 +167,23 @@ fn priority_rule(i: usize, r: RawPriorityRule) -> Result<PriorityRule, ConfigErr
 }
 
 pub(super) fn cri_server_from_raw(c: RawCriServer) -> Result<CriServerSettings, ConfigError> {
-    for n in &c.priority_namespaces {
-        if n.trim().is_empty() || n.contains(char::is_whitespace) {
-            return Err(invalid("cri_server.priority_namespaces", n, "a namespace name, without spaces"));
+    for (key, list) in [
+        ("cri_server.priority_namespaces", &c.priority_namespaces),
+        ("cri_server.local_fallback_namespaces", &c.local_fallback_namespaces),
+    ] {
+        for n in list {
+            if n.trim().is_empty() || n.contains(char::is_whitespace) {
+                return Err(invalid(key, n, "a namespace name, without spaces"));
+            }
+        }
+    }
+    for p in &c.local_fallback_images {
+        if p.trim().is_empty() || p.contains(char::is_whitespace) {
+            return Err(invalid(
+                "cri_server.local_fallback_images",
+                p,
+                "an image pattern (as gc.pinned_images), without spaces",
+            ));
         }
     }
     Ok(CriServerSettings {
@@ -174,5 +193,7 @@ pub(super) fn cri_server_from_raw(c: RawCriServer) -> Result<CriServerSettings, 
         priority: c.priority.into_iter().enumerate().map(|(i, r)| priority_rule(i, r)).collect::<Result<_, _>>()?,
         pin_sandbox_image: c.pin_sandbox_image,
         refuse_remove_pinned: c.refuse_remove_pinned,
+        local_fallback_images: c.local_fallback_images,
+        local_fallback_namespaces: c.local_fallback_namespaces,
     })
 }

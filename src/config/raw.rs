@@ -145,6 +145,8 @@ pub(super) struct RawCriServer {
     pub(super) priority: Vec<RawPriorityRule>,
     pub(super) pin_sandbox_image: bool,
     pub(super) refuse_remove_pinned: bool,
+    pub(super) local_fallback_images: Vec<String>,
+    pub(super) local_fallback_namespaces: Vec<String>,
 }
 
 /// One `[[cri_server.priority]]` rule.
