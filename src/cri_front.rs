@@ -29,18 +29,23 @@ use std::time::Duration;
 use actix::Recipient;
 use prost::bytes::Bytes;
 
+use crate::actors::cache_refresher::ImageRemoved;
 use crate::actors::cri_gateway::{CriReader, GetReader};
 use crate::actors::pull_queue::{EnqueuePull, PullFailure, PullRequest};
 use crate::api::server::ApiSocket;
-use crate::config::CriServerSettings;
+pub use crate::config::PRIORITY_NAMESPACE_PULL;
+use crate::config::{CriServerSettings, PriorityRule};
+use crate::cri::proto as pb;
 use crate::cri::server::{FrontFuture, ImageFront, ImageServiceServer, PullCall};
 use crate::cri::{CriError, CriErrorKind, Rpc};
+use crate::domain::{ImageSpec, SandboxConfig};
+use crate::ensure::{class_of_pull, failed_to_pull, pulling, successfully_pulled, using_local_image};
 use crate::error::AppError;
+use crate::events::{EventReason, EventSink, EventType, ImageEvent, ObjectRef};
 use crate::gc::policy::pattern_matches;
+use crate::metrics::Metrics;
 use crate::node::Node;
-
-/// The pull priority of pods in [`CriServerSettings::priority_namespaces`].
-pub const PRIORITY_NAMESPACE_PULL: i32 = 1000;
+use crate::pull_records::PullRecords;
 
 /// How long the first `ImageFsInfo` waits for a runtime that is not
 /// answering yet (the kubelet allows its first call 2 minutes, and exits
@@ -55,7 +60,18 @@ pub struct CriFront {
     reader: CriReader,
     pulls: Recipient<EnqueuePull>,
     pins: Pins,
-    priority_namespaces: Vec<String>,
+    priorities: Priorities,
+    /// Where the kubelet's pulls are told (`Pulling`, `Pulled`, `Failed`,
+    /// with the pod), as ensure's are.
+    events: EventSink,
+    metrics: Metrics,
+    /// Refuse `RemoveImage` of a pinned image.
+    refuse_remove_pinned: bool,
+    /// `local_fallback_images` / `local_fallback_namespaces`.
+    fallback_images: Vec<String>,
+    fallback_namespaces: Vec<String>,
+    /// What a forwarded `RemoveImage` tells, so imaged's records follow.
+    removed: RemoveFollowers,
     /// Whether an `ImageFsInfo` has been answered yet (until then it waits
     /// for the runtime instead of failing).
     fs_info_answered: Arc<AtomicBool>,
@@ -101,25 +117,129 @@ impl Pins {
     }
 }
 
+/// The pull priority of a pod: the highest of the `[[cri_server.priority]]`
+/// rules it matches and `priority_namespaces` ([`PRIORITY_NAMESPACE_PULL`]);
+/// 0 when nothing matches (and for a pull that names no pod).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Priorities {
+    rules: Vec<PriorityRule>,
+}
+
+impl Priorities {
+    /// The rules of `settings`, `priority_namespaces` folded in as
+    /// namespace rules.
+    pub fn new(settings: &CriServerSettings) -> Self {
+        let namespaces = settings.priority_namespaces.iter().map(|n| PriorityRule {
+            namespace: Some(n.clone()),
+            label: None,
+            annotation: None,
+            priority: PRIORITY_NAMESPACE_PULL,
+        });
+        Self { rules: namespaces.chain(settings.priority.iter().cloned()).collect() }
+    }
+
+    /// The priority of a pull for `pod`.
+    pub fn of(&self, pod: &SandboxConfig) -> i32 {
+        self.rules
+            .iter()
+            .filter(|r| r.matches(&pod.namespace, &pod.labels, &pod.annotations))
+            .map(|r| r.priority)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
 impl CriFront {
-    /// A front forwarding through `reader` and pulling through `pulls`.
+    /// A front forwarding through `reader` and pulling through `pulls`
+    /// (its events to no one, its metrics to a registry of its own: see
+    /// [`with_events`](Self::with_events)).
     pub fn new(reader: CriReader, pulls: Recipient<EnqueuePull>, pins: Pins, settings: &CriServerSettings) -> Self {
         Self {
             reader,
             pulls,
             pins,
-            priority_namespaces: settings.priority_namespaces.clone(),
+            priorities: Priorities::new(settings),
+            events: EventSink::default(),
+            metrics: Metrics::default(),
+            refuse_remove_pinned: settings.refuse_remove_pinned,
+            fallback_images: settings.local_fallback_images.clone(),
+            fallback_namespaces: settings.local_fallback_namespaces.clone(),
+            removed: RemoveFollowers::default(),
             fs_info_answered: Arc::default(),
         }
     }
 
-    /// The queue request for a call: its one credential, must reach the
-    /// registry, priority by the pod's namespace.
-    fn request(&self, call: PullCall) -> PullRequest {
-        let priority = match &call.sandbox {
-            Some(s) if self.priority_namespaces.contains(&s.namespace) => PRIORITY_NAMESPACE_PULL,
-            _ => 0,
+    /// The same front telling what a forwarded `RemoveImage` removed to
+    /// `removed`.
+    pub fn with_remove_followers(self, removed: RemoveFollowers) -> Self {
+        Self { removed, ..self }
+    }
+
+    /// `RemoveImage`: the image's names first (`ImageStatus`: the call
+    /// carries a ref or an id only), refused when pinned and
+    /// `refuse_remove_pinned` is set, then forwarded; once removed, the pull
+    /// records and the node's image list let it go.
+    fn remove(&self, body: Bytes, deadline: Option<Duration>) -> FrontFuture<Bytes> {
+        let spec: ImageSpec = match crate::cri::wire::peek::<pb::RemoveImageRequest>(&body) {
+            Ok(req) => req.image.map(Into::into).unwrap_or_default(),
+            Err(e) => {
+                let e = CriError::new(CriErrorKind::InvalidArgument, format!("RemoveImageRequest: {e}"));
+                return Box::pin(std::future::ready(Err(e)));
+            }
         };
+        let reader = self.reader.clone();
+        let refuse = self.refuse_remove_pinned.then(|| self.pins.clone());
+        let removed = self.removed.clone();
+        Box::pin(async move {
+            let image = match reader.image_status(spec.clone(), false).await {
+                Ok(s) => s.image,
+                Err(e) if refuse.is_some() => return Err(e),
+                Err(e) => {
+                    tracing::debug!(image = %spec.image, error = %e, "no ImageStatus before RemoveImage; records follow at the next refresh");
+                    None
+                }
+            };
+            if let (Some(pins), Some(img)) = (&refuse, &image)
+                && (img.pinned || pins.pins(&img.repo_tags, &img.repo_digests))
+            {
+                return Err(CriError::from_status(
+                    crate::cri::StatusCode::FailedPrecondition,
+                    format!(
+                        "imaged refuses to remove image {:?} ({}{}): it is pinned (gc.pinned_images, the sandbox \
+                         image or the runtime's pin) and cri_server.refuse_remove_pinned is set",
+                        spec.image,
+                        img.id,
+                        img.repo_tags.first().map(|t| format!(", {t}")).unwrap_or_default(),
+                    ),
+                ));
+            }
+            let until = removed.records.as_ref().map(|r| r.clock().now());
+            let answer = reader.forward(Rpc::RemoveImage, Some(&spec.image), body, deadline).await?;
+            if let Some(img) = image {
+                removed.image_removed(&img.id, until).await;
+            }
+            Ok(answer)
+        })
+    }
+
+    /// The same front telling its pulls to `events` and `metrics`.
+    pub fn with_events(self, events: EventSink, metrics: Metrics) -> Self {
+        Self { events, metrics, ..self }
+    }
+
+    /// Whether a failed pull of this call falls back to the local image in
+    /// a registry outage.
+    fn falls_back(&self, call: &PullCall) -> bool {
+        let image = crate::domain::reference::parse_normalized_named(&call.image.image)
+            .map_or_else(|_| call.image.image.clone(), |n| n.docker_ref());
+        self.fallback_images.iter().any(|p| pattern_matches(p, &image))
+            || call.sandbox.as_ref().is_some_and(|s| self.fallback_namespaces.contains(&s.namespace))
+    }
+
+    /// The queue request for a call: its one credential, must reach the
+    /// registry, priority by the pod's namespace, labels and annotations.
+    fn request(&self, call: PullCall) -> PullRequest {
+        let priority = call.sandbox.as_ref().map_or(0, |s| self.priorities.of(s));
         PullRequest {
             credentials: call.auth.into_iter().collect(),
             sandbox: call.sandbox,
@@ -127,6 +247,86 @@ impl CriFront {
             ..PullRequest::new(call.image)
         }
     }
+}
+
+/// What a forwarded `RemoveImage` tells (as GC's removals end in the
+/// pull records' prune and the next image list).
+#[derive(Clone, Default)]
+pub struct RemoveFollowers {
+    /// KEP-2535 pull records: the removed image's record goes.
+    pub records: Option<PullRecords>,
+    /// The cache refresher: the node's image list drops the image.
+    pub image_list: Option<Recipient<ImageRemoved>>,
+}
+
+impl std::fmt::Debug for RemoveFollowers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoveFollowers").finish_non_exhaustive()
+    }
+}
+
+impl RemoveFollowers {
+    /// The image with `id` is gone; `until`: when the remove started (a
+    /// record written since is a new pull's and stays).
+    async fn image_removed(&self, id: &str, until: Option<std::time::SystemTime>) {
+        if let (Some(records), Some(until)) = (&self.records, until)
+            && let Err(e) = records.forget_removed_image(id, until).await
+        {
+            tracing::warn!(image = id, error = %e, "failed to delete the pulled record of a removed image");
+        }
+        if let Some(list) = &self.image_list {
+            // A full mailbox leaves it to the next refresh.
+            let _ = list.try_send(ImageRemoved { id: id.to_string() });
+        }
+    }
+}
+
+/// How a front pull is told in imaged's events: as ensure tells a pod's
+/// pull, with the pod the kubelet named (no container: `PullImage` names
+/// none). Never with its credentials.
+struct Told {
+    events: EventSink,
+    object: ObjectRef,
+    image: String,
+}
+
+impl Told {
+    fn new(request: &PullRequest, events: EventSink) -> Self {
+        let object = request.sandbox.as_ref().map_or_else(ObjectRef::default, |s| ObjectRef {
+            pod_uid: s.uid.clone(),
+            namespace: s.namespace.clone(),
+            pod_name: s.name.clone(),
+            container: None,
+        });
+        Self { events, object, image: request.image.image.clone() }
+    }
+
+    fn emit(&self, reason: EventReason, message: String, failure: Option<&PullFailure>) {
+        self.emit_as(reason.event_type(), reason, message, failure);
+    }
+
+    fn emit_as(&self, event_type: EventType, reason: EventReason, message: String, failure: Option<&PullFailure>) {
+        self.events.emit(ImageEvent {
+            event_type,
+            reason,
+            message,
+            object: self.object.clone(),
+            image: self.image.clone(),
+            class: failure.map(class_of_pull),
+        });
+    }
+}
+
+/// A pull refused for a registry outage with no local image to fall back
+/// to: code `Unknown` and a message starting `RegistryUnavailable`, the one
+/// form the kubelet reports as `ErrRegistryUnavailable`.
+pub fn registry_unavailable(failure: &str) -> CriError {
+    let message = if failure.starts_with("RegistryUnavailable") {
+        failure.to_string()
+    } else {
+        format!("RegistryUnavailable: {failure}")
+    };
+    CriError::from_status(crate::cri::StatusCode::Unknown, message)
 }
 
 /// A failed pull as the CRI error the client sees: the runtime's own code
@@ -146,6 +346,9 @@ pub fn pull_error(failure: PullFailure) -> CriError {
 
 impl ImageFront for CriFront {
     fn forward(&self, rpc: Rpc, body: Bytes, deadline: Option<Duration>) -> FrontFuture<Bytes> {
+        if rpc == Rpc::RemoveImage {
+            return self.remove(body, deadline);
+        }
         if rpc != Rpc::ImageFsInfo || self.fs_info_answered.load(Ordering::Acquire) {
             return Box::pin(self.reader.forward(rpc, None, body, deadline));
         }
@@ -176,14 +379,56 @@ impl ImageFront for CriFront {
 
     fn pull(&self, call: PullCall) -> FrontFuture<String> {
         let deadline = call.deadline;
+        let fallback = self.falls_back(&call).then(|| (self.reader.clone(), call.image.clone()));
         let request = self.request(call);
         let pulls = self.pulls.clone();
+        let told = Told::new(&request, self.events.clone());
+        let metrics = self.metrics.clone();
         let wait = async move {
-            let ticket = pulls
-                .send(EnqueuePull(request))
-                .await
-                .map_err(|_| CriError::new(CriErrorKind::RuntimeUnavailable, "imaged's pull queue has stopped"))?;
-            ticket.await.map(|o| o.image_ref).map_err(pull_error)
+            let start = tokio::time::Instant::now();
+            told.emit(EventReason::Pulling, pulling(&told.image), None);
+            let ticket = match pulls.send(EnqueuePull(request)).await {
+                Ok(ticket) => ticket,
+                Err(_) => {
+                    let failure = PullFailure::Stopped;
+                    told.emit(EventReason::Failed, failed_to_pull(&told.image, &failure.to_string()), Some(&failure));
+                    return Err(CriError::new(CriErrorKind::RuntimeUnavailable, "imaged's pull queue has stopped"));
+                }
+            };
+            match ticket.await {
+                Ok(o) => {
+                    let total = start.elapsed();
+                    if o.pulled {
+                        metrics.image_pulled(o.size, total);
+                    }
+                    told.emit(
+                        EventReason::Pulled,
+                        successfully_pulled(&told.image, o.pull_duration, total, o.size),
+                        None,
+                    );
+                    Ok(o.image_ref)
+                }
+                Err(failure) if fallback.is_some() && failure.registry_unreachable() => {
+                    let present = match &fallback {
+                        Some((reader, spec)) => {
+                            reader.image_status(spec.clone(), false).await.ok().and_then(|s| s.image)
+                        }
+                        None => None,
+                    };
+                    let text = failure.to_string();
+                    if let Some(img) = present {
+                        let msg = using_local_image(&told.image, &text);
+                        told.emit_as(EventType::Warning, EventReason::Pulled, msg, Some(&failure));
+                        return Ok(img.id);
+                    }
+                    told.emit(EventReason::Failed, failed_to_pull(&told.image, &text), Some(&failure));
+                    Err(registry_unavailable(&text))
+                }
+                Err(failure) => {
+                    told.emit(EventReason::Failed, failed_to_pull(&told.image, &failure.to_string()), Some(&failure));
+                    Err(pull_error(failure))
+                }
+            }
         };
         Box::pin(async move {
             // The caller's deadline bounds its own wait only: the pull goes
@@ -216,7 +461,12 @@ impl CriFront {
         let reader = node.gateway().send(GetReader).await.map_err(|_| AppError::Mailbox("CRI gateway".into()))?;
         let gc = node.gc_settings();
         let pins = Pins::new(gc.pinned_images.clone(), &gc.sandbox_image, settings.pin_sandbox_image);
-        Ok(Self::new(reader, node.queue().clone().recipient(), pins, settings))
+        Ok(Self::new(reader, node.queue().clone().recipient(), pins, settings)
+            .with_events(node.manager().events().clone(), node.config().pull.metrics.clone())
+            .with_remove_followers(RemoveFollowers {
+                records: Some(node.manager().pull_records().clone()),
+                image_list: Some(node.gc().refresher.clone().recipient()),
+            }))
     }
 }
 
@@ -255,6 +505,92 @@ mod tests {
         let off = Pins::new(vec![], "registry.k8s.io/pause:3.10", false);
         assert!(off.is_empty());
         assert!(!off.pins(&s(&["registry.k8s.io/pause:3.10"]), &[]));
+    }
+
+    fn pod(namespace: &str, labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> SandboxConfig {
+        let map = |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        SandboxConfig {
+            namespace: namespace.into(),
+            labels: map(labels),
+            annotations: map(annotations),
+            ..Default::default()
+        }
+    }
+
+    fn priorities(toml: &str) -> Priorities {
+        Priorities::new(&crate::config::Config::from_toml(toml).unwrap().cri_server)
+    }
+
+    #[test]
+    fn by_default_kube_system_and_static_pods_go_first_and_api_pods_do_not() {
+        let p = priorities("");
+        assert_eq!(p.of(&pod("kube-system", &[], &[("kubernetes.io/config.source", "api")])), 1000);
+        assert_eq!(p.of(&pod("default", &[], &[("kubernetes.io/config.source", "file")])), 1000);
+        assert_eq!(p.of(&pod("monitoring", &[], &[("kubernetes.io/config.source", "http")])), 1000);
+        assert_eq!(p.of(&pod("default", &[], &[("kubernetes.io/config.source", "api")])), 0);
+        assert_eq!(p.of(&pod("default", &[], &[])), 0);
+    }
+
+    #[test]
+    fn the_highest_matching_rule_wins_and_every_matcher_of_a_rule_must_match() {
+        let p = priorities(
+            r#"
+            [cri_server]
+            priority_namespaces = ["ops"]
+            [[cri_server.priority]]
+            namespace = "team-a"
+            priority = 10
+            [[cri_server.priority]]
+            namespace = "team-a"
+            label = "tier=frontend"
+            priority = 50
+            [[cri_server.priority]]
+            annotation = "example.com/urgent="
+            priority = 2000
+            [[cri_server.priority]]
+            label = "batch=true"
+            priority = -5
+            "#,
+        );
+        assert_eq!(p.of(&pod("team-a", &[], &[])), 10);
+        assert_eq!(p.of(&pod("team-a", &[("tier", "frontend")], &[])), 50, "both matchers match: 50 > 10");
+        assert_eq!(p.of(&pod("team-b", &[("tier", "frontend")], &[])), 0, "the namespace does not match");
+        assert_eq!(p.of(&pod("team-a", &[("tier", "backend")], &[])), 10);
+        assert_eq!(p.of(&pod("ops", &[], &[])), 1000, "priority_namespaces still work");
+        assert_eq!(p.of(&pod("ops", &[], &[("example.com/urgent", "")])), 2000, "an empty value matches");
+        assert_eq!(p.of(&pod("x", &[], &[("example.com/urgent", "no")])), 0);
+        assert_eq!(p.of(&pod("x", &[("batch", "true")], &[])), -5, "a rule may put pods last");
+        assert_eq!(p.of(&pod("team-a", &[("batch", "true")], &[])), 10, "the highest wins");
+        // The list replaces the default rules: static pods are not first any more.
+        assert_eq!(p.of(&pod("default", &[], &[("kubernetes.io/config.source", "file")])), 0);
+        assert_eq!(p.of(&pod("kube-system", &[], &[])), 0, "priority_namespaces replaced too");
+    }
+
+    #[test]
+    fn a_bad_rule_is_refused_naming_its_field() {
+        let err = |rule: &str| {
+            crate::config::Config::from_toml(&format!("[[cri_server.priority]]\n{rule}")).unwrap_err().to_string()
+        };
+        let e = err("priority = 5");
+        assert!(e.contains("cri_server.priority[0]") && e.contains("at least one of namespace"), "{e}");
+        let e = err("label = \"tier\"\npriority = 5");
+        assert!(e.contains("cri_server.priority[0].label") && e.contains("key=value"), "{e}");
+        let e = err("annotation = \"=x\"\npriority = 5");
+        assert!(e.contains("cri_server.priority[0].annotation"), "{e}");
+        let e = err("namespace = \"a b\"\npriority = 5");
+        assert!(e.contains("cri_server.priority[0].namespace"), "{e}");
+        let e = err("namespace = \"a\"\npriority = 9999999999");
+        assert!(e.contains("cri_server.priority[0].priority"), "{e}");
+        let e = err("namespace = \"a\"\npriority = 1\nclass = \"x\"");
+        assert!(e.contains("class"), "unknown matcher refused: {e}");
+    }
+
+    #[test]
+    fn an_outage_refusal_starts_with_registry_unavailable_once() {
+        let e = registry_unavailable("dial tcp 10.0.0.1:443: i/o timeout");
+        assert_eq!(e.code(), crate::cri::StatusCode::Unknown);
+        assert_eq!(e.message(), "RegistryUnavailable: dial tcp 10.0.0.1:443: i/o timeout");
+        assert_eq!(registry_unavailable("RegistryUnavailable: down").message(), "RegistryUnavailable: down");
     }
 
     #[test]

@@ -48,7 +48,34 @@ impl Front {
     }
 
     fn runtime_pulls(&self) -> u64 {
-        self.node.runtime().embedded.as_ref().expect("embedded").stats().calls(Rpc::PullImage)
+        self.embedded().stats().calls(Rpc::PullImage)
+    }
+
+    fn embedded(&self) -> &imaged::embedded::EmbeddedRuntime {
+        self.node.runtime().embedded.as_ref().expect("embedded")
+    }
+
+    /// Adds `image` to the embedded registry, its pull taking `latency_ms`.
+    fn add(&self, image: &str, latency_ms: u64) {
+        let remote = imaged::embedded::RemoteImage::new(image, 100).latency(Duration::from_millis(latency_ms));
+        self.embedded().add_remote(remote).expect("add");
+    }
+
+    /// Sends `req` on a task of its own (the pull runs while the test goes on).
+    fn spawn_pull(&self, req: pb::PullImageRequest) -> tokio::task::JoinHandle<Result<String, tonic::Status>> {
+        let mut c = self.client.clone();
+        tokio::spawn(async move { c.pull_image(req).await.map(|r| r.into_inner().image_ref) })
+    }
+
+    /// Waits until the queue holds `n` pulls.
+    async fn until_queue_holds(&self, n: usize) {
+        for _ in 0..200 {
+            if self.node.list_pulls().await.expect("pulls").len() == n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("the queue never held {n} pulls: {:?}", self.node.list_pulls().await);
     }
 
     async fn status(&self, image: &str) -> Option<pb::Image> {
@@ -63,6 +90,159 @@ fn spec(image: &str) -> pb::ImageSpec {
 
 fn pull(image: &str) -> pb::PullImageRequest {
     pb::PullImageRequest { image: Some(spec(image)), auth: None, sandbox_config: None }
+}
+
+/// The pod the kubelet pulls for, as its `PodSandboxConfig` says.
+fn pod(namespace: &str, name: &str, annotations: &[(&str, &str)]) -> pb::PodSandboxConfig {
+    pb::PodSandboxConfig {
+        metadata: Some(pb::PodSandboxMetadata {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            namespace: namespace.into(),
+            attempt: 0,
+        }),
+        annotations: annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        ..Default::default()
+    }
+}
+
+fn pull_for(image: &str, sandbox: pb::PodSandboxConfig) -> pb::PullImageRequest {
+    pb::PullImageRequest { sandbox_config: Some(sandbox), ..pull(image) }
+}
+
+#[actix::test]
+async fn in_serial_mode_kube_system_and_static_pods_pull_before_earlier_ordinary_pods() {
+    let f = Front::start("").await;
+    f.add("example.com/slow:1", 300);
+    for name in ["low", "static", "system"] {
+        f.add(&format!("example.com/{name}:1"), 5);
+    }
+    let api = [("kubernetes.io/config.source", "api")];
+    let mut calls = vec![f.spawn_pull(pull_for("example.com/slow:1", pod("default", "first", &api)))];
+    f.until_queue_holds(1).await;
+    // While the slow pull runs: an ordinary pod's pull, then a static pod's,
+    // then a kube-system pod's, each queued before the next is sent.
+    calls.push(f.spawn_pull(pull_for("example.com/low:1", pod("default", "web", &api))));
+    f.until_queue_holds(2).await;
+    let file = [("kubernetes.io/config.source", "file")];
+    calls.push(f.spawn_pull(pull_for("example.com/static:1", pod("default", "etcd-node1", &file))));
+    f.until_queue_holds(3).await;
+    calls.push(f.spawn_pull(pull_for("example.com/system:1", pod("kube-system", "coredns", &api))));
+    f.until_queue_holds(4).await;
+    let priorities: Vec<_> =
+        f.node.list_pulls().await.expect("pulls").iter().map(|p| (p.image.clone(), p.priority)).collect();
+    assert_eq!(
+        priorities,
+        [
+            ("example.com/slow:1".to_string(), 0),
+            ("example.com/static:1".to_string(), 1000),
+            ("example.com/system:1".to_string(), 1000),
+            ("example.com/low:1".to_string(), 0),
+        ]
+    );
+    for c in calls {
+        c.await.expect("task").expect("pulled");
+    }
+    assert_eq!(
+        f.embedded().pull_log(),
+        ["example.com/slow:1", "example.com/static:1", "example.com/system:1", "example.com/low:1"],
+        "the pods that go first pulled before the ordinary pod queued earlier, FIFO among themselves"
+    );
+}
+
+/// Keeps the image events and pull phases the node tells.
+#[derive(Default)]
+struct Told {
+    events: Vec<imaged::events::ImageEvent>,
+    phases: Vec<imaged::actors::pull_queue::PullPhaseChanged>,
+}
+
+impl actix::Actor for Told {
+    type Context = actix::Context<Self>;
+}
+
+impl actix::Handler<imaged::events::ImageEvent> for Told {
+    type Result = ();
+    fn handle(&mut self, e: imaged::events::ImageEvent, _: &mut Self::Context) {
+        self.events.push(e);
+    }
+}
+
+impl actix::Handler<imaged::actors::pull_queue::PullPhaseChanged> for Told {
+    type Result = ();
+    fn handle(&mut self, p: imaged::actors::pull_queue::PullPhaseChanged, _: &mut Self::Context) {
+        self.phases.push(p);
+    }
+}
+
+#[derive(actix::Message)]
+#[rtype(result = "(Vec<imaged::events::ImageEvent>, Vec<imaged::actors::pull_queue::PullPhaseChanged>)")]
+struct TakeTold;
+
+impl actix::Handler<TakeTold> for Told {
+    type Result = actix::MessageResult<TakeTold>;
+    fn handle(&mut self, _: TakeTold, _: &mut Self::Context) -> Self::Result {
+        actix::MessageResult((std::mem::take(&mut self.events), std::mem::take(&mut self.phases)))
+    }
+}
+
+#[actix::test]
+async fn the_kubelets_pulls_show_their_pods_in_list_pulls_events_and_phases_but_never_credentials() {
+    use actix::Actor;
+    use imaged::actors::pull_queue::{PullPhase, PullPod};
+    use imaged::events::EventReason;
+    let f = Front::start("").await;
+    let told = Told::default().start();
+    f.node.subscribe_events(told.clone().recipient());
+    f.node.subscribe_phases(told.clone().recipient()).await.expect("subscribed");
+    let image = "registry.example.com/team/slow:1";
+    let remote =
+        imaged::embedded::RemoteImage::new(image, 100).latency(Duration::from_millis(300)).private("team", "s3cret-pw");
+    f.embedded().add_remote(remote).expect("add");
+    let with_auth = |name: &str| pb::PullImageRequest {
+        auth: Some(pb::AuthConfig { username: "team".into(), password: "s3cret-pw".into(), ..Default::default() }),
+        ..pull_for(image, pod("shop", name, &[]))
+    };
+    let web = f.spawn_pull(with_auth("web-0"));
+    f.until_queue_holds(1).await;
+    let worker = f.spawn_pull(with_auth("worker-0"));
+    let pod_of = |name: &str| PullPod { namespace: "shop".into(), name: name.into(), uid: format!("uid-{name}") };
+    let mut pods = Vec::new();
+    for _ in 0..200 {
+        pods = f.node.list_pulls().await.expect("pulls").first().map(|p| p.pods.clone()).unwrap_or_default();
+        if pods.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(pods, [pod_of("web-0"), pod_of("worker-0")], "the shared pull lists both pods, in arrival order");
+    web.await.expect("task").expect("pulled");
+    worker.await.expect("task").expect("pulled");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (events, phases) = told.send(TakeTold).await.expect("told");
+
+    let of = |name: &str, reason: EventReason| {
+        events
+            .iter()
+            .find(|e| e.reason == reason && e.object.pod_name == name)
+            .unwrap_or_else(|| panic!("no {reason} event for {name}: {events:#?}"))
+    };
+    for name in ["web-0", "worker-0"] {
+        let pulling = of(name, EventReason::Pulling);
+        assert_eq!(
+            (pulling.object.namespace.as_str(), pulling.object.pod_uid.as_str(), pulling.image.as_str()),
+            ("shop", format!("uid-{name}").as_str(), image)
+        );
+        let pulled = of(name, EventReason::Pulled);
+        assert!(pulled.message.starts_with("Successfully pulled image"), "{}", pulled.message);
+    }
+    let phase_pod = |phase: PullPhase| phases.iter().find(|p| p.phase == phase).and_then(|p| p.pod.clone());
+    assert_eq!(phase_pod(PullPhase::Queued), Some(pod_of("web-0")));
+    assert_eq!(phase_pod(PullPhase::WaitingOnSharedPull), Some(pod_of("worker-0")));
+    assert_eq!(phase_pod(PullPhase::Pulling), Some(pod_of("web-0")), "the pull's phases name the pod that started it");
+    assert_eq!(phase_pod(PullPhase::Done), Some(pod_of("web-0")));
+    let everything = format!("{events:?}{phases:?}{:?}", f.node.list_pulls().await);
+    assert!(!everything.contains("s3cret-pw"), "credentials never appear: {everything}");
 }
 
 #[actix::test]
@@ -220,4 +400,168 @@ async fn the_first_fs_info_waits_for_a_runtime_not_answering_yet_and_later_ones_
     runtime.stop();
     let err = client.clone().image_fs_info(pb::ImageFsInfoRequest {}).await.expect_err("runtime down");
     assert_eq!(err.code(), Code::Unavailable, "later calls fail at once: {err:?}");
+}
+
+fn remove(image: &str) -> pb::RemoveImageRequest {
+    pb::RemoveImageRequest { image: Some(spec(image)) }
+}
+
+#[actix::test]
+async fn five_concurrent_removes_of_one_image_all_succeed() {
+    let f = Front::start("").await;
+    let image_ref = f
+        .client
+        .clone()
+        .pull_image(pull("docker.io/library/busybox:1.36"))
+        .await
+        .expect("pulled")
+        .into_inner()
+        .image_ref;
+    let calls: Vec<_> = (0..5)
+        .map(|i| {
+            let mut c = f.client.clone();
+            // By tag and by id, as the kubelet's GC and an operator would.
+            let target = if i % 2 == 0 { image_ref.clone() } else { "docker.io/library/busybox:1.36".to_string() };
+            tokio::spawn(async move { c.remove_image(remove(&target)).await })
+        })
+        .collect();
+    for c in calls {
+        c.await.expect("task").expect("every remove succeeds (absent is success)");
+    }
+    assert_eq!(f.status("docker.io/library/busybox:1.36").await, None);
+}
+
+#[actix::test]
+async fn with_refuse_remove_pinned_a_pinned_image_is_refused_naming_it_and_others_go() {
+    let toml = "[gc]\npinned_images = [\"docker.io/library/redis:*\"]\n[cri_server]\nrefuse_remove_pinned = true";
+    let f = Front::start(toml).await;
+    let mut c = f.client.clone();
+    let mut ids = std::collections::HashMap::new();
+    for image in ["registry.k8s.io/pause:3.10", "docker.io/library/redis:7", "docker.io/library/busybox:1.36"] {
+        ids.insert(image, c.pull_image(pull(image)).await.expect("pulled").into_inner().image_ref);
+    }
+    // By tag (a pattern pin) and by id (the sandbox image): RemoveImage
+    // names no tags, so the front resolves them first.
+    for (target, named) in [
+        ("docker.io/library/redis:7".to_string(), "docker.io/library/redis:7"),
+        (ids["registry.k8s.io/pause:3.10"].clone(), "registry.k8s.io/pause:3.10"),
+    ] {
+        let err = c.remove_image(remove(&target)).await.expect_err("pinned: refused");
+        assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+        assert!(err.message().contains(&target) && err.message().contains(named), "names the image: {}", err.message());
+        assert!(err.message().contains("refuse_remove_pinned"), "says why: {}", err.message());
+        assert!(f.status(named).await.is_some(), "{named} is kept");
+    }
+    c.remove_image(remove("docker.io/library/busybox:1.36")).await.expect("not pinned: removed");
+    assert_eq!(f.status("docker.io/library/busybox:1.36").await, None);
+    c.remove_image(remove("docker.io/library/nope:1")).await.expect("absent: success, as the runtime says");
+
+    // Off (the default): forwarded, as containerd removes pinned images too.
+    let off = Front::start("[gc]\npinned_images = [\"docker.io/library/redis:*\"]").await;
+    let mut c = off.client.clone();
+    c.pull_image(pull("docker.io/library/redis:7")).await.expect("pulled");
+    c.remove_image(remove("docker.io/library/redis:7")).await.expect("removed");
+    assert_eq!(off.status("docker.io/library/redis:7").await, None);
+}
+
+#[actix::test]
+async fn a_forwarded_remove_takes_the_image_out_of_imageds_records_and_image_list() {
+    use imaged::actors::cache_refresher::RefreshImageList;
+    let f = Front::start("").await;
+    let image = "docker.io/library/busybox:1.36";
+    let image_ref = f.client.clone().pull_image(pull(image)).await.expect("pulled").into_inner().image_ref;
+    let records = f.node.manager().pull_records();
+    let creds = imaged::domain::pull_record::ImagePullCredentials::node_accessible();
+    records.record_image_pulled(image, &image_ref, &creds).await.expect("recorded");
+    f.node.gc().refresher.send(RefreshImageList).await.expect("refresher").expect("listed");
+    let listed = |f: &Front| f.node.image_list().snapshot().images().iter().any(|i| i.id == image_ref);
+    assert!(records.record(&image_ref).is_some() && listed(&f));
+    tokio::time::sleep(Duration::from_millis(5)).await;
+
+    f.client.clone().remove_image(remove(image)).await.expect("removed");
+    assert!(records.record(&image_ref).is_none(), "the pulled record follows the remove");
+    for _ in 0..100 {
+        if !listed(&f) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(!listed(&f), "the node's image list drops it without waiting for a refresh");
+}
+
+#[actix::test]
+async fn a_full_serial_queue_parks_the_kubelets_pulls_and_never_refuses_them() {
+    // The queue holds 10 waiting pulls (the kubelet's channel); more park
+    // in arrival order with no bound, as the kubelet's own serial queue
+    // blocks its callers. So the front never answers ResourceExhausted for
+    // a full queue: the kubelet would only retry later with back-off.
+    let f = Front::start("[pull]\nregistry_pull_qps = 0").await;
+    f.add("example.com/slow:1", 300);
+    for i in 0..12 {
+        f.add(&format!("example.com/q{i}:1"), 5);
+    }
+    let mut calls = vec![f.spawn_pull(pull("example.com/slow:1"))];
+    f.until_queue_holds(1).await;
+    for i in 0..12 {
+        calls.push(f.spawn_pull(pull(&format!("example.com/q{i}:1"))));
+        f.until_queue_holds(i + 2).await;
+    }
+    let status = f.node.queue().send(imaged::actors::pull_queue::GetQueueStatus).await.expect("status");
+    assert_eq!((status.running, status.queued, status.parked), (1, 10, 2), "{status:?}");
+    for c in calls {
+        c.await.expect("task").expect("every parked call is answered once room frees");
+    }
+    assert_eq!(f.runtime_pulls(), 13);
+}
+
+#[actix::test]
+async fn in_a_registry_outage_a_configured_pull_falls_back_to_the_local_image_or_says_registry_unavailable() {
+    use actix::Actor;
+    use imaged::cri::{CriError, CriErrorKind};
+    use imaged::events::{EventReason, EventType};
+    use imaged::fault::{FaultPlan, FaultRule};
+    let toml = "[cri_server]\nlocal_fallback_images = [\"docker.io/library/busybox:*\"]\nlocal_fallback_namespaces = [\"edge\"]";
+    let f = Front::start(toml).await;
+    let told = Told::default().start();
+    f.node.subscribe_events(told.clone().recipient());
+    let mut c = f.client.clone();
+    let busybox = c.pull_image(pull("docker.io/library/busybox:1.36")).await.expect("pulled").into_inner().image_ref;
+    c.pull_image(pull("docker.io/library/redis:7")).await.expect("pulled");
+    let outage = CriError::new(CriErrorKind::RegistryUnavailable, "dial tcp 10.0.0.1:443: i/o timeout");
+    f.embedded().set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::PullImage).fail(outage)));
+
+    // A pattern's image on the node: its id, and a Warning event.
+    let got = c
+        .pull_image(pull_for("docker.io/library/busybox:1.36", pod("shop", "web-0", &[])))
+        .await
+        .expect("falls back")
+        .into_inner()
+        .image_ref;
+    assert_eq!(got, busybox);
+    // A configured namespace's pod, no local image: RegistryUnavailable, code Unknown.
+    let err = c
+        .pull_image(pull_for("docker.io/library/nginx:1.27", pod("edge", "cam-0", &[])))
+        .await
+        .expect_err("nothing to fall back to");
+    assert_eq!(err.code(), Code::Unknown, "{err:?}");
+    assert!(err.message().starts_with("RegistryUnavailable"), "{}", err.message());
+    // Not configured: the runtime's error, although the image is on the node.
+    let err = c
+        .pull_image(pull_for("docker.io/library/redis:7", pod("shop", "cache-0", &[])))
+        .await
+        .expect_err("no fallback for this pull");
+    assert!(err.message().contains("i/o timeout"), "{err:?}");
+
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (events, _) = told.send(TakeTold).await.expect("told");
+    let fell_back = events
+        .iter()
+        .find(|e| e.object.pod_name == "web-0" && e.reason == EventReason::Pulled)
+        .expect("an event for the fallback");
+    assert_eq!(fell_back.event_type, EventType::Warning);
+    assert!(fell_back.message.contains("the local image is used"), "{}", fell_back.message);
+    assert!(
+        events.iter().any(|e| e.object.pod_name == "cam-0" && e.reason == EventReason::Failed),
+        "the refusal is told: {events:#?}"
+    );
 }

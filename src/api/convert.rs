@@ -8,7 +8,7 @@ use tonic::Status;
 use super::proto;
 use crate::actors::backoff_registry::{BackoffKey, BackoffView, ClearScope};
 use crate::actors::gc_executor::GcReport;
-use crate::actors::pull_queue::{PullInfo, PullPhase, PullPhaseChanged};
+use crate::actors::pull_queue::{PullInfo, PullPhase, PullPhaseChanged, PullPod};
 use crate::credentials::PullSecret;
 use crate::domain::Image;
 use crate::domain::pull_policy::{PullPolicy, default_pull_policy};
@@ -217,7 +217,13 @@ pub fn pull(p: &PullInfo) -> proto::Pull {
         running_ms: p.running.map(millis),
         with_credentials: p.with_credentials,
         must_pull: p.must_pull,
+        pods: p.pods.iter().map(pod_ref).collect(),
     }
+}
+
+/// A pull's pod on the wire.
+fn pod_ref(p: &PullPod) -> proto::PodRef {
+    proto::PodRef { uid: p.uid.clone(), namespace: p.namespace.clone(), name: p.name.clone() }
 }
 
 fn millis(d: Duration) -> u64 {
@@ -267,6 +273,7 @@ pub fn phase_event(p: &PullPhaseChanged) -> proto::Event {
         kind: Some(proto::event::Kind::PullPhase(proto::PullPhase {
             image: p.image.clone(),
             phase: phase_name(p.phase).to_string(),
+            pod: p.pod.as_ref().map(pod_ref),
         })),
     }
 }

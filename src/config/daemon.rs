@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::ConfigError;
-use super::raw::{RawCriServer, RawDaemon};
+use super::raw::{RawCriServer, RawDaemon, RawPriorityRule};
 use super::values::{duration, invalid, mailbox_capacity};
 
 /// The daemon's settings (`[daemon]`).
@@ -83,22 +83,121 @@ pub struct CriServerSettings {
     pub socket: Option<PathBuf>,
     /// Group given access to the socket (mode 0660); `None` = owner only (0600).
     pub socket_group: Option<String>,
-    /// Namespaces whose pods' pulls go first.
+    /// Namespaces whose pods' pulls go first (priority
+    /// [`PRIORITY_NAMESPACE_PULL`]).
     pub priority_namespaces: Vec<String>,
+    /// Pull priorities by the pod's namespace, labels and annotations
+    /// (`[[cri_server.priority]]`): the highest matching rule wins.
+    pub priority: Vec<PriorityRule>,
     /// Report the sandbox image pinned.
     pub pin_sandbox_image: bool,
+    /// Refuse `RemoveImage` of a pinned image (`FailedPrecondition`).
+    pub refuse_remove_pinned: bool,
+    /// Image patterns whose failed pulls in a registry outage answer with
+    /// the image on the node (`AlwaysWithLocalFallback` for the kubelet).
+    pub local_fallback_images: Vec<String>,
+    /// Namespaces whose pods' failed pulls in a registry outage do so.
+    pub local_fallback_namespaces: Vec<String>,
+}
+
+/// The pull priority of pods in [`CriServerSettings::priority_namespaces`].
+pub const PRIORITY_NAMESPACE_PULL: i32 = 1000;
+
+/// One pull-priority rule: a pod matches when it matches every matcher the
+/// rule has (at least one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PriorityRule {
+    /// The pod's namespace, exactly.
+    pub namespace: Option<String>,
+    /// A label (key, value) the pod carries, exactly.
+    pub label: Option<(String, String)>,
+    /// An annotation (key, value) the pod carries, exactly.
+    pub annotation: Option<(String, String)>,
+    /// The pull priority of a matching pod (higher first).
+    pub priority: i32,
+}
+
+impl PriorityRule {
+    /// Whether a pod of this namespace, labels and annotations matches.
+    pub fn matches(
+        &self,
+        namespace: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+        annotations: &std::collections::BTreeMap<String, String>,
+    ) -> bool {
+        let has = |m: &std::collections::BTreeMap<String, String>, kv: &Option<(String, String)>| match kv {
+            Some((k, v)) => m.get(k) == Some(v),
+            None => true,
+        };
+        self.namespace.as_ref().is_none_or(|n| n == namespace)
+            && has(labels, &self.label)
+            && has(annotations, &self.annotation)
+    }
+}
+
+/// `key=value` of a rule's `label` or `annotation`.
+fn key_value(key: &str, v: &str) -> Result<(String, String), ConfigError> {
+    match v.split_once('=') {
+        Some((k, val)) if !k.trim().is_empty() && !k.contains(char::is_whitespace) => {
+            Ok((k.to_string(), val.to_string()))
+        }
+        _ => Err(invalid(key, v, "must be \"key=value\" (a non-empty key without spaces; the value may be empty)")),
+    }
+}
+
+fn priority_rule(i: usize, r: RawPriorityRule) -> Result<PriorityRule, ConfigError> {
+    let key = |field: &str| format!("cri_server.priority[{i}].{field}");
+    if r.namespace.is_none() && r.label.is_none() && r.annotation.is_none() {
+        return Err(invalid(
+            &format!("cri_server.priority[{i}]"),
+            &format!("priority = {}", r.priority),
+            "a rule needs at least one of namespace, label, annotation (a rule matching every pod is \
+             the same as no rule: pods no rule matches get priority 0)",
+        ));
+    }
+    if let Some(n) = &r.namespace
+        && (n.trim().is_empty() || n.contains(char::is_whitespace))
+    {
+        return Err(invalid(&key("namespace"), n, "a namespace name, without spaces"));
+    }
+    let priority = i32::try_from(r.priority)
+        .map_err(|_| invalid(&key("priority"), &r.priority.to_string(), "must fit a 32-bit signed integer"))?;
+    Ok(PriorityRule {
+        label: r.label.as_deref().map(|l| key_value(&key("label"), l)).transpose()?,
+        annotation: r.annotation.as_deref().map(|a| key_value(&key("annotation"), a)).transpose()?,
+        namespace: r.namespace,
+        priority,
+    })
 }
 
 pub(super) fn cri_server_from_raw(c: RawCriServer) -> Result<CriServerSettings, ConfigError> {
-    for n in &c.priority_namespaces {
-        if n.trim().is_empty() || n.contains(char::is_whitespace) {
-            return Err(invalid("cri_server.priority_namespaces", n, "a namespace name, without spaces"));
+    for (key, list) in [
+        ("cri_server.priority_namespaces", &c.priority_namespaces),
+        ("cri_server.local_fallback_namespaces", &c.local_fallback_namespaces),
+    ] {
+        for n in list {
+            if n.trim().is_empty() || n.contains(char::is_whitespace) {
+                return Err(invalid(key, n, "a namespace name, without spaces"));
+            }
+        }
+    }
+    for p in &c.local_fallback_images {
+        if p.trim().is_empty() || p.contains(char::is_whitespace) {
+            return Err(invalid(
+                "cri_server.local_fallback_images",
+                p,
+                "an image pattern (as gc.pinned_images), without spaces",
+            ));
         }
     }
     Ok(CriServerSettings {
         socket: (!c.socket.trim().is_empty()).then(|| PathBuf::from(c.socket.trim())),
         socket_group: socket_group("cri_server.socket_group", &c.socket_group)?,
         priority_namespaces: c.priority_namespaces,
+        priority: c.priority.into_iter().enumerate().map(|(i, r)| priority_rule(i, r)).collect::<Result<_, _>>()?,
         pin_sandbox_image: c.pin_sandbox_image,
+        refuse_remove_pinned: c.refuse_remove_pinned,
+        local_fallback_images: c.local_fallback_images,
+        local_fallback_namespaces: c.local_fallback_namespaces,
     })
 }

@@ -16,7 +16,7 @@ mod raw;
 mod runtime;
 mod values;
 
-pub use daemon::{CriServerSettings, DaemonSettings};
+pub use daemon::{CriServerSettings, DaemonSettings, PRIORITY_NAMESPACE_PULL, PriorityRule};
 pub use gc::GcSettings;
 pub use runtime::{LogFormat, LogSettings, RuntimeEndpoint};
 pub use values::duration;

@@ -146,5 +146,19 @@ pub(super) struct RawCriServer {
     pub(super) socket: String,
     pub(super) socket_group: String,
     pub(super) priority_namespaces: Vec<String>,
+    pub(super) priority: Vec<RawPriorityRule>,
     pub(super) pin_sandbox_image: bool,
+    pub(super) refuse_remove_pinned: bool,
+    pub(super) local_fallback_images: Vec<String>,
+    pub(super) local_fallback_namespaces: Vec<String>,
+}
+
+/// One `[[cri_server.priority]]` rule.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPriorityRule {
+    pub(super) namespace: Option<String>,
+    pub(super) label: Option<String>,
+    pub(super) annotation: Option<String>,
+    pub(super) priority: i64,
 }

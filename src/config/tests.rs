@@ -395,7 +395,13 @@ fn the_cri_front_is_off_by_default_and_never_its_own_runtime() {
     let c = Config::defaults().unwrap();
     assert_eq!(c.cri_server.socket, None);
     assert!(c.cri_server.pin_sandbox_image);
+    assert!(!c.cri_server.refuse_remove_pinned);
     assert_eq!(c.cri_server.priority_namespaces, ["kube-system"]);
+    let static_pods: Vec<_> = c.cri_server.priority.iter().filter_map(|r| r.annotation.clone()).collect();
+    assert_eq!(
+        static_pods,
+        [("kubernetes.io/config.source".into(), "file".into()), ("kubernetes.io/config.source".into(), "http".into())]
+    );
     let on = Config::from_toml("[cri_server]\nsocket = \"/run/imaged/cri.sock\"\nsocket_group = \"kube\"").unwrap();
     assert_eq!(on.cri_server.socket, Some(PathBuf::from("/run/imaged/cri.sock")));
     assert_eq!(on.cri_server.socket_group.as_deref(), Some("kube"));

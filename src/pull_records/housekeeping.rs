@@ -74,6 +74,28 @@ impl PullRecords {
         !self.state().stored_intents.is_empty()
     }
 
+    /// An image was removed outside GC (the kubelet's `RemoveImage` through
+    /// the CRI front): its record goes, as GC's prune would take it, unless
+    /// it was updated at or after `until` (pulled again since). Returns
+    /// whether a record was deleted.
+    pub async fn forget_removed_image(&self, image_ref: &str, until: SystemTime) -> Result<bool, StoreError> {
+        let _w = self.inner.writes.lock().await;
+        let doomed = {
+            let st = self.state();
+            st.records.get(image_ref).is_some_and(|r| r.last_updated_time < until) || st.unreadable.contains(image_ref)
+        };
+        if !doomed {
+            return Ok(false);
+        }
+        let image_ref = image_ref.to_string();
+        self.commit(PullRecordsWrite { delete_records: vec![image_ref.clone()], ..Default::default() }).await?;
+        let mut st = self.state();
+        st.records.remove(&image_ref);
+        st.unreadable.remove(&image_ref);
+        tracing::debug!(image = %image_ref, "pulled record of a removed image deleted");
+        Ok(true)
+    }
+
     /// The kubelet's `PruneUnknownRecords`: deletes every record last
     /// updated before `until` whose image ref is not in `present` (the ids
     /// of the images the runtime still has), and every unreadable record

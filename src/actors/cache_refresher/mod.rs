@@ -63,6 +63,15 @@ impl ImageListReader {
 #[rtype(result = "Result<usize, CriError>")]
 pub struct RefreshImageList;
 
+/// An image was removed outside GC (the kubelet's `RemoveImage` through the
+/// CRI front): the list drops it at once instead of at the next refresh.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct ImageRemoved {
+    /// The removed image's id.
+    pub id: String,
+}
+
 /// Timer tick.
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "()")]
@@ -75,6 +84,9 @@ pub struct CacheRefresherActor {
     mailbox_capacity: usize,
     tx: watch::Sender<Arc<ImageList>>,
     in_flight: bool,
+    /// Images removed while a refresh was in flight: its list (taken
+    /// before) must not bring them back.
+    removed_in_flight: Vec<String>,
 }
 
 impl CacheRefresherActor {
@@ -84,7 +96,10 @@ impl CacheRefresherActor {
     pub fn new(gateway: Recipient<ListImages>, cfg: CacheRefresherSettings) -> (Self, ImageListReader) {
         let (tx, rx) = watch::channel(Arc::new(ImageList::default()));
         let CacheRefresherSettings { period, max_images, mailbox_capacity } = cfg;
-        (Self { gateway, period, mailbox_capacity, tx, in_flight: false }, ImageListReader { rx, max_images })
+        (
+            Self { gateway, period, mailbox_capacity, tx, in_flight: false, removed_in_flight: Vec::new() },
+            ImageListReader { rx, max_images },
+        )
     }
 
     fn refresh(&mut self) -> ResponseActFuture<Self, Result<usize, CriError>> {
@@ -107,8 +122,10 @@ impl CacheRefresherActor {
             .into_actor(self)
             .map(|res, act, _| {
                 act.in_flight = false;
+                let removed = std::mem::take(&mut act.removed_in_flight);
                 match res {
-                    Ok(images) => {
+                    Ok(mut images) => {
+                        images.retain(|i| !removed.contains(&i.id));
                         let n = images.len();
                         act.tx.send_replace(Arc::new(ImageList::new(images)));
                         debug!(images = n, "image list refreshed");
@@ -146,6 +163,22 @@ impl Handler<Tick> for CacheRefresherActor {
         }
         let fut = self.refresh().map(|_, _, _| ());
         ctx.spawn(fut);
+    }
+}
+
+impl Handler<ImageRemoved> for CacheRefresherActor {
+    type Result = ();
+
+    /// Drops the image from the list (and from a refresh in flight).
+    fn handle(&mut self, m: ImageRemoved, _: &mut Self::Context) {
+        if self.in_flight {
+            self.removed_in_flight.push(m.id.clone());
+        }
+        let list = self.tx.borrow().clone();
+        if list.images().iter().any(|i| i.id == m.id) {
+            let kept = list.images().iter().filter(|i| i.id != m.id).cloned().collect();
+            self.tx.send_replace(Arc::new(ImageList::new(kept)));
+        }
     }
 }
 

@@ -75,6 +75,8 @@ struct Waiter {
     admitted: Option<oneshot::Sender<bool>>,
     /// When the request arrived.
     since: Instant,
+    /// The pod it is for, when it named one.
+    pod: Option<PullPod>,
 }
 
 /// A pull that started: when, its stage, and whether it was warned slow.
@@ -160,7 +162,7 @@ impl PullQueueActor {
                     metrics.single_flight_joined();
                 }
                 let phase = if how == Submitted::Joined { PullPhase::WaitingOnSharedPull } else { PullPhase::Queued };
-                pull_task::publish(subscribers, &key.image, phase);
+                pull_task::publish(subscribers, &key.image, phase, w.pod.as_ref());
             });
             // (With a registry limit, a slot may stay free while every
             // queued pull's registry is at its limit: admitting more can
@@ -214,6 +216,7 @@ impl PullQueueActor {
         let now = Instant::now();
         let stage = Arc::new(StageCell::default());
         self.started.insert(key.clone(), Started { at: now, stage: stage.clone(), warned: false });
+        let pod = PullPod::of(request.sandbox.as_ref());
         let task = PullTask {
             runtime: self.reader.clone(),
             recheck: pull_task::needs_recheck(
@@ -225,7 +228,7 @@ impl PullQueueActor {
             deadline: request.deadline.or(self.cfg.pull_deadline),
             request,
             throttle: self.throttle.clone(),
-            progress: Progress { image: key.image.clone(), subscribers: self.subscribers.clone(), stage },
+            progress: Progress { image: key.image.clone(), subscribers: self.subscribers.clone(), stage, pod },
             metrics: self.cfg.metrics.clone(),
         };
         // A task of its own (not ctx.spawn): actix polls every context future
@@ -325,7 +328,8 @@ impl Handler<EnqueuePull> for PullQueueActor {
         let (tx, rx) = oneshot::channel();
         let (admitted_tx, admitted_rx) = oneshot::channel();
         let image = key.image.clone();
-        let waiter = Waiter { result: tx, admitted: Some(admitted_tx), since: Instant::now() };
+        let pod = PullPod::of(request.sandbox.as_ref());
+        let waiter = Waiter { result: tx, admitted: Some(admitted_tx), since: Instant::now(), pod: pod.clone() };
         let how = self.queue.submit(key, request.priority, request, waiter);
         if how == Submitted::Joined {
             self.cfg.metrics.single_flight_joined();
@@ -335,7 +339,7 @@ impl Handler<EnqueuePull> for PullQueueActor {
             Submitted::Queued => PullPhase::Queued,
             Submitted::Parked => PullPhase::Parked,
         };
-        pull_task::publish(&self.subscribers, &image, phase);
+        pull_task::publish(&self.subscribers, &image, phase, pod.as_ref());
         self.pump(ctx);
         // The reply is the admission; the ticket it carries is awaited later
         // for the result, on purpose.
@@ -438,6 +442,12 @@ impl Handler<ListPulls> for PullQueueActor {
                     running: started.map(|s| now.saturating_duration_since(s.at)),
                     with_credentials: v.key.with_credentials(),
                     must_pull: v.key.must_pull(),
+                    pods: v.waiters.iter().filter_map(|w| w.pod.clone()).fold(Vec::new(), |mut pods, p| {
+                        if !pods.contains(&p) {
+                            pods.push(p);
+                        }
+                        pods
+                    }),
                 }
             })
             .collect();

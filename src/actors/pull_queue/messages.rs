@@ -36,6 +36,36 @@ pub struct PullRequest {
     pub deadline: Option<Duration>,
 }
 
+/// The pod a pull is for, as its sandbox's metadata names it: what
+/// operators see of it (never its labels, annotations or credentials).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct PullPod {
+    /// Pod namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub name: String,
+    /// Pod UID.
+    pub uid: String,
+}
+
+impl PullPod {
+    /// The pod `sandbox` names; `None` without a sandbox or when it names
+    /// no pod (empty name and UID).
+    pub fn of(sandbox: Option<&SandboxConfig>) -> Option<Self> {
+        sandbox.filter(|s| !(s.name.is_empty() && s.uid.is_empty())).map(|s| PullPod {
+            namespace: s.namespace.clone(),
+            name: s.name.clone(),
+            uid: s.uid.clone(),
+        })
+    }
+}
+
+impl std::fmt::Display for PullPod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
 impl PullRequest {
     /// An anonymous pull of `image` at priority 0.
     pub fn new(image: ImageSpec) -> Self {
@@ -271,6 +301,9 @@ pub struct PullInfo {
     /// It must reach the registry (`Always`, credential verification):
     /// not skipped when the image turns out present.
     pub must_pull: bool,
+    /// The pods its requests are for (those that named one), in arrival
+    /// order, each once.
+    pub pods: Vec<PullPod>,
 }
 
 /// Lists every pull the queue holds: running and finishing first (in start
@@ -308,6 +341,11 @@ pub struct PullPhaseChanged {
     pub image: String,
     /// The new phase.
     pub phase: PullPhase,
+    /// The pod of the request the phase is about, when it named one: the
+    /// arriving request's for `Queued`, `Parked` and `WaitingOnSharedPull`;
+    /// the request that started the pull's for the pull's own phases
+    /// (`Throttled` … `Failed`).
+    pub pod: Option<PullPod>,
 }
 
 /// Subscribes a recipient to phase changes (delivered with `try_send`; a

@@ -11,7 +11,7 @@ pub mod throttle;
 
 pub use actor::{PullQueueActor, PullQueueSettings};
 pub use messages::{
-    EnqueuePull, GetQueueStatus, ListPulls, PullFailure, PullInfo, PullOutcome, PullPhase, PullPhaseChanged,
+    EnqueuePull, GetQueueStatus, ListPulls, PullFailure, PullInfo, PullOutcome, PullPhase, PullPhaseChanged, PullPod,
     PullRequest, PullResult, PullStage, PullTicket, QueueStatus, SubscribePhases,
 };
 pub use queue::{Concurrency, registry_of};

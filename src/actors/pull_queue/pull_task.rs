@@ -13,7 +13,9 @@ use actix::Recipient;
 use tokio::time::Instant;
 use tracing::debug;
 
-use super::messages::{PullFailure, PullOutcome, PullPhase, PullPhaseChanged, PullRequest, PullResult, PullStage};
+use super::messages::{
+    PullFailure, PullOutcome, PullPhase, PullPhaseChanged, PullPod, PullRequest, PullResult, PullStage,
+};
 use super::throttle::{PullThrottle, ThrottleMode};
 use crate::actors::cri_gateway::{CriReader, PullImage};
 use crate::cri::{CriError, CriErrorKind};
@@ -83,9 +85,14 @@ impl StageCell {
 
 /// Sends `phase` of `image` to every subscriber with `try_send`: a full or
 /// closed subscriber loses it, and never holds up the queue.
-pub(super) fn publish(subscribers: &[Recipient<PullPhaseChanged>], image: &str, phase: PullPhase) {
+pub(super) fn publish(
+    subscribers: &[Recipient<PullPhaseChanged>],
+    image: &str,
+    phase: PullPhase,
+    pod: Option<&PullPod>,
+) {
     for s in subscribers {
-        if s.try_send(PullPhaseChanged { image: image.to_string(), phase }).is_err() {
+        if s.try_send(PullPhaseChanged { image: image.to_string(), phase, pod: pod.cloned() }).is_err() {
             debug!(image, ?phase, "a phase subscriber is full or gone; event dropped");
         }
     }
@@ -98,6 +105,8 @@ pub(super) struct Progress {
     pub image: String,
     pub subscribers: Vec<Recipient<PullPhaseChanged>>,
     pub stage: Arc<StageCell>,
+    /// The pod of the request that started the pull.
+    pub pod: Option<PullPod>,
 }
 
 impl Progress {
@@ -108,7 +117,7 @@ impl Progress {
             PullPhase::Pulling => self.stage.set(PullStage::Pulling),
             _ => {}
         }
-        publish(&self.subscribers, &self.image, phase);
+        publish(&self.subscribers, &self.image, phase, self.pod.as_ref());
     }
 }
 

@@ -182,9 +182,15 @@ pub fn print_event(e: &proto::Event, json: bool, o: &mut impl Write) -> Result<(
         }
         Some(proto::event::Kind::PullPhase(p)) => {
             if json {
-                writeln!(o, "{}", json!({"time": ts.to_string(), "phase": {"image": p.image, "phase": p.phase}}))
+                let pod = p.pod.as_ref().map(|r| json!({"uid": r.uid, "namespace": r.namespace, "name": r.name}));
+                writeln!(
+                    o,
+                    "{}",
+                    json!({"time": ts.to_string(), "phase": {"image": p.image, "phase": p.phase, "pod": pod}})
+                )
             } else {
-                writeln!(o, "{ts}  {:<7} {:<18} {:<24} {}", "Phase", p.phase, "", p.image)
+                let pod = p.pod.as_ref().map(|r| format!("{}/{}", r.namespace, r.name)).unwrap_or_default();
+                writeln!(o, "{ts}  {:<7} {:<18} {:<24} {}", "Phase", p.phase, pod, p.image)
             }
         }
         Some(proto::event::Kind::Lagged(n)) => {
@@ -245,23 +251,29 @@ pub fn print_pulls(pulls: &[proto::Pull], json: bool, o: &mut impl Write) -> Res
                 json!({"image": p.image, "runtime_handler": p.runtime_handler, "state": p.state,
                        "position": (p.position > 0).then_some(p.position), "priority": p.priority,
                        "waiters": p.waiters, "waiting_ms": p.waiting_ms, "running_ms": p.running_ms,
-                       "with_credentials": p.with_credentials, "must_pull": p.must_pull})
+                       "with_credentials": p.with_credentials, "must_pull": p.must_pull,
+                       "pods": p.pods.iter().map(|r| json!({"uid": r.uid, "namespace": r.namespace, "name": r.name}))
+                           .collect::<Vec<_>>()})
             })
             .collect();
         return writeln!(o, "{}", Value::Array(v)).map_err(out);
     }
     writeln!(
         o,
-        "{:<10} {:>4} {:>5} {:>7} {:>9} {:>9}  {:<5} {:<4}  IMAGE",
+        "{:<10} {:>4} {:>5} {:>7} {:>9} {:>9}  {:<5} {:<4}  IMAGE  (PODS)",
         "STATE", "POS", "PRIO", "WAITERS", "WAITING", "RUNNING", "CREDS", "MUST"
     )
     .map_err(out)?;
     for p in pulls {
-        let image = if p.runtime_handler.is_empty() {
+        let mut image = if p.runtime_handler.is_empty() {
             p.image.clone()
         } else {
             format!("{} (handler {})", p.image, p.runtime_handler)
         };
+        if !p.pods.is_empty() {
+            let pods: Vec<String> = p.pods.iter().map(|r| format!("{}/{}", r.namespace, r.name)).collect();
+            image = format!("{image}  ({})", pods.join(", "));
+        }
         writeln!(
             o,
             "{:<10} {:>4} {:>5} {:>7} {:>9} {:>9}  {:<5} {:<4}  {}",
@@ -325,4 +337,45 @@ pub fn print_status(s: &proto::StatusResponse, json: bool, o: &mut impl Write) -
         writeln!(o, "  {line}").map_err(out)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+    use super::*;
+
+    fn pod(name: &str) -> proto::PodRef {
+        proto::PodRef { uid: format!("uid-{name}"), namespace: "shop".into(), name: name.into() }
+    }
+
+    #[test]
+    fn pulls_and_phases_show_their_pods() {
+        let p = proto::Pull {
+            image: "docker.io/library/nginx:1.27".into(),
+            state: "pulling".into(),
+            waiters: 2,
+            pods: vec![pod("web-0"), pod("web-1")],
+            ..Default::default()
+        };
+        let mut o = Vec::new();
+        print_pulls(std::slice::from_ref(&p), false, &mut o).unwrap();
+        let table = String::from_utf8(o).unwrap();
+        assert!(table.contains("docker.io/library/nginx:1.27  (shop/web-0, shop/web-1)"), "{table}");
+        let mut o = Vec::new();
+        print_pulls(&[p], true, &mut o).unwrap();
+        let v: Value = serde_json::from_slice(&o).unwrap();
+        assert_eq!(v[0]["pods"][1], json!({"uid": "uid-web-1", "namespace": "shop", "name": "web-1"}));
+
+        let e = proto::Event {
+            time_ms: 0,
+            kind: Some(proto::event::Kind::PullPhase(proto::PullPhase {
+                image: "docker.io/library/nginx:1.27".into(),
+                phase: "pulling".into(),
+                pod: Some(pod("web-0")),
+            })),
+        };
+        let mut o = Vec::new();
+        print_event(&e, false, &mut o).unwrap();
+        assert!(String::from_utf8(o).unwrap().contains("shop/web-0"));
+    }
 }

@@ -145,7 +145,12 @@ fn task(script: &Script, request: PullRequest) -> PullTask<&Script> {
         deadline: request.deadline,
         request,
         throttle: Arc::new(PullThrottle::new(0.0, 0, ThrottleMode::Fail)),
-        progress: Progress { image: "example.com/a:1".into(), subscribers: Vec::new(), stage: Arc::default() },
+        progress: Progress {
+            image: "example.com/a:1".into(),
+            subscribers: Vec::new(),
+            stage: Arc::default(),
+            pod: None,
+        },
         metrics: Metrics::default(),
     }
 }
