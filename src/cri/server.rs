@@ -41,6 +41,11 @@ use crate::domain::{AuthConfig, ImageSpec, SandboxConfig};
 /// passes directly.
 pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 
+/// How much before a caller's deadline imaged answers `DeadlineExceeded`
+/// (at most; a tenth of a short deadline): tonic's server would otherwise
+/// end the call at the deadline itself, as `Cancelled "Timeout expired"`.
+pub const DEADLINE_MARGIN: Duration = Duration::from_millis(5);
+
 /// The service name clients call.
 pub const SERVICE: &str = "runtime.v1.ImageService";
 
@@ -134,6 +139,13 @@ fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
     Some(crate::domain::limits::clamp_duration(d))
 }
 
+/// When imaged gives up on a call whose caller set `deadline`: a little
+/// before it (see [`DEADLINE_MARGIN`]), so the caller gets imaged's
+/// `DeadlineExceeded`.
+fn answer_by(deadline: Duration) -> Duration {
+    deadline.saturating_sub((deadline / 10).min(DEADLINE_MARGIN))
+}
+
 /// `PullImageRequest` bytes as a [`PullCall`].
 fn pull_call(body: &[u8], deadline: Option<Duration>) -> Result<PullCall, CriError> {
     let req: pb::PullImageRequest =
@@ -157,7 +169,7 @@ impl<F: ImageFront + ?Sized> UnaryService<Bytes> for Call<F> {
 
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
         let (front, rpc) = (self.front.clone(), self.rpc);
-        let deadline = grpc_timeout(request.metadata().as_ref());
+        let deadline = grpc_timeout(request.metadata().as_ref()).map(answer_by);
         let body = request.into_inner();
         Box::pin(async move { answer(&*front, rpc, body, deadline).await.map(tonic::Response::new) })
     }
@@ -250,6 +262,14 @@ mod tests {
             assert_eq!(t(bad), None, "{bad:?}");
         }
         assert_eq!(grpc_timeout(&http::HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn imaged_answers_a_little_before_the_callers_deadline() {
+        let ms = Duration::from_millis;
+        assert_eq!(answer_by(ms(50)), ms(45), "a tenth of a short deadline");
+        assert_eq!(answer_by(Duration::from_secs(2)), Duration::from_secs(2) - DEADLINE_MARGIN);
+        assert_eq!(answer_by(Duration::ZERO), Duration::ZERO);
     }
 
     #[test]
