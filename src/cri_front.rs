@@ -36,7 +36,7 @@ use crate::api::server::ApiSocket;
 pub use crate::config::PRIORITY_NAMESPACE_PULL;
 use crate::config::{CriServerSettings, PriorityRule};
 use crate::cri::proto as pb;
-use crate::cri::server::{FrontFuture, ImageFront, ImageServiceServer, PullCall};
+use crate::cri::server::{FrontFuture, ImageFront, ImageServiceServer, PullCall, pull_answer};
 use crate::cri::{CriError, CriErrorKind, Rpc};
 use crate::domain::{ImageSpec, SandboxConfig};
 use crate::ensure::{class_of_pull, failed_to_pull, pulling, successfully_pulled, using_local_image};
@@ -237,13 +237,15 @@ impl CriFront {
     }
 
     /// The queue request for a call: its one credential, must reach the
-    /// registry, priority by the pod's namespace, labels and annotations.
+    /// registry, priority by the pod's namespace, labels and annotations,
+    /// pulled as the client's bytes.
     fn request(&self, call: PullCall) -> PullRequest {
         let priority = call.sandbox.as_ref().map_or(0, |s| self.priorities.of(s));
         PullRequest {
             credentials: call.auth.into_iter().collect(),
             sandbox: call.sandbox,
             priority,
+            wire: Some(call.wire),
             ..PullRequest::new(call.image)
         }
     }
@@ -377,7 +379,7 @@ impl ImageFront for CriFront {
         })
     }
 
-    fn pull(&self, call: PullCall) -> FrontFuture<String> {
+    fn pull(&self, call: PullCall) -> FrontFuture<Bytes> {
         let deadline = call.deadline;
         let fallback = self.falls_back(&call).then(|| (self.reader.clone(), call.image.clone()));
         let request = self.request(call);
@@ -406,7 +408,7 @@ impl ImageFront for CriFront {
                         successfully_pulled(&told.image, o.pull_duration, total, o.size),
                         None,
                     );
-                    Ok(o.image_ref)
+                    Ok(o.answer.unwrap_or_else(|| pull_answer(o.image_ref)))
                 }
                 Err(failure) if fallback.is_some() && failure.registry_unreachable() => {
                     let present = match &fallback {
@@ -419,7 +421,7 @@ impl ImageFront for CriFront {
                     if let Some(img) = present {
                         let msg = using_local_image(&told.image, &text);
                         told.emit_as(EventType::Warning, EventReason::Pulled, msg, Some(&failure));
-                        return Ok(img.id);
+                        return Ok(pull_answer(img.id));
                     }
                     told.emit(EventReason::Failed, failed_to_pull(&told.image, &text), Some(&failure));
                     Err(registry_unavailable(&text))

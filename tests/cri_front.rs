@@ -566,3 +566,123 @@ async fn in_a_registry_outage_a_configured_pull_falls_back_to_the_local_image_or
         "the refusal is told: {events:#?}"
     );
 }
+
+/// A runtime that records the bytes it gets and answers with a field
+/// imaged's proto does not know (number 77): what a newer runtime would do.
+#[derive(Default)]
+struct RecordingRuntime {
+    got: std::sync::Mutex<Vec<(Rpc, prost::bytes::Bytes)>>,
+}
+
+/// Field 77, a string: "rt".
+const RUNTIME_EXTRA: [u8; 5] = [0xea, 0x04, 2, b'r', b't'];
+/// Field 99, a string: "new".
+const CLIENT_EXTRA: [u8; 6] = [0x9a, 0x06, 3, b'n', b'e', b'w'];
+
+impl imaged::cri::server::ImageFront for RecordingRuntime {
+    fn forward(
+        &self,
+        rpc: Rpc,
+        body: prost::bytes::Bytes,
+        _: Option<Duration>,
+    ) -> imaged::cri::server::FrontFuture<prost::bytes::Bytes> {
+        use prost::Message as _;
+        self.got.lock().unwrap().push((rpc, body));
+        let mut answer = match rpc {
+            Rpc::ImageStatus => pb::ImageStatusResponse {
+                image: Some(pb::Image { id: "sha256:abc".into(), size: 7, ..Default::default() }),
+                info: Default::default(),
+            }
+            .encode_to_vec(),
+            _ => Vec::new(),
+        };
+        answer.extend_from_slice(&RUNTIME_EXTRA);
+        Box::pin(async move { Ok(answer.into()) })
+    }
+
+    fn pull(&self, call: imaged::cri::server::PullCall) -> imaged::cri::server::FrontFuture<prost::bytes::Bytes> {
+        use prost::Message as _;
+        self.got.lock().unwrap().push((Rpc::PullImage, call.wire));
+        let mut answer = pb::PullImageResponse { image_ref: "sha256:abc".into() }.encode_to_vec();
+        answer.extend_from_slice(&RUNTIME_EXTRA);
+        Box::pin(async move { Ok(answer.into()) })
+    }
+
+    fn pins(&self, _: &str, _: &[String], _: &[String]) -> bool {
+        false
+    }
+}
+
+#[actix::test]
+async fn fields_imaged_does_not_know_pass_both_ways_on_every_call_pull_included() {
+    use imaged::actors::cri_gateway::{CriGatewayActor, CriSettings, GetReader};
+    use imaged::actors::pull_queue::PullQueueActor;
+    use prost::Message as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The runtime: a recorder on its own socket.
+    let runtime = Arc::new(RecordingRuntime::default());
+    let rt_path = dir.path().join("runtime.sock");
+    let listener = tokio::net::UnixListener::bind(&rt_path).expect("bind");
+    let served = runtime.clone();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(imaged::cri::server::ImageServiceServer::new(served))
+            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
+    );
+    // imaged: gateway, queue, front.
+    let client = imaged::cri::CriClient::new(&CriEndpoint::Unix(rt_path), Duration::from_secs(5)).expect("client");
+    let gateway = actix::Actor::start(CriGatewayActor::new(client, &CriSettings::default()));
+    let reader = gateway.send(GetReader).await.expect("reader");
+    let cfg = Config::defaults().expect("config");
+    let queue = actix::Actor::start(PullQueueActor::new(cfg.pull.clone(), reader.clone()));
+    let front = CriFront::new(reader, queue.recipient(), imaged::cri_front::Pins::default(), &cfg.cri_server);
+    let path = dir.path().join("cri.sock");
+    let socket = ApiSocket::bind_at("CRI socket", &path, None).await.expect("binds");
+    actix::spawn(imaged::cri_front::serve(socket, front, std::future::pending()));
+    let channel = CriEndpoint::Unix(path).channel(Duration::from_secs(5)).expect("channel");
+
+    let call = |rpc: &'static str, body: Vec<u8>| {
+        let channel = channel.clone();
+        async move {
+            let mut grpc = tonic::client::Grpc::new(channel);
+            grpc.ready().await.expect("ready");
+            let path = format!("/runtime.v1.ImageService/{rpc}").parse().expect("path");
+            let req = tonic::Request::new(prost::bytes::Bytes::from(body));
+            grpc.unary(req, path, imaged::cri::wire::BytesCodec).await.expect(rpc).into_inner()
+        }
+    };
+    let auth = pb::AuthConfig {
+        username: "u".into(),
+        password: "p".into(),
+        server_address: "127.0.0.1:5000".into(),
+        ..Default::default()
+    };
+    let spec = pb::ImageSpec { image: "127.0.0.1:5000/app:1".into(), ..Default::default() };
+    let mut pull =
+        pb::PullImageRequest { image: Some(spec.clone()), auth: Some(auth), sandbox_config: None }.encode_to_vec();
+    pull.extend_from_slice(&CLIENT_EXTRA);
+    let answer = call("PullImage", pull).await;
+    assert!(answer.ends_with(&RUNTIME_EXTRA), "the runtime's field reaches the client: {answer:?}");
+    assert_eq!(pb::PullImageResponse::decode(answer).expect("decodes").image_ref, "sha256:abc");
+
+    let mut status = pb::ImageStatusRequest { image: Some(spec), verbose: false }.encode_to_vec();
+    status.extend_from_slice(&CLIENT_EXTRA);
+    let answer = call("ImageStatus", status).await;
+    assert!(answer.ends_with(&RUNTIME_EXTRA), "{answer:?}");
+
+    let got = runtime.got.lock().unwrap().clone();
+    let (_, pulled) = got.iter().find(|(rpc, _)| *rpc == Rpc::PullImage).expect("the runtime pulled");
+    assert!(pulled.windows(CLIENT_EXTRA.len()).any(|w| w == CLIENT_EXTRA), "the client's field reaches the runtime");
+    let read = pb::PullImageRequest::decode(pulled.clone()).expect("decodes");
+    let server = read.auth.map(|a| a.server_address);
+    assert_eq!(
+        server.as_deref(),
+        Some("https://127.0.0.1:5000"),
+        "a bare server address gets the scheme containerd needs"
+    );
+    let statuses: Vec<_> = got.iter().filter(|(rpc, _)| *rpc == Rpc::ImageStatus).collect();
+    assert!(
+        statuses.iter().any(|(_, b)| b.ends_with(&CLIENT_EXTRA)),
+        "the client's ImageStatus reaches the runtime as sent"
+    );
+}

@@ -64,6 +64,9 @@ pub struct PullCall {
     pub sandbox: Option<SandboxConfig>,
     /// The client's own deadline (`grpc-timeout`), if any.
     pub deadline: Option<Duration>,
+    /// The request as the client sent it: what the runtime gets, so fields
+    /// imaged's proto does not know reach it.
+    pub wire: Bytes,
 }
 
 /// What serves the calls: imaged's front over its actors (or a test's).
@@ -72,8 +75,10 @@ pub trait ImageFront: Send + Sync + 'static {
     /// bytes. `deadline` is the client's own, if any.
     fn forward(&self, rpc: Rpc, body: Bytes, deadline: Option<Duration>) -> FrontFuture<Bytes>;
 
-    /// Pulls for the client; the answer is the image reference (the image's id).
-    fn pull(&self, call: PullCall) -> FrontFuture<String>;
+    /// Pulls for the client; the answer is an encoded `PullImageResponse`
+    /// (the runtime's own bytes when it pulled, [`pull_answer`] otherwise),
+    /// whose `image_ref` is the image's id.
+    fn pull(&self, call: PullCall) -> FrontFuture<Bytes>;
 
     /// Whether the image with this id, tags and digests is to be reported
     /// pinned (the runtime may have pinned it already).
@@ -146,15 +151,27 @@ fn answer_by(deadline: Duration) -> Duration {
     deadline.saturating_sub((deadline / 10).min(DEADLINE_MARGIN))
 }
 
+/// A `PullImageResponse` imaged answers itself (an image found present, or
+/// the outage fallback's local image).
+pub fn pull_answer(image_ref: String) -> Bytes {
+    Bytes::from(prost::Message::encode_to_vec(&pb::PullImageResponse { image_ref }))
+}
+
 /// `PullImageRequest` bytes as a [`PullCall`].
-fn pull_call(body: &[u8], deadline: Option<Duration>) -> Result<PullCall, CriError> {
+fn pull_call(body: Bytes, deadline: Option<Duration>) -> Result<PullCall, CriError> {
     let req: pb::PullImageRequest =
-        peek(body).map_err(|e| CriError::new(CriErrorKind::InvalidArgument, e.to_string()))?;
+        peek(&body).map_err(|e| CriError::new(CriErrorKind::InvalidArgument, e.to_string()))?;
     let image: ImageSpec = req.image.map(Into::into).unwrap_or_default();
     if image.image.is_empty() {
         return Err(CriError::new(CriErrorKind::InvalidArgument, "PullImageRequest.image.image is empty"));
     }
-    Ok(PullCall { image, auth: req.auth.map(Into::into), sandbox: req.sandbox_config.map(Into::into), deadline })
+    Ok(PullCall {
+        image,
+        auth: req.auth.map(Into::into),
+        sandbox: req.sandbox_config.map(Into::into),
+        deadline,
+        wire: body,
+    })
 }
 
 /// One unary call: the request's bytes in, the answer's bytes out.
@@ -188,9 +205,8 @@ async fn answer<F: ImageFront + ?Sized>(
     let status = |e: CriError| tonic::Status::from(&e);
     match rpc {
         Rpc::PullImage => {
-            let call = pull_call(&body, deadline).map_err(status)?;
-            let image_ref = front.pull(call).await.map_err(status)?;
-            Ok(Bytes::from(prost::Message::encode_to_vec(&pb::PullImageResponse { image_ref })))
+            let call = pull_call(body, deadline).map_err(status)?;
+            front.pull(call).await.map_err(status)
         }
         Rpc::ListImages | Rpc::ImageStatus => {
             let answer = front.forward(rpc, body, deadline).await.map_err(status)?;
@@ -279,12 +295,13 @@ mod tests {
             auth: Some(pb::AuthConfig { username: "u".into(), password: "p".into(), ..Default::default() }),
             sandbox_config: None,
         };
-        let call = pull_call(&prost::Message::encode_to_vec(&req), Some(Duration::from_secs(1))).unwrap();
+        let call = pull_call(prost::Message::encode_to_vec(&req).into(), Some(Duration::from_secs(1))).unwrap();
         assert_eq!(call.image.image, "nginx:1");
         assert_eq!(call.auth.as_ref().map(|a| a.username.as_str()), Some("u"));
         assert_eq!(call.deadline, Some(Duration::from_secs(1)));
-        let empty = pull_call(&prost::Message::encode_to_vec(&pb::PullImageRequest::default()), None).unwrap_err();
+        let empty =
+            pull_call(prost::Message::encode_to_vec(&pb::PullImageRequest::default()).into(), None).unwrap_err();
         assert_eq!(empty.kind(), CriErrorKind::InvalidArgument);
-        assert!(pull_call(&[0x0a, 0x05, 1], None).is_err());
+        assert!(pull_call(Bytes::from_static(&[0x0a, 0x05, 1]), None).is_err());
     }
 }

@@ -118,6 +118,42 @@ pub fn pin_images(buf: Bytes, field: u32, pin: impl Fn(&pb::Image) -> bool) -> R
     Ok(out.freeze())
 }
 
+/// `PullImageRequest.auth` is field 2 and `AuthConfig.server_address` its
+/// field 4 (a string).
+const PULL_AUTH: u32 = 2;
+const AUTH_SERVER_ADDRESS: u64 = 4;
+
+/// A client's `PullImageRequest` as the runtime is to get it: every byte
+/// kept, except that an `auth.server_address` without a scheme gets one
+/// ([`super::convert::server_address_for_runtime`]: containerd 1.6 refuses
+/// a bare host). The new value is appended to the last `auth` field (the
+/// last value of a scalar field wins, and message fields merge). Returns
+/// `buf` itself when nothing changes.
+pub fn pull_request_for_runtime(buf: Bytes) -> Result<Bytes, WireError> {
+    let req: pb::PullImageRequest = peek(&buf)?;
+    let Some(addr) = req.auth.map(|a| a.server_address) else { return Ok(buf) };
+    let fixed = super::convert::server_address_for_runtime(&addr);
+    if fixed == addr {
+        return Ok(buf);
+    }
+    let fields = fields(&buf)?;
+    let Some(last) = fields.iter().rev().find(|f| f.number == PULL_AUTH && f.wire_type == LEN) else {
+        return Ok(buf);
+    };
+    let mut extra = BytesMut::new();
+    put_varint(&mut extra, (AUTH_SERVER_ADDRESS << 3) | u64::from(LEN));
+    put_varint(&mut extra, fixed.len() as u64);
+    extra.extend_from_slice(fixed.as_bytes());
+    let mut out = BytesMut::with_capacity(buf.len() + extra.len() + 4);
+    out.extend_from_slice(&buf[..last.whole.start]);
+    put_varint(&mut out, (u64::from(PULL_AUTH) << 3) | u64::from(LEN));
+    put_varint(&mut out, (last.payload.len() + extra.len()) as u64);
+    out.extend_from_slice(&buf[last.payload.clone()]);
+    out.extend_from_slice(&extra);
+    out.extend_from_slice(&buf[last.whole.end..]);
+    Ok(out.freeze())
+}
+
 /// A gRPC codec whose messages are their encoded bytes: what a front
 /// forwards is never decoded and re-encoded on the way through.
 #[derive(Debug, Clone, Copy, Default)]
@@ -182,6 +218,37 @@ mod tests {
         b.extend_from_slice(&[0x9a, 0x06, text.len() as u8]); // field 99, LEN
         b.extend_from_slice(text.as_bytes());
         b
+    }
+
+    #[test]
+    fn a_bare_server_address_gets_a_scheme_and_every_other_byte_stays() {
+        let auth = pb::AuthConfig {
+            username: "u".into(),
+            password: "p".into(),
+            server_address: "127.0.0.1:5000".into(),
+            ..Default::default()
+        };
+        let mut req = Vec::new();
+        let spec = with_unknown(&pb::ImageSpec { image: "127.0.0.1:5000/a:1".into(), ..Default::default() }, "spec");
+        req.extend_from_slice(&[0x0a, spec.len() as u8]);
+        req.extend_from_slice(&spec);
+        let auth = with_unknown(&auth, "auth-extra");
+        req.extend_from_slice(&[0x12, auth.len() as u8]);
+        req.extend_from_slice(&auth);
+        req.extend_from_slice(&[0x9a, 0x06, 3]);
+        req.extend_from_slice(b"req");
+        let out = pull_request_for_runtime(Bytes::from(req.clone())).expect("rewritten");
+        let read: pb::PullImageRequest = peek(&out).expect("decodes");
+        let a = read.auth.expect("auth");
+        assert_eq!((a.server_address.as_str(), a.username.as_str()), ("https://127.0.0.1:5000", "u"));
+        assert_eq!(read.image.as_ref().map(|i| i.image.as_str()), Some("127.0.0.1:5000/a:1"));
+        for unknown in [&b"spec"[..], b"auth-extra", b"req"] {
+            assert!(out.windows(unknown.len()).any(|w| w == unknown), "{unknown:?} kept");
+        }
+        // Nothing to change: the same bytes.
+        let fine = Bytes::from(pb::PullImageRequest { auth: None, ..read }.encode_to_vec());
+        assert_eq!(pull_request_for_runtime(fine.clone()).expect("same"), fine);
+        assert!(pull_request_for_runtime(Bytes::from_static(&[0x12, 0x05, 1])).is_err(), "truncated");
     }
 
     #[test]

@@ -128,6 +128,7 @@ impl ImageManager {
             skip_if_present: true,
             absent_at: Some(absent_at),
             deadline: req.deadline,
+            wire: None,
         };
         // While it runs, an image it would replace counts as in use for GC.
         let in_flight = crate::domain::reference::parse_normalized_named(&spec.image)

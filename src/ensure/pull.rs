@@ -56,6 +56,7 @@ impl ImageManager {
                 && req.pull_policy != PullPolicy::AlwaysWithLocalFallback,
             absent_at,
             deadline: req.deadline,
+            wire: None,
         };
         // While the pull runs, an image it would replace counts as in use for GC.
         let normalized = crate::domain::reference::parse_normalized_named(&spec.image).map(|n| n.docker_ref()).ok();

@@ -83,6 +83,22 @@ impl CriReader {
 }
 
 impl CriReader {
+    /// `PullImage` of a client's request bytes (a CRI front's call), every
+    /// field kept but a bare `auth.server_address`
+    /// ([`crate::cri::wire::pull_request_for_runtime`]); the answer as the
+    /// runtime encoded it. `image` names the pull for the fault plan.
+    pub fn pull_wire(
+        &self,
+        image: &str,
+        body: prost::bytes::Bytes,
+        requested: Option<Duration>,
+    ) -> impl Future<Output = Result<prost::bytes::Bytes, CriError>> + 'static + use<> {
+        let body = crate::cri::wire::pull_request_for_runtime(body)
+            .map_err(|e| CriError::new(CriErrorKind::InvalidArgument, format!("PullImageRequest: {e}")));
+        let call = body.map(|b| self.forward(Rpc::PullImage, Some(image), b, requested));
+        async move { call?.await }
+    }
+
     /// One `ImageService` call forwarded as bytes (see
     /// [`CriClient::forward`]): the request as a client sent it, the answer
     /// as the runtime encoded it, with the gateway's deadlines (the caller's

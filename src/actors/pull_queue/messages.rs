@@ -34,6 +34,12 @@ pub struct PullRequest {
     pub absent_at: Option<tokio::time::Instant>,
     /// Overall deadline for this pull (overrides the queue's `pull_deadline`).
     pub deadline: Option<Duration>,
+    /// A client's `PullImageRequest` as it sent it (a CRI front's call):
+    /// the runtime gets these bytes, so fields imaged's proto does not know
+    /// reach it, and the answer comes back as the runtime's bytes
+    /// ([`PullOutcome::answer`]). `credentials` must then be the request's
+    /// one `auth` (or none): it is what the pull is shared by.
+    pub wire: Option<prost::bytes::Bytes>,
 }
 
 /// The pod a pull is for, as its sandbox's metadata names it: what
@@ -77,6 +83,7 @@ impl PullRequest {
             skip_if_present: false,
             absent_at: None,
             deadline: None,
+            wire: None,
         }
     }
 }
@@ -97,6 +104,9 @@ pub struct PullOutcome {
     /// succeeded with; `None` when it pulled without credentials (or did
     /// not pull). Every waiter of a shared pull sent the same list.
     pub credential: Option<usize>,
+    /// The runtime's `PullImageResponse` as it sent it, for a pull made
+    /// from a client's bytes ([`PullRequest::wire`]).
+    pub answer: Option<prost::bytes::Bytes>,
 }
 
 /// Why a pull did not produce an image.

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use actix::Recipient;
+use prost::bytes::Bytes;
 use tokio::time::Instant;
 use tracing::debug;
 
@@ -49,6 +50,13 @@ pub(super) trait PullRuntime {
     fn status(&self, image: ImageSpec) -> impl Future<Output = Result<ImageStatus, CriError>>;
     /// `PullImage`; returns the image reference.
     fn pull(&self, m: PullImage) -> impl Future<Output = Result<String, CriError>>;
+    /// `PullImage` of a client's request bytes; returns the answer's bytes.
+    fn pull_wire(
+        &self,
+        image: &str,
+        body: Bytes,
+        deadline: Option<Duration>,
+    ) -> impl Future<Output = Result<Bytes, CriError>>;
 }
 
 impl PullRuntime for CriReader {
@@ -60,6 +68,15 @@ impl PullRuntime for CriReader {
     // the mailbox (the next pull of a wave starts that much sooner).
     fn pull(&self, m: PullImage) -> impl Future<Output = Result<String, CriError>> {
         self.pull_image(m)
+    }
+
+    fn pull_wire(
+        &self,
+        image: &str,
+        body: Bytes,
+        deadline: Option<Duration>,
+    ) -> impl Future<Output = Result<Bytes, CriError>> {
+        CriReader::pull_wire(self, image, body, deadline)
     }
 }
 
@@ -169,10 +186,16 @@ impl<R: PullRuntime> PullTask<R> {
         self.take_token().await?;
         self.progress.phase(PullPhase::Pulling);
         let started = Instant::now();
-        let (image_ref, credential) = self.pull_with_credentials(started).await?;
+        let (image_ref, credential, answer) = match &self.request.wire {
+            Some(body) => self.pull_wire(body.clone(), started).await?,
+            None => {
+                let (image_ref, credential) = self.pull_with_credentials(started).await?;
+                (image_ref, credential, None)
+            }
+        };
         slot_freed().await;
         let size = self.size_of(&image_ref).await;
-        Ok(PullOutcome { image_ref, size, pull_duration: started.elapsed(), pulled: true, credential })
+        Ok(PullOutcome { image_ref, size, pull_duration: started.elapsed(), pulled: true, credential, answer })
     }
 
     /// The re-check: the image found present (no pull to make), or `None`
@@ -185,6 +208,7 @@ impl<R: PullRuntime> PullTask<R> {
                 pull_duration: Duration::ZERO,
                 pulled: false,
                 credential: None,
+                answer: None,
             }),
             Err(e) => {
                 debug!(image = self.progress.image, error = %e, "re-check before pulling failed; pulling");
@@ -247,6 +271,34 @@ impl<R: PullRuntime> PullTask<R> {
             }
         }
         Err(PullFailure::Cri(errors))
+    }
+
+    /// `PullImage` of the client's own request bytes (its one credential in
+    /// them): the image reference, the credential's index (`Some(0)` when
+    /// the request carries one) and the runtime's answer as it sent it.
+    async fn pull_wire(
+        &self,
+        body: Bytes,
+        started: Instant,
+    ) -> Result<(String, Option<usize>, Option<Bytes>), PullFailure> {
+        let left = time_left(self.deadline, started.elapsed())?;
+        let answer = match self.runtime.pull_wire(&self.request.image.image, body, left).await {
+            Ok(a) => a,
+            Err(e) => {
+                return Err(
+                    deadline_passed(self.deadline, &e, started.elapsed()).unwrap_or_else(|| PullFailure::Cri(vec![e]))
+                );
+            }
+        };
+        let image_ref = crate::cri::wire::peek::<crate::cri::proto::PullImageResponse>(&answer)
+            .map(|r| r.image_ref)
+            .unwrap_or_default();
+        if image_ref.is_empty() {
+            let e = CriError::new(CriErrorKind::InvalidResponse, "PullImage returned no image reference");
+            return Err(PullFailure::Cri(vec![e]));
+        }
+        let credential = (!self.request.credentials.is_empty()).then_some(0);
+        Ok((image_ref, credential, Some(answer)))
     }
 
     /// The pulled image's size; best effort, as the kubelet: a failed

@@ -75,6 +75,8 @@ enum Call {
     Status(String),
     /// The credential's user name ("" = anonymous) and the deadline sent.
     Pull(String, Option<Duration>),
+    /// A client's request bytes, as the runtime got them.
+    Wire(Bytes),
     SlotFreed,
 }
 
@@ -110,6 +112,25 @@ impl PullRuntime for &Script {
         self.log.borrow_mut().push(Call::Status(image.image));
         let next = self.statuses.borrow_mut().pop_front();
         next.unwrap_or_else(|| Ok(ImageStatus::default()))
+    }
+
+    /// A client's request bytes: read as the typed pull would be, and the
+    /// answer encoded with an extra field (number 99) the runtime added.
+    async fn pull_wire(&self, _image: &str, body: Bytes, deadline: Option<Duration>) -> Result<Bytes, CriError> {
+        use prost::Message as _;
+        self.log.borrow_mut().push(Call::Wire(body.clone()));
+        let req = crate::cri::proto::PullImageRequest::decode(body)
+            .map_err(|_| CriError::new(CriErrorKind::InvalidArgument, "bad request"))?;
+        let m = PullImage {
+            image: req.image.map(Into::into).unwrap_or_default(),
+            auth: req.auth.map(Into::into),
+            sandbox: None,
+            deadline,
+        };
+        let image_ref = self.pull(m).await?;
+        let mut answer = crate::cri::proto::PullImageResponse { image_ref }.encode_to_vec();
+        answer.extend_from_slice(&[0x9a, 0x06, 2, b'r', b't']);
+        Ok(answer.into())
     }
 
     async fn pull(&self, m: PullImage) -> Result<String, CriError> {
@@ -188,7 +209,8 @@ async fn an_image_present_at_its_turn_is_not_pulled_and_takes_no_token() {
             size: 42,
             pull_duration: Duration::ZERO,
             pulled: false,
-            credential: None
+            credential: None,
+            answer: None
         }
     );
     assert_eq!(script.calls(), vec![Call::Status("example.com/a:1".into())]);
@@ -332,4 +354,41 @@ async fn in_wait_mode_the_pull_waits_for_a_token_counted_once() {
     let s = scrape(&t.metrics);
     assert_eq!(s.value("imaged_pull_throttle_waits_total", &[]), Some(1.0));
     assert_eq!(s.value("imaged_pull_throttle_rejections_total", &[]), Some(0.0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_clients_request_reaches_the_runtime_as_its_bytes_and_the_answer_comes_back_as_sent() {
+    use prost::Message as _;
+    let script = Script::default();
+    let auth = crate::cri::proto::AuthConfig { username: "al".into(), password: "pw".into(), ..Default::default() };
+    let mut body = crate::cri::proto::PullImageRequest {
+        image: Some(crate::cri::proto::ImageSpec { image: "example.com/a:1".into(), ..Default::default() }),
+        auth: Some(auth),
+        sandbox_config: None,
+    }
+    .encode_to_vec();
+    body.extend_from_slice(&[0x9a, 0x06, 3, b'n', b'e', b'w']); // a field imaged's proto does not know
+    let body = Bytes::from(body);
+    let request = PullRequest {
+        credentials: vec![AuthConfig { username: "al".into(), ..AuthConfig::default() }],
+        wire: Some(body.clone()),
+        ..request()
+    };
+    let outcome = run(&task(&script, request), &script).await.expect("pulled");
+    assert_eq!(script.calls()[0], Call::Wire(body), "the runtime gets the client's bytes, unknown field and all");
+    assert_eq!(outcome.image_ref, "sha256:pulled");
+    assert_eq!(outcome.credential, Some(0), "pulled with the request's one credential");
+    let answer = outcome.answer.expect("the runtime's answer");
+    assert!(answer.ends_with(&[0x9a, 0x06, 2, b'r', b't']), "the runtime's own field comes back: {answer:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_clients_request_that_fails_fails_with_the_runtimes_error() {
+    let script = Script::default().pull(Duration::ZERO, Err(denied("al")));
+    let request = PullRequest { wire: Some(Bytes::from(vec![0x0a, 0x03, 0x0a, 0x01, b'a'])), ..request() };
+    let failure = run(&task(&script, request), &script).await.expect_err("denied");
+    assert!(
+        matches!(&failure, PullFailure::Cri(e) if e.len() == 1 && e[0].kind() == CriErrorKind::Unauthorized),
+        "{failure:?}"
+    );
 }
