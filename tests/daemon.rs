@@ -711,6 +711,16 @@ fn imaged_run_serves_the_kubelets_image_calls_on_its_cri_socket() {
         assert!(images.iter().any(|i| i.id == pulled.image_ref), "{images:?}");
     });
     assert!(d.log().contains("CRI ImageService serving"), "{}", d.log());
+    // imagectl as crictl with an image endpoint: the README's walk-through.
+    let endpoint = format!("unix://{}", cri.display());
+    let pulled = d.imagectl(&["cri", "--image-endpoint", &endpoint, "pull", "docker.io/library/redis:7"]);
+    assert!(pulled.status.success(), "{}", stderr(&pulled));
+    assert!(stdout(&pulled).starts_with("Image is up to date for sha256:"), "{}", stdout(&pulled));
+    let status = d.imagectl(&["cri", "--image-endpoint", &endpoint, "status", "docker.io/library/redis:7"]);
+    assert_eq!(status.status.code(), Some(0), "{}", stderr(&status));
+    let version = d.imagectl(&["cri", "--image-endpoint", &endpoint, "version"]);
+    assert_eq!(version.status.code(), Some(64), "a usage error: {}", stderr(&version));
+    assert!(stderr(&version).contains("--runtime-endpoint"), "{}", stderr(&version));
 }
 
 /// The embedded runtime served on its own (its images outlive imaged's

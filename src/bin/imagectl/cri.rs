@@ -47,16 +47,41 @@ pub enum Command {
     Ps,
 }
 
-/// Runs one CRI command; returns the exit code.
-pub fn run(cfg: imaged::config::Config, command: Command) -> Result<u8, AppError> {
+/// Runs one CRI command, against the runtime or, with `image_endpoint`,
+/// against that ImageService only; returns the exit code.
+pub fn run(cfg: imaged::config::Config, image_endpoint: Option<&str>, command: Command) -> Result<u8, AppError> {
+    let image_endpoint = image_endpoint
+        .map(|e| {
+            e.parse::<imaged::cri::CriEndpoint>()
+                .map_err(|err| AppError::Usage(format!("--image-endpoint {e:?}: {err}")))
+        })
+        .transpose()?;
+    if image_endpoint.is_some() && matches!(command, Command::Version | Command::Ps) {
+        return Err(AppError::Usage(
+            "--image-endpoint serves image calls only; `version` and `ps` talk to the runtime (--runtime-endpoint)"
+                .into(),
+        ));
+    }
     // The password is read before connecting to the runtime.
     let password = match &command {
         Command::Pull { username: Some(_), .. } => Some(read_password()?),
         _ => None,
     };
     actix::System::new().block_on(async move {
-        let rt = imaged::connect::runtime(&cfg).await?;
-        let g = &rt.gateway;
+        // An image endpoint answers no `Version`: the gateway is started
+        // over it without the runtime's start-up check.
+        let (gateway, _runtime) = match &image_endpoint {
+            Some(e) => {
+                let client = imaged::cri::CriClient::new(e, cfg.cri.connect_timeout)
+                    .map_err(|err| AppError::Usage(format!("--image-endpoint {e}: {err}")))?;
+                (actix::Actor::start(CriGatewayActor::new(client, &cfg.cri)), None)
+            }
+            None => {
+                let rt = imaged::connect::runtime(&cfg).await?;
+                (rt.gateway.clone(), Some(rt))
+            }
+        };
+        let g = &gateway;
         let mut o = std::io::stdout().lock();
         match command {
             Command::Version => version(g, &mut o).await,

@@ -85,6 +85,12 @@ enum Command {
     Status,
     /// Talk CRI to the runtime directly (no daemon).
     Cri {
+        /// Send the image calls to this CRI ImageService endpoint instead
+        /// (`unix:///path`), as crictl's `--image-endpoint`: e.g. imaged's
+        /// own CRI socket (`cri_server.socket`), which serves no
+        /// RuntimeService (so `version` and `ps` need the runtime).
+        #[arg(long, value_name = "ENDPOINT")]
+        image_endpoint: Option<String>,
         #[command(subcommand)]
         command: cri::Command,
     },
@@ -177,7 +183,7 @@ fn run(cli: Cli) -> Result<u8, AppError> {
     let cfg = cli.config.load()?;
     let _ = imaged::telemetry::init(&imaged::config::LogSettings { filter: "warn".into(), ..cfg.log.clone() });
     let command = match cli.command {
-        Command::Cri { command } => return cri::run(cfg, command),
+        Command::Cri { image_endpoint, command } => return cri::run(cfg, image_endpoint.as_deref(), command),
         c => c,
     };
     let socket = cli.socket.clone().unwrap_or_else(|| cfg.daemon.socket.clone());
