@@ -8,6 +8,11 @@
 //!   concurrent identical PullImage calls through the front (goal = 1);
 //! - `cri_server_fsinfo_busy_ratio`: ImageFsInfo p99 while 200 pulls are
 //!   queued ÷ its p99 idle (goal ≤ 2).
+//!
+//! Beside each ratio, the same calls through a bare tonic proxy (a server
+//! that forwards the bytes with a tonic client, nothing of imaged's, on a
+//! thread of its own as imaged is): `_floor_ratio` is what one more gRPC hop
+//! costs before imaged does anything, `_vs_floor` is imaged against it.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a failed unwrap is a failed run
 
 use std::sync::Arc;
@@ -19,10 +24,13 @@ use imaged::config::Config;
 use imaged::connect::ConnectedRuntime;
 use imaged::cri::proto as pb;
 use imaged::cri::proto::image_service_client::ImageServiceClient;
-use imaged::cri::{CriEndpoint, Rpc};
+use imaged::cri::server::{FrontFuture, ImageFront, ImageServiceServer, PullCall};
+use imaged::cri::wire::BytesCodec;
+use imaged::cri::{CriEndpoint, CriError, CriErrorKind, Rpc};
 use imaged::cri_front::CriFront;
 use imaged::embedded::{EmbeddedRuntime, RemoteImage};
 use imaged::node::Node;
+use prost::bytes::Bytes;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
@@ -58,29 +66,81 @@ async fn timed<F: std::future::Future>(f: F) -> (Duration, F::Output) {
     (t.elapsed(), out)
 }
 
-/// Medians of `pairs` interleaved calls through `front` and `direct`.
-async fn interleaved<F, Fut>(
-    pairs: usize,
-    front: &ImageServiceClient<Channel>,
-    direct: &ImageServiceClient<Channel>,
-    call: F,
-) -> f64
+/// Medians of `pairs` rounds of interleaved calls, one per side in
+/// `sides` (rotating which goes first, so none always meets a warm server).
+async fn medians<F, Fut>(pairs: usize, sides: &[&ImageServiceClient<Channel>], call: F) -> Vec<Duration>
 where
     F: Fn(ImageServiceClient<Channel>) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    let (mut f, mut d) = (Vec::new(), Vec::new());
+    let mut times = vec![Vec::new(); sides.len()];
     for i in 0..pairs {
-        // Alternate which goes first so neither always meets a warm server.
-        if i % 2 == 0 {
-            f.push(timed(call(front.clone())).await.0);
-            d.push(timed(call(direct.clone())).await.0);
-        } else {
-            d.push(timed(call(direct.clone())).await.0);
-            f.push(timed(call(front.clone())).await.0);
+        for k in 0..sides.len() {
+            let side = (i + k) % sides.len();
+            times[side].push(timed(call(sides[side].clone())).await.0);
         }
     }
-    ratio(median(f), median(d))
+    times.into_iter().map(median).collect()
+}
+
+/// A CRI front with nothing of imaged in it: a tonic server that forwards
+/// each call's bytes with a tonic client. What one more gRPC hop (and its
+/// thread wake-ups) costs before imaged does anything.
+struct ProxyFloor {
+    runtime: Channel,
+}
+
+impl ImageFront for ProxyFloor {
+    fn forward(&self, rpc: Rpc, body: Bytes, _: Option<Duration>) -> FrontFuture<Bytes> {
+        let mut grpc = tonic::client::Grpc::new(self.runtime.clone());
+        Box::pin(async move {
+            grpc.ready().await.map_err(|e| CriError::new(CriErrorKind::RuntimeUnavailable, e.to_string()))?;
+            let path = format!("/runtime.v1.ImageService/{}", rpc.name()).parse().expect("path");
+            let answer = grpc.unary(tonic::Request::new(body), path, BytesCodec).await;
+            answer.map(tonic::Response::into_inner).map_err(|s| CriError::from_status(s.code().into(), s.message()))
+        })
+    }
+
+    fn pull(&self, _: PullCall) -> FrontFuture<Bytes> {
+        Box::pin(async { Err(CriError::new(CriErrorKind::Other, "the floor does not pull")) })
+    }
+
+    fn pins(&self, _: &str, _: &[String], _: &[String]) -> bool {
+        false
+    }
+
+    fn may_pin(&self, _: &[u8]) -> bool {
+        false
+    }
+}
+
+/// Serves a [`ProxyFloor`] to `endpoint` on `path`, on a thread of its own.
+fn start_floor(endpoint: CriEndpoint, path: std::path::PathBuf) {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("floor runtime");
+        rt.block_on(async move {
+            let floor = ProxyFloor { runtime: endpoint.channel(Duration::from_secs(5)).expect("channel") };
+            let incoming = tokio_stream::wrappers::UnixListenerStream::new(
+                tokio::net::UnixListener::bind(&path).expect("bind the floor"),
+            );
+            tonic::transport::Server::builder()
+                .add_service(ImageServiceServer::new(Arc::new(floor)))
+                .serve_with_incoming(incoming)
+                .await
+                .expect("floor serves");
+        });
+    });
+}
+
+/// Prints one call's medians and returns through ÷ direct.
+fn report(name: &str, m: &[Duration]) -> f64 {
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    println!("cri_server_{name}_through_us: {:.1}", us(m[0]));
+    println!("cri_server_{name}_floor_us: {:.1}", us(m[1]));
+    println!("cri_server_{name}_direct_us: {:.1}", us(m[2]));
+    println!("cri_server_{name}_floor_ratio: {:.3}", ratio(m[1], m[2]));
+    println!("cri_server_{name}_vs_floor: {:.3}", ratio(m[0], m[1]));
+    ratio(m[0], m[2])
 }
 
 fn main() {
@@ -104,35 +164,60 @@ fn main() {
     let endpoint = runtime.endpoint();
     let front_path = dir.path().join("front.sock");
 
-    actix::System::new().block_on(async move {
-        let (gateway, version) = CriGatewayActor::connect(&endpoint, &CriSettings::default()).await.expect("gateway");
-        let connected = ConnectedRuntime { gateway, version, endpoint: endpoint.clone(), embedded: None };
-        let cfg = Config::from_toml("[gc]\ngc_period = \"1h\"\ndetect_period = \"1h\"").expect("config");
-        let node = Arc::new(Node::start_on(cfg, connected).await.expect("node"));
-        let socket = ApiSocket::bind_at("CRI socket", &front_path, None).await.expect("bind");
-        let front = CriFront::over(&node, &node.config().cri_server).await.expect("front");
-        actix::spawn(imaged::cri_front::serve(socket, front, std::future::pending()));
+    // imaged (node, front) on an actix System of its own thread, as the
+    // daemon is a process of its own; the clients (the kubelet's part) on
+    // this thread. The embedded runtime serves on its own thread too.
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let imaged_endpoint = endpoint.clone();
+    let imaged_path = front_path.clone();
+    std::thread::spawn(move || {
+        actix::System::new().block_on(async move {
+            let (gateway, version) =
+                CriGatewayActor::connect(&imaged_endpoint, &CriSettings::default()).await.expect("gateway");
+            let connected = ConnectedRuntime { gateway, version, endpoint: imaged_endpoint, embedded: None };
+            // No registry throttle: the bench queues 200 pulls at once.
+            let cfg =
+                Config::from_toml("[gc]\ngc_period = \"1h\"\ndetect_period = \"1h\"\n[pull]\nregistry_pull_qps = 0.0")
+                    .expect("config");
+            let node = Arc::new(Node::start_on(cfg, connected).await.expect("node"));
+            let socket = ApiSocket::bind_at("CRI socket", &imaged_path, None).await.expect("bind");
+            let front = CriFront::over(&node, &node.config().cri_server).await.expect("front");
+            ready_tx.send(node.queue().clone()).expect("ready");
+            imaged::cri_front::serve(socket, front, std::future::pending()).await.expect("serve");
+        });
+    });
+    let queue = ready_rx.recv().expect("imaged started");
+    let floor_path = dir.path().join("floor.sock");
+    start_floor(endpoint.clone(), floor_path.clone());
+    let clients = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("client runtime");
+
+    clients.block_on(async move {
         let front = ImageServiceClient::new(CriEndpoint::Unix(front_path).channel(Duration::from_secs(5)).unwrap())
             .max_decoding_message_size(16 << 20);
         let direct = ImageServiceClient::new(endpoint.channel(Duration::from_secs(5)).unwrap())
             .max_decoding_message_size(16 << 20);
+        let floor = ImageServiceClient::new(CriEndpoint::Unix(floor_path).channel(Duration::from_secs(5)).unwrap())
+            .max_decoding_message_size(16 << 20);
+        let sides = [&front, &floor, &direct];
 
         let status = |mut c: ImageServiceClient<Channel>| async move {
             let r = c
                 .image_status(pb::ImageStatusRequest { image: spec("docker.io/library/busybox:1.36"), verbose: false });
             assert!(r.await.expect("status").into_inner().image.is_some());
         };
-        interleaved(200, &front, &direct, status).await; // warm-up
+        medians(200, &sides, status).await; // warm-up
         println!("cri_server_status_pairs: {STATUS_PAIRS}");
-        println!("cri_server_status_ratio: {:.3}", interleaved(STATUS_PAIRS, &front, &direct, status).await);
+        let m = medians(STATUS_PAIRS, &sides, status).await;
+        println!("cri_server_status_ratio: {:.3}", report("status", &m));
 
         let list = |mut c: ImageServiceClient<Channel>| async move {
             let r = c.list_images(pb::ListImagesRequest { filter: None });
             assert!(r.await.expect("list").into_inner().images.len() > LIST_IMAGES);
         };
-        interleaved(4, &front, &direct, list).await; // warm-up
+        medians(4, &sides, list).await; // warm-up
         println!("cri_server_list_images: {LIST_IMAGES}");
-        println!("cri_server_list_ratio: {:.3}", interleaved(LIST_PAIRS, &front, &direct, list).await);
+        let m = medians(LIST_PAIRS, &sides, list).await;
+        println!("cri_server_list_ratio: {:.3}", report("list", &m));
 
         let before = runtime.stats().calls(Rpc::PullImage);
         let burst: Vec<_> = (0..BURST)
@@ -182,7 +267,7 @@ fn main() {
             .collect();
         tokio::time::sleep(Duration::from_millis(50)).await;
         let busy = fsinfo(&front).await;
-        let queued = node.queue().send(imaged::actors::pull_queue::GetQueueStatus).await.expect("status");
+        let queued = queue.send(imaged::actors::pull_queue::GetQueueStatus).await.expect("status");
         for p in pulls {
             p.await.expect("task").expect("pulled");
         }

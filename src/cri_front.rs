@@ -111,6 +111,18 @@ impl Pins {
             || self.patterns.iter().any(|p| names().any(|n| pattern_matches(p, n)))
     }
 
+    /// False when no image in this encoded answer can be pinned: nothing
+    /// is pinned, or only the sandbox image is and its name occurs nowhere
+    /// in the bytes (one scan instead of decoding every image of a
+    /// `ListImages`). Patterns are globs: with any, the images are read.
+    pub fn may_pin(&self, answer: &[u8]) -> bool {
+        match (&self.sandbox_image, self.patterns.is_empty()) {
+            (_, false) => true,
+            (None, true) => false,
+            (Some(name), true) => memchr::memmem::find(answer, name.as_bytes()).is_some(),
+        }
+    }
+
     /// True when nothing is pinned.
     pub fn is_empty(&self) -> bool {
         self.patterns.is_empty() && self.sandbox_image.is_none()
@@ -451,8 +463,8 @@ impl ImageFront for CriFront {
         self.pins.pins(repo_tags, repo_digests)
     }
 
-    fn pins_nothing(&self) -> bool {
-        self.pins.is_empty()
+    fn may_pin(&self, answer: &[u8]) -> bool {
+        self.pins.may_pin(answer)
     }
 }
 
@@ -490,6 +502,16 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_is_read_for_pins_only_when_a_pinned_name_can_be_in_it() {
+        let sandbox = Pins::new(Vec::new(), "registry.k8s.io/pause:3.10", true);
+        assert!(sandbox.may_pin(b"..registry.k8s.io/pause:3.10.."), "the sandbox image's name occurs");
+        assert!(!sandbox.may_pin(b"..registry.k8s.io/pause:3.9.."), "it does not: nothing to read");
+        assert!(!Pins::default().may_pin(b"anything"), "nothing pinned");
+        let patterns = Pins::new(vec!["example.com/*".into()], "", false);
+        assert!(patterns.may_pin(b""), "patterns are globs: always read");
+    }
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()

@@ -84,10 +84,11 @@ pub trait ImageFront: Send + Sync + 'static {
     /// pinned (the runtime may have pinned it already).
     fn pins(&self, id: &str, repo_tags: &[String], repo_digests: &[String]) -> bool;
 
-    /// True when [`pins`](Self::pins) is false for every image: answers
-    /// then pass through without being read.
-    fn pins_nothing(&self) -> bool {
-        false
+    /// False when [`pins`](Self::pins) is false for every image in this
+    /// encoded answer (e.g. no name it pins occurs in it): the answer then
+    /// passes through without its images being decoded.
+    fn may_pin(&self, _answer: &[u8]) -> bool {
+        true
     }
 }
 
@@ -210,7 +211,7 @@ async fn answer<F: ImageFront + ?Sized>(
         }
         Rpc::ListImages | Rpc::ImageStatus => {
             let answer = front.forward(rpc, body, deadline).await.map_err(status)?;
-            if front.pins_nothing() {
+            if !front.may_pin(&answer) {
                 return Ok(answer);
             }
             pin_images(answer, 1, |i| front.pins(&i.id, &i.repo_tags, &i.repo_digests)).map_err(bad_answer)
