@@ -76,7 +76,7 @@ pub(super) async fn start(
     // event sink, pruning its pull records.
     let capacity = match &runtime.embedded {
         Some(e) => e.capacity_source(),
-        None => CapacitySource::Statvfs,
+        None => CapacitySource::Statvfs { remote_capacity: cfg.gc.image_fs_capacity },
     };
     let parts = GcParts {
         store: store.clone(),
