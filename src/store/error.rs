@@ -21,6 +21,19 @@ pub enum StoreError {
         #[source]
         source: io::Error,
     },
+    /// The state directory can be written by its group or by others.
+    #[error(
+        "state directory {} has mode {mode:04o}: its group or others can write it (and replace the \
+         database); run `chmod 0700 {}`",
+        path.display(),
+        path.display()
+    )]
+    DirWritableByOthers {
+        /// The directory.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
     /// The database file could not be opened or created.
     #[error("cannot open database file {}", path.display())]
     OpenFile {

@@ -130,7 +130,8 @@ impl Store {
     /// Opens (creating if needed) `<dir>/imaged.redb`.
     ///
     /// The directory (and any missing parent) is created with mode 0700 if
-    /// missing; an existing directory is left as it is. The database file is
+    /// missing; an existing one that its group or others can write is
+    /// refused ([`StoreError::DirWritableByOthers`], naming the fix). The database file is
     /// made readable and writable only by its owner (0600), also when it
     /// already existed with wider permissions. A database left by a crash is
     /// repaired (logged as a warning).
@@ -153,6 +154,7 @@ impl Store {
             .mode(DIR_MODE)
             .create(dir)
             .map_err(|source| StoreError::CreateDir { path: dir.to_path_buf(), source })?;
+        check_dir_mode(dir)?;
         let path = dir.join(FILE_NAME);
         let damage = match open_checked(&path) {
             Ok(store) => return Ok(store),
@@ -280,6 +282,21 @@ fn open_owner_only(path: &Path) -> Result<File, StoreError> {
         );
     }
     Ok(file)
+}
+
+/// Refuses a state directory that group or others can write: whoever can
+/// write it can replace the database (and with it the KEP-2535 records
+/// that decide which pods may use private images).
+fn check_dir_mode(dir: &Path) -> Result<(), StoreError> {
+    let mode = std::fs::metadata(dir)
+        .map_err(|source| StoreError::CreateDir { path: dir.to_path_buf(), source })?
+        .permissions()
+        .mode()
+        & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(StoreError::DirWritableByOthers { path: dir.to_path_buf(), mode });
+    }
+    Ok(())
 }
 
 /// Opens the database at `path` and checks all of it: redb's integrity

@@ -281,6 +281,24 @@ fn schema_version_is_recorded_on_create() {
 }
 
 #[test]
+fn a_state_directory_others_can_write_is_refused_naming_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let err = Store::open(&state).unwrap_err();
+    assert!(matches!(err, StoreError::DirWritableByOthers { mode: 0o777, .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("0777") && text.contains(&format!("chmod 0700 {}", state.display())), "{text}");
+    assert!(!state.join(FILE_NAME).exists(), "nothing created");
+    // Group-writable too; readable by others is fine.
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o770)).unwrap();
+    assert!(matches!(Store::open(&state), Err(StoreError::DirWritableByOthers { .. })));
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).unwrap();
+    Store::open(&state).unwrap();
+}
+
+#[test]
 fn open_fails_clearly_when_the_directory_cannot_be_created() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("not-a-dir");
