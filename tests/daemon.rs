@@ -847,3 +847,60 @@ fn a_socket_activated_cri_socket_holds_the_kubelets_calls_while_imaged_restarts(
     assert!(cri.exists(), "the service manager's socket file stays when imaged exits");
     drop(runtime);
 }
+
+/// `imaged embedded-runtime --socket` on its own: its image filesystem's
+/// mountpoint exists only inside its simulation, so it is not on this host.
+fn served_runtime(dir: &std::path::Path) -> (ServedRuntime, String) {
+    use std::time::Instant;
+    let rt_sock = dir.join("rt.sock");
+    let runtime = ServedRuntime(
+        std::process::Command::new(env!("CARGO_BIN_EXE_imaged"))
+            .args(["embedded-runtime", "--socket"])
+            .arg(&rt_sock)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("embedded runtime"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(&rt_sock).is_err() {
+        assert!(Instant::now() < deadline, "the embedded runtime did not serve");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (runtime, format!("runtime.endpoint=unix://{}", rt_sock.display()))
+}
+
+#[test]
+fn gc_on_a_runtime_whose_image_filesystem_is_not_on_this_host() {
+    let dir = tempfile::Builder::new().prefix("imgc").tempdir_in("/tmp").expect("tempdir");
+    let (_runtime, endpoint) = served_runtime(dir.path());
+
+    // Without a capacity: a clear refusal naming the mountpoint and the key.
+    let d = Daemon::start(&["--set", endpoint.as_str()]);
+    let o = d.imagectl(&["gc", "--dry-run"]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("/var/lib/imaged/embedded") && err.contains("gc.image_fs_capacity"), "{err}");
+    drop(d);
+
+    // With one: the reported used bytes against it, and the report says so.
+    let d = Daemon::start(&["--set", endpoint.as_str(), "--set", "gc.image_fs_capacity=107374182400"]);
+    let o = d.imagectl(&["gc", "--dry-run"]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("disk measured by: ImageFsInfo used bytes, capacity 107374182400 bytes from gc.image_fs_capacity (/var/lib/imaged/embedded is not on this host)"),
+        "{out}"
+    );
+    let o = d.imagectl(&["-o", "json", "gc", "--dry-run"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
+    assert!(v["measured_by"].as_str().is_some_and(|m| m.starts_with("ImageFsInfo used bytes")), "{v}");
+    assert!(v["usage_percent"].is_u64(), "{v}");
+}
+
+#[test]
+fn gc_on_the_in_process_embedded_runtime_says_it_measured_the_simulation() {
+    let d = Daemon::start(&[]);
+    let o = d.imagectl(&["gc", "--dry-run"]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("disk measured by: the embedded runtime's simulated filesystem"), "{}", stdout(&o));
+}

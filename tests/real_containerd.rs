@@ -235,7 +235,8 @@ async fn gc_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>) {
         pushed[2].reference, env.registry_open
     );
     let settings = imaged::config::Config::from_toml(&toml).expect("config").gc;
-    let svc = GcService::start(&gateway, &settings, CapacitySource::Statvfs, GcParts::default());
+    let svc =
+        GcService::start(&gateway, &settings, CapacitySource::Statvfs { remote_capacity: None }, GcParts::default());
     let plan = svc.executor.send(DeleteUnusedImages { dry_run: true }).await.unwrap().expect("plan");
     assert!(plan.before.capacity > 0, "statvfs measured the containerd mountpoint");
     let verdict = |id: &str| plan.entries.iter().find(|e| e.id == id).map(|e| e.verdict.clone());

@@ -166,6 +166,7 @@ pub fn gc_report(r: &GcReport) -> proto::GcReport {
         }
         .to_string(),
         dry_run: r.dry_run,
+        measured_by: r.measured_by.clone(),
         usage_percent: r.usage_percent.map(u32::from),
         projected_usage_percent: r.projected_usage_percent.map(u32::from),
         amount_to_free: r.amount_to_free,

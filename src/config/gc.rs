@@ -33,6 +33,10 @@ pub struct GcSettings {
     pub pinned_images: Vec<String>,
     /// Keep at most this many unused tags per repository (`None` = off).
     pub keep_newest_tags_per_repo: Option<usize>,
+    /// The image filesystem's size in bytes when the runtime's mountpoint is
+    /// not on this host (`gc.image_fs_capacity`; `None` = unknown: GC then
+    /// fails naming the key). A mountpoint on this host is always measured.
+    pub image_fs_capacity: Option<u64>,
     /// The detector's mailbox capacity.
     pub detector_mailbox_capacity: usize,
     /// The GC executor's mailbox capacity.
@@ -132,6 +136,17 @@ pub(super) fn gc_from_raw(g: RawGc) -> Result<GcSettings, ConfigError> {
         }
     }
     let keep = zero_is_off("gc.keep_newest_tags_per_repo", g.keep_newest_tags_per_repo, "off")?;
+    let image_fs_capacity = match u64::try_from(g.image_fs_capacity) {
+        Ok(0) => None,
+        Ok(n) => Some(n),
+        Err(_) => {
+            return Err(invalid(
+                "gc.image_fs_capacity",
+                &g.image_fs_capacity.to_string(),
+                "must be 0 (unknown) or a size in bytes",
+            ));
+        }
+    };
     Ok(GcSettings {
         high_threshold_percent: high,
         low_threshold_percent: low,
@@ -144,6 +159,7 @@ pub(super) fn gc_from_raw(g: RawGc) -> Result<GcSettings, ConfigError> {
         sandbox_image: g.sandbox_image,
         pinned_images: g.pinned_images,
         keep_newest_tags_per_repo: keep,
+        image_fs_capacity,
         detector_mailbox_capacity: mailbox_capacity("gc.detector_mailbox_capacity", g.detector_mailbox_capacity)?,
         executor_mailbox_capacity: mailbox_capacity("gc.executor_mailbox_capacity", g.executor_mailbox_capacity)?,
         refresher_mailbox_capacity: mailbox_capacity("gc.refresher_mailbox_capacity", g.refresher_mailbox_capacity)?,

@@ -53,6 +53,7 @@ pub(super) struct RawGc {
     pub(super) sandbox_image: String,
     pub(super) pinned_images: Vec<String>,
     pub(super) keep_newest_tags_per_repo: i64,
+    pub(super) image_fs_capacity: i64,
     pub(super) detector_mailbox_capacity: i64,
     pub(super) executor_mailbox_capacity: i64,
     pub(super) refresher_mailbox_capacity: i64,

@@ -220,6 +220,23 @@ impl GcFamilies {
     }
 }
 
+/// The durable store's.
+pub(super) struct StoreFamilies {
+    pub(super) recovered: Counter,
+}
+
+impl StoreFamilies {
+    pub(super) fn register(r: &mut Registry) -> Self {
+        let recovered = Counter::default();
+        r.register(
+            "store_recovered",
+            "State databases found damaged at start, moved aside (imaged.redb.damaged-<time>) and replaced by an empty one",
+            recovered.clone(),
+        );
+        Self { recovered }
+    }
+}
+
 /// `build_info` (set here, once) and `config_info` (set by the daemon).
 pub(super) struct InfoFamilies {
     pub(super) config: Family<Vec<(&'static str, String)>, Gauge>,

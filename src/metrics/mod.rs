@@ -28,7 +28,9 @@ use prometheus_client::registry::Registry;
 use crate::cri::{CriError, Rpc};
 use crate::domain::pull_policy::PullPolicy;
 use crate::domain::pull_record::MustPullResult;
-use families::{BackoffFamilies, CriFamilies, GcFamilies, InfoFamilies, KubeletFamilies, PullQueueFamilies};
+use families::{
+    BackoffFamilies, CriFamilies, GcFamilies, InfoFamilies, KubeletFamilies, PullQueueFamilies, StoreFamilies,
+};
 pub use families::{CRI_DURATION_BUCKETS, PLUGIN_DURATION_BUCKETS, PULL_DURATION_BUCKETS};
 pub use labels::{BackoffResetReason, Tristate, image_size_bucket};
 use labels::{POLICY_LABELS, policy_index};
@@ -74,6 +76,7 @@ struct Inner {
     backoff: BackoffFamilies,
     cri: CriFamilies,
     gc: GcFamilies,
+    store: StoreFamilies,
     info: InfoFamilies,
 }
 
@@ -117,8 +120,9 @@ impl Metrics {
         let backoff = BackoffFamilies::register(&mut r);
         let cri = CriFamilies::register(&mut r);
         let gc = GcFamilies::register(&mut r);
+        let store = StoreFamilies::register(&mut r);
         let info = InfoFamilies::register(&mut r);
-        Self { inner: Arc::new(Inner { registry: r, kubelet, queue, backoff, cri, gc, info }) }
+        Self { inner: Arc::new(Inner { registry: r, kubelet, queue, backoff, cri, gc, store, info }) }
     }
 
     /// Every family in the Prometheus/OpenMetrics text format ([`CONTENT_TYPE`]).
@@ -247,6 +251,13 @@ impl Metrics {
     /// A GC run (not a dry run) ended, well or not.
     pub fn gc_run(&self, ok: bool) {
         self.inner.gc.runs.get_or_create(&[("result", if ok { "success" } else { "failure" })]).inc();
+    }
+
+    // === store ===
+
+    /// The state database was found damaged at start and replaced.
+    pub fn store_recovered(&self) {
+        self.inner.store.recovered.inc();
     }
 
     // === info ===

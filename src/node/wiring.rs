@@ -48,9 +48,7 @@ pub(super) async fn start(
     // Durable state, and the KEP-2535 pull records in it; intents a crash
     // left are turned into records every pod must re-verify.
     let store = match &cfg.state_dir {
-        Some(dir) => Some(Arc::new(
-            Store::open(dir).map_err(|e| AppError::Other(format!("opening the state in {}: {e}", dir.display())))?,
-        )),
+        Some(dir) => Some(open_store(dir, &cfg.pull.metrics)?),
         None => None,
     };
     let records = PullRecords::open(cfg.verification.clone(), store.clone())
@@ -78,7 +76,7 @@ pub(super) async fn start(
     // event sink, pruning its pull records.
     let capacity = match &runtime.embedded {
         Some(e) => e.capacity_source(),
-        None => CapacitySource::Statvfs,
+        None => CapacitySource::Statvfs { remote_capacity: cfg.gc.image_fs_capacity },
     };
     let parts = GcParts {
         store: store.clone(),
@@ -90,6 +88,27 @@ pub(super) async fn start(
 
     let live_gc = std::sync::Mutex::new(cfg.gc.clone());
     Ok(Node { cfg, runtime, manager, queue, backoff, gc, store, accepting: Arc::new(AtomicBool::new(true)), live_gc })
+}
+
+/// Opens the durable state in `dir`. A damaged database does not fail the
+/// start: [`Store::open`] moves it aside and starts an empty one (logged as
+/// an error), counted here in `imaged_store_recovered_total`. What moving
+/// aside cannot fix fails it, naming the directory: permissions, I/O
+/// errors, another imaged holding the database, a newer schema.
+pub(crate) fn open_store(dir: &std::path::Path, metrics: &crate::metrics::Metrics) -> Result<Arc<Store>, AppError> {
+    let store = Store::open(dir).map_err(|e| {
+        let mut msg = format!("opening the state in {}: {e}", dir.display());
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            msg.push_str(&format!(": {s}"));
+            source = s.source();
+        }
+        AppError::Other(msg)
+    })?;
+    if store.recovery().is_some() {
+        metrics.store_recovered();
+    }
+    Ok(Arc::new(store))
 }
 
 /// [`PullRecords::recover_intents`] over the images the runtime behind
@@ -203,5 +222,34 @@ impl GcService {
         };
         let (refresher, images) = CacheRefresherActor::new(gateway.clone().recipient(), rcfg);
         Self { detector, executor, refresher: refresher.start(), images }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_damaged_store_is_counted_and_does_not_fail_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(crate::store::FILE_NAME), vec![0x5a; 8192]).unwrap();
+        let metrics = crate::metrics::Metrics::new();
+        let store = open_store(dir.path(), &metrics).unwrap();
+        assert!(store.recovery().is_some());
+        assert!(metrics.encode().contains("imaged_store_recovered_total 1\n"), "{}", metrics.encode());
+        drop(store);
+        // A healthy reopen counts nothing more.
+        let metrics = crate::metrics::Metrics::new();
+        open_store(dir.path(), &metrics).unwrap();
+        assert!(metrics.encode().contains("imaged_store_recovered_total 0\n"), "{}", metrics.encode());
+    }
+
+    #[test]
+    fn what_moving_aside_cannot_fix_still_fails_naming_the_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        // The database path is a directory: not damage, an environment error.
+        std::fs::create_dir(dir.path().join(crate::store::FILE_NAME)).unwrap();
+        let err = open_store(dir.path(), &crate::metrics::Metrics::new()).unwrap_err().to_string();
+        assert!(err.contains(&dir.path().display().to_string()) && err.contains("Is a directory"), "{err}");
     }
 }

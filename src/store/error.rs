@@ -21,6 +21,19 @@ pub enum StoreError {
         #[source]
         source: io::Error,
     },
+    /// The state directory can be written by its group or by others.
+    #[error(
+        "state directory {} has mode {mode:04o}: its group or others can write it (and replace the \
+         database); run `chmod 0700 {}`",
+        path.display(),
+        path.display()
+    )]
+    DirWritableByOthers {
+        /// The directory.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
     /// The database file could not be opened or created.
     #[error("cannot open database file {}", path.display())]
     OpenFile {
@@ -59,6 +72,26 @@ pub enum StoreError {
         /// redb's error (boxed: it is large).
         #[source]
         source: Box<DatabaseError>,
+    },
+    /// redb panicked while the database was opened and checked (a bug of
+    /// redb's on a damaged file; caught only in builds that unwind).
+    #[error("the database {} could not be read: redb panicked ({message})", path.display())]
+    Panicked {
+        /// The database file.
+        path: PathBuf,
+        /// The panic's message.
+        message: String,
+    },
+    /// A damaged database could not be moved aside; nothing was changed.
+    #[error("cannot move the damaged database {} aside to {}", from.display(), to.display())]
+    MoveAside {
+        /// The database file.
+        from: PathBuf,
+        /// Where it was to go.
+        to: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: io::Error,
     },
     /// The database was written with a schema version this build does not
     /// know (normally by a newer imaged); it is left untouched.
@@ -117,4 +150,47 @@ pub enum StoreError {
         #[source]
         source: serde_json::Error,
     },
+}
+
+impl StoreError {
+    /// Whether this error says the database file itself is damaged (not a
+    /// redb file, truncated, corrupted pages, redb panicked on it), as
+    /// opposed to the environment (permissions, I/O errors, the lock, a
+    /// newer schema, an older file format), which moving the file aside
+    /// would not fix or would lose data for.
+    pub fn is_damage(&self) -> bool {
+        match self {
+            Self::Open { source, .. } => match source.as_ref() {
+                DatabaseError::Storage(s) => storage_is_damage(s),
+                DatabaseError::RepairAborted => true,
+                _ => false,
+            },
+            Self::Transaction { source, .. } => match source.as_ref() {
+                redb::Error::Corrupted(_)
+                | redb::Error::TableTypeMismatch { .. }
+                | redb::Error::TableIsMultimap(_)
+                | redb::Error::TableIsNotMultimap(_)
+                | redb::Error::TypeDefinitionChanged { .. } => true,
+                redb::Error::Io(e) => io_is_damage(e),
+                _ => false,
+            },
+            Self::Panicked { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// A storage error that comes from the file's content.
+fn storage_is_damage(e: &redb::StorageError) -> bool {
+    match e {
+        redb::StorageError::Corrupted(_) => true,
+        redb::StorageError::Io(e) => io_is_damage(e),
+        _ => false,
+    }
+}
+
+/// redb reports "not a redb file" and short reads as these I/O kinds; any
+/// other kind (permission, EIO, no space) is the environment's.
+fn io_is_damage(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof)
 }

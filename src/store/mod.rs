@@ -18,6 +18,10 @@
 //! - One process at a time: redb locks the file, so a second open (from this
 //!   process or another) fails with [`StoreError::AlreadyOpen`].
 //! - A record that no longer decodes is skipped with a warning, never fatal.
+//! - A damaged file (not a redb database, truncated, corrupted pages) never
+//!   fails [`Store::open`]: it is moved aside as
+//!   `imaged.redb.damaged-<UTC time>` and an empty database opened
+//!   ([`Store::recovery`]).
 //!
 //! # Schema
 //!
@@ -50,7 +54,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use redb::backends::FileBackend;
-use redb::{Database, DatabaseError, Durability, ReadableTable, TableDefinition};
+use redb::{Database, DatabaseError, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 
 mod error;
 mod image_records;
@@ -101,6 +105,17 @@ pub struct Store {
     db: Database,
     /// `<dir>/imaged.redb`, for error messages and logs.
     path: PathBuf,
+    /// Set when `open` replaced a damaged database.
+    recovery: Option<Recovery>,
+}
+
+/// What [`Store::open`] did with a damaged database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovery {
+    /// Where the damaged file was moved: `<dir>/imaged.redb.damaged-<UTC time>`.
+    pub moved_to: PathBuf,
+    /// Why it was judged damaged (the error, with its causes).
+    pub reason: String,
 }
 
 impl std::fmt::Debug for Store {
@@ -115,46 +130,61 @@ impl Store {
     /// Opens (creating if needed) `<dir>/imaged.redb`.
     ///
     /// The directory (and any missing parent) is created with mode 0700 if
-    /// missing; an existing directory is left as it is. The database file is
+    /// missing; an existing one that its group or others can write is
+    /// refused ([`StoreError::DirWritableByOthers`], naming the fix). The database file is
     /// made readable and writable only by its owner (0600), also when it
     /// already existed with wider permissions. A database left by a crash is
-    /// repaired (logged as a warning). Fails with
-    /// [`StoreError::AlreadyOpen`] when another process, or another `Store`
-    /// in this one, has it open, and with [`StoreError::UnsupportedSchema`]
-    /// when a newer imaged wrote it.
+    /// repaired (logged as a warning).
+    ///
+    /// Every open checks the whole file (redb's integrity check over every
+    /// page checksum, then a read of every entry of every table). A file
+    /// that is damaged ([`StoreError::is_damage`]: not a redb file,
+    /// truncated, corrupted pages) is moved aside to
+    /// `imaged.redb.damaged-<UTC time>` in the same directory, an error is
+    /// logged naming it and what was lost, and an empty database is opened
+    /// in its place ([`Store::recovery`] says so). Fails, changing nothing,
+    /// with [`StoreError::AlreadyOpen`] when another process, or another
+    /// `Store` in this one, has it open, with
+    /// [`StoreError::UnsupportedSchema`] when a newer imaged wrote it, and
+    /// with the I/O error for what moving aside cannot fix (permissions,
+    /// a failing disk).
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
         DirBuilder::new()
             .recursive(true)
             .mode(DIR_MODE)
             .create(dir)
             .map_err(|source| StoreError::CreateDir { path: dir.to_path_buf(), source })?;
+        check_dir_mode(dir)?;
         let path = dir.join(FILE_NAME);
-        let file = open_owner_only(&path)?;
-
-        let backend = FileBackend::new(file)
-            .map_err(|source| StoreError::Open { path: path.clone(), source: Box::new(source) })?;
-        let repair_path = path.clone();
-        let warned = Cell::new(false);
-        let db = Database::builder()
-            .set_cache_size(CACHE_SIZE_BYTES)
-            .set_repair_callback(move |_session| {
-                if !warned.replace(true) {
-                    tracing::warn!(
-                        db = %repair_path.display(),
-                        "database was not closed cleanly; repairing it"
-                    );
-                }
-            })
-            .create_with_backend(backend)
-            .map_err(|source| match source {
-                DatabaseError::DatabaseAlreadyOpen => StoreError::AlreadyOpen { path: path.clone() },
-                source => StoreError::Open { path: path.clone(), source: Box::new(source) },
-            })?;
-
-        let store = Self { db, path };
-        store.init_schema()?;
-        tracing::debug!(db = %store.path.display(), "store opened");
+        let damage = match open_checked(&path) {
+            Ok(store) => return Ok(store),
+            Err(e) if e.is_damage() => e,
+            Err(e) => return Err(e),
+        };
+        let moved_to = move_aside(&path)?;
+        let reason = error_chain(&damage);
+        tracing::error!(
+            db = %path.display(),
+            moved_to = %moved_to.display(),
+            %reason,
+            "the state database is damaged; it was moved aside and imaged starts with an empty one. \
+             Lost: the GC image records (first-detected and last-used times: every image's age \
+             restarts now) and the KEP-2535 pull intents and pulled records (images present now \
+             count as never pulled by imaged, i.e. preloaded: under credential_verification.policy \
+             NeverVerifyPreloadedImages or NeverVerifyAllowlistedImages pods no longer need \
+             credentials for them; only AlwaysVerify re-verifies them; remove private images from the \
+             runtime to force pulls). The damaged file is kept for inspection at moved_to; to go \
+             back to it, stop imaged and move it over the database file"
+        );
+        let mut store = open_checked(&path)?;
+        store.recovery = Some(Recovery { moved_to, reason });
         Ok(store)
+    }
+
+    /// When [`Store::open`] found the database damaged and started an empty
+    /// one: where the damaged file went and why.
+    pub fn recovery(&self) -> Option<&Recovery> {
+        self.recovery.as_ref()
     }
 
     /// The database file, `<dir>/imaged.redb`.
@@ -193,6 +223,32 @@ impl Store {
         txn.commit().map_err(|e| self.tx_error(op, e))
     }
 
+    /// Reads every key and value of every table (bytes only, nothing
+    /// decoded), so that a page redb cannot read fails the open rather than
+    /// a later read.
+    fn read_every_entry(&self) -> Result<(), StoreError> {
+        let op = "reading every entry";
+        let txn = self.db.begin_read().map_err(|e| self.tx_error(op, e))?;
+        let meta = txn.open_table(META).map_err(|e| self.tx_error(op, e))?;
+        for entry in meta.iter().map_err(|e| self.tx_error(op, e))? {
+            let (key, value) = entry.map_err(|e| self.tx_error(op, e))?;
+            let _ = (key.value(), value.value());
+        }
+        for def in [IMAGE_RECORDS, PULLED_RECORDS] {
+            let table = txn.open_table(def).map_err(|e| self.tx_error(op, e))?;
+            for entry in table.iter().map_err(|e| self.tx_error(op, e))? {
+                let (key, value) = entry.map_err(|e| self.tx_error(op, e))?;
+                let _ = (key.value(), value.value());
+            }
+        }
+        let intents = txn.open_table(PULL_INTENTS).map_err(|e| self.tx_error(op, e))?;
+        for entry in intents.iter().map_err(|e| self.tx_error(op, e))? {
+            let (key, value) = entry.map_err(|e| self.tx_error(op, e))?;
+            let _ = (key.value(), value.value());
+        }
+        Ok(())
+    }
+
     /// Wraps a redb error with this database's path and the step that failed.
     fn tx_error(&self, op: &'static str, source: impl Into<redb::Error>) -> StoreError {
         StoreError::Transaction { path: self.path.clone(), op, source: Box::new(source.into()) }
@@ -226,4 +282,136 @@ fn open_owner_only(path: &Path) -> Result<File, StoreError> {
         );
     }
     Ok(file)
+}
+
+/// Refuses a state directory that group or others can write: whoever can
+/// write it can replace the database (and with it the KEP-2535 records
+/// that decide which pods may use private images).
+fn check_dir_mode(dir: &Path) -> Result<(), StoreError> {
+    let mode = std::fs::metadata(dir)
+        .map_err(|source| StoreError::CreateDir { path: dir.to_path_buf(), source })?
+        .permissions()
+        .mode()
+        & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(StoreError::DirWritableByOthers { path: dir.to_path_buf(), mode });
+    }
+    Ok(())
+}
+
+/// Opens the database at `path` and checks all of it: redb's integrity
+/// check (every page checksum; a file left by a crash is rolled back to its
+/// last commit), the schema, and a read of every entry of every table.
+///
+/// redb reports a damaged file as an error (its internal "cannot happen"
+/// checks return `Corrupted` in builds without debug assertions, which is
+/// why `Cargo.toml` turns them off for redb in every profile). Should redb
+/// still panic, the panic is caught here and returned as
+/// [`StoreError::Panicked`] — but only in a build that unwinds: the release
+/// profile aborts on panic, and the daemon's panic hook aborts in every
+/// build, so there the checks above are what keeps a damaged file from
+/// ending the process.
+fn open_checked(path: &Path) -> Result<Store, StoreError> {
+    let file = open_owner_only(path)?;
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| open_database(file, path))) {
+        Ok(result) => result,
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".to_string());
+            Err(StoreError::Panicked { path: path.to_path_buf(), message })
+        }
+    }
+}
+
+/// [`open_checked`] without the panic guard.
+fn open_database(file: File, path: &Path) -> Result<Store, StoreError> {
+    let open_error = |source| match source {
+        DatabaseError::DatabaseAlreadyOpen => StoreError::AlreadyOpen { path: path.to_path_buf() },
+        source => StoreError::Open { path: path.to_path_buf(), source: Box::new(source) },
+    };
+    let backend = FileBackend::new(file)
+        .map_err(|source| StoreError::Open { path: path.to_path_buf(), source: Box::new(source) })?;
+    let repair_path = path.to_path_buf();
+    let warned = Cell::new(false);
+    let mut db = Database::builder()
+        .set_cache_size(CACHE_SIZE_BYTES)
+        .set_repair_callback(move |_session| {
+            if !warned.replace(true) {
+                tracing::warn!(
+                    db = %repair_path.display(),
+                    "database was not closed cleanly; repairing it"
+                );
+            }
+        })
+        .create_with_backend(backend)
+        .map_err(open_error)?;
+    if !db.check_integrity().map_err(open_error)? {
+        tracing::warn!(
+            db = %path.display(),
+            "database failed its integrity check and was repaired (back to its last intact commit)"
+        );
+    }
+    let store = Store { db, path: path.to_path_buf(), recovery: None };
+    store.init_schema()?;
+    store.read_every_entry()?;
+    tracing::debug!(db = %store.path.display(), "store opened");
+    Ok(store)
+}
+
+/// Moves a damaged database file aside, next to where it was, as
+/// `imaged.redb.damaged-<UTC time>` (`.1`, `.2`, … appended when that
+/// name is taken), keeping its bytes for the operator.
+fn move_aside(path: &Path) -> Result<PathBuf, StoreError> {
+    let stamp: String = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+        .to_string()
+        .chars()
+        .filter(|c| *c != '-' && *c != ':')
+        .collect();
+    let base = format!("{FILE_NAME}.damaged-{stamp}");
+    let mut to = path.with_file_name(&base);
+    // Bounded: a hundred recoveries within one second is not a real case.
+    for n in 1..=MAX_ASIDE_SUFFIX {
+        if std::fs::symlink_metadata(&to).is_err() {
+            break;
+        }
+        to = path.with_file_name(format!("{base}.{n}"));
+    }
+    if std::fs::symlink_metadata(&to).is_ok() {
+        return Err(StoreError::MoveAside {
+            from: path.to_path_buf(),
+            to,
+            source: std::io::Error::new(std::io::ErrorKind::AlreadyExists, "every candidate name is taken"),
+        });
+    }
+    std::fs::rename(path, &to).map_err(|source| StoreError::MoveAside {
+        from: path.to_path_buf(),
+        to: to.clone(),
+        source,
+    })?;
+    // Make the rename durable; the move itself already happened, so a
+    // failure here only weakens a crash right now.
+    if let Some(dir) = path.parent()
+        && let Err(e) = File::open(dir).and_then(|d| d.sync_all())
+    {
+        tracing::warn!(dir = %dir.display(), error = %e, "cannot sync the state directory after moving the database aside");
+    }
+    Ok(to)
+}
+
+/// Largest `.N` suffix [`move_aside`] tries.
+const MAX_ASIDE_SUFFIX: u32 = 100;
+
+/// An error and its sources, `: `-joined.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
 }

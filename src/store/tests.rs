@@ -281,6 +281,24 @@ fn schema_version_is_recorded_on_create() {
 }
 
 #[test]
+fn a_state_directory_others_can_write_is_refused_naming_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let err = Store::open(&state).unwrap_err();
+    assert!(matches!(err, StoreError::DirWritableByOthers { mode: 0o777, .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("0777") && text.contains(&format!("chmod 0700 {}", state.display())), "{text}");
+    assert!(!state.join(FILE_NAME).exists(), "nothing created");
+    // Group-writable too; readable by others is fine.
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o770)).unwrap();
+    assert!(matches!(Store::open(&state), Err(StoreError::DirWritableByOthers { .. })));
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).unwrap();
+    Store::open(&state).unwrap();
+}
+
+#[test]
 fn open_fails_clearly_when_the_directory_cannot_be_created() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("not-a-dir");
@@ -290,13 +308,138 @@ fn open_fails_clearly_when_the_directory_cannot_be_created() {
     assert!(err.to_string().contains("not-a-dir"), "{err}");
 }
 
+// === damaged files ===
+
+/// redb's file header: magic number, then its flag bytes (byte 9, the
+/// "god byte", holds the repair-needed flag redb sets on open).
+const REDB_HEADER_FLAGS_END: usize = 16;
+
+/// Log lines written while `f` runs on this thread.
+fn with_logs<R>(f: impl FnOnce() -> R) -> (R, String) {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let result = tracing::subscriber::with_default(subscriber, f);
+    let log = String::from_utf8_lossy(&buf.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned();
+    (result, log)
+}
+
+/// A store in `dir` holding `n` image records and a pulled record and an
+/// intent; returns the file's bytes.
+fn good_store(dir: &Path, n: usize) -> Vec<u8> {
+    let store = Store::open(dir).unwrap();
+    let records: Vec<_> = (0..n).map(|i| record(&format!("img-{i:05}"), "", 1000 + i as u64)).collect();
+    store.apply_image_records(&records, &[]).unwrap();
+    store
+        .apply_pull_records(&PullRecordsWrite {
+            put_intents: vec!["docker.io/library/a:1".into()],
+            ..Default::default()
+        })
+        .unwrap();
+    drop(store);
+    std::fs::read(dir.join(FILE_NAME)).unwrap()
+}
+
+/// Opens `dir` whose database holds `damaged` and checks the recovery: the
+/// open succeeds, the bytes moved aside intact under a
+/// `imaged.redb.damaged-<time>` name the error log names, and the new
+/// store is empty, usable and survives a reopen.
+fn assert_recovers(dir: &Path, damaged: &[u8]) {
+    std::fs::write(dir.join(FILE_NAME), damaged).unwrap();
+    let (store, log) = with_logs(|| Store::open(dir));
+    let store = store.unwrap();
+    let recovery = store.recovery().cloned().expect("the damaged database was replaced");
+    let name = recovery.moved_to.file_name().unwrap().to_str().unwrap().to_owned();
+    assert!(name.starts_with("imaged.redb.damaged-") && name.ends_with('Z'), "{name}");
+    assert_eq!(recovery.moved_to.parent(), Some(dir));
+    let kept = std::fs::read(&recovery.moved_to).unwrap();
+    let diff: Vec<usize> = kept.iter().zip(damaged).enumerate().filter(|(_, (a, b))| a != b).map(|(i, _)| i).collect();
+    // redb sets its "needs repair" flag in the file header when it opens a
+    // file for writing; every other byte is the operator's.
+    assert!(
+        kept.len() == damaged.len() && diff.iter().all(|&i| i < REDB_HEADER_FLAGS_END),
+        "the damaged bytes are kept: len {} vs {}, {} differ, first {:?} last {:?}",
+        kept.len(),
+        damaged.len(),
+        diff.len(),
+        diff.first(),
+        diff.last()
+    );
+    assert!(log.contains("ERROR") && log.contains(&recovery.moved_to.display().to_string()), "{log}");
+    assert!(log.contains("image records") && log.contains("pulled records") && log.contains("AlwaysVerify"), "{log}");
+    assert!(store.image_records().unwrap().is_empty());
+    assert_eq!(store.pull_records_state().unwrap(), PullRecordsState::default());
+    store.apply_image_records(&[record("fresh", "", 2)], &[]).unwrap();
+    drop(store);
+    let reopened = Store::open(dir).unwrap();
+    assert!(reopened.recovery().is_none());
+    assert_eq!(reopened.image_records().unwrap(), vec![record("fresh", "", 2)]);
+}
+
 #[test]
-fn open_fails_clearly_on_a_file_that_is_not_a_database() {
+fn a_junk_file_is_moved_aside_and_an_empty_store_opens() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join(FILE_NAME), vec![0x5a; 8192]).unwrap();
-    let err = Store::open(dir.path()).unwrap_err();
-    assert!(matches!(err, StoreError::Open { .. }), "{err:?}");
-    assert!(err.to_string().contains(FILE_NAME), "{err}");
+    assert_recovers(dir.path(), &vec![0x5a; 8192]);
+}
+
+#[test]
+fn a_truncated_file_is_moved_aside_and_an_empty_store_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = good_store(dir.path(), 2000);
+    assert!(bytes.len() > 64 * 1024, "{}", bytes.len());
+    assert_recovers(dir.path(), &bytes[..bytes.len() / 3]);
+}
+
+#[test]
+fn a_file_with_corrupted_pages_is_moved_aside_and_an_empty_store_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = good_store(dir.path(), 2000);
+    // Every byte of the middle eighth of the file flipped: record pages,
+    // well past redb's header.
+    let (from, to) = (bytes.len() * 7 / 16, bytes.len() * 9 / 16);
+    for b in &mut bytes[from..to] {
+        *b = !*b;
+    }
+    assert_recovers(dir.path(), &bytes);
+}
+
+#[test]
+fn a_clean_store_is_not_moved_aside() {
+    let dir = tempfile::tempdir().unwrap();
+    good_store(dir.path(), 10);
+    let store = Store::open(dir.path()).unwrap();
+    assert!(store.recovery().is_none());
+    assert_eq!(store.image_records().unwrap().len(), 10);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "nothing moved aside");
+}
+
+#[test]
+fn environment_errors_are_not_damage() {
+    let io = |kind| StoreError::Open {
+        path: PathBuf::from("x"),
+        source: Box::new(DatabaseError::Storage(redb::StorageError::Io(std::io::Error::from(kind)))),
+    };
+    assert!(!io(std::io::ErrorKind::PermissionDenied).is_damage());
+    assert!(!io(std::io::ErrorKind::StorageFull).is_damage());
+    assert!(io(std::io::ErrorKind::InvalidData).is_damage());
+    assert!(!StoreError::AlreadyOpen { path: PathBuf::from("x") }.is_damage());
+    assert!(!StoreError::UnsupportedSchema { path: PathBuf::from("x"), found: 9, supported: 1 }.is_damage());
 }
 
 // === crash safety ===

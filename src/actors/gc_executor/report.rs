@@ -6,6 +6,8 @@ use std::time::SystemTime;
 
 use crate::cri::CriError;
 use crate::gc::capacity::FsCapacity;
+#[cfg(doc)]
+use crate::gc::capacity::MeasuredBy;
 use crate::gc::in_use::InUse;
 use crate::gc::plan::{GcMode, GcPlan, KeepReason, Shortfall, Verdict};
 
@@ -63,6 +65,10 @@ pub struct GcReport {
     pub started: SystemTime,
     /// The filesystem before.
     pub before: FsCapacity,
+    /// How the filesystem was measured ([`MeasuredBy`]'s text: `statvfs
+    /// <mountpoint>`, the reported used bytes and `gc.image_fs_capacity`, or
+    /// the embedded runtime's simulation).
+    pub measured_by: String,
     /// Usage before, in percent (the kubelet's integer arithmetic).
     pub usage_percent: Option<u8>,
     /// Usage the plan expects after its deletions.
@@ -113,6 +119,7 @@ impl GcReport {
             dry_run,
             started,
             before,
+            measured_by: String::new(),
             usage_percent: plan.usage_percent,
             projected_usage_percent: plan.projected_usage_percent,
             amount_to_free: plan.amount_to_free,

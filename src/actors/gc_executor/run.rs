@@ -16,7 +16,7 @@ use crate::actors::cri_gateway::{GetImageFsInfo, RemoveImage};
 use crate::actors::detector::{DetectImages, Detection};
 use crate::clock::Clock;
 use crate::domain::ImageSpec;
-use crate::gc::capacity::{CapacitySource, FsCapacity};
+use crate::gc::capacity::{CapacitySource, FsCapacity, MeasuredBy};
 use crate::gc::plan::{GcPlanError, GcRunInputs, Verdict, plan_gc};
 use crate::gc::record::RecordKey;
 use crate::metrics::Metrics;
@@ -47,7 +47,7 @@ pub struct GcPorts {
 /// (after the max-age deletions, as in the kubelet).
 pub async fn run_gc(ports: GcPorts, spec: RunSpec, clock: Clock) -> Result<GcReport, GcError> {
     let started = clock.now();
-    let before = measure(&ports.fs_info, &spec.capacity).await?;
+    let (before, measured_by) = measure(&ports.fs_info, &spec.capacity).await?;
     let detection = ports.detect.send(DetectImages).await.map_err(|_| GcError::DetectorStopped)?;
     let detection = detection.map_err(GcError::Detection)?;
     let mut rules = spec.rules;
@@ -64,7 +64,10 @@ pub async fn run_gc(ports: GcPorts, spec: RunSpec, clock: Clock) -> Result<GcRep
         mode: spec.mode,
     };
     let mut report = match plan_gc(inputs) {
-        Ok(plan) => GcReport::from_plan(&plan, &detection.in_use, spec.dry_run, started, before),
+        Ok(plan) => GcReport {
+            measured_by: measured_by.to_string(),
+            ..GcReport::from_plan(&plan, &detection.in_use, spec.dry_run, started, before)
+        },
         Err(GcPlanError::InvalidCapacity { age_deletions }) => {
             // As the kubelet: the max-age pass runs before the capacity check.
             if !spec.dry_run {
@@ -77,7 +80,7 @@ pub async fn run_gc(ports: GcPorts, spec: RunSpec, clock: Clock) -> Result<GcRep
         return Ok(report);
     }
     remove_in_order(&ports, &mut report).await;
-    if let Ok(after) = measure(&ports.fs_info, &spec.capacity).await {
+    if let Ok((after, _)) = measure(&ports.fs_info, &spec.capacity).await {
         report.bytes_freed_measured = Some(i128::from(after.available) - i128::from(before.available));
     }
     prune_pull_records(&ports, &detection, &report, started).await;
@@ -86,7 +89,10 @@ pub async fn run_gc(ports: GcPorts, spec: RunSpec, clock: Clock) -> Result<GcRep
 
 /// The image filesystem's capacity and free space: `ImageFsInfo`, then the
 /// capacity source (on the blocking pool: `statvfs` may block).
-async fn measure(fs_info: &Recipient<GetImageFsInfo>, capacity: &CapacitySource) -> Result<FsCapacity, GcError> {
+async fn measure(
+    fs_info: &Recipient<GetImageFsInfo>,
+    capacity: &CapacitySource,
+) -> Result<(FsCapacity, MeasuredBy), GcError> {
     let info = fs_info.send(GetImageFsInfo).await.map_err(|_| GcError::FsInfo("CRI gateway stopped".into()))?;
     let info = info.map_err(|e| GcError::FsInfo(format!("failed to get image filesystem info: {e}")))?;
     let fs = info
@@ -95,7 +101,7 @@ async fn measure(fs_info: &Recipient<GetImageFsInfo>, capacity: &CapacitySource)
         .next()
         .ok_or_else(|| GcError::FsInfo("the runtime reported no image filesystem".into()))?;
     let capacity = capacity.clone();
-    tokio::task::spawn_blocking(move || capacity.measure(&fs))
+    tokio::task::spawn_blocking(move || capacity.measure_with_origin(&fs))
         .await
         .map_err(|e| GcError::FsInfo(e.to_string()))?
         .map_err(GcError::FsInfo)

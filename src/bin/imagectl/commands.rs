@@ -23,14 +23,43 @@ pub fn rpc(what: &str, s: tonic::Status) -> AppError {
     }
 }
 
-/// The pull secret manifests named by `--secret`.
+/// The largest `--secret` manifest read: Kubernetes' limit on a Secret
+/// (1 MiB).
+pub const MAX_SECRET_FILE_BYTES: u64 = 1024 * 1024;
+
+/// The pull secret manifests named by `--secret`: regular files of at most
+/// [`MAX_SECRET_FILE_BYTES`] each (a device such as `/dev/zero`, a FIFO or
+/// a larger file is refused naming the file and the limit).
 pub fn read_secrets(files: &[PathBuf]) -> Result<Vec<Vec<u8>>, AppError> {
-    files
-        .iter()
-        .map(|f| {
-            std::fs::read(f).map_err(|e| AppError::Usage(format!("--secret {}: reading the file: {e}", f.display())))
-        })
-        .collect()
+    files.iter().map(|f| read_bounded(f, "--secret", MAX_SECRET_FILE_BYTES)).collect()
+}
+
+/// Reads `path` (named `flag` in errors) if it is a regular file of at
+/// most `limit` bytes; the read itself stops after `limit + 1` bytes, so a
+/// file that grows meanwhile is refused too.
+pub fn read_bounded(path: &std::path::Path, flag: &str, limit: u64) -> Result<Vec<u8>, AppError> {
+    use std::io::Read;
+    let fail = |what: String| AppError::Usage(format!("{flag} {}: {what}", path.display()));
+    // stat before open: opening a FIFO would block until a writer comes.
+    let before = std::fs::metadata(path).map_err(|e| fail(format!("reading the file: {e}")))?;
+    if !before.is_file() {
+        return Err(fail("not a regular file".into()));
+    }
+    let file = std::fs::File::open(path).map_err(|e| fail(format!("reading the file: {e}")))?;
+    let meta = file.metadata().map_err(|e| fail(format!("reading the file: {e}")))?;
+    if !meta.is_file() {
+        return Err(fail("not a regular file".into()));
+    }
+    let too_large = || fail(format!("larger than {limit} bytes (the limit of a Kubernetes Secret)"));
+    if meta.len() > limit {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::new();
+    file.take(limit.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| fail(format!("reading the file: {e}")))?;
+    if bytes.len() as u64 > limit {
+        return Err(too_large());
+    }
+    Ok(bytes)
 }
 
 /// `--deadline` as the API's `deadline_ms` (0: none).
@@ -162,5 +191,31 @@ impl<W: Write> Session<W> {
 
     async fn get_status(&mut self) -> Result<proto::StatusResponse, AppError> {
         Ok(self.client.get_status(proto::GetStatusRequest {}).await.map_err(|s| rpc("GetStatus", s))?.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_files_are_bounded_and_must_be_regular() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = dir.path().join("ok.yaml");
+        std::fs::write(&ok, b"kind: Secret").unwrap();
+        assert_eq!(read_secrets(std::slice::from_ref(&ok)).unwrap(), vec![b"kind: Secret".to_vec()]);
+
+        let big = dir.path().join("big.yaml");
+        std::fs::write(&big, vec![b'a'; MAX_SECRET_FILE_BYTES as usize + 1]).unwrap();
+        let err = read_secrets(std::slice::from_ref(&big)).unwrap_err().to_string();
+        assert!(err.contains("big.yaml") && err.contains("1048576 bytes"), "{err}");
+        // Exactly at the limit is fine.
+        std::fs::write(&big, vec![b'a'; MAX_SECRET_FILE_BYTES as usize]).unwrap();
+        assert!(read_secrets(std::slice::from_ref(&big)).is_ok());
+
+        let err = read_secrets(&[PathBuf::from("/dev/zero")]).unwrap_err().to_string();
+        assert!(err.contains("--secret /dev/zero: not a regular file"), "{err}");
+        let err = read_secrets(&[dir.path().to_path_buf()]).unwrap_err().to_string();
+        assert!(err.contains("not a regular file"), "{err}");
     }
 }

@@ -120,6 +120,7 @@ fn gc_json(r: &proto::GcReport) -> Value {
             "verdict": e.verdict, "reason": e.reason, "used_by": e.used_by})).collect::<Vec<_>>(),
         "removed": r.removed, "failed": r.failed, "bytes_expected": r.bytes_expected,
         "bytes_freed_measured": r.bytes_freed_measured, "shortfall": r.shortfall,
+        "measured_by": r.measured_by,
     })
 }
 
@@ -152,6 +153,9 @@ pub fn print_gc(r: &proto::GcReport, json: bool, o: &mut impl Write) -> Result<(
     }
     if !r.shortfall.is_empty() {
         writeln!(o, "shortfall: {}", r.shortfall).map_err(out)?;
+    }
+    if !r.measured_by.is_empty() {
+        writeln!(o, "disk measured by: {}", r.measured_by).map_err(out)?;
     }
     Ok(())
 }

@@ -43,6 +43,7 @@ fn report(mode: GcMode, amount_to_free: u64) -> GcReport {
         dry_run: false,
         started: t0(),
         before: FsCapacity { capacity: 100 * GB, available: 5 * GB },
+        measured_by: String::new(),
         usage_percent: Some(95),
         projected_usage_percent: Some(95),
         amount_to_free,
