@@ -165,6 +165,12 @@ impl Config {
         let mut b =
             config::Config::builder().add_source(config::File::from_str(DEFAULT_TOML, config::FileFormat::Toml));
         if let Some(path) = &sources.file {
+            // Read here first: a TOML error (an integer past 64 bits, a
+            // broken line) then names its key and line, which the config
+            // crate's message does not.
+            if let Ok(text) = std::fs::read_to_string(path) {
+                values::check_toml(&text, &path.display().to_string())?;
+            }
             b = b.add_source(config::File::from(path.as_path()).format(config::FileFormat::Toml).required(true));
         }
         let kubelet = match &sources.kubelet_config {
@@ -200,6 +206,7 @@ impl Config {
 
     /// Loads from a TOML string layered over the defaults (for tests).
     pub fn from_toml(toml: &str) -> Result<Self, ConfigError> {
+        values::check_toml(toml, "TOML")?;
         let raw: RawConfig = config::Config::builder()
             .add_source(config::File::from_str(DEFAULT_TOML, config::FileFormat::Toml))
             .add_source(config::File::from_str(toml, config::FileFormat::Toml))

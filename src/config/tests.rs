@@ -438,3 +438,19 @@ fn every_mailbox_comes_from_the_config_and_its_defaults_agree_with_the_actors() 
         }
     }
 }
+
+#[test]
+fn a_toml_error_names_its_key_and_line() {
+    let err =
+        Config::from_toml("[pull]\n# a comment\nqueue_capacity = 99999999999999999999\n").unwrap_err().to_string();
+    assert!(err.contains("pull.queue_capacity"), "{err}");
+    assert!(err.contains("99999999999999999999") && err.contains("line 3"), "{err}");
+    let err = Config::from_toml("[gc]\nimage_minimum_gc_age = 2m\n").unwrap_err().to_string();
+    assert!(err.contains("gc.image_minimum_gc_age") && err.contains("line 2"), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("imaged.toml");
+    std::fs::write(&file, "[pull]\nqueue_capacity = 99999999999999999999\n").unwrap();
+    let sources = Sources { file: Some(file.clone()), ..Sources::default() };
+    let err = Config::load(&sources).unwrap_err().to_string();
+    assert!(err.contains("pull.queue_capacity") && err.contains(&file.display().to_string()), "{err}");
+}

@@ -55,3 +55,43 @@ pub fn duration(key: &str, v: &str) -> Result<Duration, ConfigError> {
         .map_err(|e| invalid(key, v, format!("not a duration ({e}); write e.g. \"500ms\", \"10s\", \"2m\"")))?;
     crate::domain::limits::check_duration(d, || v.trim().to_string()).map_err(|e| invalid(key, v, e.reason()))
 }
+
+/// Parses `text` as TOML only to report a syntax error well: the key (with
+/// its section) and the line, which the config crate's message lacks (an
+/// integer past 64 bits says only "number too large to fit in target
+/// type"). `origin` names the file.
+pub(super) fn check_toml(text: &str, origin: &str) -> Result<(), ConfigError> {
+    let Err(e) = toml::from_str::<toml::Table>(text) else { return Ok(()) };
+    let Some(at) = e.span().map(|s| s.start.min(text.len())) else {
+        return Err(ConfigError::Load(format!("{origin}: {}", e.message())));
+    };
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let line_no = text[..line_start].matches('\n').count() + 1;
+    let line = text[line_start..].lines().next().unwrap_or("");
+    let section = text[..line_start]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('['))
+        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_string());
+    let what = |value: &str| {
+        let digits = value.trim_start_matches(['+', '-']);
+        if !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit() || c == '_') {
+            format!("an integer past TOML's 64-bit range (±{})", i64::MAX)
+        } else {
+            e.message().trim().to_string()
+        }
+    };
+    match line.split_once('=') {
+        Some((name, value)) => {
+            let reason = format!("{} ({origin}, line {line_no})", what(value.trim()));
+            let name = name.trim();
+            let key = match section {
+                Some(s) if !s.is_empty() => format!("{s}.{name}"),
+                _ => name.to_string(),
+            };
+            Err(invalid(&key, value.trim(), reason))
+        }
+        None => Err(ConfigError::Load(format!("{} ({origin}, line {line_no}): {}", e.message().trim(), line.trim()))),
+    }
+}
