@@ -13,7 +13,7 @@
 //! that forwards the bytes with a tonic client, nothing of imaged's, on a
 //! thread of its own as imaged is): `_floor_ratio` is what one more gRPC hop
 //! costs before imaged does anything, `_vs_floor` is imaged against it.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a failed unwrap is a failed run
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // bench code: a failed unwrap is a failed run
 
 use std::sync::Arc;
 use std::time::Duration;

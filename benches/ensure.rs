@@ -30,7 +30,7 @@
 //! pulls start, how long a pull holds its token. `ENSURE_BENCH=makespan`
 //! runs only the makespan section (about 40 s), `ENSURE_BENCH=burst` only
 //! the present burst, `ENSURE_BENCH=hot` only the hot path.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
 use std::cell::Cell;
 use std::collections::HashMap;

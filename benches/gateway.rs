@@ -2,7 +2,7 @@
 //! actor ÷ the same calls on a bare tonic client, against one embedded
 //! runtime, interleaved round by round in one run. Prints `name: value`
 //! lines; the last is `gateway_overhead_ratio`. Target: ≤ 1.10.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
 use std::time::Duration;
 

@@ -14,7 +14,7 @@
 //!
 //! Data: 64-hex image ids, 1–3 tags of about 40 characters and one digest
 //! per image, sizes 10 MiB–2 GiB, first detections over 30 days.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
 use std::collections::HashSet;
 use std::hint::black_box;
@@ -61,7 +61,7 @@ fn now() -> SystemTime {
 /// about 40 characters in one repository, one digest.
 fn image(rng: &mut Rng, i: usize) -> Image {
     let repo = format!("reg.example.com/team{:02}/svc-{:05}", rng.below(100), i % 40_000);
-    let tags = (0..1 + rng.below(3)).map(|t| format!("{repo}:v1.{t}.{:03}", rng.below(1000))).collect();
+    let tags = (0..=rng.below(3)).map(|t| format!("{repo}:v1.{t}.{:03}", rng.below(1000))).collect();
     let digest = format!("{repo}@sha256:{}", rng.hex64());
     Image {
         id: format!("sha256:{}", rng.hex64()),

@@ -6,7 +6,7 @@
 //! containerd), subscribes the agent's own actor to image events and pull
 //! phases, ensures images for two pods, shows the back-off of a missing
 //! image, plans a GC, and shuts down gracefully.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
 use std::time::Duration;
 

@@ -59,7 +59,7 @@ pub async fn shutdown_signal() {
     };
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
+        () = term => {}
     }
 }
 

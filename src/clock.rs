@@ -38,7 +38,7 @@ impl Clock {
 
     fn elapsed(&self) -> Duration {
         match &self.manual {
-            Some(moved) => *moved.lock().unwrap_or_else(|p| p.into_inner()),
+            Some(moved) => *moved.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
             None => self.start.elapsed(),
         }
     }
@@ -79,7 +79,7 @@ impl ManualClock {
     /// Moves the clock (and every [`Clock`] it handed out) forward by `d`.
     pub fn advance(&self, d: Duration) {
         if let Some(moved) = &self.0.manual {
-            *moved.lock().unwrap_or_else(|p| p.into_inner()) += d;
+            *moved.lock().unwrap_or_else(std::sync::PoisonError::into_inner) += d;
         }
     }
 

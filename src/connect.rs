@@ -25,7 +25,10 @@ pub struct ConnectedRuntime {
 
 impl std::fmt::Debug for ConnectedRuntime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ConnectedRuntime").field("endpoint", &self.endpoint).field("version", &self.version).finish()
+        f.debug_struct("ConnectedRuntime")
+            .field("endpoint", &self.endpoint)
+            .field("version", &self.version)
+            .finish_non_exhaustive()
     }
 }
 

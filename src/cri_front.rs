@@ -401,13 +401,10 @@ impl ImageFront for CriFront {
         let wait = async move {
             let start = tokio::time::Instant::now();
             told.emit(EventReason::Pulling, pulling(&told.image), None);
-            let ticket = match pulls.send(EnqueuePull(request)).await {
-                Ok(ticket) => ticket,
-                Err(_) => {
-                    let failure = PullFailure::Stopped;
-                    told.emit(EventReason::Failed, failed_to_pull(&told.image, &failure.to_string()), Some(&failure));
-                    return Err(CriError::new(CriErrorKind::RuntimeUnavailable, "imaged's pull queue has stopped"));
-                }
+            let Ok(ticket) = pulls.send(EnqueuePull(request)).await else {
+                let failure = PullFailure::Stopped;
+                told.emit(EventReason::Failed, failed_to_pull(&told.image, &failure.to_string()), Some(&failure));
+                return Err(CriError::new(CriErrorKind::RuntimeUnavailable, "imaged's pull queue has stopped"));
             };
             match ticket.await {
                 Ok(o) => {
@@ -514,7 +511,7 @@ mod tests {
     }
 
     fn s(v: &[&str]) -> Vec<String> {
-        v.iter().map(|x| x.to_string()).collect()
+        v.iter().map(std::string::ToString::to_string).collect()
     }
 
     #[test]

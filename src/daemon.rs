@@ -307,5 +307,5 @@ fn reload(node: &Node, sources: &Sources, current: &mut Config, log: Option<&Log
     }
     // Remember what runs now: the applied parts are new, the rest stays
     // (the node keeps the GC settings in force).
-    current.log.filter = new.log.filter.clone();
+    current.log.filter.clone_from(&new.log.filter);
 }

@@ -134,7 +134,7 @@ impl fmt::Debug for EventSink {
 impl EventSink {
     /// Adds a subscriber.
     pub fn subscribe(&self, r: Recipient<ImageEvent>) {
-        self.subscribers.lock().unwrap_or_else(|p| p.into_inner()).push(r);
+        self.subscribers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(r);
     }
 
     /// Emits an event.
@@ -150,7 +150,7 @@ impl EventSink {
                 pod_uid = %o.pod_uid, image = %event.image, class = ?event.class, "{}", event.message
             ),
         }
-        let mut subs = self.subscribers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut subs = self.subscribers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         subs.retain(|s| match s.try_send(event.clone()) {
             Ok(()) => true,
             Err(actix::dev::SendError::Full(_)) => {

@@ -71,7 +71,7 @@ impl Health {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HealthState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The runtime answered `Version`: ready to serve.

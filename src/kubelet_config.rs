@@ -275,7 +275,7 @@ fn decode(file: &Path, text: &str) -> Result<RawKubeletConfiguration, KubeletCon
 }
 
 fn show(v: &serde_yaml_ng::Value) -> String {
-    serde_yaml_ng::to_string(v).map(|s| s.trim_end().to_string()).unwrap_or_else(|_| "the value".into())
+    serde_yaml_ng::to_string(v).map_or_else(|_| "the value".into(), |s| s.trim_end().to_string())
 }
 
 struct Fields<'a> {

@@ -17,7 +17,7 @@ pub struct LogReload {
 
 impl std::fmt::Debug for LogReload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LogReload").field("pinned_by_env", &self.pinned_by_env).finish()
+        f.debug_struct("LogReload").field("pinned_by_env", &self.pinned_by_env).finish_non_exhaustive()
     }
 }
 

@@ -2,7 +2,7 @@
 //! remote, with node credentials: a node `config.json` alone, or an exec
 //! credential-provider plugin alone, supplies the right password; pod
 //! secrets come first; no anonymous fallback once credentials matched.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
 mod support;
 

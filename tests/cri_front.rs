@@ -1,7 +1,7 @@
 //! imaged in the kubelet's path: a CRI client that is not imaged's gateway
 //! (the generated `runtime.v1` client, as the kubelet uses it) talks to the
 //! CRI front's socket, in front of the embedded runtime.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -267,9 +267,9 @@ async fn fifty_identical_pulls_are_one_runtime_pull() {
     let calls: Vec<_> = (0..50)
         .map(|_| {
             let mut c = f.client.clone();
-            tokio::spawn(
-                async move { c.pull_image(pull("docker.io/library/nginx:1.27")).await.map(|r| r.into_inner()) },
-            )
+            tokio::spawn(async move {
+                c.pull_image(pull("docker.io/library/nginx:1.27")).await.map(tonic::Response::into_inner)
+            })
         })
         .collect();
     let mut refs = Vec::new();

@@ -3,7 +3,7 @@
 //! 16 MiB messages both ways and a burst of parallel pulls, all driven by
 //! the generated `runtime.v1` client (as the kubelet uses it) on the front's
 //! socket. The setup is `tests/cri_front.rs`'s, copied.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -279,7 +279,7 @@ async fn messages_up_to_16_mib_pass_both_ways_and_larger_ones_are_refused() {
     eprintln!(
         "ListImages answer: {} images, {size} bytes ({:.2} MiB)",
         answer.images.len(),
-        size as f64 / (1 << 20) as f64
+        size as f64 / f64::from(1 << 20)
     );
     assert_eq!(answer.images.len(), 1200);
     assert!(size > MIB_4 && size < MIB_16, "{size}");
@@ -317,7 +317,7 @@ async fn messages_up_to_16_mib_pass_both_ways_and_larger_ones_are_refused() {
     eprintln!(
         "ListImages answer: {} images, {size} bytes ({:.2} MiB)",
         answer.images.len(),
-        size as f64 / (1 << 20) as f64
+        size as f64 / f64::from(1 << 20)
     );
     assert!(size > MIB_16, "{size}");
     let err = roomy(channel_to(&f.path)).list_images(pb::ListImagesRequest::default()).await.expect_err("over 16 MiB");

@@ -1,6 +1,6 @@
 //! The daemon as operators run it: `imaged run` on the embedded runtime,
 //! its API through a real unix socket, `imagectl` against it, signals.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
 mod support;
 
@@ -482,7 +482,7 @@ fn a_node_refuses_new_work_once_stopping_and_drains_what_runs() {
         // Let shutdown mark the node, then try new work.
         tokio::select! {
             _ = &mut shutdown => panic!("shutdown finished before the pull"),
-            _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+            () = tokio::time::sleep(Duration::from_millis(10)) => {}
         }
         let req = imaged::ensure::EnsureImageRequest::new(
             "p2",

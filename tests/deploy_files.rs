@@ -1,7 +1,7 @@
 //! The files in `deploy/` agree with imaged: the DaemonSet probes the
 //! endpoints on the address imaged is configured to serve them on, and the
 //! systemd unit's settings are valid configuration.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
 use std::collections::HashMap;
 

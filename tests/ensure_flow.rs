@@ -1,7 +1,7 @@
 //! `EnsureImageExists` end to end against the embedded runtime: every pull
 //! policy × present/absent × back-off cell, the kubelet's messages and
 //! events, error mapping, the fallback policy and back-off control.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
 mod support;
 

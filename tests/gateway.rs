@@ -1,6 +1,6 @@
 //! The CRI gateway against the embedded runtime: every RPC, every fault
 //! action, recovery after a runtime restart, and real concurrency.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
 use std::time::Duration;
 

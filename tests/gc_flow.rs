@@ -2,7 +2,7 @@
 //! fills past the high threshold and GC brings it under the low one,
 //! keeping in-use, pinned-by-rule and sandbox images, with the reclaim
 //! verified on the filesystem.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
 mod support;
 

@@ -1,6 +1,6 @@
 //! `/metrics`, `/healthz` and `/readyz` on a real loopback listener, read
 //! with an HTTP client; the server stops when its shutdown future resolves.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! the same credential in another secret; policies; restarts (the state
 //! directory reopened); single-flight; a crash between intent and record
 //! (a child process killed with SIGKILL).
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
 mod support;
 

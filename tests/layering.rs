@@ -6,7 +6,7 @@
 //! protocols and pure logic, handles, node-side logic, the actors, the
 //! ensure flow over them, configuration, the wiring that builds a node from
 //! it, and the front ends.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! Metrics scraped after real flows on the embedded runtime: pulls, a
 //! shared pull, a failure with back-off, a GC run, the throttle; values
 //! parsed from `Metrics::encode()` and asserted.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
 use std::time::Duration;
 

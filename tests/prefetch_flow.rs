@@ -1,7 +1,7 @@
 //! Prefetch against the embedded runtime: a background pull that an ensure
 //! joins, a present image, bad input, a failed pull that backs nobody off,
 //! and the KEP-2535 record a prefetch with a pull secret leaves.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
 mod support;
 

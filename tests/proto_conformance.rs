@@ -3,7 +3,7 @@
 //! exactly upstream's fields (name, number, type), every enum upstream's
 //! values, every RPC upstream's request and response types. This is what
 //! "wire-compatible" means.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -158,7 +158,7 @@ fn the_subset_declares_what_imaged_calls_and_what_its_messages_reference() {
     for (msg, fields) in &p.messages {
         for (field, (_, ty)) in fields {
             let base = ty.trim_start_matches("repeated ");
-            let base = base.strip_prefix("map<string,").map(|s| s.trim_end_matches('>')).unwrap_or(base);
+            let base = base.strip_prefix("map<string,").map_or(base, |s| s.trim_end_matches('>'));
             let nested = format!("{msg}.{base}");
             assert!(
                 scalars.contains(&base)

@@ -6,7 +6,7 @@
 //! pushes them through the registry HTTP API, and stops only what it started.
 //! Without containerd, docker-registry and htpasswd installed it is skipped
 //! locally; under `CI=true` it fails instead.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
 mod support;
 

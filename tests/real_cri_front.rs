@@ -15,7 +15,7 @@
 //! in order, each a named function); it is stopped on drop. Without
 //! containerd, docker-registry and htpasswd installed the test is skipped
 //! locally; under `CI=true` it fails instead.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
 mod support;
 
@@ -135,7 +135,7 @@ impl Cri {
             .max_encoding_message_size(MAX_MESSAGE);
         grpc.ready().await.expect("ready");
         let path = format!("/runtime.v1.ImageService/{method}").parse().expect("path");
-        grpc.unary(tonic::Request::new(Bytes::from(body)), path, BytesCodec).await.map(|r| r.into_inner())
+        grpc.unary(tonic::Request::new(Bytes::from(body)), path, BytesCodec).await.map(tonic::Response::into_inner)
     }
 }
 

@@ -37,7 +37,7 @@ impl<T: Clone> HubFeed<T> {
     /// [`RECENT_EVENTS`]) and sends it to every watcher; none is not an error.
     pub fn publish(&self, item: T) {
         {
-            let mut r = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+            let mut r = self.recent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if r.len() == RECENT_EVENTS {
                 r.pop_front();
             }

@@ -18,7 +18,7 @@ use crate::cri::{CriEndpoint, CriErrorKind};
 use crate::node::{Node, NodeError};
 
 /// The generated API types (`imaged.v1`).
-#[allow(missing_docs, clippy::all)]
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod proto {
     tonic::include_proto!("imaged.v1");
 }
@@ -176,7 +176,14 @@ impl Imaged for ImagedService {
         // twice rather than lost.
         let rx = self.events.sender.subscribe();
         let backlog: Vec<Result<proto::Event, Status>> = if r.recent {
-            self.events.recent.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().map(Ok).collect()
+            self.events
+                .recent
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .iter()
+                .cloned()
+                .map(Ok)
+                .collect()
         } else {
             Vec::new()
         };

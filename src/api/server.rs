@@ -180,7 +180,7 @@ fn passed_index(names: &str, count: usize, fd_name: &str) -> Option<usize> {
 }
 
 fn tmp_path(path: &Path) -> PathBuf {
-    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    let mut name = path.file_name().map(std::ffi::OsStr::to_os_string).unwrap_or_default();
     name.push(format!(".{}.tmp", std::process::id()));
     path.with_file_name(name)
 }

@@ -54,7 +54,7 @@ fn main() -> ExitCode {
     };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => ExitCode::from(report("imaged", &e) as u8),
+        Err(e) => ExitCode::from(u8::try_from(report("imaged", &e)).unwrap_or(1)),
     }
 }
 

@@ -1,3 +1,4 @@
+#![allow(clippy::pedantic)] // test code: pedantic lints are for what ships
 use super::*;
 use crate::actors::pull_queue::{Concurrency, ThrottleMode};
 use crate::cri::{CriEndpoint, Rpc};

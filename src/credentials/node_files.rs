@@ -175,7 +175,7 @@ impl NodeConfigFiles {
     pub async fn keyring(&self) -> Arc<Keyring> {
         let now = self.clock.instant();
         {
-            let cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
+            let cached = self.cached.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if let Some((expires, keyring)) = cached.as_ref()
                 && now < *expires
             {
@@ -184,7 +184,7 @@ impl NodeConfigFiles {
         }
         let search = self.search.clone();
         // The caller's subscriber follows the read (its logs stay with it).
-        let dispatch = tracing::dispatcher::get_default(|d| d.clone());
+        let dispatch = tracing::dispatcher::get_default(std::clone::Clone::clone);
         let read = tokio::task::spawn_blocking(move || {
             tracing::dispatcher::with_default(&dispatch, || read_docker_config(&search))
         })
@@ -200,7 +200,8 @@ impl NodeConfigFiles {
                 Keyring::new()
             }
         });
-        *self.cached.lock().unwrap_or_else(|p| p.into_inner()) = Some((now + self.period, keyring.clone()));
+        *self.cached.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some((now + self.period, keyring.clone()));
         keyring
     }
 }

@@ -147,11 +147,11 @@ impl From<pb::PodSandboxConfig> for SandboxConfig {
 // === filesystems ===
 
 fn system_time_from_nanos(n: i64) -> SystemTime {
-    if n <= 0 { UNIX_EPOCH } else { UNIX_EPOCH + Duration::from_nanos(n as u64) }
+    u64::try_from(n).map_or(UNIX_EPOCH, |n| UNIX_EPOCH + Duration::from_nanos(n))
 }
 
 fn nanos_from_system_time(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH).map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)).unwrap_or(0)
+    t.duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
 impl From<pb::FilesystemUsage> for FilesystemUsage {

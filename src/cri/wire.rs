@@ -40,10 +40,13 @@ fn varint(buf: &[u8], at: &mut usize) -> Result<u64, WireError> {
 }
 
 fn put_varint(out: &mut BytesMut, mut v: u64) {
+    // Seven bits at a time, low first: each `as u8` keeps exactly them.
+    #[allow(clippy::cast_possible_truncation)]
     while v >= 0x80 {
         out.put_u8((v as u8 & 0x7f) | 0x80);
         v >>= 7;
     }
+    #[allow(clippy::cast_possible_truncation)]
     out.put_u8(v as u8);
 }
 
@@ -224,6 +227,7 @@ pub fn peek<M: prost::Message + Default>(buf: &[u8]) -> Result<M, WireError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::pedantic)] // test code: pedantic lints are for what ships
 mod tests {
     use super::*;
 

@@ -107,7 +107,7 @@ impl Default for DemoOptions {
 type Shared = Arc<Mutex<Tally>>;
 
 fn tally(t: &Shared) -> std::sync::MutexGuard<'_, Tally> {
-    t.lock().unwrap_or_else(|p| p.into_inner())
+    t.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Starts the embedded runtime with the demo's registries and disk, and

@@ -117,8 +117,8 @@ impl Progress {
 /// The kubelet's ensure for one container of `pod`.
 fn ensure_request(pod: &PodPlan, c: &ContainerPlan, secret: &PullSecret) -> EnsureImageRequest {
     let mut req = EnsureImageRequest::new(pod.uid.clone(), c.image.clone(), c.policy);
-    req.pod.namespace = pod.namespace.clone();
-    req.pod.name = pod.name.clone();
+    req.pod.namespace.clone_from(&pod.namespace);
+    req.pod.name.clone_from(&pod.name);
     req.pod.priority = pod.priority;
     req.container = Some(c.name.clone());
     if pod.pull_secret {

@@ -4,6 +4,16 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+/// Lower-case hex of `bytes` (Go's `%x`, `hex.EncodeToString`): digests
+/// and hashes as they are written.
+pub fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
 /// Go's `strconv.Quote` (what `%q` prints for a string): double quotes,
 /// `\a \b \f \n \r \t \v \\ \"` escapes, other non-printable characters as
 /// `\xNN` (below U+0080), `\uNNNN` (BMP) or `\UNNNNNNNN`, lower-case hex;
@@ -319,7 +329,8 @@ pub fn parse_duration(text: &str) -> Result<i64, ParseDurationError> {
         s = rest;
     }
     if negative {
-        Ok(i64::try_from(-(total as i128)).map_err(|_| invalid())?)
+        let total = i128::try_from(total).map_err(|_| invalid())?;
+        i64::try_from(-total).map_err(|_| invalid())
     } else {
         i64::try_from(total).map_err(|_| invalid())
     }
@@ -384,7 +395,7 @@ mod tests {
             (Duration::ZERO, "0s"),
             (Duration::from_nanos(1), "1ns"),
             (Duration::from_nanos(999), "999ns"),
-            (Duration::from_nanos(1_000), "1µs"),
+            (Duration::from_micros(1), "1µs"),
             (Duration::from_nanos(1_500), "1.5µs"),
             (Duration::from_nanos(1_001), "1.001µs"),
             (Duration::from_micros(1_500), "1.5ms"),

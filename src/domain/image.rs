@@ -110,7 +110,7 @@ impl AuthConfig {
             h.update(part.as_bytes());
         }
         let digest = h.finalize();
-        digest.iter().map(|b| format!("{b:02x}")).collect()
+        super::go_text::hex(&digest)
     }
 
     /// The identity of credentials tried in order (the order matters): their

@@ -41,6 +41,11 @@ pub fn duration_from_millis(ms: u64) -> Result<Duration, DurationTooLarge> {
     check_duration(Duration::from_millis(ms), || format!("{ms}ms"))
 }
 
+/// `d` in whole milliseconds, for logs and metrics (`u64::MAX` past it).
+pub fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// `d`, no larger than [`MAX_DURATION`]: for code that passes a duration to a
 /// library that panics on huge values, whatever its caller checked.
 pub fn clamp_duration(d: Duration) -> Duration {

@@ -101,7 +101,7 @@ mod tests {
             // Unparsable images: the error is ignored, no tag → IfNotPresent.
             ("Not/Valid".into(), PullPolicy::IfNotPresent),
             ("BUSYBOX".into(), PullPolicy::IfNotPresent),
-            ("".into(), PullPolicy::IfNotPresent),
+            (String::new(), PullPolicy::IfNotPresent),
             ("http://example.com/x".into(), PullPolicy::IfNotPresent),
             (format!("busybox@sha256:{}", &DIGEST[7..40]), PullPolicy::IfNotPresent),
         ];

@@ -154,7 +154,7 @@ fn merge_credentials(current: &mut ImagePullCredentials, new: &ImagePullCredenti
     let before = current.clone();
     for secret in &new.kubernetes_secrets {
         match current.kubernetes_secrets.iter_mut().find(|s| s.coordinates() == secret.coordinates()) {
-            Some(s) => s.credential_hash = secret.credential_hash.clone(),
+            Some(s) => s.credential_hash.clone_from(&secret.credential_hash),
             None => current.kubernetes_secrets.push(secret.clone()),
         }
     }

@@ -32,7 +32,7 @@ fn sha(parts: &[&str]) -> String {
         h.update([0]);
     }
     let d = h.finalize();
-    let hex: String = d.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = crate::domain::go_text::hex(&d);
     format!("sha256:{hex}")
 }
 

@@ -78,7 +78,7 @@ impl std::fmt::Debug for EmbeddedRuntime {
         f.debug_struct("EmbeddedRuntime")
             .field("socket", &self.socket)
             .field("serving", &self.server.is_some())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -215,7 +215,7 @@ impl EmbeddedRuntime {
 
     /// Replaces the RPC-level fault plan (empty = none).
     pub fn set_fault_plan(&self, plan: FaultPlan) {
-        *self.shared.faults.lock().unwrap_or_else(|p| p.into_inner()) = plan;
+        *self.shared.faults.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = plan;
     }
 
     /// What reached the runtime so far.
@@ -226,12 +226,12 @@ impl EmbeddedRuntime {
     /// Zeroes the counters and clears the pull log.
     pub fn reset_stats(&self) {
         self.shared.counters.reset();
-        self.shared.pull_log.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.shared.pull_log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
     }
 
     /// The images of every PullImage call received, in arrival order.
     pub fn pull_log(&self) -> Vec<String> {
-        self.shared.pull_log.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.shared.pull_log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 }
 

@@ -104,11 +104,11 @@ pub struct Shared {
 impl Shared {
     /// Locks the state (a poisoned lock is still usable: state is plain data).
     pub fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn plan(&self) -> FaultPlan {
-        self.faults.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.faults.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     /// Counts the call and applies the fault plan. `Ok((true, _))` = lose
@@ -216,7 +216,7 @@ impl ImageService for CriService {
     async fn pull_image(&self, req: Request<pb::PullImageRequest>) -> Result<Response<pb::PullImageResponse>, Status> {
         let r = req.into_inner();
         let spec = spec_of(r.image)?;
-        self.shared.pull_log.lock().unwrap_or_else(|p| p.into_inner()).push(spec.image.clone());
+        self.shared.pull_log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(spec.image.clone());
         let (lost, _serving) = self.shared.gate(Rpc::PullImage, Some(&spec.image)).await?;
         let auth: Option<AuthConfig> = r.auth.map(Into::into);
         let planned = self.shared.state().plan_pull(&spec, auth.as_ref()).map_err(|e| Status::from(&e))?;
@@ -305,6 +305,13 @@ impl RuntimeService for CriService {
         }
         let (lost, _serving) = self.shared.gate(Rpc::ContainerStatus, None).await?;
         let r = self.shared.state().container_status(&id).map_err(|e| Status::from(&e));
-        reply(lost, r.map(|s| pb::ContainerStatusResponse { status: Some(s.into()), info: Default::default() })).await
+        reply(
+            lost,
+            r.map(|s| pb::ContainerStatusResponse {
+                status: Some(s.into()),
+                info: std::collections::HashMap::default(),
+            }),
+        )
+        .await
     }
 }

@@ -204,7 +204,9 @@ impl State {
     }
 
     /// `RemoveImage`: removes the image the reference resolves to (all its
-    /// tags); an absent image is success, as in containerd.
+    /// tags); an absent image is success, as in containerd. A `Result` as
+    /// every call of the simulated runtime returns one (the server maps it).
+    #[allow(clippy::unnecessary_wraps)]
     pub fn remove_image(&mut self, spec: &ImageSpec) -> Result<(), CriError> {
         if let Some(id) = self.resolve(&spec.image).map(|i| i.id.clone()) {
             // containerd removes pinned images too: pinning only stops GC.

@@ -181,7 +181,7 @@ impl ImageManager {
     }
 
     fn default_tag(&self, image: &str) -> Result<String, String> {
-        let mut cache = self.defaulted.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = self.defaulted.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(r) = cache.get(image) {
             return r.clone();
         }

@@ -162,7 +162,7 @@ impl PresenceGate {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         // Plain counters: a poisoned lock is still consistent enough to use.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Waits for a turn, in arrival order.
@@ -212,7 +212,7 @@ impl PresenceGate {
     /// hands out what is free.
     fn expire(&self, st: &mut State, now: Instant) {
         let mut ended = 0;
-        for t in st.turns.iter_mut() {
+        for t in &mut st.turns {
             match *t {
                 Some(start) if start + self.hold <= now => {
                     *t = None;
@@ -267,6 +267,7 @@ impl PresenceGate {
 }
 
 #[cfg(test)]
+#[allow(clippy::pedantic)] // test code: pedantic lints are for what ships
 mod tests {
     use super::*;
     use futures_util::FutureExt;

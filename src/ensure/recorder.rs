@@ -23,7 +23,7 @@ pub struct PullingRecorder {
 
 impl PullingRecorder {
     fn with<T>(&self, f: impl FnOnce(&mut HashMap<String, PodPullTimes>) -> T) -> T {
-        f(&mut self.pods.lock().unwrap_or_else(|p| p.into_inner()))
+        f(&mut self.pods.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
     /// A pull started for `pod_uid`: kept only if it is the first.

@@ -23,7 +23,7 @@ pub struct PullInFlight {
 
 impl Drop for PullInFlight {
     fn drop(&mut self) {
-        let mut m = self.hints.pulling.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = self.hints.pulling.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(n) = m.get_mut(&self.reference) {
             *n -= 1;
             if *n == 0 {
@@ -36,7 +36,7 @@ impl Drop for PullInFlight {
 impl InUseHints {
     /// `image_id` was ensured (pulled or found present) for a pod at `at`.
     pub fn ensured(&self, image_id: &str, at: SystemTime) {
-        let mut m = self.ensured.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = self.ensured.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         match m.get_mut(image_id) {
             Some(t) => *t = at,
             None => {
@@ -49,19 +49,24 @@ impl InUseHints {
     /// flight until the returned guard is dropped: the image it replaces, if
     /// present, counts as in use meanwhile.
     pub fn pull_started(&self, reference: &str) -> PullInFlight {
-        *self.pulling.lock().unwrap_or_else(|p| p.into_inner()).entry(reference.to_string()).or_insert(0) += 1;
+        *self
+            .pulling
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(reference.to_string())
+            .or_insert(0) += 1;
         PullInFlight { hints: self.clone(), reference: reference.to_string() }
     }
 
     /// Whether any of these references has a pull in flight.
     pub fn pulling_any<'a>(&self, mut references: impl Iterator<Item = &'a String>) -> bool {
-        let m = self.pulling.lock().unwrap_or_else(|p| p.into_inner());
+        let m = self.pulling.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         !m.is_empty() && references.any(|r| m.contains_key(r))
     }
 
     /// Image ids ensured within `window` before `now`; older hints are dropped.
     pub fn recent(&self, now: SystemTime, window: Duration) -> Vec<String> {
-        let mut m = self.ensured.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = self.ensured.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         m.retain(|_, at| now.duration_since(*at).map_or(true, |age| age <= window));
         m.keys().cloned().collect()
     }

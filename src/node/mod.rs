@@ -145,7 +145,7 @@ impl Node {
 
     /// The GC settings in force now.
     pub fn gc_settings(&self) -> GcSettings {
-        self.live_gc.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.live_gc.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     /// Applies `gc`'s policy live: thresholds, min and max age, pinned
@@ -153,7 +153,7 @@ impl Node {
     /// run. Periods, the sandbox image and the node-status size keep their
     /// start values (they need a restart). Returns whether anything changed.
     pub fn update_gc_policy(&self, gc: &GcSettings) -> bool {
-        let mut live = self.live_gc.lock().unwrap_or_else(|p| p.into_inner());
+        let mut live = self.live_gc.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let next = live.with_policy_of(gc);
         if next == *live {
             return false;
@@ -326,10 +326,10 @@ impl Node {
         match tokio::time::timeout(left, self.gc.detector.send(DetectImages)).await {
             Ok(Ok(Ok(_))) => {}
             Ok(Ok(Err(e))) => {
-                tracing::warn!(error = %e, "final image detection failed; records are as of the last one")
+                tracing::warn!(error = %e, "final image detection failed; records are as of the last one");
             }
             Ok(Err(_)) | Err(_) => {
-                tracing::warn!("final image detection did not finish; records are as of the last one")
+                tracing::warn!("final image detection did not finish; records are as of the last one");
             }
         }
         self.gc.detector.do_send(Stop);

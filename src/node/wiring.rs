@@ -6,6 +6,7 @@
 //! handle over their ports) and the GC side (detector, executor, cache
 //! refresher). No actor starts another.
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
@@ -100,7 +101,7 @@ pub(crate) fn open_store(dir: &std::path::Path, metrics: &crate::metrics::Metric
         let mut msg = format!("opening the state in {}: {e}", dir.display());
         let mut source = std::error::Error::source(&e);
         while let Some(s) = source {
-            msg.push_str(&format!(": {s}"));
+            let _ = write!(msg, ": {s}");
             source = s.source();
         }
         AppError::Other(msg)

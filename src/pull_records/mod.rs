@@ -202,7 +202,7 @@ impl PullRecords {
     }
 
     fn names(&self, image: &str) -> Arc<ImageNames> {
-        let mut cache = self.inner.names.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = self.inner.names.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(n) = cache.get(image) {
             return n.clone();
         }
@@ -218,7 +218,7 @@ impl PullRecords {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The kubelet's `MustAttemptImagePull` for a pod asking for `image`

@@ -1,3 +1,4 @@
+#![allow(clippy::pedantic)] // test code: pedantic lints are for what ships
 //! Pure tests: merge rules, the must-pull decision table, the policy and
 //! allowlist texts; and the handle's bookkeeping over a real store.
 

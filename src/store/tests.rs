@@ -1,3 +1,4 @@
+#![allow(clippy::pedantic)] // test code: pedantic lints are for what ships
 //! Tests of [`Store`]: round trips, transactions, restarts, crash safety
 //! (a child process killed with SIGKILL), permissions, corrupt values,
 //! locking and schema versions.
@@ -321,7 +322,7 @@ fn with_logs<R>(f: impl FnOnce() -> R) -> (R, String) {
     struct Buf(Arc<Mutex<Vec<u8>>>);
     impl std::io::Write for Buf {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(b);
+            self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend_from_slice(b);
             Ok(b.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
@@ -336,7 +337,7 @@ fn with_logs<R>(f: impl FnOnce() -> R) -> (R, String) {
         .with_writer(move || writer.clone())
         .finish();
     let result = tracing::subscriber::with_default(subscriber, f);
-    let log = String::from_utf8_lossy(&buf.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned();
+    let log = String::from_utf8_lossy(&buf.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)).into_owned();
     (result, log)
 }
 

@@ -75,9 +75,9 @@ impl Actor for BackoffRegistryActor {
         let cfg = self.table.config();
         debug!(
             mailbox = self.mailbox_capacity,
-            initial_ms = cfg.initial.as_millis() as u64,
-            max_ms = cfg.max.as_millis() as u64,
-            gc_interval_ms = self.gc_interval.map(|d| d.as_millis() as u64),
+            initial_ms = crate::domain::limits::millis(cfg.initial),
+            max_ms = crate::domain::limits::millis(cfg.max),
+            gc_interval_ms = self.gc_interval.map(crate::domain::limits::millis),
             "backoff registry started"
         );
     }
@@ -129,7 +129,7 @@ impl Handler<RecordFailure> for BackoffRegistryActor {
     /// Starts or doubles the key's back-off and stores the error text.
     fn handle(&mut self, m: RecordFailure, _: &mut Self::Context) -> Self::Result {
         let backoff = self.table.next(&m.key, Instant::now());
-        debug!(key = %m.key, backoff_ms = backoff.as_millis() as u64, error = %m.error_text, "pull back-off");
+        debug!(key = %m.key, backoff_ms = crate::domain::limits::millis(backoff), error = %m.error_text, "pull back-off");
         self.table.set_previous_error(&m.key, m.error_text);
         if let Some(c) = m.credentials {
             self.table.set_cause(&m.key, c);

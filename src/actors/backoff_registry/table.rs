@@ -259,7 +259,7 @@ impl BackoffTable {
     pub fn retry_in(&self, key: &BackoffKey, now: Instant) -> Option<Duration> {
         let e = self.entries.get(key).filter(|e| !self.expired(e, now))?;
         let elapsed = now.saturating_duration_since(e.last_update);
-        (elapsed < e.backoff).then(|| e.backoff - elapsed)
+        e.backoff.checked_sub(elapsed).filter(|left| !left.is_zero())
     }
 
     /// The stored period, expired or not; `None` with no entry.

@@ -253,7 +253,7 @@ async fn registry_follows_the_kubelet_sequence_with_paused_time() {
     for _ in 0..7 {
         let b = fail(&addr, &k, "ErrImagePull: boom").await;
         seen.push(b.as_secs());
-        tokio::time::advance(b - Duration::from_millis(1)).await;
+        tokio::time::advance(b.checked_sub(Duration::from_millis(1)).unwrap()).await;
         assert!(check(&addr, &k).await.in_backoff, "1 ms before the end of {b:?}");
         tokio::time::advance(Duration::from_millis(1)).await;
         assert!(!check(&addr, &k).await.in_backoff, "at the end of {b:?}");

@@ -173,7 +173,7 @@ impl Core {
 
     pub(super) fn set_faults(&self, plan: FaultPlan) {
         let empty = plan.is_empty();
-        *self.faults.write().unwrap_or_else(|p| p.into_inner()) = plan;
+        *self.faults.write().unwrap_or_else(std::sync::PoisonError::into_inner) = plan;
         self.has_faults.store(!empty, Ordering::Release);
     }
 
@@ -199,7 +199,7 @@ impl Core {
             (c, r) => c.or(r),
         };
         let fault = if self.has_faults.load(Ordering::Acquire) {
-            self.faults.read().unwrap_or_else(|p| p.into_inner()).decide(rpc, image)
+            self.faults.read().unwrap_or_else(std::sync::PoisonError::into_inner).decide(rpc, image)
         } else {
             None
         };
@@ -242,7 +242,7 @@ impl Core {
             metrics.cri_call(rpc, started.elapsed(), result.as_ref().err());
             if let Err(e) = &result {
                 debug!(rpc = rpc.name(), image = image.as_deref().unwrap_or(""), kind = ?e.kind(),
-                    elapsed_ms = started.elapsed().as_millis() as u64, error = %e, "CRI call failed");
+                    elapsed_ms = crate::domain::limits::millis(started.elapsed()), error = %e, "CRI call failed");
             }
             result
         }

@@ -206,7 +206,7 @@ pub struct PullTicket {
 
 impl fmt::Debug for PullTicket {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PullTicket").field("joined", &self.joined).finish()
+        f.debug_struct("PullTicket").field("joined", &self.joined).finish_non_exhaustive()
     }
 }
 

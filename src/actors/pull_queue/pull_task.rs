@@ -91,7 +91,7 @@ impl StageCell {
 
     pub(super) fn set(&self, stage: PullStage) {
         if let Some(i) = Self::STAGES.iter().position(|s| *s == stage) {
-            self.0.store(i as u8, Ordering::Relaxed);
+            self.0.store(u8::try_from(i).unwrap_or(0), Ordering::Relaxed);
         }
     }
 

@@ -268,17 +268,17 @@ impl<R, W> PullQueue<R, W> {
     /// (with a registry limit: for its registry) are still waiting.
     fn must_park(&self, key: &PullKey) -> bool {
         match self.registry_limit {
-            None => self.full(&self.order.len()) || !self.parked.is_empty(),
+            None => self.full(self.order.len()) || !self.parked.is_empty(),
             Some(_) => {
                 let registry = registry_of(&key.image);
-                self.full(&self.waiting_by_registry.get(registry).copied().unwrap_or(0))
+                self.full(self.waiting_by_registry.get(registry).copied().unwrap_or(0))
                     || self.parked.iter().any(|(k, ..)| registry_of(&k.image) == registry)
             }
         }
     }
 
-    fn full(&self, waiting: &usize) -> bool {
-        self.capacity.is_some_and(|c| *waiting >= c)
+    fn full(&self, waiting: usize) -> bool {
+        self.capacity.is_some_and(|c| waiting >= c)
     }
 
     fn unique(&mut self, mut key: PullKey) -> PullKey {
@@ -338,11 +338,11 @@ impl<R, W> PullQueue<R, W> {
                 continue;
             }
             let room = match self.registry_limit {
-                None => !self.full(&self.order.len()),
+                None => !self.full(self.order.len()),
                 Some(_) => {
                     let registry = registry_of(&key.image);
                     !held.iter().any(|h| *h == registry)
-                        && !self.full(&self.waiting_by_registry.get(registry).copied().unwrap_or(0))
+                        && !self.full(self.waiting_by_registry.get(registry).copied().unwrap_or(0))
                 }
             };
             if !room {

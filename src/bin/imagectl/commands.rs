@@ -195,6 +195,7 @@ impl<W: Write> Session<W> {
 }
 
 #[cfg(test)]
+#[allow(clippy::pedantic)] // test code: pedantic lints are for what ships
 mod tests {
     use super::*;
 

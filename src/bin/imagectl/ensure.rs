@@ -52,7 +52,7 @@ async fn print_progress(progress: Option<Streaming<proto::Event>>, uid: String, 
             }
         }
     }
-    std::future::pending::<()>().await
+    std::future::pending::<()>().await;
 }
 
 /// Whether a phase's (normalised) image is the one asked for (as written).

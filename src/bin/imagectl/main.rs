@@ -167,7 +167,7 @@ fn main() -> ExitCode {
     };
     match run(cli) {
         Ok(code) => ExitCode::from(code),
-        Err(e) => ExitCode::from(report("imagectl", &e) as u8),
+        Err(e) => ExitCode::from(u8::try_from(report("imagectl", &e)).unwrap_or(1)),
     }
 }
 

@@ -2,6 +2,7 @@
 //! from, and the kubelet's hash that identifies one without keeping it.
 
 use std::fmt;
+use std::fmt::Write as _;
 
 use sha2::{Digest, Sha256};
 
@@ -75,7 +76,7 @@ impl Credential {
         }
         json.push('}');
         let digest = Sha256::digest(json.as_bytes());
-        digest.iter().map(|b| format!("{b:02x}")).collect()
+        crate::domain::go_text::hex(&digest)
     }
 
     /// The CRI `AuthConfig` to pull `image` with: username and password, and
@@ -101,8 +102,12 @@ fn go_json_string(out: &mut String, s: &str) {
             '\t' => out.push_str("\\t"),
             '\u{8}' => out.push_str("\\b"),
             '\u{c}' => out.push_str("\\f"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
             c => out.push(c),
         }
     }

@@ -117,7 +117,7 @@ impl Keyring {
     /// key adds nothing and is returned for the caller to log.
     pub fn add(&mut self, registry_key: &str, mut cred: Credential) -> Result<(), KeyError> {
         let key = normalize_key(registry_key)?;
-        cred.key = key.clone();
+        cred.key.clone_from(&key);
         self.creds.entry(key).or_default().push(cred);
         Ok(())
     }

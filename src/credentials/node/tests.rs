@@ -48,7 +48,7 @@ impl Node {
     }
 
     fn runs(&self) -> usize {
-        std::fs::read_to_string(self.dir.path().join("count")).map(|s| s.lines().count()).unwrap_or(0)
+        std::fs::read_to_string(self.dir.path().join("count")).map_or(0, |s| s.lines().count())
     }
 }
 

@@ -155,7 +155,7 @@ async fn re_read_at_most_once_per_period() {
 
     // Changed on disk: still the cached content until the period is over.
     write(dir.path(), &[("a", "config.json", JSON_B)]);
-    tokio::time::advance(DEFAULT_CACHE_PERIOD - Duration::from_secs(1)).await;
+    tokio::time::advance(DEFAULT_CACHE_PERIOD.checked_sub(Duration::from_secs(1)).unwrap()).await;
     assert_eq!(users(&*files.keyring().await, "reg.io/x"), vec![("a".into(), "pa".into())]);
     tokio::time::advance(Duration::from_secs(1)).await;
     assert_eq!(users(&*files.keyring().await, "reg.io/x"), vec![("b".into(), "pb".into())]);
@@ -188,7 +188,7 @@ async fn no_valid_file_is_logged_with_the_kubelets_text() {
     struct Buf(Arc<Mutex<Vec<u8>>>);
     impl std::io::Write for Buf {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(b);
+            self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend_from_slice(b);
             Ok(b.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
@@ -209,7 +209,7 @@ async fn no_valid_file_is_logged_with_the_kubelets_text() {
         let _guard = tracing::subscriber::set_default(subscriber);
         assert!(files.keyring().await.is_empty());
     }
-    let log = String::from_utf8_lossy(&buf.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned();
+    let log = String::from_utf8_lossy(&buf.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)).into_owned();
     let (c, d) = (dir.path().join("c").display().to_string(), dir.path().join("d").display().to_string());
     assert!(
         log.contains(&format!(

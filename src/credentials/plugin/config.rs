@@ -257,7 +257,7 @@ fn load_with_hash(config_path: &Path) -> Result<(Vec<ProviderSpec>, String), Pro
         }
         providers.extend(decoded);
     }
-    let hash: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let hash = crate::domain::go_text::hex(&hasher.finalize());
     Ok((validate(providers)?, format!("sha256:{hash}")))
 }
 

@@ -248,7 +248,7 @@ impl PluginProvider {
 
     fn cached(&self, image: &str) -> Option<DockerConfig> {
         let now = self.clock.instant();
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for key in [image, registry_of(image), GLOBAL_CACHE_KEY] {
             match cache.get(key) {
                 // Expired only once strictly past the expiry (the kubelet's policy).
@@ -264,7 +264,7 @@ impl PluginProvider {
 
     fn store(&self, key: String, config: DockerConfig, ttl: Duration) {
         let now = self.clock.instant();
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // Expired entries go when anything is stored (the kubelet lists every 15 min).
         cache.retain(|_, (expires, _)| now <= *expires);
         cache.insert(key, (now + ttl, config));
@@ -308,12 +308,12 @@ impl PluginProvider {
     /// callers: they all get the one run's result.
     pub async fn run(&self, image: &str) -> Result<PluginResponse, PluginError> {
         let cell: Shared = {
-            let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            let mut in_flight = self.in_flight.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             in_flight.entry(image.to_string()).or_default().clone()
         };
         // A cancelled first caller hands the run to the next waiter.
         let result = cell.get_or_init(|| self.exec(image)).await.clone();
-        let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if in_flight.get(image).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
             in_flight.remove(image);
         }

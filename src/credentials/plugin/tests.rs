@@ -239,7 +239,7 @@ fn registration_checks_the_bin_dir_and_executables() {
     let mut h = sha2::Sha256::new();
     h.update((content.len() as u64).to_be_bytes());
     h.update(&content);
-    let want: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let want = crate::domain::go_text::hex(&h.finalize());
     assert_eq!(registered.config_hash, format!("sha256:{want}"));
 }
 
@@ -326,7 +326,7 @@ impl Plugin {
     }
 
     fn runs(&self) -> usize {
-        std::fs::read_to_string(self.path("count")).map(|s| s.lines().count()).unwrap_or(0)
+        std::fs::read_to_string(self.path("count")).map_or(0, |s| s.lines().count())
     }
 }
 

@@ -27,7 +27,7 @@ fn parse_table() -> Vec<(String, Want)> {
         ("test:5000/repo:tag".into(), Ok(("test:5000/repo", "test:5000", Some("tag"), None))),
         (format!("test:5000/repo@sha256:{F64}"), Ok(("test:5000/repo", "test:5000", None, sha(F64)))),
         (format!("test:5000/repo:tag@sha256:{F64}"), Ok(("test:5000/repo", "test:5000", Some("tag"), sha(F64)))),
-        ("".into(), Err(NameEmpty)),
+        (String::new(), Err(NameEmpty)),
         (":justtag".into(), Err(InvalidFormat)),
         (format!("@sha256:{F64}"), Err(InvalidFormat)),
         (format!("repo@sha256:{}", "f".repeat(34)), Err(DigestInvalidLength)),

@@ -19,7 +19,7 @@ fn image(id: &str, size: u64) -> Image {
 }
 
 fn ids(v: &[&str]) -> HashSet<String> {
-    v.iter().map(|s| s.to_string()).collect()
+    v.iter().map(std::string::ToString::to_string).collect()
 }
 
 fn keys(v: &[&str]) -> Vec<RecordKey> {

@@ -54,7 +54,7 @@ impl With for ImageRecord {
         self
     }
     fn tags(mut self, tags: &[&str]) -> Self {
-        self.repo_tags = tags.iter().map(|s| s.to_string()).collect();
+        self.repo_tags = tags.iter().map(std::string::ToString::to_string).collect();
         self
     }
     fn pinned(mut self) -> Self {
@@ -64,7 +64,7 @@ impl With for ImageRecord {
 }
 
 fn set(ids: &[&str]) -> HashSet<String> {
-    ids.iter().map(|s| s.to_string()).collect()
+    ids.iter().map(std::string::ToString::to_string).collect()
 }
 
 fn fs(capacity: u64, available: u64) -> FsCapacity {
@@ -447,7 +447,7 @@ fn every_record_appears_once_and_deletions_come_first_in_run_order() {
         case.rules.pinned_images = vec!["r/repo7:*".into()];
         let plan = case.ok();
         assert_eq!(plan.entries.len(), records.len());
-        let unique: HashSet<&RecordKey> = plan.entries.iter().map(|e| e.key()).collect();
+        let unique: HashSet<&RecordKey> = plan.entries.iter().map(super::verdict::PlanEntry::key).collect();
         assert_eq!(unique.len(), records.len());
         // Deletions first, by stage, each in eviction order.
         let stage = |e: &PlanEntry<'_>| match e.verdict {

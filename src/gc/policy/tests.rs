@@ -100,7 +100,7 @@ fn the_matcher_names_the_first_matching_rule_and_the_sandbox_by_id() {
         sandbox_image_id: Some("sha256:pause".into()),
         keep_newest_tags_per_repo: None,
     };
-    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let s = |v: &[&str]| v.iter().map(std::string::ToString::to_string).collect::<Vec<_>>();
     assert_eq!(
         rules.protection("sha256:pause", &s(&["registry.k8s.io/pause:3.10"]), &[]),
         Some(Protection::SandboxImage)

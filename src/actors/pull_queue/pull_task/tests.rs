@@ -1,3 +1,4 @@
+#![allow(clippy::pedantic)] // test code: pedantic lints are for what ships
 //! One pull without an actor: the decisions on their own, and whole pulls
 //! against a scripted runtime with paused time.
 

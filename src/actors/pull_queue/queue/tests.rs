@@ -1,3 +1,4 @@
+#![allow(clippy::pedantic)] // test code: pedantic lints are for what ships
 use super::*;
 
 fn key(image: &str) -> PullKey {
