@@ -204,8 +204,29 @@ fn set_access(path: &Path, group: Option<&str>) -> Result<(), String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::pedantic)] // test code: pedantic lints are for what ships
 mod tests {
-    use super::passed_index;
+    use super::{ApiSocket, passed_index};
+
+    #[tokio::test]
+    async fn a_socket_with_a_group_is_0660_and_owned_by_it_and_an_unknown_group_is_named() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cri.sock");
+        let gid = nix::unistd::getegid().as_raw();
+        let socket = ApiSocket::bind_at("CRI socket", &path, Some(&gid.to_string())).await.unwrap();
+        let meta = std::fs::metadata(socket.path()).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o660, "group read/write");
+        assert_eq!(meta.gid(), gid, "owned by the group");
+        drop(socket);
+        assert!(!path.exists(), "removed when dropped");
+        let owner_only = ApiSocket::bind_at("CRI socket", &path, None).await.unwrap();
+        assert_eq!(std::fs::metadata(owner_only.path()).unwrap().permissions().mode() & 0o777, 0o600);
+        drop(owner_only);
+        let err = ApiSocket::bind_at("CRI socket", &path, Some("no-such-group-imaged")).await.unwrap_err();
+        assert!(err.to_string().contains("no-such-group-imaged"), "{err}");
+        assert!(!path.exists(), "nothing left behind by a refused bind");
+    }
 
     #[test]
     fn the_passed_socket_is_found_by_its_name() {
