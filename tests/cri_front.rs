@@ -3,6 +3,8 @@
 //! CRI front's socket, in front of the embedded runtime.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,15 +35,7 @@ impl Front {
         cfg.endpoint = RuntimeEndpoint::Embedded { socket: Some(dir.path().join("runtime.sock")) };
         let node = Arc::new(Node::start(cfg).await.expect("node starts"));
         let path = dir.path().join("cri.sock");
-        let socket = ApiSocket::bind_at("CRI socket", &path, None).await.expect("binds");
-        let front = CriFront::over(&node, &node.config().cri_server).await.expect("front");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        actix::spawn(async move {
-            let _ = imaged::cri_front::serve(socket, front, async move {
-                let _ = stopped.await;
-            })
-            .await;
-        });
+        let stop = support::front::serve_front(&node, &path).await;
         let channel = CriEndpoint::Unix(path).channel(Duration::from_secs(5)).expect("channel");
         let client = ImageServiceClient::new(channel.clone());
         Front { _dir: dir, node, client, channel, _stop: stop }

@@ -5,18 +5,18 @@
 //! socket. The setup is `tests/cri_front.rs`'s, copied.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
+mod support;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use imaged::actors::pull_queue::{PullStage, QueueStatus};
-use imaged::api::server::ApiSocket;
 use imaged::config::{Config, RuntimeEndpoint};
 use imaged::cri::proto as pb;
 use imaged::cri::proto::image_service_client::ImageServiceClient;
 use imaged::cri::{CriEndpoint, Rpc};
-use imaged::cri_front::CriFront;
 use imaged::embedded::{EmbeddedRuntime, RemoteImage};
 use imaged::node::Node;
 use prost::Message as _;
@@ -45,15 +45,7 @@ impl Front {
         cfg.endpoint = RuntimeEndpoint::Embedded { socket: Some(dir.path().join("runtime.sock")) };
         let node = Arc::new(Node::start(cfg).await.expect("node starts"));
         let path = dir.path().join("cri.sock");
-        let socket = ApiSocket::bind_at("CRI socket", &path, None).await.expect("binds");
-        let front = CriFront::over(&node, &node.config().cri_server).await.expect("front");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        actix::spawn(async move {
-            let _ = imaged::cri_front::serve(socket, front, async move {
-                let _ = stopped.await;
-            })
-            .await;
-        });
+        let stop = support::front::serve_front(&node, &path).await;
         let client = ImageServiceClient::new(channel_to(&path));
         Front { _dir: dir, node, path, client, stop: Some(stop) }
     }

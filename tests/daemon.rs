@@ -739,25 +739,11 @@ fn a_socket_activated_cri_socket_holds_the_kubelets_calls_while_imaged_restarts(
     use imaged::cri::proto as pb;
     use std::time::Instant;
     let dir = tempfile::Builder::new().prefix("imsa").tempdir_in("/tmp").expect("tempdir");
-    let rt_sock = dir.path().join("rt.sock");
-    let runtime = ServedRuntime(
-        std::process::Command::new(env!("CARGO_BIN_EXE_imaged"))
-            .args(["embedded-runtime", "--socket"])
-            .arg(&rt_sock)
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("embedded runtime"),
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::os::unix::net::UnixStream::connect(&rt_sock).is_err() {
-        assert!(Instant::now() < deadline, "the embedded runtime did not serve");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (runtime, endpoint) = served_runtime(dir.path());
     // The service manager's socket (imaged-cri.socket): bound once, passed
     // to each imaged.
     let cri = dir.path().join("cri.sock");
     let listener = std::os::unix::net::UnixListener::bind(&cri).expect("bind the CRI socket");
-    let endpoint = format!("runtime.endpoint=unix://{}", rt_sock.display());
     let front = format!("cri_server.socket={}", cri.display());
     let args = ["--set", endpoint.as_str(), "--set", front.as_str()];
     let mut first = Daemon::start_activated(&args, &listener);

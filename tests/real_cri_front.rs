@@ -24,14 +24,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use imaged::actors::cri_gateway::CriGatewayActor;
-use imaged::api::server::ApiSocket;
 use imaged::config::Config;
 use imaged::connect::ConnectedRuntime;
 use imaged::cri::CriEndpoint;
 use imaged::cri::proto as pb;
 use imaged::cri::proto::image_service_client::ImageServiceClient;
 use imaged::cri::wire::BytesCodec;
-use imaged::cri_front::CriFront;
 use imaged::node::Node;
 use prost::Message as _;
 use prost::bytes::Bytes;
@@ -159,15 +157,7 @@ impl Front {
         // Short path: unix socket paths are limited to ~100 bytes.
         let dir = tempfile::Builder::new().prefix("imf").tempdir_in("/tmp").expect("tempdir");
         let path = dir.path().join("cri.sock");
-        let socket = ApiSocket::bind_at("CRI socket", &path, None).await.expect("binds");
-        let front = CriFront::over(&node, &node.config().cri_server).await.expect("front");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        actix::spawn(async move {
-            let _ = imaged::cri_front::serve(socket, front, async move {
-                let _ = stopped.await;
-            })
-            .await;
-        });
+        let stop = support::front::serve_front(&node, &path).await;
         Front { cri: Cri::over(path), _node: node, _dir: dir, _stop: stop }
     }
 }

@@ -4,4 +4,5 @@
 pub mod containerd_env;
 pub mod daemon;
 pub mod fixture;
+pub mod front;
 pub mod oci;
