@@ -7,18 +7,25 @@
 //! - `cri_server_burst_runtime_pulls`: runtime PullImage calls for 100
 //!   concurrent identical PullImage calls through the front (goal = 1);
 //! - `cri_server_fsinfo_busy_ratio`: ImageFsInfo p99 while 200 pulls are
-//!   queued ÷ its p99 idle (goal ≤ 2).
+//!   queued ÷ its p99 idle (goal ≤ 2);
+//! - `cri_server_containerd_status_ratio`: the ImageStatus comparison with
+//!   real containerd behind imaged (started on loopback as the real tests
+//!   start it; a skip line when it is not installed).
 //!
 //! Beside each ratio, the same calls through a bare tonic proxy (a server
 //! that forwards the bytes with a tonic client, nothing of imaged's, on a
 //! thread of its own as imaged is): `_floor_ratio` is what one more gRPC hop
 //! costs before imaged does anything, `_vs_floor` is imaged against it.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // bench code: a failed unwrap is a failed run
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)]
+
+#[path = "../tests/support/mod.rs"]
+mod support; // bench code: a failed unwrap is a failed run
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use imaged::actors::cri_gateway::{CriGatewayActor, CriSettings};
+use imaged::actors::pull_queue::PullQueueActor;
 use imaged::api::server::ApiSocket;
 use imaged::config::Config;
 use imaged::connect::ConnectedRuntime;
@@ -143,6 +150,74 @@ fn report(name: &str, m: &[Duration]) -> f64 {
     ratio(m[0], m[2])
 }
 
+/// imaged (node, front) on an actix System of its own thread, as the
+/// daemon is a process of its own; the clients (the kubelet's part) run on
+/// the caller's thread. Returns the pull queue once the front serves.
+fn start_imaged(endpoint: CriEndpoint, front_path: std::path::PathBuf) -> actix::Addr<PullQueueActor> {
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        actix::System::new().block_on(async move {
+            let (gateway, version) =
+                CriGatewayActor::connect(&endpoint, &CriSettings::default()).await.expect("gateway");
+            let connected = ConnectedRuntime { gateway, version, endpoint, embedded: None };
+            // No registry throttle: the bench queues 200 pulls at once.
+            let cfg =
+                Config::from_toml("[gc]\ngc_period = \"1h\"\ndetect_period = \"1h\"\n[pull]\nregistry_pull_qps = 0.0")
+                    .expect("config");
+            let node = Arc::new(Node::start_on(cfg, connected).await.expect("node"));
+            let socket = ApiSocket::bind_at("CRI socket", &front_path, None).await.expect("bind");
+            let front = CriFront::over(&node, &node.config().cri_server).await.expect("front");
+            ready_tx.send(node.queue().clone()).expect("ready");
+            imaged::cri_front::serve(socket, front, std::future::pending()).await.expect("serve");
+        });
+    });
+    ready_rx.recv().expect("imaged started")
+}
+
+fn client(endpoint: &CriEndpoint) -> ImageServiceClient<Channel> {
+    ImageServiceClient::new(endpoint.channel(Duration::from_secs(5)).unwrap()).max_decoding_message_size(16 << 20)
+}
+
+/// The status comparison again with containerd as the runtime (started as
+/// the real-containerd tests start it, on loopback), when it is installed:
+/// what an operator's node sees. One small image pushed to the loopback
+/// registry and pulled first.
+fn containerd_status() {
+    let Some((env, _started)) = support::containerd_env::environment("cri_server bench") else {
+        println!("cri_server_containerd: skipped (containerd, docker-registry and htpasswd not installed)");
+        return;
+    };
+    let dir = tempfile::Builder::new().prefix("imcb").tempdir_in("/tmp").expect("tempdir");
+    let endpoint = CriEndpoint::Unix(env.socket.clone());
+    let clients = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("client runtime");
+    let image = clients.block_on(async {
+        let registry = support::oci::Registry::open(&env.registry_open);
+        let pushed = registry.push_image("bench/status", "v1", &[("hello.txt", b"hello")]).await.expect("push");
+        let req = pb::PullImageRequest { image: spec(&pushed.reference), auth: None, sandbox_config: None };
+        client(&endpoint).pull_image(req).await.expect("containerd pulls");
+        pushed.reference
+    });
+    let front_path = dir.path().join("front.sock");
+    start_imaged(endpoint.clone(), front_path.clone());
+    let floor_path = dir.path().join("floor.sock");
+    start_floor(endpoint.clone(), floor_path.clone());
+    clients.block_on(async move {
+        let (front, floor, direct) =
+            (client(&CriEndpoint::Unix(front_path)), client(&CriEndpoint::Unix(floor_path)), client(&endpoint));
+        let sides = [&front, &floor, &direct];
+        let status = |mut c: ImageServiceClient<Channel>| {
+            let image = image.clone();
+            async move {
+                let r = c.image_status(pb::ImageStatusRequest { image: spec(&image), verbose: false });
+                assert!(r.await.expect("status").into_inner().image.is_some());
+            }
+        };
+        medians(200, &sides, status).await; // warm-up
+        let m = medians(STATUS_PAIRS, &sides, status).await;
+        println!("cri_server_containerd_status_ratio: {:.3}", report("containerd_status", &m));
+    });
+}
+
 fn main() {
     let dir = tempfile::tempdir().expect("tempdir");
     let runtime = EmbeddedRuntime::start_in(dir.path()).expect("embedded runtime");
@@ -164,29 +239,7 @@ fn main() {
     let endpoint = runtime.endpoint();
     let front_path = dir.path().join("front.sock");
 
-    // imaged (node, front) on an actix System of its own thread, as the
-    // daemon is a process of its own; the clients (the kubelet's part) on
-    // this thread. The embedded runtime serves on its own thread too.
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let imaged_endpoint = endpoint.clone();
-    let imaged_path = front_path.clone();
-    std::thread::spawn(move || {
-        actix::System::new().block_on(async move {
-            let (gateway, version) =
-                CriGatewayActor::connect(&imaged_endpoint, &CriSettings::default()).await.expect("gateway");
-            let connected = ConnectedRuntime { gateway, version, endpoint: imaged_endpoint, embedded: None };
-            // No registry throttle: the bench queues 200 pulls at once.
-            let cfg =
-                Config::from_toml("[gc]\ngc_period = \"1h\"\ndetect_period = \"1h\"\n[pull]\nregistry_pull_qps = 0.0")
-                    .expect("config");
-            let node = Arc::new(Node::start_on(cfg, connected).await.expect("node"));
-            let socket = ApiSocket::bind_at("CRI socket", &imaged_path, None).await.expect("bind");
-            let front = CriFront::over(&node, &node.config().cri_server).await.expect("front");
-            ready_tx.send(node.queue().clone()).expect("ready");
-            imaged::cri_front::serve(socket, front, std::future::pending()).await.expect("serve");
-        });
-    });
-    let queue = ready_rx.recv().expect("imaged started");
+    let queue = start_imaged(endpoint.clone(), front_path.clone());
     let floor_path = dir.path().join("floor.sock");
     start_floor(endpoint.clone(), floor_path.clone());
     let clients = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("client runtime");
@@ -276,4 +329,5 @@ fn main() {
         println!("cri_server_fsinfo_busy_waiting_pulls: {}", queued.queued + queued.parked + queued.running);
         println!("cri_server_fsinfo_busy_ratio: {:.3}", ratio(busy, idle));
     });
+    containerd_status();
 }
