@@ -455,3 +455,35 @@ fn a_toml_error_names_its_key_and_line() {
     let err = Config::load(&sources).unwrap_err().to_string();
     assert!(err.contains("pull.queue_capacity") && err.contains(&file.display().to_string()), "{err}");
 }
+
+#[test]
+fn a_float_for_an_integer_key_is_refused_naming_it() {
+    // The config crate rounded these: `nan` became 0 (then blamed on
+    // gc.image_gc_low_threshold_percent), `1e30` became i64::MAX.
+    for (toml, key, value) in [
+        ("[gc]\nimage_gc_high_threshold_percent = nan", "gc.image_gc_high_threshold_percent", "NaN"),
+        ("[gc]\nkeep_newest_tags_per_repo = 2.5", "gc.keep_newest_tags_per_repo", "2.5"),
+        ("[daemon]\nmax_request_bytes = 1e30", "daemon.max_request_bytes", "1000000000000000000000000000000"),
+        ("[runtime]\nmailbox_capacity = -inf", "runtime.mailbox_capacity", "-inf"),
+        ("[gc]\nimage_gc_high_threshold_percent = false", "gc.image_gc_high_threshold_percent", "false"),
+    ] {
+        match Config::from_toml(toml) {
+            Err(ConfigError::Invalid { key: k, value: v, reason }) => {
+                assert_eq!((k.as_str(), v.as_str(), reason.as_str()), (key, value, "must be an integer"), "{toml}")
+            }
+            other => panic!("{toml}: {other:?}"),
+        }
+    }
+    // A number for a boolean key is refused the same way.
+    match Config::from_toml("[pull]\nsingle_flight = 2") {
+        Err(ConfigError::Invalid { key, value, reason }) => {
+            assert_eq!(
+                (key.as_str(), value.as_str(), reason.as_str()),
+                ("pull.single_flight", "2", "must be true or false")
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    // Floats stay floats where the default is one.
+    assert!(Config::from_toml("[pull]\nregistry_pull_qps = 2.5").is_ok());
+}
