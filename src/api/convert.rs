@@ -283,3 +283,161 @@ pub fn phase_event(p: &PullPhaseChanged) -> proto::Event {
 pub fn lagged(n: u64) -> proto::Event {
     proto::Event { time_ms: now_ms(), kind: Some(proto::event::Kind::Lagged(n)) }
 }
+
+#[cfg(test)]
+#[allow(clippy::pedantic)] // test code: pedantic lints are for what ships
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::testing::props::{config, marker};
+
+    /// Largest `deadline_ms` accepted.
+    fn max_deadline_ms() -> u64 {
+        u64::try_from(crate::domain::limits::MAX_DURATION.as_millis()).unwrap()
+    }
+
+    fn image() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => "[a-z0-9./:@-]{0,40}",
+            1 => Just(String::new()),
+            1 => "\\PC{0,40}",
+            1 => (4090usize..4100).prop_map(|n| "a".repeat(n)),
+        ]
+    }
+
+    /// A pull secret manifest: valid, with a password that is not base64
+    /// (the marker then must not be shown), or any bytes.
+    fn manifest() -> impl Strategy<Value = (Vec<u8>, String)> {
+        prop_oneof![
+            marker().prop_map(|m| {
+                let config = format!(r#"{{"auths":{{"r.io":{{"username":"u","password":"{m}"}}}}}}"#);
+                let data = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, config);
+                let text = format!(
+                    "kind: Secret\nmetadata: {{name: s, namespace: ns}}\ntype: kubernetes.io/dockerconfigjson\ndata: {{.dockerconfigjson: {data}}}\n"
+                );
+                (text.into_bytes(), m)
+            }),
+            marker().prop_map(|m| {
+                (format!("kind: Secret\nmetadata: {{name: s}}\ndata: {{k: \"{m}!\"}}\n").into_bytes(), m)
+            }),
+            (prop::collection::vec(any::<u8>(), 0..64), marker()).prop_map(|(b, m)| (b, m)),
+        ]
+    }
+
+    fn deadline_ms() -> impl Strategy<Value = u64> {
+        prop_oneof![Just(0), any::<u64>(), (max_deadline_ms() - 2)..=(max_deadline_ms() + 2)]
+    }
+
+    /// The field a request's first problem is in (the order ensure_request checks).
+    fn first_bad_field(
+        image: &str,
+        pod: Option<&proto::Pod>,
+        policy: &str,
+        secrets: &[Vec<u8>],
+        deadline: u64,
+    ) -> Option<String> {
+        if image.is_empty() || image.len() > MAX_IMAGE_LEN {
+            return Some("image".into());
+        }
+        match pod {
+            None => return Some("pod".into()),
+            Some(p) if p.uid.is_empty() => return Some("pod.uid".into()),
+            _ => {}
+        }
+        if !policy.is_empty() && policy.parse::<PullPolicy>().is_err() {
+            return Some("pull_policy".into());
+        }
+        if let Some(i) = secrets.iter().position(|b| PullSecret::from_manifest(b).is_err()) {
+            return Some(format!("pull_secrets[{i}]"));
+        }
+        (deadline > max_deadline_ms()).then(|| "deadline_ms".into())
+    }
+
+    proptest! {
+        #![proptest_config(config(256))]
+
+        #[test]
+        fn an_ensure_request_converts_or_names_its_first_bad_field(
+            image in image(),
+            pod in proptest::option::weighted(0.9, ("\\PC{0,8}", prop::collection::hash_map("\\PC{0,8}", "\\PC{0,8}", 0..4), any::<i32>())),
+            container in "\\PC{0,8}",
+            policy in prop_oneof![Just(String::new()), Just("Always".to_string()), Just("IfNotPresent".to_string()), Just("Never".to_string()), "\\PC{0,12}"],
+            secrets in prop::collection::vec(manifest(), 0..3),
+            deadline in deadline_ms(),
+        ) {
+            let pod = pod.map(|(uid, annotations, priority)| proto::Pod {
+                uid,
+                namespace: "ns".into(),
+                name: "n".into(),
+                annotations,
+                runtime_handler: String::new(),
+                priority,
+            });
+            let (pull_secrets, markers): (Vec<Vec<u8>>, Vec<String>) = secrets.into_iter().unzip();
+            let want = first_bad_field(&image, pod.as_ref(), &policy, &pull_secrets, deadline);
+            let req = proto::EnsureImageRequest {
+                pod: pod.clone(),
+                container,
+                image: image.clone(),
+                pull_policy: policy,
+                pull_secrets: pull_secrets.clone(),
+                deadline_ms: deadline,
+            };
+            match (ensure_request(req), want) {
+                (Ok(r), None) => {
+                    let pod = pod.unwrap();
+                    prop_assert_eq!(r.image, image);
+                    prop_assert_eq!(r.pod.uid, pod.uid);
+                    prop_assert_eq!(r.pod.annotations.len(), pod.annotations.len());
+                    prop_assert_eq!(r.pull_secrets.len(), pull_secrets.len());
+                    prop_assert_eq!(r.deadline.is_some(), deadline != 0);
+                }
+                (Ok(_), Some(field)) => prop_assert!(false, "accepted, wanted an error naming {}", field),
+                (Err(e), want) => {
+                    prop_assert_eq!(e.code(), tonic::Code::InvalidArgument);
+                    let field = want.ok_or_else(|| TestCaseError::fail(format!("refused: {}", e.message())))?;
+                    prop_assert!(e.message().starts_with(&format!("{field}: ")), "{} does not name {}", e.message(), field);
+                    for m in &markers {
+                        prop_assert!(!e.message().contains(m.as_str()), "{} leaked in {}", m, e.message());
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn a_prefetch_request_converts_or_names_its_first_bad_field(
+            image in image(),
+            secrets in prop::collection::vec(manifest(), 0..3),
+            deadline in deadline_ms(),
+            wait in any::<bool>(),
+        ) {
+            let (pull_secrets, markers): (Vec<Vec<u8>>, Vec<String>) = secrets.into_iter().unzip();
+            let pod = proto::Pod { uid: "u".into(), ..Default::default() };
+            let want = first_bad_field(&image, Some(&pod), "", &pull_secrets, deadline);
+            let req = proto::PrefetchImageRequest {
+                image: image.clone(),
+                runtime_handler: String::new(),
+                pull_secrets,
+                priority: 0,
+                deadline_ms: deadline,
+                wait,
+            };
+            match (prefetch_request(req), want) {
+                (Ok((r, w)), None) => {
+                    prop_assert_eq!(r.image, image);
+                    prop_assert_eq!(w, wait);
+                }
+                (Ok(_), Some(field)) => prop_assert!(false, "accepted, wanted an error naming {}", field),
+                (Err(e), want) => {
+                    prop_assert_eq!(e.code(), tonic::Code::InvalidArgument);
+                    let field = want.ok_or_else(|| TestCaseError::fail(format!("refused: {}", e.message())))?;
+                    prop_assert!(e.message().starts_with(&format!("{field}: ")), "{} does not name {}", e.message(), field);
+                    for m in &markers {
+                        prop_assert!(!e.message().contains(m.as_str()), "{} leaked in {}", m, e.message());
+                    }
+                }
+            }
+        }
+    }
+}

@@ -455,3 +455,135 @@ fn a_toml_error_names_its_key_and_line() {
     let err = Config::load(&sources).unwrap_err().to_string();
     assert!(err.contains("pull.queue_capacity") && err.contains(&file.display().to_string()), "{err}");
 }
+
+#[test]
+fn a_float_for_an_integer_key_is_refused_naming_it() {
+    // The config crate rounded these: `nan` became 0 (then blamed on
+    // gc.image_gc_low_threshold_percent), `1e30` became i64::MAX.
+    for (toml, key, value) in [
+        ("[gc]\nimage_gc_high_threshold_percent = nan", "gc.image_gc_high_threshold_percent", "NaN"),
+        ("[gc]\nkeep_newest_tags_per_repo = 2.5", "gc.keep_newest_tags_per_repo", "2.5"),
+        ("[daemon]\nmax_request_bytes = 1e30", "daemon.max_request_bytes", "1000000000000000000000000000000"),
+        ("[runtime]\nmailbox_capacity = -inf", "runtime.mailbox_capacity", "-inf"),
+        ("[gc]\nimage_gc_high_threshold_percent = false", "gc.image_gc_high_threshold_percent", "false"),
+    ] {
+        match Config::from_toml(toml) {
+            Err(ConfigError::Invalid { key: k, value: v, reason }) => {
+                assert_eq!((k.as_str(), v.as_str(), reason.as_str()), (key, value, "must be an integer"), "{toml}")
+            }
+            other => panic!("{toml}: {other:?}"),
+        }
+    }
+    // A number for a boolean key is refused the same way.
+    match Config::from_toml("[pull]\nsingle_flight = 2") {
+        Err(ConfigError::Invalid { key, value, reason }) => {
+            assert_eq!(
+                (key.as_str(), value.as_str(), reason.as_str()),
+                ("pull.single_flight", "2", "must be true or false")
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    // Floats stay floats where the default is one.
+    assert!(Config::from_toml("[pull]\nregistry_pull_qps = 2.5").is_ok());
+}
+
+// === properties ===
+
+mod props {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::testing::props::config;
+
+    /// Every `(section, key)` of the documented defaults with a scalar or
+    /// array value (`[[cri_server.priority]]` tables left out).
+    fn keys() -> Vec<(String, String)> {
+        fn walk(prefix: &str, t: &toml::Table, out: &mut Vec<(String, String)>) {
+            for (k, v) in t {
+                match v {
+                    toml::Value::Table(sub) => {
+                        let p = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                        walk(&p, sub, out);
+                    }
+                    toml::Value::Array(a) if a.iter().any(|x| x.is_table()) => {}
+                    _ => out.push((prefix.to_string(), k.clone())),
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk("", &toml::from_str(DEFAULT_TOML).unwrap(), &mut out);
+        out
+    }
+
+    /// A TOML string literal holding `s` (JSON's escapes are TOML's).
+    fn string_literal(s: &str) -> String {
+        serde_json::to_string(s).unwrap()
+    }
+
+    /// A TOML value as text: of every type, at and past every bound.
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<i64>().prop_map(|n| n.to_string()),
+            (-2i64..2_000_000).prop_map(|n| n.to_string()),
+            "-?[0-9]{19,30}",
+            any::<f64>().prop_filter("TOML float", |f| f.is_finite()).prop_map(|f| format!("{f:?}")),
+            Just("nan".to_string()),
+            Just("-inf".to_string()),
+            any::<bool>().prop_map(|b| b.to_string()),
+            "[-+]?[0-9.]{0,25}(ns|us|ms|s|m|h|d|y|years)?".prop_map(|s| string_literal(&s)),
+            any::<String>().prop_map(|s| string_literal(&s)),
+            prop::collection::vec(any::<String>(), 0..3)
+                .prop_map(|v| format!("[{}]", v.iter().map(|s| string_literal(s)).collect::<Vec<_>>().join(", "))),
+            Just("{ a = 1 }".to_string()),
+        ]
+    }
+
+    /// Text that is TOML-ish: section headers, `key = value` lines with
+    /// known and unknown keys, and stray bytes.
+    fn tomlish() -> impl Strategy<Value = String> {
+        let keys = keys();
+        let sections: Vec<String> = keys.iter().map(|(s, _)| s.clone()).collect();
+        let names: Vec<String> = keys.iter().map(|(_, k)| k.clone()).collect();
+        let line = prop_oneof![
+            prop::sample::select(sections).prop_map(|s| format!("[{s}]")),
+            (prop::sample::select(names), value()).prop_map(|(k, v)| format!("{k} = {v}")),
+            ("\\PC{0,10}", value()).prop_map(|(k, v)| format!("{k} = {v}")),
+            "\\PC{0,20}",
+            any::<String>(),
+        ];
+        prop::collection::vec(line, 0..6).prop_map(|l| l.join("\n"))
+    }
+
+    proptest! {
+        #![proptest_config(config(128))]
+
+        #[test]
+        fn any_text_loads_or_is_refused_without_a_panic(text in any::<String>()) {
+            let _ = Config::from_toml(&text);
+        }
+
+        #[test]
+        fn toml_ish_text_loads_or_is_refused_without_a_panic(text in tomlish()) {
+            let _ = Config::from_toml(&text);
+        }
+
+        #[test]
+        fn a_bad_value_is_refused_naming_its_key(
+            (section, key) in prop::sample::select(keys()),
+            v in value(),
+        ) {
+            let text = format!("[{section}]\n{key} = {v}\n");
+            if let Err(e) = Config::from_toml(&text) {
+                let msg = e.to_string();
+                prop_assert!(msg.contains(&key), "{:?}: {} does not name {}", text, msg, key);
+                // A refused value names its own key, or (a rule between keys)
+                // names it in the reason.
+                if let ConfigError::Invalid { key: named, reason, .. } = &e {
+                    let full = format!("{section}.{key}");
+                    prop_assert!(named.contains(&full) || reason.contains(&full), "{:?}: {}", text, msg);
+                }
+            }
+        }
+    }
+}

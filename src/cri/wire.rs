@@ -321,4 +321,100 @@ mod tests {
         }
         assert!(peek::<pb::Image>(&[0x0a, 0x05, 1]).is_err());
     }
+
+    #[allow(clippy::pedantic)] // test code: pedantic lints are for what ships
+    mod props {
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::testing::props::config;
+
+        fn image() -> impl Strategy<Value = pb::Image> {
+            ("\\PC{0,12}", prop::collection::vec("[a-z]{0,6}:[0-9]{0,3}", 0..3), any::<u64>(), any::<bool>()).prop_map(
+                |(id, repo_tags, size, pinned)| pb::Image { id, repo_tags, size, pinned, ..Default::default() },
+            )
+        }
+
+        /// The rule under test: pin images with a tag starting with `p`.
+        fn pin(i: &ImageNames) -> bool {
+            i.repo_tags.iter().any(|t| t.starts_with('p'))
+        }
+
+        fn damage(mut bytes: Vec<u8>, at: prop::sample::Index, byte: u8, cut: prop::sample::Index) -> Vec<u8> {
+            if !bytes.is_empty() {
+                let i = at.index(bytes.len());
+                bytes[i] = byte;
+            }
+            bytes.truncate(cut.index(bytes.len() + 1));
+            bytes
+        }
+
+        proptest! {
+            #![proptest_config(config(256))]
+
+            #[test]
+            fn any_bytes_are_an_answer_or_an_error_never_a_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+                let b = Bytes::from(bytes);
+                let _ = pin_images(b.clone(), 1, |_| true);
+                let _ = pin_images(b.clone(), 1, |_| false);
+                let _ = pull_request_for_runtime(b.clone());
+                let _ = peek::<pb::ListImagesResponse>(&b);
+                let _ = peek::<pb::PullImageRequest>(&b);
+                let _ = peek::<pb::ImageStatusResponse>(&b);
+            }
+
+            #[test]
+            fn pinning_a_list_sets_exactly_the_chosen_images(images in prop::collection::vec(image(), 0..6)) {
+                let resp = pb::ListImagesResponse { images: images.clone() };
+                let out = pin_images(Bytes::from(resp.encode_to_vec()), 1, pin).unwrap();
+                let got = pb::ListImagesResponse::decode(out).unwrap();
+                let want: Vec<pb::Image> = images
+                    .into_iter()
+                    .map(|mut i| {
+                        i.pinned |= i.repo_tags.iter().any(|t| t.starts_with('p'));
+                        i
+                    })
+                    .collect();
+                prop_assert_eq!(got.images, want);
+            }
+
+            #[test]
+            fn a_pull_request_keeps_everything_but_a_bare_server_address(
+                image in "\\PC{0,20}",
+                username in "\\PC{0,8}",
+                server_address in prop_oneof!["[a-z0-9.:]{0,16}", "(https?|oci)://[a-z0-9.:]{0,16}", "\\PC{0,16}"],
+                with_auth in any::<bool>(),
+            ) {
+                let req = pb::PullImageRequest {
+                    image: Some(pb::ImageSpec { image, ..Default::default() }),
+                    auth: with_auth.then(|| pb::AuthConfig { username, server_address, ..Default::default() }),
+                    sandbox_config: None,
+                };
+                let out = pull_request_for_runtime(Bytes::from(req.encode_to_vec())).unwrap();
+                let got = pb::PullImageRequest::decode(out).unwrap();
+                let mut want = req;
+                if let Some(a) = want.auth.as_mut() {
+                    a.server_address = super::super::super::convert::server_address_for_runtime(&a.server_address);
+                }
+                prop_assert_eq!(got, want);
+            }
+
+            #[test]
+            fn a_damaged_message_is_an_answer_or_an_error_never_a_panic(
+                images in prop::collection::vec(image(), 0..4),
+                at in any::<prop::sample::Index>(),
+                byte in any::<u8>(),
+                cut in any::<prop::sample::Index>(),
+            ) {
+                let bytes = damage(pb::ListImagesResponse { images }.encode_to_vec(), at, byte, cut);
+                if let Ok(out) = pin_images(Bytes::from(bytes.clone()), 1, pin) {
+                    // What comes out decodes whenever what went in did.
+                    if pb::ListImagesResponse::decode(&bytes[..]).is_ok() {
+                        prop_assert!(pb::ListImagesResponse::decode(out).is_ok());
+                    }
+                }
+                let _ = pull_request_for_runtime(Bytes::from(bytes));
+            }
+        }
+    }
 }

@@ -459,4 +459,97 @@ mod tests {
             assert_eq!(parse_duration(text).map_err(|e| e.to_string()), Err(msg.to_string()), "{text}");
         }
     }
+
+    #[allow(clippy::pedantic)] // test code: pedantic lints are for what ships
+    mod props {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        /// Go's largest duration, in nanoseconds.
+        const MAX_NS: u64 = i64::MAX as u64;
+
+        /// Texts near the duration grammar: signs, digits, dots, units Go
+        /// knows and some it does not, numbers long enough to overflow.
+        fn duration_ish() -> impl Strategy<Value = String> {
+            "[-+]?([0-9]{0,25}(\\.[0-9]{0,25})?(ns|us|µs|μs|ms|s|m|h|d|µ|x)?){0,4}"
+        }
+
+        fn check_parse(text: &str) {
+            match parse_duration(text) {
+                Ok(_) => {}
+                // Every error names the text it refused.
+                Err(e) => assert!(e.to_string().contains(&quote(text)), "{e} does not name {text:?}"),
+            }
+        }
+
+        proptest! {
+            #![proptest_config(crate::testing::props::config(256))]
+
+            #[test]
+            fn any_text_parses_or_is_refused_naming_it(text in any::<String>()) {
+                check_parse(&text);
+            }
+
+            #[test]
+            fn duration_like_texts_parse_or_are_refused_naming_them(text in duration_ish()) {
+                check_parse(&text);
+            }
+
+            #[test]
+            fn gos_string_form_parses_back(ns in 0..=MAX_NS) {
+                let text = duration(Duration::from_nanos(ns));
+                let want = i64::try_from(ns).expect("within i64");
+                prop_assert_eq!(parse_duration(&text), Ok(want), "{}", text);
+                prop_assert_eq!(parse_duration(&format!("-{text}")), Ok(-want), "-{}", text);
+            }
+
+            #[test]
+            fn small_durations_parse_back_too(ns in 0u64..10_000_000_000) {
+                let text = duration(Duration::from_nanos(ns));
+                prop_assert_eq!(parse_duration(&text), Ok(i64::try_from(ns).expect("small")), "{}", text);
+            }
+
+            #[test]
+            fn durations_past_gos_range_are_refused(secs in (MAX_NS / 1_000_000_000)..=u64::MAX, nanos in 0u32..1_000_000_000) {
+                let d = Duration::new(secs, nanos);
+                prop_assume!(d.as_nanos() > u128::from(MAX_NS));
+                let text = duration(d);
+                let e = parse_duration(&text).expect_err("past Go's range");
+                prop_assert!(e.to_string().contains(&quote(&text)), "{}", e);
+            }
+
+            #[test]
+            fn quote_is_quoted_and_printable(s in any::<String>()) {
+                let q = quote(&s);
+                prop_assert!(q.len() >= 2 && q.starts_with('"') && q.ends_with('"'), "{}", q);
+                // Escapes are ASCII: the quoted text is printable throughout,
+                // and the only bare `"` are the outer two.
+                prop_assert!(q.chars().all(is_print), "{:?}", q);
+                let inner = &q[1..q.len() - 1];
+                let mut escaped = false;
+                for c in inner.chars() {
+                    prop_assert!(escaped || c != '"', "bare quote in {:?}", q);
+                    escaped = !escaped && c == '\\';
+                }
+                prop_assert!(!escaped, "dangling backslash in {:?}", q);
+            }
+
+            #[test]
+            fn quote_keeps_printable_text_as_it_is(
+                chars in prop::collection::vec(any::<char>().prop_filter("printable", |c| is_print(*c) && !matches!(*c, '"' | '\\')), 0..40),
+            ) {
+                let s: String = chars.into_iter().collect();
+                prop_assert_eq!(quote(&s), format!("\"{s}\""));
+            }
+        }
+
+        #[test]
+        fn the_edges_of_gos_range() {
+            assert_eq!(parse_duration("-2562047h47m16.854775808s"), Ok(i64::MIN));
+            assert_eq!(parse_duration("2562047h47m16.854775807s"), Ok(i64::MAX));
+            assert!(parse_duration("2562047h47m16.854775808s").is_err());
+            assert!(parse_duration("-2562047h47m16.854775809s").is_err());
+        }
+    }
 }

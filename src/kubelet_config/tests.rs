@@ -193,3 +193,84 @@ fn in_the_kubelets_path_imaged_talks_to_the_container_runtime_endpoint() {
     let containerd = crate::cri::CriEndpoint::Unix("/run/containerd/containerd.sock".into());
     assert_eq!(cfg.endpoint, crate::config::RuntimeEndpoint::Cri(containerd));
 }
+
+// === properties ===
+
+mod props {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::domain::go_text::duration as go_duration;
+    use crate::testing::props::config;
+
+    /// The KubeletConfiguration fields imaged reads.
+    const FIELDS: [&str; 13] = [
+        "serializeImagePulls",
+        "maxParallelImagePulls",
+        "registryPullQPS",
+        "registryBurst",
+        "imageGCHighThresholdPercent",
+        "imageGCLowThresholdPercent",
+        "imageMinimumGCAge",
+        "imageMaximumGCAge",
+        "imagePullCredentialsVerificationPolicy",
+        "preloadedImagesVerificationAllowlist",
+        "podSandboxImage",
+        "containerRuntimeEndpoint",
+        "imageServiceEndpoint",
+    ];
+
+    /// A YAML value as text, of every type and at the bounds.
+    fn yaml_value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<i64>().prop_map(|n| n.to_string()),
+            (-2i64..200).prop_map(|n| n.to_string()),
+            "-?[0-9]{19,30}",
+            any::<f64>().prop_map(|f| format!("{f:?}")),
+            Just(".nan".to_string()),
+            any::<bool>().prop_map(|b| b.to_string()),
+            Just("null".to_string()),
+            Just("~".to_string()),
+            (0..=i64::MAX as u64).prop_map(|ns| format!("{:?}", go_duration(Duration::from_nanos(ns)))),
+            "[-+]?[0-9.]{0,25}(ns|us|ms|s|m|h|d)?".prop_map(|s| format!("{s:?}")),
+            any::<String>().prop_map(|s| serde_json::to_string(&s).unwrap()),
+            prop::collection::vec(any::<String>(), 0..3).prop_map(|v| serde_json::to_string(&v).unwrap()),
+            Just("[1, [2], {a: b}]".to_string()),
+            Just("{a: 1}".to_string()),
+            Just("&x [*x]".to_string()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(config(256))]
+
+        #[test]
+        fn any_text_parses_or_is_refused_without_a_panic(text in any::<String>()) {
+            let _ = KubeletImageFields::parse(Path::new("k.yaml"), &text);
+            let _ = KubeletImageFields::parse(Path::new("k.yaml"), &minimal(&text));
+        }
+
+        #[test]
+        fn a_bad_field_is_refused_naming_it(field in prop::sample::select(FIELDS.to_vec()), v in yaml_value()) {
+            let text = minimal(&format!("{field}: {v}\n"));
+            match KubeletImageFields::parse(Path::new("k.yaml"), &text) {
+                Ok(_) => {}
+                Err(KubeletConfigError::Field { field: named, file, .. }) => {
+                    prop_assert_eq!(named, field, "{:?}", text);
+                    prop_assert_eq!(file, Path::new("k.yaml"));
+                }
+                // Not a mapping at all (e.g. an unbalanced flow value): the file is named.
+                Err(e @ KubeletConfigError::File { .. }) => prop_assert!(e.to_string().contains("k.yaml"), "{}", e),
+            }
+        }
+
+        #[test]
+        fn go_durations_are_read_as_written(ns in 0..=i64::MAX as u64, max in any::<bool>()) {
+            let field = if max { "imageMaximumGCAge" } else { "imageMinimumGCAge" };
+            let d = Duration::from_nanos(ns);
+            let text = minimal(&format!("{field}: {:?}\n", go_duration(d)));
+            let k = KubeletImageFields::parse(Path::new("k.yaml"), &text).unwrap();
+            prop_assert_eq!(if max { k.image_maximum_gc_age } else { k.image_minimum_gc_age }, Some(d));
+        }
+    }
+}

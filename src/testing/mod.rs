@@ -6,6 +6,8 @@
 mod events;
 mod fake_cri;
 mod manager;
+#[cfg(test)]
+pub(crate) mod props;
 mod scrape;
 
 pub use events::{EventLog, EventReasons, TakeEvents};

@@ -564,3 +564,227 @@ async fn runs_and_failed_runs_are_metered_and_the_config_hash_is_published() {
     assert_eq!(s.value("imaged_credential_provider_plugin_errors_total", &[("plugin_name", "good")]), None);
     assert_eq!(s.value("imaged_credential_provider_config_info", &[("hash", providers.config_hash())]), Some(1.0));
 }
+
+// === properties ===
+
+#[allow(clippy::pedantic)] // test code: pedantic lints are for what ships
+mod props {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::go_text::duration as go_duration;
+    use crate::testing::props::{config, marker};
+
+    fn api_version() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => Just(V1.to_string()),
+            1 => Just("credentialprovider.kubelet.k8s.io/v1beta1".to_string()),
+            1 => "\\PC{0,20}",
+        ]
+    }
+
+    /// `cacheDuration` as a plugin may write it, and the duration it means
+    /// when it is one imaged takes.
+    fn cache_duration() -> impl Strategy<Value = (Option<serde_json::Value>, Option<Option<Duration>>)> {
+        prop_oneof![
+            Just((None::<serde_json::Value>, Some(None::<Duration>))),
+            Just((Some(serde_json::Value::Null), Some(None::<Duration>))),
+            (0..=i64::MAX as u64).prop_map(|ns| {
+                let d = Duration::from_nanos(ns);
+                (Some(json!(go_duration(d))), Some(Some(d)))
+            }),
+            // Some of these are durations: a negative one means "do not cache".
+            "[-+]?[0-9.]{0,22}(ns|us|ms|s|m|h|d)?".prop_map(|s| {
+                let want = crate::domain::go_text::parse_duration(&s)
+                    .ok()
+                    .map(|ns| Some(Duration::from_nanos(u64::try_from(ns).unwrap_or(0))));
+                (Some(json!(s)), want)
+            }),
+            any::<i64>().prop_map(|n| (Some(json!(n)), None)),
+        ]
+    }
+
+    fn auth() -> impl Strategy<Value = Vec<(String, String, String)>> {
+        prop::collection::btree_map("[a-z*][a-z0-9.*-]{0,12}", ("[a-z0-9]{0,8}", marker()), 0..4)
+            .prop_map(|m| m.into_iter().map(|(k, (u, p))| (k, u, p)).collect())
+    }
+
+    proptest! {
+        #![proptest_config(config(256))]
+
+        #[test]
+        fn any_bytes_as_a_response_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+            let _ = decode_response(&bytes, V1);
+        }
+
+        #[test]
+        fn a_response_is_read_or_refused_never_showing_a_password(
+            version in api_version(),
+            kind in prop_oneof![4 => Just("CredentialProviderResponse".to_string()), 1 => "[A-Za-z]{0,10}"],
+            key_type in prop_oneof![Just("Image"), Just("Registry"), Just("Global"), Just("")],
+            (duration_json, want_duration) in cache_duration(),
+            auth in auth(),
+            cut in any::<prop::sample::Index>(),
+            damaged in any::<bool>(),
+        ) {
+            let mut body = json!({ "apiVersion": version, "kind": kind, "cacheKeyType": key_type });
+            if let Some(d) = duration_json {
+                body["cacheDuration"] = d;
+            }
+            body["auth"] = auth.iter().map(|(k, u, p)| (k.clone(), json!({ "username": u, "password": p }))).collect();
+            let mut bytes = body.to_string().into_bytes();
+            if damaged {
+                bytes.truncate(cut.index(bytes.len()));
+            }
+            match decode_response(&bytes, V1) {
+                Ok(r) => {
+                    prop_assert!(!damaged && version == V1 && kind == "CredentialProviderResponse");
+                    prop_assert_eq!(Some(r.cache_duration), want_duration);
+                    prop_assert_eq!(r.cache_key_type.as_str(), key_type);
+                    let got: Vec<_> = r
+                        .auth
+                        .entries
+                        .iter()
+                        .map(|(k, e)| (k.clone(), e.username.clone(), e.password.expose().to_string()))
+                        .collect();
+                    prop_assert_eq!(got, auth.clone());
+                    let shown = format!("{r:?}");
+                    for (_, _, p) in &auth {
+                        prop_assert!(!shown.contains(p.as_str()), "{}", shown);
+                    }
+                }
+                Err(e) => {
+                    prop_assert!(damaged || version != V1 || kind != "CredentialProviderResponse" || want_duration.is_none(), "{}", e);
+                    let text = format!("{e} {e:?}");
+                    for (_, _, p) in &auth {
+                        prop_assert!(!text.contains(p.as_str()), "{}", text);
+                    }
+                }
+            }
+        }
+    }
+
+    /// One provider of a generated config, its env values markers.
+    #[derive(Debug, Clone)]
+    struct Provider {
+        name: String,
+        match_images: Vec<String>,
+        cache: serde_json::Value,
+        cache_ns: Option<u64>,
+        api_version: String,
+        env: Vec<(String, serde_json::Value)>,
+    }
+
+    fn provider() -> impl Strategy<Value = Provider> {
+        (
+            prop_oneof![4 => "[a-z][a-z0-9-]{0,8}", 1 => Just("a/b".to_string()), 1 => Just("..".to_string()), 1 => "\\PC{0,6}"],
+            prop::collection::vec(prop_oneof![4 => "[a-z*][a-z0-9.*-]{0,10}", 1 => "\\PC{0,10}"], 0..3),
+            prop_oneof![
+                (0..=i64::MAX as u64).prop_map(|ns| (json!(go_duration(Duration::from_nanos(ns))), Some(ns))),
+                "[-+]?[0-9.]{0,22}(ns|s|m|h|d)?".prop_map(|s| {
+                    let ns = crate::domain::go_text::parse_duration(&s).ok().and_then(|ns| u64::try_from(ns).ok());
+                    (json!(s), ns)
+                }),
+                Just((serde_json::Value::Null, None::<u64>)),
+            ],
+            api_version(),
+            prop::collection::vec(
+                (
+                    "[A-Z_]{0,6}",
+                    prop_oneof![
+                        4 => marker().prop_map(|m| json!(m)),
+                        1 => marker().prop_map(|m| json!([m])),
+                        1 => marker().prop_map(|m| json!({ "k": m })),
+                    ],
+                ),
+                0..3,
+            ),
+        )
+            .prop_map(|(name, match_images, (cache, cache_ns), api_version, env)| Provider {
+                name,
+                match_images,
+                cache,
+                cache_ns,
+                api_version,
+                env,
+            })
+    }
+
+    fn markers_of(providers: &[Provider]) -> Vec<String> {
+        let mut out = Vec::new();
+        for p in providers {
+            for (_, v) in &p.env {
+                let text = v.to_string();
+                let start = text.find("PWX").expect("a marker");
+                out.push(text[start..start + 15].to_string());
+            }
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(config(128))]
+
+        #[test]
+        fn any_bytes_as_a_provider_config_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+            let dir = tempfile::tempdir().unwrap();
+            let f = dir.path().join("c.yaml");
+            std::fs::write(&f, &bytes).unwrap();
+            let _ = load_provider_config(&f);
+        }
+
+        #[test]
+        fn a_provider_config_loads_or_names_the_field_never_an_env_value(
+            providers in prop::collection::vec(provider(), 0..3),
+            yaml in any::<bool>(),
+        ) {
+            let doc = json!({
+                "apiVersion": "kubelet.config.k8s.io/v1",
+                "kind": "CredentialProviderConfig",
+                "providers": providers.iter().map(|p| json!({
+                    "name": p.name,
+                    "matchImages": p.match_images,
+                    "defaultCacheDuration": p.cache,
+                    "apiVersion": p.api_version,
+                    "env": p.env.iter().map(|(n, v)| json!({ "name": n, "value": v })).collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
+            });
+            let text = if yaml { serde_yaml_ng::to_string(&doc).unwrap() } else { doc.to_string() };
+            let dir = tempfile::tempdir().unwrap();
+            let f = dir.path().join(if yaml { "c.yaml" } else { "c.json" });
+            std::fs::write(&f, &text).unwrap();
+            let markers = markers_of(&providers);
+            match load_provider_config(&f) {
+                Ok(specs) => {
+                    prop_assert_eq!(specs.len(), providers.len());
+                    for (spec, p) in specs.iter().zip(&providers) {
+                        prop_assert_eq!(&spec.name, &p.name);
+                        prop_assert_eq!(Some(spec.default_cache_duration), p.cache_ns.map(Duration::from_nanos));
+                        let env: Vec<_> = spec.env.iter().map(|e| (e.name.clone(), json!(e.value.expose()))).collect();
+                        prop_assert_eq!(&env, &p.env);
+                    }
+                    let shown = format!("{specs:?}");
+                    for m in &markers {
+                        prop_assert!(!shown.contains(m.as_str()), "{}", shown);
+                    }
+                }
+                Err(e) => {
+                    let text = format!("{e} {e:?}");
+                    for m in &markers {
+                        prop_assert!(!text.contains(m.as_str()), "{} leaked in {}", m, text);
+                    }
+                    match &e {
+                        ProviderConfigError::Invalid(errs) => {
+                            for err in errs {
+                                prop_assert!(err.starts_with("providers"), "{} names no field", err);
+                            }
+                        }
+                        ProviderConfigError::Decode { .. } => {}
+                        other => prop_assert!(false, "unexpected {}", other),
+                    }
+                }
+            }
+        }
+    }
+}

@@ -349,3 +349,309 @@ fn auth_wrapped_across_lines_decodes_as_gos_decoder_does() {
     let json = r#"{"auths":{"r.io":{"auth":"Zm9v Om Jhcg=="}}}"#;
     assert!(parse_docker_config_json(json.as_bytes()).is_err(), "a space inside auth is refused");
 }
+
+// === properties ===
+
+#[allow(clippy::pedantic)] // test code: pedantic lints are for what ships
+mod props {
+    use std::collections::BTreeMap;
+
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+    use crate::testing::props::{config, marker};
+
+    /// One registry's credentials, the password a marker.
+    #[derive(Debug, Clone)]
+    struct Cred {
+        username: String,
+        password: String,
+        /// Written as `auth` (base64 of `user:password`) instead of the two fields.
+        as_auth: bool,
+    }
+
+    fn creds() -> impl Strategy<Value = BTreeMap<String, Cred>> {
+        prop::collection::btree_map(
+            "[a-z0-9]{1,10}(\\.[a-z]{2,5})?(:[0-9]{2,5})?",
+            ("[a-z0-9_]{0,10}", marker(), any::<bool>()).prop_map(|(username, password, as_auth)| Cred {
+                username,
+                password,
+                as_auth,
+            }),
+            0..5,
+        )
+    }
+
+    fn auth_of(c: &Cred) -> String {
+        STANDARD.encode(format!("{}:{}", c.username, c.password))
+    }
+
+    fn entries_json(creds: &BTreeMap<String, Cred>) -> Value {
+        let mut m = Map::new();
+        for (registry, c) in creds {
+            let entry = if c.as_auth {
+                json!({ "auth": auth_of(c) })
+            } else {
+                json!({ "username": c.username, "password": c.password })
+            };
+            m.insert(registry.clone(), entry);
+        }
+        Value::Object(m)
+    }
+
+    /// Every secret value of `creds`: none may appear in an error.
+    fn secret_values(creds: &BTreeMap<String, Cred>) -> Vec<String> {
+        creds.values().flat_map(|c| [c.password.clone(), auth_of(c)]).collect()
+    }
+
+    fn assert_hides(text: &str, secrets: &[String]) -> Result<(), TestCaseError> {
+        for s in secrets {
+            prop_assert!(!text.contains(s.as_str()), "{:?} leaked in {:?}", s, text);
+        }
+        Ok(())
+    }
+
+    /// What may be wrong with a manifest, and what the error must name.
+    #[derive(Debug, Clone, Copy)]
+    enum Fault {
+        None,
+        Kind,
+        ApiVersion,
+        NoName,
+        NameNotAString,
+        DataNotAnObject,
+        DataNotBase64,
+        DataNotAString,
+        ConfigNotJson,
+        AuthNotBase64,
+        PasswordNotAString,
+        AuthsNotAnObject,
+    }
+
+    impl Fault {
+        /// The text the error must hold (`None`: no error).
+        fn names(self) -> Option<&'static str> {
+            Some(match self {
+                Fault::None => return None,
+                Fault::Kind => "kind must be \"Secret\"",
+                Fault::ApiVersion => "apiVersion must be \"v1\"",
+                Fault::NoName => "metadata.name is required",
+                Fault::NameNotAString => "metadata.name: expected a string",
+                Fault::DataNotAnObject => "data: expected an object",
+                Fault::DataNotBase64 => "data[\".dockerconfigjson\"]: illegal base64 data",
+                Fault::DataNotAString => "data[\".dockerconfigjson\"]: expected a string",
+                Fault::ConfigNotJson => ".dockerconfigjson: invalid JSON",
+                Fault::AuthNotBase64 => "].auth: unable to parse auth field",
+                Fault::PasswordNotAString => "].password: expected a string",
+                Fault::AuthsNotAnObject => "auths: expected an object",
+            })
+        }
+    }
+
+    fn fault() -> impl Strategy<Value = Fault> {
+        prop::sample::select(vec![
+            Fault::None,
+            Fault::Kind,
+            Fault::ApiVersion,
+            Fault::NoName,
+            Fault::NameNotAString,
+            Fault::DataNotAnObject,
+            Fault::DataNotBase64,
+            Fault::DataNotAString,
+            Fault::ConfigNotJson,
+            Fault::AuthNotBase64,
+            Fault::PasswordNotAString,
+            Fault::AuthsNotAnObject,
+        ])
+    }
+
+    /// A `kubernetes.io/dockerconfigjson` Secret manifest with `fault`
+    /// (never more than one), and the secret values it holds.
+    fn manifest(
+        name: &str,
+        namespace: &str,
+        creds: &BTreeMap<String, Cred>,
+        fault: Fault,
+        bad: &str,
+    ) -> (Value, Vec<String>) {
+        let mut secrets = secret_values(creds);
+        secrets.push(bad.to_string());
+        let mut config = json!({ "auths": entries_json(creds) });
+        match fault {
+            Fault::AuthNotBase64 => {
+                config["auths"]["bad.io"] = json!({ "auth": format!("{bad}!*") });
+            }
+            Fault::PasswordNotAString => {
+                config["auths"]["bad.io"] = json!({ "username": "u", "password": [bad] });
+            }
+            Fault::AuthsNotAnObject => config["auths"] = json!([bad]),
+            _ => {}
+        }
+        let config_text = match fault {
+            Fault::ConfigNotJson => format!("{{\"auths\": {bad}"),
+            _ => config.to_string(),
+        };
+        let data = match fault {
+            Fault::DataNotAnObject => json!([STANDARD.encode(&config_text)]),
+            Fault::DataNotBase64 => json!({ ".dockerconfigjson": format!("{bad}!*") }),
+            Fault::DataNotAString => json!({ ".dockerconfigjson": { "v": bad } }),
+            _ => json!({ ".dockerconfigjson": STANDARD.encode(&config_text) }),
+        };
+        secrets.push(STANDARD.encode(&config_text));
+        let mut metadata = json!({ "name": name, "namespace": namespace, "uid": "u-1" });
+        match fault {
+            Fault::NoName => {
+                metadata.as_object_mut().unwrap().remove("name");
+            }
+            Fault::NameNotAString => metadata["name"] = json!(7),
+            _ => {}
+        }
+        let manifest = json!({
+            "apiVersion": if matches!(fault, Fault::ApiVersion) { "v2" } else { "v1" },
+            "kind": if matches!(fault, Fault::Kind) { "ConfigMap" } else { "Secret" },
+            "metadata": metadata,
+            "type": DOCKER_CONFIG_JSON_TYPE,
+            "data": data,
+        });
+        (manifest, secrets)
+    }
+
+    /// Any JSON value, a few levels deep.
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| json!(f)),
+            "\\PC{0,12}".prop_map(Value::String),
+            Just(json!("auths")),
+            Just(json!("dXNlcjpwYXNz")),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop_oneof![
+                        "\\PC{0,8}",
+                        prop::sample::select(vec!["auths", "Auths", "auth", "username", "password", "HttpHeaders"])
+                            .prop_map(str::to_string),
+                    ],
+                    inner,
+                    0..6,
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn sorted(config: DockerConfig) -> Vec<(String, String, String)> {
+        let mut v: Vec<_> =
+            config.entries.into_iter().map(|(k, e)| (k, e.username, e.password.expose().to_string())).collect();
+        v.sort();
+        v
+    }
+
+    proptest! {
+        #![proptest_config(config(256))]
+
+        #[test]
+        fn any_bytes_as_a_manifest_or_config_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+            if let Ok(s) = PullSecret::from_manifest(&bytes) {
+                let _ = s.docker_config();
+            }
+            let _ = PullSecret::from_manifest_json(&bytes);
+            let _ = parse_docker_config_json(&bytes);
+            let _ = parse_dockercfg(&bytes);
+        }
+
+        #[test]
+        fn any_json_as_a_manifest_or_config_never_panics(v in json_value(), yaml in any::<bool>()) {
+            let bytes = if yaml { serde_yaml_ng::to_string(&v).unwrap().into_bytes() } else { v.to_string().into_bytes() };
+            if let Ok(s) = PullSecret::from_manifest(&bytes) {
+                let _ = s.docker_config();
+            }
+            let _ = parse_docker_config_json(&bytes);
+            let _ = parse_dockercfg(&bytes);
+            // As a config, under `auths` too.
+            let _ = parse_docker_config_json(json!({ "auths": v }).to_string().as_bytes());
+        }
+
+        #[test]
+        fn a_config_json_round_trips(creds in creds(), legacy in any::<bool>()) {
+            let (doc, parsed) = if legacy {
+                let doc = entries_json(&creds).to_string();
+                let parsed = parse_dockercfg(doc.as_bytes());
+                (doc, parsed)
+            } else {
+                let doc = json!({ "auths": entries_json(&creds), "HttpHeaders": { "User-Agent": "x" } }).to_string();
+                let parsed = parse_docker_config_json(doc.as_bytes());
+                (doc, parsed)
+            };
+            let parsed = parsed.map_err(|e| TestCaseError::fail(format!("{doc}: {e}")))?;
+            let want: Vec<_> =
+                creds.iter().map(|(k, c)| (k.clone(), c.username.clone(), c.password.clone())).collect();
+            prop_assert_eq!(sorted(parsed), want);
+        }
+
+        #[test]
+        fn a_manifest_is_read_or_refused_naming_the_field_never_a_secret(
+            name in "[a-z][a-z0-9-]{0,12}",
+            namespace in "[a-z][a-z0-9-]{0,12}",
+            creds in creds(),
+            fault in fault(),
+            bad in marker(),
+            yaml in any::<bool>(),
+        ) {
+            let (m, secrets) = manifest(&name, &namespace, &creds, fault, &bad);
+            let bytes = if yaml { serde_yaml_ng::to_string(&m).unwrap().into_bytes() } else { m.to_string().into_bytes() };
+            let parsed = PullSecret::from_manifest(&bytes);
+            if let Ok(s) = &parsed {
+                assert_hides(&format!("{s:?}"), &secrets)?;
+            }
+            let result = parsed.and_then(|s| s.docker_config().map(|c| (s, c)));
+            match (result, fault.names()) {
+                (Ok((s, config)), None) => {
+                    prop_assert_eq!(s.id(), format!("{namespace}/{name}"));
+                    let want: Vec<_> =
+                        creds.iter().map(|(k, c)| (k.clone(), c.username.clone(), c.password.clone())).collect();
+                    prop_assert_eq!(sorted(config.expect("a docker config")), want);
+                }
+                (Ok(_), Some(want)) => prop_assert!(false, "accepted, wanted {:?}", want),
+                (Err(e), None) => prop_assert!(false, "refused: {}", e),
+                (Err(e), Some(want)) => {
+                    let text = e.to_string();
+                    prop_assert!(text.contains(want), "{:?} does not say {:?}", text, want);
+                    if !matches!(fault, Fault::NoName | Fault::NameNotAString) {
+                        prop_assert!(text.contains(&format!("{namespace}/{name}")), "{:?} does not name the secret", text);
+                    }
+                    assert_hides(&text, &secrets)?;
+                    assert_hides(&format!("{e:?}"), &secrets)?;
+                }
+            }
+        }
+
+        #[test]
+        fn a_damaged_manifest_never_shows_a_secret(
+            creds in creds(),
+            bad in marker(),
+            yaml in any::<bool>(),
+            cut in any::<prop::sample::Index>(),
+            flip in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+        ) {
+            let (m, secrets) = manifest("regcred", "team", &creds, Fault::None, &bad);
+            let mut bytes = if yaml { serde_yaml_ng::to_string(&m).unwrap().into_bytes() } else { m.to_string().into_bytes() };
+            let i = flip.index(bytes.len());
+            bytes[i] = byte;
+            bytes.truncate(cut.index(bytes.len() + 1));
+            let result = PullSecret::from_manifest(&bytes).and_then(|s| s.docker_config().map(|_| s));
+            if let Err(e) = result {
+                assert_hides(&e.to_string(), &secrets)?;
+                assert_hides(&format!("{e:?}"), &secrets)?;
+            }
+        }
+    }
+}

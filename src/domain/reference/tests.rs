@@ -485,3 +485,115 @@ fn no_input_panics_and_results_are_consistent() {
         }
     }
 }
+
+// === properties ===
+
+#[allow(clippy::pedantic)] // test code: pedantic lints are for what ships
+mod props {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::domain::go_text::quote;
+
+    /// A path component: `[a-z0-9]+ (separator [a-z0-9]+)*`.
+    fn component() -> impl Strategy<Value = String> {
+        "[a-z0-9]{1,8}(([._]|__|-{1,3})[a-z0-9]{1,8}){0,2}"
+    }
+
+    fn domain() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-z0-9]([a-zA-Z0-9-]{0,6}[a-z0-9])?(\\.[a-zA-Z0-9]{1,5}){0,2}(:[0-9]{1,5})?",
+            Just("localhost".to_string()),
+            // An IPv6 address has a `:` (what tells the normaliser it is a domain).
+            "\\[[0-9a-f]{0,4}:[0-9a-f:]{0,10}\\](:[0-9]{1,5})?",
+        ]
+    }
+
+    /// A reference the grammar accepts, written out: domain, path, tag, digest.
+    fn valid_reference() -> impl Strategy<Value = (Option<String>, String, Option<String>, Option<String>)> {
+        (
+            proptest::option::of(domain()),
+            prop::collection::vec(component(), 1..4).prop_map(|c| c.join("/")),
+            proptest::option::of("[A-Za-z0-9_][A-Za-z0-9_.-]{0,30}"),
+            proptest::option::of("[0-9a-f]{64}".prop_map(|h| format!("sha256:{h}"))),
+        )
+    }
+
+    fn write((domain, path, tag, digest): &(Option<String>, String, Option<String>, Option<String>)) -> String {
+        let mut s = domain.as_ref().map_or_else(|| path.clone(), |d| format!("{d}/{path}"));
+        if let Some(t) = tag {
+            s.push(':');
+            s.push_str(t);
+        }
+        if let Some(d) = digest {
+            s.push('@');
+            s.push_str(d);
+        }
+        s
+    }
+
+    /// Strings over the grammar's special characters (and a few that are
+    /// not ASCII, `İ` lower-cases to two bytes fewer): the corners.
+    fn reference_ish() -> impl Strategy<Value = String> {
+        "[a-zA-Z0-9.:/@_\\-\\[\\]İé ]{0,80}"
+    }
+
+    fn check_any(s: &str) {
+        let _ = parse(s);
+        let _ = trim_image_tag_digest(s);
+        match parse_normalized_named(s) {
+            Ok(n) => {
+                // What parses prints back to a string that parses to it.
+                assert_eq!(parse(&n.to_string()).as_ref(), Ok(&n), "{s:?}");
+                assert_eq!(parse_normalized_named(&n.to_string()).as_ref(), Ok(&n), "{s:?}");
+                assert!(apply_default_image_tag(s).is_ok(), "{s:?}");
+            }
+            Err(_) => {
+                // The kubelet's error names the image as given.
+                let e = parse_image_name(s).expect_err("the normaliser refused it");
+                assert!(e.to_string().contains(&quote(s)), "{e} does not name {s:?}");
+                assert!(apply_default_image_tag(s).is_err(), "{s:?}");
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(crate::testing::props::config(256))]
+
+        #[test]
+        fn any_string_parses_or_is_refused_naming_it(s in any::<String>()) {
+            check_any(&s);
+        }
+
+        #[test]
+        fn reference_like_strings_parse_or_are_refused_naming_them(s in reference_ish()) {
+            check_any(&s);
+        }
+
+        #[test]
+        fn a_valid_reference_round_trips(r in valid_reference()) {
+            let text = write(&r);
+            let n = parse(&text).map_err(|e| TestCaseError::fail(format!("{text:?}: {e}")))?;
+            prop_assert_eq!(n.to_string(), text.clone());
+            prop_assert_eq!(n.tag(), r.2.as_deref());
+            prop_assert_eq!(n.digest(), r.3.as_deref());
+            // Normalised, it keeps its tag and digest and round-trips too.
+            let normal = parse_normalized_named(&text).map_err(|e| TestCaseError::fail(format!("{text:?}: {e}")))?;
+            prop_assert_eq!(parse_normalized_named(&normal.to_string()), Ok(normal.clone()));
+            prop_assert_eq!(normal.tag(), r.2.as_deref());
+            prop_assert_eq!(normal.digest(), r.3.as_deref());
+        }
+
+        #[test]
+        fn a_valid_reference_with_one_byte_changed_never_panics(
+            r in valid_reference(),
+            at in any::<prop::sample::Index>(),
+            c in any::<char>(),
+        ) {
+            let mut chars: Vec<char> = write(&r).chars().collect();
+            let i = at.index(chars.len());
+            chars[i] = c;
+            check_any(&chars.into_iter().collect::<String>());
+        }
+    }
+}
