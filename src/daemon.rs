@@ -278,6 +278,8 @@ fn reload(node: &Node, sources: &Sources, current: &mut Config, log: Option<&Log
     }
     if node.update_gc_policy(&new.gc) {
         applied.push("gc (thresholds, ages, pinned_images, keep_newest_tags_per_repo)");
+        // imaged_config_info shows the settings in force, as GetStatus does.
+        node.config().pull.metrics.set_config_info(&node.info_labels());
     }
     let mut needs_restart = Vec::new();
     // Changed GC settings beyond the live part need a restart.

@@ -460,6 +460,37 @@ fn sighup_reloads_the_log_filter_and_a_stopped_daemon_means_exit_69() {
 }
 
 #[test]
+fn sighup_shows_the_new_gc_thresholds_in_config_info() {
+    let cfg_dir = tempfile::tempdir().expect("dir");
+    let cfg = cfg_dir.path().join("imaged.toml");
+    std::fs::write(&cfg, "[gc]\nimage_gc_high_threshold_percent = 85\nimage_gc_low_threshold_percent = 80\n")
+        .expect("write");
+    let cfg_arg = cfg.display().to_string();
+    let mut d = Daemon::start(&["--config", &cfg_arg]);
+    let url = format!("http://{}/metrics", d.http_addr());
+    let config_info = || {
+        let text = rt().block_on(async { reqwest::get(&url).await.expect("metrics").text().await.expect("body") });
+        text.lines().find(|l| l.starts_with("imaged_config_info{")).map(str::to_string).unwrap_or_default()
+    };
+    let before = config_info();
+    assert!(before.contains("image_gc_high_threshold_percent=\"85\""), "{before}");
+
+    std::fs::write(&cfg, "[gc]\nimage_gc_high_threshold_percent = 70\nimage_gc_low_threshold_percent = 60\n")
+        .expect("write");
+    d.signal(Signal::SIGHUP);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !d.log().contains("SIGHUP: configuration reloaded") {
+        assert!(std::time::Instant::now() < deadline, "no reload: {}", d.log());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let after = config_info();
+    assert!(after.contains("image_gc_high_threshold_percent=\"70\""), "{after}");
+    assert!(after.contains("image_gc_low_threshold_percent=\"60\""), "{after}");
+    d.signal(Signal::SIGTERM);
+    assert_eq!(d.wait_exit(Duration::from_secs(20)), Some(0), "{}", d.log());
+}
+
+#[test]
 fn a_node_refuses_new_work_once_stopping_and_drains_what_runs() {
     actix::System::new().block_on(async {
         let dir = tempfile::tempdir().expect("dir");
@@ -678,6 +709,23 @@ fn a_node_applies_only_the_live_part_of_new_gc_settings() {
             start.high_threshold_percent,
             "config() stays the start config"
         );
+
+        // The min age is also the detector's "ensured recently" window.
+        let req = imaged::ensure::EnsureImageRequest::new(
+            "p1",
+            "busybox:1.36",
+            imaged::domain::pull_policy::PullPolicy::IfNotPresent,
+        );
+        let id = node.ensure_image_exists(&req).await.expect("accepted").expect("pulled").image_ref;
+        let detect = || node.gc().detector.send(imaged::actors::detector::DetectImages);
+        let in_use = |d: &imaged::actors::detector::Detection| d.in_use.get(&id).map(|w| w.join(","));
+        let before = detect().await.expect("detector").expect("detection");
+        assert_eq!(in_use(&before).as_deref(), Some("ensured recently"), "within the 2m window");
+        let shorter = imaged::config::GcSettings { min_age: Duration::from_millis(1), ..now };
+        assert!(node.update_gc_policy(&shorter));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let after = detect().await.expect("detector").expect("detection");
+        assert_eq!(in_use(&after), None, "ensured 20 ms ago with a 1 ms window");
         node.shutdown(Duration::from_secs(5)).await;
     });
 }
