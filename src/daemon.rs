@@ -237,9 +237,45 @@ async fn serve_until_stop_signal(
     }
 }
 
+/// How often the daemon asks the runtime for `Version` to keep `/readyz` true.
+pub const RUNTIME_PROBE_PERIOD: Duration = Duration::from_secs(1);
+/// How long a probe waits for the runtime's `Version` before calling it unreachable.
+pub const RUNTIME_PROBE_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Asks the runtime for `Version` through `gateway` every `period` (one
+/// probe at a time, each bounded by [`RUNTIME_PROBE_DEADLINE`]): a failure
+/// or no answer makes `/readyz` answer 503 with `cri_runtime: unreachable:
+/// <error>` until a probe succeeds again. Ends when the gateway stops (the
+/// actor watch reports that) or when the caller aborts the task.
+pub fn watch_runtime(
+    gateway: actix::Addr<crate::actors::cri_gateway::CriGatewayActor>,
+    health: Health,
+    period: Duration,
+) -> JoinHandle<()> {
+    const DEPENDENCY: &str = "cri_runtime";
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(period);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            let probe = gateway.send(crate::actors::cri_gateway::GetVersion);
+            match tokio::time::timeout(RUNTIME_PROBE_DEADLINE, probe).await {
+                Ok(Ok(Ok(_))) => health.reachable(DEPENDENCY),
+                Ok(Ok(Err(e))) => health.unreachable(DEPENDENCY, format!("unreachable: {e}")),
+                Ok(Err(_)) => return,
+                Err(_) => health.unreachable(
+                    DEPENDENCY,
+                    format!("unreachable: no Version answer within {}s", RUNTIME_PROBE_DEADLINE.as_secs()),
+                ),
+            }
+        }
+    })
+}
+
 /// Turns health red, naming the actor, if any actor stops while the daemon
 /// runs (a panic aborts the process; this catches an actor that stopped
-/// without one). Returns the watchers, to end before a deliberate stop.
+/// without one), and `/readyz` red while the runtime is unreachable
+/// ([`watch_runtime`]). Returns the watchers, to end before a deliberate stop.
 fn watch_actors(node: &Node, health: &Health) -> Vec<tokio::task::JoinHandle<()>> {
     const EVERY: Duration = Duration::from_secs(1);
     let gateway = node.gateway().clone();
@@ -248,6 +284,7 @@ fn watch_actors(node: &Node, health: &Health) -> Vec<tokio::task::JoinHandle<()>
     let gc = node.gc().clone();
     let (detector, executor) = (gc.detector.clone(), gc.executor.clone());
     vec![
+        watch_runtime(gateway.clone(), health.clone(), RUNTIME_PROBE_PERIOD),
         health.watch("cri_gateway", EVERY, move || gateway.connected()),
         health.watch("pull_queue", EVERY, move || queue.connected()),
         health.watch("backoff_registry", EVERY, move || backoff.connected()),
