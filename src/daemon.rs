@@ -1,8 +1,9 @@
 //! `imaged run`: the supervised daemon. Starts a [`Node`] from the
 //! configuration, serves the API on its unix socket, and handles signals:
 //!
-//! - SIGTERM / SIGINT: stop taking requests (new calls get `Unavailable`),
-//!   let queued and running pulls finish for up to `daemon.shutdown_grace`,
+//! - SIGTERM / SIGINT: stop taking requests (new calls get `Unavailable`
+//!   on the socket, which stays until the drain ends), let queued and
+//!   running pulls finish for up to `daemon.shutdown_grace`,
 //!   end event streams, remove the socket, exit 0. Durable state needs no
 //!   flush: every store write is a committed transaction.
 //! - SIGHUP: re-read the configuration from the same sources and apply the
@@ -97,15 +98,20 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
     for w in watchers {
         w.abort();
     }
-    let report = node.shutdown(daemon.shutdown_grace).await;
+    // The API keeps serving (and its socket stays) while pulls drain: a new
+    // call gets `Unavailable` "imaged is shutting down", not "no daemon".
+    let (report, served) = drain_while_serving(node.shutdown(daemon.shutdown_grace), server.as_mut()).await;
     let _ = stop_tx.send(true);
     if let Some(h) = http {
         let _ = tokio::time::timeout(Duration::from_secs(5), h).await;
     }
     // In-flight API calls finish; streams end on `stopping`.
-    match tokio::time::timeout(Duration::from_secs(5), &mut server).await {
-        Ok(r) => r?,
-        Err(_) => warn!("API calls still open 5s after shutdown; closing"),
+    match served {
+        Some(r) => r?,
+        None => match tokio::time::timeout(Duration::from_secs(5), &mut server).await {
+            Ok(r) => r?,
+            Err(_) => warn!("API calls still open 5s after shutdown; closing"),
+        },
     }
     if let Some(cri) = cri {
         match tokio::time::timeout(Duration::from_secs(5), cri).await {
@@ -116,6 +122,24 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
     }
     info!(abandoned_pulls = report.abandoned_pulls, "imaged stopped");
     Ok(())
+}
+
+/// Runs `drain` (the node's shutdown) while `server` goes on accepting and
+/// answering API calls, so the socket stays until the drain ends. Returns
+/// the drain's result, and the server's if it ended meanwhile (it should
+/// not: it ends when told to, after the drain).
+async fn drain_while_serving<R>(
+    drain: impl Future<Output = R>,
+    mut server: Pin<&mut impl Future<Output = Result<(), AppError>>>,
+) -> (R, Option<Result<(), AppError>>) {
+    tokio::pin!(drain);
+    tokio::select! {
+        r = &mut drain => (r, None),
+        served = server.as_mut() => {
+            warn!("the API server stopped while pulls were draining");
+            (drain.await, Some(served))
+        }
+    }
 }
 
 /// Serves the CRI front when `[cri_server] socket` is set, until `stop`.

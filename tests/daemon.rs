@@ -973,3 +973,41 @@ fn a_gc_that_misses_its_target_still_reports_what_it_removed_and_why() {
     assert!(line.contains("removed 1 image(s)") && line.contains("freed"), "{status}");
     assert!(line.contains("target missed: Insufficient free disk space"), "{status}");
 }
+
+#[test]
+fn a_call_during_the_drain_gets_unavailable_with_the_reason_not_no_daemon() {
+    let dir = tempfile::tempdir().expect("dir");
+    let plan = dir.path().join("faults.toml");
+    // nginx's pull is held 3 s: the drain lasts that long.
+    std::fs::write(&plan, "[[rule]]\nrpc = \"PullImage\"\nimage = \"*nginx:*\"\naction = \"delay\"\ndelay = \"3s\"\n")
+        .expect("write plan");
+    let plan_arg = format!("runtime.fault_plan={}", plan.display());
+    let mut d = Daemon::start(&["--set", &plan_arg]);
+    let socket = d.socket.clone();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("rt");
+    let slow = runtime.spawn(async move {
+        let mut c = imaged::api::client(&socket).expect("client");
+        c.ensure_image(ensure_req("p1", "nginx:1.27", "IfNotPresent")).await
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !d.log().contains("Pulling image \"nginx:1.27\"") {
+        assert!(std::time::Instant::now() < deadline, "pull never started: {}", d.log());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    d.signal(Signal::SIGTERM);
+    while !d.log().contains("shutting down: no new requests") {
+        assert!(std::time::Instant::now() < deadline, "no shutdown: {}", d.log());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Draining: the socket is there and a new call is refused with the reason.
+    assert!(d.socket.exists(), "the socket stays while pulls drain");
+    let o = d.imagectl(&["ensure", "busybox:1.36", "--pod-uid", "late"]);
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+    assert!(stderr(&o).contains("imaged is shutting down"), "the reason, not no daemon: {}", stderr(&o));
+    assert!(!slow.is_finished(), "the call came during the drain");
+
+    let r = runtime.block_on(slow).expect("task").expect("the drained ensure completes").into_inner();
+    assert!(matches!(r.result, Some(proto::ensure_image_response::Result::Ok(_))), "{r:?}");
+    assert_eq!(d.wait_exit(Duration::from_secs(20)), Some(0), "{}", d.log());
+    assert!(!d.socket.exists(), "socket removed on exit");
+}
