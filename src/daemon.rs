@@ -1,8 +1,9 @@
 //! `imaged run`: the supervised daemon. Starts a [`Node`] from the
 //! configuration, serves the API on its unix socket, and handles signals:
 //!
-//! - SIGTERM / SIGINT: stop taking requests (new calls get `Unavailable`),
-//!   let queued and running pulls finish for up to `daemon.shutdown_grace`,
+//! - SIGTERM / SIGINT: stop taking requests (new calls get `Unavailable`
+//!   on the socket, which stays until the drain ends), let queued and
+//!   running pulls finish for up to `daemon.shutdown_grace`,
 //!   end event streams, remove the socket, exit 0. Durable state needs no
 //!   flush: every store write is a committed transaction.
 //! - SIGHUP: re-read the configuration from the same sources and apply the
@@ -97,15 +98,20 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
     for w in watchers {
         w.abort();
     }
-    let report = node.shutdown(daemon.shutdown_grace).await;
+    // The API keeps serving (and its socket stays) while pulls drain: a new
+    // call gets `Unavailable` "imaged is shutting down", not "no daemon".
+    let (report, served) = drain_while_serving(node.shutdown(daemon.shutdown_grace), server.as_mut()).await;
     let _ = stop_tx.send(true);
     if let Some(h) = http {
         let _ = tokio::time::timeout(Duration::from_secs(5), h).await;
     }
     // In-flight API calls finish; streams end on `stopping`.
-    match tokio::time::timeout(Duration::from_secs(5), &mut server).await {
-        Ok(r) => r?,
-        Err(_) => warn!("API calls still open 5s after shutdown; closing"),
+    match served {
+        Some(r) => r?,
+        None => match tokio::time::timeout(Duration::from_secs(5), &mut server).await {
+            Ok(r) => r?,
+            Err(_) => warn!("API calls still open 5s after shutdown; closing"),
+        },
     }
     if let Some(cri) = cri {
         match tokio::time::timeout(Duration::from_secs(5), cri).await {
@@ -116,6 +122,24 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
     }
     info!(abandoned_pulls = report.abandoned_pulls, "imaged stopped");
     Ok(())
+}
+
+/// Runs `drain` (the node's shutdown) while `server` goes on accepting and
+/// answering API calls, so the socket stays until the drain ends. Returns
+/// the drain's result, and the server's if it ended meanwhile (it should
+/// not: it ends when told to, after the drain).
+async fn drain_while_serving<R>(
+    drain: impl Future<Output = R>,
+    mut server: Pin<&mut impl Future<Output = Result<(), AppError>>>,
+) -> (R, Option<Result<(), AppError>>) {
+    tokio::pin!(drain);
+    tokio::select! {
+        r = &mut drain => (r, None),
+        served = server.as_mut() => {
+            warn!("the API server stopped while pulls were draining");
+            (drain.await, Some(served))
+        }
+    }
 }
 
 /// Serves the CRI front when `[cri_server] socket` is set, until `stop`.
@@ -237,9 +261,45 @@ async fn serve_until_stop_signal(
     }
 }
 
+/// How often the daemon asks the runtime for `Version` to keep `/readyz` true.
+pub const RUNTIME_PROBE_PERIOD: Duration = Duration::from_secs(1);
+/// How long a probe waits for the runtime's `Version` before calling it unreachable.
+pub const RUNTIME_PROBE_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Asks the runtime for `Version` through `gateway` every `period` (one
+/// probe at a time, each bounded by [`RUNTIME_PROBE_DEADLINE`]): a failure
+/// or no answer makes `/readyz` answer 503 with `cri_runtime: unreachable:
+/// <error>` until a probe succeeds again. Ends when the gateway stops (the
+/// actor watch reports that) or when the caller aborts the task.
+pub fn watch_runtime(
+    gateway: actix::Addr<crate::actors::cri_gateway::CriGatewayActor>,
+    health: Health,
+    period: Duration,
+) -> JoinHandle<()> {
+    const DEPENDENCY: &str = "cri_runtime";
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(period);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            let probe = gateway.send(crate::actors::cri_gateway::GetVersion);
+            match tokio::time::timeout(RUNTIME_PROBE_DEADLINE, probe).await {
+                Ok(Ok(Ok(_))) => health.reachable(DEPENDENCY),
+                Ok(Ok(Err(e))) => health.unreachable(DEPENDENCY, format!("unreachable: {e}")),
+                Ok(Err(_)) => return,
+                Err(_) => health.unreachable(
+                    DEPENDENCY,
+                    format!("unreachable: no Version answer within {}s", RUNTIME_PROBE_DEADLINE.as_secs()),
+                ),
+            }
+        }
+    })
+}
+
 /// Turns health red, naming the actor, if any actor stops while the daemon
 /// runs (a panic aborts the process; this catches an actor that stopped
-/// without one). Returns the watchers, to end before a deliberate stop.
+/// without one), and `/readyz` red while the runtime is unreachable
+/// ([`watch_runtime`]). Returns the watchers, to end before a deliberate stop.
 fn watch_actors(node: &Node, health: &Health) -> Vec<tokio::task::JoinHandle<()>> {
     const EVERY: Duration = Duration::from_secs(1);
     let gateway = node.gateway().clone();
@@ -248,6 +308,7 @@ fn watch_actors(node: &Node, health: &Health) -> Vec<tokio::task::JoinHandle<()>
     let gc = node.gc().clone();
     let (detector, executor) = (gc.detector.clone(), gc.executor.clone());
     vec![
+        watch_runtime(gateway.clone(), health.clone(), RUNTIME_PROBE_PERIOD),
         health.watch("cri_gateway", EVERY, move || gateway.connected()),
         health.watch("pull_queue", EVERY, move || queue.connected()),
         health.watch("backoff_registry", EVERY, move || backoff.connected()),
@@ -278,6 +339,8 @@ fn reload(node: &Node, sources: &Sources, current: &mut Config, log: Option<&Log
     }
     if node.update_gc_policy(&new.gc) {
         applied.push("gc (thresholds, ages, pinned_images, keep_newest_tags_per_repo)");
+        // imaged_config_info shows the settings in force, as GetStatus does.
+        node.config().pull.metrics.set_config_info(&node.info_labels());
     }
     let mut needs_restart = Vec::new();
     // Changed GC settings beyond the live part need a restart.

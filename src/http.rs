@@ -6,7 +6,8 @@
 //!   component that failed and why;
 //! - `GET /readyz`: 200 once the runtime answered `Version` (the daemon
 //!   calls [`Health::set_ready`]) and nothing failed; 503 before, while
-//!   shutting down, or when a component failed.
+//!   shutting down, when a component failed, or while the runtime is
+//!   unreachable ([`Health::unreachable`]), one line per reason.
 //!
 //! [`Health`] is the cloneable handle the daemon and its supervisor drive.
 //! [`serve_http`] takes the listener and a shutdown future, like the rest
@@ -34,6 +35,9 @@ struct HealthState {
     not_ready_reason: String,
     /// Failed components: name → reason.
     failed: BTreeMap<String, String>,
+    /// Dependencies that cannot be reached (the CRI runtime): name → reason.
+    /// Not ready while any is listed; liveness is unaffected.
+    unreachable: BTreeMap<String, String>,
 }
 
 /// Liveness and readiness, shared by the daemon, its supervisor and the
@@ -66,6 +70,7 @@ impl Health {
                 ready: false,
                 not_ready_reason: "starting: the runtime has not answered Version yet".into(),
                 failed: BTreeMap::new(),
+                unreachable: BTreeMap::new(),
             })),
         }
     }
@@ -101,6 +106,26 @@ impl Health {
         }
     }
 
+    /// `dependency` (e.g. `cri_runtime`) cannot be reached: `/readyz`
+    /// answers 503 naming it and `reason` until [`reachable`](Self::reachable);
+    /// `/healthz` is unaffected (the process is fine). Logged when it turns
+    /// unreachable, not on every repeat.
+    pub fn unreachable(&self, dependency: impl Into<String>, reason: impl Into<String>) {
+        let (dependency, reason) = (dependency.into(), reason.into());
+        let mut s = self.lock();
+        if !s.unreachable.contains_key(&dependency) {
+            tracing::warn!(dependency = %dependency, reason = %reason, "dependency unreachable; not ready");
+        }
+        s.unreachable.insert(dependency, reason);
+    }
+
+    /// `dependency` answers again.
+    pub fn reachable(&self, dependency: &str) {
+        if self.lock().unreachable.remove(dependency).is_some() {
+            tracing::info!(dependency, "dependency reachable again");
+        }
+    }
+
     /// True while no component has failed.
     pub fn is_alive(&self) -> bool {
         self.lock().failed.is_empty()
@@ -109,7 +134,7 @@ impl Health {
     /// True when ready and alive.
     pub fn is_ready(&self) -> bool {
         let s = self.lock();
-        s.ready && s.failed.is_empty()
+        s.ready && s.failed.is_empty() && s.unreachable.is_empty()
     }
 
     /// Liveness, with a line per failed component.
@@ -125,7 +150,7 @@ impl Health {
     /// Readiness: not ready (with the reason), and every failed component.
     pub fn readiness(&self) -> Verdict {
         let s = self.lock();
-        let mut lines: Vec<String> = s.failed.iter().map(|(c, r)| format!("{c}: {r}")).collect();
+        let mut lines: Vec<String> = s.failed.iter().chain(&s.unreachable).map(|(c, r)| format!("{c}: {r}")).collect();
         if !s.ready {
             lines.insert(0, format!("not ready: {}", s.not_ready_reason));
         }

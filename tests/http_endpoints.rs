@@ -106,3 +106,47 @@ async fn unknown_paths_and_other_methods_are_refused() {
     assert_eq!(resp.status().as_u16(), 405);
     server.stop().await;
 }
+
+#[actix::test]
+async fn readyz_says_the_runtime_is_unreachable_while_it_is_down_and_healthz_stays_green() {
+    use imaged::actors::cri_gateway::{CriGatewayActor, CriSettings};
+    use imaged::embedded::EmbeddedRuntime;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut runtime = EmbeddedRuntime::start_in(dir.path()).expect("embedded runtime starts");
+    let cfg = CriSettings { startup_timeout: Duration::from_secs(5), ..CriSettings::default() };
+    let (gateway, _) = CriGatewayActor::connect(&runtime.endpoint(), &cfg).await.expect("gateway connects");
+    let health = Health::new();
+    health.set_ready();
+    let server = serve(Metrics::default(), health.clone()).await;
+    let probe = imaged::daemon::watch_runtime(gateway, health.clone(), Duration::from_millis(50));
+    // Polls /readyz until it answers `status` (bounded), returning the body.
+    let readyz_until = |status: u16| {
+        let server = &server;
+        async move {
+            let mut last = (0, String::new());
+            for _ in 0..200 {
+                let (s, _, body) = server.get("/readyz").await;
+                if s == status {
+                    return body;
+                }
+                last = (s, body);
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            panic!("/readyz never answered {status}; last {last:?}");
+        }
+    };
+    readyz_until(200).await;
+
+    runtime.stop();
+    let body = readyz_until(503).await;
+    assert!(body.contains("cri_runtime: unreachable"), "{body}");
+    assert!(!body.contains("not ready: starting"), "the runtime is the reason: {body}");
+    assert_eq!(server.get("/healthz").await.0, 200, "the process itself is fine");
+
+    runtime.resume().expect("runtime resumes");
+    let body = readyz_until(200).await;
+    assert!(!body.contains("cri_runtime"), "{body}");
+    probe.abort();
+    server.stop().await;
+}

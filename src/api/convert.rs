@@ -191,6 +191,7 @@ pub fn gc_report(r: &GcReport) -> proto::GcReport {
         bytes_expected: r.bytes_expected,
         bytes_freed_measured: r.bytes_freed_measured.map(|b| i64::try_from(b).unwrap_or(i64::MAX)),
         shortfall,
+        target_missed: r.target_missed.clone().unwrap_or_default(),
     }
 }
 

@@ -41,6 +41,20 @@ fn status_of(e: NodeError) -> Status {
     }
 }
 
+/// A GC run's answer: its report, also when it removed what it could and
+/// still failed (`target_missed` says why); any other failure as a status.
+fn gc_answer(
+    r: Result<Arc<crate::actors::gc_executor::GcReport>, NodeError>,
+) -> Result<Response<proto::GcReport>, Status> {
+    match r {
+        Ok(report) => Ok(Response::new(convert::gc_report(&report))),
+        Err(NodeError::Gc(e)) if e.report().is_some() => {
+            Ok(Response::new(e.report().map(|r| convert::gc_report(r)).unwrap_or_default()))
+        }
+        Err(e) => Err(status_of(e)),
+    }
+}
+
 /// The API over a running [`Node`].
 #[derive(Clone)]
 pub struct ImagedService {
@@ -143,16 +157,14 @@ impl Imaged for ImagedService {
         &self,
         request: Request<proto::GarbageCollectRequest>,
     ) -> Result<Response<proto::GcReport>, Status> {
-        let report = self.node.garbage_collect(request.into_inner().dry_run).await.map_err(status_of)?;
-        Ok(Response::new(convert::gc_report(&report)))
+        gc_answer(self.node.garbage_collect(request.into_inner().dry_run).await)
     }
 
     async fn delete_unused_images(
         &self,
         request: Request<proto::DeleteUnusedImagesRequest>,
     ) -> Result<Response<proto::GcReport>, Status> {
-        let report = self.node.delete_unused_images(request.into_inner().dry_run).await.map_err(status_of)?;
-        Ok(Response::new(convert::gc_report(&report)))
+        gc_answer(self.node.delete_unused_images(request.into_inner().dry_run).await)
     }
 
     async fn clear_backoff(

@@ -69,6 +69,24 @@ impl Rpc {
     }
 }
 
+impl Rpc {
+    /// The kubelet's `operation_type` label of the RPC in
+    /// `kubelet_runtime_operations_*` (`pull_image`, `list_podsandbox`).
+    pub fn operation_type(self) -> &'static str {
+        match self {
+            Rpc::Version => "version",
+            Rpc::ListImages => "list_images",
+            Rpc::ImageStatus => "image_status",
+            Rpc::PullImage => "pull_image",
+            Rpc::RemoveImage => "remove_image",
+            Rpc::ImageFsInfo => "image_fs_info",
+            Rpc::ListContainers => "list_containers",
+            Rpc::ListPodSandbox => "list_podsandbox",
+            Rpc::ContainerStatus => "container_status",
+        }
+    }
+}
+
 impl fmt::Display for Rpc {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())

@@ -203,7 +203,12 @@ impl ImageService for CriService {
         let r = req.into_inner();
         let spec = spec_of(r.image)?;
         let (lost, _serving) = self.shared.gate(Rpc::ImageStatus, Some(&spec.image)).await?;
-        let image = self.shared.state().image_status(&spec);
+        // The state's lock ends with this statement, before any await.
+        let status = self.shared.state().image_status(&spec);
+        let image = match status {
+            Ok(image) => image,
+            Err(e) => return reply(lost, Err(Status::from(&e))).await,
+        };
         let mut info = std::collections::HashMap::new();
         if r.verbose
             && let Some(i) = &image

@@ -82,20 +82,60 @@ impl State {
         Ok(())
     }
 
-    /// The image a reference or id names, containerd's `localResolve`: a
-    /// digest-form string is an id; anything else is normalised and looked
-    /// up among repo tags and repo digests.
+    /// The image a reference or id names, as [`lookup`](Self::lookup), with
+    /// an ambiguous id prefix taken as naming nothing.
     pub fn resolve(&self, ref_or_id: &str) -> Option<&Image> {
-        if is_digest(ref_or_id) {
-            return self.images.get(ref_or_id);
+        self.lookup(ref_or_id).ok().flatten()
+    }
+
+    /// The image a reference or id names, containerd's `localResolve`: a
+    /// full digest (`sha256:<64 hex>`) is an id; anything else is first
+    /// normalised and looked up among repo tags and repo digests, then taken
+    /// as an id or a prefix of one, as containerd's image store looks ids up
+    /// (go-digest's `digestset`): `sha256:<hex prefix>` among ids of that
+    /// algorithm, a bare `<hex prefix>` among every id's hex.
+    ///
+    /// # Errors
+    ///
+    /// A prefix of more than one id: containerd's `can not resolve "<ref>"
+    /// locally: ambiguous digest string` (gRPC `Unknown`).
+    pub fn lookup(&self, ref_or_id: &str) -> Result<Option<&Image>, CriError> {
+        if is_full_digest(ref_or_id) {
+            return Ok(self.images.get(ref_or_id));
         }
-        let normalised = docker_ref(ref_or_id).ok()?;
-        self.images.values().find(|i| i.repo_tags.iter().chain(&i.repo_digests).any(|r| *r == normalised))
+        if let Ok(normalised) = docker_ref(ref_or_id)
+            && let Some(image) =
+                self.images.values().find(|i| i.repo_tags.iter().chain(&i.repo_digests).any(|r| *r == normalised))
+        {
+            return Ok(Some(image));
+        }
+        let (alg, prefix) = match ref_or_id.split_once(':') {
+            Some((alg, hex)) => (Some(alg), hex),
+            None => (None, ref_or_id),
+        };
+        if prefix.is_empty() {
+            return Ok(None);
+        }
+        let mut matches = self.images.iter().filter(|(id, _)| {
+            id.split_once(':').is_some_and(|(a, hex)| alg.is_none_or(|want| a == want) && hex.starts_with(prefix))
+        });
+        let Some((_, first)) = matches.next() else { return Ok(None) };
+        if matches.next().is_some() {
+            return Err(err(
+                StatusCode::Unknown,
+                format!("can not resolve {ref_or_id:?} locally: ambiguous digest string"),
+            ));
+        }
+        Ok(Some(first))
     }
 
     /// `ImageStatus`: `None` when absent.
-    pub fn image_status(&self, spec: &ImageSpec) -> Option<Image> {
-        self.resolve(&spec.image).cloned()
+    ///
+    /// # Errors
+    ///
+    /// An ambiguous id prefix ([`lookup`](Self::lookup)).
+    pub fn image_status(&self, spec: &ImageSpec) -> Result<Option<Image>, CriError> {
+        Ok(self.lookup(&spec.image)?.cloned())
     }
 
     /// `ListImages`.
@@ -203,12 +243,15 @@ impl State {
         id
     }
 
-    /// `RemoveImage`: removes the image the reference resolves to (all its
-    /// tags); an absent image is success, as in containerd. A `Result` as
-    /// every call of the simulated runtime returns one (the server maps it).
-    #[allow(clippy::unnecessary_wraps)]
+    /// `RemoveImage`: removes the image the reference, id or unambiguous id
+    /// prefix resolves to (all its tags); an absent image is success, as in
+    /// containerd.
+    ///
+    /// # Errors
+    ///
+    /// An ambiguous id prefix ([`lookup`](Self::lookup)); nothing is removed.
     pub fn remove_image(&mut self, spec: &ImageSpec) -> Result<(), CriError> {
-        if let Some(id) = self.resolve(&spec.image).map(|i| i.id.clone()) {
+        if let Some(id) = self.lookup(&spec.image)?.map(|i| i.id.clone()) {
             // containerd removes pinned images too: pinning only stops GC.
             self.images.remove(&id);
         }
@@ -272,9 +315,16 @@ impl State {
     }
 }
 
-fn is_digest(s: &str) -> bool {
+/// A digest go-digest parses: a known algorithm and its full hex length.
+fn is_full_digest(s: &str) -> bool {
     s.split_once(':').is_some_and(|(alg, hex)| {
-        matches!(alg, "sha256" | "sha384" | "sha512") && !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit())
+        let len = match alg {
+            "sha256" => 64,
+            "sha384" => 96,
+            "sha512" => 128,
+            _ => return false,
+        };
+        hex.len() == len && hex.bytes().all(|b| b.is_ascii_hexdigit())
     })
 }
 

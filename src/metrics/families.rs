@@ -23,6 +23,12 @@ pub const PULL_DURATION_BUCKETS: [f64; 18] = [
 pub const CRI_DURATION_BUCKETS: [f64; 18] =
     [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0];
 
+/// The kubelet's `runtime_operations_duration_seconds` buckets:
+/// `metrics.ExponentialBuckets(.005, 2.5, 14)` (computed the same way).
+fn runtime_operations_buckets() -> impl Iterator<Item = f64> {
+    prometheus_client::metrics::histogram::exponential_buckets(0.005, 2.5, 14)
+}
+
 /// The credential provider plugin duration buckets (Prometheus' defaults, as the kubelet).
 pub const PLUGIN_DURATION_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
@@ -180,6 +186,11 @@ pub(super) struct CriFamilies {
     /// Resolved per method at construction (index: `Rpc as usize`).
     pub(super) duration: [Histogram; Rpc::ALL.len()],
     pub(super) errors: Family<Labels2, Counter>,
+    /// The kubelet's `runtime_operations_*` by `operation_type`, resolved
+    /// per RPC at construction (index: `Rpc as usize`).
+    pub(super) operations: [Counter; Rpc::ALL.len()],
+    pub(super) operation_errors: [Counter; Rpc::ALL.len()],
+    pub(super) operation_duration: [Histogram; Rpc::ALL.len()],
 }
 
 impl CriFamilies {
@@ -195,7 +206,31 @@ impl CriFamilies {
         let duration = Rpc::ALL.map(|rpc| duration_family.get_or_create_owned(&[("method", rpc.name())]));
         let errors = Family::<Labels2, Counter>::default();
         r.register("cri_request_errors", "Failed CRI calls, by method and gRPC code", errors.clone());
-        Self { duration, errors }
+        let label = |rpc: Rpc| [("operation_type", rpc.operation_type())];
+        let operations_family = Family::<Labels1, Counter>::default();
+        r.register(
+            "runtime_operations",
+            "Cumulative number of runtime operations by operation type (the kubelet's)",
+            operations_family.clone(),
+        );
+        let operations = Rpc::ALL.map(|rpc| operations_family.get_or_create_owned(&label(rpc)));
+        let errors_family = Family::<Labels1, Counter>::default();
+        r.register(
+            "runtime_operations_errors",
+            "Cumulative number of runtime operation errors by operation type (the kubelet's)",
+            errors_family.clone(),
+        );
+        let operation_errors = Rpc::ALL.map(|rpc| errors_family.get_or_create_owned(&label(rpc)));
+        let ops_duration_family: HistogramFamily<Labels1> =
+            Family::new_with_constructor(|| Histogram::new(runtime_operations_buckets()));
+        r.register_with_unit(
+            "runtime_operations_duration",
+            "Duration in seconds of runtime operations, by operation type (the kubelet's)",
+            Unit::Seconds,
+            ops_duration_family.clone(),
+        );
+        let operation_duration = Rpc::ALL.map(|rpc| ops_duration_family.get_or_create_owned(&label(rpc)));
+        Self { duration, errors, operations, operation_errors, operation_duration }
     }
 }
 

@@ -239,9 +239,15 @@ impl Metrics {
 
     /// A CRI call ended after `took`; counted as an error when `error` is set.
     /// Costs one histogram observe, plus a labelled counter for errors.
+    /// The same call feeds the kubelet's `runtime_operations_*{operation_type}`.
     pub fn cri_call(&self, rpc: Rpc, took: Duration, error: Option<&CriError>) {
-        self.inner.cri.duration[rpc as usize].observe(took.as_secs_f64());
+        let cri = &self.inner.cri;
+        let i = rpc as usize;
+        cri.duration[i].observe(took.as_secs_f64());
+        cri.operations[i].inc();
+        cri.operation_duration[i].observe(took.as_secs_f64());
         if let Some(e) = error {
+            cri.operation_errors[i].inc();
             self.inner.cri.errors.get_or_create(&[("method", rpc.name()), ("code", e.code().go_name())]).inc();
         }
     }

@@ -151,6 +151,44 @@ fn cri_calls_are_timed_per_method_and_errors_counted_by_code() {
 }
 
 #[test]
+fn cri_calls_feed_the_kubelets_runtime_operations_by_operation_type() {
+    let m = Metrics::default();
+    m.cri_call(Rpc::PullImage, Duration::from_secs(2), None);
+    m.cri_call(Rpc::PullImage, Duration::from_secs(3), Some(&CriError::from_status(StatusCode::Unavailable, "down")));
+    m.cri_call(Rpc::ListPodSandbox, Duration::from_millis(4), Some(&CriError::deadline_exceeded()));
+    let s = scrape(&m);
+    let op = |name: &str, ty: &str| s.value(name, &[("operation_type", ty)]);
+    assert_eq!(op("imaged_runtime_operations_total", "pull_image"), Some(2.0));
+    assert_eq!(op("imaged_runtime_operations_errors_total", "pull_image"), Some(1.0));
+    assert_eq!(op("imaged_runtime_operations_duration_seconds_count", "pull_image"), Some(2.0));
+    assert_eq!(op("imaged_runtime_operations_duration_seconds_sum", "pull_image"), Some(5.0));
+    assert_eq!(op("imaged_runtime_operations_total", "list_podsandbox"), Some(1.0));
+    assert_eq!(op("imaged_runtime_operations_errors_total", "list_podsandbox"), Some(1.0));
+    // The kubelet's label values, every one present from the start.
+    for ty in [
+        "version",
+        "list_images",
+        "image_status",
+        "remove_image",
+        "image_fs_info",
+        "list_containers",
+        "container_status",
+    ] {
+        assert_eq!(op("imaged_runtime_operations_total", ty), Some(0.0), "{ty}");
+        assert_eq!(op("imaged_runtime_operations_errors_total", ty), Some(0.0), "{ty}");
+    }
+    // The kubelet's buckets: ExponentialBuckets(.005, 2.5, 14), 4 ms in the first.
+    let bucket = |le: &str| {
+        s.value(
+            "imaged_runtime_operations_duration_seconds_bucket",
+            &[("operation_type", "list_podsandbox"), ("le", le)],
+        )
+    };
+    assert_eq!(bucket("0.005"), Some(1.0));
+    assert_eq!(bucket("+Inf"), Some(1.0));
+}
+
+#[test]
 fn gauges_counters_and_info_report_what_they_were_told() {
     let m = Metrics::default();
     let other = m.clone();

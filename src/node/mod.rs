@@ -33,7 +33,7 @@ use crate::actors::Stop;
 use crate::actors::backoff_registry::{BackoffRegistryActor, BackoffView, ClearBackoff, ClearScope, ListBackoffs};
 use crate::actors::cache_refresher::ImageListReader;
 use crate::actors::cri_gateway::{CriGatewayActor, ListImages};
-use crate::actors::detector::DetectImages;
+use crate::actors::detector::{DetectImages, SetRecentWindow};
 use crate::actors::gc_executor::{DeleteUnusedImages, GcError, GcReport, GetLastGcReport, RunGc, UpdateGcPolicy};
 use crate::actors::pull_queue::{
     GetQueueStatus, ListPulls, PullInfo, PullPhaseChanged, PullQueueActor, QueueStatus, SubscribePhases,
@@ -150,7 +150,8 @@ impl Node {
 
     /// Applies `gc`'s policy live: thresholds, min and max age, pinned
     /// images and the retention rule take effect from the executor's next
-    /// run. Periods, the sandbox image and the node-status size keep their
+    /// run, and the min age is also the detector's "ensured recently" window
+    /// from its next detection (`SetRecentWindow`). Periods, the sandbox image and the node-status size keep their
     /// start values (they need a restart). Returns whether anything changed.
     pub fn update_gc_policy(&self, gc: &GcSettings) -> bool {
         let mut live = self.live_gc.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -159,8 +160,20 @@ impl Node {
             return false;
         }
         self.gc.executor.do_send(UpdateGcPolicy { policy: next.policy(), rules: next.rules() });
+        if next.min_age != live.min_age {
+            // The detector's "ensured recently" window is the min age too.
+            self.gc.detector.do_send(SetRecentWindow(next.min_age));
+        }
         *live = next;
         true
+    }
+
+    /// The `imaged_config_info` labels of the settings in force: the start
+    /// configuration with the GC settings of the last reload.
+    pub fn info_labels(&self) -> Vec<(&'static str, String)> {
+        let mut cfg = self.cfg.clone();
+        cfg.gc = self.gc_settings();
+        cfg.info_labels()
     }
 
     /// The runtime: gateway, version, endpoint, embedded runtime.

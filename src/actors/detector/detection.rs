@@ -70,6 +70,12 @@ impl Detector {
         &self.sandbox_image
     }
 
+    /// Images ensured within `window` count as in use from the next
+    /// detection on (a reload of `gc.image_minimum_gc_age`).
+    pub fn set_recent_window(&mut self, window: std::time::Duration) {
+        self.recent_window = window;
+    }
+
     /// Records loaded from the store replace the ones in memory.
     pub fn load(&mut self, records: Vec<ImageRecord>) {
         self.records = Arc::new(records.into_iter().collect());

@@ -92,6 +92,12 @@ pub struct DetectImages;
 #[rtype(result = "Option<Arc<Detection>>")]
 pub struct GetLastDetection;
 
+/// Changes the "ensured recently" window (`gc.image_minimum_gc_age`) from
+/// the next detection on (SIGHUP, [`crate::node::Node::update_gc_policy`]).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct SetRecentWindow(pub Duration);
+
 #[derive(Message)]
 #[rtype(result = "()")]
 struct Tick;
@@ -230,6 +236,15 @@ impl Handler<DetectImages> for DetectorActor {
     /// Detects now.
     fn handle(&mut self, _: DetectImages, _: &mut Self::Context) -> Self::Result {
         self.detect()
+    }
+}
+
+impl Handler<SetRecentWindow> for DetectorActor {
+    type Result = ();
+    /// The window applies from the next detection; one running keeps its own.
+    fn handle(&mut self, SetRecentWindow(window): SetRecentWindow, _: &mut Self::Context) {
+        info!(recent_window = ?window, "detector: ensured-recently window updated");
+        self.detector.set_recent_window(window);
     }
 }
 

@@ -128,7 +128,8 @@ impl GcExecutor {
         self.consecutive_failures
     }
 
-    /// The report of the last non-dry run that succeeded.
+    /// The report of the last non-dry run that succeeded, or that removed
+    /// what it could and failed ([`GcError::report`]).
     pub fn last_report(&self) -> Option<Arc<GcReport>> {
         self.last.clone()
     }
@@ -179,7 +180,8 @@ impl GcExecutor {
     }
 
     /// Ends a run: judges its outcome ([`GcExecutor::judge`]), counts it
-    /// (non-dry runs), keeps the report of a non-dry success, and counts
+    /// (non-dry runs), keeps the report of a non-dry run that got as far as
+    /// removing (a success, or a missed target), and counts
     /// failures; the node events are the kubelet's: `InvalidDiskCapacity`,
     /// `FreeDiskSpaceFailed`, and `ImageGCFailed` from the second failure in
     /// a row.
@@ -191,8 +193,8 @@ impl GcExecutor {
             Err(e @ GcError::InvalidCapacity) => {
                 events.push(NodeEvent { reason: EventReason::InvalidDiskCapacity, message: e.to_string() });
             }
-            Err(GcError::NotEnoughFreed(msg)) => {
-                events.push(NodeEvent { reason: EventReason::FreeDiskSpaceFailed, message: msg.clone() });
+            Err(GcError::NotEnoughFreed { message, .. }) => {
+                events.push(NodeEvent { reason: EventReason::FreeDiskSpaceFailed, message: message.clone() });
             }
             _ => {}
         }
@@ -213,6 +215,11 @@ impl GcExecutor {
                 );
             }
             Err(e) => {
+                // A run that removed images and still failed is the last
+                // report too: what it removed and freed, and why it failed.
+                if let Some(r) = e.report() {
+                    self.last = Some(r.clone());
+                }
                 self.consecutive_failures += 1;
                 if self.consecutive_failures == 1 {
                     warn!(error = %e, "Image garbage collection failed once. Stats initialization may not have completed yet");
@@ -234,7 +241,7 @@ impl GcExecutor {
     /// # Errors
     ///
     /// As above.
-    pub fn judge(&self, r: GcReport) -> Result<Arc<GcReport>, GcError> {
+    pub fn judge(&self, mut r: GcReport) -> Result<Arc<GcReport>, GcError> {
         if r.dry_run {
             return Ok(Arc::new(r));
         }
@@ -263,13 +270,15 @@ impl GcExecutor {
                     crate::domain::go_text::duration(self.cfg.policy.max_age)
                 )
             };
-            return Err(GcError::Deletion(msg));
+            r.target_missed = Some(msg.clone());
+            return Err(GcError::Deletion { message: msg, report: Arc::new(r) });
         }
         if r.mode == GcMode::Threshold && r.amount_to_free > 0 && freed_space < r.amount_to_free {
             // The usage after the max-age pass, as the kubelet re-reads it.
             let usage = r.projected_usage_percent.or(r.usage_percent).unwrap_or(100);
             let msg = free_disk_space_failed_message(usage, r.before.capacity, freed_space);
-            return Err(GcError::NotEnoughFreed(msg));
+            r.target_missed = Some(msg.clone());
+            return Err(GcError::NotEnoughFreed { message: msg, report: Arc::new(r) });
         }
         Ok(Arc::new(r))
     }

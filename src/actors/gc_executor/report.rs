@@ -2,6 +2,7 @@
 //! per image, the [`RemovedImage`]s) or why it failed ([`GcError`]), and
 //! the report built from a plan and the detection it was made from.
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use crate::cri::CriError;
@@ -55,7 +56,7 @@ impl ReportEntry {
 }
 
 /// What a GC run did, or (dry run) would do.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GcReport {
     /// `RunGc` (threshold) or `DeleteUnusedImages`.
     pub mode: GcMode,
@@ -89,6 +90,10 @@ pub struct GcReport {
     /// run or when the second measurement failed). Shared layers and delayed
     /// content GC in the runtime make this differ from `bytes_expected`.
     pub bytes_freed_measured: Option<i128>,
+    /// Why a run that removed what it could still failed (the kubelet's
+    /// text: the free-space target missed, or removals that failed); `None`
+    /// when it succeeded. The run's error carries this report.
+    pub target_missed: Option<String>,
 }
 
 impl GcReport {
@@ -129,12 +134,24 @@ impl GcReport {
             failed: Vec::new(),
             bytes_expected: plan.bytes_to_delete,
             bytes_freed_measured: None,
+            target_missed: None,
         }
     }
 
     /// The entries to delete, in the order to remove them.
     pub fn deletions(&self) -> impl Iterator<Item = &ReportEntry> {
         self.entries.iter().filter(|e| matches!(e.verdict, Verdict::Delete(_)))
+    }
+}
+
+impl GcError {
+    /// The report of a run that removed what it could and still failed
+    /// ([`GcError::Deletion`], [`GcError::NotEnoughFreed`]).
+    pub fn report(&self) -> Option<&Arc<GcReport>> {
+        match self {
+            GcError::Deletion { report, .. } | GcError::NotEnoughFreed { report, .. } => Some(report),
+            _ => None,
+        }
     }
 }
 
@@ -153,12 +170,24 @@ pub enum GcError {
     /// The filesystem reports capacity 0 (the kubelet's text).
     #[error("invalid capacity 0 on image filesystem")]
     InvalidCapacity,
-    /// Removals failed (the kubelet's texts).
-    #[error("{0}")]
-    Deletion(String),
-    /// Not enough space could be freed (the kubelet's `FreeDiskSpaceFailed` text).
-    #[error("{0}")]
-    NotEnoughFreed(String),
+    /// Removals failed (the kubelet's texts); `report` says what was
+    /// removed and freed all the same.
+    #[error("{message}")]
+    Deletion {
+        /// The kubelet's text.
+        message: String,
+        /// The run's report, `target_missed` set to `message`.
+        report: Arc<GcReport>,
+    },
+    /// Not enough space could be freed (the kubelet's `FreeDiskSpaceFailed`
+    /// text); `report` says what was removed and freed all the same.
+    #[error("{message}")]
+    NotEnoughFreed {
+        /// The kubelet's text.
+        message: String,
+        /// The run's report, `target_missed` set to `message`.
+        report: Arc<GcReport>,
+    },
     /// The detector stopped.
     #[error("the image detector stopped")]
     DetectorStopped,

@@ -102,7 +102,9 @@ impl<W: Write> Session<W> {
         .map_err(|s| rpc("GarbageCollect", s))?
         .into_inner();
         print::print_gc(&report, self.json, &mut self.o)?;
-        Ok(0)
+        // The run removed what it could and still failed: the report above
+        // says what and why; the exit code says it failed.
+        Ok(u8::from(!report.target_missed.is_empty()))
     }
 
     /// `imagectl events [--follow]`.

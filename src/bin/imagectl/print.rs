@@ -29,6 +29,12 @@ fn human_bytes(b: u64) -> String {
     if u == 0 { format!("{b}B") } else { format!("{v:.1}{}", UNITS[u]) }
 }
 
+/// Bytes that may be negative (space freed as measured: other writers may
+/// have used more meanwhile), in [`human_bytes`]' units.
+fn signed_bytes(b: i64) -> String {
+    if b < 0 { format!("-{}", human_bytes(b.unsigned_abs())) } else { human_bytes(b.unsigned_abs()) }
+}
+
 /// A duration in milliseconds as Go prints durations (`1m30s`).
 fn go_ms(ms: u64) -> String {
     imaged::domain::go_text::duration(std::time::Duration::from_millis(ms))
@@ -120,7 +126,7 @@ fn gc_json(r: &proto::GcReport) -> Value {
             "verdict": e.verdict, "reason": e.reason, "used_by": e.used_by})).collect::<Vec<_>>(),
         "removed": r.removed, "failed": r.failed, "bytes_expected": r.bytes_expected,
         "bytes_freed_measured": r.bytes_freed_measured, "shortfall": r.shortfall,
-        "measured_by": r.measured_by,
+        "measured_by": r.measured_by, "target_missed": r.target_missed,
     })
 }
 
@@ -148,8 +154,14 @@ pub fn print_gc(r: &proto::GcReport, json: bool, o: &mut impl Write) -> Result<(
         human_bytes(r.bytes_expected)
     )
     .map_err(out)?;
+    if let Some(freed) = r.bytes_freed_measured {
+        writeln!(o, "freed (measured): {}", signed_bytes(freed)).map_err(out)?;
+    }
     for f in &r.failed {
         writeln!(o, "failed: {f}").map_err(out)?;
+    }
+    if !r.target_missed.is_empty() {
+        writeln!(o, "target missed: {}", r.target_missed).map_err(out)?;
     }
     if !r.shortfall.is_empty() {
         writeln!(o, "shortfall: {}", r.shortfall).map_err(out)?;
@@ -327,11 +339,13 @@ pub fn print_status(s: &proto::StatusResponse, json: bool, o: &mut impl Write) -
     match &s.last_gc {
         Some(r) => writeln!(
             o,
-            "last gc: {}{}, removed {} image(s), {} expected",
+            "last gc: {}{}, removed {} image(s), {} expected{}{}",
             r.mode,
             if r.dry_run { " (dry run)" } else { "" },
             r.removed.len(),
-            human_bytes(r.bytes_expected)
+            human_bytes(r.bytes_expected),
+            r.bytes_freed_measured.map_or_else(String::new, |b| format!(", {} freed", signed_bytes(b))),
+            if r.target_missed.is_empty() { String::new() } else { format!("; target missed: {}", r.target_missed) }
         ),
         None => writeln!(o, "last gc: none yet"),
     }

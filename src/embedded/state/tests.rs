@@ -79,3 +79,54 @@ fn capacity_is_enforced_and_reported() {
     let fs = s.image_fs_info();
     assert_eq!(fs.image_filesystems[0].used_bytes, Some(100));
 }
+
+/// Three images whose ids are `sha256:abc1…`, `sha256:abc2…` and `sha256:def0…`.
+fn three_with_close_ids() -> (State, [String; 3]) {
+    let id = |p: &str| format!("sha256:{p}{}", "0".repeat(60));
+    let ids = [id("abc1"), id("abc2"), id("def0")];
+    let mut s = State::default();
+    for (name, id) in ["busybox:1.36", "nginx:1.27", "redis:7"].into_iter().zip(&ids) {
+        s.add_remote(RemoteImage::new(name, 100).with_id(id.clone())).unwrap();
+        assert_eq!(&pull(&mut s, name, None).unwrap(), id);
+    }
+    (s, ids)
+}
+
+#[test]
+fn an_unambiguous_id_prefix_names_the_image_with_or_without_its_algorithm() {
+    let (s, ids) = three_with_close_ids();
+    let status = |r: &str| s.image_status(&ImageSpec::new(r)).unwrap().map(|i| i.id);
+    for (r, want) in [
+        ("sha256:abc1", &ids[0]),
+        ("abc1", &ids[0]),
+        ("abc1000", &ids[0]),
+        (ids[0].as_str(), &ids[0]),
+        ("def", &ids[2]),
+        ("d", &ids[2]),
+    ] {
+        assert_eq!(status(r).as_ref(), Some(want), "{r}");
+    }
+    for r in ["sha512:abc1", "fff", "sha256:", "abc10001", "sha256:abc1x"] {
+        assert_eq!(status(r), None, "{r} names no image");
+    }
+}
+
+#[test]
+fn an_ambiguous_id_prefix_is_containerds_error_and_removes_nothing() {
+    let (mut s, ids) = three_with_close_ids();
+    for r in ["abc", "sha256:abc", "sha256:a"] {
+        let e = s.image_status(&ImageSpec::new(r)).unwrap_err();
+        assert_eq!(e.code(), StatusCode::Unknown, "{r}");
+        assert_eq!(e.message(), format!("can not resolve {r:?} locally: ambiguous digest string"));
+        let e = s.remove_image(&ImageSpec::new(r)).unwrap_err();
+        assert_eq!(e.code(), StatusCode::Unknown, "{r}");
+        assert_eq!(s.images.len(), 3, "{r} removed nothing");
+    }
+    // Once one of them is gone, the prefix names the other.
+    s.remove_image(&ImageSpec::new("sha256:abc2")).unwrap();
+    assert!(!s.images.contains_key(&ids[1]));
+    s.remove_image(&ImageSpec::new("abc")).unwrap();
+    assert_eq!(s.images.keys().collect::<Vec<_>>(), [&ids[2]]);
+    s.remove_image(&ImageSpec::new("abc")).unwrap();
+    assert_eq!(s.images.len(), 1, "an absent prefix is success, as an absent image");
+}

@@ -118,3 +118,18 @@ fn loaded_records_keep_their_first_detection() {
     assert_eq!(a.first_detected, first_detected, "first detected comes from the store");
     assert_eq!(write, None, "an unused image seen again changes nothing");
 }
+
+#[test]
+fn a_new_window_decides_from_the_next_detection() {
+    let clock = ManualClock::new();
+    let hints = InUseHints::default();
+    let mut d = Detector::new(&settings(), hints.clone(), clock.clock());
+    hints.ensured("sha256:a", clock.clock().now());
+    clock.advance(Duration::from_secs(60));
+    let (det, _) = d.apply(listed(vec![img("sha256:a", "a:1")], vec![]));
+    assert!(det.in_use.contains_key("sha256:a"), "ensured 60 s ago with a 120 s window");
+    // A reload lowers gc.image_minimum_gc_age to 30 s.
+    d.set_recent_window(Duration::from_secs(30));
+    let (det, _) = d.apply(listed(vec![img("sha256:a", "a:1")], vec![]));
+    assert!(det.in_use.is_empty(), "ensured 60 s ago with a 30 s window: {:?}", det.in_use);
+}

@@ -53,6 +53,7 @@ fn report(mode: GcMode, amount_to_free: u64) -> GcReport {
         failed: Vec::new(),
         bytes_expected: 0,
         bytes_freed_measured: None,
+        target_missed: None,
     }
 }
 
@@ -142,9 +143,15 @@ fn not_enough_freed_is_a_free_disk_space_failed_event_then_image_gc_failed() {
         gc.begin(GcMode::Threshold, false).expect("idle");
         let mut r = report(GcMode::Threshold, 15 * GB);
         r.removed.push(removed("sha256:b", 10 * GB, DeleteReason::Space));
-        let end = gc.finish(false, Ok(r));
+        let end = gc.finish(false, Ok(r.clone()));
         let msg = "Insufficient free disk space on the node's image filesystem (95% of 100.0 GiB used). Failed to free sufficient space by deleting unused images (freed 10737418240 bytes). Investigate disk usage, as it could be used by active images, logs, volumes, or other data.";
-        assert_eq!(end.result.unwrap_err(), GcError::NotEnoughFreed(msg.into()));
+        let err = end.result.unwrap_err();
+        assert_eq!(err.to_string(), msg);
+        // The error and the last report say what was removed, and why the
+        // run still failed.
+        let missed = GcReport { target_missed: Some(msg.into()), ..r };
+        assert_eq!(err.report().map(|r| &**r), Some(&missed));
+        assert_eq!(gc.last_report().as_deref(), Some(&missed));
         let want: &[EventReason] = if round == 1 {
             &[EventReason::FreeDiskSpaceFailed]
         } else {
@@ -159,7 +166,7 @@ fn only_the_space_pass_counts_against_the_amount_to_free() {
     let gc = executor();
     let mut r = report(GcMode::Threshold, 10 * GB);
     r.removed.push(removed("sha256:old", 20 * GB, DeleteReason::Age));
-    assert!(matches!(gc.judge(r.clone()), Err(GcError::NotEnoughFreed(_))), "age deletions were already counted");
+    assert!(matches!(gc.judge(r.clone()), Err(GcError::NotEnoughFreed { .. })), "age deletions were already counted");
     r.removed.push(removed("sha256:b", 10 * GB, DeleteReason::Space));
     assert!(gc.judge(r).is_ok());
 }
@@ -176,7 +183,11 @@ fn failed_removals_give_the_kubelets_three_texts_with_go_aggregated_errors() {
         r
     };
     let text = |r| match gc.judge(r) {
-        Err(GcError::Deletion(msg)) => msg,
+        Err(GcError::Deletion { message, report }) => {
+            assert_eq!(report.removed.len(), 1, "what was removed is kept");
+            assert_eq!(report.target_missed.as_ref(), Some(&message));
+            message
+        }
         other => panic!("not a deletion error: {other:?}"),
     };
     assert_eq!(
