@@ -132,6 +132,13 @@ pub enum ManifestError {
         /// 1-based column, when known.
         column: Option<usize>,
     },
+    /// Flow collections (`{…}`, `[…]`) nested deeper than a Secret ever
+    /// is: refused before parsing, which takes time quadratic in the depth.
+    #[error("invalid YAML: collections nested deeper than {max} levels")]
+    TooDeep {
+        /// The most levels accepted.
+        max: usize,
+    },
     /// `kind` is set and is not `Secret`.
     #[error("kind must be \"Secret\"")]
     NotASecret,
@@ -201,6 +208,43 @@ fn parse_json(bytes: &[u8]) -> Result<Value, (&'static str, usize, usize)> {
 /// case (Go's struct-field matching), in map order; `null`s skipped.
 fn fields<'a>(obj: &'a Map<String, Value>, name: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
     obj.iter().filter(move |(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v).filter(|v| !v.is_null())
+}
+
+/// The deepest nesting of YAML flow collections a Secret manifest may have
+/// (a real one has three or four).
+const MAX_YAML_FLOW_DEPTH: usize = 64;
+
+/// How deep `{` and `[` nest in `bytes`, outside quoted scalars and
+/// comments: one linear scan (over-counting brackets inside plain scalars
+/// errs on the side of refusing a document no Secret looks like).
+fn flow_depth(bytes: &[u8]) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let mut quote: Option<u8> = None;
+    let mut comment = false;
+    let mut escaped = false;
+    for &b in bytes {
+        if comment {
+            comment = b != b'\n';
+            continue;
+        }
+        match quote {
+            Some(b'"') if escaped => escaped = false,
+            Some(b'"') if b == b'\\' => escaped = true,
+            Some(q) if b == q => quote = None,
+            Some(_) => {}
+            None => match b {
+                b'"' | b'\'' => quote = Some(b),
+                b'#' => comment = true,
+                b'{' | b'[' => {
+                    depth += 1;
+                    deepest = deepest.max(depth);
+                }
+                b'}' | b']' => depth = depth.saturating_sub(1),
+                _ => {}
+            },
+        }
+    }
+    deepest
 }
 
 /// A string field (last match wins); "" when absent or null.
@@ -352,6 +396,12 @@ impl PullSecret {
     /// [`from_manifest_json`](Self::from_manifest_json). A document that is
     /// not YAML is reported by position only (never a scalar of it).
     pub fn from_manifest_yaml(bytes: &[u8]) -> Result<Self, CredentialError> {
+        if flow_depth(bytes) > MAX_YAML_FLOW_DEPTH {
+            return Err(CredentialError::Manifest {
+                secret: "<unnamed>".to_string(),
+                reason: ManifestError::TooDeep { max: MAX_YAML_FLOW_DEPTH },
+            });
+        }
         let value: Value = serde_yaml_ng::from_slice(bytes).map_err(|e| CredentialError::Manifest {
             secret: "<unnamed>".to_string(),
             reason: ManifestError::InvalidYaml {

@@ -655,3 +655,16 @@ mod props {
         }
     }
 }
+
+#[test]
+fn deeply_nested_yaml_is_refused_before_it_is_parsed() {
+    let deep = format!("a: {}1{}", "{a: ".repeat(50_000), "}".repeat(50_000));
+    let err = PullSecret::from_manifest(deep.as_bytes()).unwrap_err().to_string();
+    assert!(err.contains("nested deeper than 64 levels"), "{err}");
+    // Brackets in quoted scalars and comments do not count; a real Secret passes.
+    let fine = "apiVersion: v1\nkind: Secret\nmetadata: {name: regcred, namespace: team}  # {{{{\n\
+                type: kubernetes.io/dockerconfigjson\nstringData:\n  .dockerconfigjson: '{\"auths\":{\"r.io\":{\"auth\":\"YWw6aHVudGVyMjI=\"}}}'\n";
+    assert_eq!(flow_depth(fine.as_bytes()), 1);
+    let secret = PullSecret::from_manifest(fine.as_bytes()).expect("a real Secret");
+    assert_eq!(entries(&secret), vec![triple("r.io", "al", "hunter22")]);
+}
