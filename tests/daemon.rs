@@ -399,11 +399,7 @@ fn sigterm_lets_the_pull_in_flight_finish_exits_0_and_persists_state() {
         c.ensure_image(ensure_req("p1", "nginx:1.27", "IfNotPresent")).await
     });
     // Wait until the pull is running, then SIGTERM.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !d.log().contains("Pulling image \"nginx:1.27\"") {
-        assert!(std::time::Instant::now() < deadline, "pull never started: {}", d.log());
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    d.wait_for_log("Pulling image \"nginx:1.27\"", Duration::from_secs(10), "pull never started");
     d.signal(Signal::SIGTERM);
     let r = runtime.block_on(ensure).expect("task").expect("the in-flight ensure completes").into_inner();
     assert!(matches!(r.result, Some(proto::ensure_image_response::Result::Ok(_))), "{r:?}");
@@ -438,11 +434,7 @@ fn sighup_reloads_the_log_filter_and_a_stopped_daemon_means_exit_69() {
     std::fs::write(&cfg, "[log]\nfilter = \"info\"\n[gc]\nimage_gc_high_threshold_percent = 90\npinned_images = [\"registry.k8s.io/*\"]\n")
         .expect("write");
     d.signal(Signal::SIGHUP);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !d.log().contains("SIGHUP: configuration reloaded") {
-        assert!(std::time::Instant::now() < deadline, "no reload: {}", d.log());
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    d.wait_for_log("SIGHUP: configuration reloaded", Duration::from_secs(10), "no reload");
     let ok = d.imagectl(&["ensure", "redis:7", "--pod-uid", "after"]);
     assert_eq!(ok.status.code(), Some(0));
     assert!(d.log().contains("Pulling image \"redis:7\""), "info lines appear after the reload: {}", d.log());
@@ -478,11 +470,7 @@ fn sighup_shows_the_new_gc_thresholds_in_config_info() {
     std::fs::write(&cfg, "[gc]\nimage_gc_high_threshold_percent = 70\nimage_gc_low_threshold_percent = 60\n")
         .expect("write");
     d.signal(Signal::SIGHUP);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !d.log().contains("SIGHUP: configuration reloaded") {
-        assert!(std::time::Instant::now() < deadline, "no reload: {}", d.log());
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    d.wait_for_log("SIGHUP: configuration reloaded", Duration::from_secs(10), "no reload");
     let after = config_info();
     assert!(after.contains("image_gc_high_threshold_percent=\"70\""), "{after}");
     assert!(after.contains("image_gc_low_threshold_percent=\"60\""), "{after}");
@@ -796,11 +784,7 @@ fn a_socket_activated_cri_socket_holds_the_kubelets_calls_while_imaged_restarts(
     let args = ["--set", endpoint.as_str(), "--set", front.as_str()];
     let mut first = Daemon::start_activated(&args, &listener);
     let serving = |d: &Daemon| {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !d.log().contains("socket_activated=true") {
-            assert!(Instant::now() < deadline, "the CRI front serves the passed socket: {}", d.log());
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        d.wait_for_log("socket_activated=true", Duration::from_secs(10), "the CRI front serves the passed socket");
     };
     serving(&first);
     let images: Vec<String> = imaged::embedded::demo_catalogue()
@@ -989,16 +973,9 @@ fn a_call_during_the_drain_gets_unavailable_with_the_reason_not_no_daemon() {
         let mut c = imaged::api::client(&socket).expect("client");
         c.ensure_image(ensure_req("p1", "nginx:1.27", "IfNotPresent")).await
     });
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !d.log().contains("Pulling image \"nginx:1.27\"") {
-        assert!(std::time::Instant::now() < deadline, "pull never started: {}", d.log());
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    d.wait_for_log("Pulling image \"nginx:1.27\"", Duration::from_secs(10), "pull never started");
     d.signal(Signal::SIGTERM);
-    while !d.log().contains("shutting down: no new requests") {
-        assert!(std::time::Instant::now() < deadline, "no shutdown: {}", d.log());
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    d.wait_for_log("shutting down: no new requests", Duration::from_secs(10), "no shutdown");
     // Draining: the socket is there and a new call is refused with the reason.
     assert!(d.socket.exists(), "the socket stays while pulls drain");
     let o = d.imagectl(&["ensure", "busybox:1.36", "--pod-uid", "late"]);

@@ -355,6 +355,18 @@ mod tests {
         (deadline > max_deadline_ms()).then(|| "deadline_ms".into())
     }
 
+    /// A refusal is `InvalidArgument` naming the first bad field, and shows
+    /// none of the planted secrets.
+    fn refused_naming(e: &tonic::Status, want: Option<String>, markers: &[String]) -> Result<(), TestCaseError> {
+        prop_assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        let field = want.ok_or_else(|| TestCaseError::fail(format!("refused: {}", e.message())))?;
+        prop_assert!(e.message().starts_with(&format!("{field}: ")), "{} does not name {}", e.message(), field);
+        for m in markers {
+            prop_assert!(!e.message().contains(m.as_str()), "{} leaked in {}", m, e.message());
+        }
+        Ok(())
+    }
+
     proptest! {
         #![proptest_config(config(256))]
 
@@ -395,14 +407,7 @@ mod tests {
                     prop_assert_eq!(r.deadline.is_some(), deadline != 0);
                 }
                 (Ok(_), Some(field)) => prop_assert!(false, "accepted, wanted an error naming {}", field),
-                (Err(e), want) => {
-                    prop_assert_eq!(e.code(), tonic::Code::InvalidArgument);
-                    let field = want.ok_or_else(|| TestCaseError::fail(format!("refused: {}", e.message())))?;
-                    prop_assert!(e.message().starts_with(&format!("{field}: ")), "{} does not name {}", e.message(), field);
-                    for m in &markers {
-                        prop_assert!(!e.message().contains(m.as_str()), "{} leaked in {}", m, e.message());
-                    }
-                }
+                (Err(e), want) => refused_naming(&e, want, &markers)?,
             }
         }
 
@@ -430,14 +435,7 @@ mod tests {
                     prop_assert_eq!(w, wait);
                 }
                 (Ok(_), Some(field)) => prop_assert!(false, "accepted, wanted an error naming {}", field),
-                (Err(e), want) => {
-                    prop_assert_eq!(e.code(), tonic::Code::InvalidArgument);
-                    let field = want.ok_or_else(|| TestCaseError::fail(format!("refused: {}", e.message())))?;
-                    prop_assert!(e.message().starts_with(&format!("{field}: ")), "{} does not name {}", e.message(), field);
-                    for m in &markers {
-                        prop_assert!(!e.message().contains(m.as_str()), "{} leaked in {}", m, e.message());
-                    }
-                }
+                (Err(e), want) => refused_naming(&e, want, &markers)?,
             }
         }
     }

@@ -89,6 +89,16 @@ impl Daemon {
         panic!("imaged did not serve {} within 30s: {}", self.socket.display(), self.log());
     }
 
+    /// Waits (bounded by `within`) until the log contains `text`; panics
+    /// naming `what` and showing the log otherwise.
+    pub fn wait_for_log(&self, text: &str, within: Duration, what: &str) {
+        let deadline = Instant::now() + within;
+        while !self.log().contains(text) {
+            assert!(Instant::now() < deadline, "{what}: {}", self.log());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// The daemon's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
