@@ -988,3 +988,59 @@ fn a_call_during_the_drain_gets_unavailable_with_the_reason_not_no_daemon() {
     assert_eq!(d.wait_exit(Duration::from_secs(20)), Some(0), "{}", d.log());
     assert!(!d.socket.exists(), "socket removed on exit");
 }
+
+/// #19: the restart that used to open a private image to every pod. Pod A
+/// pulls it with its secret; imaged restarts on the same runtime (whose
+/// images outlive it); pod B, without a secret, must still not get it.
+#[test]
+fn a_private_image_stays_private_across_a_restart_with_durable_records() {
+    let dir = tempfile::Builder::new().prefix("imrs").tempdir_in("/tmp").expect("tempdir");
+    let (_runtime, endpoint) = served_runtime(dir.path());
+    let private = "registry.example.com/team/app:v1";
+    let secret = dir.path().join("regcred.yaml");
+    let config = r#"{"auths":{"registry.example.com":{"username":"team","password":"team-password"}}}"#;
+    std::fs::write(
+        &secret,
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: regcred\n  namespace: default\n\
+             type: kubernetes.io/dockerconfigjson\nstringData:\n  .dockerconfigjson: '{config}'\n"
+        ),
+    )
+    .expect("write secret");
+    let secret_arg = secret.display().to_string();
+    let state = format!("state.dir={}", dir.path().join("state").display());
+    let ensure = |d: &Daemon, pod: &str, policy: &str, with_secret: bool| {
+        let mut args = vec!["ensure", private, "--pod-uid", pod, "--policy", policy];
+        if with_secret {
+            args.extend(["--secret", &secret_arg]);
+        }
+        d.imagectl(&args)
+    };
+
+    let mut first = Daemon::start(&["--set", endpoint.as_str(), "--set", state.as_str()]);
+    let o = ensure(&first, "pod-a", "IfNotPresent", true);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    first.signal(Signal::SIGTERM);
+    assert_eq!(first.wait_exit(Duration::from_secs(20)), Some(0), "{}", first.log());
+
+    let second = Daemon::start(&["--set", endpoint.as_str(), "--set", state.as_str()]);
+    let o = ensure(&second, "pod-b", "Never", false);
+    assert_eq!(o.status.code(), Some(2), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).starts_with("ErrImageNeverPull: "), "{}", stdout(&o));
+    let o = ensure(&second, "pod-b", "IfNotPresent", false);
+    assert_eq!(o.status.code(), Some(2), "pulled without credentials, refused: {}", stdout(&o));
+    assert!(stdout(&o).starts_with("ErrImagePull: ") && stdout(&o).contains("401"), "{}", stdout(&o));
+    // The pod that pulled it keeps it, without a new pull.
+    let o = ensure(&second, "pod-a", "Never", true);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(!second.log().contains("state.dir = \"memory\""), "durable: no warning: {}", second.log());
+    drop(second);
+
+    // What the durable default prevents: records in memory only forget
+    // pod A's pull, the image counts as preloaded, pod B gets it, and
+    // imaged said at start that this would happen.
+    let memory = Daemon::start(&["--set", endpoint.as_str(), "--set", "state.dir=memory"]);
+    let o = ensure(&memory, "pod-b", "Never", false);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(memory.log().contains("state.dir = \"memory\": pull records are forgotten on restart"), "{}", memory.log());
+}

@@ -14,11 +14,13 @@ mod gc;
 mod pull;
 mod raw;
 mod runtime;
+mod state;
 mod values;
 
 pub use daemon::{CriServerSettings, DaemonSettings, PRIORITY_NAMESPACE_PULL, PriorityRule};
 pub use gc::GcSettings;
 pub use runtime::{LogFormat, LogSettings, RuntimeEndpoint};
+pub use state::{MEMORY as STATE_IN_MEMORY, SYSTEM_DIR as DEFAULT_STATE_DIR};
 pub use values::duration;
 
 use raw::RawConfig;
@@ -82,7 +84,9 @@ pub struct Config {
     /// KEP-2535: when a present image needs the pod's credentials verified
     /// (`credential_verification.policy` and `.allowlist`).
     pub verification: crate::pull_records::VerifyPolicy,
-    /// Directory of durable state (`None` = memory only).
+    /// Directory of durable state (`None` = memory only); `state.dir`
+    /// unset resolves to a durable default unless the runtime is the
+    /// in-process embedded one (see `config/default.toml`).
     pub state_dir: Option<PathBuf>,
     /// A fault plan file (TOML, see `fault::FaultPlan::from_toml`) applied
     /// at the CRI gateway; `None` = no faults.
@@ -227,7 +231,8 @@ impl Config {
         let gc = gc::gc_from_raw(raw.gc)?;
         let verification = credentials::verification_from_raw(raw.credential_verification)?;
         let credentials = credentials::credentials_from_raw(raw.credentials)?;
-        let state_dir = if raw.state.dir.is_empty() { None } else { Some(PathBuf::from(raw.state.dir)) };
+        let state_dir =
+            state::state_dir_from_raw(&raw.state.dir, &endpoint, state::running_as_root(), &|k| std::env::var(k).ok())?;
         let daemon = daemon::daemon_from_raw(raw.daemon)?;
         let cri_server = daemon::cri_server_from_raw(raw.cri_server)?;
         if let (Some(front), RuntimeEndpoint::Cri(crate::cri::CriEndpoint::Unix(runtime))) =

@@ -50,7 +50,10 @@ pub(super) async fn start(
     // left are turned into records every pod must re-verify.
     let store = match &cfg.state_dir {
         Some(dir) => Some(open_store(dir, &cfg.pull.metrics)?),
-        None => None,
+        None => {
+            warn_if_forgetting_opens_private_images(&cfg, &runtime);
+            None
+        }
     };
     let records = PullRecords::open(cfg.verification.clone(), store.clone())
         .map_err(|e| AppError::Other(format!("opening the pull records: {e}")))?
@@ -223,6 +226,24 @@ impl GcService {
         };
         let (refresher, images) = CacheRefresherActor::new(gateway.clone().recipient(), rcfg);
         Self { detector, executor, refresher: refresher.start(), images }
+    }
+}
+
+/// Records kept in memory while the runtime's images outlive imaged: after a
+/// restart every image on the node counts as preloaded, which the policy
+/// may exempt from verification. Said once at start, with the way out.
+fn warn_if_forgetting_opens_private_images(cfg: &Config, runtime: &ConnectedRuntime) {
+    use crate::pull_records::VerificationPolicy as P;
+    // NeverVerify verifies nothing anyway; AlwaysVerify exempts nothing.
+    let exempts_preloaded =
+        matches!(cfg.verification.policy, P::NeverVerifyPreloadedImages | P::NeverVerifyAllowlistedImages);
+    if runtime.embedded.is_none() && exempts_preloaded {
+        tracing::warn!(
+            policy = ?cfg.verification.policy,
+            "state.dir = \"memory\": pull records are forgotten on restart, and then every image on the node \
+             counts as preloaded, which this policy lets any pod use, private or not; set state.dir to a \
+             directory, or credential_verification.policy = \"AlwaysVerify\""
+        );
     }
 }
 

@@ -58,6 +58,10 @@ impl Daemon {
             .arg(format!("daemon.socket={}", socket.display()))
             .arg("--set")
             .arg(format!("runtime.embedded_socket={}", dir.path().join("cri.sock").display()))
+            // Parallel daemons: a state directory each (the default one is
+            // shared by every imaged of the machine; a test's `--set` wins).
+            .arg("--set")
+            .arg(format!("state.dir={}", dir.path().join("state").display()))
             // Parallel daemons: an ephemeral port each (read back from the log).
             .arg("--set")
             .arg("daemon.metrics_address=127.0.0.1:0")
