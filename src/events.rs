@@ -137,10 +137,26 @@ impl EventSink {
         self.subscribers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(r);
     }
 
-    /// Emits an event.
+    /// Emits an event (traced at info, or warn for a warning).
     pub fn emit(&self, event: ImageEvent) {
+        self.deliver(event, false);
+    }
+
+    /// Emits a routine event: delivered to subscribers as any other, but
+    /// traced at debug. The kubelet's "already present on machine" comes
+    /// with every ensure of a present image; at thousands of pods a log
+    /// line each is spam, and the line cost more than the ensure.
+    pub fn emit_routine(&self, event: ImageEvent) {
+        self.deliver(event, true);
+    }
+
+    fn deliver(&self, event: ImageEvent, routine: bool) {
         let o = &event.object;
         match event.event_type {
+            EventType::Normal if routine => tracing::debug!(
+                target: "imaged::events", reason = %event.reason, pod = %format!("{}/{}", o.namespace, o.pod_name),
+                pod_uid = %o.pod_uid, image = %event.image, "{}", event.message
+            ),
             EventType::Normal => tracing::info!(
                 target: "imaged::events", reason = %event.reason, pod = %format!("{}/{}", o.namespace, o.pod_name),
                 pod_uid = %o.pod_uid, image = %event.image, "{}", event.message

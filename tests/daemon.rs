@@ -277,6 +277,10 @@ fn imagectl_drives_the_daemon_with_tables_json_and_exit_codes() {
     let o = d.imagectl(&["events"]);
     let out = stdout(&o);
     assert!(out.contains("Pulled") && out.contains("web/front-1"), "{out}");
+    // An ensure of a present image is an event, not a log line (#16: at
+    // thousands of pods a line each is spam and costs more than the ensure).
+    assert!(out.contains("already present on machine"), "{out}");
+    assert!(!d.log().contains("already present on machine"), "{}", d.log());
     let o = d.imagectl(&["-o", "json", "events"]);
     let first: serde_json::Value =
         serde_json::from_str(stdout(&o).lines().next().expect("an event line")).expect("json line");

@@ -489,3 +489,54 @@ async fn a_presence_check_that_hangs_holds_its_turn_only_briefly() {
     assert!(hung.is_err(), "the hung check is still waiting for the runtime");
     other.expect("not held up for long").expect("present");
 }
+
+/// The Go duration text's value in milliseconds (`981ms`, `1.5s`, `1m2.5s`).
+fn go_ms(text: &str) -> f64 {
+    let (mut total, mut num) = (0.0, String::new());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() || c == '.' {
+            num.push(c);
+            continue;
+        }
+        let v: f64 = num.parse().expect("number");
+        num.clear();
+        total += match (c, chars.peek()) {
+            ('m', Some('s')) => {
+                chars.next();
+                v
+            }
+            ('m', _) => v * 60_000.0,
+            ('s', _) => v * 1000.0,
+            _ => panic!("unit in {text}"),
+        };
+    }
+    total
+}
+
+#[actix::test]
+async fn a_pod_that_joins_a_running_pull_tells_its_own_wait() {
+    let f = flow().await;
+    let image = "example.com/slow:1";
+    f.rt.runtime.add_remote(RemoteImage::new(image, 10).latency(Duration::from_millis(300))).expect("add");
+    let first = req("early", image, PullPolicy::IfNotPresent);
+    let late = req("late", image, PullPolicy::IfNotPresent);
+    let (a, b) = futures_util::join!(f.manager.ensure_image_exists(&first), async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        f.manager.ensure_image_exists(&late).await
+    });
+    assert!(a.is_ok() && b.is_ok(), "{a:?} {b:?}");
+    assert_eq!(f.pulls(), 1, "the late pod joined the pull");
+    let pulled: Vec<String> =
+        f.events().await.into_iter().filter(|(_, r, _)| *r == EventReason::Pulled).map(|(_, _, m)| m).collect();
+    assert_eq!(pulled.len(), 2, "{pulled:?}");
+    for msg in &pulled {
+        let inner = msg.split(" in ").nth(1).expect("figures");
+        let (x, rest) = inner.split_once(" (").expect("(");
+        let y = rest.split_once(" including waiting").expect("including").0;
+        assert!(go_ms(x) <= go_ms(y), "the pull figure exceeds the time including waiting: {msg}");
+    }
+    // The late pod waited about 100 ms of the 300 ms pull, and says so.
+    let late_msg = pulled.iter().map(|m| go_ms(m.split(" in ").nth(1).expect("x").split(" (").next().expect("x")));
+    assert!(late_msg.clone().any(|x| x < 250.0) && late_msg.clone().any(|x| x >= 280.0), "{pulled:?}");
+}

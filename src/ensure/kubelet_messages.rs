@@ -47,7 +47,14 @@ pub fn failed_to_pull(image: &str, err: &str) -> String {
 }
 
 /// `Pulled` after a pull: durations truncated to milliseconds, Go text.
+///
+/// `total` is this pod's own time, waiting included. A pod that joined a
+/// pull already running (imaged's shared pulls; the kubelet has none) saw
+/// only the part of it since it asked, so the first figure is the pull's
+/// duration capped at its own time: never larger than the time "including
+/// waiting", as in the kubelet's text.
 pub fn successfully_pulled(image: &str, pull: Duration, total: Duration, size: u64) -> String {
+    let pull = pull.min(total);
     format!(
         "Successfully pulled image {} in {} ({} including waiting). Image size: {size} bytes.",
         quote(image),
@@ -90,6 +97,11 @@ mod tests {
         assert_eq!(
             successfully_pulled("nginx", Duration::from_micros(981_400), Duration::from_millis(62_500), 1234),
             "Successfully pulled image \"nginx\" in 981ms (1m2.5s including waiting). Image size: 1234 bytes."
+        );
+        // A pod that joined a 45 ms pull 32 ms ago saw 32 ms of it.
+        assert_eq!(
+            successfully_pulled("nginx", Duration::from_millis(45), Duration::from_millis(32), 1),
+            "Successfully pulled image \"nginx\" in 32ms (32ms including waiting). Image size: 1 bytes."
         );
         assert_eq!(failed_to_apply_default_tag("UPPER", "bad"), "Failed to apply default image tag \"UPPER\": bad");
     }

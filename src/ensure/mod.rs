@@ -160,7 +160,17 @@ impl ImageManager {
     }
 
     fn emit(&self, req: &EnsureImageRequest, reason: EventReason, message: &str, class: Option<ErrorClass>) {
-        self.events.emit(ImageEvent {
+        self.events.emit(Self::event(req, reason, message, class));
+    }
+
+    /// The `Pulled` "already present" event of a pod that may use the
+    /// present image: to subscribers as any event, to the log at debug.
+    fn emit_present(&self, req: &EnsureImageRequest, message: &str) {
+        self.events.emit_routine(Self::event(req, EventReason::Pulled, message, None));
+    }
+
+    fn event(req: &EnsureImageRequest, reason: EventReason, message: &str, class: Option<ErrorClass>) -> ImageEvent {
+        ImageEvent {
             event_type: reason.event_type(),
             reason,
             message: message.to_string(),
@@ -172,7 +182,7 @@ impl ImageManager {
             },
             image: req.image.clone(),
             class,
-        });
+        }
     }
 
     fn fail(&self, kind: ImageErrorKind, message: String, class: ErrorClass) -> EnsureError {
@@ -257,7 +267,7 @@ impl ImageManager {
                         tally.pull_required = Tristate::False;
                         self.mark_ensured(&image_ref);
                         let msg = already_present_accessible(requested);
-                        self.emit(req, EventReason::Pulled, &msg, None);
+                        self.emit_present(req, &msg);
                         self.recorder.finished(&req.pod.uid, Instant::now());
                         return Ok(EnsureOk { image_ref, message: msg });
                     }

@@ -233,7 +233,7 @@ impl ImageManager {
             // Found present when the pull's turn came (another pod pulled
             // it) and the pod may use it.
             let msg = already_present_accessible(requested);
-            self.emit(req, EventReason::Pulled, &msg, None);
+            self.emit_present(req, &msg);
             return EnsureOk { image_ref: outcome.image_ref.clone(), message: msg };
         }
         self.metrics.image_pulled(outcome.size, now.duration_since(start));
