@@ -1,36 +1,81 @@
-//! Image GC costs at node scale, pure (no runtime): 100 000 images, 20 000
-//! containers. Prints `name: value` lines. The three headline figures:
+//! Image GC costs at node scale, pure (no runtime): detection and planning
+//! at 10,000, 100,000 and 1,000,000 images (a fifth as many containers),
+//! and the memory of the image records. Prints `name: value` lines.
 //!
-//! - `records_rss_mb`: resident memory added by 100 000 image records
-//!   (VmRSS before and after loading them, as from the durable store).
-//!   Target ≤ 60.
-//! - `detect_100k_ms`: `Records::detect` over 100 000 listed images with
-//!   20 000 containers' images in use, records already known (the steady
-//!   state every 5 minutes); median of several runs. Target ≤ 200. The
-//!   first detection (every record new) is `detect_first_100k_ms`.
-//! - `gc_plan_100k_ms`: `plan_gc` over those records with usage above the
-//!   high threshold (the free-space pass runs), protection rules on; median
-//!   of several runs. Target ≤ 50.
+//! - `detect_{n}_ms`: one steady-state detection (records known, the
+//!   in-use ones used again, every 5 minutes) through the detector's own
+//!   logic (`Detector::apply`: who uses what, then the kubelet's record
+//!   rules); `detect_first_{n}_ms`: the first one (every record new);
+//!   `gc_plan_{n}_ms`: `plan_gc` with usage above the high threshold.
+//!   Each the median of repeated runs (min and max printed too). Targets at
+//!   100k: detect ≤ 200, plan ≤ 50.
+//! - `*_growth_10k_to_1m`: time per image at 1M ÷ at 10k. 1.0 is linear;
+//!   n log n would be about 1.5 (log 1M ÷ log 10k).
+//! - `records_rss_mb`: resident memory of 100,000 records between
+//!   detections; `records_peak_rss_mb`: the same at the peak of a
+//!   detection (what the detection adds on top, its input list excluded).
+//!   Measured in a fresh child process each (`gc --peak N`). Target at the
+//!   peak: ≤ 60. `bytes_per_record_{n}`: heap bytes per record, counted by
+//!   the allocator.
 //!
 //! Data: 64-hex image ids, 1–3 tags of about 40 characters and one digest
 //! per image, sizes 10 MiB–2 GiB, first detections over 30 days.
+//! `GC_BENCH_SIZES=10000,100000` picks the sizes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
-use std::collections::HashSet;
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use imaged::domain::{Image, ImageSpec};
+use imaged::actors::detector::{Detector, DetectorSettings, Listed};
+use imaged::clock::ManualClock;
+use imaged::domain::{Container, ContainerState, Image, ImageSpec};
 use imaged::gc::capacity::FsCapacity;
 use imaged::gc::detect::Records;
+use imaged::gc::in_use_hints::InUseHints;
 use imaged::gc::plan::{GcMode, GcRunInputs, plan_gc};
 use imaged::gc::policy::{GcPolicy, ProtectionRules};
 use imaged::gc::record::{ImageRecord, RecordKey};
 
-const IMAGES: usize = 100_000;
-const CONTAINERS: usize = 20_000;
-const RUNS: usize = 11;
 const DAY: u64 = 86_400;
+
+/// The system allocator, counting live and peak heap bytes.
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+            PEAK.fetch_max(live, Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) };
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+fn live() -> usize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+/// Starts a new peak at the current live bytes.
+fn reset_peak() {
+    PEAK.store(live(), Ordering::Relaxed);
+}
+
+fn peak_bytes() -> usize {
+    PEAK.load(Ordering::Relaxed)
+}
 
 /// A deterministic generator (splitmix64).
 struct Rng(u64);
@@ -94,78 +139,128 @@ fn record(rng: &mut Rng, img: &Image) -> ImageRecord {
     }
 }
 
-fn rss_kib() -> u64 {
+fn status_kib(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
+}
+
+fn rss_kib() -> u64 {
+    status_kib("VmRSS:")
+}
+
+/// Resets the process's resident high-water mark (VmHWM) to its RSS now.
+fn reset_hwm() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+fn mb(bytes: f64) -> f64 {
+    bytes / (1024.0 * 1024.0)
 }
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// min, median, max.
+fn spread(mut v: Vec<f64>) -> (f64, f64, f64) {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    (v[0], v[v.len() / 2], v[v.len() - 1])
 }
 
-fn main() {
-    let mut rng = Rng(2024);
+fn label(n: usize) -> String {
+    match n {
+        n if n >= 1_000_000 && n.is_multiple_of(1_000_000) => format!("{}m", n / 1_000_000),
+        n if n >= 1_000 && n.is_multiple_of(1_000) => format!("{}k", n / 1_000),
+        n => n.to_string(),
+    }
+}
 
-    // Memory first, on a fresh heap: records built one at a time and moved
-    // in (as when loaded from the store), nothing else allocated meanwhile.
-    let before = rss_kib();
-    let loaded: Records = (0..IMAGES)
-        .map(|i| {
-            let img = image(&mut rng, i);
-            record(&mut rng, &img)
+fn print_spread(name: &str, v: Vec<f64>) -> f64 {
+    let (lo, mid, hi) = spread(v);
+    println!("{name}: {mid:.1}");
+    println!("{name}_min_median_max: {lo:.1} / {mid:.1} / {hi:.1}");
+    mid
+}
+
+/// A node's listing: `n` images, and `n / 5` running containers on random ones.
+fn listing(rng: &mut Rng, n: usize) -> Listed {
+    let images: Vec<Image> = (0..n).map(|i| image(rng, i)).collect();
+    let containers = (0..n / 5)
+        .map(|c| Container {
+            id: format!("c{c}"),
+            pod_sandbox_id: format!("sb{}", c / 2),
+            name: format!("app{}", c % 2),
+            image_ref: images[rng.below(n as u64) as usize].id.clone(),
+            state: ContainerState::Running,
+            ..Container::default()
         })
         .collect();
-    let after = rss_kib();
-    let rss_mb = after.saturating_sub(before) as f64 / 1024.0;
-    println!("records_rss_mb: {rss_mb:.1}");
-    println!("records_rss_bytes_per_record: {:.0}", rss_mb * 1024.0 * 1024.0 / IMAGES as f64);
-    drop(loaded);
+    Listed { images, containers, ..Listed::default() }
+}
 
-    // The runtime's list, and the images 20 000 containers use.
-    let images: Vec<Image> = (0..IMAGES).map(|i| image(&mut rng, i)).collect();
-    let in_use: HashSet<String> =
-        (0..CONTAINERS).map(|_| images[rng.below(IMAGES as u64) as usize].id.clone()).collect();
-    println!("in_use_images: {}", in_use.len());
+fn settings() -> DetectorSettings {
+    DetectorSettings {
+        period: Duration::from_secs(300),
+        sandbox_image: String::new(),
+        recent_window: Duration::from_secs(120),
+        mailbox_capacity: 1,
+    }
+}
 
-    // First detection: every record new.
+/// A detector standing at `now()` with every listed image's record known.
+fn steady_detector(rng: &mut Rng, listed: &Listed) -> (Detector, ManualClock) {
+    let clock = ManualClock::new();
+    let mut detector = Detector::new(&settings(), InUseHints::default(), clock.clock());
+    detector.load(listed.images.iter().map(|img| record(rng, img)).collect());
+    drop(detector.apply(listed.clone()));
+    (detector, clock)
+}
+
+/// Times at `n` images; returns (detect, plan) per-image microseconds.
+fn timings(n: usize) -> (f64, f64) {
+    let l = label(n);
+    let runs = if n >= 1_000_000 { 5 } else { 11 };
+    let mut rng = Rng(2024 + n as u64);
+    let listed = listing(&mut rng, n);
+
     let mut first = Vec::new();
-    for _ in 0..5 {
-        let mut records = Records::new();
+    for _ in 0..runs.min(5) {
+        let clock = ManualClock::new();
+        let mut detector = Detector::new(&settings(), InUseHints::default(), clock.clock());
+        let input = listed.clone();
         let start = Instant::now();
-        let diff = records.detect(&images, &in_use, now());
+        let (detection, write) = detector.apply(input);
         first.push(ms(start.elapsed()));
-        assert_eq!(diff.added.len(), IMAGES);
-        black_box(&records);
+        assert_eq!(detection.records.len(), n);
+        black_box((&detection, &write));
     }
-    println!("detect_first_100k_ms: {:.1}", median(first));
+    print_spread(&format!("detect_first_{l}_ms"), first);
 
-    // Steady state: known records, the in-use ones used again.
-    let mut records: Records = images.iter().map(|img| record(&mut rng, img)).collect();
-    records.detect(&images, &in_use, now());
+    let (mut detector, clock) = steady_detector(&mut rng, &listed);
     let mut steady = Vec::new();
-    let mut updated = 0;
-    for run in 1..=RUNS as u64 {
-        let at = now() + Duration::from_secs(300 * run);
+    let mut last = None;
+    for _ in 0..runs {
+        clock.advance(Duration::from_secs(300));
+        let input = listed.clone();
+        drop(last.take());
         let start = Instant::now();
-        let diff = records.detect(&images, &in_use, at);
+        let (detection, write) = detector.apply(input);
         steady.push(ms(start.elapsed()));
-        updated = diff.updated.len();
-        black_box(&diff);
+        black_box(&write);
+        last = Some(detection);
     }
-    println!("detect_100k_ms: {:.1}", median(steady));
-    println!("detect_100k_updated: {updated}");
+    let detect = print_spread(&format!("detect_{l}_ms"), steady);
+    let detection = last.expect("a detection");
+    println!("detect_{l}_in_use_images: {}", detection.in_use.len());
 
     // A plan with usage above the high threshold: images fill 90 % of the
     // filesystem.
+    let records: &Records = &detection.records;
+    let in_use = detection.in_use_ids();
     let image_bytes: u64 = records.iter().map(|r| r.size).sum();
     let capacity = image_bytes / 90 * 100;
     let fs = FsCapacity { capacity, available: capacity - image_bytes };
@@ -176,74 +271,128 @@ fn main() {
             "reg.example.com/team07/*".into(),
             "reg.example.com/team01/svc-00042:*".into(),
         ],
-        sandbox_image_id: Some(images[7].id.clone()),
+        sandbox_image_id: Some(listed.images[7].id.clone()),
         keep_newest_tags_per_repo: None,
     };
-    let began = now() - Duration::from_secs(DAY);
-    let at = now() + Duration::from_secs(300 * (RUNS as u64 + 1));
-    let mut times = Vec::new();
-    let mut summary = String::new();
-    for _ in 0..RUNS {
-        let start = Instant::now();
-        let plan = plan_gc(GcRunInputs {
-            records: &records,
-            in_use: &in_use,
-            fs,
-            policy: &policy,
-            rules: &rules,
-            began,
-            now: at,
-            mode: GcMode::Threshold,
-        });
-        times.push(ms(start.elapsed()));
-        if let Ok(plan) = &plan {
-            summary = format!(
-                "usage {:?}% amount {} deletions {} bytes {}",
-                plan.usage_percent,
-                plan.amount_to_free,
-                plan.deletions().count(),
-                plan.bytes_to_delete
-            );
+    let began = detection.at - Duration::from_secs(DAY);
+    let at = detection.at + Duration::from_secs(60);
+    let plan_times = |rules: &ProtectionRules, mode: GcMode| {
+        let mut times = Vec::new();
+        let mut summary = String::new();
+        for _ in 0..runs {
+            let start = Instant::now();
+            let plan =
+                plan_gc(GcRunInputs { records, in_use: &in_use, fs, policy: &policy, rules, began, now: at, mode });
+            times.push(ms(start.elapsed()));
+            if let Ok(plan) = &plan {
+                summary = format!(
+                    "usage {:?}% amount {} deletions {} bytes {}",
+                    plan.usage_percent,
+                    plan.amount_to_free,
+                    plan.deletions().count(),
+                    plan.bytes_to_delete
+                );
+            }
+            black_box(&plan);
         }
-        black_box(&plan);
-    }
-    println!("gc_plan_100k_ms: {:.1}", median(times));
-    println!("gc_plan_100k_summary: {summary}");
-
+        (times, summary)
+    };
+    let (times, summary) = plan_times(&rules, GcMode::Threshold);
+    let plan = print_spread(&format!("gc_plan_{l}_ms"), times);
+    println!("gc_plan_{l}_summary: {summary}");
     rules.keep_newest_tags_per_repo = Some(2);
-    let mut times = Vec::new();
-    for _ in 0..RUNS {
-        let start = Instant::now();
-        let plan = plan_gc(GcRunInputs {
-            records: &records,
-            in_use: &in_use,
-            fs,
-            policy: &policy,
-            rules: &rules,
-            began,
-            now: at,
-            mode: GcMode::Threshold,
-        });
-        times.push(ms(start.elapsed()));
-        black_box(&plan);
-    }
-    println!("gc_plan_100k_retention_ms: {:.1}", median(times));
+    print_spread(&format!("gc_plan_{l}_retention_ms"), plan_times(&rules, GcMode::Threshold).0);
+    print_spread(&format!("gc_plan_{l}_delete_unused_ms"), plan_times(&rules, GcMode::DeleteUnused).0);
+    (detect * 1e3 / n as f64, plan * 1e3 / n as f64)
+}
 
-    let mut times = Vec::new();
-    for _ in 0..RUNS {
-        let start = Instant::now();
-        let plan = plan_gc(GcRunInputs {
-            records: &records,
-            in_use: &in_use,
-            fs,
-            policy: &policy,
-            rules: &rules,
-            began,
-            now: at,
-            mode: GcMode::DeleteUnused,
-        });
-        times.push(ms(start.elapsed()));
-        black_box(&plan);
+/// In a fresh process: the records' memory between detections and at the
+/// peak of one.
+fn peak(n: usize) {
+    let l = label(n);
+    let mut rng = Rng(7 + n as u64);
+    let rss_start = rss_kib();
+    let heap_start = live();
+    let listed = listing(&mut rng, n);
+    let (rss_listed, heap_listed) = (rss_kib(), live());
+    let (mut detector, clock) = steady_detector(&mut rng, &listed);
+    clock.advance(Duration::from_secs(300));
+    let input = listed.clone();
+    // Between detections: the records (and the detector's small state).
+    let (rss_between, heap_between) = (rss_kib(), live());
+    // Less the detection's input, a copy of the listing.
+    let (listing_heap, listing_rss) = (heap_listed - heap_start, rss_listed.saturating_sub(rss_start));
+    let records_heap = heap_between - heap_listed - listing_heap;
+    let records_rss_kib = rss_between.saturating_sub(rss_listed).saturating_sub(listing_rss) as f64;
+
+    let hwm_reset = reset_hwm();
+    reset_peak();
+    let (detection, write) = detector.apply(input);
+    let transient_heap = peak_bytes() - heap_between;
+    let transient_rss_kib = status_kib("VmHWM:").saturating_sub(rss_between);
+    black_box(&write);
+    drop(write);
+
+    // The same while a GC run still holds the last detection (as every
+    // detection did before the detector let go of its own): the records
+    // are copied.
+    clock.advance(Duration::from_secs(300));
+    let input = listed.clone();
+    let before_held = live();
+    reset_peak();
+    let (held, write) = detector.apply(input);
+    let held_transient = peak_bytes() - before_held;
+    black_box((&detection, &held, &write));
+    drop((detection, held, write));
+
+    let records_rss = records_rss_kib / 1024.0;
+    println!("listing_{l}_heap_mb: {:.1}", mb(listing_heap as f64));
+    println!("listing_{l}_rss_mb: {:.1}", listing_rss as f64 / 1024.0);
+    println!("records_{l}_heap_mb: {:.1}", mb(records_heap as f64));
+    println!("bytes_per_record_{l}: {:.0}", records_heap as f64 / n as f64);
+    println!("detection_{l}_transient_heap_mb: {:.1}", mb(transient_heap as f64));
+    println!("records_{l}_peak_heap_mb: {:.1}", mb((records_heap + transient_heap) as f64));
+    println!("records_{l}_peak_heap_mb_while_a_gc_holds_the_last: {:.1}", mb((records_heap + held_transient) as f64));
+    if n == 100_000 {
+        println!("records_rss_mb: {records_rss:.1}");
+        if hwm_reset {
+            println!("records_peak_rss_mb: {:.1}", records_rss + transient_rss_kib as f64 / 1024.0);
+        } else {
+            println!("records_peak_rss_mb: unavailable (cannot reset VmHWM via /proc/self/clear_refs)");
+        }
     }
-    println!("gc_plan_100k_delete_unused_ms: {:.1}", median(times));
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--peak") {
+        peak(args[i + 1].parse().expect("--peak N"));
+        return;
+    }
+    let sizes: Vec<usize> = std::env::var("GC_BENCH_SIZES")
+        .ok()
+        .map(|v| v.split(',').map(|s| s.trim().parse().expect("GC_BENCH_SIZES: numbers")).collect())
+        .unwrap_or_else(|| vec![10_000, 100_000, 1_000_000]);
+
+    // Memory first, each size in a fresh process (a heap nothing else used).
+    let me = std::env::current_exe().expect("own path");
+    for &n in &sizes {
+        let out = std::process::Command::new(&me).args(["--peak", &n.to_string()]).output().expect("child");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+    }
+
+    let per_image: Vec<(usize, (f64, f64))> = sizes.iter().map(|&n| (n, timings(n))).collect();
+    for (n, (detect, plan)) in &per_image {
+        println!("detect_{}_us_per_image: {detect:.3}", label(*n));
+        println!("gc_plan_{}_us_per_image: {plan:.3}", label(*n));
+    }
+    if let (Some((lo_n, lo)), Some((hi_n, hi))) = (per_image.first(), per_image.last())
+        && hi_n > lo_n
+    {
+        let name = format!("{}_to_{}", label(*lo_n), label(*hi_n));
+        println!("detect_growth_{name}: {:.2}", hi.0 / lo.0);
+        println!("gc_plan_growth_{name}: {:.2}", hi.1 / lo.1);
+        println!("n_log_n_growth_{name}: {:.2}", (*hi_n as f64).ln() / (*lo_n as f64).ln());
+    }
 }

@@ -20,14 +20,19 @@ use crate::gc::record::{ImageRecord, RecordKey};
 mod tests;
 
 /// What one [`Records::detect`] changed, by key, for the durable store
-/// (upsert `added` and `updated`, delete `removed`).
+/// (upsert `added` and `updated`, set `used`'s last-used time, delete
+/// `removed`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DetectDiff {
     /// Images seen for the first time (first detected now).
     pub added: Vec<RecordKey>,
-    /// Known images whose record changed (last used now, or a new size,
-    /// pinning, tags or digests).
+    /// Known images whose size, pinning, tags or digests changed (and
+    /// perhaps their last-used time).
     pub updated: Vec<RecordKey>,
+    /// Known images in use whose record changed only in being last used
+    /// now: the steady state of every running container's image, written
+    /// as a touch rather than a copy of the whole record.
+    pub used: Vec<RecordKey>,
     /// Images no longer listed: their records were dropped.
     pub removed: Vec<RecordKey>,
 }
@@ -35,7 +40,32 @@ pub struct DetectDiff {
 impl DetectDiff {
     /// Nothing changed.
     pub fn is_empty(&self) -> bool {
-        self.added.is_empty() && self.updated.is_empty() && self.removed.is_empty()
+        self.added.is_empty() && self.updated.is_empty() && self.used.is_empty() && self.removed.is_empty()
+    }
+}
+
+/// The ids of the images in use, as [`Records::detect`] asks them: a set,
+/// or the detector's map of who uses what (no copy of its keys).
+pub trait InUseIds {
+    /// Whether image `id` is in use.
+    fn contains_id(&self, id: &str) -> bool;
+}
+
+impl<S: BuildHasher> InUseIds for HashSet<String, S> {
+    fn contains_id(&self, id: &str) -> bool {
+        self.contains(id)
+    }
+}
+
+impl<V, S: BuildHasher> InUseIds for HashMap<String, V, S> {
+    fn contains_id(&self, id: &str) -> bool {
+        self.contains_key(id)
+    }
+}
+
+impl<V> InUseIds for std::collections::BTreeMap<String, V> {
+    fn contains_id(&self, id: &str) -> bool {
+        self.contains_key(id)
     }
 }
 
@@ -164,13 +194,13 @@ impl Records {
     /// The kubelet gives first-detected time "now" to every image it has no
     /// record of; with durable records that only happens for images really
     /// new since the last detection (or since the records were lost).
-    pub fn detect(&mut self, images: &[Image], in_use: &HashSet<String>, now: SystemTime) -> DetectDiff {
+    pub fn detect(&mut self, images: &[Image], in_use: &(impl InUseIds + ?Sized), now: SystemTime) -> DetectDiff {
         let known = self.slots.len();
         let mut seen = vec![false; known];
         let mut diff = DetectDiff::default();
         for image in images {
             let handler = image.spec.as_ref().map_or("", |spec| spec.runtime_handler.as_str());
-            let used = in_use.contains(image.id.as_str());
+            let used = in_use.contains_id(&image.id);
             match self.position(&image.id, handler) {
                 Some(i) => {
                     // A record made earlier in this pass (the image is listed
@@ -182,11 +212,13 @@ impl Records {
                         }
                         None => true,
                     };
-                    if let Some(record) = self.slots.get_mut(i)
-                        && refresh(record, image, used, now)
-                        && !fresh
-                    {
-                        diff.updated.push(record.key.clone());
+                    if let Some(record) = self.slots.get_mut(i) {
+                        match refresh(record, image, used, now) {
+                            _ if fresh => {}
+                            Refreshed::Unchanged => {}
+                            Refreshed::Used => diff.used.push(record.key.clone()),
+                            Refreshed::Changed => diff.updated.push(record.key.clone()),
+                        }
                     }
                 }
                 None => {
@@ -298,13 +330,23 @@ fn slot_number(i: usize) -> u32 {
     u32::try_from(i).unwrap_or(u32::MAX)
 }
 
-/// Refreshes a known image's record; whether anything changed.
-fn refresh(record: &mut ImageRecord, image: &Image, used: bool, now: SystemTime) -> bool {
-    let mut changed = false;
-    if used && record.last_used != Some(now) {
+/// What [`refresh`] changed in a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refreshed {
+    Unchanged,
+    /// Only its last-used time.
+    Used,
+    /// Its size, pinning, tags or digests (perhaps last used too).
+    Changed,
+}
+
+/// Refreshes a known image's record; what changed.
+fn refresh(record: &mut ImageRecord, image: &Image, used: bool, now: SystemTime) -> Refreshed {
+    let touched = used && record.last_used != Some(now);
+    if touched {
         record.last_used = Some(now);
-        changed = true;
     }
+    let mut changed = false;
     if record.size != image.size {
         record.size = image.size;
         changed = true;
@@ -321,5 +363,9 @@ fn refresh(record: &mut ImageRecord, image: &Image, used: bool, now: SystemTime)
         record.repo_digests.clone_from(&image.repo_digests);
         changed = true;
     }
-    changed
+    match (changed, touched) {
+        (true, _) => Refreshed::Changed,
+        (false, true) => Refreshed::Used,
+        (false, false) => Refreshed::Unchanged,
+    }
 }

@@ -1,6 +1,8 @@
 //! The GC image records table (`image_records_v1`): reads that skip
 //! records that no longer decode, and durable batched writes.
 
+use std::time::SystemTime;
+
 use redb::{Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
 use super::{IMAGE_RECORDS, Store, StoreError};
@@ -53,17 +55,49 @@ impl Store {
     /// returns `Ok` all of it is durable, and a crash applies all or none of
     /// it. A key both upserted and deleted ends up deleted.
     pub fn apply_image_records(&self, upserts: &[ImageRecord], deletes: &[RecordKey]) -> Result<(), StoreError> {
+        self.apply_image_records_touching(upserts, &[], SystemTime::UNIX_EPOCH, deletes).map(|_| ())
+    }
+
+    /// [`Store::apply_image_records`], also setting the last-used time of
+    /// the records of `used` to `at` (each read, changed and written back in
+    /// the same transaction: a detection's steady state, where only running
+    /// containers' images were used again, writes no copy of their records).
+    /// Returns the keys of `used` that had no stored record (or one that no
+    /// longer decodes), whose whole records the caller must write.
+    pub fn apply_image_records_touching(
+        &self,
+        upserts: &[ImageRecord],
+        used: &[RecordKey],
+        at: SystemTime,
+        deletes: &[RecordKey],
+    ) -> Result<Vec<RecordKey>, StoreError> {
         let encoded = self.encode_records(upserts)?;
         let op = "committing image records";
+        let mut missing = Vec::new();
         self.write(op, |table| {
             for (key, value) in &encoded {
                 table.insert(key.as_str(), value.as_slice())?;
+            }
+            for key in used {
+                let stored = encode_key(key);
+                let touched = table.get(stored.as_str())?.and_then(|v| {
+                    let mut record = decode_record(&stored, v.value()).ok()?;
+                    record.last_used = Some(at);
+                    serde_json::to_vec(&record).ok()
+                });
+                match touched {
+                    Some(value) => {
+                        table.insert(stored.as_str(), value.as_slice())?;
+                    }
+                    None => missing.push(key.clone()),
+                }
             }
             for key in deletes {
                 table.remove(encode_key(key).as_str())?;
             }
             Ok(())
-        })
+        })?;
+        Ok(missing)
     }
 
     /// Replaces every image record with `all`, in one durable write

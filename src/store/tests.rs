@@ -591,3 +591,26 @@ fn sigkill_mid_write_leaves_each_transaction_all_or_nothing() {
         next_batch = last + 1;
     }
 }
+
+#[test]
+fn touching_records_sets_last_used_and_names_those_the_store_lacks() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let a = record("sha256:a", "", 1);
+    let b = record("sha256:b", "kata", 2);
+    store.apply_image_records(&[a.clone(), b.clone()], &[]).unwrap();
+    let at = time(1_800_000_100, 7);
+    let c = record("sha256:c", "", 3);
+    let missing = store
+        .apply_image_records_touching(
+            std::slice::from_ref(&c),
+            &[b.key.clone(), RecordKey::id("sha256:gone")],
+            at,
+            std::slice::from_ref(&a.key),
+        )
+        .unwrap();
+    assert_eq!(missing, vec![RecordKey::id("sha256:gone")], "no record to touch: the caller writes it whole");
+    let mut b2 = b.clone();
+    b2.last_used = Some(at);
+    assert_eq!(sorted(store.image_records().unwrap()), sorted(vec![b2, c]), "b touched, c added, a deleted");
+}

@@ -32,12 +32,30 @@ pub struct Listed {
 }
 
 /// The records a detection changed, to write to the store.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RecordWrite {
-    /// Records added or changed.
+    /// Every record is written and nothing else kept (after a failed
+    /// write: what the store holds is unknown).
+    pub replace_all: bool,
+    /// Records added or changed (whole).
     pub upserts: Vec<ImageRecord>,
+    /// Records whose only change is being last used at `used_at`.
+    pub used: Vec<RecordKey>,
+    /// When `used` were last used.
+    pub used_at: std::time::SystemTime,
     /// Records of images no longer listed.
     pub deletes: Vec<RecordKey>,
+}
+
+/// What the last write left for the next one.
+#[derive(Debug, Default)]
+enum Rewrite {
+    #[default]
+    Nothing,
+    /// Touched records the store did not have: write them whole.
+    Records(Vec<RecordKey>),
+    /// The write failed: replace every record.
+    All,
 }
 
 /// The detector's state: the image records, the last detection, and what
@@ -50,6 +68,7 @@ pub struct Detector {
     hints: InUseHints,
     clock: Clock,
     last: Option<Arc<Detection>>,
+    rewrite: Rewrite,
 }
 
 impl Detector {
@@ -62,7 +81,23 @@ impl Detector {
             hints,
             clock,
             last: None,
+            rewrite: Rewrite::Nothing,
         }
+    }
+
+    /// How the last [`RecordWrite`] ended: `Ok` with the touched records the
+    /// store did not have (written whole next time), or `Err` (every record
+    /// is written next time, as what the store holds is unknown).
+    pub fn persisted(&mut self, outcome: Result<Vec<RecordKey>, ()>) {
+        self.rewrite = match (std::mem::take(&mut self.rewrite), outcome) {
+            (Rewrite::All, _) | (_, Err(())) => Rewrite::All,
+            (Rewrite::Records(mut keys), Ok(more)) => {
+                keys.extend(more);
+                Rewrite::Records(keys)
+            }
+            (Rewrite::Nothing, Ok(keys)) if keys.is_empty() => Rewrite::Nothing,
+            (Rewrite::Nothing, Ok(keys)) => Rewrite::Records(keys),
+        };
     }
 
     /// The sandbox image to resolve before each detection ("" = none).
@@ -85,36 +120,71 @@ impl Detector {
     /// updated by the kubelet's rules, and what to write back (`None` when
     /// nothing changed).
     pub fn apply(&mut self, listed: Listed) -> (Arc<Detection>, Option<RecordWrite>) {
+        // The last detection shares the records; let it go first, so the
+        // records are updated in place instead of copied whole (at 100,000
+        // images, a second full copy at every detection's peak). A copy is
+        // made only while someone else (a GC run planning) still holds one.
+        self.last = None;
         let now = self.clock.now();
-        let sandbox_image_id = listed.sandbox.and_then(|s| s.image).map(|i| i.id);
+        let Listed { images, containers, sandboxes, sandbox } = listed;
+        let sandbox_image_id = sandbox.and_then(|s| s.image).map(|i| i.id);
         let ensured_recently = self.hints.recent(now, self.recent_window);
         let sources = InUseSources {
-            images: &listed.images,
-            containers: &listed.containers,
-            sandboxes: &listed.sandboxes,
+            images: &images,
+            containers: &containers,
+            sandboxes: &sandboxes,
             sandbox_image_id: sandbox_image_id.as_deref(),
             ensured_recently: &ensured_recently,
         };
         let hints = &self.hints;
         let in_use = images_in_use(sources, |i| hints.pulling_any(i.repo_tags.iter().chain(&i.repo_digests)));
-        let ids = in_use.keys().cloned().collect();
         let records = Arc::make_mut(&mut self.records);
-        let diff = records.detect(&listed.images, &ids, now);
+        let diff = records.detect(&images, &in_use, now);
+        // The runtime's list is not needed past this point.
+        drop((images, containers, sandboxes));
         debug!(
-            images = listed.images.len(),
-            in_use = ids.len(),
+            in_use = in_use.len(),
             added = diff.added.len(),
             updated = diff.updated.len(),
+            used = diff.used.len(),
             removed = diff.removed.len(),
             "images detected"
         );
-        let write = (!diff.is_empty()).then(|| RecordWrite {
-            upserts: diff.added.iter().chain(&diff.updated).filter_map(|k| self.records.get(k).cloned()).collect(),
-            deletes: diff.removed,
-        });
+        let write = self.write(diff, now);
         let detection = Arc::new(Detection { at: now, records: self.records.clone(), in_use, sandbox_image_id });
         self.last = Some(detection.clone());
         (detection, write)
+    }
+
+    /// What to write for `diff`, with what the last write left over.
+    fn write(&mut self, diff: crate::gc::detect::DetectDiff, now: std::time::SystemTime) -> Option<RecordWrite> {
+        let whole = |keys: &mut dyn Iterator<Item = &RecordKey>| -> Vec<ImageRecord> {
+            keys.filter_map(|k| self.records.get(k).cloned()).collect()
+        };
+        match std::mem::take(&mut self.rewrite) {
+            Rewrite::All => Some(RecordWrite {
+                replace_all: true,
+                upserts: self.records.iter().cloned().collect(),
+                used: Vec::new(),
+                used_at: now,
+                deletes: Vec::new(),
+            }),
+            rewrite => {
+                let again = match &rewrite {
+                    Rewrite::Records(keys) => keys.as_slice(),
+                    _ => &[],
+                };
+                if diff.is_empty() && again.is_empty() {
+                    return None;
+                }
+                let mut upserts = whole(&mut diff.added.iter().chain(&diff.updated));
+                // Written whole, so not touched as well.
+                let again: std::collections::HashSet<&RecordKey> = again.iter().collect();
+                upserts.extend(whole(&mut again.iter().copied()));
+                let used = diff.used.into_iter().filter(|k| !again.contains(k)).collect();
+                Some(RecordWrite { replace_all: false, upserts, used, used_at: now, deletes: diff.removed })
+            }
+        }
     }
 
     /// The last detection.

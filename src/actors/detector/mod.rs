@@ -102,6 +102,11 @@ pub struct SetRecentWindow(pub Duration);
 #[rtype(result = "()")]
 struct Tick;
 
+/// How a records write ended (see [`Detector::persisted`]).
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Persisted(Result<Vec<crate::gc::record::RecordKey>, ()>);
+
 /// The detector actor: a shell over [`Detector`] that lists through the
 /// gateway and writes records to the store. See `actors.md`.
 pub struct DetectorActor {
@@ -140,30 +145,45 @@ impl DetectorActor {
     fn detect(&mut self) -> ResponseActFuture<Self, Result<Arc<Detection>, CriError>> {
         self.in_flight = true;
         let list = list(self.cri.clone(), self.detector.sandbox_image().to_string());
-        Box::pin(list.into_actor(self).map(|listed, act, _| {
+        Box::pin(list.into_actor(self).map(|listed, act, ctx| {
             act.in_flight = false;
             let listed = listed.inspect_err(|e| warn!(error = %e, "Failed to monitor images"))?;
             let (detection, write) = act.detector.apply(listed);
             if let Some(write) = write {
-                act.persist(write);
+                act.persist(write, ctx.address());
             }
             Ok(detection)
         }))
     }
 
-    /// Writes the changed records off the actor's thread. A failed write is
-    /// logged and the next detection writes its own changes; the records in
-    /// memory stay right either way.
-    fn persist(&self, write: RecordWrite) {
+    /// Writes the changed records off the actor's thread, then tells the
+    /// detector how it went ([`Persisted`]): touched records the store did
+    /// not have are written whole next time, and after a failed write every
+    /// record is. The records in memory stay right either way.
+    fn persist(&self, write: RecordWrite, me: Addr<Self>) {
         let Some(store) = self.store.clone() else { return };
         actix::spawn(async move {
-            let r =
-                tokio::task::spawn_blocking(move || store.apply_image_records(&write.upserts, &write.deletes)).await;
-            match r {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => warn!(error = %e, "could not persist image records"),
-                Err(e) => warn!(error = %e, "could not persist image records"),
-            }
+            let r = tokio::task::spawn_blocking(move || {
+                if write.replace_all {
+                    store.replace_image_records(&write.upserts).map(|()| Vec::new())
+                } else {
+                    store.apply_image_records_touching(&write.upserts, &write.used, write.used_at, &write.deletes)
+                }
+            })
+            .await;
+            let outcome = match r {
+                Ok(Ok(missing)) => Ok(missing),
+                Ok(Err(e)) => {
+                    warn!(error = %e, "could not persist image records; all are written at the next detection");
+                    Err(())
+                }
+                Err(e) => {
+                    warn!(error = %e, "could not persist image records; all are written at the next detection");
+                    Err(())
+                }
+            };
+            // A stopped detector has nothing left to write.
+            let _ = me.try_send(Persisted(outcome));
         });
     }
 }
@@ -236,6 +256,13 @@ impl Handler<DetectImages> for DetectorActor {
     /// Detects now.
     fn handle(&mut self, _: DetectImages, _: &mut Self::Context) -> Self::Result {
         self.detect()
+    }
+}
+
+impl Handler<Persisted> for DetectorActor {
+    type Result = ();
+    fn handle(&mut self, Persisted(outcome): Persisted, _: &mut Self::Context) {
+        self.detector.persisted(outcome);
     }
 }
 

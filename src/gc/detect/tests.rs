@@ -63,7 +63,7 @@ fn an_image_in_use_gets_last_used_now_and_keeps_first_detected() {
     let mut records = Records::new();
     records.detect(&[image("a", 10), image("b", 20)], &ids(&[]), t(0));
     let diff = records.detect(&[image("a", 10), image("b", 20)], &ids(&["a", "not-listed"]), t(300));
-    assert_eq!(diff, DetectDiff { updated: keys(&["a"]), ..DetectDiff::default() });
+    assert_eq!(diff, DetectDiff { used: keys(&["a"]), ..DetectDiff::default() }, "a touch, not an update");
     let a = records.get_by_id("a", "").cloned();
     assert_eq!(a.map(|r| (r.first_detected, r.last_used)), Some((t(0), Some(t(300)))));
     // No longer in use: last used stays.
@@ -255,8 +255,11 @@ fn churn(degenerate_hash: bool) {
                         r.last_used = Some(now);
                     }
                     r.size = img.size;
-                    if *r != before {
+                    if r.size != before.size {
                         want.updated.push(key);
+                    } else if *r != before {
+                        // Only last used moved: a touch.
+                        want.used.push(key);
                     }
                 }
             }
@@ -269,6 +272,7 @@ fn churn(degenerate_hash: bool) {
 
         assert_eq!(sorted(diff.added), sorted(want.added), "round {round}");
         assert_eq!(sorted(diff.updated), sorted(want.updated), "round {round}");
+        assert_eq!(sorted(diff.used), sorted(want.used), "round {round}");
         assert_eq!(sorted(diff.removed), sorted(want.removed), "round {round}");
         assert_eq!(records.len(), model.len(), "round {round}");
         for (key, r) in &model {

@@ -133,3 +133,59 @@ fn a_new_window_decides_from_the_next_detection() {
     let (det, _) = d.apply(listed(vec![img("sha256:a", "a:1")], vec![]));
     assert!(det.in_use.is_empty(), "ensured 60 s ago with a 30 s window: {:?}", det.in_use);
 }
+
+#[test]
+fn records_are_updated_in_place_unless_someone_still_holds_the_last_detection() {
+    let clock = ManualClock::new();
+    let mut d = Detector::new(&settings(), InUseHints::default(), clock.clock());
+    let (first, _) = d.apply(listed(vec![img("sha256:a", "a:1")], vec![]));
+    let first_records = Arc::as_ptr(&first.records);
+    drop(first);
+    clock.advance(Duration::from_secs(300));
+    let (second, _) = d.apply(listed(vec![img("sha256:a", "a:1"), img("sha256:b", "b:1")], vec![]));
+    assert_eq!(Arc::as_ptr(&second.records), first_records, "nobody held them: updated in place, no copy");
+    // A GC run still planning over the second detection keeps its view.
+    clock.advance(Duration::from_secs(300));
+    let (third, _) = d.apply(listed(vec![img("sha256:b", "b:1")], vec![]));
+    assert!(!Arc::ptr_eq(&second.records, &third.records), "copied for the holder");
+    assert_eq!(second.records.len(), 2, "the holder's view is unchanged");
+    assert_eq!(third.records.len(), 1);
+    assert!(Arc::ptr_eq(&d.last().expect("last").records, &third.records));
+}
+
+#[test]
+fn images_used_again_are_touched_not_copied_and_a_failed_write_rewrites_everything() {
+    let clock = ManualClock::new();
+    let mut d = Detector::new(&settings(), InUseHints::default(), clock.clock());
+    let images = vec![img("sha256:a", "a:1"), img("sha256:b", "b:1")];
+    let (_, first) = d.apply(listed(images.clone(), vec![running("sha256:a")]));
+    assert_eq!(first.expect("new records").upserts.len(), 2);
+    d.persisted(Ok(Vec::new()));
+
+    // Steady state: a's container runs on; only its last-used time moves.
+    clock.advance(Duration::from_secs(300));
+    let (_, w) = d.apply(listed(images.clone(), vec![running("sha256:a")]));
+    let w = w.expect("a was used again");
+    assert!(!w.replace_all && w.upserts.is_empty() && w.deletes.is_empty(), "{w:?}");
+    assert_eq!((w.used, w.used_at), (vec![RecordKey::id("sha256:a")], clock.clock().now()));
+
+    // The store had no record of a: written whole next time, not touched.
+    d.persisted(Ok(vec![RecordKey::id("sha256:a")]));
+    clock.advance(Duration::from_secs(300));
+    let (_, w) = d.apply(listed(images.clone(), vec![running("sha256:a")]));
+    let w = w.expect("a again");
+    assert_eq!(w.upserts.iter().map(|r| r.key.clone()).collect::<Vec<_>>(), vec![RecordKey::id("sha256:a")]);
+    assert!(w.used.is_empty(), "{w:?}");
+    assert_eq!(w.upserts[0].last_used, Some(clock.clock().now()));
+
+    // A failed write: what the store holds is unknown, so all is replaced,
+    // even when nothing changed since.
+    d.persisted(Err(()));
+    clock.advance(Duration::from_secs(300));
+    let (_, w) = d.apply(listed(images, vec![]));
+    let w = w.expect("a full rewrite");
+    assert!(w.replace_all && w.upserts.len() == 2, "{w:?}");
+    d.persisted(Ok(Vec::new()));
+    let (_, w) = d.apply(listed(vec![img("sha256:a", "a:1"), img("sha256:b", "b:1")], vec![]));
+    assert_eq!(w, None, "back to writing only changes");
+}
