@@ -140,7 +140,8 @@ fn settings(c: &crate::config::Config, gc: &crate::config::GcSettings) -> proto:
     let n = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
     let percent = |p: i64| i32::try_from(p).unwrap_or(i32::MAX);
     let (serialize, max_parallel) = match c.pull.concurrency {
-        Concurrency::Serial => (true, Some(1)),
+        // Serial: one at a time, whatever maxParallelImagePulls says (unset).
+        Concurrency::Serial => (true, None),
         Concurrency::Parallel(limit) => (false, limit.map(n)),
     };
     proto::Settings {
@@ -320,7 +321,7 @@ impl Imaged for ImagedService {
             last_gc: s.last_gc.as_deref().map(convert::gc_report),
             accepting: s.accepting,
             config: self.config_summary(),
-            settings: Some(settings(&self.node.config(), &self.node.gc_settings())),
+            settings: Some(settings(self.node.config(), &self.node.gc_settings())),
         }))
     }
 }
