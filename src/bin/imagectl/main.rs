@@ -170,9 +170,8 @@ enum BackoffCommand {
         #[arg(long, value_name = "IMAGE")]
         image: Option<String>,
         // `--pod UID` was this command's spelling; `--pod` now means
-        // NAMESPACE/NAME everywhere, so it is refused with the new one.
-        #[arg(long, hide = true)]
-        pod: Option<String>,
+        // NAMESPACE/NAME everywhere, and back-off is kept by UID, so `--pod`
+        // is unknown here (clap's error points to `--pod-uid`).
     },
     /// The keys in back-off.
     List,
@@ -217,12 +216,6 @@ fn run(cli: Cli) -> Result<u8, AppError> {
         std::io::stdout().lock().write_all(&script).map_err(output::out)?;
         return Ok(0);
     }
-    if let Command::Backoff { command: BackoffCommand::Clear { pod: Some(pod), .. } } = &cli.command {
-        return Err(AppError::Usage(format!(
-            "backoff clear --pod {pod:?}: back-off is kept per pod UID; use --pod-uid UID \
-             (--pod means NAMESPACE/NAME in every command)"
-        )));
-    }
     let cfg = cli.config.load()?;
     let _ = imaged::telemetry::init(&imaged::config::LogSettings { filter: "warn".into(), ..cfg.log.clone() });
     let format = cli.output;
@@ -245,7 +238,7 @@ fn run(cli: Cli) -> Result<u8, AppError> {
             Command::Events { follow, pod, pod_uid, image } => {
                 session.events(follow, &EventFilter { pod, pod_uid, image }).await
             }
-            Command::Backoff { command: BackoffCommand::Clear { pod_uid, image, .. } } => {
+            Command::Backoff { command: BackoffCommand::Clear { pod_uid, image } } => {
                 session.backoff_clear(pod_uid, image).await
             }
             Command::Backoff { command: BackoffCommand::List } => session.backoff_list().await,
