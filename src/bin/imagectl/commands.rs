@@ -87,7 +87,7 @@ impl EventFilter {
             Some(proto::event::Kind::ImageEvent(ie)) => {
                 self.pod.as_ref().is_none_or(|(ns, name)| ie.namespace == *ns && ie.pod_name == *name)
                     && self.pod_uid.as_ref().is_none_or(|uid| ie.pod_uid == *uid)
-                    && self.image.as_ref().is_none_or(|i| ie.image == *i || crate::ensure::same_image(&ie.image, i))
+                    && self.image.as_ref().is_none_or(|i| crate::ensure::same_image(&ie.image, i))
             }
             Some(proto::event::Kind::PullPhase(p)) => {
                 let pod = p.pod.as_ref();

@@ -49,10 +49,11 @@ async fn print_progress(progress: Option<Streaming<proto::Event>>, uid: String, 
     std::future::pending::<()>().await;
 }
 
-/// Whether `image` (normalised, or as written) names the image `asked`
-/// (as written): `busybox:1.36` is `docker.io/library/busybox:1.36`.
-pub fn same_image(image: &str, asked: &str) -> bool {
-    image == asked || imaged::domain::reference::parse_normalized_named(asked).is_ok_and(|n| image == n.docker_ref())
+/// Whether two references name the same image, each normalised or as
+/// written: `busybox:1.36` is `docker.io/library/busybox:1.36`.
+pub fn same_image(a: &str, b: &str) -> bool {
+    let normal = |r: &str| imaged::domain::reference::parse_normalized_named(r).ok().map(|n| n.docker_ref());
+    a == b || normal(a).is_some_and(|n| Some(n) == normal(b))
 }
 
 impl<W: Write> Session<W> {
@@ -92,5 +93,19 @@ impl<W: Write> Session<W> {
             proto::ensure_image_response::Result::Ok(_) => 0,
             proto::ensure_image_response::Result::Failure(_) => EXIT_ENSURE_FAILED,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_image;
+
+    #[test]
+    fn images_match_as_written_or_normalised_either_way() {
+        assert!(same_image("busybox:1.36", "docker.io/library/busybox:1.36"));
+        assert!(same_image("docker.io/library/busybox:1.36", "busybox:1.36"));
+        assert!(same_image("Not A Ref", "Not A Ref"));
+        assert!(!same_image("busybox:1.36", "busybox:1.37"));
+        assert!(!same_image("Not A Ref", "busybox"));
     }
 }
