@@ -63,15 +63,28 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// Prints `err` and returns its exit code (for `main`).
+/// Prints `err` once on stderr and returns its exit code (for `main`).
 pub fn report(bin: &str, err: &AppError) -> i32 {
-    eprintln!("{bin}: error: {err}");
+    eprint!("{}", report_text(bin, err));
+    err.exit_code()
+}
+
+/// The text [`report`] prints: `BIN: error: MESSAGE`, then a `caused by:`
+/// line for each cause the lines above do not already say (most errors
+/// put their cause in their own message).
+fn report_text(bin: &str, err: &AppError) -> String {
+    let mut text = format!("{bin}: error: {err}\n");
     let mut source = std::error::Error::source(err);
     while let Some(s) = source {
-        eprintln!("  caused by: {s}");
+        let cause = s.to_string();
+        if !text.contains(&cause) {
+            text.push_str("  caused by: ");
+            text.push_str(&cause);
+            text.push('\n');
+        }
         source = s.source();
     }
-    err.exit_code()
+    text
 }
 
 /// Parses the command line, or exits: `--help`/`--version` with 0, a usage
@@ -82,4 +95,36 @@ pub fn parse_or_exit<P: clap::Parser>() -> Result<P, std::process::ExitCode> {
         let _ = e.print();
         std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("socket closed")]
+    struct Closed;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("reading the reply")]
+    struct Reading(#[source] Closed);
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        // The CRI error's text is in the message already: no second line.
+        let e = AppError::cri("PullImage x", crate::cri::CriError::from(tonic::Status::not_found("x: not found")));
+        let text = report_text("imagectl", &e);
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(text.starts_with("imagectl: error: PullImage x: ") && text.contains("x: not found"), "{text}");
+        // A cause the message does not say gets its line.
+        let e = AppError::Embedded(crate::embedded::EmbeddedError::Bind {
+            path: "/run/x.sock".into(),
+            source: std::io::Error::other(Reading(Closed)),
+        });
+        let text = report_text("imaged", &e);
+        assert_eq!(
+            text,
+            "imaged: error: embedded runtime: cannot listen on /run/x.sock: reading the reply\n  caused by: socket closed\n"
+        );
+    }
 }

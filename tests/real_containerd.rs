@@ -185,7 +185,7 @@ async fn daemon_flow(env: &ContainerdEnv) {
     assert!(stdout(&o).contains(&pushed.reference), "{}", stdout(&o));
     let o = d.imagectl(&["-o", "json", "images"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
-    assert!(v.as_array().is_some_and(|a| a.iter().any(|i| i["id"] == pushed.config_digest.as_str())), "{v}");
+    assert!(v["images"].as_array().is_some_and(|a| a.iter().any(|i| i["id"] == pushed.config_digest.as_str())), "{v}");
 
     let o = d.imagectl(&["gc", "--dry-run"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
@@ -196,14 +196,16 @@ async fn daemon_flow(env: &ContainerdEnv) {
 
     let o = d.imagectl(&["backoff", "list"]);
     assert!(stdout(&o).contains("not-there"), "{}", stdout(&o));
-    let o = d.imagectl(&["backoff", "clear", "--pod", "d2"]);
+    let o = d.imagectl(&["backoff", "clear", "--pod-uid", "d2"]);
     assert_eq!(stdout(&o).trim(), "cleared back-off for 1 key(s)");
 
     let o = d.imagectl(&["status"]);
     assert!(stdout(&o).contains("runtime: containerd"), "{}", stdout(&o));
 
     let o = d.imagectl(&["--runtime-endpoint", &endpoint, "cri", "images"]);
-    assert!(stdout(&o).contains(&pushed.reference), "{}", stdout(&o));
+    // crictl's columns: IMAGE, TAG, IMAGE ID, SIZE.
+    let (repo, tag) = pushed.reference.rsplit_once(':').expect("a tag");
+    assert!(stdout(&o).lines().any(|l| l.split_whitespace().take(2).eq([repo, tag])), "{}", stdout(&o));
     let o = d.imagectl(&["--runtime-endpoint", &endpoint, "cri", "rmi", &pushed.reference]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let o = d.imagectl(&["gc", "--dry-run"]);

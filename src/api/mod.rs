@@ -132,6 +132,55 @@ impl ImagedService {
     }
 }
 
+/// The settings in force as the API's typed [`proto::Settings`]: what
+/// `config_summary` says, named and valued as in the configuration file.
+fn settings(c: &crate::config::Config, gc: &crate::config::GcSettings) -> proto::Settings {
+    use crate::actors::pull_queue::{Concurrency, ThrottleMode};
+    use crate::domain::go_text::duration;
+    let n = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+    let percent = |p: i64| i32::try_from(p).unwrap_or(i32::MAX);
+    let (serialize, max_parallel) = match c.pull.concurrency {
+        // Serial: one at a time, whatever maxParallelImagePulls says (unset).
+        Concurrency::Serial => (true, None),
+        Concurrency::Parallel(limit) => (false, limit.map(n)),
+    };
+    proto::Settings {
+        pull: Some(proto::PullSettings {
+            serialize_image_pulls: serialize,
+            max_parallel_image_pulls: max_parallel,
+            max_parallel_pulls_per_registry: c.pull.registry_limit.map_or(0, n),
+            presence_check_window: c.ensure.presence_check_window.map_or(0, n),
+            presence_check_concurrency: c.ensure.presence_check_concurrency.map_or(0, n),
+            registry_pull_qps: c.pull.qps,
+            registry_burst: c.pull.burst,
+            throttle_mode: match c.pull.throttle_mode {
+                ThrottleMode::Fail => "fail",
+                ThrottleMode::Wait => "wait",
+            }
+            .to_string(),
+            single_flight: c.pull.single_flight,
+            slow_pull_warning: duration(c.pull.slow_pull_warning.unwrap_or_default()),
+        }),
+        backoff: Some(proto::BackoffSettings {
+            initial: duration(c.backoff.delays.initial),
+            max: duration(c.backoff.delays.max),
+            reset_on_credential_change: c.ensure.reset_backoff_on_credential_change,
+            reset_on_registry_recovery: c.ensure.reset_backoff_on_registry_recovery,
+        }),
+        gc: Some(proto::GcSettings {
+            image_gc_high_threshold_percent: percent(gc.high_threshold_percent),
+            image_gc_low_threshold_percent: percent(gc.low_threshold_percent),
+            image_minimum_gc_age: duration(gc.min_age),
+            image_maximum_gc_age: duration(gc.max_age),
+            pinned_images: gc.pinned_images.clone(),
+            keep_newest_tags_per_repo: gc.keep_newest_tags_per_repo.map_or(0, n),
+        }),
+        state: Some(proto::StateSettings {
+            dir: c.state_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
+        }),
+    }
+}
+
 type EventStream = Pin<Box<dyn Stream<Item = Result<proto::Event, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -272,6 +321,7 @@ impl Imaged for ImagedService {
             last_gc: s.last_gc.as_deref().map(convert::gc_report),
             accepting: s.accepting,
             config: self.config_summary(),
+            settings: Some(settings(self.node.config(), &self.node.gc_settings())),
         }))
     }
 }

@@ -9,7 +9,8 @@ use imaged::api::{ImagedClient, proto};
 use imaged::error::AppError;
 use tonic::transport::Channel;
 
-use crate::print::{self, out};
+use crate::output::{Format, out};
+use crate::print;
 use crate::{EXIT_ENSURE_FAILED, PrefetchArgs};
 
 /// A gRPC status as the error to report, with its exit code.
@@ -67,13 +68,46 @@ pub fn deadline_ms(deadline: Option<std::time::Duration>) -> u64 {
     deadline.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// Which events `imagectl events` prints: those of one pod (by
+/// NAMESPACE/NAME or UID) or image, or all.
+#[derive(Debug, Default)]
+pub struct EventFilter {
+    /// `--pod`: (namespace, name).
+    pub pod: Option<(String, String)>,
+    /// `--pod-uid`.
+    pub pod_uid: Option<String>,
+    /// `--image`, as the pod spec named it (events) or normalised (pull phases).
+    pub image: Option<String>,
+}
+
+impl EventFilter {
+    /// Whether `e` passes every filter given (a lag notice always does).
+    pub fn matches(&self, e: &proto::Event) -> bool {
+        match &e.kind {
+            Some(proto::event::Kind::ImageEvent(ie)) => {
+                self.pod.as_ref().is_none_or(|(ns, name)| ie.namespace == *ns && ie.pod_name == *name)
+                    && self.pod_uid.as_ref().is_none_or(|uid| ie.pod_uid == *uid)
+                    && self.image.as_ref().is_none_or(|i| crate::ensure::same_image(&ie.image, i))
+            }
+            Some(proto::event::Kind::PullPhase(p)) => {
+                let pod = p.pod.as_ref();
+                self.pod.as_ref().is_none_or(|(ns, name)| pod.is_some_and(|r| r.namespace == *ns && r.name == *name))
+                    && self.pod_uid.as_ref().is_none_or(|uid| pod.is_some_and(|r| r.uid == *uid))
+                    && self.image.as_ref().is_none_or(|i| crate::ensure::same_image(&p.image, i))
+            }
+            Some(proto::event::Kind::Lagged(_)) => true,
+            None => false,
+        }
+    }
+}
+
 /// What every daemon subcommand works with: the client, and where and how
 /// to print the answer. Each method returns the exit code.
 pub struct Session<W> {
     /// The daemon's API.
     pub client: ImagedClient<Channel>,
-    /// `-o json` rather than tables.
-    pub json: bool,
+    /// How answers are printed (`-o`).
+    pub format: Format,
     /// Where the answer goes (stdout).
     pub o: W,
 }
@@ -81,14 +115,9 @@ pub struct Session<W> {
 impl<W: Write> Session<W> {
     /// `imagectl images`.
     pub async fn images(&mut self) -> Result<u8, AppError> {
-        let images = self
-            .client
-            .list_images(proto::ListImagesRequest {})
-            .await
-            .map_err(|s| rpc("ListImages", s))?
-            .into_inner()
-            .images;
-        print::print_images(&images, self.json, &mut self.o)?;
+        let images =
+            self.client.list_images(proto::ListImagesRequest {}).await.map_err(|s| rpc("ListImages", s))?.into_inner();
+        print::print_images(&images, self.format, &mut self.o)?;
         Ok(0)
     }
 
@@ -101,14 +130,14 @@ impl<W: Write> Session<W> {
         }
         .map_err(|s| rpc("GarbageCollect", s))?
         .into_inner();
-        print::print_gc(&report, self.json, &mut self.o)?;
+        print::print_gc(&report, self.format, &mut self.o)?;
         // The run removed what it could and still failed: the report above
         // says what and why; the exit code says it failed.
         Ok(u8::from(!report.target_missed.is_empty()))
     }
 
-    /// `imagectl events [--follow]`.
-    pub async fn events(&mut self, follow: bool) -> Result<u8, AppError> {
+    /// `imagectl events [--follow] [--pod NAMESPACE/NAME] [--pod-uid UID] [--image IMAGE]`.
+    pub async fn events(&mut self, follow: bool, only: &EventFilter) -> Result<u8, AppError> {
         let mut stream = self
             .client
             .watch_events(proto::WatchEventsRequest { recent: true, follow })
@@ -116,32 +145,33 @@ impl<W: Write> Session<W> {
             .map_err(|s| rpc("WatchEvents", s))?
             .into_inner();
         while let Some(e) = stream.message().await.map_err(|s| rpc("WatchEvents", s))? {
-            print::print_event(&e, self.json, &mut self.o)?;
-            self.o.flush().map_err(out)?;
+            if only.matches(&e) {
+                print::print_event(&e, self.format, &mut self.o)?;
+                self.o.flush().map_err(out)?;
+            }
         }
         Ok(0)
     }
 
-    /// `imagectl backoff clear [--pod UID] [--image IMAGE]`.
-    pub async fn backoff_clear(&mut self, pod: Option<String>, image: Option<String>) -> Result<u8, AppError> {
+    /// `imagectl backoff clear [--pod-uid UID] [--image IMAGE]`.
+    pub async fn backoff_clear(&mut self, pod_uid: Option<String>, image: Option<String>) -> Result<u8, AppError> {
         let cleared = self
             .client
             .clear_backoff(proto::ClearBackoffRequest {
-                pod_uid: pod.unwrap_or_default(),
+                pod_uid: pod_uid.unwrap_or_default(),
                 image: image.unwrap_or_default(),
             })
             .await
             .map_err(|s| rpc("ClearBackoff", s))?
-            .into_inner()
-            .cleared;
-        print::print_cleared(cleared, self.json, &mut self.o)?;
+            .into_inner();
+        print::print_cleared(cleared, self.format, &mut self.o)?;
         Ok(0)
     }
 
     /// `imagectl backoff list`.
     pub async fn backoff_list(&mut self) -> Result<u8, AppError> {
         let s = self.get_status().await?;
-        print::print_backoffs(&s.backoffs, self.json, &mut self.o)?;
+        print::print_backoffs(&s.backoffs, self.format, &mut self.o)?;
         Ok(0)
     }
 
@@ -166,28 +196,23 @@ impl<W: Write> Session<W> {
         for (image, r) in images.iter().zip(futures_util::future::join_all(calls).await) {
             answers.push((image.as_str(), r.map_err(|s| rpc("PrefetchImage", s))?.into_inner()));
         }
-        print::print_prefetch(&answers, self.json, &mut self.o)?;
+        print::print_prefetch(&answers, self.format, &mut self.o)?;
         let failed = answers.iter().any(|(_, a)| a.state == "failed");
         Ok(if failed { EXIT_ENSURE_FAILED } else { 0 })
     }
 
     /// `imagectl pulls`.
     pub async fn pulls(&mut self) -> Result<u8, AppError> {
-        let pulls = self
-            .client
-            .list_pulls(proto::ListPullsRequest {})
-            .await
-            .map_err(|s| rpc("ListPulls", s))?
-            .into_inner()
-            .pulls;
-        print::print_pulls(&pulls, self.json, &mut self.o)?;
+        let pulls =
+            self.client.list_pulls(proto::ListPullsRequest {}).await.map_err(|s| rpc("ListPulls", s))?.into_inner();
+        print::print_pulls(&pulls, self.format, &mut self.o)?;
         Ok(0)
     }
 
     /// `imagectl status`.
     pub async fn status(&mut self) -> Result<u8, AppError> {
         let s = self.get_status().await?;
-        print::print_status(&s, self.json, &mut self.o)?;
+        print::print_status(&s, self.format, &mut self.o)?;
         Ok(0)
     }
 

@@ -8,23 +8,17 @@ use imaged::error::AppError;
 use tonic::Streaming;
 
 use crate::commands::{Session, deadline_ms, read_secrets, rpc};
+use crate::output::Format;
 use crate::print::{print_ensure_result, print_event};
 use crate::{EXIT_ENSURE_FAILED, EnsureArgs};
 
 /// The EnsureImage request `imagectl ensure` sends.
 fn request(args: EnsureArgs) -> Result<proto::EnsureImageRequest, AppError> {
-    let EnsureArgs { image, policy, pod, pod_uid, secrets, priority, deadline } = args;
-    let (namespace, name) =
-        pod.split_once('/').ok_or_else(|| AppError::Usage(format!("--pod {pod:?}: must be NAMESPACE/NAME")))?;
+    let EnsureArgs { image, policy, pod, pod_uid, runtime_handler, secrets, priority, deadline } = args;
+    let (namespace, name) = pod;
     let pull_secrets = read_secrets(&secrets)?;
     Ok(proto::EnsureImageRequest {
-        pod: Some(proto::Pod {
-            uid: pod_uid,
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-            priority,
-            ..Default::default()
-        }),
+        pod: Some(proto::Pod { uid: pod_uid, namespace, name, runtime_handler, priority, ..Default::default() }),
         container: String::new(),
         image,
         pull_policy: policy.unwrap_or_default(),
@@ -42,11 +36,11 @@ async fn print_progress(progress: Option<Streaming<proto::Event>>, uid: String, 
     while let Ok(Some(e)) = stream.message().await {
         let (mine, last) = match &e.kind {
             Some(proto::event::Kind::ImageEvent(ie)) => (ie.pod_uid == uid, ie.reason != "Pulling"),
-            Some(proto::event::Kind::PullPhase(p)) => (phase_matches(&p.image, &image), false),
+            Some(proto::event::Kind::PullPhase(p)) => (same_image(&p.image, &image), false),
             _ => (false, false),
         };
         if mine {
-            let _ = print_event(&e, false, &mut err);
+            let _ = print_event(&e, Format::Table, &mut err);
             if last {
                 return;
             }
@@ -55,10 +49,11 @@ async fn print_progress(progress: Option<Streaming<proto::Event>>, uid: String, 
     std::future::pending::<()>().await;
 }
 
-/// Whether a phase's (normalised) image is the one asked for (as written).
-fn phase_matches(phase_image: &str, asked: &str) -> bool {
-    imaged::domain::reference::parse_normalized_named(asked)
-        .map_or(phase_image == asked, |n| phase_image == n.docker_ref())
+/// Whether two references name the same image, each normalised or as
+/// written: `busybox:1.36` is `docker.io/library/busybox:1.36`.
+pub fn same_image(a: &str, b: &str) -> bool {
+    let normal = |r: &str| imaged::domain::reference::parse_normalized_named(r).ok().map(|n| n.docker_ref());
+    a == b || normal(a).is_some_and(|n| Some(n) == normal(b))
 }
 
 impl<W: Write> Session<W> {
@@ -93,10 +88,24 @@ impl<W: Write> Session<W> {
             .into_inner()
             .result
             .ok_or_else(|| AppError::Other("EnsureImage: the daemon sent an empty result".into()))?;
-        print_ensure_result(&result, self.json, &mut self.o)?;
+        print_ensure_result(&result, self.format, &mut self.o)?;
         Ok(match result {
             proto::ensure_image_response::Result::Ok(_) => 0,
             proto::ensure_image_response::Result::Failure(_) => EXIT_ENSURE_FAILED,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_image;
+
+    #[test]
+    fn images_match_as_written_or_normalised_either_way() {
+        assert!(same_image("busybox:1.36", "docker.io/library/busybox:1.36"));
+        assert!(same_image("docker.io/library/busybox:1.36", "busybox:1.36"));
+        assert!(same_image("Not A Ref", "Not A Ref"));
+        assert!(!same_image("busybox:1.36", "busybox:1.37"));
+        assert!(!same_image("Not A Ref", "busybox"));
     }
 }

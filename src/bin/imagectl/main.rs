@@ -1,24 +1,28 @@
 //! `imagectl`: the terminal client of the imaged daemon (its gRPC API on a
 //! unix socket), plus `imagectl cri …` to talk CRI to a runtime directly.
 //!
-//! Exit codes: 0 done; 1 the daemon or runtime failed the request; 2 the
-//! image could not be ensured (the kubelet's reason is printed); 64 bad
-//! usage or a request the daemon rejected as invalid; 69 no daemon
-//! answering on the socket (or it is shutting down).
+//! Exit codes: 0 done; 1 the daemon or runtime failed the request (or an
+//! image to inspect or remove is not there); 2 the image could not be
+//! ensured (the kubelet's reason is printed); 64 bad usage or a request the
+//! daemon rejected as invalid; 69 no daemon answering on the socket (or it
+//! is shutting down). Every error is printed once, on stderr.
 
 mod commands;
 mod cri;
 mod ensure;
+mod output;
 mod print;
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use imaged::cli::{ConfigArgs, report};
 use imaged::error::AppError;
 
-use commands::Session;
+use commands::{EventFilter, Session};
+use output::Format;
 
 /// The image could not be ensured.
 const EXIT_ENSURE_FAILED: u8 = 2;
@@ -35,19 +39,11 @@ struct Cli {
     /// The daemon's API socket (default: `daemon.socket` from the configuration).
     #[arg(long, global = true, value_name = "PATH")]
     socket: Option<PathBuf>,
-    /// Output format.
-    #[arg(short = 'o', long, global = true, value_enum, default_value_t = Output::Table)]
-    output: Output,
+    /// Output format: tables for people, the API's messages as JSON or YAML for scripts.
+    #[arg(short = 'o', long, global = true, value_enum, default_value_t = Format::Table)]
+    output: Format,
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Output {
-    /// Human-readable tables.
-    Table,
-    /// JSON, one document per command (one object per line for `events`).
-    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -65,11 +61,20 @@ enum Command {
         #[arg(long)]
         delete_unused: bool,
     },
-    /// Image events and pull phases the daemon saw.
+    /// Image events and pull phases the daemon saw (all, or one pod's or image's).
     Events {
         /// Keep printing new events until interrupted.
         #[arg(long, short = 'f')]
         follow: bool,
+        /// Only this pod's, NAMESPACE/NAME.
+        #[arg(long, value_name = "NAMESPACE/NAME", value_parser = parse_pod)]
+        pod: Option<(String, String)>,
+        /// Only the pod with this UID.
+        #[arg(long, value_name = "UID")]
+        pod_uid: Option<String>,
+        /// Only this image's (as the pod spec names it).
+        #[arg(long, value_name = "IMAGE")]
+        image: Option<String>,
     },
     /// Back-off control.
     Backoff {
@@ -81,18 +86,24 @@ enum Command {
     Prefetch(PrefetchArgs),
     /// Pulls the daemon holds now: running, queued (in start order) and parked.
     Pulls,
-    /// Runtime, queue, back-offs, last GC and configuration summary.
+    /// Runtime, queue, back-offs, last GC and the settings in force.
     Status,
-    /// Talk CRI to the runtime directly (no daemon).
+    /// Talk CRI to the runtime directly (no daemon), as crictl's image commands.
     Cri {
         /// Send the image calls to this CRI ImageService endpoint instead
         /// (`unix:///path`), as crictl's `--image-endpoint`: e.g. imaged's
         /// own CRI socket (`cri_server.socket`), which serves no
         /// RuntimeService (so `version` and `ps` need the runtime).
-        #[arg(long, value_name = "ENDPOINT")]
+        #[arg(short = 'i', long, value_name = "ENDPOINT")]
         image_endpoint: Option<String>,
         #[command(subcommand)]
         command: cri::Command,
+    },
+    /// Print a shell completion script: `source <(imagectl completion bash)`.
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
     },
 }
 
@@ -103,19 +114,22 @@ struct EnsureArgs {
     /// The image, as a pod spec names it.
     image: String,
     /// Always, IfNotPresent, Never or AlwaysWithLocalFallback (default: the API server's defaulting).
-    #[arg(long)]
+    #[arg(long, value_name = "POLICY")]
     policy: Option<String>,
     /// The pod, NAMESPACE/NAME.
-    #[arg(long, default_value = "default/imagectl")]
-    pod: String,
+    #[arg(long, value_name = "NAMESPACE/NAME", default_value = "default/imagectl", value_parser = parse_pod)]
+    pod: (String, String),
     /// The pod's UID (back-off is per pod UID and image).
-    #[arg(long, default_value = "imagectl")]
+    #[arg(long, value_name = "UID", default_value = "imagectl")]
     pod_uid: String,
+    /// RuntimeClass handler the image is for.
+    #[arg(long, value_name = "HANDLER", default_value = "")]
+    runtime_handler: String,
     /// A pull secret manifest (JSON or YAML `kind: Secret`), repeatable.
     #[arg(long = "secret", value_name = "FILE")]
     secrets: Vec<PathBuf>,
     /// Pull priority (higher first).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     priority: i32,
     /// Overall pull deadline (e.g. `2m`).
     #[arg(long, value_parser = parse_deadline)]
@@ -126,7 +140,7 @@ struct EnsureArgs {
 #[derive(Debug, Args)]
 struct PrefetchArgs {
     /// The images, as pod specs name them.
-    #[arg(required = true)]
+    #[arg(required = true, value_name = "IMAGE")]
     images: Vec<String>,
     /// A pull secret manifest (JSON or YAML `kind: Secret`), repeatable.
     #[arg(long = "secret", value_name = "FILE")]
@@ -135,7 +149,7 @@ struct PrefetchArgs {
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     priority: i32,
     /// RuntimeClass handler the images are for.
-    #[arg(long, default_value = "")]
+    #[arg(long, value_name = "HANDLER", default_value = "")]
     runtime_handler: String,
     /// Overall pull deadline (e.g. `2m`).
     #[arg(long, value_parser = parse_deadline)]
@@ -149,12 +163,15 @@ struct PrefetchArgs {
 enum BackoffCommand {
     /// Clear back-off: for a pod, an image, one pod's image, or (neither) everything.
     Clear {
-        /// The pod's UID.
-        #[arg(long)]
-        pod: Option<String>,
+        /// The pod's UID (back-off is kept per pod UID and image).
+        #[arg(long, value_name = "UID")]
+        pod_uid: Option<String>,
         /// The image, as the pod named it.
-        #[arg(long)]
+        #[arg(long, value_name = "IMAGE")]
         image: Option<String>,
+        // `--pod UID` was this command's spelling; `--pod` now means
+        // NAMESPACE/NAME everywhere, and back-off is kept by UID, so `--pod`
+        // is unknown here (clap's error points to `--pod-uid`).
     },
     /// The keys in back-off.
     List,
@@ -167,6 +184,8 @@ fn main() -> ExitCode {
     };
     match run(cli) {
         Ok(code) => ExitCode::from(code),
+        // `imagectl … | head`: the reader has what it wanted.
+        Err(_) if output::stdout_closed() => ExitCode::SUCCESS,
         Err(e) => ExitCode::from(u8::try_from(report("imagectl", &e)).unwrap_or(1)),
     }
 }
@@ -177,37 +196,75 @@ fn parse_deadline(text: &str) -> Result<std::time::Duration, String> {
     imaged::domain::limits::check_duration(d, || text.to_string()).map_err(|e| e.reason())
 }
 
+/// `--pod`: NAMESPACE/NAME, both parts non-empty, as kubectl writes a pod.
+fn parse_pod(text: &str) -> Result<(String, String), String> {
+    match text.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((ns.to_string(), name.to_string()))
+        }
+        _ => Err("must be NAMESPACE/NAME (a pod UID goes in --pod-uid)".into()),
+    }
+}
+
 /// Loads the configuration, then runs the command: `cri …` against the
 /// runtime, the others against the daemon's socket. Returns the exit code.
 fn run(cli: Cli) -> Result<u8, AppError> {
+    if let Command::Completion { shell } = cli.command {
+        // Into a buffer: clap_complete panics on a failed write.
+        let mut script = Vec::new();
+        clap_complete::generate(shell, &mut Cli::command(), "imagectl", &mut script);
+        std::io::stdout().lock().write_all(&script).map_err(output::out)?;
+        return Ok(0);
+    }
     let cfg = cli.config.load()?;
     let _ = imaged::telemetry::init(&imaged::config::LogSettings { filter: "warn".into(), ..cfg.log.clone() });
+    let format = cli.output;
     let command = match cli.command {
-        Command::Cri { image_endpoint, command } => return cri::run(cfg, image_endpoint.as_deref(), command),
+        Command::Cri { image_endpoint, command } => return cri::run(cfg, image_endpoint.as_deref(), command, format),
         c => c,
     };
     let socket = cli.socket.clone().unwrap_or_else(|| cfg.daemon.socket.clone());
-    let json = cli.output == Output::Json;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| AppError::Other(format!("starting the client runtime: {e}")))?;
     rt.block_on(async move {
         let client = imaged::api::client(&socket)?;
-        let mut session = Session { client, json, o: std::io::stdout().lock() };
+        let mut session = Session { client, format, o: std::io::stdout().lock() };
         match command {
             Command::Ensure(args) => session.ensure(args).await,
             Command::Images => session.images().await,
             Command::Gc { dry_run, delete_unused } => session.gc(dry_run, delete_unused).await,
-            Command::Events { follow } => session.events(follow).await,
-            Command::Backoff { command: BackoffCommand::Clear { pod, image } } => {
-                session.backoff_clear(pod, image).await
+            Command::Events { follow, pod, pod_uid, image } => {
+                session.events(follow, &EventFilter { pod, pod_uid, image }).await
+            }
+            Command::Backoff { command: BackoffCommand::Clear { pod_uid, image } } => {
+                session.backoff_clear(pod_uid, image).await
             }
             Command::Backoff { command: BackoffCommand::List } => session.backoff_list().await,
             Command::Prefetch(args) => session.prefetch(args).await,
             Command::Pulls => session.pulls().await,
             Command::Status => session.status().await,
-            Command::Cri { .. } => Ok(0),
+            Command::Cri { .. } | Command::Completion { .. } => Ok(0),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn pod_is_namespace_and_name() {
+        assert_eq!(parse_pod("web/front-1").unwrap(), ("web".to_string(), "front-1".to_string()));
+        for bad in ["front-1", "/front-1", "web/", "a/b/c", ""] {
+            assert!(parse_pod(bad).unwrap_err().contains("NAMESPACE/NAME"), "{bad}");
+        }
+    }
 }

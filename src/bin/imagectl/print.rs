@@ -1,24 +1,22 @@
 //! How `imagectl` shows the daemon's answers: a table (or a line) for
-//! people, one JSON document for scripts. Nothing here talks to the daemon.
+//! people, the API's message as JSON or YAML for scripts (field names as in
+//! `proto/imaged/v1/imaged.proto`). Nothing here talks to the daemon.
 
 use std::io::Write;
 
 use imaged::api::proto;
 use imaged::error::AppError;
-use serde_json::{Value, json};
+use serde::Serialize;
 
-/// A failed write to the output, as the error to report.
-pub fn out(e: std::io::Error) -> AppError {
-    AppError::Other(format!("writing output: {e}"))
-}
+use crate::output::{Format, Plain, out};
 
 /// An image id without its `sha256:` prefix, cut to 13 characters.
-fn short(id: &str) -> &str {
+pub fn short(id: &str) -> &str {
     let hex = id.strip_prefix("sha256:").unwrap_or(id);
     hex.get(..13).unwrap_or(hex)
 }
 
-fn human_bytes(b: u64) -> String {
+pub fn human_bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];
     let mut v = b as f64;
     let mut u = 0;
@@ -41,71 +39,71 @@ fn go_ms(ms: u64) -> String {
 }
 
 /// `imagectl images`.
-pub fn print_images(images: &[proto::Image], json: bool, o: &mut impl Write) -> Result<(), AppError> {
-    if json {
-        let v: Vec<Value> = images
-            .iter()
-            .map(|i| {
-                json!({"id": i.id, "repo_tags": i.repo_tags, "repo_digests": i.repo_digests,
-                       "size": i.size, "pinned": i.pinned})
-            })
-            .collect();
-        return writeln!(o, "{}", Value::Array(v)).map_err(out);
+pub fn print_images(r: &proto::ListImagesResponse, f: Format, o: &mut impl Write) -> Result<(), AppError> {
+    if f.is_document() {
+        return f.document(r, o);
     }
-    writeln!(o, "{:<13}  {:>10}  {:<6}  TAGS", "IMAGE ID", "SIZE", "PINNED").map_err(out)?;
-    for i in images {
-        writeln!(
-            o,
-            "{:<13}  {:>10}  {:<6}  {}",
-            short(&i.id),
-            human_bytes(i.size),
-            i.pinned,
-            if i.repo_tags.is_empty() { "<none>".to_string() } else { i.repo_tags.join(",") }
-        )
-        .map_err(out)?;
+    let mut t = Plain::new(&["IMAGE ID", "SIZE", "PINNED", "TAGS"]).right(&[1]);
+    for i in &r.images {
+        let tags = if i.repo_tags.is_empty() { "<none>".to_string() } else { i.repo_tags.join(",") };
+        t.row([short(&i.id).to_string(), human_bytes(i.size), i.pinned.to_string(), tags]);
     }
-    Ok(())
+    t.write(o)
+}
+
+/// `imagectl ensure -o json|yaml`: the answer's oneof flattened, as proto3
+/// JSON has it: `{"ok": {...}}` or `{"failure": {...}}`.
+#[derive(Serialize)]
+struct EnsureDoc<'a> {
+    #[serde(flatten)]
+    result: &'a proto::ensure_image_response::Result,
 }
 
 /// The answer of `imagectl ensure`.
 pub fn print_ensure_result(
     result: &proto::ensure_image_response::Result,
-    json: bool,
+    f: Format,
     o: &mut impl Write,
 ) -> Result<(), AppError> {
+    if f.is_document() {
+        return f.document(&EnsureDoc { result }, o);
+    }
     match result {
         proto::ensure_image_response::Result::Ok(ok) => {
-            if json {
-                writeln!(o, "{}", json!({"ok": true, "image_ref": ok.image_ref, "message": ok.message}))
-            } else if ok.message.is_empty() {
+            if ok.message.is_empty() {
                 writeln!(o, "image ref: {}", ok.image_ref)
             } else {
                 writeln!(o, "{}\nimage ref: {}", ok.message, ok.image_ref)
             }
         }
-        proto::ensure_image_response::Result::Failure(f) => {
-            if json {
-                writeln!(o, "{}", json!({"ok": false, "kind": f.kind, "message": f.message, "class": f.class}))
-            } else {
-                writeln!(o, "{}: {}", f.kind, f.message)
-            }
-        }
+        proto::ensure_image_response::Result::Failure(fail) => writeln!(o, "{}: {}", fail.kind, fail.message),
     }
     .map_err(out)
 }
 
-/// `imagectl prefetch`: one line (or object) per image.
+/// `imagectl prefetch -o json|yaml`: one result per image, in the order given.
+#[derive(Serialize)]
+struct PrefetchDoc<'a> {
+    results: Vec<PrefetchItem<'a>>,
+}
+
+#[derive(Serialize)]
+struct PrefetchItem<'a> {
+    /// The image as given on the command line.
+    image: &'a str,
+    #[serde(flatten)]
+    answer: &'a proto::PrefetchImageResponse,
+}
+
+/// `imagectl prefetch`: one line (or result) per image.
 pub fn print_prefetch(
     answers: &[(&str, proto::PrefetchImageResponse)],
-    json: bool,
+    f: Format,
     o: &mut impl Write,
 ) -> Result<(), AppError> {
-    if json {
-        let v: Vec<Value> = answers
-            .iter()
-            .map(|(image, a)| json!({"image": image, "state": a.state, "image_ref": a.image_ref, "message": a.message}))
-            .collect();
-        return writeln!(o, "{}", Value::Array(v)).map_err(out);
+    if f.is_document() {
+        let results = answers.iter().map(|(image, answer)| PrefetchItem { image, answer }).collect();
+        return f.document(&PrefetchDoc { results }, o);
     }
     for (image, a) in answers {
         match a.state.as_str() {
@@ -118,29 +116,17 @@ pub fn print_prefetch(
     Ok(())
 }
 
-fn gc_json(r: &proto::GcReport) -> Value {
-    json!({
-        "mode": r.mode, "dry_run": r.dry_run, "usage_percent": r.usage_percent,
-        "projected_usage_percent": r.projected_usage_percent, "amount_to_free": r.amount_to_free,
-        "entries": r.entries.iter().map(|e| json!({"id": e.id, "repo_tags": e.repo_tags, "size": e.size,
-            "verdict": e.verdict, "reason": e.reason, "used_by": e.used_by})).collect::<Vec<_>>(),
-        "removed": r.removed, "failed": r.failed, "bytes_expected": r.bytes_expected,
-        "bytes_freed_measured": r.bytes_freed_measured, "shortfall": r.shortfall,
-        "measured_by": r.measured_by, "target_missed": r.target_missed,
-    })
-}
-
 /// `imagectl gc`: the plan (or what was done) and its totals.
-pub fn print_gc(r: &proto::GcReport, json: bool, o: &mut impl Write) -> Result<(), AppError> {
-    if json {
-        return writeln!(o, "{}", gc_json(r)).map_err(out);
+pub fn print_gc(r: &proto::GcReport, f: Format, o: &mut impl Write) -> Result<(), AppError> {
+    if f.is_document() {
+        return f.document(r, o);
     }
-    writeln!(o, "{:<13}  {:>10}  {:<7} {:<40} REASON", "IMAGE ID", "SIZE", "VERDICT", "IMAGE").map_err(out)?;
+    let mut t = Plain::new(&["IMAGE ID", "SIZE", "VERDICT", "IMAGE", "REASON"]).right(&[1]);
     for e in &r.entries {
         let name = e.repo_tags.first().map_or("<none>", String::as_str);
-        writeln!(o, "{:<13}  {:>10}  {:<7} {:<40} {}", short(&e.id), human_bytes(e.size), e.verdict, name, e.reason)
-            .map_err(out)?;
+        t.row([short(&e.id), &human_bytes(e.size), &e.verdict, name, &e.reason]);
     }
+    t.write(o)?;
     let usage = |p: Option<u32>| p.map_or_else(|| "unknown".to_string(), |p| format!("{p}%"));
     writeln!(
         o,
@@ -157,8 +143,8 @@ pub fn print_gc(r: &proto::GcReport, json: bool, o: &mut impl Write) -> Result<(
     if let Some(freed) = r.bytes_freed_measured {
         writeln!(o, "freed (measured): {}", signed_bytes(freed)).map_err(out)?;
     }
-    for f in &r.failed {
-        writeln!(o, "failed: {f}").map_err(out)?;
+    for failed in &r.failed {
+        writeln!(o, "failed: {failed}").map_err(out)?;
     }
     if !r.target_missed.is_empty() {
         writeln!(o, "target missed: {}", r.target_missed).map_err(out)?;
@@ -172,115 +158,79 @@ pub fn print_gc(r: &proto::GcReport, json: bool, o: &mut impl Write) -> Result<(
     Ok(())
 }
 
+/// `imagectl events -o json|yaml`: an event with its oneof flattened
+/// (`{"time_ms": …, "image_event": {…}}`, `"pull_phase"` or `"lagged"`).
+#[derive(Serialize)]
+struct EventDoc<'a> {
+    time_ms: i64,
+    #[serde(flatten)]
+    kind: &'a proto::event::Kind,
+}
+
 /// One event or pull phase (`imagectl events`, and `ensure`'s progress).
-pub fn print_event(e: &proto::Event, json: bool, o: &mut impl Write) -> Result<(), AppError> {
+pub fn print_event(e: &proto::Event, f: Format, o: &mut impl Write) -> Result<(), AppError> {
+    let Some(kind) = &e.kind else { return Ok(()) };
+    if f.is_document() {
+        return f.stream_item(&EventDoc { time_ms: e.time_ms, kind }, o);
+    }
     let ts = humantime::format_rfc3339_millis(
         std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(e.time_ms).unwrap_or(0)),
     );
-    match &e.kind {
-        Some(proto::event::Kind::ImageEvent(ie)) => {
-            if json {
-                writeln!(
-                    o,
-                    "{}",
-                    json!({"time": ts.to_string(), "event": {"type": ie.r#type, "reason": ie.reason,
-                    "message": ie.message, "pod_uid": ie.pod_uid, "namespace": ie.namespace, "pod": ie.pod_name,
-                    "image": ie.image, "class": ie.class}})
-                )
-            } else {
-                let pod = if ie.pod_name.is_empty() {
-                    "node".to_string()
-                } else {
-                    format!("{}/{}", ie.namespace, ie.pod_name)
-                };
-                writeln!(o, "{ts}  {:<7} {:<18} {:<24} {}", ie.r#type, ie.reason, pod, ie.message)
-            }
+    match kind {
+        proto::event::Kind::ImageEvent(ie) => {
+            let pod =
+                if ie.pod_name.is_empty() { "node".to_string() } else { format!("{}/{}", ie.namespace, ie.pod_name) };
+            writeln!(o, "{ts}  {:<7} {:<18} {:<24} {}", ie.r#type, ie.reason, pod, ie.message)
         }
-        Some(proto::event::Kind::PullPhase(p)) => {
-            if json {
-                let pod = p.pod.as_ref().map(|r| json!({"uid": r.uid, "namespace": r.namespace, "name": r.name}));
-                writeln!(
-                    o,
-                    "{}",
-                    json!({"time": ts.to_string(), "phase": {"image": p.image, "phase": p.phase, "pod": pod}})
-                )
-            } else {
-                let pod = p.pod.as_ref().map(|r| format!("{}/{}", r.namespace, r.name)).unwrap_or_default();
-                writeln!(o, "{ts}  {:<7} {:<18} {:<24} {}", "Phase", p.phase, pod, p.image)
-            }
+        proto::event::Kind::PullPhase(p) => {
+            let pod = p.pod.as_ref().map(|r| format!("{}/{}", r.namespace, r.name)).unwrap_or_default();
+            writeln!(o, "{ts}  {:<7} {:<18} {:<24} {}", "Phase", p.phase, pod, p.image)
         }
-        Some(proto::event::Kind::Lagged(n)) => {
-            if json {
-                writeln!(o, "{}", json!({"time": ts.to_string(), "lagged": n}))
-            } else {
-                writeln!(o, "{ts}  ({n} event(s) dropped: this watcher fell behind)")
-            }
-        }
-        None => Ok(()),
+        proto::event::Kind::Lagged(n) => writeln!(o, "{ts}  ({n} event(s) dropped: this watcher fell behind)"),
     }
     .map_err(out)
 }
 
 /// `imagectl backoff clear`.
-pub fn print_cleared(cleared: u32, json: bool, o: &mut impl Write) -> Result<(), AppError> {
-    if json {
-        writeln!(o, "{}", json!({"cleared": cleared})).map_err(out)
-    } else {
-        writeln!(o, "cleared back-off for {cleared} key(s)").map_err(out)
+pub fn print_cleared(r: proto::ClearBackoffResponse, f: Format, o: &mut impl Write) -> Result<(), AppError> {
+    if f.is_document() {
+        return f.document(&r, o);
     }
+    writeln!(o, "cleared back-off for {} key(s)", r.cleared).map_err(out)
+}
+
+/// `imagectl backoff list -o json|yaml`.
+#[derive(Serialize)]
+struct BackoffsDoc<'a> {
+    backoffs: &'a [proto::BackoffEntry],
 }
 
 /// `imagectl backoff list`.
-pub fn print_backoffs(b: &[proto::BackoffEntry], json: bool, o: &mut impl Write) -> Result<(), AppError> {
-    if json {
-        let v: Vec<Value> = b
-            .iter()
-            .map(|e| {
-                json!({"pod_uid": e.pod_uid, "image": e.image, "backoff_ms": e.backoff_ms,
-                       "retry_in_ms": e.retry_in_ms, "previous_error": e.previous_error})
-            })
-            .collect();
-        return writeln!(o, "{}", Value::Array(v)).map_err(out);
+pub fn print_backoffs(backoffs: &[proto::BackoffEntry], f: Format, o: &mut impl Write) -> Result<(), AppError> {
+    if f.is_document() {
+        return f.document(&BackoffsDoc { backoffs }, o);
     }
-    writeln!(o, "{:<24} {:<40} {:>8} {:>9}  PREVIOUS ERROR", "POD UID", "IMAGE", "BACKOFF", "RETRY IN").map_err(out)?;
-    for e in b {
-        writeln!(
-            o,
-            "{:<24} {:<40} {:>8} {:>9}  {}",
-            e.pod_uid,
-            e.image,
-            go_ms(e.backoff_ms),
-            if e.retry_in_ms == 0 { "now".to_string() } else { go_ms(e.retry_in_ms) },
-            e.previous_error
-        )
-        .map_err(out)?;
+    let mut t = Plain::new(&["POD UID", "IMAGE", "BACKOFF", "RETRY IN", "PREVIOUS ERROR"]).right(&[2, 3]);
+    for e in backoffs {
+        let retry = if e.retry_in_ms == 0 { "now".to_string() } else { go_ms(e.retry_in_ms) };
+        t.row([e.pod_uid.clone(), e.image.clone(), go_ms(e.backoff_ms), retry, e.previous_error.clone()]);
     }
-    Ok(())
+    t.write(o)
 }
 
 /// `imagectl pulls`: running, queued (in start order) and parked pulls.
-pub fn print_pulls(pulls: &[proto::Pull], json: bool, o: &mut impl Write) -> Result<(), AppError> {
-    if json {
-        let v: Vec<Value> = pulls
-            .iter()
-            .map(|p| {
-                json!({"image": p.image, "runtime_handler": p.runtime_handler, "state": p.state,
-                       "position": (p.position > 0).then_some(p.position), "priority": p.priority,
-                       "waiters": p.waiters, "waiting_ms": p.waiting_ms, "running_ms": p.running_ms,
-                       "with_credentials": p.with_credentials, "must_pull": p.must_pull,
-                       "pods": p.pods.iter().map(|r| json!({"uid": r.uid, "namespace": r.namespace, "name": r.name}))
-                           .collect::<Vec<_>>()})
-            })
-            .collect();
-        return writeln!(o, "{}", Value::Array(v)).map_err(out);
+pub fn print_pulls(r: &proto::ListPullsResponse, f: Format, o: &mut impl Write) -> Result<(), AppError> {
+    if f.is_document() {
+        return f.document(r, o);
     }
-    writeln!(
-        o,
-        "{:<10} {:>4} {:>5} {:>7} {:>9} {:>9}  {:<5} {:<4}  IMAGE  (PODS)",
-        "STATE", "POS", "PRIO", "WAITERS", "WAITING", "RUNNING", "CREDS", "MUST"
-    )
-    .map_err(out)?;
-    for p in pulls {
+    if r.pulls.is_empty() {
+        return writeln!(o, "(no pulls running or waiting)").map_err(out);
+    }
+    let yes_no = |b: bool| if b { "yes" } else { "no" }.to_string();
+    let mut t =
+        Plain::new(&["STATE", "POS", "PRIO", "WAITERS", "WAITING", "RUNNING", "CREDS", "MUST", "IMAGE  (PODS)"])
+            .right(&[1, 2, 3, 4, 5]);
+    for p in &r.pulls {
         let mut image = if p.runtime_handler.is_empty() {
             p.image.clone()
         } else {
@@ -290,41 +240,48 @@ pub fn print_pulls(pulls: &[proto::Pull], json: bool, o: &mut impl Write) -> Res
             let pods: Vec<String> = p.pods.iter().map(|r| format!("{}/{}", r.namespace, r.name)).collect();
             image = format!("{image}  ({})", pods.join(", "));
         }
-        writeln!(
-            o,
-            "{:<10} {:>4} {:>5} {:>7} {:>9} {:>9}  {:<5} {:<4}  {}",
-            p.state,
+        t.row([
+            p.state.clone(),
             if p.position > 0 { p.position.to_string() } else { "-".to_string() },
-            p.priority,
-            p.waiters,
+            p.priority.to_string(),
+            p.waiters.to_string(),
             go_ms(p.waiting_ms),
             p.running_ms.map_or_else(|| "-".to_string(), go_ms),
-            if p.with_credentials { "yes" } else { "no" },
-            if p.must_pull { "yes" } else { "no" },
-            image
-        )
-        .map_err(out)?;
+            yes_no(p.with_credentials),
+            yes_no(p.must_pull),
+            image,
+        ]);
     }
-    if pulls.is_empty() {
-        writeln!(o, "(no pulls running or waiting)").map_err(out)?;
+    t.write(o)
+}
+
+/// The settings as `section.key = value` lines, in the message's order
+/// (strings bare, `""` when empty; lists as JSON; `<none>` when absent).
+fn settings_lines(s: &proto::Settings) -> Vec<String> {
+    use serde_yaml_ng::Value;
+    // serde_yaml_ng's mapping keeps the fields' order.
+    let Ok(Value::Mapping(sections)) = serde_yaml_ng::to_value(s) else { return Vec::new() };
+    let mut lines = Vec::new();
+    for (section, keys) in &sections {
+        let (Value::String(section), Value::Mapping(keys)) = (section, keys) else { continue };
+        for (key, value) in keys {
+            let Value::String(key) = key else { continue };
+            let value = match value {
+                Value::String(s) if s.is_empty() => "\"\"".to_string(),
+                Value::String(s) => s.clone(),
+                Value::Null => "<none>".to_string(),
+                v => serde_json::to_string(v).unwrap_or_default(),
+            };
+            lines.push(format!("{section}.{key} = {value}"));
+        }
     }
-    Ok(())
+    lines
 }
 
 /// `imagectl status`.
-pub fn print_status(s: &proto::StatusResponse, json: bool, o: &mut impl Write) -> Result<(), AppError> {
-    if json {
-        let v = json!({
-            "version": s.version, "accepting": s.accepting,
-            "runtime": {"name": s.runtime_name, "version": s.runtime_version,
-                        "api_version": s.runtime_api_version, "endpoint": s.endpoint},
-            "queue": {"mode": s.pull_mode, "queued": s.queued, "running": s.running,
-                      "parked": s.parked, "waiters": s.waiters},
-            "backoffs": s.backoffs.len(),
-            "last_gc": s.last_gc.as_ref().map(gc_json),
-            "config": s.config,
-        });
-        return writeln!(o, "{v}").map_err(out);
+pub fn print_status(s: &proto::StatusResponse, f: Format, o: &mut impl Write) -> Result<(), AppError> {
+    if f.is_document() {
+        return f.document(s, o);
     }
     writeln!(o, "imaged {} ({})", s.version, if s.accepting { "serving" } else { "shutting down" }).map_err(out)?;
     writeln!(o, "runtime: {} {} (CRI {}) at {}", s.runtime_name, s.runtime_version, s.runtime_api_version, s.endpoint)
@@ -351,7 +308,9 @@ pub fn print_status(s: &proto::StatusResponse, json: bool, o: &mut impl Write) -
     }
     .map_err(out)?;
     writeln!(o, "config:").map_err(out)?;
-    for line in &s.config {
+    // A daemon from before `settings` sends only the lines.
+    let lines = s.settings.as_ref().map_or_else(|| s.config.clone(), settings_lines);
+    for line in &lines {
         writeln!(o, "  {line}").map_err(out)?;
     }
     Ok(())
@@ -361,9 +320,16 @@ pub fn print_status(s: &proto::StatusResponse, json: bool, o: &mut impl Write) -
 mod tests {
     #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
     use super::*;
+    use serde_json::{Value, json};
 
     fn pod(name: &str) -> proto::PodRef {
         proto::PodRef { uid: format!("uid-{name}"), namespace: "shop".into(), name: name.into() }
+    }
+
+    fn text(f: impl FnOnce(&mut Vec<u8>) -> Result<(), AppError>) -> String {
+        let mut o = Vec::new();
+        f(&mut o).unwrap();
+        String::from_utf8(o).unwrap()
     }
 
     #[test]
@@ -375,25 +341,90 @@ mod tests {
             pods: vec![pod("web-0"), pod("web-1")],
             ..Default::default()
         };
-        let mut o = Vec::new();
-        print_pulls(std::slice::from_ref(&p), false, &mut o).unwrap();
-        let table = String::from_utf8(o).unwrap();
+        let r = proto::ListPullsResponse { pulls: vec![p] };
+        let table = text(|o| print_pulls(&r, Format::Table, o));
         assert!(table.contains("docker.io/library/nginx:1.27  (shop/web-0, shop/web-1)"), "{table}");
-        let mut o = Vec::new();
-        print_pulls(&[p], true, &mut o).unwrap();
-        let v: Value = serde_json::from_slice(&o).unwrap();
-        assert_eq!(v[0]["pods"][1], json!({"uid": "uid-web-1", "namespace": "shop", "name": "web-1"}));
+        let v: Value = serde_json::from_str(&text(|o| print_pulls(&r, Format::Json, o))).unwrap();
+        assert_eq!(v["pulls"][0]["pods"][1], json!({"uid": "uid-web-1", "namespace": "shop", "name": "web-1"}));
+        assert_eq!(v["pulls"][0]["running_ms"], Value::Null, "absent optional fields are null, never missing");
 
         let e = proto::Event {
-            time_ms: 0,
+            time_ms: 1_000,
             kind: Some(proto::event::Kind::PullPhase(proto::PullPhase {
                 image: "docker.io/library/nginx:1.27".into(),
                 phase: "pulling".into(),
                 pod: Some(pod("web-0")),
             })),
         };
-        let mut o = Vec::new();
-        print_event(&e, false, &mut o).unwrap();
-        assert!(String::from_utf8(o).unwrap().contains("shop/web-0"));
+        assert!(text(|o| print_event(&e, Format::Table, o)).contains("shop/web-0"));
+        // A oneof is flattened into its message, named as in the .proto.
+        let line = text(|o| print_event(&e, Format::Json, o));
+        assert_eq!(line.lines().count(), 1, "{line}");
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["time_ms"], 1_000);
+        assert_eq!(v["pull_phase"]["pod"]["name"], "web-0");
+        let yaml = text(|o| print_event(&e, Format::Yaml, o));
+        assert!(yaml.starts_with("---\n"), "{yaml}");
+        let v: Value = serde_yaml_ng::from_str(&yaml).unwrap();
+        assert_eq!(v["pull_phase"]["phase"], "pulling");
+    }
+
+    #[test]
+    fn ensure_answers_are_ok_or_failure_objects() {
+        let ok = proto::ensure_image_response::Result::Ok(proto::EnsureOk {
+            image_ref: "sha256:abc".into(),
+            message: "present".into(),
+        });
+        let v: Value = serde_json::from_str(&text(|o| print_ensure_result(&ok, Format::Json, o))).unwrap();
+        assert_eq!(v, json!({"ok": {"image_ref": "sha256:abc", "message": "present"}}));
+        let failure = proto::ensure_image_response::Result::Failure(proto::EnsureFailure {
+            kind: "ErrImagePull".into(),
+            message: "nope".into(),
+            class: "permanent".into(),
+        });
+        let v: Value = serde_yaml_ng::from_str(&text(|o| print_ensure_result(&failure, Format::Yaml, o))).unwrap();
+        assert_eq!(v, json!({"failure": {"kind": "ErrImagePull", "message": "nope", "class": "permanent"}}));
+        assert_eq!(text(|o| print_ensure_result(&failure, Format::Table, o)), "ErrImagePull: nope\n");
+    }
+
+    #[test]
+    fn status_prints_the_settings_as_an_object_and_as_lines() {
+        let s = proto::StatusResponse {
+            config: vec!["legacy = line".into()],
+            settings: Some(proto::Settings {
+                gc: Some(proto::GcSettings {
+                    image_gc_high_threshold_percent: 85,
+                    pinned_images: vec!["registry.k8s.io/*".into()],
+                    image_minimum_gc_age: "2m0s".into(),
+                    ..Default::default()
+                }),
+                pull: Some(proto::PullSettings { max_parallel_image_pulls: None, ..Default::default() }),
+                state: Some(proto::StateSettings { dir: String::new() }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let v: Value = serde_json::from_str(&text(|o| print_status(&s, Format::Json, o))).unwrap();
+        assert_eq!(v["settings"]["gc"]["image_gc_high_threshold_percent"], 85);
+        assert_eq!(v["settings"]["gc"]["pinned_images"], json!(["registry.k8s.io/*"]));
+        assert!(v.get("config").is_none(), "the legacy lines are not printed: {v}");
+        let table = text(|o| print_status(&s, Format::Table, o));
+        for want in [
+            "  gc.image_gc_high_threshold_percent = 85\n",
+            "  gc.image_minimum_gc_age = 2m0s\n",
+            "  gc.pinned_images = [\"registry.k8s.io/*\"]\n",
+            "  pull.max_parallel_image_pulls = <none>\n",
+            "  state.dir = \"\"\n",
+        ] {
+            assert!(table.contains(want), "{want:?} in:\n{table}");
+        }
+        // In the message's order: pull, backoff, gc, state.
+        let at = |key: &str| table.find(key).unwrap();
+        assert!(at("pull.serialize_image_pulls") < at("pull.max_parallel_image_pulls"), "{table}");
+        assert!(at("pull.throttle_mode") < at("gc.") && at("gc.") < at("state.dir"), "{table}");
+        assert!(!table.contains("legacy"), "{table}");
+        // An older daemon: the lines it sent.
+        let old = proto::StatusResponse { config: vec!["pull.mode = serial".into()], ..Default::default() };
+        assert!(text(|o| print_status(&old, Format::Table, o)).contains("  pull.mode = serial\n"));
     }
 }
