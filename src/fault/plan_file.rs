@@ -100,12 +100,9 @@ impl RawRule {
             }
             "delay" => {
                 let d = self.delay.as_deref().ok_or_else(|| at("delay", "required for action \"delay\"".into()))?;
+                // Go's duration grammar, as every duration imaged reads.
                 rule.delay(
-                    humantime::parse_duration(d)
-                        .map_err(|e| e.to_string())
-                        .and_then(|v| {
-                            crate::domain::limits::check_duration(v, || d.to_string()).map_err(|e| e.reason())
-                        })
+                    crate::kubelet_config::parse_go_duration(d.trim())
                         .map_err(|e| at("delay", format!("{d:?}: {e}")))?,
                 )
             }
