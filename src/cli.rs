@@ -30,6 +30,7 @@ pub struct ConfigArgs {
 }
 
 /// A path, empty allowed (clap's own path parser refuses "").
+#[allow(clippy::unnecessary_wraps)] // clap's value parsers return a Result
 fn path_or_empty(s: &str) -> Result<PathBuf, std::convert::Infallible> {
     Ok(PathBuf::from(s))
 }
@@ -49,7 +50,8 @@ impl ConfigArgs {
         if let Some(f) = &self.log_format {
             overrides.push(format!("log.format={f}"));
         }
-        Sources::from_process(self.config.clone(), overrides).with_kubelet_config(self.kubelet_config.clone().filter(|p| !p.as_os_str().is_empty()))
+        Sources::from_process(self.config.clone(), overrides)
+            .with_kubelet_config(self.kubelet_config.clone().filter(|p| !p.as_os_str().is_empty()))
     }
 }
 

@@ -176,11 +176,8 @@ impl KubeletImageFields {
         if self.unknown_fields.is_empty() {
             return None;
         }
-        let fields: Vec<String> = self
-            .unknown_fields
-            .iter()
-            .map(|f| format!("unknown field {}", crate::domain::go_text::quote(f)))
-            .collect();
+        let fields: Vec<String> =
+            self.unknown_fields.iter().map(|f| format!("unknown field {}", crate::domain::go_text::quote(f))).collect();
         Some(format!("strict decoding error: {}", fields.join(", ")))
     }
 

@@ -223,7 +223,9 @@ fn check_config_prints_toml_that_config_reads_back_and_shows_origins() {
         .expect("run imaged");
     let shown = String::from_utf8_lossy(&shown.stdout);
     for line in [
-        format!("image_gc_high_threshold_percent = 90  # KubeletConfiguration {fixture} field imageGCHighThresholdPercent"),
+        format!(
+            "image_gc_high_threshold_percent = 90  # KubeletConfiguration {fixture} field imageGCHighThresholdPercent"
+        ),
         "throttle_mode = \"wait\"  # flag".to_string(),
         "max = \"7m\"  # environment IMAGED_BACKOFF__MAX".to_string(),
         "format = \"text\"  # default".to_string(),

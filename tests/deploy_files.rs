@@ -55,7 +55,8 @@ fn strategic_merge(base: &mut Value, patch: &Value) {
 fn daemonset_layouts() -> Vec<(String, Vec<Value>)> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes");
     let kustomization: Value =
-        serde_yaml_ng::from_str(&std::fs::read_to_string(root.join("kustomization.yaml")).expect("read")).expect("yaml");
+        serde_yaml_ng::from_str(&std::fs::read_to_string(root.join("kustomization.yaml")).expect("read"))
+            .expect("yaml");
     assert_eq!(kustomization["resources"][0].as_str(), Some("imaged-daemonset.yaml"));
     let mut out = vec![("kubeadm".to_string(), documents(DAEMONSET))];
     for layout in ["eks", "gke", "aks"] {
@@ -99,7 +100,9 @@ fn every_daemonset_layout_mounts_the_kubelets_files_and_probes_what_matters() {
         // /readyz (the runtime answers), on the address imaged serves them.
         let addr = cfg.daemon.metrics_address.expect("metrics served");
         assert!(addr.ip().is_loopback());
-        for (probe, path) in [("startupProbe", "/healthz"), ("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        for (probe, path) in
+            [("startupProbe", "/healthz"), ("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")]
+        {
             let get = &c[probe]["httpGet"];
             assert_eq!(get["path"].as_str(), Some(path), "{layout} {probe}");
             assert_eq!(get["port"].as_u64(), Some(u64::from(addr.port())), "{layout} {probe}");
@@ -214,15 +217,23 @@ fn systemd_analyze_verifies_the_units_and_the_drop_in() {
         return;
     }
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
-    for (unit, extra) in [("systemd/imaged.service", None), ("kubelet-path/imaged.service", Some("kubelet-path/imaged-cri.socket"))] {
+    for (unit, extra) in
+        [("systemd/imaged.service", None), ("kubelet-path/imaged.service", Some("kubelet-path/imaged-cri.socket"))]
+    {
         let dir = tempfile::tempdir().expect("tempdir");
         let text = std::fs::read_to_string(root.join(unit)).expect("read");
         assert!(text.contains("/usr/local/bin/imaged "), "{unit}");
-        std::fs::write(dir.path().join("imaged.service"), text.replace("/usr/local/bin/imaged ", &format!("{} ", env!("CARGO_BIN_EXE_imaged"))))
-            .expect("write");
+        std::fs::write(
+            dir.path().join("imaged.service"),
+            text.replace("/usr/local/bin/imaged ", &format!("{} ", env!("CARGO_BIN_EXE_imaged"))),
+        )
+        .expect("write");
         std::fs::create_dir(dir.path().join("imaged.service.d")).expect("mkdir");
-        std::fs::copy(root.join("systemd/no-credential-plugins.conf"), dir.path().join("imaged.service.d/no-credential-plugins.conf"))
-            .expect("copy");
+        std::fs::copy(
+            root.join("systemd/no-credential-plugins.conf"),
+            dir.path().join("imaged.service.d/no-credential-plugins.conf"),
+        )
+        .expect("copy");
         let mut units = vec!["imaged.service".to_string()];
         if let Some(extra) = extra {
             let name = std::path::Path::new(extra).file_name().expect("name");
@@ -411,7 +422,10 @@ fn the_grafana_dashboard_queries_metrics_imaged_exports_in_valid_promql() {
         assert_eq!(p["datasource"]["uid"], "${datasource}", "{}", p["title"]);
         for t in p["targets"].as_array().expect("targets") {
             let expr = t["expr"].as_str().expect("expr");
-            assert!(assert_names_exported(p["title"].as_str().unwrap_or(""), expr, &exported) > 0 || expr.starts_with("up{"));
+            assert!(
+                assert_names_exported(p["title"].as_str().unwrap_or(""), expr, &exported) > 0
+                    || expr.starts_with("up{")
+            );
             exprs.push(expr.to_string());
         }
     }

@@ -101,7 +101,10 @@ fn every_family() -> Metrics {
     m.cri_call(Rpc::Version, Duration::from_millis(2), Some(&CriError::deadline_exceeded()));
     m.gc_run(true);
     m.store_recovered();
-    m.set_config_info(&[("runtime_endpoint", "unix:///run/containerd/containerd.sock".into()), ("odd", "a\"b\\c".into())]);
+    m.set_config_info(&[
+        ("runtime_endpoint", "unix:///run/containerd/containerd.sock".into()),
+        ("odd", "a\"b\\c".into()),
+    ]);
     m
 }
 

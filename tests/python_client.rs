@@ -16,10 +16,7 @@ const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/python/image
 /// The Python to run, if it has grpcio and grpcio-tools.
 fn python() -> Option<String> {
     let python = std::env::var("IMAGED_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = Command::new(&python)
-        .args(["-c", "import grpc, grpc_tools"])
-        .output()
-        .is_ok_and(|o| o.status.success());
+    let ok = Command::new(&python).args(["-c", "import grpc, grpc_tools"]).output().is_ok_and(|o| o.status.success());
     if ok {
         return Some(python);
     }
@@ -68,10 +65,7 @@ fn a_python_grpcio_client_talks_to_every_socket_with_the_authority_fix() {
     let image_ref = ensured["ok"]["image_ref"].as_str().unwrap_or_else(|| panic!("{ensured}")).to_string();
     assert!(image_ref.starts_with("sha256:"), "{ensured}");
     let images = json(&client(&python, &["--socket", &api, "images"]));
-    assert!(
-        images["images"].as_array().expect("images").iter().any(|i| i["id"] == image_ref.as_str()),
-        "{images}"
-    );
+    assert!(images["images"].as_array().expect("images").iter().any(|i| i["id"] == image_ref.as_str()), "{images}");
     // An image that cannot be pulled is a result (exit 2), not an RPC error.
     let missing = client(&python, &["--socket", &api, "ensure", "registry.invalid/none:1", "--pull-policy", "Never"]);
     assert_eq!(missing.status.code(), Some(2), "{}", stderr(&missing));

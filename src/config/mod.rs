@@ -213,7 +213,8 @@ impl Config {
         if sources.env.is_some() {
             // Only IMAGED_<SECTION>__<KEY> variables are configuration; other
             // IMAGED_* variables (used by tests and tools) are left alone.
-            let vars: HashMap<String, String> = env_vars(sources).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            let vars: HashMap<String, String> =
+                env_vars(sources).map(|(k, v)| (k.to_string(), v.to_string())).collect();
             b = b.add_source(
                 config::Environment::with_prefix("IMAGED").prefix_separator("_").separator("__").source(Some(vars)),
             );

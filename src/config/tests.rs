@@ -618,14 +618,15 @@ fn durations_are_read_with_gos_grammar_only() {
          e.g. \"500ms\", \"10s\", \"2m\", \"1h30m\": here \"2m0s\""
     );
     assert!(err("1day").ends_with("here \"24h0m0s\""), "{}", err("1day"));
-    assert!(err("1M").contains("there is no month or year unit (\"M\" is not minutes: those are \"m\")"), "{}", err("1M"));
+    assert!(
+        err("1M").contains("there is no month or year unit (\"M\" is not minutes: those are \"m\")"),
+        "{}",
+        err("1M")
+    );
     assert!(err("1y").contains("there is no month or year unit"), "{}", err("1y"));
     assert!(err("10").contains("time: missing unit in duration \"10\""), "{}", err("10"));
     assert!(err("2 m").contains("not a Go duration"), "{}", err("2 m"));
-    assert_eq!(
-        err("-5s"),
-        "configuration: invalid value \"-5s\" for gc.image_minimum_gc_age: must not be negative"
-    );
+    assert_eq!(err("-5s"), "configuration: invalid value \"-5s\" for gc.image_minimum_gc_age: must not be negative");
 }
 
 #[test]
@@ -707,16 +708,16 @@ fn each_key_names_the_layer_its_value_came_from() {
     assert_eq!(e.origin("pull.throttle_mode"), Origin::File(file.clone()));
     assert_eq!(e.origin("cri_server.priority"), Origin::File(file.clone()));
     assert_eq!(e.origin("cri_server.priority.namespace"), Origin::File(file.clone()));
-    assert_eq!(e.origin("gc.image_gc_high_threshold_percent"), Origin::Kubelet {
-        file: kubelet.clone(),
-        field: "imageGCHighThresholdPercent"
-    });
+    assert_eq!(
+        e.origin("gc.image_gc_high_threshold_percent"),
+        Origin::Kubelet { file: kubelet.clone(), field: "imageGCHighThresholdPercent" }
+    );
     // The file set serializeImagePulls' key too; the KubeletConfiguration
     // comes later and wins.
-    assert_eq!(e.origin("pull.serialize_image_pulls"), Origin::Kubelet {
-        file: kubelet.clone(),
-        field: "serializeImagePulls"
-    });
+    assert_eq!(
+        e.origin("pull.serialize_image_pulls"),
+        Origin::Kubelet { file: kubelet.clone(), field: "serializeImagePulls" }
+    );
     assert_eq!(e.origin("backoff.max"), Origin::Environment("IMAGED_BACKOFF__MAX".into()));
     assert_eq!(
         e.origin("runtime.deadlines.list_images"),

@@ -224,8 +224,9 @@ fn an_empty_endpoint_is_not_set_and_pod_sandbox_image_maps() {
 
 #[test]
 fn durations_are_handed_on_in_gos_own_text() {
-    let k = KubeletImageFields::parse(Path::new("k.yaml"), &minimal("imageMinimumGCAge: 90s\nimageMaximumGCAge: 1.5ms\n"))
-        .expect("parses");
+    let k =
+        KubeletImageFields::parse(Path::new("k.yaml"), &minimal("imageMinimumGCAge: 90s\nimageMaximumGCAge: 1.5ms\n"))
+            .expect("parses");
     let o = k.overrides();
     assert!(o.contains(&("gc.image_minimum_gc_age", KeyValue::Str("1m30s".into()), "imageMinimumGCAge")), "{o:?}");
     assert!(o.contains(&("gc.image_maximum_gc_age", KeyValue::Str("1.5ms".into()), "imageMaximumGCAge")), "{o:?}");

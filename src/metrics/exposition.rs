@@ -135,7 +135,8 @@ fn classic_family(name: &str, ty: &str) -> (String, &'static str) {
 fn classic_sample(line: &str, types: &HashMap<&str, &str>) -> Option<String> {
     let name_end = line.find(['{', ' ']).unwrap_or(line.len());
     let name = &line[..name_end];
-    let labels_end = if line[name_end..].starts_with('{') { name_end + labels_len(&line[name_end..]) } else { name_end };
+    let labels_end =
+        if line[name_end..].starts_with('{') { name_end + labels_len(&line[name_end..]) } else { name_end };
     if let Some(family) = name.strip_suffix("_created")
         && types.get(family).is_some_and(|t| matches!(*t, "counter" | "histogram" | "summary" | "gaugehistogram"))
     {
