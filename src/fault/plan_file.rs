@@ -40,7 +40,7 @@ impl FaultPlan {
     /// action = "fail"               # fail | delay | hang | drop-reply | panic
     /// kind = "RegistryUnavailable"  # fail: the error kind (default Other)
     /// message = "registry down"     # fail: the error text
-    /// delay = "2s"                  # delay: how long
+    /// delay = "2s"                  # delay: how long (a Go duration)
     /// ```
     ///
     /// Errors name the rule (1-based) and the field.
