@@ -14,8 +14,9 @@ pub struct ConfigArgs {
     pub config: Option<PathBuf>,
     /// A KubeletConfiguration YAML (kubelet.config.k8s.io/v1beta1) whose image
     /// fields (serializeImagePulls, registryPullQPS, imageGC*, containerRuntimeEndpoint, …)
-    /// are layered after `--config` and before `IMAGED_*` variables and flags.
-    #[arg(long, global = true, value_name = "FILE")]
+    /// are layered after `--config` and before `IMAGED_*` variables and flags. An empty value
+    /// is none (for manifests that fill it from a variable that may be empty).
+    #[arg(long, global = true, value_name = "FILE", value_parser = path_or_empty)]
     pub kubelet_config: Option<PathBuf>,
     /// Override one key, e.g. `--set runtime.deadlines.pull_image=5m` (repeatable).
     #[arg(long = "set", global = true, value_name = "KEY=VALUE")]
@@ -26,6 +27,12 @@ pub struct ConfigArgs {
     /// Log format (`text` or `json`); same as `--set log.format=…`.
     #[arg(long, global = true, value_name = "FORMAT")]
     pub log_format: Option<String>,
+}
+
+/// A path, empty allowed (clap's own path parser refuses "").
+#[allow(clippy::unnecessary_wraps)] // clap's value parsers return a Result
+fn path_or_empty(s: &str) -> Result<PathBuf, std::convert::Infallible> {
+    Ok(PathBuf::from(s))
 }
 
 impl ConfigArgs {
@@ -43,7 +50,8 @@ impl ConfigArgs {
         if let Some(f) = &self.log_format {
             overrides.push(format!("log.format={f}"));
         }
-        Sources::from_process(self.config.clone(), overrides).with_kubelet_config(self.kubelet_config.clone())
+        Sources::from_process(self.config.clone(), overrides)
+            .with_kubelet_config(self.kubelet_config.clone().filter(|p| !p.as_os_str().is_empty()))
     }
 }
 

@@ -98,11 +98,12 @@ pub fn remove_stale_embedded_sockets(dir: &std::path::Path) -> usize {
 
 /// The node credentials the configuration asks for (docker config files,
 /// credential-provider plugins). Plugin registration failing is fatal, as
-/// in the kubelet (`Failed to register CRI auth plugins`, exit code 1).
+/// in the kubelet (`Failed to register CRI auth plugins`), and is a
+/// configuration error (exit code 64).
 pub fn node_credentials(cfg: &Config) -> Result<std::sync::Arc<crate::credentials::NodeCredentials>, AppError> {
     crate::credentials::NodeCredentials::from_settings(&cfg.credentials)
         .map(std::sync::Arc::new)
-        .map_err(|e| AppError::Other(format!("Failed to register CRI auth plugins: {e}")))
+        .map_err(|e| crate::config::ConfigError::CredentialProviders(e.to_string()).into())
 }
 
 #[cfg(test)]

@@ -321,8 +321,11 @@ fn watch_actors(node: &Node, health: &Health) -> Vec<tokio::task::JoinHandle<()>
 /// SIGHUP: reloads what is safe to change live; names the rest.
 fn reload(node: &Node, sources: &Sources, current: &mut Config, log: Option<&LogReload>) {
     let sources = Sources { env: Some(std::env::vars().collect()), ..sources.clone() };
-    let new = match Config::load(&sources) {
-        Ok(c) => c,
+    let new = match Config::load_full(&sources) {
+        Ok(loaded) => {
+            loaded.warn();
+            loaded.config
+        }
         Err(e) => {
             warn!(error = %e, "SIGHUP: configuration not reloaded; keeping the running one");
             return;

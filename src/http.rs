@@ -1,7 +1,9 @@
 //! The daemon's HTTP endpoints, served on a loopback TCP listener:
 //!
-//! - `GET /metrics`: every metric in the OpenMetrics text format
-//!   ([`metrics::CONTENT_TYPE`](crate::metrics::CONTENT_TYPE));
+//! - `GET /metrics`: every metric, in the OpenMetrics text format when the
+//!   `Accept` header asks for it (as Prometheus does), in the classic
+//!   Prometheus text format (`text/plain; version=0.0.4`) otherwise
+//!   ([`Format::negotiate`]);
 //! - `GET /healthz`: 200 while every component is alive, 503 naming each
 //!   component that failed and why;
 //! - `GET /readyz`: 200 once the runtime answered `Version` (the daemon
@@ -25,7 +27,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::net::TcpListener;
 
-use crate::metrics::{CONTENT_TYPE, Metrics};
+use crate::metrics::{Format, Metrics};
 
 #[derive(Debug)]
 struct HealthState {
@@ -211,8 +213,12 @@ pub async fn serve_http(
     axum::serve(listener, router(metrics, health)).with_graceful_shutdown(shutdown).await
 }
 
-async fn metrics_handler(State(s): State<AppState>) -> Response {
-    ([(header::CONTENT_TYPE, CONTENT_TYPE)], s.metrics.encode()).into_response()
+async fn metrics_handler(State(s): State<AppState>, headers: axum::http::HeaderMap) -> Response {
+    // Several Accept headers count as one list, as HTTP says.
+    let accept: Vec<&str> = headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).collect();
+    let format = Format::negotiate((!accept.is_empty()).then(|| accept.join(",")).as_deref());
+    ([(header::CONTENT_TYPE, format.content_type()), (header::VARY, "Accept")], s.metrics.encode_as(format))
+        .into_response()
 }
 
 fn verdict_response(v: Verdict) -> Response {

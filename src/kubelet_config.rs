@@ -100,6 +100,11 @@ pub struct KubeletImageFields {
     pub container_runtime_endpoint: Option<String>,
     /// `imageServiceEndpoint`.
     pub image_service_endpoint: Option<String>,
+    /// Fields the kubelet does not know (misspelled, or from another
+    /// version), as its strict decoding names them (`imageMinimumGCAg`,
+    /// `authentication.x509.foo`): ignored, and logged as a warning
+    /// ([`strict_decoding_error`](Self::strict_decoding_error)).
+    pub unknown_fields: Vec<String>,
 }
 
 impl KubeletImageFields {
@@ -117,6 +122,11 @@ impl KubeletImageFields {
     /// error.
     pub fn parse(file: &Path, text: &str) -> Result<Self, KubeletConfigError> {
         let raw = decode(file, text)?;
+        // The same text parsed once more, whole, to find the fields the
+        // kubelet does not know (it parsed as the typed form just now).
+        let unknown_fields = serde_yaml_ng::from_str::<serde_yaml_ng::Value>(text)
+            .map(|doc| schema::unknown_fields(&doc))
+            .unwrap_or_default();
         let f = Fields { file };
         let serialize_image_pulls = f.bool("serializeImagePulls", raw.serialize_image_pulls)?;
         let max_parallel_image_pulls = f.int("maxParallelImagePulls", raw.max_parallel_image_pulls)?;
@@ -153,12 +163,35 @@ impl KubeletImageFields {
             pod_sandbox_image: f.string("podSandboxImage", raw.pod_sandbox_image)?.filter(|s| !s.is_empty()),
             container_runtime_endpoint: runtime,
             image_service_endpoint: image,
+            unknown_fields,
         })
+    }
+
+    /// The kubelet's text for the fields it does not know, `strict decoding
+    /// error: unknown field "imageMinimumGCAg", unknown field "…"` (`None`
+    /// when every field is known). The kubelet then decodes the file
+    /// leniently and logs `Using lenient decoding as strict decoding
+    /// failed` with this text; imaged logs the same as a warning.
+    pub fn strict_decoding_error(&self) -> Option<String> {
+        if self.unknown_fields.is_empty() {
+            return None;
+        }
+        let fields: Vec<String> =
+            self.unknown_fields.iter().map(|f| format!("unknown field {}", crate::domain::go_text::quote(f))).collect();
+        Some(format!("strict decoding error: {}", fields.join(", ")))
+    }
+
+    /// Logs [`strict_decoding_error`](Self::strict_decoding_error), if any,
+    /// as a warning naming the file (the kubelet's message and text).
+    pub fn warn_unknown_fields(&self) {
+        if let Some(err) = self.strict_decoding_error() {
+            tracing::warn!(file = %self.file.display(), err = %err, "Using lenient decoding as strict decoding failed");
+        }
     }
 
     /// imaged's keys and values for the fields that are set, with the
     /// KubeletConfiguration field each comes from: `(key, value, field)`.
-    /// Durations are written in milliseconds or nanoseconds (`"120000ms"`).
+    /// Durations are written as Go prints them (`"2m0s"`).
     pub fn overrides(&self) -> Vec<(&'static str, KeyValue, &'static str)> {
         let mut out = Vec::new();
         let mut put = |key, v: Option<KeyValue>, field| {
@@ -250,13 +283,10 @@ impl config::Source for KubeletSource {
     }
 }
 
+/// A duration as imaged's keys take it: Go's own text (`2m0s`), which Go's
+/// grammar reads back exactly.
 fn duration_text(d: Duration) -> KeyValue {
-    let nanos = d.as_nanos();
-    KeyValue::Str(if nanos.is_multiple_of(1_000_000) {
-        format!("{}ms", nanos / 1_000_000)
-    } else {
-        format!("{nanos}ns")
-    })
+    KeyValue::Str(crate::domain::go_text::duration(d))
 }
 
 /// The document as YAML, if it is a v1beta1 KubeletConfiguration.
@@ -374,6 +404,8 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
     let nanos = crate::domain::go_text::parse_duration(s).map_err(|e| e.to_string())?;
     u64::try_from(nanos).map(Duration::from_nanos).map_err(|_| "must not be negative".to_string())
 }
+
+mod schema;
 
 #[cfg(test)]
 mod tests;

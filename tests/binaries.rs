@@ -40,16 +40,17 @@ fn bad_configuration_exits_64_naming_the_key_and_value() {
 #[test]
 fn a_duration_run_cannot_use_is_refused_by_check_config_and_run_alike() {
     // `runtime.deadlines.image_status = "20000y"` aborted `imaged run` at
-    // start (a crash loop under systemd) while check-config accepted it.
+    // start (a crash loop under systemd) while check-config accepted it;
+    // "175200000h" is the same 20,000 years in Go's units.
     for key in ["runtime.deadlines.image_status", "pull.pull_deadline"] {
-        let set = format!("{key}=20000y");
+        let set = format!("{key}=175200000h");
         for cmd in ["check-config", "run"] {
             let out = imaged().args(["--set", &set, cmd]).output().expect("run imaged");
             let err = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(64), "{cmd} {set}: {err}");
             assert!(
                 err.contains(&format!(
-                    "invalid value \"20000y\" for {key}: too large: at most 2562047h47m16.854775807s"
+                    "invalid value \"175200000h\" for {key}: too large: at most 2562047h47m16.854775807s"
                 )),
                 "{cmd} {set}: {err}"
             );
@@ -134,38 +135,126 @@ fn the_main_job_needs_the_embedded_runtime_and_names_the_alternative() {
 }
 
 #[test]
-fn a_bad_credential_provider_setup_exits_1_with_the_kubelets_text() {
+fn a_bad_credential_provider_setup_exits_64_with_the_kubelets_text_in_check_config_and_run() {
     let dir = tempfile::tempdir().expect("tempdir");
     let bin = dir.path().join("no-such-bin");
     let conf = dir.path().join("providers.yaml");
     std::fs::write(&conf, "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: []\n")
         .expect("write");
     let set = |k: &str, v: &std::path::Path| format!("credentials.{k}={}", v.display());
-    let out = imaged()
-        .args(["--set", &set("provider_config", &conf), "--set", &set("provider_bin_dir", &bin), "check-config"])
-        .output()
-        .expect("run imaged");
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains(&format!(
-            "Failed to register CRI auth plugins: plugin binary directory {} did not exist",
-            bin.display()
-        )),
-        "{err}"
-    );
+    let socket = format!("daemon.socket={}", dir.path().join("api.sock").display());
+    let run = |cmd: &str| {
+        imaged()
+            .args(["--set", &set("provider_config", &conf), "--set", &set("provider_bin_dir", &bin)])
+            .args(["--set", &socket, "--set", "daemon.metrics_address=", cmd])
+            .output()
+            .expect("run imaged")
+    };
+    for cmd in ["check-config", "run"] {
+        let out = run(cmd);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{cmd}: {err}");
+        assert!(
+            err.contains(&format!(
+                "configuration: Failed to register CRI auth plugins: plugin binary directory {} did not exist",
+                bin.display()
+            )),
+            "{cmd}: {err}"
+        );
+    }
 
     std::fs::create_dir_all(&bin).expect("mkdir");
+    for cmd in ["check-config", "run"] {
+        let out = run(cmd);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{cmd}: {err}");
+        assert!(
+            err.contains("failed to validate credential provider config: providers: Required value: at least 1 item in plugins is required"),
+            "{cmd}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_socket_group_that_does_not_exist_exits_64_in_check_config_and_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = format!("daemon.socket={}", dir.path().join("api.sock").display());
+    for cmd in ["check-config", "run"] {
+        let out = imaged()
+            .args(["--set", "daemon.socket_group=no-such-group-imaged", "--set", &socket])
+            .args(["--set", "daemon.metrics_address=", cmd])
+            .output()
+            .expect("run imaged");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{cmd}: {err}");
+        assert!(
+            err.contains("invalid value \"no-such-group-imaged\" for daemon.socket_group: no such group on this host"),
+            "{cmd}: {err}"
+        );
+    }
+    assert!(!dir.path().join("api.sock").exists(), "refused before binding");
+}
+
+#[test]
+fn check_config_prints_toml_that_config_reads_back_and_shows_origins() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/kubelet-config.yaml");
     let out = imaged()
-        .args(["--set", &set("provider_config", &conf), "--set", &set("provider_bin_dir", &bin), "check-config"])
+        .env("IMAGED_BACKOFF__MAX", "7m")
+        .args(["--kubelet-config", fixture, "--set", "pull.throttle_mode=wait", "check-config"])
         .output()
         .expect("run imaged");
-    assert_eq!(out.status.code(), Some(1));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let printed = String::from_utf8(out.stdout).expect("utf-8");
+    for line in ["image_gc_high_threshold_percent = 90", "throttle_mode = \"wait\"", "max = \"7m\""] {
+        assert!(printed.lines().any(|l| l == line), "no {line:?} in:\n{printed}");
+    }
+    let file = dir.path().join("effective.toml");
+    std::fs::write(&file, &printed).expect("write");
+    // Fed back alone, the file gives the same configuration, printed the same.
+    let again = imaged().arg("--config").arg(&file).arg("check-config").output().expect("run imaged");
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    assert_eq!(String::from_utf8_lossy(&again.stdout), printed);
+
+    let shown = imaged()
+        .env("IMAGED_BACKOFF__MAX", "7m")
+        .args(["--kubelet-config", fixture, "--set", "pull.throttle_mode=wait", "check-config", "--show-origin"])
+        .output()
+        .expect("run imaged");
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    for line in [
+        format!(
+            "image_gc_high_threshold_percent = 90  # KubeletConfiguration {fixture} field imageGCHighThresholdPercent"
+        ),
+        "throttle_mode = \"wait\"  # flag".to_string(),
+        "max = \"7m\"  # environment IMAGED_BACKOFF__MAX".to_string(),
+        "format = \"text\"  # default".to_string(),
+    ] {
+        assert!(shown.lines().any(|l| l == line), "no {line:?} in:\n{shown}");
+    }
+}
+
+#[test]
+fn unknown_kubelet_configuration_fields_are_logged_as_the_kubelet_logs_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let k = dir.path().join("kubelet.yaml");
+    std::fs::write(
+        &k,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nimageMinimumGCAg: 5m\nimageGCHighThresholdPercent: 90\n",
+    )
+    .expect("write");
+    let out = imaged().arg("--kubelet-config").arg(&k).arg("check-config").output().expect("run imaged");
     let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
     assert!(
-        err.contains("failed to validate credential provider config: providers: Required value: at least 1 item in plugins is required"),
+        err.contains("WARN")
+            && err.contains("Using lenient decoding as strict decoding failed")
+            && err.contains(r#"err=strict decoding error: unknown field "imageMinimumGCAg""#)
+            && err.contains(&k.display().to_string()),
         "{err}"
     );
+    // The fields it knows are applied all the same.
+    assert!(String::from_utf8_lossy(&out.stdout).contains("image_gc_high_threshold_percent = 90"));
 }
 
 #[test]
@@ -174,8 +263,11 @@ fn kubelet_config_fields_reach_the_configuration_and_bad_ones_exit_64() {
     let out = imaged().args(["--kubelet-config", fixture, "check-config"]).output().expect("run imaged");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("high_threshold_percent: 90,") && stdout.contains("burst: 20,"), "{stdout}");
-    assert!(stdout.contains("/run/containerd/containerd.sock"), "{stdout}");
+    assert!(
+        stdout.contains("image_gc_high_threshold_percent = 90\n") && stdout.contains("registry_burst = 20\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("endpoint = \"unix:///run/containerd/containerd.sock\"\n"), "{stdout}");
 
     let dir = tempfile::tempdir().expect("tempdir");
     let bad = dir.path().join("kubelet.yaml");

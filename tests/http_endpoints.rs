@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use imaged::http::{Health, serve_http};
-use imaged::metrics::{CONTENT_TYPE, Metrics};
+use imaged::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE};
 use imaged::testing::Scrape;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -26,9 +26,20 @@ async fn serve(metrics: Metrics, health: Health) -> Server {
     Server { base: format!("http://{addr}"), stop: Some(tx), task }
 }
 
+/// What Prometheus 2.x sends when it scrapes (its default scrape protocols).
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
 impl Server {
     async fn get(&self, path: &str) -> (u16, String, String) {
-        let resp = reqwest::get(format!("{}{path}", self.base)).await.expect("request");
+        self.get_accepting(path, None).await
+    }
+
+    async fn get_accepting(&self, path: &str, accept: Option<&str>) -> (u16, String, String) {
+        let mut req = reqwest::Client::new().get(format!("{}{path}", self.base));
+        if let Some(a) = accept {
+            req = req.header(reqwest::header::ACCEPT, a);
+        }
+        let resp = req.send().await.expect("request");
         let status = resp.status().as_u16();
         let ctype = resp
             .headers()
@@ -54,19 +65,154 @@ async fn metrics_are_served_in_the_text_format_with_values() {
     metrics.single_flight_joined();
     metrics.set_pull_queue(4, 0, 2);
     let server = serve(metrics.clone(), Health::new()).await;
-    let (status, ctype, body) = server.get("/metrics").await;
-    assert_eq!(status, 200);
-    assert_eq!(ctype, CONTENT_TYPE);
-    assert!(body.ends_with("# EOF\n"), "OpenMetrics text ends with # EOF");
-    let s = Scrape::parse(&body).expect("parses");
-    assert_eq!(s.value("imaged_pull_single_flight_joins_total", &[]), Some(1.0));
-    assert_eq!(s.value("imaged_pull_queue_depth", &[]), Some(4.0));
-    assert_eq!(s.value("imaged_pulls_in_flight", &[]), Some(2.0));
+    for accept in [None, Some(PROMETHEUS_ACCEPT)] {
+        let (status, _, body) = server.get_accepting("/metrics", accept).await;
+        assert_eq!(status, 200);
+        let s = Scrape::parse(&body).expect("parses");
+        assert_eq!(s.value("imaged_pull_single_flight_joins_total", &[]), Some(1.0), "{accept:?}");
+        assert_eq!(s.value("imaged_pull_queue_depth", &[]), Some(4.0));
+        assert_eq!(s.value("imaged_pulls_in_flight", &[]), Some(2.0));
+    }
     // Live: a later change shows in the next scrape.
     metrics.single_flight_joined();
     let (_, _, body) = server.get("/metrics").await;
     assert_eq!(Scrape::parse(&body).expect("parses").value("imaged_pull_single_flight_joins_total", &[]), Some(2.0));
     server.stop().await;
+}
+
+/// A registry with a series in every family imaged exports.
+fn every_family() -> Metrics {
+    use imaged::cri::{CriError, Rpc};
+    let m = Metrics::default();
+    m.image_pulled(123_456_789, Duration::from_secs(3));
+    m.image_garbage_collected("space", 1 << 20);
+    drop(m.ensure_request(imaged::domain::pull_policy::PullPolicy::IfNotPresent));
+    m.mustpull_check(imaged::domain::pull_record::MustPullResult::CredentialRecordFound);
+    m.credential_plugin_ran("ecr-credential-provider", Duration::from_millis(40), true);
+    m.set_credential_provider_config("sha256:ab");
+    m.set_pull_queue(2, 1, 1);
+    m.single_flight_joined();
+    m.throttle_waited();
+    m.throttle_rejected();
+    m.slow_pull_blocking();
+    m.set_backoff_entries(3);
+    m.backoff_reset(imaged::metrics::BackoffResetReason::Cleared, 1);
+    m.cri_call(Rpc::PullImage, Duration::from_millis(900), None);
+    m.cri_call(Rpc::Version, Duration::from_millis(2), Some(&CriError::deadline_exceeded()));
+    m.gc_run(true);
+    m.store_recovered();
+    m.set_config_info(&[
+        ("runtime_endpoint", "unix:///run/containerd/containerd.sock".into()),
+        ("odd", "a\"b\\c".into()),
+    ]);
+    m
+}
+
+/// The families of a text: (family name, type) in order, checking the
+/// rules both formats share and those of `format`: every sample belongs to
+/// the family declared last (its name, or its histogram suffixes; a
+/// counter's `_total` in OpenMetrics), a family is declared once, `# HELP`
+/// names it, and OpenMetrics ends with `# EOF` while the classic text has
+/// no `# EOF`, `# UNIT` or `_created`.
+fn check_format(text: &str, openmetrics: bool) -> Vec<(String, String)> {
+    let mut families: Vec<(String, String)> = Vec::new();
+    let lines: Vec<&str> = text.lines().collect();
+    if openmetrics {
+        assert_eq!(lines.last(), Some(&"# EOF"), "OpenMetrics ends with # EOF");
+    } else {
+        assert!(!text.contains("# EOF") && !text.contains("# UNIT") && !text.contains("_created"), "{text}");
+    }
+    for line in &lines[..lines.len() - usize::from(openmetrics)] {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, ty) = rest.split_once(' ').expect("TYPE name type");
+            assert!(!families.iter().any(|(n, _)| n == name), "{name} declared twice");
+            let types: &[&str] = if openmetrics {
+                &["counter", "gauge", "histogram", "info", "summary", "unknown", "stateset", "gaugehistogram"]
+            } else {
+                &["counter", "gauge", "histogram", "summary", "untyped"]
+            };
+            assert!(types.contains(&ty), "{line}");
+            if ty == "counter" {
+                assert_eq!(name.ends_with("_total"), !openmetrics, "counter family names: {line}");
+            }
+            families.push((name.to_string(), ty.to_string()));
+        } else if let Some(rest) = line.strip_prefix("# HELP ") {
+            let name = rest.split(' ').next().expect("HELP name");
+            assert!(!families.iter().any(|(n, _)| n == name), "HELP after TYPE for {name}");
+        } else if line.starts_with('#') {
+            assert!(openmetrics && line.starts_with("# UNIT "), "unexpected comment {line}");
+        } else {
+            let (family, ty) = families.last().unwrap_or_else(|| panic!("sample before any TYPE: {line}"));
+            let name = line.split(['{', ' ']).next().expect("name");
+            let suffix = name.strip_prefix(family.as_str()).unwrap_or_else(|| panic!("{name} outside {family}"));
+            let allowed: &[&str] = match (ty.as_str(), openmetrics) {
+                ("histogram", _) => &["_bucket", "_sum", "_count", "_created"],
+                ("counter", true) => &["_total", "_created"],
+                _ => &[""],
+            };
+            assert!(allowed.contains(&suffix), "{name} in {ty} {family}");
+            Scrape::parse(line).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+    families
+}
+
+#[tokio::test]
+async fn metrics_negotiate_openmetrics_or_the_classic_text_and_both_parse() {
+    let server = serve(every_family(), Health::new()).await;
+    // Prometheus asks for OpenMetrics first and gets it.
+    let (status, ctype, openmetrics) = server.get_accepting("/metrics", Some(PROMETHEUS_ACCEPT)).await;
+    assert_eq!((status, ctype.as_str()), (200, OPENMETRICS_CONTENT_TYPE));
+    // No Accept header, */*, or the classic format asked for: the classic text.
+    let (_, ctype, classic) = server.get("/metrics").await;
+    assert_eq!(ctype, PROMETHEUS_CONTENT_TYPE);
+    for accept in ["*/*", "text/plain;version=0.0.4", "application/openmetrics-text;q=0.2,text/plain;q=0.8"] {
+        let (_, ctype, body) = server.get_accepting("/metrics", Some(accept)).await;
+        assert_eq!(ctype, PROMETHEUS_CONTENT_TYPE, "{accept}");
+        assert_eq!(check_format(&body, false).len(), check_format(&classic, false).len());
+    }
+
+    let om_families = check_format(&openmetrics, true);
+    let classic_families = check_format(&classic, false);
+    assert!(om_families.len() >= 20, "{om_families:?}");
+    assert_eq!(om_families.len(), classic_families.len());
+    for ((om, om_ty), (cl, cl_ty)) in om_families.iter().zip(&classic_families) {
+        match om_ty.as_str() {
+            "counter" => assert_eq!((cl.clone(), cl_ty.as_str()), (format!("{om}_total"), "counter")),
+            _ => assert_eq!((cl, cl_ty), (om, om_ty)),
+        }
+    }
+    // The same samples, but OpenMetrics' _created.
+    let om = Scrape::parse(&openmetrics).expect("parses");
+    let cl = Scrape::parse(&classic).expect("parses");
+    let om_samples: Vec<_> = om.samples.iter().filter(|s| !s.name.ends_with("_created")).collect();
+    assert_eq!(om_samples, cl.samples.iter().collect::<Vec<_>>());
+    assert_eq!(cl.value("imaged_config_info", &[("odd", "a\"b\\c")]), Some(1.0));
+
+    // promtool (Prometheus' own parser and linter) accepts the classic text.
+    match promtool_check_metrics(&classic) {
+        Some((ok, output)) => assert!(ok && output.trim().is_empty(), "promtool check metrics:\n{output}\n{classic}"),
+        None => assert!(std::env::var_os("CI").is_none(), "promtool is required in CI (.ci/run installs it)"),
+    }
+    server.stop().await;
+}
+
+/// `promtool check metrics` on `text`: (passed, its output), or `None` when
+/// promtool is not installed.
+fn promtool_check_metrics(text: &str) -> Option<(bool, String)> {
+    use std::io::Write;
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .ok()?;
+    child.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("write");
+    let out = child.wait_with_output().expect("promtool");
+    let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
+    output.push_str(&String::from_utf8_lossy(&out.stderr));
+    Some((out.status.success(), output))
 }
 
 #[tokio::test]

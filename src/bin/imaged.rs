@@ -41,8 +41,14 @@ enum Command {
         #[arg(long)]
         empty: bool,
     },
-    /// Validate the configuration and print it.
-    CheckConfig,
+    /// Validate the configuration and print it, as TOML that `--config` accepts (every key's
+    /// effective value). Exit code 64 when it is invalid.
+    CheckConfig {
+        /// Follow each key with a comment naming where its value came from (default, file,
+        /// KubeletConfiguration field, environment, flag).
+        #[arg(long)]
+        show_origin: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -63,13 +69,19 @@ fn run(cli: Cli) -> Result<(), AppError> {
         Command::Demo { .. } => imaged::demo::sources(cli.config.sources()),
         _ => cli.config.sources(),
     };
-    let cfg: Config = Config::load(&sources)?;
-    let log = imaged::telemetry::init(&cfg.log).map_err(AppError::Other)?;
+    let loaded = Config::load_full(&sources)?;
+    let log = imaged::telemetry::init(&loaded.config.log).map_err(AppError::Other)?;
+    loaded.warn();
+    let cfg: Config = loaded.config;
     match cli.command {
-        Command::Run => actix::System::new().block_on(imaged::daemon::run(cfg, sources, Some(log))),
-        Command::CheckConfig => {
+        Command::Run => {
+            cfg.check_on_host()?;
+            actix::System::new().block_on(imaged::daemon::run(cfg, sources, Some(log)))
+        }
+        Command::CheckConfig { show_origin } => {
+            cfg.check_on_host()?;
             imaged::connect::node_credentials(&cfg)?;
-            println!("{cfg:#?}");
+            print!("{}", loaded.effective.to_toml(show_origin));
             Ok(())
         }
         Command::Demo { seed, no_api } => {

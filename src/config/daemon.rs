@@ -76,6 +76,20 @@ fn socket_group(key: &str, v: &str) -> Result<Option<String>, ConfigError> {
     Ok(if group.is_empty() { None } else { Some(group.to_string()) })
 }
 
+/// `group` (a name or number; `None` = none) exists on this host, or the
+/// error names `key`. A number is taken as is, as `chown` takes it.
+pub(super) fn group_exists(key: &str, group: Option<&str>) -> Result<(), ConfigError> {
+    let Some(g) = group else { return Ok(()) };
+    if g.parse::<u32>().is_ok() {
+        return Ok(());
+    }
+    match nix::unistd::Group::from_name(g) {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(invalid(key, g, "no such group on this host")),
+        Err(e) => Err(invalid(key, g, format!("looking up the group: {e}"))),
+    }
+}
+
 /// The CRI front's settings (`[cri_server]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CriServerSettings {

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 mod credentials;
 mod daemon;
+mod effective;
 mod gc;
 mod pull;
 mod raw;
@@ -18,6 +19,7 @@ mod state;
 mod values;
 
 pub use daemon::{CriServerSettings, DaemonSettings, PRIORITY_NAMESPACE_PULL, PriorityRule};
+pub use effective::{Effective, Origin};
 pub use gc::GcSettings;
 pub use runtime::{LogFormat, LogSettings, RuntimeEndpoint};
 pub use state::{MEMORY as STATE_IN_MEMORY, SYSTEM_DIR as DEFAULT_STATE_DIR};
@@ -58,6 +60,11 @@ pub enum ConfigError {
     /// The `--kubelet-config` file cannot be used (names the file and field).
     #[error("configuration: {0}")]
     Kubelet(#[from] crate::kubelet_config::KubeletConfigError),
+    /// The credential-provider plugins (`credentials.provider_config`,
+    /// `credentials.provider_bin_dir`) cannot be registered: the kubelet's
+    /// text, which stops the kubelet at start too.
+    #[error("configuration: Failed to register CRI auth plugins: {0}")]
+    CredentialProviders(String),
 }
 
 impl From<config::ConfigError> for ConfigError {
@@ -159,6 +166,18 @@ impl Config {
         self
     }
 
+    /// What validation alone cannot tell: the socket groups
+    /// (`daemon.socket_group`, and `cri_server.socket_group` when the CRI
+    /// socket is served) exist on this host. `check-config` and `run`
+    /// check it before anything starts.
+    pub fn check_on_host(&self) -> Result<(), ConfigError> {
+        daemon::group_exists("daemon.socket_group", self.daemon.socket_group.as_deref())?;
+        if self.cri_server.socket.is_some() {
+            daemon::group_exists("cri_server.socket_group", self.cri_server.socket_group.as_deref())?;
+        }
+        Ok(())
+    }
+
     /// The built-in defaults.
     pub fn defaults() -> Result<Self, ConfigError> {
         Self::load(&Sources::default())
@@ -166,14 +185,24 @@ impl Config {
 
     /// Loads and validates from `sources`.
     pub fn load(sources: &Sources) -> Result<Self, ConfigError> {
+        Self::load_full(sources).map(|l| l.config)
+    }
+
+    /// Loads and validates from `sources`, keeping what `check-config`
+    /// prints (every key's effective value and origin) and what the
+    /// sources held that imaged ignores (unknown KubeletConfiguration
+    /// fields, to log once logging is set up: [`Loaded::warn`]).
+    pub fn load_full(sources: &Sources) -> Result<Loaded, ConfigError> {
         let mut b =
             config::Config::builder().add_source(config::File::from_str(DEFAULT_TOML, config::FileFormat::Toml));
+        let mut file_text = None;
         if let Some(path) = &sources.file {
             // Read here first: a TOML error (an integer past 64 bits, a
             // broken line) then names its key and line, which the config
             // crate's message does not.
             if let Ok(text) = std::fs::read_to_string(path) {
                 values::check_toml(&text, &path.display().to_string())?;
+                file_text = Some(text);
             }
             b = b.add_source(config::File::from(path.as_path()).format(config::FileFormat::Toml).required(true));
         }
@@ -185,14 +214,11 @@ impl Config {
             }
             None => None,
         };
-        if let Some(env) = &sources.env {
+        if sources.env.is_some() {
             // Only IMAGED_<SECTION>__<KEY> variables are configuration; other
             // IMAGED_* variables (used by tests and tools) are left alone.
-            let vars: HashMap<String, String> = env
-                .iter()
-                .filter(|(k, _)| k.starts_with("IMAGED_") && k.contains("__"))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
+            let vars: HashMap<String, String> =
+                env_vars(sources).map(|(k, v)| (k.to_string(), v.to_string())).collect();
             b = b.add_source(
                 config::Environment::with_prefix("IMAGED").prefix_separator("_").separator("__").source(Some(vars)),
             );
@@ -202,10 +228,12 @@ impl Config {
             b = b.set_override(k.trim(), v.trim())?;
         }
         let raw: RawConfig = b.build()?.try_deserialize()?;
-        Self::from_raw(raw).map_err(|e| match &kubelet {
+        let effective = Effective::new(&raw, sources, file_text.as_deref(), kubelet.as_ref())?;
+        let config = Self::from_raw(raw).map_err(|e| match &kubelet {
             Some(k) => blame_kubelet_field(e, k, sources),
             None => e,
-        })
+        })?;
+        Ok(Loaded { config, kubelet, effective })
     }
 
     /// Loads from a TOML string layered over the defaults (for tests).
@@ -265,6 +293,50 @@ impl Config {
         }
         .with_metrics(&Metrics::default()))
     }
+}
+
+/// A configuration as loaded, with what `check-config` shows.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The validated configuration.
+    pub config: Config,
+    /// The `--kubelet-config` fields read, if one was given.
+    pub kubelet: Option<crate::kubelet_config::KubeletImageFields>,
+    /// Every key's effective value and where it came from.
+    pub effective: Effective,
+}
+
+impl Loaded {
+    /// Logs what the sources held that imaged ignores: fields of the
+    /// KubeletConfiguration the kubelet does not know (the kubelet's own
+    /// message, `Using lenient decoding as strict decoding failed`).
+    pub fn warn(&self) {
+        if let Some(k) = &self.kubelet {
+            k.warn_unknown_fields();
+        }
+    }
+}
+
+/// The `IMAGED_<SECTION>__<KEY>` variables of `sources` (other `IMAGED_*`
+/// variables are not configuration).
+fn env_vars(sources: &Sources) -> impl Iterator<Item = (&str, &str)> {
+    sources
+        .env
+        .iter()
+        .flatten()
+        .filter(|(k, _)| k.starts_with("IMAGED_") && k.contains("__"))
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+}
+
+/// Each configuration variable of `sources` with the dotted key it sets
+/// (`IMAGED_GC__GC_PERIOD` → `gc.gc_period`), as the config crate reads it.
+fn env_keys(sources: &Sources) -> Vec<(String, String)> {
+    env_vars(sources)
+        .filter_map(|(var, _)| {
+            let rest = var.strip_prefix("IMAGED_")?;
+            Some((var.to_string(), rest.split("__").collect::<Vec<_>>().join(".").to_lowercase()))
+        })
+        .collect()
 }
 
 /// Reads and parses a fault plan file.

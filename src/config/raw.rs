@@ -1,9 +1,9 @@
 //! The configuration as read: every section and key of `config/default.toml`,
 //! unknown keys refused, before validation.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawConfig {
     pub(super) runtime: RawRuntime,
@@ -18,13 +18,13 @@ pub(super) struct RawConfig {
     pub(super) credentials: RawCredentials,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawCredentials {
     pub(super) root_dir: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) config_json_dirs: Option<Vec<String>>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) dockercfg_dirs: Option<Vec<String>>,
     pub(super) cache_period: String,
     pub(super) provider_config: String,
@@ -32,14 +32,14 @@ pub(super) struct RawCredentials {
     pub(super) provider_timeout: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawCredentialVerification {
     pub(super) policy: String,
     pub(super) allowlist: Vec<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawGc {
     pub(super) image_gc_high_threshold_percent: i64,
@@ -59,7 +59,7 @@ pub(super) struct RawGc {
     pub(super) refresher_mailbox_capacity: i64,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawDaemon {
     pub(super) socket: String,
@@ -71,18 +71,18 @@ pub(super) struct RawDaemon {
     pub(super) event_buffer: i64,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawState {
     pub(super) dir: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawPull {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) serialize_image_pulls: Option<bool>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) max_parallel_image_pulls: Option<i64>,
     pub(super) max_parallel_pulls_per_registry: i64,
     pub(super) presence_check_concurrency: i64,
@@ -97,7 +97,7 @@ pub(super) struct RawPull {
     pub(super) annotate_error_class: bool,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawBackoff {
     pub(super) initial: String,
@@ -108,7 +108,7 @@ pub(super) struct RawBackoff {
     pub(super) reset_on_registry_recovery: bool,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRuntime {
     pub(super) endpoint: String,
@@ -120,7 +120,7 @@ pub(super) struct RawRuntime {
     pub(super) deadlines: RawDeadlines,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawDeadlines {
     pub(super) version: String,
@@ -134,14 +134,14 @@ pub(super) struct RawDeadlines {
     pub(super) container_status: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawLog {
     pub(super) format: String,
     pub(super) filter: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawCriServer {
     pub(super) socket: String,
@@ -155,11 +155,14 @@ pub(super) struct RawCriServer {
 }
 
 /// One `[[cri_server.priority]]` rule.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawPriorityRule {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) annotation: Option<String>,
     pub(super) priority: i64,
 }

@@ -82,19 +82,22 @@ fn durations_past_gos_largest_are_refused_in_every_section() {
         ("backoff", "gc_interval"),
     ];
     for (section, key) in keys {
-        let toml = format!("[{section}]\n{key} = \"20000y\"\n");
-        let err = Config::from_toml(&toml).expect_err(&toml).to_string();
-        assert_eq!(
-            err,
-            format!(
-                "configuration: invalid value \"20000y\" for {section}.{key}: \
-                 too large: at most 2562047h47m16.854775807s (Go's largest duration)"
-            ),
-            "{toml}"
-        );
+        // One nanosecond past Go's largest duration, and far past it.
+        for big in ["2562047h47m16.854775808s", "175200000h"] {
+            let toml = format!("[{section}]\n{key} = \"{big}\"\n");
+            let err = Config::from_toml(&toml).expect_err(&toml).to_string();
+            assert_eq!(
+                err,
+                format!(
+                    "configuration: invalid value \"{big}\" for {section}.{key}: \
+                     too large: at most 2562047h47m16.854775807s (Go's largest duration)"
+                ),
+                "{toml}"
+            );
+        }
     }
     // Go's largest duration itself is accepted.
-    let c = Config::from_toml("[pull]\npull_deadline = \"2562047h 47m 16s 854775807ns\"\n").expect("the bound");
+    let c = Config::from_toml("[pull]\npull_deadline = \"2562047h47m16.854775807s\"\n").expect("the bound");
     assert_eq!(c.pull.pull_deadline, Some(crate::domain::limits::MAX_DURATION));
 }
 
@@ -298,7 +301,7 @@ fn credentials_keys_are_read_and_validated_by_name() {
     assert!(off.credentials.search.is_empty());
 
     for (toml, key, reason) in [
-        ("[credentials]\ncache_period = \"soon\"", "credentials.cache_period", "not a duration"),
+        ("[credentials]\ncache_period = \"soon\"", "credentials.cache_period", "not a Go duration"),
         ("[credentials]\nprovider_timeout = \"0s\"", "credentials.provider_timeout", "must be more than 0s"),
         ("[credentials]\nroot_dir = \"\"", "credentials.root_dir", "must be a directory path"),
         ("[credentials]\nconfig_json_dirs = [\"\"]", "credentials.config_json_dirs", "must not be empty"),
@@ -585,5 +588,158 @@ mod props {
                 }
             }
         }
+    }
+}
+
+#[test]
+fn durations_are_read_with_gos_grammar_only() {
+    let age = |v: &str| Config::from_toml(&format!("[gc]\nimage_minimum_gc_age = \"{v}\"\n")).map(|c| c.gc.min_age);
+    for (text, want) in [
+        ("2m", Duration::from_secs(120)),
+        ("2m0s", Duration::from_secs(120)),
+        ("1h30m", Duration::from_secs(5400)),
+        ("1.5h", Duration::from_secs(5400)),
+        ("500ms", Duration::from_millis(500)),
+        ("1500us", Duration::from_micros(1500)),
+        ("1500µs", Duration::from_micros(1500)),
+        ("0", Duration::ZERO),
+        (" 90s ", Duration::from_secs(90)),
+    ] {
+        assert_eq!(age(text).expect(text), want, "{text}");
+    }
+    // humantime read "1M" as a month and "2min" as two minutes; Go reads
+    // neither. The error names the key, the value and Go's own message, and
+    // says what to write.
+    let err = |v: &str| age(v).expect_err(v).to_string();
+    assert_eq!(
+        err("2min"),
+        "configuration: invalid value \"2min\" for gc.image_minimum_gc_age: not a Go duration \
+         (time: unknown unit \"min\" in duration \"2min\"); write a number and a unit (ns, us, ms, s, m, h), \
+         e.g. \"500ms\", \"10s\", \"2m\", \"1h30m\": here \"2m0s\""
+    );
+    assert!(err("1day").ends_with("here \"24h0m0s\""), "{}", err("1day"));
+    assert!(
+        err("1M").contains("there is no month or year unit (\"M\" is not minutes: those are \"m\")"),
+        "{}",
+        err("1M")
+    );
+    assert!(err("1y").contains("there is no month or year unit"), "{}", err("1y"));
+    assert!(err("10").contains("time: missing unit in duration \"10\""), "{}", err("10"));
+    assert!(err("2 m").contains("not a Go duration"), "{}", err("2 m"));
+    assert_eq!(err("-5s"), "configuration: invalid value \"-5s\" for gc.image_minimum_gc_age: must not be negative");
+}
+
+#[test]
+fn the_defaults_and_the_documented_file_use_go_durations() {
+    // Every duration in config/default.toml parses with Go's grammar (the
+    // defaults load at all only if so) and is written as Go would accept it.
+    let table: toml::Table = toml::from_str(DEFAULT_TOML).expect("parses");
+    let mut durations = 0;
+    for (section, keys) in &table {
+        let Some(keys) = keys.as_table() else { continue };
+        for (key, v) in keys {
+            if let Some(text) = v.as_str()
+                && text.chars().next().is_some_and(|c| c.is_ascii_digit())
+                && text.ends_with(|c: char| c.is_ascii_alphabetic())
+            {
+                durations += 1;
+                assert!(crate::domain::go_text::parse_duration(text).is_ok(), "{section}.{key} = {text:?}");
+            }
+        }
+    }
+    assert!(durations >= 15, "found {durations} duration keys");
+}
+
+/// Sources that set keys in every layer: a file (with a list of tables and
+/// an optional key), a KubeletConfiguration, the environment and flags.
+fn every_layer(dir: &tempfile::TempDir) -> Sources {
+    let file = dir.path().join("imaged.toml");
+    std::fs::write(
+        &file,
+        "[pull]\nthrottle_mode = \"wait\"\nserialize_image_pulls = false\n\
+         [gc]\npinned_images = [\"registry.k8s.io/*\", \"quay.io/\\\"q\\\"/*\"]\ngc_period = \"90s\"\n\
+         [credentials]\nconfig_json_dirs = [\"/etc/imaged\"]\n\
+         [[cri_server.priority]]\nnamespace = \"team-a\"\npriority = 7\n\
+         [[cri_server.priority]]\nlabel = \"tier=web\"\nannotation = \"a=b\"\npriority = -3\n",
+    )
+    .expect("write");
+    let kubelet = dir.path().join("kubelet.yaml");
+    std::fs::write(&kubelet, include_str!("../../tests/fixtures/kubelet-config.yaml")).expect("write");
+    Sources {
+        file: Some(file),
+        kubelet_config: Some(kubelet),
+        env: env(&[("IMAGED_BACKOFF__MAX", "7m"), ("IMAGED_RUNTIME__DEADLINES__LIST_IMAGES", "45s")]),
+        overrides: vec!["daemon.shutdown_grace=12s".into(), "pull.registry_burst=33".into()],
+    }
+}
+
+#[test]
+fn the_printed_configuration_reads_back_to_the_same_configuration() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sources = every_layer(&dir);
+    let loaded = Config::load_full(&sources).expect("loads");
+    assert_ne!(loaded.config, Config::defaults().expect("defaults"), "the layers changed something");
+    for show_origin in [false, true] {
+        let printed = loaded.effective.to_toml(show_origin);
+        let file = dir.path().join(format!("printed-{show_origin}.toml"));
+        std::fs::write(&file, &printed).expect("write");
+        // Only the printed file: no KubeletConfiguration, environment or flags.
+        let again = Config::load_full(&Sources { file: Some(file.clone()), ..Sources::default() })
+            .unwrap_or_else(|e| panic!("{e}\n{printed}"));
+        assert_eq!(again.config, loaded.config, "{printed}");
+        // And printing that gives the same text, but for the origins.
+        assert_eq!(again.effective.to_toml(false), loaded.effective.to_toml(false));
+    }
+    // The defaults print and read back too.
+    let defaults = Config::load_full(&Sources::default()).expect("defaults");
+    let printed = defaults.effective.to_toml(false);
+    assert_eq!(Config::from_toml(&printed).expect("reads back"), defaults.config);
+    assert!(!printed.starts_with('\n') && printed.starts_with("[runtime]\n"), "{printed}");
+}
+
+#[test]
+fn each_key_names_the_layer_its_value_came_from() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sources = every_layer(&dir);
+    let e = Config::load_full(&sources).expect("loads").effective;
+    let file = sources.file.clone().expect("file");
+    let kubelet = sources.kubelet_config.clone().expect("kubelet");
+    assert_eq!(e.origin("log.format"), Origin::Default);
+    assert_eq!(e.origin("pull.throttle_mode"), Origin::File(file.clone()));
+    assert_eq!(e.origin("cri_server.priority"), Origin::File(file.clone()));
+    assert_eq!(e.origin("cri_server.priority.namespace"), Origin::File(file.clone()));
+    assert_eq!(
+        e.origin("gc.image_gc_high_threshold_percent"),
+        Origin::Kubelet { file: kubelet.clone(), field: "imageGCHighThresholdPercent" }
+    );
+    // The file set serializeImagePulls' key too; the KubeletConfiguration
+    // comes later and wins.
+    assert_eq!(
+        e.origin("pull.serialize_image_pulls"),
+        Origin::Kubelet { file: kubelet.clone(), field: "serializeImagePulls" }
+    );
+    assert_eq!(e.origin("backoff.max"), Origin::Environment("IMAGED_BACKOFF__MAX".into()));
+    assert_eq!(
+        e.origin("runtime.deadlines.list_images"),
+        Origin::Environment("IMAGED_RUNTIME__DEADLINES__LIST_IMAGES".into())
+    );
+    assert_eq!(e.origin("daemon.shutdown_grace"), Origin::Flag);
+    // The KubeletConfiguration set registryBurst; the flag wins.
+    assert_eq!(e.origin("pull.registry_burst"), Origin::Flag);
+
+    let shown = e.to_toml(true);
+    for line in [
+        "format = \"text\"  # default",
+        &format!("throttle_mode = \"wait\"  # file {}", file.display()),
+        &format!(
+            "image_minimum_gc_age = \"5m30s\"  # KubeletConfiguration {} field imageMinimumGCAge",
+            kubelet.display()
+        ),
+        "max = \"7m\"  # environment IMAGED_BACKOFF__MAX",
+        "shutdown_grace = \"12s\"  # flag",
+        "registry_burst = 33  # flag",
+        &format!("[[cri_server.priority]]  # file {}", file.display()),
+    ] {
+        assert!(shown.lines().any(|l| l == line), "no line {line:?} in:\n{shown}");
     }
 }

@@ -49,11 +49,40 @@ pub(super) fn invalid(key: &str, value: &str, reason: impl Into<String>) -> Conf
     ConfigError::Invalid { key: key.to_string(), value: value.to_string(), reason: reason.into() }
 }
 
-/// Parses a duration (`500ms`, `2m`, `1h30m`), naming the key on failure.
+/// Parses a duration with Go's grammar (`time.ParseDuration`, as the
+/// kubelet's files use): `500ms`, `10s`, `2m`, `1h30m`, `1.5h`, `0`. Units
+/// are `ns`, `us` (`µs`), `ms`, `s`, `m`, `h`; anything else (`2min`,
+/// `1d`, `1M`) is refused naming `key`, with the Go form where one exists.
 pub fn duration(key: &str, v: &str) -> Result<Duration, ConfigError> {
-    let d = humantime::parse_duration(v.trim())
-        .map_err(|e| invalid(key, v, format!("not a duration ({e}); write e.g. \"500ms\", \"10s\", \"2m\"")))?;
-    crate::domain::limits::check_duration(d, || v.trim().to_string()).map_err(|e| invalid(key, v, e.reason()))
+    use crate::domain::go_text::{ParseDurationError, parse_duration};
+    let text = v.trim();
+    let too_large = |given: &str| crate::domain::limits::DurationTooLarge { given: given.to_string() }.reason();
+    match parse_duration(text) {
+        Ok(ns) => match u64::try_from(ns) {
+            Ok(ns) => crate::domain::limits::check_duration(Duration::from_nanos(ns), || text.to_string())
+                .map_err(|e| invalid(key, v, e.reason())),
+            Err(_) => Err(invalid(key, v, "must not be negative")),
+        },
+        Err(ParseDurationError::OutOfRange(_)) => Err(invalid(key, v, too_large(text))),
+        Err(e) => Err(invalid(key, v, format!("not a Go duration ({e}); {}", duration_hint(text)))),
+    }
+}
+
+/// What to write instead of `text`: its Go form when `text` is a duration
+/// in another common notation with the same meaning (`2min` → `2m`, `1day`
+/// → `24h`); months and years have no Go unit and no fixed length.
+fn duration_hint(text: &str) -> String {
+    const GRAMMAR: &str = "write a number and a unit (ns, us, ms, s, m, h), e.g. \"500ms\", \"10s\", \"2m\", \"1h30m\"";
+    let has_calendar_unit = text
+        .split(|c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace())
+        .any(|unit| matches!(unit, "M" | "month" | "months" | "y" | "year" | "years"));
+    if has_calendar_unit {
+        return format!("{GRAMMAR}; there is no month or year unit (\"M\" is not minutes: those are \"m\")");
+    }
+    match humantime::parse_duration(text) {
+        Ok(d) if !d.is_zero() => format!("{GRAMMAR}: here \"{}\"", crate::domain::go_text::duration(d)),
+        _ => GRAMMAR.to_string(),
+    }
 }
 
 /// Parses `text` as TOML only to report a syntax error well: the key (with

@@ -256,6 +256,11 @@ pub enum ParseDurationError {
     /// Not a duration at all.
     #[error("time: invalid duration {}", quote(.0))]
     Invalid(String),
+    /// Well formed, but past Go's `int64` nanoseconds (about 292 years).
+    /// Go's text is the same as [`Invalid`](Self::Invalid)'s; the variant
+    /// lets callers say "too large" instead.
+    #[error("time: invalid duration {}", quote(.0))]
+    OutOfRange(String),
     /// A number without a unit.
     #[error("time: missing unit in duration {}", quote(.0))]
     MissingUnit(String),
@@ -269,6 +274,7 @@ pub enum ParseDurationError {
 /// nanoseconds (negative allowed; at most Go's `int64` range).
 pub fn parse_duration(text: &str) -> Result<i64, ParseDurationError> {
     let invalid = || ParseDurationError::Invalid(text.to_string());
+    let too_large = || ParseDurationError::OutOfRange(text.to_string());
     let mut s = text;
     let mut negative = false;
     if let Some(rest) = s.strip_prefix('-') {
@@ -311,8 +317,8 @@ pub fn parse_duration(text: &str) -> Result<i64, ParseDurationError> {
             "h" => 3_600_000_000_000,
             _ => return Err(ParseDurationError::UnknownUnit(unit.to_string(), text.to_string())),
         };
-        let int: u128 = if int_part.is_empty() { 0 } else { int_part.parse().map_err(|_| invalid())? };
-        let mut value = int.checked_mul(scale).ok_or_else(invalid)?;
+        let int: u128 = if int_part.is_empty() { 0 } else { int_part.parse().map_err(|_| too_large())? };
+        let mut value = int.checked_mul(scale).ok_or_else(too_large)?;
         // The fraction, to nanosecond precision (Go truncates the rest).
         let mut frac_scale = scale;
         for d in frac_part.bytes() {
@@ -320,19 +326,19 @@ pub fn parse_duration(text: &str) -> Result<i64, ParseDurationError> {
             if frac_scale == 0 {
                 break;
             }
-            value = value.checked_add(u128::from(d - b'0') * frac_scale).ok_or_else(invalid)?;
+            value = value.checked_add(u128::from(d - b'0') * frac_scale).ok_or_else(too_large)?;
         }
-        total = total.checked_add(value).ok_or_else(invalid)?;
+        total = total.checked_add(value).ok_or_else(too_large)?;
         if total > 1u128 << 63 {
-            return Err(invalid());
+            return Err(too_large());
         }
         s = rest;
     }
     if negative {
-        let total = i128::try_from(total).map_err(|_| invalid())?;
-        i64::try_from(-total).map_err(|_| invalid())
+        let total = i128::try_from(total).map_err(|_| too_large())?;
+        i64::try_from(-total).map_err(|_| too_large())
     } else {
-        i64::try_from(total).map_err(|_| invalid())
+        i64::try_from(total).map_err(|_| too_large())
     }
 }
 
@@ -517,6 +523,7 @@ mod tests {
                 let text = duration(d);
                 let e = parse_duration(&text).expect_err("past Go's range");
                 prop_assert!(e.to_string().contains(&quote(&text)), "{}", e);
+                prop_assert_eq!(e, ParseDurationError::OutOfRange(text.clone()));
             }
 
             #[test]

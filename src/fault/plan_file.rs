@@ -40,7 +40,7 @@ impl FaultPlan {
     /// action = "fail"               # fail | delay | hang | drop-reply | panic
     /// kind = "RegistryUnavailable"  # fail: the error kind (default Other)
     /// message = "registry down"     # fail: the error text
-    /// delay = "2s"                  # delay: how long
+    /// delay = "2s"                  # delay: how long (a Go duration)
     /// ```
     ///
     /// Errors name the rule (1-based) and the field.
@@ -100,12 +100,9 @@ impl RawRule {
             }
             "delay" => {
                 let d = self.delay.as_deref().ok_or_else(|| at("delay", "required for action \"delay\"".into()))?;
+                // Go's duration grammar, as every duration imaged reads.
                 rule.delay(
-                    humantime::parse_duration(d)
-                        .map_err(|e| e.to_string())
-                        .and_then(|v| {
-                            crate::domain::limits::check_duration(v, || d.to_string()).map_err(|e| e.reason())
-                        })
+                    crate::kubelet_config::parse_go_duration(d.trim())
                         .map_err(|e| at("delay", format!("{d:?}: {e}")))?,
                 )
             }

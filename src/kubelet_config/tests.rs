@@ -62,6 +62,46 @@ fn a_kubeadm_configuration_yields_its_image_fields_and_ignores_the_rest() {
     assert_eq!(k.container_runtime_endpoint.as_deref(), Some("unix:///run/containerd/containerd.sock"));
     assert_eq!(k.image_service_endpoint, None);
     assert_eq!(k.pod_sandbox_image, None);
+    // Every field kubeadm writes is one the kubelet knows.
+    assert_eq!(k.unknown_fields, Vec::<String>::new());
+    assert_eq!(k.strict_decoding_error(), None);
+}
+
+#[test]
+fn unknown_fields_are_named_as_the_kubelets_strict_decoding_names_them() {
+    let text = minimal(
+        "imageMinimumGCAg: 5m\n\
+         authentication:\n  x509:\n    clientCAFile: /ca.crt\n    clientCertFile: /x\n  anonymus:\n    enabled: false\n\
+         evictionHard:\n  any.signal.name: 1%\n\
+         featureGates:\n  SomeGate: true\n\
+         logging:\n  format: json\n  whatever: 1\n\
+         shutdownGracePeriodByPodPriority:\n- priority: 1\n  shutdownGracePeriodSeconds: 10\n- priority: 2\n  seconds: 5\n\
+         registerWithTaints:\n- key: a\n  effect: NoSchedule\n  efect: x\n\
+         podSandboxImage: registry.k8s.io/pause:3.10\n\
+         imageGCHighThresholdPercent: 90\n",
+    );
+    let k = KubeletImageFields::parse(Path::new("k.yaml"), &text).expect("parses");
+    assert_eq!(
+        k.unknown_fields,
+        [
+            "imageMinimumGCAg",
+            "authentication.x509.clientCertFile",
+            "authentication.anonymus",
+            "shutdownGracePeriodByPodPriority[1].seconds",
+            "registerWithTaints[0].efect",
+        ]
+    );
+    assert_eq!(
+        k.strict_decoding_error().as_deref(),
+        Some(
+            "strict decoding error: unknown field \"imageMinimumGCAg\", unknown field \"authentication.x509.clientCertFile\", \
+             unknown field \"authentication.anonymus\", unknown field \"shutdownGracePeriodByPodPriority[1].seconds\", \
+             unknown field \"registerWithTaints[0].efect\""
+        )
+    );
+    // The known fields are read all the same (the kubelet decodes leniently).
+    assert_eq!(k.image_gc_high_threshold_percent, Some(90));
+    assert_eq!(k.image_minimum_gc_age, None, "the misspelled field is ignored");
 }
 
 #[test]
@@ -179,6 +219,17 @@ fn an_empty_endpoint_is_not_set_and_pod_sandbox_image_maps() {
     assert!(o.contains(&("gc.sandbox_image", KeyValue::Str("registry.k8s.io/pause:3.9".into()), "podSandboxImage")));
     assert!(o.contains(&("runtime.endpoint", KeyValue::Str("unix:///x.sock".into()), "imageServiceEndpoint")));
     assert_eq!(o.len(), 2);
+    assert_eq!(k.unknown_fields, Vec::<String>::new(), "podSandboxImage is read by imaged");
+}
+
+#[test]
+fn durations_are_handed_on_in_gos_own_text() {
+    let k =
+        KubeletImageFields::parse(Path::new("k.yaml"), &minimal("imageMinimumGCAge: 90s\nimageMaximumGCAge: 1.5ms\n"))
+            .expect("parses");
+    let o = k.overrides();
+    assert!(o.contains(&("gc.image_minimum_gc_age", KeyValue::Str("1m30s".into()), "imageMinimumGCAge")), "{o:?}");
+    assert!(o.contains(&("gc.image_maximum_gc_age", KeyValue::Str("1.5ms".into()), "imageMaximumGCAge")), "{o:?}");
 }
 
 #[test]

@@ -13,6 +13,7 @@
 //! atomic add and one histogram observe: per-method handles are resolved
 //! when the registry is built, not looked up per call.
 
+mod exposition;
 mod families;
 mod labels;
 #[cfg(test)]
@@ -37,7 +38,8 @@ use labels::{POLICY_LABELS, policy_index};
 
 /// The content type of [`Metrics::encode`]'s text (OpenMetrics 1.0, which
 /// Prometheus scrapes natively).
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const CONTENT_TYPE: &str = exposition::OPENMETRICS_CONTENT_TYPE;
+pub use exposition::{Format, OPENMETRICS_CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE, openmetrics_to_prometheus};
 
 /// Counts one `EnsureImageExists` request when dropped (the kubelet's
 /// deferred increment), with whatever was learnt by then.
@@ -133,6 +135,21 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+
+    /// Every family in the classic Prometheus text format 0.0.4
+    /// ([`PROMETHEUS_CONTENT_TYPE`]), for scrapers that do not ask for
+    /// OpenMetrics.
+    pub fn encode_prometheus(&self) -> String {
+        openmetrics_to_prometheus(&self.encode())
+    }
+
+    /// Every family in `format`.
+    pub fn encode_as(&self, format: Format) -> String {
+        match format {
+            Format::OpenMetrics => self.encode(),
+            Format::Prometheus => self.encode_prometheus(),
+        }
     }
 
     /// True when both handles share one registry.

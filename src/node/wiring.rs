@@ -40,8 +40,13 @@ pub(super) async fn start(
     let gateway = &runtime.gateway;
     let mailbox = |_| AppError::Mailbox("CRI gateway".into());
     if let Some(path) = &cfg.fault_plan {
-        let plan = crate::config::load_fault_plan(path)
-            .map_err(|e| AppError::Other(format!("fault plan {}: {e}", path.display())))?;
+        // Validated with the configuration; read again here, so a file
+        // changed since is still a configuration error (exit code 64).
+        let plan = crate::config::load_fault_plan(path).map_err(|reason| crate::config::ConfigError::Invalid {
+            key: "runtime.fault_plan".into(),
+            value: path.display().to_string(),
+            reason,
+        })?;
         tracing::warn!(plan = %path.display(), rules = plan.rules().len(), "a fault plan is active at the CRI gateway");
         gateway.send(SetFaultPlan(plan)).await.map_err(mailbox)?;
     }
