@@ -31,6 +31,8 @@ pub struct GcExecutorActor {
     ports: GcPorts,
     events: EventSink,
     clock: Clock,
+    /// Requested runs waiting for the run going on to end.
+    waiting: Vec<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl GcExecutorActor {
@@ -46,7 +48,7 @@ impl GcExecutorActor {
         clock: Clock,
     ) -> Self {
         let ports = GcPorts { detect: detector, fs_info, remove, pull_records: None, metrics: Metrics::default() };
-        Self { gc: GcExecutor::new(cfg, clock.now()), ports, events, clock }
+        Self { gc: GcExecutor::new(cfg, clock.now()), ports, events, clock, waiting: Vec::new() }
     }
 
     /// The executor reporting removals, bytes freed and runs to `metrics`.
@@ -76,7 +78,31 @@ impl GcExecutorActor {
             for event in end.events {
                 act.events.emit(event.into_image_event());
             }
+            // The next requested run may begin.
+            for waiter in act.waiting.drain(..) {
+                let _ = waiter.send(());
+            }
             end.result
+        }))
+    }
+
+    /// A requested run (`RunGc`, `DeleteUnusedImages`): one going on (the
+    /// periodic run, or another request) is waited for, then this one runs
+    /// (`imagectl gc` right after start used to fail "already running"
+    /// because of the start's own run). The caller's deadline bounds the
+    /// wait; the mailbox is not held meanwhile.
+    fn run_requested(
+        &mut self,
+        mode: GcMode,
+        dry_run: bool,
+    ) -> ResponseActFuture<Self, Result<Arc<GcReport>, GcError>> {
+        if !self.gc.is_running() {
+            return self.run(mode, dry_run);
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.waiting.push(tx);
+        Box::pin(async move { rx.await.is_ok() }.into_actor(self).then(move |ended, act, _| {
+            if ended { act.run_requested(mode, dry_run) } else { Box::pin(actix::fut::ready(Err(GcError::Busy))) }
         }))
     }
 }
@@ -111,7 +137,7 @@ impl Handler<RunGc> for GcExecutorActor {
     type Result = ResponseActFuture<Self, Result<Arc<GcReport>, GcError>>;
     /// Runs GC now.
     fn handle(&mut self, m: RunGc, _: &mut Self::Context) -> Self::Result {
-        self.run(GcMode::Threshold, m.dry_run)
+        self.run_requested(GcMode::Threshold, m.dry_run)
     }
 }
 
@@ -120,7 +146,7 @@ impl Handler<DeleteUnusedImages> for GcExecutorActor {
     /// Removes every unused image old enough.
     fn handle(&mut self, m: DeleteUnusedImages, _: &mut Self::Context) -> Self::Result {
         info!("Attempting to delete unused images");
-        self.run(GcMode::DeleteUnused, m.dry_run)
+        self.run_requested(GcMode::DeleteUnused, m.dry_run)
     }
 }
 

@@ -305,3 +305,22 @@ async fn min_age_counts_from_the_first_detection_before_a_restart() {
         "old enough: its age survived the restart"
     );
 }
+
+#[actix::test]
+async fn a_requested_run_waits_for_the_one_going_on_instead_of_failing_busy() {
+    tokio::time::pause();
+    let r = rig(0, GcPolicy::default()).await;
+    tokio::time::sleep(Duration::from_secs(200)).await;
+    let listed = r.fake.send(GetFakeCalls).await.unwrap().of(Rpc::ListImages);
+    // Three at once: each message arrives while the one before is running.
+    let (a, b, c) = tokio::join!(
+        r.gc.send(RunGc { dry_run: true }),
+        r.gc.send(DeleteUnusedImages { dry_run: true }),
+        r.gc.send(RunGc { dry_run: true }),
+    );
+    for outcome in [a.unwrap(), b.unwrap(), c.unwrap()] {
+        assert!(outcome.is_ok(), "{outcome:?}");
+    }
+    let runs = r.fake.send(GetFakeCalls).await.unwrap().of(Rpc::ListImages) - listed;
+    assert_eq!(runs, 3, "three runs (a detection each), one after another");
+}
