@@ -1,0 +1,312 @@
+//! imaged as operators run it: on real containerd and a loopback registry
+//! (started as the real-containerd tests start them; skipped with a line
+//! when containerd, docker-registry and htpasswd are not installed).
+//! Interleaved call by call; every ratio is measured over several rounds,
+//! printed as min / median / max and reported as the median.
+//!
+//! - `real_hot_ratio`: the library's ensure of a present image
+//!   (`IfNotPresent`, the daemon's tracing subscriber and filter installed)
+//!   ÷ a bare tonic `ImageStatus` on the same containerd socket. Goal ≤ 1.10.
+//! - `real_daemon_hot_ratio`: the API's `EnsureImage` of a present image,
+//!   through `imaged run` with its default logging, ÷ (an API round trip
+//!   that does no CRI work, `GetStatus`, + a bare `ImageStatus`). Goal ≤ 1.10.
+//! - `real_pull_ratio`: median over interleaved pairs (at least 15) of an
+//!   ensure that pulls a small image ÷ a direct CRI `PullImage` of another
+//!   copy of it, each removed before its next pull. Goal ≤ 1.05.
+//! - `real_single_flight_pulls`: 50 concurrent ensures of one absent image →
+//!   `PullImage` calls as containerd's own log counts them. Goal 1.
+//!
+//! `REAL_BENCH_ROUNDS` (5) and `REAL_BENCH_CALLS` (400 per round) scale it.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // bench code: a failed unwrap is a failed run
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use imaged::actors::cri_gateway::{CriGatewayActor, CriSettings};
+use imaged::api::proto as api;
+use imaged::config::Config;
+use imaged::connect::ConnectedRuntime;
+use imaged::cri::CriEndpoint;
+use imaged::cri::proto as pb;
+use imaged::cri::proto::image_service_client::ImageServiceClient;
+use imaged::domain::pull_policy::PullPolicy;
+use imaged::ensure::EnsureImageRequest;
+use imaged::node::Node;
+use tonic::transport::Channel;
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn median_f(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn median_d(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// Prints `name` as the median of `ratios`, with min / median / max.
+fn report(name: &str, ratios: Vec<f64>) {
+    let mut s = ratios.clone();
+    s.sort_by(f64::total_cmp);
+    let mid = median_f(ratios);
+    println!("{name}_min_median_max: {:.3} / {mid:.3} / {:.3}", s[0], s[s.len() - 1]);
+    println!("{name}: {mid:.3}");
+}
+
+fn spec(image: &str) -> Option<pb::ImageSpec> {
+    Some(pb::ImageSpec { image: image.into(), ..Default::default() })
+}
+
+fn cri_client(endpoint: &CriEndpoint) -> ImageServiceClient<Channel> {
+    ImageServiceClient::new(endpoint.channel(Duration::from_secs(5)).unwrap())
+}
+
+async fn timed<F: std::future::Future>(f: F) -> (Duration, F::Output) {
+    let t = Instant::now();
+    let out = f.await;
+    (t.elapsed(), out)
+}
+
+/// A per-round ratio of medians, the sides alternating call by call.
+async fn interleaved<A, AF, B, BF>(calls: usize, mut a: A, mut b: B) -> f64
+where
+    A: FnMut() -> AF,
+    AF: std::future::Future<Output = Duration>,
+    B: FnMut() -> BF,
+    BF: std::future::Future<Output = Duration>,
+{
+    let (mut ta, mut tb) = (Vec::with_capacity(calls), Vec::with_capacity(calls));
+    for i in 0..calls {
+        if i % 2 == 0 {
+            ta.push(a().await);
+            tb.push(b().await);
+        } else {
+            tb.push(b().await);
+            ta.push(a().await);
+        }
+    }
+    median_d(ta).as_secs_f64() / median_d(tb).as_secs_f64()
+}
+
+fn containerd_pulls(log: &std::path::Path, image: &str) -> usize {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let start = format!(r#"msg="PullImage \"{image}\"""#);
+    text.lines().filter(|l| l.contains(&start)).count()
+}
+
+fn main() {
+    let Some((env, _started)) = support::containerd_env::environment("real bench") else {
+        println!("real: skipped (containerd, docker-registry and htpasswd not installed)");
+        return;
+    };
+    let rounds = env_usize("REAL_BENCH_ROUNDS", 5);
+    let calls = env_usize("REAL_BENCH_CALLS", 400);
+    let containerd_log =
+        std::path::PathBuf::from(env.vars.get("CONTAINERD_ENV_DIR").expect("env dir")).join("containerd.log");
+    let endpoint = CriEndpoint::Unix(env.socket.clone());
+
+    // What operators run: the daemon's subscriber and default filter.
+    let _ = imaged::telemetry::init(&Config::defaults().expect("defaults").log);
+
+    let registry = support::oci::Registry::open(&env.registry_open);
+    let small: Vec<u8> = (0..64 * 1024).map(|i| (i * 31 % 251) as u8).collect();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (hot, pull_refs, sf) = rt.block_on(async {
+        let hot = registry.push_image("bench/hot", "v1", &[("hot.bin", &small)]).await.expect("push");
+        let mut pull_refs = Vec::new();
+        for side in ["ensure", "direct"] {
+            let p = registry.push_image(&format!("bench/pull-{side}"), "v1", &[("small.bin", &small)]).await;
+            pull_refs.push(p.expect("push").reference);
+        }
+        let sf = registry.push_image("bench/single-flight", "v1", &[("sf.bin", &small)]).await.expect("push");
+        let mut c = cri_client(&endpoint);
+        c.pull_image(pb::PullImageRequest { image: spec(&hot.reference), auth: None, sandbox_config: None })
+            .await
+            .expect("containerd pulls the hot image");
+        (hot.reference, pull_refs, sf.reference)
+    });
+
+    library(&endpoint, &hot, &pull_refs, &sf, &containerd_log, rounds, calls);
+    daemon(&endpoint, &hot, rounds, calls);
+}
+
+/// The library's figures: hot path, pulls, single flight.
+fn library(
+    endpoint: &CriEndpoint,
+    hot: &str,
+    pull_refs: &[String],
+    sf: &str,
+    containerd_log: &std::path::Path,
+    rounds: usize,
+    calls: usize,
+) {
+    actix::System::new().block_on(async {
+        let (gateway, version) = CriGatewayActor::connect(endpoint, &CriSettings::default()).await.expect("gateway");
+        let connected = ConnectedRuntime { gateway, version, endpoint: endpoint.clone(), embedded: None };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let toml = format!(
+            "[gc]\ngc_period = \"1h\"\ndetect_period = \"1h\"\n[pull]\nregistry_pull_qps = 0.0\n[state]\ndir = \"{}\"",
+            dir.path().display()
+        );
+        let node = Arc::new(Node::start_on(Config::from_toml(&toml).expect("config"), connected).await.expect("node"));
+        let bare = cri_client(endpoint);
+        let manager = node.manager().clone();
+
+        let ensure = |image: String, uid: String| {
+            let manager = manager.clone();
+            async move {
+                let req = EnsureImageRequest::new(&uid, &image, PullPolicy::IfNotPresent);
+                let (t, r) = timed(manager.ensure_image_exists(&req)).await;
+                r.expect("ensure");
+                t
+            }
+        };
+        let status = |image: String| {
+            let mut c = bare.clone();
+            async move {
+                let (t, r) =
+                    timed(c.image_status(pb::ImageStatusRequest { image: spec(&image), verbose: false })).await;
+                assert!(r.expect("status").into_inner().image.is_some());
+                t
+            }
+        };
+        // Warm up both sides.
+        interleaved(200, || ensure(hot.to_string(), "warm".into()), || status(hot.to_string())).await;
+        let mut ratios = Vec::new();
+        for _ in 0..rounds {
+            ratios.push(interleaved(calls, || ensure(hot.to_string(), "pod".into()), || status(hot.to_string())).await);
+        }
+        report("real_hot_ratio", ratios);
+
+        // Pulls: an ensure of one image against a direct PullImage of an
+        // identical copy under another name, each removed before its next
+        // pull, alternating which goes first.
+        let remove = |image: String| {
+            let mut c = bare.clone();
+            async move {
+                let _ = c.remove_image(pb::RemoveImageRequest { image: spec(&image) }).await;
+            }
+        };
+        let pairs = rounds.max(3) * 5;
+        let mut pair_ratios = Vec::new();
+        let (mut via, mut direct) = (Vec::new(), Vec::new());
+        for i in 0..pairs + 2 {
+            remove(pull_refs[0].clone()).await;
+            remove(pull_refs[1].clone()).await;
+            // Ensure through imaged: its record of the removed image goes at
+            // the next detection; an IfNotPresent ensure checks presence first.
+            let e = || ensure(pull_refs[0].clone(), format!("pull-{i}"));
+            let d = || {
+                let mut c = bare.clone();
+                let image = pull_refs[1].clone();
+                async move {
+                    let req = pb::PullImageRequest { image: spec(&image), auth: None, sandbox_config: None };
+                    let (t, r) = timed(c.pull_image(req)).await;
+                    r.expect("direct pull");
+                    t
+                }
+            };
+            let (te, td) = if i % 2 == 0 {
+                let te = e().await;
+                (te, d().await)
+            } else {
+                let td = d().await;
+                (e().await, td)
+            };
+            if i >= 2 {
+                // The first two pairs warm the registry's and containerd's caches.
+                pair_ratios.push(te.as_secs_f64() / td.as_secs_f64());
+                via.push(te);
+                direct.push(td);
+            }
+        }
+        println!("real_pull_pairs: {pairs}");
+        println!("real_pull_ensure_p50_ms: {:.2}", median_d(via).as_secs_f64() * 1e3);
+        println!("real_pull_direct_p50_ms: {:.2}", median_d(direct).as_secs_f64() * 1e3);
+        report("real_pull_ratio", pair_ratios);
+
+        // Single flight on the real runtime.
+        let before = containerd_pulls(containerd_log, sf);
+        let all = (0..50).map(|i| ensure(sf.to_string(), format!("sf-{i}")));
+        futures_util::future::join_all(all).await;
+        println!("real_single_flight_pulls: {}", containerd_pulls(containerd_log, sf) - before);
+        drop(node);
+    });
+}
+
+/// The daemon's figure: `imaged run` on containerd with its default logging.
+fn daemon(endpoint: &CriEndpoint, hot: &str, rounds: usize, calls: usize) {
+    let CriEndpoint::Unix(sock) = endpoint else { unreachable!("a unix socket") };
+    let dir = tempfile::Builder::new().prefix("imrb").tempdir_in("/tmp").expect("tempdir");
+    let api_socket = dir.path().join("api.sock");
+    let log = std::fs::File::create(dir.path().join("imaged.log")).expect("log");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_imaged"))
+        .env_remove("RUST_LOG")
+        .args(["--runtime-endpoint", &format!("unix://{}", sock.display())])
+        .args(["--set", &format!("daemon.socket={}", api_socket.display())])
+        .args(["--set", &format!("state.dir={}", dir.path().join("state").display())])
+        .args(["--set", "daemon.metrics_address=127.0.0.1:0"])
+        .arg("run")
+        .stderr(log)
+        .spawn()
+        .expect("imaged run");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::os::unix::net::UnixStream::connect(&api_socket).is_err() {
+        assert!(Instant::now() < deadline, "imaged run did not serve its API");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let api_client = imaged::api::client(&api_socket).expect("api client");
+        let bare = cri_client(endpoint);
+        let ensure = || {
+            let mut c = api_client.clone();
+            async move {
+                let req = api::EnsureImageRequest {
+                    pod: Some(api::Pod {
+                        uid: "bench".into(),
+                        namespace: "bench".into(),
+                        name: "bench".into(),
+                        ..Default::default()
+                    }),
+                    image: hot.to_string(),
+                    pull_policy: "IfNotPresent".into(),
+                    ..Default::default()
+                };
+                let (t, r) = timed(c.ensure_image(req)).await;
+                let r = r.expect("rpc").into_inner();
+                assert!(matches!(r.result, Some(api::ensure_image_response::Result::Ok(_))), "{r:?}");
+                t
+            }
+        };
+        // The floor: an API round trip that does no CRI work, then a bare
+        // ImageStatus, timed as one.
+        let floor = || {
+            let (mut c, mut s) = (api_client.clone(), bare.clone());
+            async move {
+                let t = Instant::now();
+                c.get_status(api::GetStatusRequest::default()).await.expect("status");
+                let r = s.image_status(pb::ImageStatusRequest { image: spec(hot), verbose: false }).await;
+                assert!(r.expect("image status").into_inner().image.is_some());
+                t.elapsed()
+            }
+        };
+        interleaved(200, ensure, floor).await;
+        let mut ratios = Vec::new();
+        for _ in 0..rounds {
+            ratios.push(interleaved(calls, ensure, floor).await);
+        }
+        report("real_daemon_hot_ratio", ratios);
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let lines = std::fs::read_to_string(dir.path().join("imaged.log")).unwrap_or_default().lines().count();
+    println!("real_daemon_log_lines: {lines}");
+}
