@@ -6,6 +6,7 @@
 //! Service-account token mode (`tokenAttributes`) is not supported.
 
 pub mod config;
+mod decode;
 pub mod provider;
 
 use std::path::Path;
@@ -13,7 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use config::{
-    EnvVar, ProviderConfigError, ProviderSpec, RegisteredProviders, load_provider_config, register_providers,
+    EnvVar, ProviderConfigError, ProviderSpec, RegisteredProviders, TokenAttributes, TokenCacheType,
+    load_provider_config, register_providers,
 };
 pub use provider::{
     CacheKeyType, DEFAULT_PLUGIN_TIMEOUT, GLOBAL_CACHE_KEY, PluginError, PluginProvider, PluginResponse,

@@ -119,9 +119,13 @@ fn provider_validation_uses_the_kubelets_texts() {
         (one(provider_yaml("p", "[]", "1m", "")), "providers.matchImages: Required value: at least 1 item in matchImages is required"),
         (
             one(provider_yaml("p", "[\"r.io:port\"]", "1m", "")),
-            "providers.matchImages: Invalid value: \"r.io:port\": match image is invalid: parse \"https://r.io:port\": invalid port after host",
+            "providers.matchImages: Invalid value: \"r.io:port\": match image is invalid: parse \"https://r.io:port\": invalid port \":port\" after host",
         ),
-        (one(provider_yaml("p", "[r.io]", "-1m", "")), "providers.defaultCacheDuration: Invalid value: -1m0s: must be greater than or equal to 0"),
+        (one(provider_yaml("p", "[r.io]", "-1m", "")), "providers.defaultCacheDuration: Invalid value: \"-1m0s\": must be greater than or equal to 0"),
+        (
+            one(provider_yaml("p", "[\"%invalid%\"]", "1m", "")),
+            "providers.matchImages: Invalid value: \"%invalid%\": match image is invalid: parse \"https://%invalid%\": invalid URL escape \"%in\"",
+        ),
         (
             "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: p\n    matchImages: [r.io]\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n".to_string(),
             "providers.defaultCacheDuration: Required value",
@@ -135,10 +139,6 @@ fn provider_validation_uses_the_kubelets_texts() {
             "providers.apiVersion: Unsupported value: \"credentialprovider.kubelet.k8s.io/v2\": supported values: \"credentialprovider.kubelet.k8s.io/v1\", \"credentialprovider.kubelet.k8s.io/v1alpha1\", \"credentialprovider.kubelet.k8s.io/v1beta1\"",
         ),
         ("apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: []\n".to_string(), "providers: Required value: at least 1 item in plugins is required"),
-        (
-            one(provider_yaml("p", "[r.io]", "1m", "    tokenAttributes:\n      serviceAccountTokenAudience: x\n")),
-            "providers.tokenAttributes: Forbidden: service account tokens for credential providers are not supported by imaged",
-        ),
     ];
     let dir = tempfile::tempdir().expect("tempdir");
     for (i, (yaml, want)) in cases.iter().enumerate() {
@@ -163,12 +163,16 @@ fn undecodable_configs_name_the_file_never_env_values() {
     let f = dir.path().join("c.yaml");
     let cases = [
         (
-            "apiVersion: kubelet.config.k8s.io/v1\nkind: KubeletConfiguration\n",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n",
             "failed to decode \"KubeletConfiguration\" (wrong Kind)",
         ),
         (
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: KubeletConfiguration\n",
+            "no kind \"KubeletConfiguration\" is registered for version \"kubelet.config.k8s.io/v1\"",
+        ),
+        (
             "apiVersion: other.io/v1\nkind: CredentialProviderConfig\n",
-            "failed to decode CredentialProviderConfig, unexpected Group: other.io",
+            "no kind \"CredentialProviderConfig\" is registered for version \"other.io/v1\"",
         ),
         (
             "apiVersion: kubelet.config.k8s.io/v9\nkind: CredentialProviderConfig\n",
@@ -181,7 +185,7 @@ fn undecodable_configs_name_the_file_never_env_values() {
         ),
         (
             "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: p\n    env: hunter2\n",
-            "invalid document",
+            "json: cannot unmarshal string into Go struct field CredentialProvider.providers.env of type []v1.ExecEnvVar",
         ),
     ];
     for (yaml, want) in cases {
@@ -202,7 +206,9 @@ fn undecodable_configs_name_the_file_never_env_values() {
     );
     let err = load_provider_config(&f).expect_err("bad env").to_string();
     assert!(
-        err.contains("providers.env[0].value: Invalid value: must be a string") && !err.contains("hunter2"),
+        err.ends_with(
+            ": json: cannot unmarshal array into Go struct field ExecEnvVar.providers.env.value of type string"
+        ) && !err.contains("hunter2"),
         "{err}"
     );
     // Debug of a spec keeps env values hidden.
@@ -212,6 +218,197 @@ fn undecodable_configs_name_the_file_never_env_values() {
     );
     let specs = load_provider_config(&f).expect("valid");
     assert!(!format!("{specs:?}").contains("hunter2"));
+}
+
+#[test]
+fn configs_are_decoded_strictly_with_the_kubelets_texts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = dir.path().join("c.yaml");
+    let head = |v: &str| format!("kind: CredentialProviderConfig\napiVersion: kubelet.config.k8s.io/{v}\nproviders:\n");
+    let cases = [
+        // The kubelet's own test case: a typo'd field refuses the file.
+        (
+            format!("{}{}", head("v1"), provider_yaml("test", "[registry.io/foobar]", "10m", "    unknownField: should not be here\n")),
+            "strict decoding error: unknown field \"providers[0].unknownField\"".to_string(),
+        ),
+        // A misspelt matchImages.
+        (
+            format!("{}  - name: p\n    matchImage: [r.io]\n    defaultCacheDuration: 1m\n    apiVersion: {V1}\n", head("v1")),
+            "strict decoding error: unknown field \"providers[0].matchImage\"".to_string(),
+        ),
+        // Every unknown field, in order, nested ones with their path.
+        (
+            format!(
+                "extra: 1\n{}{}",
+                head("v1"),
+                provider_yaml("p", "[r.io]", "1m", "    env:\n      - name: A\n        valu: hunter2\n    Args: []\n")
+            ),
+            "strict decoding error: unknown field \"extra\", unknown field \"providers[0].env[0].valu\", unknown field \"providers[0].Args\"".to_string(),
+        ),
+        // tokenAttributes exists only in kubelet.config.k8s.io/v1.
+        (
+            format!("{}{}", head("v1beta1"), provider_yaml("p", "[r.io]", "1m", "    tokenAttributes:\n      serviceAccountTokenAudience: a\n")),
+            "strict decoding error: unknown field \"providers[0].tokenAttributes\"".to_string(),
+        ),
+        (
+            format!("{}{}", head("v1alpha1"), provider_yaml("p", "[r.io]", "1m", "    tokenAttributes:\n      serviceAccountTokenAudience: a\n")),
+            "strict decoding error: unknown field \"providers[0].tokenAttributes\"".to_string(),
+        ),
+        (
+            format!("{}{}", head("v1"), provider_yaml("p", "[r.io]", "1m", "    tokenAttributes:\n      audience: a\n")),
+            "strict decoding error: unknown field \"providers[0].tokenAttributes.audience\"".to_string(),
+        ),
+        // Values of the wrong type: Go's encoding/json texts, no value shown.
+        (
+            format!("{}  - name: 7\n", head("v1")),
+            "json: cannot unmarshal number into Go struct field CredentialProvider.providers.name of type string".to_string(),
+        ),
+        (
+            format!("{}  - name: p\n    matchImages: r.io\n", head("v1beta1")),
+            "json: cannot unmarshal string into Go struct field CredentialProvider.providers.matchImages of type []string".to_string(),
+        ),
+        (
+            format!("{}  - hunter2\n", head("v1")),
+            "json: cannot unmarshal string into Go struct field CredentialProviderConfig.providers of type v1.CredentialProvider".to_string(),
+        ),
+        (
+            format!("{}  - name: p\n    defaultCacheDuration: 5\n", head("v1")),
+            "json: cannot unmarshal number into Go struct field CredentialProvider.providers.defaultCacheDuration of type string".to_string(),
+        ),
+        (
+            format!("{}{}", head("v1"), provider_yaml("p", "[r.io]", "1m", "    tokenAttributes:\n      requireServiceAccount: \"yes\"\n")),
+            "json: cannot unmarshal string into Go struct field ServiceAccountTokenAttributes.providers.tokenAttributes.requireServiceAccount of type bool".to_string(),
+        ),
+        // A type error wins over unknown fields (Go reports strict errors last).
+        (
+            format!("{}  - name: [x]\n    typo: 1\n", head("v1")),
+            "json: cannot unmarshal array into Go struct field CredentialProvider.providers.name of type string".to_string(),
+        ),
+        ("kind: CredentialProviderConfig\n".to_string(), "Object 'apiVersion' is missing in the document".to_string()),
+        ("apiVersion: kubelet.config.k8s.io/v1\n".to_string(), "Object 'Kind' is missing in the document".to_string()),
+        (
+            "apiVersion: a/b/c\nkind: CredentialProviderConfig\n".to_string(),
+            "unexpected GroupVersion string: a/b/c".to_string(),
+        ),
+        (
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: WrongKind\n".to_string(),
+            "no kind \"WrongKind\" is registered for version \"kubelet.config.k8s.io/v1\"".to_string(),
+        ),
+        (
+            "apiVersion: foobar/v1alpha1\nkind: CredentialProviderConfig\n".to_string(),
+            "no kind \"CredentialProviderConfig\" is registered for version \"foobar/v1alpha1\"".to_string(),
+        ),
+    ];
+    for (yaml, want) in cases {
+        write_file(&f, &yaml);
+        let err = load_provider_config(&f).expect_err(&yaml).to_string();
+        let prefix = format!("error decoding config \"{}\": ", f.display());
+        assert!(err.starts_with(&prefix), "{err}");
+        assert!(err[prefix.len()..].starts_with(&want), "{yaml}\ngot  {err}\nwant {want}");
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+}
+
+#[test]
+fn token_attributes_are_read_and_validated_with_the_kubelets_rules() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = dir.path().join("c.yaml");
+    let with = |attrs: &str, api: &str| {
+        config_yaml(&[format!(
+            "  - name: p\n    matchImages: [r.io]\n    defaultCacheDuration: 1m\n    apiVersion: {api}\n    tokenAttributes:\n{attrs}"
+        )])
+    };
+    write_file(
+        &f,
+        &with(
+            "      serviceAccountTokenAudience: registry.example\n      cacheType: Token\n      requireServiceAccount: true\n      requiredServiceAccountAnnotationKeys: [example.com/role]\n      optionalServiceAccountAnnotationKeys: [example.com/tier]\n",
+            V1,
+        ),
+    );
+    let specs = load_provider_config(&f).expect("valid");
+    assert_eq!(
+        specs[0].token_attributes,
+        Some(TokenAttributes {
+            audience: "registry.example".into(),
+            cache_type: TokenCacheType::Token,
+            require_service_account: true,
+            required_annotation_keys: vec!["example.com/role".into()],
+            optional_annotation_keys: vec!["example.com/tier".into()],
+        })
+    );
+    let prefix = "failed to validate credential provider config: ";
+    let cases: Vec<(String, &str)> = vec![
+        (
+            with("      cacheType: Token\n      requireServiceAccount: true\n", V1),
+            "providers.tokenAttributes.serviceAccountTokenAudience: Required value",
+        ),
+        (
+            with("      serviceAccountTokenAudience: a\n      requireServiceAccount: true\n", V1),
+            "providers.tokenAttributes.cacheType: Required value: cacheType is required to be set when tokenAttributes is specified. Supported values are: ServiceAccount, Token",
+        ),
+        (
+            with(
+                "      serviceAccountTokenAudience: a\n      cacheType: invalid-cache-type\n      requireServiceAccount: true\n",
+                V1,
+            ),
+            "providers.tokenAttributes.cacheType: Unsupported value: \"invalid-cache-type\": supported values: \"ServiceAccount\", \"Token\"",
+        ),
+        (
+            with("      serviceAccountTokenAudience: a\n      cacheType: Token\n", V1),
+            "providers.tokenAttributes.requireServiceAccount: Required value",
+        ),
+        (
+            with(
+                "      serviceAccountTokenAudience: a\n      cacheType: Token\n      requireServiceAccount: true\n",
+                "credentialprovider.kubelet.k8s.io/v1beta1",
+            ),
+            "providers.tokenAttributes: Forbidden: tokenAttributes is only supported for credentialprovider.kubelet.k8s.io/v1 API version",
+        ),
+        (
+            with(
+                "      serviceAccountTokenAudience: a\n      cacheType: Token\n      requireServiceAccount: false\n      requiredServiceAccountAnnotationKeys: [a.io/x]\n",
+                V1,
+            ),
+            "providers.tokenAttributes.requiredServiceAccountAnnotationKeys: Forbidden: requireServiceAccount cannot be false when requiredServiceAccountAnnotationKeys is set",
+        ),
+        (
+            with(
+                "      serviceAccountTokenAudience: a\n      cacheType: Token\n      requireServiceAccount: true\n      requiredServiceAccountAnnotationKeys: [a.io/x, a.io/x]\n",
+                V1,
+            ),
+            "providers.tokenAttributes.requiredServiceAccountAnnotationKeys: Duplicate value: \"a.io/x\"",
+        ),
+        (
+            with(
+                "      serviceAccountTokenAudience: a\n      cacheType: Token\n      requireServiceAccount: true\n      optionalServiceAccountAnnotationKeys: [\"bad key\"]\n",
+                V1,
+            ),
+            "providers.tokenAttributes.optionalServiceAccountAnnotationKeys: Invalid value: \"bad key\": name part must consist of alphanumeric characters",
+        ),
+        (
+            with(
+                "      serviceAccountTokenAudience: a\n      cacheType: ServiceAccount\n      requireServiceAccount: true\n      requiredServiceAccountAnnotationKeys: [b.io/y, a.io/x]\n      optionalServiceAccountAnnotationKeys: [a.io/x, b.io/y]\n",
+                V1,
+            ),
+            "providers.tokenAttributes: Invalid value: [\"a.io/x\",\"b.io/y\"]: annotation keys cannot be both required and optional",
+        ),
+    ];
+    for (yaml, want) in cases {
+        write_file(&f, &yaml);
+        let err = load_provider_config(&f).expect_err(&yaml).to_string();
+        assert!(err.starts_with(prefix) && err.contains(want), "got  {err}\nwant {want}");
+    }
+}
+
+#[test]
+fn identical_validation_errors_are_reported_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = dir.path().join("c.yaml");
+    write_file(&f, &config_yaml(&[provider_yaml("a", "[]", "1m", ""), provider_yaml("b", "[]", "1m", "")]));
+    assert_eq!(
+        load_provider_config(&f).expect_err("two empty matchImages").to_string(),
+        "failed to validate credential provider config: providers.matchImages: Required value: at least 1 item in matchImages is required"
+    );
 }
 
 #[test]
@@ -321,6 +518,7 @@ impl Plugin {
                 EnvVar { name: "COUNT_FILE".into(), value: self.path("count").display().to_string().into() },
                 EnvVar { name: "REQUEST_FILE".into(), value: self.path("request").display().to_string().into() },
             ],
+            token_attributes: None,
         };
         PluginProvider::new(spec, self.path("bin/test-plugin"), timeout).with_clock(clock.clock())
     }
