@@ -19,7 +19,10 @@ pub use keyring::{
 };
 pub use node::{NodeCredentialSettings, NodeCredentials};
 pub use node_files::{DockerConfigSearch, NodeConfigFiles};
-pub use plugin::{CredentialProviders, PluginError, ProviderConfigError};
+pub use plugin::{
+    CredentialProviders, PluginError, PluginPod, PodServiceAccount, ProviderConfigError, ServiceAccountInfo,
+    ServiceAccountTokenSource, TokenRequest, TokenSourceError,
+};
 pub use secrets::{
     DOCKER_CONFIG_JSON_KEY, DOCKER_CONFIG_JSON_TYPE, DOCKERCFG_KEY, DOCKERCFG_TYPE, DockerConfig, DockerConfigEntry,
     DockerConfigError, ManifestError, PullSecret, parse_docker_config_json, parse_dockercfg, secrets_keyring,

@@ -42,7 +42,7 @@ mod tests;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-pub use decide::{Decision, PodCredentials, RecordLookup, decide};
+pub use decide::{Decision, PodCredentials, RecordLookup, Step, decide, decide_without_credentials, match_credentials};
 pub use policy::{Allowlist, AllowlistError, UnknownPolicy, VerificationPolicy, VerifyPolicy};
 
 use crate::clock::Clock;
@@ -235,6 +235,22 @@ impl PullRecords {
         image_ref: &str,
         pod_credentials: impl FnOnce() -> Result<PodCredentials, E>,
     ) -> Result<bool, E> {
+        self.must_attempt_pull_with(image, image_ref, || std::future::ready(pod_credentials())).await
+    }
+
+    /// [`PullRecords::must_attempt_pull`] with credentials that take a
+    /// lookup to know (a token plugin may have to run): awaited only when
+    /// the record names secrets or service accounts.
+    pub async fn must_attempt_pull_with<E, F, Fut>(
+        &self,
+        image: &str,
+        image_ref: &str,
+        pod_credentials: F,
+    ) -> Result<bool, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<PodCredentials, E>>,
+    {
         // As the kubelet: no image ref means the image must be pulled, under
         // every policy, and this return is not counted in the metric.
         if image_ref.is_empty() {
@@ -256,11 +272,18 @@ impl PullRecords {
             (None, true) => RecordLookup::Unreadable,
             (None, false) => RecordLookup::Absent,
         };
-        let (decision, error) = decide(&self.inner.policy, repo.as_deref(), lookup, pulled_by_kubelet, pod_credentials);
+        let decision = match decide_without_credentials(&self.inner.policy, repo.as_deref(), lookup, pulled_by_kubelet)
+        {
+            Step::Done(d) => d,
+            Step::Match(cached) => match pod_credentials().await {
+                Ok(pod) => match_credentials(cached, &pod),
+                Err(e) => {
+                    self.metrics.mustpull_check(MustPullResult::Error);
+                    return Err(e);
+                }
+            },
+        };
         self.metrics.mustpull_check(decision.result);
-        if let Some(e) = error {
-            return Err(e);
-        }
         if let (Some(repo), false) = (repo, decision.record_secrets.is_empty()) {
             let creds = ImagePullCredentials { kubernetes_secrets: decision.record_secrets, ..Default::default() };
             if let Err(e) = self.write_pulled(image_ref, repo, &creds, None, false).await {

@@ -32,6 +32,9 @@ pub struct Credential {
     pub email: String,
     /// The pull secret this credential came from; `None` for node credentials.
     pub source: Option<CredentialSource>,
+    /// The service account whose token a credential plugin exchanged for
+    /// this credential (KEP-4412); `None` otherwise.
+    pub service_account: Option<crate::domain::pull_record::ImagePullServiceAccount>,
     /// The normalised keyring key it is stored under (set by [`Keyring::add`]).
     pub key: String,
 }
@@ -44,6 +47,7 @@ impl Credential {
             password: password.into(),
             email: email.into(),
             source: None,
+            service_account: None,
             key: String::new(),
         }
     }

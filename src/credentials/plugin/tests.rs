@@ -548,11 +548,12 @@ async fn the_request_goes_on_stdin_with_args_and_env() {
     let provider = p.provider("1m", MINUTE, &clock);
     let got = provider.provide("a.example.com/team/app").await;
     assert_eq!(users(&got), [("*.example.com", "plugin-user", "plugin-pass")]);
-    let request: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(p.path("request")).expect("request")).expect("JSON");
+    // The kubelet's bytes: its encoder's key order and final newline.
     assert_eq!(
-        request,
-        serde_json::json!({"kind": "CredentialProviderRequest", "apiVersion": V1, "image": "a.example.com/team/app"})
+        std::fs::read_to_string(p.path("request")).expect("request"),
+        format!(
+            "{{\"kind\":\"CredentialProviderRequest\",\"apiVersion\":\"{V1}\",\"image\":\"a.example.com/team/app\"}}\n"
+        )
     );
     assert_eq!(std::fs::read_to_string(p.path("count")).expect("count"), "get-credentials\n", "args are passed");
 }
@@ -985,4 +986,198 @@ mod props {
             }
         }
     }
+}
+
+// === service-account tokens (KEP-4412) ===
+
+/// A token source that mints `tok-<pod uid>` and knows one account per name.
+#[derive(Debug, Default)]
+struct Tokens {
+    minted: std::sync::Mutex<Vec<TokenRequest>>,
+    accounts: std::sync::Mutex<usize>,
+}
+
+impl ServiceAccountTokenSource for Tokens {
+    fn service_account<'a>(
+        &'a self,
+        _namespace: &'a str,
+        name: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<ServiceAccountInfo, TokenSourceError>> {
+        *self.accounts.lock().expect("lock") += 1;
+        let info = ServiceAccountInfo {
+            uid: format!("uid-{name}"),
+            annotations: [("example.com/role", "puller"), ("unrelated", "x")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        Box::pin(async move { if name == "missing" { Err(TokenSourceError("not found".into())) } else { Ok(info) } })
+    }
+
+    fn token<'a>(
+        &'a self,
+        request: &'a TokenRequest,
+    ) -> futures_util::future::BoxFuture<'a, Result<crate::domain::Secret, TokenSourceError>> {
+        self.minted.lock().expect("lock").push(request.clone());
+        Box::pin(async move { Ok(crate::domain::Secret::new(format!("tok-{}", request.pod_uid))) })
+    }
+}
+
+fn attrs(cache_type: TokenCacheType, require: bool, required: &[&str]) -> TokenAttributes {
+    TokenAttributes {
+        audience: "registry.example".into(),
+        cache_type,
+        require_service_account: require,
+        required_annotation_keys: required.iter().map(|k| (*k).to_string()).collect(),
+        optional_annotation_keys: vec!["example.com/tier".into()],
+    }
+}
+
+fn pod(uid: &str, sa: Option<&str>) -> PluginPod {
+    PluginPod {
+        namespace: "ns".into(),
+        name: format!("pod-{uid}"),
+        uid: uid.into(),
+        service_account: sa.map(PodServiceAccount::named),
+    }
+}
+
+impl Plugin {
+    fn token_provider(&self, attrs: TokenAttributes, clock: &ManualClock) -> PluginProvider {
+        let mut p = self.provider("1m", MINUTE, clock);
+        let mut spec = p.spec().clone();
+        spec.token_attributes = Some(attrs);
+        p = PluginProvider::new(spec, self.path("bin/test-plugin"), MINUTE).with_clock(clock.clock());
+        p
+    }
+
+    fn request(&self) -> String {
+        std::fs::read_to_string(self.path("request")).expect("request")
+    }
+}
+
+#[tokio::test]
+async fn a_token_plugin_gets_the_pods_bound_token_and_its_annotations() {
+    let p = Plugin::new(&response("Image", None));
+    let clock = ManualClock::new();
+    let provider = p.token_provider(attrs(TokenCacheType::ServiceAccount, true, &["example.com/role"]), &clock);
+    let tokens = Tokens::default();
+    let got = provider.provide_for("a.example.com/app", &pod("p1", Some("builder")), Some(&tokens)).await;
+    assert_eq!(users(&got.config), [("*.example.com", "plugin-user", "plugin-pass")]);
+    assert_eq!(
+        got.service_account,
+        Some(crate::domain::pull_record::ImagePullServiceAccount {
+            uid: "uid-builder".into(),
+            namespace: "ns".into(),
+            name: "builder".into()
+        })
+    );
+    // The token bound to the pod, for the plugin's audience, the account's uid checked.
+    assert_eq!(
+        tokens.minted.lock().expect("lock").as_slice(),
+        [TokenRequest {
+            namespace: "ns".into(),
+            service_account: "builder".into(),
+            service_account_uid: "uid-builder".into(),
+            pod_name: "pod-p1".into(),
+            pod_uid: "p1".into(),
+            audience: "registry.example".into(),
+        }]
+    );
+    // Sent as the kubelet writes it: the named annotations only.
+    assert_eq!(
+        p.request(),
+        format!(
+            "{{\"kind\":\"CredentialProviderRequest\",\"apiVersion\":\"{V1}\",\"image\":\"a.example.com/app\",\"serviceAccountToken\":\"tok-p1\",\"serviceAccountAnnotations\":{{\"example.com/role\":\"puller\"}}}}\n"
+        )
+    );
+}
+
+#[tokio::test]
+async fn token_credentials_are_cached_per_service_account_or_per_token() {
+    for (cache_type, runs_for_second_pod) in [(TokenCacheType::ServiceAccount, 1), (TokenCacheType::Token, 2)] {
+        let p = Plugin::new(&response("Image", None));
+        let clock = ManualClock::new();
+        let provider = p.token_provider(attrs(cache_type, true, &[]), &clock);
+        let tokens = Tokens::default();
+        let image = "a.example.com/app";
+        provider.provide_for(image, &pod("p1", Some("builder")), Some(&tokens)).await;
+        assert_eq!(p.runs(), 1);
+        // Another pod of the same account: its own token.
+        let second = provider.provide_for(image, &pod("p2", Some("builder")), Some(&tokens)).await;
+        assert_eq!(p.runs(), runs_for_second_pod, "{cache_type:?}");
+        assert!(!second.config.entries.is_empty());
+        // The first pod again: cached either way (same token).
+        provider.provide_for(image, &pod("p1", Some("builder")), Some(&tokens)).await;
+        assert_eq!(p.runs(), runs_for_second_pod, "{cache_type:?}: the first token's entry");
+        // Another account never shares an entry.
+        provider.provide_for(image, &pod("p3", Some("deployer")), Some(&tokens)).await;
+        assert_eq!(p.runs(), runs_for_second_pod + 1, "{cache_type:?}");
+        // And a pod without a token (no account, not required) neither.
+        let optional = p.token_provider(attrs(cache_type, false, &[]), &clock);
+        optional.provide_for(image, &pod("p4", None), Some(&tokens)).await;
+        assert!(!p.request().contains("serviceAccountToken"), "{}", p.request());
+    }
+}
+
+#[tokio::test]
+async fn a_token_plugin_is_not_run_without_what_it_requires() {
+    let p = Plugin::new(&response("Image", None));
+    let clock = ManualClock::new();
+    let tokens = Tokens::default();
+    let image = "a.example.com/app";
+    // requireServiceAccount and a pod without one.
+    let required = p.token_provider(attrs(TokenCacheType::ServiceAccount, true, &[]), &clock);
+    assert_eq!(required.provide_for(image, &pod("p1", None), Some(&tokens)).await, Provided::default());
+    // A required annotation the account does not have.
+    let annotated = p.token_provider(attrs(TokenCacheType::ServiceAccount, true, &["example.com/absent"]), &clock);
+    assert_eq!(annotated.provide_for(image, &pod("p1", Some("builder")), Some(&tokens)).await, Provided::default());
+    // An account the source cannot find, and no source at all.
+    assert_eq!(required.provide_for(image, &pod("p1", Some("missing")), Some(&tokens)).await, Provided::default());
+    assert_eq!(required.provide_for(image, &pod("p1", Some("builder")), None).await, Provided::default());
+    assert_eq!(p.runs(), 0);
+    assert!(tokens.minted.lock().expect("lock").is_empty(), "no token minted for a plugin that does not run");
+}
+
+#[tokio::test]
+async fn the_requests_own_account_and_token_are_used_before_the_source() {
+    let p = Plugin::new(&response("Image", None));
+    let clock = ManualClock::new();
+    let provider = p.token_provider(attrs(TokenCacheType::Token, true, &["example.com/role"]), &clock);
+    let tokens = Tokens::default();
+    let mut sa = PodServiceAccount::named("builder");
+    sa.uid = "given-uid".into();
+    sa.annotations.insert("example.com/role".into(), "given".into());
+    sa.tokens.insert("registry.example".into(), crate::domain::Secret::new("caller-token"));
+    let pod = PluginPod { service_account: Some(sa), ..pod("p1", None) };
+    let got = provider.provide_for("a.example.com/app", &pod, Some(&tokens)).await;
+    assert_eq!(got.service_account.map(|s| s.uid), Some("given-uid".to_string()));
+    assert!(p.request().contains("\"serviceAccountToken\":\"caller-token\""));
+    assert!(p.request().contains("\"example.com/role\":\"given\""));
+    assert_eq!(*tokens.accounts.lock().expect("lock"), 0);
+    assert!(tokens.minted.lock().expect("lock").is_empty());
+}
+
+#[tokio::test]
+async fn the_token_echoed_as_a_password_is_refused_unless_cached_per_token() {
+    let echo = |cache_type| {
+        let body = format!(
+            r#"{{"apiVersion":"{V1}","kind":"CredentialProviderResponse","cacheKeyType":"Image","auth":{{"*.example.com":{{"username":"u","password":"tok-p1"}}}}}}"#
+        );
+        (Plugin::new(&body), cache_type)
+    };
+    let tokens = Tokens::default();
+    let clock = ManualClock::new();
+    let (p, t) = echo(TokenCacheType::ServiceAccount);
+    let got = p
+        .token_provider(attrs(t, true, &[]), &clock)
+        .provide_for("a.example.com/x", &pod("p1", Some("sa")), Some(&tokens))
+        .await;
+    assert!(got.config.entries.is_empty());
+    let (p, t) = echo(TokenCacheType::Token);
+    let got = p
+        .token_provider(attrs(t, true, &[]), &clock)
+        .provide_for("a.example.com/x", &pod("p1", Some("sa")), Some(&tokens))
+        .await;
+    assert_eq!(got.config.entries.len(), 1);
 }
