@@ -65,11 +65,30 @@ struct State {
 }
 
 impl State {
-    fn pulled_by_kubelet(&self, image_ref: &str, image_key: &str) -> bool {
-        self.records.contains_key(image_ref)
-            || self.unreadable.contains(image_ref)
+    /// Whether imaged pulled the image `image_ref` under this name
+    /// (`image_key`, normalised repository `repo`): a pull of the name is in
+    /// flight or left an intent, or the image's record is unreadable, has
+    /// no mapping at all (recovered from an intent: which names is not
+    /// known), or has one for this repository.
+    ///
+    /// The kubelet (1.35, 1.36) asks only whether *a* record exists for the
+    /// image id, so a pull of the same image under another repository (the
+    /// same content digest) takes the preloaded standing from a name imaged
+    /// never pulled (kubernetes/kubernetes#138175): a pod that used the
+    /// preloaded name with `Never` and no secret is then refused. Here a
+    /// name keeps its standing until imaged pulls that name itself. The
+    /// runtime resolved the name to this image, so the name is on the node;
+    /// and it is in no record or intent, so it was put there outside imaged.
+    fn pulled_by_kubelet(&self, image_ref: &str, image_key: &str, repo: Option<&str>) -> bool {
+        if self.unreadable.contains(image_ref)
             || self.in_flight.get(image_key).is_some_and(|n| *n > 0)
             || self.stored_intents.contains(image_key)
+        {
+            return true;
+        }
+        self.records.get(image_ref).is_some_and(|r| {
+            r.credential_mapping.is_empty() || repo.is_none_or(|repo| r.credential_mapping.contains_key(repo))
+        })
     }
 }
 
@@ -265,7 +284,7 @@ impl PullRecords {
         let (record, unreadable, pulled_by_kubelet) = {
             let st = self.state();
             let record = st.records.get(image_ref).cloned();
-            (record, st.unreadable.contains(image_ref), st.pulled_by_kubelet(image_ref, &names.key))
+            (record, st.unreadable.contains(image_ref), st.pulled_by_kubelet(image_ref, &names.key, repo.as_deref()))
         };
         let lookup = match (&record, unreadable) {
             (Some(r), _) => RecordLookup::Found(r),
