@@ -8,6 +8,7 @@
 //! fields and registries, never a value.
 
 pub mod keyring;
+pub mod kube_api;
 pub mod node;
 pub mod node_files;
 pub mod plugin;
@@ -17,6 +18,7 @@ pub use keyring::{
     Credential, CredentialSource, DEFAULT_REGISTRY_HOST, DockerKeyring, KeyError, Keyring, UrlError, glob_match,
     is_default_registry_match, normalize_key, urls_match,
 };
+pub use kube_api::{KubeApi, KubeconfigError};
 pub use node::{NodeCredentialSettings, NodeCredentials};
 pub use node_files::{DockerConfigSearch, NodeConfigFiles};
 pub use plugin::{

@@ -26,6 +26,9 @@ pub struct NodeCredentialSettings {
     pub provider_bin_dir: Option<PathBuf>,
     /// Longest run of a plugin.
     pub provider_timeout: Duration,
+    /// Kubeconfig of the API server that gives plugins in token mode their
+    /// service accounts and tokens (`None`: only what requests carry).
+    pub kubeconfig: Option<PathBuf>,
     /// Where plugin runs and the provider configuration's hash are reported.
     pub metrics: crate::metrics::Metrics,
 }
@@ -40,6 +43,7 @@ impl Default for NodeCredentialSettings {
             provider_config: None,
             provider_bin_dir: None,
             provider_timeout: DEFAULT_PLUGIN_TIMEOUT,
+            kubeconfig: None,
             metrics: crate::metrics::Metrics::default(),
         }
     }
@@ -72,6 +76,13 @@ impl NodeCredentials {
                 crate::clock::Clock::new(),
                 &s.metrics,
             )?,
+        };
+        let plugins = match &s.kubeconfig {
+            Some(path) => {
+                let api = super::kube_api::KubeApi::from_kubeconfig(path).map_err(ProviderConfigError::Kubeconfig)?;
+                plugins.with_token_source(Arc::new(api))
+            }
+            None => plugins,
         };
         Ok(Self { files, plugins })
     }

@@ -78,6 +78,9 @@ pub enum ProviderConfigError {
     /// A provider's executable is missing.
     #[error("plugin binary executable {} did not exist", .0.display())]
     NoExecutable(PathBuf),
+    /// The kubeconfig for service-account tokens cannot be used.
+    #[error(transparent)]
+    Kubeconfig(crate::credentials::KubeconfigError),
     /// A provider's executable could not be inspected.
     #[error("error inspecting binary executable {}: {reason}", .path.display())]
     Executable {

@@ -78,7 +78,7 @@ pub struct ServiceAccountInfo {
 
 /// A TokenRequest for a pod's service account, bound to the pod (the
 /// kubelet's: one audience, the pod as bound object, default expiry).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TokenRequest {
     /// Namespace of the pod and its service account.
     pub namespace: String,
