@@ -166,6 +166,28 @@ fn a_bad_credential_provider_setup_exits_1_with_the_kubelets_text() {
         err.contains("failed to validate credential provider config: providers: Required value: at least 1 item in plugins is required"),
         "{err}"
     );
+
+    // A typo'd field refuses the file, in check-config and in `imaged run`, as the kubelet (1.33+).
+    std::fs::write(
+        &conf,
+        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: p\n    matchImage: [r.io]\n    defaultCacheDuration: 1m\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+    )
+    .expect("write");
+    let want = format!(
+        "Failed to register CRI auth plugins: error decoding config \"{}\": strict decoding error: unknown field \"providers[0].matchImage\"",
+        conf.display()
+    );
+    for cmd in ["check-config", "run"] {
+        let socket = dir.path().join("api.sock");
+        let out = imaged()
+            .args(["--set", &set("provider_config", &conf), "--set", &set("provider_bin_dir", &bin)])
+            .args(["--set", &format!("daemon.socket={}", socket.display()), cmd])
+            .output()
+            .expect("run imaged");
+        assert_eq!(out.status.code(), Some(1), "{cmd}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(&want), "{cmd}: {err}");
+    }
 }
 
 #[test]
