@@ -153,3 +153,195 @@ fn kubeconfigs_it_cannot_use_are_refused_with_the_reason() {
     let e = KubeApi::from_kubeconfig(&dir.path().join("absent")).expect_err("absent").to_string();
     assert!(e.contains("absent"), "{e}");
 }
+
+/// `openssl` run in `dir`; false when it is missing or fails.
+fn openssl(dir: &Path, args: &[&str]) -> bool {
+    std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate.
+fn certificates(dir: &Path) -> bool {
+    std::fs::write(dir.join("san.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    // Extensions make the certificates X.509 v3, which webpki requires.
+    std::fs::write(dir.join("client.cnf"), "extendedKeyUsage=clientAuth\n").unwrap();
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+    openssl(
+        dir,
+        &[&["req", "-x509"][..], &ec, &["-keyout", "ca.key", "-out", "ca.crt", "-days", "1", "-subj", "/CN=test-ca"]]
+            .concat(),
+    ) && openssl(
+        dir,
+        &[&["req"][..], &ec, &["-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"]].concat(),
+    ) && openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "1",
+            "-extfile",
+            "san.cnf",
+        ],
+    ) && openssl(
+        dir,
+        &[
+            &["req"][..],
+            &ec,
+            &["-keyout", "client.key", "-out", "client.csr", "-subj", "/CN=system:node:test/O=system:nodes"],
+        ]
+        .concat(),
+    ) && openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "client.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "client.crt",
+            "-days",
+            "1",
+            "-extfile",
+            "client.cnf",
+        ],
+    )
+}
+
+/// An HTTPS stand-in that demands a client certificate signed by the CA and
+/// answers every request with a minted token; returns the URL and how many
+/// requests it served.
+async fn tls_stand_in(dir: &Path) -> (String, Arc<AtomicUsize>) {
+    use rustls_pki_types::pem::PemObject as _;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio_rustls::rustls;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_file(dir.join("ca.crt")).unwrap()).unwrap();
+    let verifier =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build().unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(
+            vec![CertificateDer::from_pem_file(dir.join("server.crt")).unwrap()],
+            PrivateKeyDer::from_pem_file(dir.join("server.key")).unwrap(),
+        )
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("https://{}", listener.local_addr().unwrap());
+    let served = Arc::new(AtomicUsize::new(0));
+    let count = served.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let Ok(mut tls) = acceptor.accept(tcp).await else { continue };
+            let mut buf = vec![0u8; 16 * 1024];
+            let mut got = 0;
+            // Read the head and its body (Content-Length).
+            loop {
+                let Ok(n) = tls.read(&mut buf[got..]).await else { break };
+                got += n;
+                let text = String::from_utf8_lossy(&buf[..got]).to_string();
+                if let Some(head_end) = text.find("\r\n\r\n") {
+                    let len = text
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                        })
+                        .unwrap_or(0);
+                    if got >= head_end + 4 + len || n == 0 {
+                        break;
+                    }
+                }
+                if n == 0 {
+                    break;
+                }
+            }
+            count.fetch_add(1, Ordering::SeqCst);
+            let body = r#"{"status":{"token":"minted-over-tls"}}"#;
+            let resp = format!(
+                "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = tls.write_all(resp.as_bytes()).await;
+            let _ = tls.shutdown().await;
+        }
+    });
+    (url, served)
+}
+
+#[tokio::test]
+async fn tokens_are_minted_over_tls_with_the_kubeconfigs_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    if !certificates(dir.path()) {
+        // openssl is part of the machine set-up (.ci); without it there is nothing to test with.
+        assert!(std::env::var("CI").is_err(), "openssl is needed to make the test certificates");
+        return;
+    }
+    let (url, served) = tls_stand_in(dir.path()).await;
+    let user = "    client-certificate: client.crt\n    client-key: client.key\n";
+    let config = kubeconfig(dir.path(), &url, user).display().to_string();
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace(&format!("    server: {url}\n"), &format!("    server: {url}\n    certificate-authority: ca.crt\n"));
+    std::fs::write(&config, text).unwrap();
+    let api = KubeApi::from_kubeconfig(Path::new(&config)).expect("loads");
+    let token = api.token(&request("p1", "builder")).await.expect("minted over TLS");
+    assert_eq!(token.expose(), "minted-over-tls");
+    assert_eq!(served.load(Ordering::SeqCst), 1);
+    // Without the client certificate the server refuses the handshake.
+    let anonymous = kubeconfig(dir.path(), &url, "    token: t\n").display().to_string();
+    let text = std::fs::read_to_string(&anonymous)
+        .unwrap()
+        .replace(&format!("    server: {url}\n"), &format!("    server: {url}\n    certificate-authority: ca.crt\n"));
+    std::fs::write(&anonymous, text).unwrap();
+    let e = KubeApi::from_kubeconfig(Path::new(&anonymous)).unwrap().token(&request("p2", "builder")).await;
+    assert!(e.is_err(), "{e:?}");
+    // A CA that did not sign the server: refused.
+    assert!(openssl(
+        dir.path(),
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            "other.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=other"
+        ]
+    ));
+    let e = KubeApi::from_kubeconfig(Path::new(&config)).unwrap().token(&request("p3", "builder")).await;
+    assert!(e.expect_err("untrusted server").to_string().contains("TLS with"), "names the TLS failure");
+}
