@@ -59,7 +59,7 @@ mod tests {
         assert!(s.should_try() && !s.refused_by_runtime());
         s.not_offered();
         assert!(!s.should_try() && s.refused_by_runtime());
-        tokio::time::advance(REPROBE_AFTER - Duration::from_secs(1)).await;
+        tokio::time::advance(REPROBE_AFTER.saturating_sub(Duration::from_secs(1))).await;
         assert!(!s.should_try());
         tokio::time::advance(Duration::from_secs(1)).await;
         assert!(s.should_try(), "probed again");

@@ -260,11 +260,10 @@ async fn tls_stand_in(dir: &Path) -> (String, Arc<AtomicUsize>) {
             let mut buf = vec![0u8; 16 * 1024];
             let mut got = 0;
             // Read the head and its body (Content-Length).
-            loop {
-                let Ok(n) = tls.read(&mut buf[got..]).await else { break };
+            while let Ok(n) = tls.read(&mut buf[got..]).await {
                 got += n;
                 let text = String::from_utf8_lossy(&buf[..got]).to_string();
-                if let Some(head_end) = text.find("\r\n\r\n") {
+                let complete = text.find("\r\n\r\n").is_some_and(|head_end| {
                     let len = text
                         .lines()
                         .find_map(|l| {
@@ -273,11 +272,9 @@ async fn tls_stand_in(dir: &Path) -> (String, Arc<AtomicUsize>) {
                                 .map(|v| v.trim().parse::<usize>().unwrap_or(0))
                         })
                         .unwrap_or(0);
-                    if got >= head_end + 4 + len || n == 0 {
-                        break;
-                    }
-                }
-                if n == 0 {
+                    got >= head_end + 4 + len
+                });
+                if complete || n == 0 {
                     break;
                 }
             }

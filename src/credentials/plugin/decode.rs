@@ -9,6 +9,8 @@
 //! the schema of its version; no error quotes a value from the file (`env`
 //! values may be secrets): Go's own type errors name only the JSON type.
 
+use std::fmt::Write as _;
+
 use serde_yaml_ng::Value;
 
 use crate::domain::Secret;
@@ -205,7 +207,7 @@ impl Walk<'_> {
                 let mut out = Vec::with_capacity(items.len());
                 for (i, it) in items.iter().enumerate() {
                     let len = self.path.len();
-                    self.path.push_str(&format!("[{i}]"));
+                    let _ = write!(self.path, "[{i}]");
                     out.push(item(self, it));
                     self.path.truncate(len);
                 }
