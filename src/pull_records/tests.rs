@@ -530,3 +530,28 @@ async fn a_dropped_intent_guard_ends_the_intent_and_a_disarmed_one_does_not() {
     }
     assert_eq!(r.stored_intents().len(), 1, "a disarmed guard ends nothing");
 }
+
+#[tokio::test]
+async fn a_name_imaged_never_pulled_keeps_its_preloaded_standing() {
+    // kubernetes/kubernetes#138175: the same image id, pulled with a secret as Y.
+    const X: &str = "public.example.org/tools/app:v1";
+    let y_secret = ImagePullCredentials::secret(secret("ns", "regcred", "u1", "h1"));
+    let preloaded = PullRecords::in_memory(VerifyPolicy::default());
+    preloaded.record_image_pulled(IMAGE, REF, &y_secret).await.unwrap();
+    assert!(!preloaded.must_attempt_pull(X, REF, pod(vec![])).await.unwrap(), "X stays preloaded");
+    assert!(preloaded.must_attempt_pull(IMAGE, REF, pod(vec![])).await.unwrap(), "Y needs its secret");
+    // Once imaged pulls X itself (an intent, then a record), X is imaged's.
+    let intent = preloaded.begin_pull(X).await.unwrap();
+    assert!(preloaded.must_attempt_pull(X, REF, pod(vec![])).await.unwrap(), "a pull of X in flight");
+    preloaded.record_image_pulled(X, REF, &y_secret).await.unwrap();
+    intent.disarm();
+    assert!(preloaded.must_attempt_pull(X, REF, pod(vec![])).await.unwrap(), "X pulled with a secret");
+    // A record without any mapping (recovered from an intent): every name is imaged's.
+    let recovered = PullRecords::in_memory(VerifyPolicy::default());
+    recovered.record_image_pulled(IMAGE, REF, &ImagePullCredentials::default()).await.unwrap();
+    assert!(recovered.must_attempt_pull(X, REF, pod(vec![])).await.unwrap());
+    // AlwaysVerify exempts nothing.
+    let strict = PullRecords::in_memory(VerifyPolicy::new(VerificationPolicy::AlwaysVerify));
+    strict.record_image_pulled(IMAGE, REF, &y_secret).await.unwrap();
+    assert!(strict.must_attempt_pull(X, REF, pod(vec![])).await.unwrap());
+}
