@@ -154,3 +154,66 @@ async fn a_token_plugin_pulls_for_a_service_account_and_its_pods_reuse_the_image
     assert!(matches!(&d, Err((kind, m)) if kind == "ErrImagePull" && m.contains("401 Unauthorized")), "{d:?}");
     assert_eq!(embedded.stats().calls(imaged::cri::Rpc::PullImage), 2, "pod A's pull and pod D's refused one");
 }
+
+/// An embedder's token source (it holds the pod and can mint bound tokens).
+#[derive(Debug, Default)]
+struct AgentTokens(AtomicUsize);
+
+impl imaged::credentials::ServiceAccountTokenSource for AgentTokens {
+    fn service_account<'a>(
+        &'a self,
+        _namespace: &'a str,
+        name: &'a str,
+    ) -> futures_util::future::BoxFuture<
+        'a,
+        Result<imaged::credentials::ServiceAccountInfo, imaged::credentials::TokenSourceError>,
+    > {
+        let info = imaged::credentials::ServiceAccountInfo { uid: format!("agent-uid-{name}"), ..Default::default() };
+        Box::pin(async move { Ok(info) })
+    }
+
+    fn token<'a>(
+        &'a self,
+        request: &'a imaged::credentials::TokenRequest,
+    ) -> futures_util::future::BoxFuture<'a, Result<imaged::domain::Secret, imaged::credentials::TokenSourceError>>
+    {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move { Ok(imaged::domain::Secret::new(format!("minted-by-agent-{}", request.pod_uid))) })
+    }
+}
+
+#[actix::test]
+async fn an_embedder_gives_node_start_its_own_token_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(
+        bin.join("exchange"),
+        "#!/bin/sh\nif grep -q '\"serviceAccountToken\":\"minted-'; then auth='\"registry.example.com\":{\"username\":\"team\",\"password\":\"team-password\"}'; else auth=''; fi\nprintf '{\"apiVersion\":\"credentialprovider.kubelet.k8s.io/v1\",\"kind\":\"CredentialProviderResponse\",\"cacheKeyType\":\"Image\",\"auth\":{%s}}' \"$auth\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(bin.join("exchange"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let providers = dir.path().join("providers.yaml");
+    std::fs::write(
+        &providers,
+        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: exchange\n    matchImages: [\"registry.example.com\"]\n    defaultCacheDuration: 5m\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n    tokenAttributes:\n      serviceAccountTokenAudience: registry.example.com\n      cacheType: Token\n      requireServiceAccount: true\n",
+    )
+    .unwrap();
+    let toml = format!(
+        "[state]\ndir = \"memory\"\n[credentials]\nconfig_json_dirs = []\ndockercfg_dirs = []\nprovider_config = \"{}\"\nprovider_bin_dir = \"{}\"\n",
+        providers.display(),
+        bin.display()
+    );
+    let tokens = Arc::new(AgentTokens::default());
+    let mut cfg = Config::from_toml(&toml).expect("config").with_token_source(tokens.clone());
+    cfg.endpoint = RuntimeEndpoint::Embedded { socket: Some(dir.path().join("runtime.sock")) };
+    let node = Node::start(cfg).await.expect("node starts");
+    let embedded = node.runtime().embedded.as_ref().expect("embedded");
+    embedded.add_remote(RemoteImage::new(PRIVATE, 1_000).private("team", "team-password")).expect("add");
+    let mut req =
+        imaged::ensure::EnsureImageRequest::new("a", PRIVATE, imaged::domain::pull_policy::PullPolicy::IfNotPresent);
+    req.pod.namespace = "team".into();
+    req.pod.service_account = Some(imaged::credentials::PodServiceAccount::named("builder"));
+    node.ensure_image_exists(&req).await.expect("no node error").expect("pulled with the agent's token");
+    assert_eq!(tokens.0.load(Ordering::SeqCst), 1);
+}

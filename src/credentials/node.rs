@@ -13,6 +13,25 @@ use super::plugin::{
     CredentialProviders, DEFAULT_PLUGIN_TIMEOUT, PluginPod, ProviderConfigError, ServiceAccountTokenSource,
 };
 
+/// An embedder's [`ServiceAccountTokenSource`] as a setting (compared by
+/// identity).
+#[derive(Clone)]
+pub struct TokenSourceHandle(pub Arc<dyn ServiceAccountTokenSource>);
+
+impl PartialEq for TokenSourceHandle {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for TokenSourceHandle {}
+
+impl std::fmt::Debug for TokenSourceHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// Node credential settings (the `[credentials]` configuration section).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeCredentialSettings {
@@ -29,6 +48,9 @@ pub struct NodeCredentialSettings {
     /// Kubeconfig of the API server that gives plugins in token mode their
     /// service accounts and tokens (`None`: only what requests carry).
     pub kubeconfig: Option<PathBuf>,
+    /// The embedder's source of service accounts and tokens; used instead
+    /// of `kubeconfig` when both are set (see `Config::with_token_source`).
+    pub token_source: Option<TokenSourceHandle>,
     /// Where plugin runs and the provider configuration's hash are reported.
     pub metrics: crate::metrics::Metrics,
 }
@@ -44,6 +66,7 @@ impl Default for NodeCredentialSettings {
             provider_bin_dir: None,
             provider_timeout: DEFAULT_PLUGIN_TIMEOUT,
             kubeconfig: None,
+            token_source: None,
             metrics: crate::metrics::Metrics::default(),
         }
     }
@@ -77,12 +100,13 @@ impl NodeCredentials {
                 &s.metrics,
             )?,
         };
-        let plugins = match &s.kubeconfig {
-            Some(path) => {
+        let plugins = match (&s.token_source, &s.kubeconfig) {
+            (Some(source), _) => plugins.with_token_source(source.0.clone()),
+            (None, Some(path)) => {
                 let api = super::kube_api::KubeApi::from_kubeconfig(path).map_err(ProviderConfigError::Kubeconfig)?;
                 plugins.with_token_source(Arc::new(api))
             }
-            None => plugins,
+            (None, None) => plugins,
         };
         Ok(Self { files, plugins })
     }
