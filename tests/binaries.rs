@@ -173,6 +173,23 @@ fn a_bad_credential_provider_setup_exits_64_with_the_kubelets_text_in_check_conf
             "{cmd}: {err}"
         );
     }
+
+    // A typo'd field refuses the file, in check-config and in `imaged run`, as the kubelet (1.33+).
+    std::fs::write(
+        &conf,
+        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: p\n    matchImage: [r.io]\n    defaultCacheDuration: 1m\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+    )
+    .expect("write");
+    let want = format!(
+        "Failed to register CRI auth plugins: error decoding config \"{}\": strict decoding error: unknown field \"providers[0].matchImage\"",
+        conf.display()
+    );
+    for cmd in ["check-config", "run"] {
+        let out = run(cmd);
+        assert_eq!(out.status.code(), Some(64), "{cmd}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(&want), "{cmd}: {err}");
+    }
 }
 
 #[test]

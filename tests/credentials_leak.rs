@@ -1,7 +1,8 @@
 //! Secrets stay secret: failing authenticated pulls against the embedded
 //! runtime's credential-requiring remote, with a wrong password from a pod
-//! secret, from the node's `config.json` and from a credential-provider
-//! plugin. Every log line (all levels, all threads), every event, every
+//! secret, from the node's `config.json`, from a credential-provider
+//! plugin, and from a plugin in service-account token mode (KEP-4412) that
+//! gets the pod's token and hands it back as the password. Every log line (all levels, all threads), every event, every
 //! error text, the metrics scrape and the `Debug` output of the request,
 //! the credentials and the manager are captured; no password and no base64 `auth` string may
 //! appear in any of them.
@@ -32,6 +33,8 @@ const PRIVATE: &str = "registry.example.com/team/app:v1";
 const SECRET_PW: &str = "pw-from-secret-7Qz";
 const FILE_PW: &str = "pw-from-file-K3v";
 const PLUGIN_PW: &str = "pw-from-plugin-Xe9";
+/// The pod's service-account token (a token plugin gets it and returns it as the password).
+const SA_TOKEN: &str = "eyJhbGciOiJSUzI1NiJ9.sa-token-Wq8";
 
 /// A `MakeWriter` appending to a shared buffer.
 #[derive(Clone, Default)]
@@ -62,7 +65,7 @@ fn b64(s: &str) -> String {
 /// (padded and unpadded).
 fn forbidden() -> Vec<String> {
     let mut out = Vec::new();
-    for pw in [SECRET_PW, FILE_PW, PLUGIN_PW] {
+    for pw in [SECRET_PW, FILE_PW, PLUGIN_PW, SA_TOKEN] {
         out.push(pw.to_string());
         let auth = b64(&format!("team:{pw}"));
         out.push(auth.trim_end_matches('=').to_string());
@@ -96,10 +99,14 @@ async fn no_password_or_auth_string_in_logs_events_errors_or_debug() {
     );
     std::fs::write(bin.join("leaky"), script).expect("write");
     std::fs::set_permissions(bin.join("leaky"), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    // A token plugin: the token from its stdin back as the password (cacheType Token allows it).
+    let token_script = "#!/bin/sh\ntok=$(sed -n 's/.*\"serviceAccountToken\":\"\\([^\"]*\\)\".*/\\1/p')\necho \"stderr may hold $tok\" >&2\nprintf '{\"apiVersion\":\"credentialprovider.kubelet.k8s.io/v1\",\"kind\":\"CredentialProviderResponse\",\"cacheKeyType\":\"Image\",\"auth\":{\"registry.example.com\":{\"username\":\"team\",\"password\":\"%s\"}}}' \"$tok\"\n";
+    std::fs::write(bin.join("tokenized"), token_script).expect("write");
+    std::fs::set_permissions(bin.join("tokenized"), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let conf = dir.path().join("providers.yaml");
     std::fs::write(
         &conf,
-        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: leaky\n    matchImages: [\"registry.example.com\"]\n    defaultCacheDuration: 0s\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: leaky\n    matchImages: [\"registry.example.com\"]\n    defaultCacheDuration: 0s\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n  - name: tokenized\n    matchImages: [\"registry.example.com\"]\n    defaultCacheDuration: 0s\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n    tokenAttributes:\n      serviceAccountTokenAudience: registry.example.com\n      cacheType: Token\n      requireServiceAccount: true\n",
     )
     .expect("write");
     let metrics = imaged::metrics::Metrics::default();
@@ -135,6 +142,10 @@ async fn no_password_or_auth_string_in_logs_events_errors_or_debug() {
         PullSecret::new("default", "regcred", "kubernetes.io/dockerconfigjson")
             .with_data(".dockerconfigjson", secret_config),
     ];
+    let mut sa = imaged::credentials::PodServiceAccount::named("builder");
+    sa.uid = "uid-builder".into();
+    sa.tokens.insert("registry.example.com".into(), imaged::domain::Secret::new(SA_TOKEN));
+    req.pod.service_account = Some(sa);
 
     let mut texts = Vec::new();
     let err = manager.ensure_image_exists(&req).await.expect_err("every password is wrong");
@@ -147,9 +158,21 @@ async fn no_password_or_auth_string_in_logs_events_errors_or_debug() {
     texts.push(format!("{err} {err:?}"));
 
     let creds = lookup_credentials(&req.pull_secrets, Some(&node), &req.image).await.expect("lookup");
-    assert_eq!(creds.len(), 3, "secret, file and plugin credentials were all tried");
+    assert_eq!(creds.len(), 3, "secret, file and plugin credentials (the token plugin needs a pod)");
     assert!(creds.iter().map(|c| c.password.expose()).eq([SECRET_PW, FILE_PW, PLUGIN_PW]));
     texts.push(format!("{creds:?} {creds:#?}"));
+    let pod = imaged::credentials::PluginPod {
+        namespace: "default".into(),
+        name: "leak-test".into(),
+        uid: "u1".into(),
+        service_account: req.pod.service_account.clone(),
+    };
+    let with_token = node.lookup_for("registry.example.com/team/app", &pod).await;
+    assert!(
+        with_token.iter().any(|c| c.password.expose() == SA_TOKEN && c.service_account.is_some()),
+        "the token plugin ran with the pod's token"
+    );
+    texts.push(format!("{with_token:?} {pod:?}"));
     texts.push(format!("{req:?} {req:#?}"));
     texts.push(format!("{manager:?} {node:?}"));
 

@@ -357,3 +357,56 @@ async fn the_local_fallback_serves_only_pods_that_may_use_the_image() {
     let a2 = m.ensure_image_exists(&req("a2", PullPolicy::AlwaysWithLocalFallback, a())).await.expect("A falls back");
     assert!(a2.message.contains("the registry is unreachable"), "{}", a2.message);
 }
+
+/// kubernetes/kubernetes#138175, its four steps: an image preloaded under a
+/// public name X keeps X's preloaded standing after the same image (same
+/// id) is pulled, with a secret, under a private name Y.
+#[actix::test]
+async fn a_preloaded_name_stays_preloaded_when_the_same_image_is_pulled_under_another_name() {
+    const X: &str = "public.example.org/tools/app:v1";
+    const ID: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+    let rt = runtime().await;
+    // 1. Preloaded from repository X behind imaged's back.
+    rt.runtime.preload(RemoteImage::new(X, 1_000).with_id(ID)).expect("preload");
+    rt.runtime.add_remote(private_remote().with_id(ID)).expect("add");
+    let state = tempfile::tempdir().expect("tempdir");
+    let m = manager(&rt, state.path(), VerificationPolicy::NeverVerifyPreloadedImages, Concurrency::Serial).await;
+    let pod_a = || {
+        let mut r = EnsureImageRequest::new("pod-a", X, PullPolicy::Never);
+        r.pod.namespace = "default".into();
+        r
+    };
+    // 2. Pod A uses X with Never and no secret.
+    let first = m.ensure_image_exists(&pod_a()).await.expect("a preloaded image");
+    assert_eq!(first.image_ref, ID);
+    // 3. Pod B pulls the same image as Y, with its secret.
+    let b = m
+        .ensure_image_exists(&req(
+            "pod-b",
+            PullPolicy::IfNotPresent,
+            vec![secret("team", "regcred", "uid-b", PASSWORD)],
+        ))
+        .await;
+    assert!(served(&b), "{b:?}");
+    assert_eq!(b.expect("pulled").image_ref, ID, "one image, two names");
+    assert_eq!(pulls(&rt), 1);
+    // 4. Pod A again: X is still preloaded (the kubelet 1.35/1.36 refuses it here).
+    let again = m.ensure_image_exists(&pod_a()).await;
+    assert_eq!(again.map(|ok| ok.image_ref), Ok(ID.to_string()));
+    // Y keeps its own standing: a pod without the secret may not use it.
+    let c = m.ensure_image_exists(&req("pod-c", PullPolicy::Never, vec![])).await;
+    assert_eq!(c.map_err(|e| e.kind), Err(ImageErrorKind::ErrImageNeverPull));
+    // Across a restart (records reopened from the state dir) too.
+    drop(m);
+    let m = manager(&rt, state.path(), VerificationPolicy::NeverVerifyPreloadedImages, Concurrency::Serial).await;
+    assert_eq!(m.ensure_image_exists(&pod_a()).await.map(|ok| ok.image_ref), Ok(ID.to_string()));
+    // Under AlwaysVerify nothing is exempt: X was pulled by nobody imaged knows.
+    let strict = manager(
+        &rt,
+        tempfile::tempdir().expect("tempdir").path(),
+        VerificationPolicy::AlwaysVerify,
+        Concurrency::Serial,
+    )
+    .await;
+    assert_eq!(strict.ensure_image_exists(&pod_a()).await.map_err(|e| e.kind), Err(ImageErrorKind::ErrImageNeverPull));
+}

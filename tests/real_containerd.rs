@@ -134,6 +134,7 @@ async fn scenario(env: ContainerdEnv) {
     assert_eq!(st.image, None);
 
     ensure_flow(&env, g.clone()).await;
+    preloaded_name_flow(&env, g.clone()).await;
     node_credentials_flow(&env, g.clone()).await;
     gc_flow(&env, g).await;
     daemon_flow(&env).await;
@@ -258,6 +259,54 @@ async fn gc_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>) {
 
 /// `EnsureImageExists` once against containerd: pull, present, missing,
 /// private with credentials.
+/// kubernetes/kubernetes#138175's four steps on containerd: one image (same
+/// content, so the same id) in an open repository X and a private one Y.
+async fn preloaded_name_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>) {
+    use imaged::actors::pull_queue::PullQueueSettings;
+    use imaged::credentials::PullSecret;
+    use imaged::domain::ImageErrorKind;
+    use imaged::domain::pull_policy::PullPolicy;
+    use imaged::ensure::{EnsureImageRequest, EnsureSettings};
+
+    let files: &[(&str, &[u8])] = &[("etc/shared.txt", b"one image, two repositories\n")];
+    let x = Registry::open(&env.registry_open).push_image("imaged/preloaded-x", "v1", files).await.expect("push X");
+    let auth_reg = Registry::with_auth(&env.registry_auth, &env.user, &env.pass);
+    let y = auth_reg.push_image("imaged/private-y", "v1", files).await.expect("push Y");
+    assert_eq!(x.config_digest, y.config_digest, "the same image");
+    // 1. Preloaded behind imaged's back (a pull straight to containerd).
+    gateway.send(PullImage::new(spec(&x.reference))).await.unwrap().expect("preload X");
+    let manager = imaged::testing::start_manager(
+        &gateway,
+        &PullQueueSettings::default(),
+        &imaged::actors::backoff_registry::BackoffSettings::default(),
+        EnsureSettings::default(),
+    )
+    .await
+    .expect("manager starts")
+    .manager;
+    let pod_a = || EnsureImageRequest::new("pod-a", x.reference.clone(), PullPolicy::Never);
+    // 2. Pod A: X with Never, no secret.
+    assert_eq!(manager.ensure_image_exists(&pod_a()).await.expect("preloaded").image_ref, x.config_digest);
+    // 3. Pod B: Y with its secret (default policy for a tag: IfNotPresent).
+    let json =
+        format!(r#"{{"auths":{{"{}":{{"username":"{}","password":"{}"}}}}}}"#, env.registry_auth, env.user, env.pass);
+    let secret = PullSecret::new("team", "regcred", "kubernetes.io/dockerconfigjson")
+        .with_data(".dockerconfigjson", json.into_bytes())
+        .with_uid("uid-b");
+    let mut pod_b = EnsureImageRequest::new("pod-b", y.reference.clone(), PullPolicy::IfNotPresent);
+    pod_b.pull_secrets = vec![secret];
+    assert_eq!(manager.ensure_image_exists(&pod_b).await.expect("pulled with the secret").image_ref, y.config_digest);
+    // 4. Pod A again: X is still preloaded.
+    assert_eq!(manager.ensure_image_exists(&pod_a()).await.expect("still preloaded").image_ref, x.config_digest);
+    // Y is not: a pod without the secret may not use it.
+    let c = manager
+        .ensure_image_exists(&EnsureImageRequest::new("pod-c", y.reference.clone(), PullPolicy::Never))
+        .await
+        .expect_err("Y needs the secret");
+    assert_eq!(c.kind, ImageErrorKind::ErrImageNeverPull);
+    gateway.send(RemoveImage { image: spec(&x.config_digest) }).await.unwrap().expect("clean up");
+}
+
 async fn ensure_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>) {
     use imaged::actors::pull_queue::PullQueueSettings;
     use imaged::domain::ImageErrorKind;

@@ -50,6 +50,7 @@ pub fn ensure_request(r: proto::EnsureImageRequest) -> Result<EnsureImageRequest
             annotations: pod.annotations.into_iter().collect(),
             runtime_handler: pod.runtime_handler,
             priority: pod.priority,
+            service_account: pod.service_account.map(service_account).transpose()?,
         },
         container: (!r.container.is_empty()).then_some(r.container),
         image: r.image,
@@ -58,6 +59,20 @@ pub fn ensure_request(r: proto::EnsureImageRequest) -> Result<EnsureImageRequest
         credentials: Vec::new(),
         sandbox: None,
         deadline: deadline(r.deadline_ms)?,
+    })
+}
+
+/// A pod's service account; its tokens become [`crate::domain::Secret`]s
+/// here and are never shown again.
+fn service_account(sa: proto::ServiceAccount) -> Result<crate::credentials::PodServiceAccount, Status> {
+    if sa.name.is_empty() {
+        return Err(field("pod.service_account.name", "must not be empty (leave service_account unset for none)"));
+    }
+    Ok(crate::credentials::PodServiceAccount {
+        name: sa.name,
+        uid: sa.uid,
+        annotations: sa.annotations.into_iter().collect(),
+        tokens: sa.tokens.into_iter().map(|(audience, t)| (audience, crate::domain::Secret::new(t))).collect(),
     })
 }
 
@@ -386,6 +401,7 @@ mod tests {
                 annotations,
                 runtime_handler: String::new(),
                 priority,
+                service_account: None,
             });
             let (pull_secrets, markers): (Vec<Vec<u8>>, Vec<String>) = secrets.into_iter().unzip();
             let want = first_bad_field(&image, pod.as_ref(), &policy, &pull_secrets, deadline);

@@ -183,6 +183,13 @@ fn settings(c: &crate::config::Config, gc: &crate::config::GcSettings) -> proto:
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<proto::Event, Status>> + Send>>;
 
+/// Images per `StreamImages` message of the API.
+pub const IMAGE_BATCH: usize = 512;
+
+/// The API's `StreamImages` answer.
+pub type ImageBatches =
+    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<proto::ListImagesResponse, Status>> + Send + 'static>>;
+
 #[tonic::async_trait]
 impl Imaged for ImagedService {
     async fn ensure_image(
@@ -200,6 +207,28 @@ impl Imaged for ImagedService {
     ) -> Result<Response<proto::ListImagesResponse>, Status> {
         let images = self.node.list_images().await.map_err(status_of)?;
         Ok(Response::new(proto::ListImagesResponse { images: images.iter().map(convert::image).collect() }))
+    }
+
+    type StreamImagesStream = ImageBatches;
+
+    /// The list of `ListImages` in batches of [`IMAGE_BATCH`], each
+    /// converted as it is sent: no one message holds every image.
+    async fn stream_images(
+        &self,
+        _: Request<proto::ListImagesRequest>,
+    ) -> Result<Response<Self::StreamImagesStream>, Status> {
+        let mut images = self.node.list_images().await.map_err(status_of)?;
+        let mut batches = Vec::with_capacity(images.len().div_ceil(IMAGE_BATCH));
+        while !images.is_empty() {
+            let rest = images.split_off(images.len().min(IMAGE_BATCH));
+            batches.push(std::mem::replace(&mut images, rest));
+        }
+        let stream = tokio_stream::iter(
+            batches
+                .into_iter()
+                .map(|batch| Ok(proto::ListImagesResponse { images: batch.iter().map(convert::image).collect() })),
+        );
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn garbage_collect(

@@ -71,6 +71,8 @@ pub(super) fn credentials_from_raw(c: RawCredentials) -> Result<NodeCredentialSe
         provider_config,
         provider_bin_dir,
         provider_timeout,
+        kubeconfig: path(&c.kubeconfig),
+        token_source: None,
         metrics: crate::metrics::Metrics::default(),
     })
 }

@@ -154,6 +154,18 @@ impl Config {
         ]
     }
 
+    /// This configuration with plugins in service-account token mode
+    /// (KEP-4412) getting service accounts and pod-bound tokens from the
+    /// embedder's `source` (instead of `credentials.kubeconfig`).
+    #[must_use]
+    pub fn with_token_source(
+        mut self,
+        source: std::sync::Arc<dyn crate::credentials::ServiceAccountTokenSource>,
+    ) -> Self {
+        self.credentials.token_source = Some(crate::credentials::node::TokenSourceHandle(source));
+        self
+    }
+
     /// This configuration with every component reporting to `metrics` (the
     /// gateway, the pull queue and ensure flow, the backoff registry, GC).
     #[must_use]

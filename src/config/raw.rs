@@ -30,6 +30,7 @@ pub(super) struct RawCredentials {
     pub(super) provider_config: String,
     pub(super) provider_bin_dir: String,
     pub(super) provider_timeout: String,
+    pub(super) kubeconfig: String,
 }
 
 #[derive(Debug, Deserialize, Serialize)]

@@ -8,6 +8,7 @@
 //! fields and registries, never a value.
 
 pub mod keyring;
+pub mod kube_api;
 pub mod node;
 pub mod node_files;
 pub mod plugin;
@@ -17,9 +18,13 @@ pub use keyring::{
     Credential, CredentialSource, DEFAULT_REGISTRY_HOST, DockerKeyring, KeyError, Keyring, UrlError, glob_match,
     is_default_registry_match, normalize_key, urls_match,
 };
+pub use kube_api::{KubeApi, KubeconfigError};
 pub use node::{NodeCredentialSettings, NodeCredentials};
 pub use node_files::{DockerConfigSearch, NodeConfigFiles};
-pub use plugin::{CredentialProviders, PluginError, ProviderConfigError};
+pub use plugin::{
+    CredentialProviders, PluginError, PluginPod, PodServiceAccount, ProviderConfigError, ServiceAccountInfo,
+    ServiceAccountTokenSource, TokenRequest, TokenSourceError,
+};
 pub use secrets::{
     DOCKER_CONFIG_JSON_KEY, DOCKER_CONFIG_JSON_TYPE, DOCKERCFG_KEY, DOCKERCFG_TYPE, DockerConfig, DockerConfigEntry,
     DockerConfigError, ManifestError, PullSecret, parse_docker_config_json, parse_dockercfg, secrets_keyring,

@@ -1,7 +1,7 @@
-//! The node's credentials (the kubelet's default keyring): docker config
-//! files and exec credential-provider plugins, looked up together in one
-//! keyring as the kubelet's `providersDockerKeyring` does (file entries
-//! added before plugin entries, so for equal keys files come first).
+//! The node's credentials: docker config files (the kubelet's node
+//! keyring) and exec credential-provider plugins (its per-pod plugin
+//! keyring), looked up one after the other as the kubelet 1.36's
+//! `UnionDockerKeyring` of the two does.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -9,7 +9,28 @@ use std::time::Duration;
 
 use super::keyring::{Credential, Keyring};
 use super::node_files::{DEFAULT_CACHE_PERIOD, DockerConfigSearch, NodeConfigFiles, config_keyring};
-use super::plugin::{CredentialProviders, DEFAULT_PLUGIN_TIMEOUT, ProviderConfigError};
+use super::plugin::{
+    CredentialProviders, DEFAULT_PLUGIN_TIMEOUT, PluginPod, ProviderConfigError, ServiceAccountTokenSource,
+};
+
+/// An embedder's [`ServiceAccountTokenSource`] as a setting (compared by
+/// identity).
+#[derive(Clone)]
+pub struct TokenSourceHandle(pub Arc<dyn ServiceAccountTokenSource>);
+
+impl PartialEq for TokenSourceHandle {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for TokenSourceHandle {}
+
+impl std::fmt::Debug for TokenSourceHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// Node credential settings (the `[credentials]` configuration section).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +45,12 @@ pub struct NodeCredentialSettings {
     pub provider_bin_dir: Option<PathBuf>,
     /// Longest run of a plugin.
     pub provider_timeout: Duration,
+    /// Kubeconfig of the API server that gives plugins in token mode their
+    /// service accounts and tokens (`None`: only what requests carry).
+    pub kubeconfig: Option<PathBuf>,
+    /// The embedder's source of service accounts and tokens; used instead
+    /// of `kubeconfig` when both are set (see `Config::with_token_source`).
+    pub token_source: Option<TokenSourceHandle>,
     /// Where plugin runs and the provider configuration's hash are reported.
     pub metrics: crate::metrics::Metrics,
 }
@@ -38,6 +65,8 @@ impl Default for NodeCredentialSettings {
             provider_config: None,
             provider_bin_dir: None,
             provider_timeout: DEFAULT_PLUGIN_TIMEOUT,
+            kubeconfig: None,
+            token_source: None,
             metrics: crate::metrics::Metrics::default(),
         }
     }
@@ -71,6 +100,14 @@ impl NodeCredentials {
                 &s.metrics,
             )?,
         };
+        let plugins = match (&s.token_source, &s.kubeconfig) {
+            (Some(source), _) => plugins.with_token_source(source.0.clone()),
+            (None, Some(path)) => {
+                let api = super::kube_api::KubeApi::from_kubeconfig(path).map_err(ProviderConfigError::Kubeconfig)?;
+                plugins.with_token_source(Arc::new(api))
+            }
+            (None, None) => plugins,
+        };
         Ok(Self { files, plugins })
     }
 
@@ -84,26 +121,45 @@ impl NodeCredentials {
         self.files.is_none() && self.plugins.is_empty()
     }
 
+    /// The same sources, plugins in token mode getting service accounts
+    /// and tokens from `source` (see [`ServiceAccountTokenSource`]).
+    #[must_use]
+    pub fn with_token_source(mut self, source: Arc<dyn ServiceAccountTokenSource>) -> Self {
+        self.plugins = self.plugins.with_token_source(source);
+        self
+    }
+
     /// The node credentials for `image_repo` (a normalised repository, no
-    /// tag), in the order to try them: one keyring of the config file's
-    /// entries followed by each matching plugin's, looked up with the
-    /// kubelet's rules (most specific key first; within a key, files before
-    /// plugins in plugin order).
+    /// tag) for a pod without a service account; see [`Self::lookup_for`].
     pub async fn lookup(&self, image_repo: &str) -> Vec<Credential> {
-        let files = match &self.files {
-            Some(f) => Some(f.keyring().await),
-            None => None,
+        self.lookup_for(image_repo, &PluginPod::default()).await
+    }
+
+    /// The node credentials for `image_repo` for `pod`, in the order to try
+    /// them, as the kubelet 1.36 unions its node keyring and the pod's
+    /// plugin keyring: the config files' matches (most specific key first),
+    /// then the plugins' (one keyring of every matching plugin's
+    /// credentials, most specific key first, plugin order within a key).
+    /// Credentials a token plugin got carry the pod's service account.
+    pub async fn lookup_for(&self, image_repo: &str, pod: &PluginPod) -> Vec<Credential> {
+        let mut creds = match &self.files {
+            Some(f) => f.keyring().await.lookup(image_repo),
+            None => Vec::new(),
         };
-        let configs = self.plugins.provide(image_repo).await;
-        if configs.is_empty() {
-            return files.map(|k| k.lookup(image_repo)).unwrap_or_default();
+        let provided = self.plugins.provide_for(image_repo, pod).await;
+        if provided.is_empty() {
+            return creds;
         }
-        let mut keyring: Keyring = files.map(|k| Keyring::clone(&k)).unwrap_or_default();
-        for config in &configs {
-            let plugin_keyring = config_keyring(config, "credential provider plugin");
+        let mut keyring = Keyring::new();
+        for p in &provided {
+            let mut plugin_keyring = config_keyring(&p.config, "credential provider plugin");
+            if let Some(sa) = &p.service_account {
+                plugin_keyring.tag_service_account(sa);
+            }
             keyring.extend(plugin_keyring);
         }
-        keyring.lookup(image_repo)
+        creds.extend(keyring.lookup(image_repo));
+        creds
     }
 }
 

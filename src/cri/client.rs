@@ -96,6 +96,24 @@ impl CriClient {
         Ok(resp.into_inner().images.into_iter().map(Image::from).collect())
     }
 
+    /// `StreamImages` (KEP-5825), optionally filtered: every batch the
+    /// runtime sends, each converted as it arrives and dropped, so at most
+    /// one batch is held beside the list being built. A runtime without it
+    /// answers `Unimplemented` (see the gateway's fallback).
+    pub async fn stream_images(
+        &self,
+        filter: Option<ImageSpec>,
+        deadline: Option<Duration>,
+    ) -> Result<Vec<Image>, CriError> {
+        let req = pb::StreamImagesRequest { filter: filter.map(|s| pb::ImageFilter { image: Some(s.into()) }) };
+        let mut stream = self.images.clone().stream_images(request(req, deadline)).await?.into_inner();
+        let mut images = Vec::new();
+        while let Some(batch) = stream.message().await? {
+            images.extend(batch.images.into_iter().map(Image::from));
+        }
+        Ok(images)
+    }
+
     /// `ImageStatus`; an absent image is `image: None`, not an error.
     pub async fn image_status(
         &self,

@@ -11,9 +11,13 @@
 //!   `ListImages` and `ImageStatus` answers ([`super::wire::pin_images`]),
 //!   OR-ed with the runtime's flag.
 //! - `PullImage` is read ([`PullCall`]) and answered by [`ImageFront::pull`].
-//! - Any other method of the service (the 1.36 kubelet's `StreamImages`, …)
-//!   and any other service answer `Unimplemented`, which is what makes a
-//!   kubelet fall back to `ListImages`.
+//! - `StreamImages` (KEP-5825, the 1.36 kubelet with `CRIListStreaming`)
+//!   is answered from the runtime's `ListImages` bytes (the two requests,
+//!   and the two answers' images, have the same wire form), pinned like a
+//!   `ListImages` answer and sent in messages of at most [`STREAM_BATCH`]
+//!   images each.
+//! - Any other method of the service and any other service answer
+//!   `Unimplemented`.
 //!
 //! Errors keep the runtime's gRPC code and message ([`CriError`] carries
 //! both). Messages may be up to [`MAX_MESSAGE_BYTES`] both ways, as the
@@ -45,6 +49,12 @@ pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 /// (at most; a tenth of a short deadline): tonic's server would otherwise
 /// end the call at the deadline itself, as `Cancelled "Timeout expired"`.
 pub const DEADLINE_MARGIN: Duration = Duration::from_millis(5);
+
+/// Images per `StreamImagesResponse` the front sends.
+pub const STREAM_BATCH: usize = 512;
+
+/// The path of `StreamImages`.
+const STREAM_IMAGES: &str = "/runtime.v1.ImageService/StreamImages";
 
 /// The service name clients call.
 pub const SERVICE: &str = "runtime.v1.ImageService";
@@ -220,6 +230,35 @@ async fn answer<F: ImageFront + ?Sized>(
     }
 }
 
+/// `StreamImages`: the `ListImages` answer's images in batches.
+struct StreamCall<F: ?Sized> {
+    front: Arc<F>,
+}
+
+/// The front's `StreamImages` answer.
+type Batches = Pin<Box<dyn tokio_stream::Stream<Item = Result<Bytes, tonic::Status>> + Send>>;
+
+impl<F: ImageFront + ?Sized> tonic::server::ServerStreamingService<Bytes> for StreamCall<F> {
+    type Response = Bytes;
+    type ResponseStream = Batches;
+    type Future = Pin<Box<dyn Future<Output = Result<tonic::Response<Batches>, tonic::Status>> + Send>>;
+
+    fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
+        let front = self.front.clone();
+        let deadline = grpc_timeout(request.metadata().as_ref()).map(answer_by);
+        // StreamImagesRequest and ListImagesRequest: the filter is field 1 of both.
+        let body = request.into_inner();
+        Box::pin(async move {
+            let answer = answer(&*front, Rpc::ListImages, body, deadline).await?;
+            let batches = super::wire::split_repeated(&answer, 1, STREAM_BATCH).map_err(|e| {
+                tonic::Status::internal(format!("imaged could not read the runtime's ListImages answer: {e}"))
+            })?;
+            let stream: Batches = Box::pin(tokio_stream::iter(batches.into_iter().map(Ok)));
+            Ok(tonic::Response::new(stream))
+        })
+    }
+}
+
 impl<F, B> tonic::codegen::Service<http::Request<B>> for ImageServiceServer<F>
 where
     F: ImageFront + ?Sized,
@@ -235,6 +274,14 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        if req.uri().path() == STREAM_IMAGES {
+            let front = self.front.clone();
+            return Box::pin(async move {
+                let mut grpc = Grpc::new(BytesCodec)
+                    .apply_max_message_size_config(Some(MAX_MESSAGE_BYTES), Some(MAX_MESSAGE_BYTES));
+                Ok(grpc.server_streaming(StreamCall { front }, req).await)
+            });
+        }
         let Some(rpc) = call_of(req.uri().path()) else {
             let status = tonic::Status::unimplemented(format!("imaged does not serve {}", req.uri().path()));
             return Box::pin(async move { Ok(status.into_http()) });
@@ -256,7 +303,8 @@ mod tests {
     fn paths_name_the_five_calls_and_nothing_else() {
         assert_eq!(call_of("/runtime.v1.ImageService/PullImage"), Some(Rpc::PullImage));
         assert_eq!(call_of("/runtime.v1.ImageService/ImageFsInfo"), Some(Rpc::ImageFsInfo));
-        assert_eq!(call_of("/runtime.v1.ImageService/StreamImages"), None);
+        // StreamImages is served apart (a stream), never as a unary call.
+        assert_eq!(call_of(STREAM_IMAGES), None);
         assert_eq!(call_of("/runtime.v1.RuntimeService/Version"), None);
         assert_eq!(call_of("/runtime.v1.ImageService/"), None);
     }

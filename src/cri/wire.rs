@@ -140,6 +140,37 @@ pub fn pin_images(buf: Bytes, field: u32, pin: impl Fn(&ImageNames) -> bool) -> 
     Ok(out.freeze())
 }
 
+/// Splits the message `buf` into messages of the same type holding at most
+/// `per_message` (at least 1) of its fields numbered `field` each, in order,
+/// every other field in the first one: a `ListImagesResponse`'s bytes as
+/// `StreamImagesResponse`s (both keep their images in field 1). Each field's
+/// bytes are kept as they are. At least one message, even for an empty `buf`.
+pub fn split_repeated(buf: &Bytes, field: u32, per_message: usize) -> Result<Vec<Bytes>, WireError> {
+    let per_message = per_message.max(1);
+    let fields = fields(buf)?;
+    let mut first = BytesMut::new();
+    for f in fields.iter().filter(|f| f.number != field) {
+        first.extend_from_slice(&buf[f.whole.clone()]);
+    }
+    let repeated: Vec<&Field> = fields.iter().filter(|f| f.number == field).collect();
+    let mut out = Vec::with_capacity(repeated.len().div_ceil(per_message).max(1));
+    let mut chunks = repeated.chunks(per_message);
+    if let Some(chunk) = chunks.next() {
+        for f in chunk {
+            first.extend_from_slice(&buf[f.whole.clone()]);
+        }
+    }
+    out.push(first.freeze());
+    for chunk in chunks {
+        let mut m = BytesMut::with_capacity(chunk.iter().map(|f| f.whole.len()).sum());
+        for f in chunk {
+            m.extend_from_slice(&buf[f.whole.clone()]);
+        }
+        out.push(m.freeze());
+    }
+    Ok(out)
+}
+
 /// `PullImageRequest.auth` is field 2 and `AuthConfig.server_address` its
 /// field 4 (a string).
 const PULL_AUTH: u32 = 2;
@@ -233,6 +264,24 @@ mod tests {
 
     fn image(id: &str, tag: &str, pinned: bool) -> pb::Image {
         pb::Image { id: id.into(), repo_tags: vec![tag.into()], size: 7, pinned, ..Default::default() }
+    }
+
+    #[test]
+    fn a_list_answer_splits_into_stream_answers_keeping_every_byte() {
+        let images: Vec<pb::Image> =
+            (0..5).map(|i| image(&format!("sha256:{i}"), &format!("r/{i}:1"), false)).collect();
+        let list = Bytes::from(with_unknown(&pb::ListImagesResponse { images: images.clone() }, "extra"));
+        let parts = split_repeated(&list, 1, 2).unwrap();
+        assert_eq!(parts.len(), 3);
+        let got: Vec<Vec<pb::Image>> =
+            parts.iter().map(|p| peek::<pb::StreamImagesResponse>(p).unwrap().images).collect();
+        assert_eq!(got, [images[0..2].to_vec(), images[2..4].to_vec(), images[4..].to_vec()]);
+        // The unknown field travels in the first message; nothing is lost.
+        assert!(parts[0].windows(5).any(|w| w == b"extra"));
+        assert_eq!(parts.iter().map(Bytes::len).sum::<usize>(), list.len());
+        // An empty list is one empty message.
+        assert_eq!(split_repeated(&Bytes::new(), 1, 2).unwrap(), [Bytes::new()]);
+        assert!(split_repeated(&Bytes::from_static(&[0x0a, 0x05]), 1, 2).is_err());
     }
 
     /// `msg` with an extra field a newer peer might send (number 99, a string).

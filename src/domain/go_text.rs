@@ -49,6 +49,34 @@ pub fn quote(s: &str) -> String {
     out
 }
 
+/// Appends `s` as Go's `encoding/json` writes a string: quoted, with
+/// `<`, `>`, `&`, U+2028 and U+2029 escaped as `\u00XX`/`\u20XX` (its HTML
+/// escaping, on by default), `\b`, `\f`, `\n`, `\r`, `\t`, and other
+/// control characters as `\u00XX`.
+pub fn json_string(out: &mut String, s: &str) {
+    use std::fmt::Write as _;
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
 /// Go's `strconv.IsPrint` / `unicode.IsPrint`: letters, marks, numbers,
 /// punctuation and symbols (general categories L, M, N, P, S) and the ASCII
 /// space; not other spaces, controls, format characters, private use,

@@ -5,6 +5,7 @@ mod containers;
 pub mod go_text;
 mod image;
 mod image_error;
+pub mod k8s_names;
 pub mod limits;
 pub mod pull_policy;
 pub mod pull_record;

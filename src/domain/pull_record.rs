@@ -26,12 +26,6 @@ pub struct ImagePullSecret {
     pub credential_hash: String,
 }
 
-impl ImagePullSecret {
-    fn coordinates(&self) -> (&str, &str, &str) {
-        (&self.namespace, &self.name, &self.uid)
-    }
-}
-
 /// A service account whose token obtained the credentials (credential
 /// plugins in service-account mode).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -99,14 +93,17 @@ pub struct PulledRecord {
 /// image of `repo`, into `existing` (the record of `image_ref`, if any).
 /// Returns the record to store and whether anything changed.
 ///
-/// - No record yet: a new record, with `creds` under `repo` unless they are
-///   empty (a record with no credentials: tracked, every pod must verify).
+/// - No record yet: a new record, with `creds` under `repo` as given (not
+///   sorted) unless they are empty (a record with no credentials: tracked,
+///   every pod must verify).
 /// - Empty `creds`: no change.
-/// - No mapping for `repo`: added.
+/// - No mapping for `repo`: added, as given.
 /// - The mapping is node-accessible already: no change.
 /// - `creds` node-accessible: the mapping becomes node-accessible, lists cleared.
-/// - Otherwise secrets merge by (namespace, name, uid) with the new hash
-///   winning, service accounts are unioned, both sorted by namespace, name, uid.
+/// - `creds` with secrets: only the secrets merge, by (namespace, name, uid)
+///   with the new hash winning; the list is sorted by namespace, name, uid
+///   when (and only when) that changed it.
+/// - Otherwise service accounts are unioned, sorted likewise when changed.
 ///
 /// `last_updated_time` becomes `now` only when something changed (the
 /// kubelet's rule; [`crate::pull_records::PullRecords::record_image_pulled`]
@@ -121,7 +118,7 @@ pub fn merge_pulled(
     let Some(existing) = existing else {
         let mut credential_mapping = BTreeMap::new();
         if !creds.is_empty() {
-            credential_mapping.insert(repo.to_string(), normalized(creds.clone()));
+            credential_mapping.insert(repo.to_string(), creds.clone());
         }
         return (PulledRecord { last_updated_time: now, image_ref: image_ref.to_string(), credential_mapping }, true);
     };
@@ -131,7 +128,7 @@ pub fn merge_pulled(
     }
     let changed = match record.credential_mapping.get_mut(repo) {
         None => {
-            record.credential_mapping.insert(repo.to_string(), normalized(creds.clone()));
+            record.credential_mapping.insert(repo.to_string(), creds.clone());
             true
         }
         Some(current) => merge_credentials(current, creds),
@@ -151,37 +148,50 @@ fn merge_credentials(current: &mut ImagePullCredentials, new: &ImagePullCredenti
         *current = ImagePullCredentials::node_accessible();
         return true;
     }
-    let before = current.clone();
-    for secret in &new.kubernetes_secrets {
-        match current.kubernetes_secrets.iter_mut().find(|s| s.coordinates() == secret.coordinates()) {
-            Some(s) => s.credential_hash.clone_from(&secret.credential_hash),
-            None => current.kubernetes_secrets.push(secret.clone()),
-        }
+    if !new.kubernetes_secrets.is_empty() {
+        return merge_secrets(&mut current.kubernetes_secrets, &new.kubernetes_secrets);
     }
-    for sa in &new.kubernetes_service_accounts {
-        if !current.kubernetes_service_accounts.contains(sa) {
-            current.kubernetes_service_accounts.push(sa.clone());
-        }
-    }
-    sort(current);
-    *current != before
+    merge_service_accounts(&mut current.kubernetes_service_accounts, &new.kubernetes_service_accounts)
 }
 
-fn normalized(mut creds: ImagePullCredentials) -> ImagePullCredentials {
-    if creds.node_pods_accessible {
-        return ImagePullCredentials::node_accessible();
+/// The kubelet's `mergePullSecrets`: unique by coordinates, the new hash
+/// winning; sorted by namespace, name, uid, only when something changed.
+fn merge_secrets(current: &mut Vec<ImagePullSecret>, new: &[ImagePullSecret]) -> bool {
+    let mut set: BTreeMap<(String, String, String), String> = current
+        .iter()
+        .map(|s| ((s.namespace.clone(), s.name.clone(), s.uid.clone()), s.credential_hash.clone()))
+        .collect();
+    let mut changed = false;
+    for s in new {
+        let key = (s.namespace.clone(), s.name.clone(), s.uid.clone());
+        if set.get(&key) != Some(&s.credential_hash) {
+            changed = true;
+            set.insert(key, s.credential_hash.clone());
+        }
     }
-    sort(&mut creds);
-    creds.kubernetes_secrets.dedup_by(|a, b| a.coordinates() == b.coordinates());
-    creds.kubernetes_service_accounts.dedup();
-    creds
+    if changed {
+        *current = set
+            .into_iter()
+            .map(|((namespace, name, uid), credential_hash)| ImagePullSecret { uid, namespace, name, credential_hash })
+            .collect();
+    }
+    changed
 }
 
-fn sort(creds: &mut ImagePullCredentials) {
-    creds.kubernetes_secrets.sort_by(|a, b| a.coordinates().cmp(&b.coordinates()));
-    creds
-        .kubernetes_service_accounts
-        .sort_by(|a, b| (&a.namespace, &a.name, &a.uid).cmp(&(&b.namespace, &b.name, &b.uid)));
+/// The kubelet's `mergePullServiceAccounts`: a union, sorted by namespace,
+/// name, uid, only when something was added.
+fn merge_service_accounts(current: &mut Vec<ImagePullServiceAccount>, new: &[ImagePullServiceAccount]) -> bool {
+    let mut set: std::collections::BTreeSet<(String, String, String)> =
+        current.iter().map(|s| (s.namespace.clone(), s.name.clone(), s.uid.clone())).collect();
+    let mut changed = false;
+    for s in new {
+        changed |= set.insert((s.namespace.clone(), s.name.clone(), s.uid.clone()));
+    }
+    if changed {
+        *current =
+            set.into_iter().map(|(namespace, name, uid)| ImagePullServiceAccount { uid, namespace, name }).collect();
+    }
+    changed
 }
 
 /// The `result` label of `kubelet_imagemanager_image_mustpull_checks_total`

@@ -218,6 +218,17 @@ impl EmbeddedRuntime {
         *self.shared.faults.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = plan;
     }
 
+    /// Serve `StreamImages` (the default) or answer it `Unimplemented`, as
+    /// a runtime without KEP-5825 does (to test a client's fallback).
+    pub fn set_stream_images(&self, serve: bool) {
+        self.shared.stream_images_off.store(!serve, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// `StreamImages` calls received so far (served or refused).
+    pub fn stream_images_calls(&self) -> u64 {
+        self.shared.stream_calls.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// What reached the runtime so far.
     pub fn stats(&self) -> RuntimeStats {
         self.shared.counters.snapshot()

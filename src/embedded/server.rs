@@ -99,7 +99,14 @@ pub struct Shared {
     pub counters: Counters,
     /// Images of the PullImage calls received, in arrival order.
     pub pull_log: Mutex<Vec<String>>,
+    /// `StreamImages` answers `Unimplemented` (a runtime without KEP-5825).
+    pub stream_images_off: std::sync::atomic::AtomicBool,
+    /// `StreamImages` calls received (served or refused).
+    pub stream_calls: AtomicU64,
 }
+
+/// Images per `StreamImagesResponse` the embedded runtime sends.
+pub const STREAM_BATCH: usize = 512;
 
 impl Shared {
     /// Locks the state (a poisoned lock is still usable: state is plain data).
@@ -184,8 +191,40 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// The embedded runtime's `StreamImages` answer: batches of images.
+type ImageBatches =
+    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::StreamImagesResponse, Status>> + Send + 'static>>;
+
 #[tonic::async_trait]
 impl ImageService for CriService {
+    type StreamImagesStream = ImageBatches;
+
+    /// The list in batches of [`STREAM_BATCH`], each encoded as it is sent;
+    /// `Unimplemented` when switched off. Faults apply as to `ListImages`.
+    async fn stream_images(
+        &self,
+        req: Request<pb::StreamImagesRequest>,
+    ) -> Result<Response<Self::StreamImagesStream>, Status> {
+        self.shared.stream_calls.fetch_add(1, Ordering::Relaxed);
+        if self.shared.stream_images_off.load(Ordering::Relaxed) {
+            return Err(Status::unimplemented("unknown method StreamImages for service runtime.v1.ImageService"));
+        }
+        let filter: Option<ImageSpec> = req.into_inner().filter.and_then(|f| f.image).map(Into::into);
+        let (lost, _serving) = self.shared.gate(Rpc::ListImages, filter.as_ref().map(|f| f.image.as_str())).await?;
+        let mut images = self.shared.state().list_images(filter.as_ref());
+        let mut batches = Vec::with_capacity(images.len().div_ceil(STREAM_BATCH));
+        while !images.is_empty() {
+            let rest = images.split_off(images.len().min(STREAM_BATCH));
+            batches.push(std::mem::replace(&mut images, rest));
+        }
+        let stream = tokio_stream::iter(
+            batches
+                .into_iter()
+                .map(|batch| Ok(pb::StreamImagesResponse { images: batch.into_iter().map(Into::into).collect() })),
+        );
+        reply(lost, Ok(Box::pin(stream) as ImageBatches)).await
+    }
+
     async fn list_images(
         &self,
         req: Request<pb::ListImagesRequest>,

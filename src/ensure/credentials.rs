@@ -2,79 +2,142 @@
 //! pull secrets, the node's credentials, the request's own; and which pod
 //! credentials may use an image already present.
 
+use std::sync::Arc;
+
 use super::{EnsureError, EnsureImageRequest, ImageManager};
+use crate::credentials::{PluginPod, PullSecret};
 use crate::domain::pull_record::{ImagePullCredentials, ImagePullSecret};
 use crate::domain::{AuthConfig, ErrorClass, ImageErrorKind};
 use crate::pull_records::PodCredentials;
 
-impl ImageManager {
-    /// The credentials to try for `image`, in order: the pull secrets'
-    /// matching ones (a secret that does not decode fails the request), the
-    /// node's (config files, plugins), then `extra`. With each, what a
-    /// successful pull with it proves, for the pull record: a secret's
-    /// coordinates and hash, or (node-level and `extra`) access for every pod.
-    pub(super) async fn credentials_for(
-        &self,
-        pull_secrets: &[crate::credentials::PullSecret],
-        extra: &[AuthConfig],
-        image: &str,
-    ) -> Result<(Vec<AuthConfig>, Vec<ImagePullCredentials>), EnsureError> {
-        let tracked = if pull_secrets.is_empty() {
-            Vec::new()
-        } else {
-            crate::credentials::tracked_credentials_for_image(pull_secrets, None, image)
-                .map_err(|e| self.fail(ImageErrorKind::ErrImagePull, e.to_string(), ErrorClass::Permanent))?
+/// The credentials of one request, in the order a pull tries them, each
+/// with what a successful pull with it proves (KEP-2535), and the pod's
+/// credentials a must-pull check compares (the kubelet's
+/// `getPodCredentials`).
+#[derive(Debug, Default)]
+pub(super) struct Lookup {
+    /// What is sent to the runtime, in order.
+    pub(super) credentials: Vec<AuthConfig>,
+    /// One per credential: a secret's coordinates and hash, a token
+    /// plugin's service account, or (node-level, the request's own) every pod.
+    pub(super) proves: Vec<ImagePullCredentials>,
+    /// Every matching pull-secret credential and the first service account
+    /// a token plugin obtained credentials for.
+    pub(super) pod: PodCredentials,
+}
+
+/// A request's [`Lookup`], made at most once and no earlier than needed
+/// (the kubelet's `lookupPullCredentials`, a `sync.OnceValues`): the
+/// must-pull check and the pull share it, so a token plugin runs once per
+/// ensure.
+pub(super) struct LazyLookup<'a> {
+    manager: &'a ImageManager,
+    secrets: &'a [PullSecret],
+    extra: &'a [AuthConfig],
+    pod: PluginPod,
+    image: &'a str,
+    cell: tokio::sync::OnceCell<Result<Arc<Lookup>, EnsureError>>,
+}
+
+impl<'a> LazyLookup<'a> {
+    pub(super) fn new(manager: &'a ImageManager, req: &'a EnsureImageRequest, image: &'a str) -> Self {
+        let pod = PluginPod {
+            namespace: req.pod.namespace.clone(),
+            name: req.pod.name.clone(),
+            uid: req.pod.uid.clone(),
+            service_account: req.pod.service_account.clone(),
         };
-        let node = crate::credentials::lookup_credentials(&[], self.node_credentials.as_deref(), image)
+        Self {
+            manager,
+            secrets: &req.pull_secrets,
+            extra: &req.credentials,
+            pod,
+            image,
+            cell: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// The lookup (made now if not yet).
+    pub(super) async fn get(&self) -> Result<Arc<Lookup>, EnsureError> {
+        self.cell
+            .get_or_init(|| async {
+                self.manager.lookup(self.secrets, self.extra, &self.pod, self.image).await.map(Arc::new)
+            })
             .await
-            .map_err(|e| self.fail(ImageErrorKind::ErrImagePull, e.to_string(), ErrorClass::Permanent))?;
-        let mut credentials = Vec::with_capacity(tracked.len() + node.len() + extra.len());
-        let mut proves = Vec::with_capacity(credentials.capacity());
-        for t in tracked {
-            proves.push(match t.source {
-                Some(s) => ImagePullCredentials::secret(ImagePullSecret {
-                    uid: s.secret_uid,
-                    namespace: s.namespace,
-                    name: s.name,
-                    credential_hash: t.hash,
-                }),
-                None => ImagePullCredentials::node_accessible(),
-            });
-            credentials.push(t.auth);
-        }
-        for c in node.into_iter().chain(extra.iter().cloned()) {
-            credentials.push(c);
-            proves.push(ImagePullCredentials::node_accessible());
-        }
-        Ok((credentials, proves))
+            .clone()
+    }
+
+    /// The pod's credentials, for a must-pull check.
+    pub(super) async fn pod_credentials(&self) -> Result<PodCredentials, EnsureError> {
+        self.get().await.map(|l| l.pod.clone())
     }
 }
 
-/// The pod's credentials with a known source for `image` (the kubelet's
-/// `getPodCredentials`): every matching pull-secret credential, with its
-/// coordinates and hash. Node-level credentials are left out.
-pub(super) fn pod_credentials(
-    req: &EnsureImageRequest,
-    image: &str,
-) -> Result<PodCredentials, crate::credentials::CredentialError> {
-    if req.pull_secrets.is_empty() {
-        return Ok(PodCredentials::default());
+impl ImageManager {
+    /// The credentials to try for `image`, in order: the pull secrets'
+    /// matching ones (a secret that does not decode fails the request), the
+    /// node's (config files, then plugins, for `pod`), then `extra`; with
+    /// what each proves and the pod's credentials (see [`Lookup`]).
+    pub(super) async fn lookup(
+        &self,
+        pull_secrets: &[PullSecret],
+        extra: &[AuthConfig],
+        pod: &PluginPod,
+        image: &str,
+    ) -> Result<Lookup, EnsureError> {
+        let bad = |e: crate::credentials::CredentialError| {
+            self.fail(ImageErrorKind::ErrImagePull, e.to_string(), ErrorClass::Permanent)
+        };
+        let tracked = if pull_secrets.is_empty() {
+            Vec::new()
+        } else {
+            crate::credentials::tracked_credentials_for_image(pull_secrets, None, image).map_err(bad)?
+        };
+        let node = match self.node_credentials.as_deref().filter(|n| !n.is_empty()) {
+            Some(node) => {
+                let named = crate::credentials::image_repo(image).map_err(bad)?;
+                let creds = node.lookup_for(&named.name(), pod).await;
+                creds.into_iter().map(|c| (c.to_auth_config(&named), c.service_account)).collect()
+            }
+            None => Vec::new(),
+        };
+        let mut out = Lookup::default();
+        for t in tracked {
+            let proves = match t.source {
+                Some(s) => {
+                    let secret = ImagePullSecret {
+                        uid: s.secret_uid,
+                        namespace: s.namespace,
+                        name: s.name,
+                        credential_hash: t.hash,
+                    };
+                    out.pod.secrets.push(secret.clone());
+                    ImagePullCredentials::secret(secret)
+                }
+                None => ImagePullCredentials::node_accessible(),
+            };
+            out.proves.push(proves);
+            out.credentials.push(t.auth);
+        }
+        for (auth, service_account) in node {
+            out.proves.push(match service_account {
+                Some(sa) => {
+                    // The kubelet takes the first service account only.
+                    if out.pod.service_account.is_none() {
+                        out.pod.service_account = Some(sa.clone());
+                    }
+                    ImagePullCredentials::service_account(sa)
+                }
+                None => ImagePullCredentials::node_accessible(),
+            });
+            out.credentials.push(auth);
+        }
+        for c in extra {
+            out.credentials.push(c.clone());
+            out.proves.push(ImagePullCredentials::node_accessible());
+        }
+        Ok(out)
     }
-    let tracked = crate::credentials::tracked_credentials_for_image(&req.pull_secrets, None, image)?;
-    Ok(PodCredentials {
-        secrets: tracked
-            .into_iter()
-            .filter_map(|t| {
-                t.source.map(|s| ImagePullSecret {
-                    uid: s.secret_uid,
-                    namespace: s.namespace,
-                    name: s.name,
-                    credential_hash: t.hash,
-                })
-            })
-            .collect(),
-        service_account: None,
-    })
 }
 
 /// What the pull that succeeded with credential `index` (of the request's

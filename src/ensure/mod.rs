@@ -49,7 +49,7 @@ use crate::domain::reference::apply_default_image_tag;
 use crate::domain::{ErrorClass, ImageErrorKind, ImageSpec};
 use crate::metrics::Tristate;
 use crate::pull_records::{PullRecords, VerifyPolicy};
-use credentials::pod_credentials;
+use credentials::LazyLookup;
 
 /// The handle embedders call. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -242,6 +242,8 @@ impl ImageManager {
             runtime_handler: req.pod.runtime_handler.clone(),
             image_ref: String::new(),
         };
+        // Credentials: looked up once, when first needed.
+        let lookup = LazyLookup::new(self, req, &spec.image);
         // 3. Pre-check by policy.
         let mut absent_at = None;
         if matches!(req.pull_policy, PullPolicy::IfNotPresent | PullPolicy::Never) {
@@ -260,9 +262,8 @@ impl ImageManager {
                     // KEP-2535: may this pod use the image without pulling it?
                     let must_pull = self
                         .records
-                        .must_attempt_pull(&spec.image, &image_ref, || pod_credentials(req, &spec.image))
-                        .await
-                        .map_err(|e| self.fail(ImageErrorKind::ErrImagePull, e.to_string(), ErrorClass::Permanent))?;
+                        .must_attempt_pull_with(&spec.image, &image_ref, || lookup.pod_credentials())
+                        .await?;
                     if !must_pull {
                         tally.pull_required = Tristate::False;
                         self.mark_ensured(&image_ref);
@@ -280,7 +281,7 @@ impl ImageManager {
                     }
                     // Pull with the pod's credentials: the runtime checks them.
                     tally.pull_required = Tristate::True;
-                    return self.pull(req, spec, None, true).await;
+                    return self.pull(req, &spec, &lookup, None, true).await;
                 }
                 None if req.pull_policy == PullPolicy::Never => {
                     let msg = never_pull(requested);
@@ -291,6 +292,6 @@ impl ImageManager {
             }
         }
         tally.pull_required = Tristate::True;
-        self.pull(req, spec, absent_at, false).await
+        self.pull(req, &spec, &lookup, absent_at, false).await
     }
 }

@@ -115,7 +115,11 @@ impl ImageManager {
             }
         }
         let absent_at = Instant::now();
-        let (credentials, proves) = self.credentials_for(&req.pull_secrets, &req.credentials, &spec.image).await?;
+        // No pod: plugins in token mode run without a service account (or not at all).
+        let found = self
+            .lookup(&req.pull_secrets, &req.credentials, &crate::credentials::PluginPod::default(), &spec.image)
+            .await?;
+        let (credentials, proves) = (found.credentials, found.proves);
         let intent = self.records.begin_pull(&spec.image).await.map_err(|e| {
             let msg = super::failed_to_record_pull_intent(requested, &e.to_string());
             self.fail(ImageErrorKind::ErrImagePull, msg, ErrorClass::Transient)

@@ -5,7 +5,7 @@
 
 use tokio::time::Instant;
 
-use super::credentials::{credentials_used, pod_credentials};
+use super::credentials::{LazyLookup, credentials_used};
 use super::kubelet_messages::*;
 use super::{EnsureError, EnsureImageRequest, EnsureOk, ImageManager, class_of_pull};
 use crate::actors::backoff_registry::{
@@ -23,7 +23,8 @@ impl ImageManager {
     pub(super) async fn pull(
         &self,
         req: &EnsureImageRequest,
-        spec: ImageSpec,
+        spec: &ImageSpec,
+        lookup: &LazyLookup<'_>,
         absent_at: Option<Instant>,
         verify: bool,
     ) -> Result<EnsureOk, EnsureError> {
@@ -31,7 +32,8 @@ impl ImageManager {
         let key = BackoffKey { pod_uid: req.pod.uid.clone(), image: requested.to_string() };
         // Credentials, before the back-off check as in the kubelet (1.35,
         // steps 4 and 7).
-        let (credentials, proves) = self.credentials_for(&req.pull_secrets, &req.credentials, &spec.image).await?;
+        let found = lookup.get().await?;
+        let (credentials, proves) = (found.credentials.clone(), &found.proves);
         // Only hashed when asked for: the kubelet's path stays as it was.
         let cause = self.cfg.reset_backoff_on_credential_change.then(|| AuthConfig::list_identity(&credentials));
         self.check_backoff(req, &key, cause.clone()).await?;
@@ -65,7 +67,7 @@ impl ImageManager {
             .filter(|_| self.cfg.reset_backoff_on_registry_recovery)
             .map(|r| crate::actors::pull_queue::registry_of(r).to_string());
         let _in_flight = normalized.map(|r| self.hints.pull_started(&r));
-        let (result, joined) = self.queue_pull(req, &spec, request).await;
+        let (result, joined) = self.queue_pull(spec, lookup, request).await;
         // Once per pull (by the request that started it), fire and forget,
         // ahead of any later check in the mailbox.
         if let (Ok(outcome), false, Some(registry)) = (&result, joined, &registry)
@@ -73,11 +75,11 @@ impl ImageManager {
         {
             let _ = self.backoff.recovered.try_send(RegistryRecovered { registry: registry.clone() });
         }
-        self.record_pull_end(&spec.image, requested, result.as_ref().ok(), &proves).await;
+        self.record_pull_end(&spec.image, requested, result.as_ref().ok(), proves).await;
         intent.disarm();
         match result {
             Ok(outcome) => Ok(self.pulled(req, &outcome, start)),
-            Err(failure) => self.pull_failed(req, &spec, key, cause, registry, &failure).await,
+            Err(failure) => self.pull_failed(req, spec, lookup, key, cause, registry, &failure).await,
         }
     }
 
@@ -122,8 +124,8 @@ impl ImageManager {
     /// say so; otherwise it pulls for real.
     async fn queue_pull(
         &self,
-        req: &EnsureImageRequest,
         spec: &ImageSpec,
+        lookup: &LazyLookup<'_>,
         mut request: PullRequest,
     ) -> (Result<PullOutcome, PullFailure>, bool) {
         loop {
@@ -138,7 +140,7 @@ impl ImageManager {
                 && !o.pulled
                 && self
                     .records
-                    .must_attempt_pull(&spec.image, &o.image_ref, || pod_credentials(req, &spec.image))
+                    .must_attempt_pull_with(&spec.image, &o.image_ref, || lookup.pod_credentials())
                     .await
                     .unwrap_or(true)
             {
@@ -153,10 +155,12 @@ impl ImageManager {
     /// the registry is unreachable and the pod may use it; otherwise the
     /// kubelet's `Failed` event and error, and the failure recorded for
     /// back-off.
+    #[allow(clippy::too_many_arguments)] // the failed pull's whole context, each used once
     async fn pull_failed(
         &self,
         req: &EnsureImageRequest,
         spec: &ImageSpec,
+        lookup: &LazyLookup<'_>,
         key: BackoffKey,
         credentials: Option<String>,
         registry: Option<String>,
@@ -169,7 +173,7 @@ impl ImageManager {
             // The local image only for a pod that may use it (KEP-2535).
             && !self
                 .records
-                .must_attempt_pull(&spec.image, &image_ref, || pod_credentials(req, &spec.image))
+                .must_attempt_pull_with(&spec.image, &image_ref, || lookup.pod_credentials())
                 .await
                 .unwrap_or(true)
         {

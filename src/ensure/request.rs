@@ -25,6 +25,9 @@ pub struct PodInfo {
     pub runtime_handler: String,
     /// Pull priority (e.g. from the pod's priority class); higher first.
     pub priority: i32,
+    /// The pod's service account (`spec.serviceAccountName`), for credential
+    /// plugins in service-account token mode (KEP-4412).
+    pub service_account: Option<crate::credentials::PodServiceAccount>,
 }
 
 /// One `EnsureImageExists` call.

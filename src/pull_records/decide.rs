@@ -4,7 +4,8 @@
 
 use super::policy::VerifyPolicy;
 use crate::domain::pull_record::{
-    ImagePullSecret, ImagePullServiceAccount, MAX_SECRETS_WRITTEN_WHILE_MATCHING, MustPullResult, PulledRecord,
+    ImagePullCredentials, ImagePullSecret, ImagePullServiceAccount, MAX_SECRETS_WRITTEN_WHILE_MATCHING, MustPullResult,
+    PulledRecord,
 };
 
 /// What is known of the image's pulled record.
@@ -47,50 +48,59 @@ impl Decision {
     }
 }
 
-/// Decides whether a pod must pull a present image. `repo` is the image's
-/// normalised repository (`None` if it does not parse); `pulled_by_kubelet`
-/// = a record exists (even unreadable) or a pull intent does. An error from
-/// `pod_credentials` makes the pod pull and is returned with the decision.
-pub fn decide<E>(
+/// Where a must-pull check stands before the pod's credentials are needed.
+#[derive(Debug, Clone)]
+pub enum Step<'a> {
+    /// Decided without them.
+    Done(Decision),
+    /// The record names secrets or service accounts for the image's
+    /// repository: the pod's credentials decide ([`match_credentials`]).
+    Match(&'a ImagePullCredentials),
+}
+
+/// Steps 2–8 of the kubelet's check: everything up to comparing the pod's
+/// credentials. `repo` is the image's normalised repository (`None` if it
+/// does not parse); `pulled_by_kubelet` = imaged pulled this image (see
+/// `PullRecords::must_attempt_pull`).
+pub fn decide_without_credentials<'a>(
     policy: &VerifyPolicy,
     repo: Option<&str>,
-    record: RecordLookup<'_>,
+    record: RecordLookup<'a>,
     pulled_by_kubelet: bool,
-    pod_credentials: impl FnOnce() -> Result<PodCredentials, E>,
-) -> (Decision, Option<E>) {
+) -> Step<'a> {
     // 2. An unreadable record: pull (the kubelet returns true without an error).
     if let RecordLookup::Unreadable = record {
-        return (Decision::new(true, MustPullResult::Error), None);
+        return Step::Done(Decision::new(true, MustPullResult::Error));
     }
     // 3. The policy.
     if !policy.requires_verification(repo, pulled_by_kubelet) {
-        return (Decision::new(false, MustPullResult::CredentialPolicyAllowed), None);
+        return Step::Done(Decision::new(false, MustPullResult::CredentialPolicyAllowed));
     }
     // 4. No record.
     let RecordLookup::Found(record) = record else {
-        return (Decision::new(true, MustPullResult::MustAuthenticate), None);
+        return Step::Done(Decision::new(true, MustPullResult::MustAuthenticate));
     };
     // 5. An image name that does not parse.
     let Some(repo) = repo else {
-        return (Decision::new(true, MustPullResult::Error), None);
+        return Step::Done(Decision::new(true, MustPullResult::Error));
     };
     // 6. Nothing recorded for this repository.
     let Some(cached) = record.credential_mapping.get(repo) else {
-        return (Decision::new(true, MustPullResult::MustAuthenticate), None);
+        return Step::Done(Decision::new(true, MustPullResult::MustAuthenticate));
     };
     // 7. Pulled without credentials or with node credentials: every pod may use it.
     if cached.node_pods_accessible {
-        return (Decision::new(false, MustPullResult::CredentialRecordFound), None);
+        return Step::Done(Decision::new(false, MustPullResult::CredentialRecordFound));
     }
     // 8. Nothing to compare with.
     if cached.kubernetes_secrets.is_empty() && cached.kubernetes_service_accounts.is_empty() {
-        return (Decision::new(true, MustPullResult::MustAuthenticate), None);
+        return Step::Done(Decision::new(true, MustPullResult::MustAuthenticate));
     }
-    // 9. The pod's credentials.
-    let pod = match pod_credentials() {
-        Ok(p) => p,
-        Err(e) => return (Decision::new(true, MustPullResult::Error), Some(e)),
-    };
+    Step::Match(cached)
+}
+
+/// Steps 10–12: the pod's secrets and service account against the record's.
+pub fn match_credentials(cached: &ImagePullCredentials, pod: &PodCredentials) -> Decision {
     // 10. Secrets: a matching hash, or the same secret with a new hash.
     let room = cached.kubernetes_secrets.len() < MAX_SECRETS_WRITTEN_WHILE_MATCHING;
     for pod_secret in &pod.secrets {
@@ -100,28 +110,42 @@ pub fn decide<E>(
                 && pod_secret.name == cached_secret.name;
             if !pod_secret.credential_hash.is_empty() && pod_secret.credential_hash == cached_secret.credential_hash {
                 let record_secrets = if !same_coordinates && room { vec![pod_secret.clone()] } else { Vec::new() };
-                return (
-                    Decision { must_pull: false, result: MustPullResult::CredentialRecordFound, record_secrets },
-                    None,
-                );
+                return Decision { must_pull: false, result: MustPullResult::CredentialRecordFound, record_secrets };
             }
             if same_coordinates {
                 // The secret was updated since: its new content is trusted
                 // (the kubelet's choice; the KEP leaves it open).
                 let record_secrets = if room { vec![pod_secret.clone()] } else { Vec::new() };
-                return (
-                    Decision { must_pull: false, result: MustPullResult::CredentialRecordFound, record_secrets },
-                    None,
-                );
+                return Decision { must_pull: false, result: MustPullResult::CredentialRecordFound, record_secrets };
             }
         }
     }
-    // 11. The pod's service account.
+    // 11. The pod's service account: uid, namespace and name all equal.
     if let Some(sa) = &pod.service_account
         && cached.kubernetes_service_accounts.contains(sa)
     {
-        return (Decision::new(false, MustPullResult::CredentialRecordFound), None);
+        return Decision::new(false, MustPullResult::CredentialRecordFound);
     }
     // 12. No match.
-    (Decision::new(true, MustPullResult::MustAuthenticate), None)
+    Decision::new(true, MustPullResult::MustAuthenticate)
+}
+
+/// Decides whether a pod must pull a present image: [`decide_without_credentials`],
+/// then, when needed, `pod_credentials` and [`match_credentials`]. An error
+/// from `pod_credentials` makes the pod pull and is returned with the decision.
+pub fn decide<E>(
+    policy: &VerifyPolicy,
+    repo: Option<&str>,
+    record: RecordLookup<'_>,
+    pulled_by_kubelet: bool,
+    pod_credentials: impl FnOnce() -> Result<PodCredentials, E>,
+) -> (Decision, Option<E>) {
+    match decide_without_credentials(policy, repo, record, pulled_by_kubelet) {
+        Step::Done(d) => (d, None),
+        // 9. The pod's credentials.
+        Step::Match(cached) => match pod_credentials() {
+            Ok(pod) => (match_credentials(cached, &pod), None),
+            Err(e) => (Decision::new(true, MustPullResult::Error), Some(e)),
+        },
+    }
 }

@@ -42,7 +42,7 @@ mod tests;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-pub use decide::{Decision, PodCredentials, RecordLookup, decide};
+pub use decide::{Decision, PodCredentials, RecordLookup, Step, decide, decide_without_credentials, match_credentials};
 pub use policy::{Allowlist, AllowlistError, UnknownPolicy, VerificationPolicy, VerifyPolicy};
 
 use crate::clock::Clock;
@@ -65,11 +65,30 @@ struct State {
 }
 
 impl State {
-    fn pulled_by_kubelet(&self, image_ref: &str, image_key: &str) -> bool {
-        self.records.contains_key(image_ref)
-            || self.unreadable.contains(image_ref)
+    /// Whether imaged pulled the image `image_ref` under this name
+    /// (`image_key`, normalised repository `repo`): a pull of the name is in
+    /// flight or left an intent, or the image's record is unreadable, has
+    /// no mapping at all (recovered from an intent: which names is not
+    /// known), or has one for this repository.
+    ///
+    /// The kubelet (1.35, 1.36) asks only whether *a* record exists for the
+    /// image id, so a pull of the same image under another repository (the
+    /// same content digest) takes the preloaded standing from a name imaged
+    /// never pulled (kubernetes/kubernetes#138175): a pod that used the
+    /// preloaded name with `Never` and no secret is then refused. Here a
+    /// name keeps its standing until imaged pulls that name itself. The
+    /// runtime resolved the name to this image, so the name is on the node;
+    /// and it is in no record or intent, so it was put there outside imaged.
+    fn pulled_by_kubelet(&self, image_ref: &str, image_key: &str, repo: Option<&str>) -> bool {
+        if self.unreadable.contains(image_ref)
             || self.in_flight.get(image_key).is_some_and(|n| *n > 0)
             || self.stored_intents.contains(image_key)
+        {
+            return true;
+        }
+        self.records.get(image_ref).is_some_and(|r| {
+            r.credential_mapping.is_empty() || repo.is_none_or(|repo| r.credential_mapping.contains_key(repo))
+        })
     }
 }
 
@@ -235,6 +254,22 @@ impl PullRecords {
         image_ref: &str,
         pod_credentials: impl FnOnce() -> Result<PodCredentials, E>,
     ) -> Result<bool, E> {
+        self.must_attempt_pull_with(image, image_ref, || std::future::ready(pod_credentials())).await
+    }
+
+    /// [`PullRecords::must_attempt_pull`] with credentials that take a
+    /// lookup to know (a token plugin may have to run): awaited only when
+    /// the record names secrets or service accounts.
+    pub async fn must_attempt_pull_with<E, F, Fut>(
+        &self,
+        image: &str,
+        image_ref: &str,
+        pod_credentials: F,
+    ) -> Result<bool, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<PodCredentials, E>>,
+    {
         // As the kubelet: no image ref means the image must be pulled, under
         // every policy, and this return is not counted in the metric.
         if image_ref.is_empty() {
@@ -249,18 +284,25 @@ impl PullRecords {
         let (record, unreadable, pulled_by_kubelet) = {
             let st = self.state();
             let record = st.records.get(image_ref).cloned();
-            (record, st.unreadable.contains(image_ref), st.pulled_by_kubelet(image_ref, &names.key))
+            (record, st.unreadable.contains(image_ref), st.pulled_by_kubelet(image_ref, &names.key, repo.as_deref()))
         };
         let lookup = match (&record, unreadable) {
             (Some(r), _) => RecordLookup::Found(r),
             (None, true) => RecordLookup::Unreadable,
             (None, false) => RecordLookup::Absent,
         };
-        let (decision, error) = decide(&self.inner.policy, repo.as_deref(), lookup, pulled_by_kubelet, pod_credentials);
+        let decision = match decide_without_credentials(&self.inner.policy, repo.as_deref(), lookup, pulled_by_kubelet)
+        {
+            Step::Done(d) => d,
+            Step::Match(cached) => match pod_credentials().await {
+                Ok(pod) => match_credentials(cached, &pod),
+                Err(e) => {
+                    self.metrics.mustpull_check(MustPullResult::Error);
+                    return Err(e);
+                }
+            },
+        };
         self.metrics.mustpull_check(decision.result);
-        if let Some(e) = error {
-            return Err(e);
-        }
         if let (Some(repo), false) = (repo, decision.record_secrets.is_empty()) {
             let creds = ImagePullCredentials { kubernetes_secrets: decision.record_secrets, ..Default::default() };
             if let Err(e) = self.write_pulled(image_ref, repo, &creds, None, false).await {

@@ -113,6 +113,47 @@ fn secrets_merge_by_coordinates_new_hash_wins_and_lists_are_sorted() {
 }
 
 #[test]
+fn a_new_mapping_keeps_the_order_given_and_a_merge_sorts_only_what_it_changed() {
+    // The kubelet stores a new mapping as given, unsorted.
+    let unsorted = ImagePullCredentials {
+        kubernetes_secrets: vec![secret("b", "s", "u2", "h2"), secret("a", "s", "u1", "h1")],
+        ..Default::default()
+    };
+    let (r, _) = merge_pulled(None, REF, REPO, &unsorted, t(1));
+    assert_eq!(r.credential_mapping[REPO], unsorted);
+    let (r, changed) = merge_pulled(Some(&r), REF, "example.com/other", &unsorted, t(2));
+    assert!(changed);
+    assert_eq!(r.credential_mapping["example.com/other"], unsorted, "a new repository mapping, as given");
+    // Merging a secret it already has changes nothing, order included.
+    let (same, changed) =
+        merge_pulled(Some(&r), REF, REPO, &ImagePullCredentials::secret(secret("b", "s", "u2", "h2")), t(3));
+    assert!(!changed);
+    assert_eq!(same.credential_mapping[REPO], unsorted);
+    // A secret merge leaves the service accounts as they were; an account merge the secrets.
+    let both = ImagePullCredentials {
+        kubernetes_secrets: vec![secret("z", "s", "u", "h")],
+        kubernetes_service_accounts: vec![sa("b", "x", "1"), sa("a", "y", "2")],
+        node_pods_accessible: false,
+    };
+    let (r, _) = merge_pulled(None, REF, REPO, &both, t(1));
+    let (r, changed) =
+        merge_pulled(Some(&r), REF, REPO, &ImagePullCredentials::secret(secret("c", "s", "u", "h")), t(2));
+    assert!(changed);
+    assert_eq!(r.credential_mapping[REPO].kubernetes_service_accounts, [sa("b", "x", "1"), sa("a", "y", "2")]);
+    assert_eq!(r.credential_mapping[REPO].kubernetes_secrets, [secret("c", "s", "u", "h"), secret("z", "s", "u", "h")]);
+    // The kubelet merges only the secrets of credentials that hold both.
+    let (r2, changed) = merge_pulled(
+        Some(&r),
+        REF,
+        REPO,
+        &ImagePullCredentials { kubernetes_service_accounts: vec![sa("c", "c", "3")], ..both.clone() },
+        t(3),
+    );
+    assert!(!changed, "the secret was there; the account is not merged");
+    assert_eq!(r2.credential_mapping[REPO].kubernetes_service_accounts.len(), 2);
+}
+
+#[test]
 fn service_accounts_are_unioned_and_sorted() {
     let existing = record_with(ImagePullCredentials::service_account(sa("b", "x", "1")));
     let (r, changed) =
@@ -488,4 +529,29 @@ async fn a_dropped_intent_guard_ends_the_intent_and_a_disarmed_one_does_not() {
         tokio::task::yield_now().await;
     }
     assert_eq!(r.stored_intents().len(), 1, "a disarmed guard ends nothing");
+}
+
+#[tokio::test]
+async fn a_name_imaged_never_pulled_keeps_its_preloaded_standing() {
+    // kubernetes/kubernetes#138175: the same image id, pulled with a secret as Y.
+    const X: &str = "public.example.org/tools/app:v1";
+    let y_secret = ImagePullCredentials::secret(secret("ns", "regcred", "u1", "h1"));
+    let preloaded = PullRecords::in_memory(VerifyPolicy::default());
+    preloaded.record_image_pulled(IMAGE, REF, &y_secret).await.unwrap();
+    assert!(!preloaded.must_attempt_pull(X, REF, pod(vec![])).await.unwrap(), "X stays preloaded");
+    assert!(preloaded.must_attempt_pull(IMAGE, REF, pod(vec![])).await.unwrap(), "Y needs its secret");
+    // Once imaged pulls X itself (an intent, then a record), X is imaged's.
+    let intent = preloaded.begin_pull(X).await.unwrap();
+    assert!(preloaded.must_attempt_pull(X, REF, pod(vec![])).await.unwrap(), "a pull of X in flight");
+    preloaded.record_image_pulled(X, REF, &y_secret).await.unwrap();
+    intent.disarm();
+    assert!(preloaded.must_attempt_pull(X, REF, pod(vec![])).await.unwrap(), "X pulled with a secret");
+    // A record without any mapping (recovered from an intent): every name is imaged's.
+    let recovered = PullRecords::in_memory(VerifyPolicy::default());
+    recovered.record_image_pulled(IMAGE, REF, &ImagePullCredentials::default()).await.unwrap();
+    assert!(recovered.must_attempt_pull(X, REF, pod(vec![])).await.unwrap());
+    // AlwaysVerify exempts nothing.
+    let strict = PullRecords::in_memory(VerifyPolicy::new(VerificationPolicy::AlwaysVerify));
+    strict.record_image_pulled(IMAGE, REF, &y_secret).await.unwrap();
+    assert!(strict.must_attempt_pull(X, REF, pod(vec![])).await.unwrap());
 }

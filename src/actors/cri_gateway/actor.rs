@@ -34,6 +34,8 @@ pub(super) struct Core {
     has_faults: Arc<AtomicBool>,
     /// Every call's latency (one histogram observe) and errors.
     metrics: Metrics,
+    /// Whether listings stream (`StreamImages`) or fall back to `ListImages`.
+    pub(super) streaming: super::streaming::Streaming,
 }
 
 /// The CRI gateway actor. See the module docs and `actors.md`.
@@ -168,6 +170,7 @@ impl Core {
             faults: Arc::new(RwLock::new(FaultPlan::default())),
             has_faults: Arc::new(AtomicBool::new(false)),
             metrics: cfg.metrics.clone(),
+            streaming: super::streaming::Streaming::default(),
         }
     }
 
@@ -294,10 +297,24 @@ impl Handler<GetVersion> for CriGatewayActor {
 
 impl Handler<ListImages> for CriGatewayActor {
     type Result = ResponseFuture<Result<Vec<Image>, CriError>>;
-    /// Lists images.
+    /// Lists images: by `StreamImages` while the runtime offers it, else
+    /// (it answered `Unimplemented`) by `ListImages`.
     fn handle(&mut self, m: ListImages, _: &mut Self::Context) -> Self::Result {
         let image = m.filter.as_ref().map(|s| s.image.clone());
-        self.call(Rpc::ListImages, image.as_deref(), move |c, d| async move { c.list_images(m.filter, d).await })
+        let streaming = self.core.streaming.clone();
+        self.call(Rpc::ListImages, image.as_deref(), move |c, d| async move {
+            if streaming.should_try() {
+                match c.stream_images(m.filter.clone(), d).await {
+                    Ok(images) => {
+                        streaming.offered();
+                        return Ok(images);
+                    }
+                    Err(e) if e.code() == crate::cri::StatusCode::Unimplemented => streaming.not_offered(),
+                    Err(e) => return Err(e),
+                }
+            }
+            c.list_images(m.filter, d).await
+        })
     }
 }
 

@@ -10,6 +10,7 @@
 mod actor;
 mod messages;
 mod settings;
+mod streaming;
 #[cfg(test)]
 mod tests;
 

@@ -2,7 +2,6 @@
 //! from, and the kubelet's hash that identifies one without keeping it.
 
 use std::fmt;
-use std::fmt::Write as _;
 
 use sha2::{Digest, Sha256};
 
@@ -33,6 +32,9 @@ pub struct Credential {
     pub email: String,
     /// The pull secret this credential came from; `None` for node credentials.
     pub source: Option<CredentialSource>,
+    /// The service account whose token a credential plugin exchanged for
+    /// this credential (KEP-4412); `None` otherwise.
+    pub service_account: Option<crate::domain::pull_record::ImagePullServiceAccount>,
     /// The normalised keyring key it is stored under (set by [`Keyring::add`]).
     pub key: String,
 }
@@ -45,6 +47,7 @@ impl Credential {
             password: password.into(),
             email: email.into(),
             source: None,
+            service_account: None,
             key: String::new(),
         }
     }
@@ -70,9 +73,9 @@ impl Credential {
             if json.len() > 1 {
                 json.push(',');
             }
-            go_json_string(&mut json, name);
+            crate::domain::go_text::json_string(&mut json, name);
             json.push(':');
-            go_json_string(&mut json, value);
+            crate::domain::go_text::json_string(&mut json, value);
         }
         json.push('}');
         let digest = Sha256::digest(json.as_bytes());
@@ -91,29 +94,6 @@ impl Credential {
 }
 
 /// Appends `s` as Go's `encoding/json` encodes a string (HTML-safe escaping).
-fn go_json_string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
 impl fmt::Display for CredentialSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "secret {}/{}", self.namespace, self.name)

@@ -130,6 +130,14 @@ impl Keyring {
         }
     }
 
+    /// Tags every credential with the service account whose token obtained
+    /// it (a credential plugin in token mode).
+    pub fn tag_service_account(&mut self, sa: &crate::domain::pull_record::ImagePullServiceAccount) {
+        for cred in self.creds.values_mut().flatten() {
+            cred.service_account = Some(sa.clone());
+        }
+    }
+
     /// The unique keys, most specific first (reverse lexicographic order).
     pub fn index(&self) -> Vec<&str> {
         self.creds.keys().rev().map(String::as_str).collect()

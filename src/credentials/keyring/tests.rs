@@ -45,10 +45,10 @@ fn key_normalisation_table() {
 #[test]
 fn invalid_keys_are_rejected_and_redacted() {
     let cases: &[(&str, UrlError)] = &[
-        ("registry.io:port", UrlError::InvalidPort),
+        ("registry.io:port", UrlError::InvalidPort(":port".into())),
         ("registry io", UrlError::InvalidHostCharacter(' ')),
         ("reg{istry}.io", UrlError::InvalidHostCharacter('{')),
-        ("registry.io/%zz", UrlError::InvalidEscape),
+        ("registry.io/%zz", UrlError::InvalidEscape("%zz".into())),
         ("registry.io/\n", UrlError::ControlCharacter),
         ("[::1", UrlError::MissingBracket),
         ("https://us er:hunter2@registry.io", UrlError::InvalidUserinfo),

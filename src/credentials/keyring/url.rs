@@ -5,23 +5,31 @@
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UrlError {
     /// An ASCII control character anywhere.
-    #[error("invalid control character in URL")]
+    #[error("net/url: invalid control character in URL")]
     ControlCharacter,
     /// A character not allowed in the user-info part.
-    #[error("invalid userinfo")]
+    #[error("net/url: invalid userinfo")]
     InvalidUserinfo,
     /// `[` without a closing `]`.
     #[error("missing ']' in host")]
     MissingBracket,
-    /// A port that is not all digits.
-    #[error("invalid port after host")]
-    InvalidPort,
+    /// A port that is not all digits: the `:port` text, as Go quotes it.
+    #[error("invalid port {} after host", quote(.0))]
+    InvalidPort(String),
     /// A character that is not allowed in a host name.
-    #[error("invalid character {0:?} in host name")]
+    #[error("invalid character {} in host name", quote(&.0.to_string()))]
     InvalidHostCharacter(char),
-    /// A `%` not followed by two hex digits (or any `%` in a host).
-    #[error("invalid URL escape")]
-    InvalidEscape,
+    /// A `%` not followed by two hex digits (or an escape a host may not
+    /// have): the (up to) three characters from the `%`.
+    #[error("invalid URL escape {}", quote(.0))]
+    InvalidEscape(String),
+}
+
+use crate::domain::go_text::quote;
+
+/// Go's `EscapeError` text: the `%` and at most two characters after it.
+fn escape_error(from_percent: &str) -> UrlError {
+    UrlError::InvalidEscape(from_percent.chars().take(3).collect())
 }
 
 /// The parts of a parsed URL the keyring uses.
@@ -79,16 +87,23 @@ fn validate_host(host: &str) -> Result<(), UrlError> {
     if host.starts_with('[') {
         let i = host.rfind(']').ok_or(UrlError::MissingBracket)?;
         if !valid_optional_port(&host[i + 1..]) {
-            return Err(UrlError::InvalidPort);
+            return Err(UrlError::InvalidPort(host[i + 1..].to_string()));
         }
     } else if let Some(i) = host.rfind(':')
         && !valid_optional_port(&host[i..])
     {
-        return Err(UrlError::InvalidPort);
+        return Err(UrlError::InvalidPort(host[i..].to_string()));
     }
-    for c in host.chars() {
+    for (i, c) in host.char_indices() {
         if c == '%' {
-            return Err(UrlError::InvalidEscape);
+            // Go: a host may hold only escapes of non-ASCII bytes (or `%25`).
+            let seq = &host[i..];
+            let b = seq.as_bytes();
+            let hex_ok = b.len() >= 3 && b[1].is_ascii_hexdigit() && b[2].is_ascii_hexdigit();
+            if !hex_ok || (b[1] < b'8' && b[1].is_ascii_digit() && &seq[..3] != "%25") {
+                return Err(escape_error(seq));
+            }
+            continue;
         }
         let allowed = !c.is_ascii() || c.is_ascii_alphanumeric() || "-_.~!$&'()*+,;=:[]<>\"".contains(c);
         if !allowed {
@@ -107,12 +122,13 @@ fn percent_decode(s: &str) -> Result<String, UrlError> {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3).ok_or(UrlError::InvalidEscape)?;
-            let text = std::str::from_utf8(hex).map_err(|_| UrlError::InvalidEscape)?;
-            let b = u8::from_str_radix(text, 16).map_err(|_| UrlError::InvalidEscape)?;
+            let bad = || escape_error(&String::from_utf8_lossy(&bytes[i..]));
+            let hex = bytes.get(i + 1..i + 3).ok_or_else(bad)?;
             if !hex.iter().all(u8::is_ascii_hexdigit) {
-                return Err(UrlError::InvalidEscape);
+                return Err(bad());
             }
+            let text = std::str::from_utf8(hex).map_err(|_| bad())?;
+            let b = u8::from_str_radix(text, 16).map_err(|_| bad())?;
             out.push(b);
             i += 3;
         } else {

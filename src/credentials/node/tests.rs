@@ -57,16 +57,17 @@ fn users(creds: &[Credential]) -> Vec<&str> {
 }
 
 #[tokio::test]
-async fn files_and_plugins_share_one_keyring() {
+async fn files_come_before_plugins_as_in_the_kubelets_union_keyring() {
     let n = Node::new(
         r#"{"auths":{"reg.io":{"username":"file","password":"f"},"other.io":{"username":"file-other","password":"f"}}}"#,
         Some(
             r#"{"reg.io":{"username":"plugin","password":"p"},"reg.io/team":{"username":"plugin-team","password":"p"}}"#,
         ),
     );
-    // Most specific key first (the plugin's reg.io/team), then reg.io with
-    // the file's entry before the plugin's.
-    assert_eq!(users(&n.node.lookup("reg.io/team/app").await), ["plugin-team", "file", "plugin"]);
+    // The kubelet 1.36 unions its node keyring (files) and the pod's plugin
+    // keyring: every file match first, then the plugins' (most specific
+    // key first within each).
+    assert_eq!(users(&n.node.lookup("reg.io/team/app").await), ["file", "plugin-team", "plugin"]);
     assert_eq!(users(&n.node.lookup("reg.io/app").await), ["file", "plugin"]);
     assert_eq!(users(&n.node.lookup("other.io/app").await), ["file-other"]);
     assert!(users(&n.node.lookup("quay.example/app").await).is_empty());

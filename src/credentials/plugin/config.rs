@@ -8,11 +8,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
-
+use super::decode::{RawEnv, RawProvider, RawTokenAttributes};
 use crate::credentials::keyring::normalize_key;
 use crate::domain::Secret;
-use crate::domain::go_text::{duration as go_duration, parse_duration, quote};
+use crate::domain::go_text::{duration as go_duration, json_string, quote};
 
 /// API group of `CredentialProviderConfig`.
 pub const CONFIG_GROUP: &str = "kubelet.config.k8s.io";
@@ -79,6 +78,9 @@ pub enum ProviderConfigError {
     /// A provider's executable is missing.
     #[error("plugin binary executable {} did not exist", .0.display())]
     NoExecutable(PathBuf),
+    /// The kubeconfig for service-account tokens cannot be used.
+    #[error(transparent)]
+    Kubeconfig(crate::credentials::KubeconfigError),
     /// A provider's executable could not be inspected.
     #[error("error inspecting binary executable {}: {reason}", .path.display())]
     Executable {
@@ -89,10 +91,17 @@ pub enum ProviderConfigError {
     },
 }
 
-/// Go's `utilerrors.Aggregate` text: one error alone, several in brackets.
+/// Go's `field.ErrorList.ToAggregate` text: identical messages once, one
+/// error alone, several in brackets.
 fn aggregate(errors: &[String]) -> String {
-    match errors {
-        [one] => one.clone(),
+    let mut unique: Vec<&str> = Vec::with_capacity(errors.len());
+    for e in errors {
+        if !unique.contains(&e.as_str()) {
+            unique.push(e);
+        }
+    }
+    match unique.as_slice() {
+        [one] => (*one).to_string(),
         many => format!("[{}]", many.join(", ")),
     }
 }
@@ -121,83 +130,54 @@ pub struct ProviderSpec {
     pub args: Vec<String>,
     /// Environment added after imaged's own.
     pub env: Vec<EnvVar>,
+    /// Service-account token mode (KEP-4412), when configured.
+    pub token_attributes: Option<TokenAttributes>,
 }
 
-// === raw (as decoded) ===
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RawConfig {
-    #[serde(default)]
-    api_version: String,
-    #[serde(default)]
-    kind: String,
-    #[serde(default)]
-    providers: Option<Vec<RawProvider>>,
+/// How a provider's credentials are cached when it gets a service-account
+/// token (`tokenAttributes.cacheType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenCacheType {
+    /// Per service account (namespace, name, uid, annotations): every pod
+    /// of the account shares the credentials.
+    ServiceAccount,
+    /// Per token as well: an entry serves only the token it was got with.
+    Token,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RawProvider {
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    match_images: Option<Vec<String>>,
-    #[serde(default)]
-    default_cache_duration: Option<String>,
-    /// `default_cache_duration` parsed (Go nanoseconds), set by [`decode`].
-    #[serde(skip)]
-    default_cache_ns: Option<i64>,
-    #[serde(default)]
-    api_version: String,
-    #[serde(default)]
-    args: Option<Vec<String>>,
-    #[serde(default)]
-    env: Option<Vec<RawEnv>>,
-    #[serde(default)]
-    token_attributes: Option<serde_yaml_ng::Value>,
-}
-
-#[derive(Deserialize)]
-struct RawEnv {
-    #[serde(default)]
-    name: String,
-    /// Decoded as any value so a wrongly typed secret never reaches an error text.
-    #[serde(default)]
-    value: serde_yaml_ng::Value,
-}
-
-/// Decodes one file (JSON or YAML) into its providers; checks kind and group.
-fn decode(path: &Path, bytes: &[u8]) -> Result<Vec<RawProvider>, ProviderConfigError> {
-    let fail = |reason: String| ProviderConfigError::Decode { path: path.to_path_buf(), reason };
-    let raw: RawConfig = serde_yaml_ng::from_slice(bytes).map_err(|e| {
-        // Positions only: messages of serde can quote scalars (env values).
-        fail(match e.location() {
-            Some(l) => format!("invalid document at line {} column {}", l.line(), l.column()),
-            None => "invalid document".to_string(),
-        })
-    })?;
-    if raw.kind != "CredentialProviderConfig" {
-        return Err(fail(format!("failed to decode {} (wrong Kind)", quote(&raw.kind))));
-    }
-    let group = raw.api_version.split_once('/').map_or("", |(g, _)| g);
-    if group != CONFIG_GROUP {
-        return Err(fail(format!("failed to decode CredentialProviderConfig, unexpected Group: {group}")));
-    }
-    if !CONFIG_API_VERSIONS.contains(&raw.api_version.as_str()) {
-        return Err(fail(format!(
-            "no kind \"CredentialProviderConfig\" is registered for version {}",
-            quote(&raw.api_version)
-        )));
-    }
-    let mut providers = raw.providers.unwrap_or_default();
-    // A `metav1.Duration` that does not parse fails decoding, with Go's text.
-    for p in &mut providers {
-        if let Some(text) = &p.default_cache_duration {
-            p.default_cache_ns = Some(parse_duration(text).map_err(|e| fail(e.to_string()))?);
+impl TokenCacheType {
+    /// The configuration's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ServiceAccount => "ServiceAccount",
+            Self::Token => "Token",
         }
     }
-    Ok(providers)
+}
+
+/// A provider's `tokenAttributes`, validated (KEP-4412): the plugin is sent
+/// a service-account token for `audience` and the annotations named here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenAttributes {
+    /// `serviceAccountTokenAudience`.
+    pub audience: String,
+    /// `cacheType`.
+    pub cache_type: TokenCacheType,
+    /// `requireServiceAccount`: a pod without a service account gets no
+    /// credentials from this plugin (false: the plugin runs without a token).
+    pub require_service_account: bool,
+    /// Annotations the service account must have (else the plugin is not run).
+    pub required_annotation_keys: Vec<String>,
+    /// Annotations passed when the service account has them.
+    pub optional_annotation_keys: Vec<String>,
+}
+
+/// Decodes one file into its providers (see [`super::decode`]), naming the
+/// file in the error.
+fn decode(path: &Path, bytes: &[u8]) -> Result<Vec<RawProvider>, ProviderConfigError> {
+    super::decode::decode(bytes)
+        .map(|c| c.providers)
+        .map_err(|reason| ProviderConfigError::Decode { path: path.to_path_buf(), reason })
 }
 
 /// The files of `config_path`: itself, or the `*.json`, `*.yaml`, `*.yml`
@@ -323,23 +303,104 @@ fn validate_name(name: &str, seen: &[String], errs: &mut Vec<String>) {
 /// The checks of one provider after its name; the spec as far as it is valid.
 fn validate_provider(p: RawProvider, errs: &mut Vec<String>) -> ProviderSpec {
     validate_api_version(&p.api_version, errs);
-    let match_images = p.match_images.unwrap_or_default();
+    let match_images = p.match_images;
     validate_match_images(&match_images, errs);
     let default_cache_duration = validate_cache_duration(p.default_cache_ns, errs);
-    if p.token_attributes.as_ref().is_some_and(|t| !t.is_null()) {
-        errs.push(format!(
-            "providers.tokenAttributes: Forbidden: service account tokens for credential providers are not supported by imaged (provider {})",
-            quote(&p.name)
-        ));
-    }
-    let env = validate_env(p.env.unwrap_or_default(), errs);
+    let token_attributes = p.token_attributes.and_then(|t| validate_token_attributes(t, &p.api_version, errs));
+    let env = env_vars(p.env);
     ProviderSpec {
         name: p.name,
         match_images,
         default_cache_duration,
         api_version: p.api_version,
-        args: p.args.unwrap_or_default(),
+        args: p.args,
         env,
+        token_attributes,
+    }
+}
+
+/// The kubelet's `tokenAttributes` rules, in its order; the attributes when
+/// valid.
+fn validate_token_attributes(
+    t: RawTokenAttributes,
+    provider_api_version: &str,
+    errs: &mut Vec<String>,
+) -> Option<TokenAttributes> {
+    const FIELD: &str = "providers.tokenAttributes";
+    let before = errs.len();
+    if t.audience.is_empty() {
+        errs.push(required(&format!("{FIELD}.serviceAccountTokenAudience"), ""));
+    }
+    if t.require_service_account.is_none() {
+        errs.push(required(&format!("{FIELD}.requireServiceAccount"), ""));
+    }
+    let v1 = "credentialprovider.kubelet.k8s.io/v1";
+    if provider_api_version != v1 {
+        errs.push(format!("{FIELD}: Forbidden: tokenAttributes is only supported for {v1} API version"));
+    }
+    if t.require_service_account == Some(false) && !t.required_keys.is_empty() {
+        errs.push(format!(
+            "{FIELD}.requiredServiceAccountAnnotationKeys: Forbidden: requireServiceAccount cannot be false when requiredServiceAccountAnnotationKeys is set"
+        ));
+    }
+    validate_annotation_keys(&format!("{FIELD}.requiredServiceAccountAnnotationKeys"), &t.required_keys, errs);
+    validate_annotation_keys(&format!("{FIELD}.optionalServiceAccountAnnotationKeys"), &t.optional_keys, errs);
+    let mut both: Vec<&String> = t.required_keys.iter().filter(|k| t.optional_keys.contains(k)).collect();
+    both.sort();
+    both.dedup();
+    if !both.is_empty() {
+        // `field.Invalid` of a list: the value as JSON.
+        let mut list = String::from("[");
+        for (i, k) in both.iter().enumerate() {
+            if i > 0 {
+                list.push(',');
+            }
+            json_string(&mut list, k);
+        }
+        list.push(']');
+        errs.push(format!("{FIELD}: Invalid value: {list}: annotation keys cannot be both required and optional"));
+    }
+    let cache_type = match t.cache_type.as_str() {
+        "" => {
+            errs.push(required(
+                &format!("{FIELD}.cacheType"),
+                "cacheType is required to be set when tokenAttributes is specified. Supported values are: ServiceAccount, Token",
+            ));
+            None
+        }
+        "ServiceAccount" => Some(TokenCacheType::ServiceAccount),
+        "Token" => Some(TokenCacheType::Token),
+        other => {
+            errs.push(format!(
+                "{FIELD}.cacheType: Unsupported value: {}: supported values: \"ServiceAccount\", \"Token\"",
+                quote(other)
+            ));
+            None
+        }
+    };
+    if errs.len() > before {
+        return None;
+    }
+    Some(TokenAttributes {
+        audience: t.audience,
+        cache_type: cache_type?,
+        require_service_account: t.require_service_account?,
+        required_annotation_keys: t.required_keys,
+        optional_annotation_keys: t.optional_keys,
+    })
+}
+
+/// Each key a qualified name (case aside), none twice.
+fn validate_annotation_keys(field: &str, keys: &[String], errs: &mut Vec<String>) {
+    let mut seen: Vec<&str> = Vec::new();
+    for k in keys {
+        for msg in crate::domain::k8s_names::qualified_name_errors(&k.to_lowercase()) {
+            errs.push(invalid_value(field, k, &msg));
+        }
+        if seen.contains(&k.as_str()) {
+            errs.push(format!("{field}: Duplicate value: {}", quote(k)));
+        }
+        seen.push(k);
     }
 }
 
@@ -374,9 +435,9 @@ fn validate_match_images(match_images: &[String], errs: &mut Vec<String>) {
 fn validate_cache_duration(ns: Option<i64>, errs: &mut Vec<String>) -> Duration {
     match ns {
         None => errs.push(required("providers.defaultCacheDuration", "")),
-        // A Go duration value is printed unquoted (`-1m0s`).
+        // `field.Invalid` renders a `metav1.Duration` as its JSON: quoted.
         Some(ns) if ns < 0 => errs.push(format!(
-            "providers.defaultCacheDuration: Invalid value: -{}: must be greater than or equal to 0",
+            "providers.defaultCacheDuration: Invalid value: \"-{}\": must be greater than or equal to 0",
             go_duration(Duration::from_nanos(ns.unsigned_abs()))
         )),
         Some(ns) => return Duration::from_nanos(ns.unsigned_abs()),
@@ -384,25 +445,10 @@ fn validate_cache_duration(ns: Option<i64>, errs: &mut Vec<String>) -> Duration 
     Duration::ZERO
 }
 
-/// Each variable named, its value a string (kept as a [`Secret`]; a value of
-/// another type is never shown).
-fn validate_env(env: Vec<RawEnv>, errs: &mut Vec<String>) -> Vec<EnvVar> {
-    let mut out = Vec::new();
-    for (i, e) in env.into_iter().enumerate() {
-        if e.name.is_empty() {
-            errs.push(required(&format!("providers.env[{i}].name"), "name is required"));
-        }
-        let value = match e.value {
-            serde_yaml_ng::Value::Null => Secret::default(),
-            serde_yaml_ng::Value::String(s) => Secret::new(s),
-            _ => {
-                errs.push(format!("providers.env[{i}].value: Invalid value: must be a string"));
-                Secret::default()
-            }
-        };
-        out.push(EnvVar { name: e.name, value });
-    }
-    out
+/// The variables, their values kept as [`Secret`]s (decoding already
+/// refused a value that is not a string, without showing it).
+fn env_vars(env: Vec<RawEnv>) -> Vec<EnvVar> {
+    env.into_iter().map(|e| EnvVar { name: e.name, value: e.value }).collect()
 }
 
 /// The kubelet's registration checks: the bin dir exists, the config loads

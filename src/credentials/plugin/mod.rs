@@ -1,23 +1,29 @@
 //! Exec credential-provider plugins (the kubelet's
 //! `--image-credential-provider-config` and `--image-credential-provider-bin-dir`,
-//! reference §7.4): [`config`] reads and validates `CredentialProviderConfig`,
-//! [`provider`] runs one plugin with its cache.
-//!
-//! Service-account token mode (`tokenAttributes`) is not supported.
+//! reference §7.4): [`config`] reads and validates `CredentialProviderConfig`
+//! (strictly, see `decode`), [`provider`] runs one plugin with its cache,
+//! [`service_account`] gives plugins with `tokenAttributes` the pod's
+//! service-account token (KEP-4412).
 
 pub mod config;
+mod decode;
 pub mod provider;
+pub mod service_account;
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use config::{
-    EnvVar, ProviderConfigError, ProviderSpec, RegisteredProviders, load_provider_config, register_providers,
+    EnvVar, ProviderConfigError, ProviderSpec, RegisteredProviders, TokenAttributes, TokenCacheType,
+    load_provider_config, register_providers,
 };
 pub use provider::{
-    CacheKeyType, DEFAULT_PLUGIN_TIMEOUT, GLOBAL_CACHE_KEY, PluginError, PluginProvider, PluginResponse,
+    CacheKeyType, DEFAULT_PLUGIN_TIMEOUT, GLOBAL_CACHE_KEY, PluginError, PluginProvider, PluginResponse, Provided,
     decode_response, registry_of,
+};
+pub use service_account::{
+    PluginPod, PodServiceAccount, ServiceAccountInfo, ServiceAccountTokenSource, TokenRequest, TokenSourceError,
 };
 
 use super::secrets::DockerConfig;
@@ -29,6 +35,8 @@ pub struct CredentialProviders {
     plugins: Vec<Arc<PluginProvider>>,
     /// `sha256:<hex>` over the configuration files (empty when none).
     config_hash: String,
+    /// Service accounts and tokens for plugins in token mode.
+    token_source: Option<Arc<dyn ServiceAccountTokenSource>>,
 }
 
 impl CredentialProviders {
@@ -56,7 +64,20 @@ impl CredentialProviders {
                 )
             })
             .collect();
-        Ok(Self { plugins, config_hash: registered.config_hash })
+        Ok(Self { plugins, config_hash: registered.config_hash, token_source: None })
+    }
+
+    /// The same plugins, getting service accounts and tokens for plugins in
+    /// token mode from `source` (when the request does not carry them).
+    #[must_use]
+    pub fn with_token_source(mut self, source: Arc<dyn ServiceAccountTokenSource>) -> Self {
+        self.token_source = Some(source);
+        self
+    }
+
+    /// True when some plugin runs in service-account token mode.
+    pub fn uses_tokens(&self) -> bool {
+        self.plugins.iter().any(|p| p.spec().token_attributes.is_some())
     }
 
     /// The kubelet's configuration hash: `sha256:<hex>` of each file's
@@ -76,14 +97,22 @@ impl CredentialProviders {
     }
 
     /// Each matching plugin's credentials for `image`, in plugin order
-    /// (plugins that match nothing or fail give nothing).
+    /// (plugins that match nothing or fail give nothing), for a pod
+    /// without a service account.
     pub async fn provide(&self, image: &str) -> Vec<DockerConfig> {
+        self.provide_for(image, &PluginPod::default()).await.into_iter().map(|p| p.config).collect()
+    }
+
+    /// Each matching plugin's credentials for `image` for `pod` (the
+    /// kubelet's per-pod plugin keyring), with the service account a token
+    /// plugin obtained them for.
+    pub async fn provide_for(&self, image: &str, pod: &PluginPod) -> Vec<Provided> {
         let mut out = Vec::new();
         for p in &self.plugins {
             if p.matches(image) {
-                let config = p.provide(image).await;
-                if !config.entries.is_empty() {
-                    out.push(config);
+                let provided = p.provide_for(image, pod, self.token_source.as_deref()).await;
+                if !provided.config.entries.is_empty() {
+                    out.push(provided);
                 }
             }
         }

@@ -12,7 +12,7 @@
 //! credentials) is never shown either. A failing plugin gives no
 //! credentials instead of failing the pull, so its error is only logged.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -23,12 +23,17 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
-use super::config::{PROVIDER_API_VERSIONS, ProviderSpec};
+use super::config::{PROVIDER_API_VERSIONS, ProviderSpec, TokenAttributes, TokenCacheType};
+use super::service_account::{
+    PluginPod, ServiceAccountInfo, ServiceAccountTokenSource, TokenContext, TokenRequest, TokenSourceError, cache_key,
+    request_body, service_account_cache_key, single_flight_key, token_hash,
+};
 use crate::clock::Clock;
 use crate::credentials::keyring::urls_match;
 use crate::credentials::secrets::{DockerConfig, DockerConfigEntry};
 use crate::domain::Secret;
 use crate::domain::go_text::{parse_duration, quote};
+use crate::domain::pull_record::ImagePullServiceAccount;
 
 /// The kubelet's plugin timeout.
 pub const DEFAULT_PLUGIN_TIMEOUT: Duration = Duration::from_secs(60);
@@ -194,6 +199,17 @@ async fn spawn(cmd: &mut tokio::process::Command) -> std::io::Result<tokio::proc
 
 type Shared = Arc<OnceCell<Result<PluginResponse, PluginError>>>;
 
+/// What one plugin gives for one image: the credentials and, in token
+/// mode, the service account they were obtained for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Provided {
+    /// Registry pattern → credentials (empty: none).
+    pub config: DockerConfig,
+    /// The pod's service account, when a token was part of the lookup
+    /// (the credentials then prove that account, KEP-2535).
+    pub service_account: Option<ImagePullServiceAccount>,
+}
+
 /// A registered plugin with its cache.
 #[derive(Debug)]
 pub struct PluginProvider {
@@ -202,10 +218,10 @@ pub struct PluginProvider {
     executable: PathBuf,
     timeout: Duration,
     clock: Clock,
-    /// cache key → (expiry, credentials).
-    cache: Mutex<HashMap<String, (Instant, DockerConfig)>>,
-    /// image → the run every concurrent request for it waits on.
-    in_flight: Mutex<HashMap<String, Shared>>,
+    /// cache key (the kubelet's `generateCacheKey`) → (expiry, credentials).
+    cache: Mutex<HashMap<Vec<u8>, (Instant, DockerConfig)>>,
+    /// single-flight key → the run every concurrent request for it waits on.
+    in_flight: Mutex<HashMap<Vec<u8>, Shared>>,
 }
 
 impl PluginProvider {
@@ -241,20 +257,26 @@ impl PluginProvider {
         &self.spec.name
     }
 
+    /// The plugin's configuration.
+    pub fn spec(&self) -> &ProviderSpec {
+        &self.spec
+    }
+
     /// Whether some `matchImages` pattern URL-matches `image`.
     pub fn matches(&self, image: &str) -> bool {
         self.spec.match_images.iter().any(|m| urls_match(m, image))
     }
 
-    fn cached(&self, image: &str) -> Option<DockerConfig> {
+    fn cached(&self, image: &str, sa_key: &[u8]) -> Option<DockerConfig> {
         let now = self.clock.instant();
         let mut cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for key in [image, registry_of(image), GLOBAL_CACHE_KEY] {
-            match cache.get(key) {
+        for base in [image, registry_of(image), GLOBAL_CACHE_KEY] {
+            let Ok(key) = cache_key(base, sa_key) else { return None };
+            match cache.get(&key) {
                 // Expired only once strictly past the expiry (the kubelet's policy).
                 Some((expires, config)) if now <= *expires => return Some(config.clone()),
                 Some(_) => {
-                    cache.remove(key);
+                    cache.remove(&key);
                 }
                 None => {}
             }
@@ -262,7 +284,7 @@ impl PluginProvider {
         None
     }
 
-    fn store(&self, key: String, config: DockerConfig, ttl: Duration) {
+    fn store(&self, key: Vec<u8>, config: DockerConfig, ttl: Duration) {
         let now = self.clock.instant();
         let mut cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // Expired entries go when anything is stored (the kubelet lists every 15 min).
@@ -270,52 +292,206 @@ impl PluginProvider {
         cache.insert(key, (now + ttl, config));
     }
 
-    /// The kubelet's `pluginProvider.Provide`: the credentials this plugin
-    /// gives for `image` (a normalised repository), from the cache or a run;
-    /// empty when the image does not match, or the plugin failed (logged)
-    /// or returned an invalid `cacheKeyType`.
+    /// The plugin's credentials for `image` (a normalised repository) for a
+    /// pod without a service account (no token).
     pub async fn provide(&self, image: &str) -> DockerConfig {
+        self.provide_for(image, &PluginPod::default(), None).await.config
+    }
+
+    /// The kubelet's `pluginProvider.provide`: the credentials this plugin
+    /// gives for `image` (a normalised repository) for `pod`, from the cache
+    /// or a run; empty when the image does not match, the plugin failed
+    /// (logged) or returned an invalid `cacheKeyType`. In token mode
+    /// (`tokenAttributes`) the pod's service account is looked up (from the
+    /// request, else `source`), a token minted for the plugin's audience
+    /// (the request's, else `source`'s) and sent with the annotations the
+    /// plugin asks for; the credentials are cached per service account or,
+    /// with `cacheType: Token`, per token.
+    pub async fn provide_for(
+        &self,
+        image: &str,
+        pod: &PluginPod,
+        source: Option<&dyn ServiceAccountTokenSource>,
+    ) -> Provided {
         if !self.matches(image) {
-            return DockerConfig::default();
+            return Provided::default();
         }
-        if let Some(config) = self.cached(image) {
-            return config;
+        let token = match &self.spec.token_attributes {
+            None => None,
+            Some(attrs) => match self.token_context(attrs, pod, source).await {
+                Ok(t) => t,
+                Err(()) => return Provided::default(),
+            },
+        };
+        let sa_key: &[u8] = token.as_ref().map_or(&[], |t| t.cache_key.as_slice());
+        let service_account = token.as_ref().map(|t| t.coordinates.clone());
+        if let Some(config) = self.cached(image, sa_key) {
+            return Provided { config, service_account };
         }
-        let response = match self.run(image).await {
+        let flight_key = match &token {
+            None => image.as_bytes().to_vec(),
+            Some(t) => match single_flight_key(image, &t.token_hash, &t.annotations) {
+                Ok(k) => k,
+                Err(e) => {
+                    tracing::error!(plugin = %self.spec.name, "Error generating singleflight key: {e}");
+                    return Provided::default();
+                }
+            },
+        };
+        let response = match self.run_keyed(flight_key, image, token.as_ref()).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(plugin = %self.spec.name, "Failed getting credential from external registry credential provider: {e}");
-                return DockerConfig::default();
+                return Provided::default();
             }
         };
+        if let (Some(t), Some(attrs)) = (&token, &self.spec.token_attributes)
+            && !t.token.is_empty()
+            && attrs.cache_type != TokenCacheType::Token
+            && response.auth.entries.iter().any(|(_, e)| e.password == t.token)
+        {
+            // The token echoed back as the password: only cacheType Token may do that.
+            tracing::error!(
+                plugin = %self.spec.name,
+                "Credential provider plugin returned the service account token as the password for image {}, which is not allowed when service account cache type is not set to 'Token'",
+                quote(image)
+            );
+            return Provided::default();
+        }
         let Some(key_type) = CacheKeyType::parse(&response.cache_key_type) else {
             tracing::error!(
                 plugin = %self.spec.name,
                 "credential provider plugin did not return a valid cacheKeyType: {}",
                 quote(&response.cache_key_type)
             );
-            return DockerConfig::default();
+            return Provided::default();
         };
-        let key = key_type.key(image).to_string();
         let ttl = response.cache_duration.unwrap_or(self.spec.default_cache_duration);
         if !ttl.is_zero() {
-            self.store(key, response.auth.clone(), ttl);
+            match cache_key(key_type.key(image), sa_key) {
+                Ok(key) => self.store(key, response.auth.clone(), ttl),
+                Err(e) => {
+                    tracing::error!(plugin = %self.spec.name, "Error generating cache key: {e}");
+                    return Provided::default();
+                }
+            }
         }
-        response.auth
+        Provided { config: response.auth, service_account }
     }
 
-    /// Runs the plugin for `image` (no cache), once for all concurrent
-    /// callers: they all get the one run's result.
+    /// Token mode: the service account, annotations and token of `pod` for
+    /// this plugin. `Ok(None)`: run without a token (no service account,
+    /// and the plugin allows that); `Err`: give no credentials (logged).
+    async fn token_context(
+        &self,
+        attrs: &TokenAttributes,
+        pod: &PluginPod,
+        source: Option<&dyn ServiceAccountTokenSource>,
+    ) -> Result<Option<TokenContext>, ()> {
+        let (ns, pod_name) = (&pod.namespace, &pod.name);
+        let Some(sa) = pod.service_account.as_ref().filter(|sa| !sa.name.is_empty()) else {
+            if attrs.require_service_account {
+                tracing::debug!(plugin = %self.spec.name, "Service account name is empty for pod {ns}/{pod_name}");
+                return Err(());
+            }
+            return Ok(None);
+        };
+        let info = if sa.uid.is_empty() {
+            let Some(source) = source else {
+                tracing::error!(
+                    plugin = %self.spec.name,
+                    "Failed to get service account {ns}/{}: the request gives no uid and imaged has no service-account source (credentials.kubeconfig, or a token source from the embedder)",
+                    sa.name
+                );
+                return Err(());
+            };
+            match source.service_account(ns, &sa.name).await {
+                Ok(info) => info,
+                Err(e) => {
+                    tracing::error!(plugin = %self.spec.name, "Failed to get service account {ns}/{}: {e}", sa.name);
+                    return Err(());
+                }
+            }
+        } else {
+            ServiceAccountInfo { uid: sa.uid.clone(), annotations: sa.annotations.clone() }
+        };
+        let mut annotations = BTreeMap::new();
+        for k in &attrs.required_annotation_keys {
+            let Some(v) = info.annotations.get(k) else {
+                // The kubelet logs this at V(5): an opt-in mechanism, often expected.
+                tracing::debug!(
+                    plugin = %self.spec.name,
+                    "Failed to get service account data {ns}/{}: required annotation {k} not found",
+                    sa.name
+                );
+                return Err(());
+            };
+            annotations.insert(k.clone(), v.clone());
+        }
+        for k in &attrs.optional_annotation_keys {
+            if let Some(v) = info.annotations.get(k) {
+                annotations.insert(k.clone(), v.clone());
+            }
+        }
+        let token = match sa.tokens.get(&attrs.audience) {
+            Some(t) => t.clone(),
+            None => {
+                let request = TokenRequest {
+                    namespace: ns.clone(),
+                    service_account: sa.name.clone(),
+                    service_account_uid: info.uid.clone(),
+                    pod_name: pod_name.clone(),
+                    pod_uid: pod.uid.clone(),
+                    audience: attrs.audience.clone(),
+                };
+                let minted = match source {
+                    Some(source) => source.token(&request).await,
+                    None => Err(TokenSourceError(
+                        "no token for the plugin's audience with the request, and imaged has no token source".into(),
+                    )),
+                };
+                match minted {
+                    Ok(t) => t,
+                    Err(e) => {
+                        tracing::error!(plugin = %self.spec.name, "Error getting service account token {ns}/{}: {e}", sa.name);
+                        return Err(());
+                    }
+                }
+            }
+        };
+        let coordinates = ImagePullServiceAccount { uid: info.uid, namespace: ns.clone(), name: sa.name.clone() };
+        let token_hash = token_hash(&token);
+        match service_account_cache_key(&coordinates, &annotations, attrs.cache_type, &token_hash) {
+            Ok(cache_key) => Ok(Some(TokenContext { coordinates, token, annotations, cache_key, token_hash })),
+            Err(e) => {
+                tracing::error!(plugin = %self.spec.name, "Error generating service account cache key: {e}");
+                Err(())
+            }
+        }
+    }
+
+    /// Runs the plugin for `image` (no cache, no token), once for all
+    /// concurrent callers: they all get the one run's result.
     pub async fn run(&self, image: &str) -> Result<PluginResponse, PluginError> {
+        self.run_keyed(image.as_bytes().to_vec(), image, None).await
+    }
+
+    /// One run per `key` for all concurrent callers.
+    async fn run_keyed(
+        &self,
+        key: Vec<u8>,
+        image: &str,
+        token: Option<&TokenContext>,
+    ) -> Result<PluginResponse, PluginError> {
         let cell: Shared = {
             let mut in_flight = self.in_flight.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            in_flight.entry(image.to_string()).or_default().clone()
+            in_flight.entry(key.clone()).or_default().clone()
         };
         // A cancelled first caller hands the run to the next waiter.
-        let result = cell.get_or_init(|| self.exec(image)).await.clone();
+        let result = cell.get_or_init(|| self.exec(image, token)).await.clone();
         let mut in_flight = self.in_flight.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if in_flight.get(image).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
-            in_flight.remove(image);
+        if in_flight.get(&key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+            in_flight.remove(&key);
         }
         result
     }
@@ -332,23 +508,21 @@ impl PluginProvider {
     /// One run of the plugin: its stdout decoded. The run (spawn to exit)
     /// is metered; a failed run counts as an error, a bad response does not
     /// (as in the kubelet).
-    async fn exec(&self, image: &str) -> Result<PluginResponse, PluginError> {
+    async fn exec(&self, image: &str, token: Option<&TokenContext>) -> Result<PluginResponse, PluginError> {
         tracing::debug!(plugin = %self.spec.name, "Getting image {image} credentials from external exec plugin {}", self.spec.name);
         let started = std::time::Instant::now();
-        let stdout = self.run_process(image).await;
+        let body = match token {
+            Some(t) => request_body(&self.spec.api_version, image, &t.token, &t.annotations),
+            None => request_body(&self.spec.api_version, image, &Secret::default(), &BTreeMap::new()),
+        };
+        let stdout = self.run_process(image, body).await;
         self.metrics.credential_plugin_ran(&self.spec.name, started.elapsed(), stdout.is_err());
         decode_response(&stdout?, &self.spec.api_version)
     }
 
-    /// Runs the executable with the request on stdin; its stdout on success.
-    async fn run_process(&self, image: &str) -> Result<Vec<u8>, PluginError> {
-        let request = serde_json::json!({
-            "kind": "CredentialProviderRequest",
-            "apiVersion": self.spec.api_version,
-            "image": image,
-        });
-        let mut body = request.to_string().into_bytes();
-        body.push(b'\n');
+    /// Runs the executable with `body` (the request) on stdin; its stdout
+    /// on success.
+    async fn run_process(&self, image: &str, body: Vec<u8>) -> Result<Vec<u8>, PluginError> {
         let mut cmd = tokio::process::Command::new(&self.executable);
         cmd.args(&self.spec.args)
             .envs(self.spec.env.iter().map(|e| (&e.name, e.value.expose())))

@@ -119,9 +119,13 @@ fn provider_validation_uses_the_kubelets_texts() {
         (one(provider_yaml("p", "[]", "1m", "")), "providers.matchImages: Required value: at least 1 item in matchImages is required"),
         (
             one(provider_yaml("p", "[\"r.io:port\"]", "1m", "")),
-            "providers.matchImages: Invalid value: \"r.io:port\": match image is invalid: parse \"https://r.io:port\": invalid port after host",
+            "providers.matchImages: Invalid value: \"r.io:port\": match image is invalid: parse \"https://r.io:port\": invalid port \":port\" after host",
         ),
-        (one(provider_yaml("p", "[r.io]", "-1m", "")), "providers.defaultCacheDuration: Invalid value: -1m0s: must be greater than or equal to 0"),
+        (one(provider_yaml("p", "[r.io]", "-1m", "")), "providers.defaultCacheDuration: Invalid value: \"-1m0s\": must be greater than or equal to 0"),
+        (
+            one(provider_yaml("p", "[\"%invalid%\"]", "1m", "")),
+            "providers.matchImages: Invalid value: \"%invalid%\": match image is invalid: parse \"https://%invalid%\": invalid URL escape \"%in\"",
+        ),
         (
             "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: p\n    matchImages: [r.io]\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n".to_string(),
             "providers.defaultCacheDuration: Required value",
@@ -135,10 +139,6 @@ fn provider_validation_uses_the_kubelets_texts() {
             "providers.apiVersion: Unsupported value: \"credentialprovider.kubelet.k8s.io/v2\": supported values: \"credentialprovider.kubelet.k8s.io/v1\", \"credentialprovider.kubelet.k8s.io/v1alpha1\", \"credentialprovider.kubelet.k8s.io/v1beta1\"",
         ),
         ("apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: []\n".to_string(), "providers: Required value: at least 1 item in plugins is required"),
-        (
-            one(provider_yaml("p", "[r.io]", "1m", "    tokenAttributes:\n      serviceAccountTokenAudience: x\n")),
-            "providers.tokenAttributes: Forbidden: service account tokens for credential providers are not supported by imaged",
-        ),
     ];
     let dir = tempfile::tempdir().expect("tempdir");
     for (i, (yaml, want)) in cases.iter().enumerate() {
@@ -163,12 +163,16 @@ fn undecodable_configs_name_the_file_never_env_values() {
     let f = dir.path().join("c.yaml");
     let cases = [
         (
-            "apiVersion: kubelet.config.k8s.io/v1\nkind: KubeletConfiguration\n",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n",
             "failed to decode \"KubeletConfiguration\" (wrong Kind)",
         ),
         (
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: KubeletConfiguration\n",
+            "no kind \"KubeletConfiguration\" is registered for version \"kubelet.config.k8s.io/v1\"",
+        ),
+        (
             "apiVersion: other.io/v1\nkind: CredentialProviderConfig\n",
-            "failed to decode CredentialProviderConfig, unexpected Group: other.io",
+            "no kind \"CredentialProviderConfig\" is registered for version \"other.io/v1\"",
         ),
         (
             "apiVersion: kubelet.config.k8s.io/v9\nkind: CredentialProviderConfig\n",
@@ -181,7 +185,7 @@ fn undecodable_configs_name_the_file_never_env_values() {
         ),
         (
             "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: p\n    env: hunter2\n",
-            "invalid document",
+            "json: cannot unmarshal string into Go struct field CredentialProvider.providers.env of type []v1.ExecEnvVar",
         ),
     ];
     for (yaml, want) in cases {
@@ -202,7 +206,9 @@ fn undecodable_configs_name_the_file_never_env_values() {
     );
     let err = load_provider_config(&f).expect_err("bad env").to_string();
     assert!(
-        err.contains("providers.env[0].value: Invalid value: must be a string") && !err.contains("hunter2"),
+        err.ends_with(
+            ": json: cannot unmarshal array into Go struct field ExecEnvVar.providers.env.value of type string"
+        ) && !err.contains("hunter2"),
         "{err}"
     );
     // Debug of a spec keeps env values hidden.
@@ -212,6 +218,197 @@ fn undecodable_configs_name_the_file_never_env_values() {
     );
     let specs = load_provider_config(&f).expect("valid");
     assert!(!format!("{specs:?}").contains("hunter2"));
+}
+
+#[test]
+fn configs_are_decoded_strictly_with_the_kubelets_texts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = dir.path().join("c.yaml");
+    let head = |v: &str| format!("kind: CredentialProviderConfig\napiVersion: kubelet.config.k8s.io/{v}\nproviders:\n");
+    let cases = [
+        // The kubelet's own test case: a typo'd field refuses the file.
+        (
+            format!("{}{}", head("v1"), provider_yaml("test", "[registry.io/foobar]", "10m", "    unknownField: should not be here\n")),
+            "strict decoding error: unknown field \"providers[0].unknownField\"".to_string(),
+        ),
+        // A misspelt matchImages.
+        (
+            format!("{}  - name: p\n    matchImage: [r.io]\n    defaultCacheDuration: 1m\n    apiVersion: {V1}\n", head("v1")),
+            "strict decoding error: unknown field \"providers[0].matchImage\"".to_string(),
+        ),
+        // Every unknown field, in order, nested ones with their path.
+        (
+            format!(
+                "extra: 1\n{}{}",
+                head("v1"),
+                provider_yaml("p", "[r.io]", "1m", "    env:\n      - name: A\n        valu: hunter2\n    Args: []\n")
+            ),
+            "strict decoding error: unknown field \"extra\", unknown field \"providers[0].env[0].valu\", unknown field \"providers[0].Args\"".to_string(),
+        ),
+        // tokenAttributes exists only in kubelet.config.k8s.io/v1.
+        (
+            format!("{}{}", head("v1beta1"), provider_yaml("p", "[r.io]", "1m", "    tokenAttributes:\n      serviceAccountTokenAudience: a\n")),
+            "strict decoding error: unknown field \"providers[0].tokenAttributes\"".to_string(),
+        ),
+        (
+            format!("{}{}", head("v1alpha1"), provider_yaml("p", "[r.io]", "1m", "    tokenAttributes:\n      serviceAccountTokenAudience: a\n")),
+            "strict decoding error: unknown field \"providers[0].tokenAttributes\"".to_string(),
+        ),
+        (
+            format!("{}{}", head("v1"), provider_yaml("p", "[r.io]", "1m", "    tokenAttributes:\n      audience: a\n")),
+            "strict decoding error: unknown field \"providers[0].tokenAttributes.audience\"".to_string(),
+        ),
+        // Values of the wrong type: Go's encoding/json texts, no value shown.
+        (
+            format!("{}  - name: 7\n", head("v1")),
+            "json: cannot unmarshal number into Go struct field CredentialProvider.providers.name of type string".to_string(),
+        ),
+        (
+            format!("{}  - name: p\n    matchImages: r.io\n", head("v1beta1")),
+            "json: cannot unmarshal string into Go struct field CredentialProvider.providers.matchImages of type []string".to_string(),
+        ),
+        (
+            format!("{}  - hunter2\n", head("v1")),
+            "json: cannot unmarshal string into Go struct field CredentialProviderConfig.providers of type v1.CredentialProvider".to_string(),
+        ),
+        (
+            format!("{}  - name: p\n    defaultCacheDuration: 5\n", head("v1")),
+            "json: cannot unmarshal number into Go struct field CredentialProvider.providers.defaultCacheDuration of type string".to_string(),
+        ),
+        (
+            format!("{}{}", head("v1"), provider_yaml("p", "[r.io]", "1m", "    tokenAttributes:\n      requireServiceAccount: \"yes\"\n")),
+            "json: cannot unmarshal string into Go struct field ServiceAccountTokenAttributes.providers.tokenAttributes.requireServiceAccount of type bool".to_string(),
+        ),
+        // A type error wins over unknown fields (Go reports strict errors last).
+        (
+            format!("{}  - name: [x]\n    typo: 1\n", head("v1")),
+            "json: cannot unmarshal array into Go struct field CredentialProvider.providers.name of type string".to_string(),
+        ),
+        ("kind: CredentialProviderConfig\n".to_string(), "Object 'apiVersion' is missing in the document".to_string()),
+        ("apiVersion: kubelet.config.k8s.io/v1\n".to_string(), "Object 'Kind' is missing in the document".to_string()),
+        (
+            "apiVersion: a/b/c\nkind: CredentialProviderConfig\n".to_string(),
+            "unexpected GroupVersion string: a/b/c".to_string(),
+        ),
+        (
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: WrongKind\n".to_string(),
+            "no kind \"WrongKind\" is registered for version \"kubelet.config.k8s.io/v1\"".to_string(),
+        ),
+        (
+            "apiVersion: foobar/v1alpha1\nkind: CredentialProviderConfig\n".to_string(),
+            "no kind \"CredentialProviderConfig\" is registered for version \"foobar/v1alpha1\"".to_string(),
+        ),
+    ];
+    for (yaml, want) in cases {
+        write_file(&f, &yaml);
+        let err = load_provider_config(&f).expect_err(&yaml).to_string();
+        let prefix = format!("error decoding config \"{}\": ", f.display());
+        assert!(err.starts_with(&prefix), "{err}");
+        assert!(err[prefix.len()..].starts_with(&want), "{yaml}\ngot  {err}\nwant {want}");
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+}
+
+#[test]
+fn token_attributes_are_read_and_validated_with_the_kubelets_rules() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = dir.path().join("c.yaml");
+    let with = |attrs: &str, api: &str| {
+        config_yaml(&[format!(
+            "  - name: p\n    matchImages: [r.io]\n    defaultCacheDuration: 1m\n    apiVersion: {api}\n    tokenAttributes:\n{attrs}"
+        )])
+    };
+    write_file(
+        &f,
+        &with(
+            "      serviceAccountTokenAudience: registry.example\n      cacheType: Token\n      requireServiceAccount: true\n      requiredServiceAccountAnnotationKeys: [example.com/role]\n      optionalServiceAccountAnnotationKeys: [example.com/tier]\n",
+            V1,
+        ),
+    );
+    let specs = load_provider_config(&f).expect("valid");
+    assert_eq!(
+        specs[0].token_attributes,
+        Some(TokenAttributes {
+            audience: "registry.example".into(),
+            cache_type: TokenCacheType::Token,
+            require_service_account: true,
+            required_annotation_keys: vec!["example.com/role".into()],
+            optional_annotation_keys: vec!["example.com/tier".into()],
+        })
+    );
+    let prefix = "failed to validate credential provider config: ";
+    let cases: Vec<(String, &str)> = vec![
+        (
+            with("      cacheType: Token\n      requireServiceAccount: true\n", V1),
+            "providers.tokenAttributes.serviceAccountTokenAudience: Required value",
+        ),
+        (
+            with("      serviceAccountTokenAudience: a\n      requireServiceAccount: true\n", V1),
+            "providers.tokenAttributes.cacheType: Required value: cacheType is required to be set when tokenAttributes is specified. Supported values are: ServiceAccount, Token",
+        ),
+        (
+            with(
+                "      serviceAccountTokenAudience: a\n      cacheType: invalid-cache-type\n      requireServiceAccount: true\n",
+                V1,
+            ),
+            "providers.tokenAttributes.cacheType: Unsupported value: \"invalid-cache-type\": supported values: \"ServiceAccount\", \"Token\"",
+        ),
+        (
+            with("      serviceAccountTokenAudience: a\n      cacheType: Token\n", V1),
+            "providers.tokenAttributes.requireServiceAccount: Required value",
+        ),
+        (
+            with(
+                "      serviceAccountTokenAudience: a\n      cacheType: Token\n      requireServiceAccount: true\n",
+                "credentialprovider.kubelet.k8s.io/v1beta1",
+            ),
+            "providers.tokenAttributes: Forbidden: tokenAttributes is only supported for credentialprovider.kubelet.k8s.io/v1 API version",
+        ),
+        (
+            with(
+                "      serviceAccountTokenAudience: a\n      cacheType: Token\n      requireServiceAccount: false\n      requiredServiceAccountAnnotationKeys: [a.io/x]\n",
+                V1,
+            ),
+            "providers.tokenAttributes.requiredServiceAccountAnnotationKeys: Forbidden: requireServiceAccount cannot be false when requiredServiceAccountAnnotationKeys is set",
+        ),
+        (
+            with(
+                "      serviceAccountTokenAudience: a\n      cacheType: Token\n      requireServiceAccount: true\n      requiredServiceAccountAnnotationKeys: [a.io/x, a.io/x]\n",
+                V1,
+            ),
+            "providers.tokenAttributes.requiredServiceAccountAnnotationKeys: Duplicate value: \"a.io/x\"",
+        ),
+        (
+            with(
+                "      serviceAccountTokenAudience: a\n      cacheType: Token\n      requireServiceAccount: true\n      optionalServiceAccountAnnotationKeys: [\"bad key\"]\n",
+                V1,
+            ),
+            "providers.tokenAttributes.optionalServiceAccountAnnotationKeys: Invalid value: \"bad key\": name part must consist of alphanumeric characters",
+        ),
+        (
+            with(
+                "      serviceAccountTokenAudience: a\n      cacheType: ServiceAccount\n      requireServiceAccount: true\n      requiredServiceAccountAnnotationKeys: [b.io/y, a.io/x]\n      optionalServiceAccountAnnotationKeys: [a.io/x, b.io/y]\n",
+                V1,
+            ),
+            "providers.tokenAttributes: Invalid value: [\"a.io/x\",\"b.io/y\"]: annotation keys cannot be both required and optional",
+        ),
+    ];
+    for (yaml, want) in cases {
+        write_file(&f, &yaml);
+        let err = load_provider_config(&f).expect_err(&yaml).to_string();
+        assert!(err.starts_with(prefix) && err.contains(want), "got  {err}\nwant {want}");
+    }
+}
+
+#[test]
+fn identical_validation_errors_are_reported_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = dir.path().join("c.yaml");
+    write_file(&f, &config_yaml(&[provider_yaml("a", "[]", "1m", ""), provider_yaml("b", "[]", "1m", "")]));
+    assert_eq!(
+        load_provider_config(&f).expect_err("two empty matchImages").to_string(),
+        "failed to validate credential provider config: providers.matchImages: Required value: at least 1 item in matchImages is required"
+    );
 }
 
 #[test]
@@ -321,6 +518,7 @@ impl Plugin {
                 EnvVar { name: "COUNT_FILE".into(), value: self.path("count").display().to_string().into() },
                 EnvVar { name: "REQUEST_FILE".into(), value: self.path("request").display().to_string().into() },
             ],
+            token_attributes: None,
         };
         PluginProvider::new(spec, self.path("bin/test-plugin"), timeout).with_clock(clock.clock())
     }
@@ -350,11 +548,12 @@ async fn the_request_goes_on_stdin_with_args_and_env() {
     let provider = p.provider("1m", MINUTE, &clock);
     let got = provider.provide("a.example.com/team/app").await;
     assert_eq!(users(&got), [("*.example.com", "plugin-user", "plugin-pass")]);
-    let request: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(p.path("request")).expect("request")).expect("JSON");
+    // The kubelet's bytes: its encoder's key order and final newline.
     assert_eq!(
-        request,
-        serde_json::json!({"kind": "CredentialProviderRequest", "apiVersion": V1, "image": "a.example.com/team/app"})
+        std::fs::read_to_string(p.path("request")).expect("request"),
+        format!(
+            "{{\"kind\":\"CredentialProviderRequest\",\"apiVersion\":\"{V1}\",\"image\":\"a.example.com/team/app\"}}\n"
+        )
     );
     assert_eq!(std::fs::read_to_string(p.path("count")).expect("count"), "get-credentials\n", "args are passed");
 }
@@ -787,4 +986,198 @@ mod props {
             }
         }
     }
+}
+
+// === service-account tokens (KEP-4412) ===
+
+/// A token source that mints `tok-<pod uid>` and knows one account per name.
+#[derive(Debug, Default)]
+struct Tokens {
+    minted: std::sync::Mutex<Vec<TokenRequest>>,
+    accounts: std::sync::Mutex<usize>,
+}
+
+impl ServiceAccountTokenSource for Tokens {
+    fn service_account<'a>(
+        &'a self,
+        _namespace: &'a str,
+        name: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<ServiceAccountInfo, TokenSourceError>> {
+        *self.accounts.lock().expect("lock") += 1;
+        let info = ServiceAccountInfo {
+            uid: format!("uid-{name}"),
+            annotations: [("example.com/role", "puller"), ("unrelated", "x")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        Box::pin(async move { if name == "missing" { Err(TokenSourceError("not found".into())) } else { Ok(info) } })
+    }
+
+    fn token<'a>(
+        &'a self,
+        request: &'a TokenRequest,
+    ) -> futures_util::future::BoxFuture<'a, Result<crate::domain::Secret, TokenSourceError>> {
+        self.minted.lock().expect("lock").push(request.clone());
+        Box::pin(async move { Ok(crate::domain::Secret::new(format!("tok-{}", request.pod_uid))) })
+    }
+}
+
+fn attrs(cache_type: TokenCacheType, require: bool, required: &[&str]) -> TokenAttributes {
+    TokenAttributes {
+        audience: "registry.example".into(),
+        cache_type,
+        require_service_account: require,
+        required_annotation_keys: required.iter().map(|k| (*k).to_string()).collect(),
+        optional_annotation_keys: vec!["example.com/tier".into()],
+    }
+}
+
+fn pod(uid: &str, sa: Option<&str>) -> PluginPod {
+    PluginPod {
+        namespace: "ns".into(),
+        name: format!("pod-{uid}"),
+        uid: uid.into(),
+        service_account: sa.map(PodServiceAccount::named),
+    }
+}
+
+impl Plugin {
+    fn token_provider(&self, attrs: TokenAttributes, clock: &ManualClock) -> PluginProvider {
+        let mut p = self.provider("1m", MINUTE, clock);
+        let mut spec = p.spec().clone();
+        spec.token_attributes = Some(attrs);
+        p = PluginProvider::new(spec, self.path("bin/test-plugin"), MINUTE).with_clock(clock.clock());
+        p
+    }
+
+    fn request(&self) -> String {
+        std::fs::read_to_string(self.path("request")).expect("request")
+    }
+}
+
+#[tokio::test]
+async fn a_token_plugin_gets_the_pods_bound_token_and_its_annotations() {
+    let p = Plugin::new(&response("Image", None));
+    let clock = ManualClock::new();
+    let provider = p.token_provider(attrs(TokenCacheType::ServiceAccount, true, &["example.com/role"]), &clock);
+    let tokens = Tokens::default();
+    let got = provider.provide_for("a.example.com/app", &pod("p1", Some("builder")), Some(&tokens)).await;
+    assert_eq!(users(&got.config), [("*.example.com", "plugin-user", "plugin-pass")]);
+    assert_eq!(
+        got.service_account,
+        Some(crate::domain::pull_record::ImagePullServiceAccount {
+            uid: "uid-builder".into(),
+            namespace: "ns".into(),
+            name: "builder".into()
+        })
+    );
+    // The token bound to the pod, for the plugin's audience, the account's uid checked.
+    assert_eq!(
+        tokens.minted.lock().expect("lock").as_slice(),
+        [TokenRequest {
+            namespace: "ns".into(),
+            service_account: "builder".into(),
+            service_account_uid: "uid-builder".into(),
+            pod_name: "pod-p1".into(),
+            pod_uid: "p1".into(),
+            audience: "registry.example".into(),
+        }]
+    );
+    // Sent as the kubelet writes it: the named annotations only.
+    assert_eq!(
+        p.request(),
+        format!(
+            "{{\"kind\":\"CredentialProviderRequest\",\"apiVersion\":\"{V1}\",\"image\":\"a.example.com/app\",\"serviceAccountToken\":\"tok-p1\",\"serviceAccountAnnotations\":{{\"example.com/role\":\"puller\"}}}}\n"
+        )
+    );
+}
+
+#[tokio::test]
+async fn token_credentials_are_cached_per_service_account_or_per_token() {
+    for (cache_type, runs_for_second_pod) in [(TokenCacheType::ServiceAccount, 1), (TokenCacheType::Token, 2)] {
+        let p = Plugin::new(&response("Image", None));
+        let clock = ManualClock::new();
+        let provider = p.token_provider(attrs(cache_type, true, &[]), &clock);
+        let tokens = Tokens::default();
+        let image = "a.example.com/app";
+        provider.provide_for(image, &pod("p1", Some("builder")), Some(&tokens)).await;
+        assert_eq!(p.runs(), 1);
+        // Another pod of the same account: its own token.
+        let second = provider.provide_for(image, &pod("p2", Some("builder")), Some(&tokens)).await;
+        assert_eq!(p.runs(), runs_for_second_pod, "{cache_type:?}");
+        assert!(!second.config.entries.is_empty());
+        // The first pod again: cached either way (same token).
+        provider.provide_for(image, &pod("p1", Some("builder")), Some(&tokens)).await;
+        assert_eq!(p.runs(), runs_for_second_pod, "{cache_type:?}: the first token's entry");
+        // Another account never shares an entry.
+        provider.provide_for(image, &pod("p3", Some("deployer")), Some(&tokens)).await;
+        assert_eq!(p.runs(), runs_for_second_pod + 1, "{cache_type:?}");
+        // And a pod without a token (no account, not required) neither.
+        let optional = p.token_provider(attrs(cache_type, false, &[]), &clock);
+        optional.provide_for(image, &pod("p4", None), Some(&tokens)).await;
+        assert!(!p.request().contains("serviceAccountToken"), "{}", p.request());
+    }
+}
+
+#[tokio::test]
+async fn a_token_plugin_is_not_run_without_what_it_requires() {
+    let p = Plugin::new(&response("Image", None));
+    let clock = ManualClock::new();
+    let tokens = Tokens::default();
+    let image = "a.example.com/app";
+    // requireServiceAccount and a pod without one.
+    let required = p.token_provider(attrs(TokenCacheType::ServiceAccount, true, &[]), &clock);
+    assert_eq!(required.provide_for(image, &pod("p1", None), Some(&tokens)).await, Provided::default());
+    // A required annotation the account does not have.
+    let annotated = p.token_provider(attrs(TokenCacheType::ServiceAccount, true, &["example.com/absent"]), &clock);
+    assert_eq!(annotated.provide_for(image, &pod("p1", Some("builder")), Some(&tokens)).await, Provided::default());
+    // An account the source cannot find, and no source at all.
+    assert_eq!(required.provide_for(image, &pod("p1", Some("missing")), Some(&tokens)).await, Provided::default());
+    assert_eq!(required.provide_for(image, &pod("p1", Some("builder")), None).await, Provided::default());
+    assert_eq!(p.runs(), 0);
+    assert!(tokens.minted.lock().expect("lock").is_empty(), "no token minted for a plugin that does not run");
+}
+
+#[tokio::test]
+async fn the_requests_own_account_and_token_are_used_before_the_source() {
+    let p = Plugin::new(&response("Image", None));
+    let clock = ManualClock::new();
+    let provider = p.token_provider(attrs(TokenCacheType::Token, true, &["example.com/role"]), &clock);
+    let tokens = Tokens::default();
+    let mut sa = PodServiceAccount::named("builder");
+    sa.uid = "given-uid".into();
+    sa.annotations.insert("example.com/role".into(), "given".into());
+    sa.tokens.insert("registry.example".into(), crate::domain::Secret::new("caller-token"));
+    let pod = PluginPod { service_account: Some(sa), ..pod("p1", None) };
+    let got = provider.provide_for("a.example.com/app", &pod, Some(&tokens)).await;
+    assert_eq!(got.service_account.map(|s| s.uid), Some("given-uid".to_string()));
+    assert!(p.request().contains("\"serviceAccountToken\":\"caller-token\""));
+    assert!(p.request().contains("\"example.com/role\":\"given\""));
+    assert_eq!(*tokens.accounts.lock().expect("lock"), 0);
+    assert!(tokens.minted.lock().expect("lock").is_empty());
+}
+
+#[tokio::test]
+async fn the_token_echoed_as_a_password_is_refused_unless_cached_per_token() {
+    let echo = |cache_type| {
+        let body = format!(
+            r#"{{"apiVersion":"{V1}","kind":"CredentialProviderResponse","cacheKeyType":"Image","auth":{{"*.example.com":{{"username":"u","password":"tok-p1"}}}}}}"#
+        );
+        (Plugin::new(&body), cache_type)
+    };
+    let tokens = Tokens::default();
+    let clock = ManualClock::new();
+    let (p, t) = echo(TokenCacheType::ServiceAccount);
+    let got = p
+        .token_provider(attrs(t, true, &[]), &clock)
+        .provide_for("a.example.com/x", &pod("p1", Some("sa")), Some(&tokens))
+        .await;
+    assert!(got.config.entries.is_empty());
+    let (p, t) = echo(TokenCacheType::Token);
+    let got = p
+        .token_provider(attrs(t, true, &[]), &clock)
+        .provide_for("a.example.com/x", &pod("p1", Some("sa")), Some(&tokens))
+        .await;
+    assert_eq!(got.config.entries.len(), 1);
 }
