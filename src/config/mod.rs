@@ -212,9 +212,15 @@ impl Config {
             // Read here first: a TOML error (an integer past 64 bits, a
             // broken line) then names its key and line, which the config
             // crate's message does not.
-            if let Ok(text) = std::fs::read_to_string(path) {
-                values::check_toml(&text, &path.display().to_string())?;
-                file_text = Some(text);
+            // A device, FIFO or runaway file is refused before anything
+            // reads it; a missing one is the config crate's to report.
+            match crate::files::read_to_string(path, crate::files::CONFIG_FILE_LIMIT) {
+                Ok(text) => {
+                    values::check_toml(&text, &path.display().to_string())?;
+                    file_text = Some(text);
+                }
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(ConfigError::Load(format!("{}: {e}", path.display()))),
             }
             b = b.add_source(config::File::from(path.as_path()).format(config::FileFormat::Toml).required(true));
         }
@@ -353,7 +359,7 @@ fn env_keys(sources: &Sources) -> Vec<(String, String)> {
 
 /// Reads and parses a fault plan file.
 pub fn load_fault_plan(path: &std::path::Path) -> Result<crate::fault::FaultPlan, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("reading it: {e}"))?;
+    let text = crate::files::read_to_string(path, crate::files::CONFIG_FILE_LIMIT).map_err(|e| e.to_string())?;
     crate::fault::FaultPlan::from_toml(&text)
 }
 
