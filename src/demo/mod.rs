@@ -246,7 +246,7 @@ fn write_header(o: &mut impl Write, workload: &Workload, node: &Node) -> Result<
         summary::bytes(catalogue::DISK_BYTES),
         node.config().gc.high_threshold_percent,
         node.config().gc.low_threshold_percent,
-        humantime::format_duration(node.config().gc.min_age)
+        crate::domain::go_text::duration(node.config().gc.min_age)
     )
     .map_err(io)?;
 
