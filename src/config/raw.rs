@@ -153,6 +153,7 @@ pub(super) struct RawCriServer {
     pub(super) refuse_remove_pinned: bool,
     pub(super) local_fallback_images: Vec<String>,
     pub(super) local_fallback_namespaces: Vec<String>,
+    pub(super) read_cache_ttl: String,
 }
 
 /// One `[[cri_server.priority]]` rule.

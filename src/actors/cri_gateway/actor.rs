@@ -2,7 +2,7 @@
 //! deadlines and the fault plan, and never serialises calls.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -36,6 +36,9 @@ pub(super) struct Core {
     metrics: Metrics,
     /// Whether listings stream (`StreamImages`) or fall back to `ListImages`.
     pub(super) streaming: super::streaming::Streaming,
+    /// Counts the `PullImage` and `RemoveImage` calls ended: an answer
+    /// about images read before the count moved may be out of date.
+    image_changes: Arc<AtomicU64>,
 }
 
 /// The CRI gateway actor. See the module docs and `actors.md`.
@@ -62,6 +65,19 @@ impl std::fmt::Debug for CriReader {
 }
 
 impl CriReader {
+    /// How many `PullImage` and `RemoveImage` calls through this gateway
+    /// have ended (any caller: the actor's, every reader's): an answer about
+    /// images taken while this stayed the same is still what the runtime
+    /// would say, but for changes made behind imaged's back.
+    pub fn image_changes(&self) -> u64 {
+        self.core.image_changes.load(Ordering::Acquire)
+    }
+
+    /// Whether a fault plan is set (every call must then reach it).
+    pub fn has_faults(&self) -> bool {
+        self.core.has_faults.load(Ordering::Acquire)
+    }
+
     /// `ImageStatus`, exactly as [`GetImageStatus`] through the actor.
     pub fn image_status(
         &self,
@@ -171,6 +187,7 @@ impl Core {
             has_faults: Arc::new(AtomicBool::new(false)),
             metrics: cfg.metrics.clone(),
             streaming: super::streaming::Streaming::default(),
+            image_changes: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -208,6 +225,7 @@ impl Core {
         };
         let image = image.map(str::to_owned);
         let metrics = self.metrics.clone();
+        let changes = matches!(rpc, Rpc::PullImage | Rpc::RemoveImage).then(|| self.image_changes.clone());
         async move {
             let started = Instant::now();
             let result = match fault {
@@ -243,6 +261,11 @@ impl Core {
                 }
             };
             metrics.cri_call(rpc, started.elapsed(), result.as_ref().err());
+            // Ended either way: a failed pull or remove may have changed
+            // something all the same.
+            if let Some(changes) = changes {
+                changes.fetch_add(1, Ordering::AcqRel);
+            }
             if let Err(e) = &result {
                 debug!(rpc = rpc.name(), image = image.as_deref().unwrap_or(""), kind = ?e.kind(),
                     elapsed_ms = crate::domain::limits::millis(started.elapsed()), error = %e, "CRI call failed");
