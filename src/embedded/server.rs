@@ -99,12 +99,23 @@ pub struct Shared {
     pub counters: Counters,
     /// Images of the PullImage calls received, in arrival order.
     pub pull_log: Mutex<Vec<String>>,
+    /// Where the state is kept across restarts (`None` = memory only).
+    pub(super) state_dir: Option<super::persist::StateDir>,
 }
 
 impl Shared {
     /// Locks the state (a poisoned lock is still usable: state is plain data).
     pub fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Makes the state durable when a state directory keeps it (blocks on
+    /// disk I/O; nothing to do without one).
+    pub(super) fn save(&self) -> Result<(), super::persist::SaveError> {
+        match &self.state_dir {
+            Some(dir) => dir.save(&self.state),
+            None => Ok(()),
+        }
     }
 
     fn plan(&self) -> FaultPlan {
@@ -134,6 +145,19 @@ impl Shared {
             Some(FaultAction::DropReply) => Ok((true, serving)),
             Some(FaultAction::Panic) => Err(Status::internal("fault injected: the runtime crashed serving this call")),
         }
+    }
+}
+
+/// [`Shared::save`] on the blocking pool, before a change is answered.
+async fn persist(shared: &Arc<Shared>) -> Result<(), Status> {
+    if shared.state_dir.is_none() {
+        return Ok(());
+    }
+    let s = shared.clone();
+    match tokio::task::spawn_blocking(move || s.save()).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(Status::internal(e.to_string())),
+        Err(e) => Err(Status::internal(format!("embedded runtime: saving its state failed: {e}"))),
     }
 }
 
@@ -238,6 +262,8 @@ impl ImageService for CriService {
             let p = st.plan_pull(&spec, auth.as_ref()).map_err(|e| Status::from(&e))?;
             st.finish_pull(&p, &spec)
         };
+        // Answered only once the image is on disk (with a state directory).
+        persist(&self.shared).await?;
         drop(guard);
         c.pulls_completed.fetch_add(1, Ordering::Relaxed);
         reply(lost, Ok(pb::PullImageResponse { image_ref: id })).await
@@ -250,6 +276,9 @@ impl ImageService for CriService {
         let spec = spec_of(req.into_inner().image)?;
         let (lost, _serving) = self.shared.gate(Rpc::RemoveImage, Some(&spec.image)).await?;
         let r = self.shared.state().remove_image(&spec).map_err(|e| Status::from(&e));
+        if r.is_ok() {
+            persist(&self.shared).await?;
+        }
         reply(lost, r.map(|()| pb::RemoveImageResponse {})).await
     }
 
