@@ -118,10 +118,12 @@ impl EmbeddedRuntime {
     /// [`start`](Self::start).
     pub fn start_persistent(socket: impl Into<PathBuf>, state_dir: &Path) -> Result<Self, EmbeddedError> {
         let (dir, loaded) = persist::StateDir::open(state_dir)?;
-        let mut state = state::State::default();
-        state.images = loaded.images.into_iter().map(|i| (i.id.clone(), i)).collect();
-        state.containers = loaded.containers;
-        state.sandboxes = loaded.sandboxes;
+        let state = state::State {
+            images: loaded.images.into_iter().map(|i| (i.id.clone(), i)).collect(),
+            containers: loaded.containers,
+            sandboxes: loaded.sandboxes,
+            ..state::State::default()
+        };
         tracing::info!(
             dir = %state_dir.display(),
             images = state.images.len(),

@@ -58,7 +58,7 @@ fn images_pins_containers_and_sandboxes_survive_a_restart_and_the_catalogue_does
 
     let rt = EmbeddedRuntime::start_persistent(dir.path().join("b.sock"), &state).unwrap();
     let mut images = rt.images();
-    images.sort_by(|a, b| a.size.cmp(&b.size));
+    images.sort_by_key(|i| i.size);
     assert_eq!(images.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(), [busybox.as_str(), app.as_str()]);
     assert_eq!(images[0].repo_tags, ["docker.io/library/busybox:1.36"]);
     assert!(images[0].repo_digests[0].starts_with("docker.io/library/busybox@sha256:"));
