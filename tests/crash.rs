@@ -525,6 +525,9 @@ fn trial(node: &Arc<Node>, rt: &tokio::runtime::Runtime, seed: u64, label: &str)
         .unwrap_or_else(|e| panic!("{trial}: the store does not open: {e}"));
     assert!(store.recovery().is_none(), "{trial}: kill -9 damaged the store: {:?}", store.recovery());
     let state = store.pull_records_state().unwrap();
+    let (_, skipped) = store.image_records_with_skipped().unwrap();
+    assert_eq!(skipped, 0, "{trial}: GC image records that no longer decode after the kill");
+    assert!(state.unreadable.is_empty(), "{trial}: pulled records that no longer decode: {:?}", state.unreadable);
     drop(store);
     let present = present_after_kill(node, rt);
     check_protected(node, &present, &trial, "after the kill");
