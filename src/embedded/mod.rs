@@ -33,7 +33,7 @@ use tokio::sync::oneshot;
 
 pub use catalogue::{RemoteImage, demo_catalogue};
 pub use persist::{LOCK_FILE, STATE_FILE, SaveError};
-pub use server::RuntimeStats;
+pub use server::{PULL_LOG_MAX, RuntimeStats};
 pub use state::IMAGE_FS_MOUNTPOINT;
 
 use crate::cri::proto::image_service_server::ImageServiceServer;
@@ -318,7 +318,9 @@ impl EmbeddedRuntime {
         self.shared.pull_log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
     }
 
-    /// The images of every PullImage call received, in arrival order.
+    /// The images of the PullImage calls received, in arrival order: every
+    /// one since the last [`reset_stats`](Self::reset_stats), up to
+    /// [`PULL_LOG_MAX`] (beyond it, the older half is dropped).
     pub fn pull_log(&self) -> Vec<String> {
         self.shared.pull_log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }

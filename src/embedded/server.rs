@@ -88,6 +88,19 @@ impl Counters {
     }
 }
 
+/// Most PullImage calls the pull log keeps: a runtime serving for days
+/// (the daemon's, `imaged embedded-runtime`) must not keep every one. When
+/// full, the older half is dropped.
+pub const PULL_LOG_MAX: usize = 8192;
+
+/// Appends to the pull log, dropping its older half when it is full.
+fn log_pull(log: &mut Vec<String>, image: &str) {
+    if log.len() >= PULL_LOG_MAX {
+        log.drain(..PULL_LOG_MAX / 2);
+    }
+    log.push(image.to_string());
+}
+
 /// State shared by the services and the embedder's handle.
 #[derive(Debug, Default)]
 pub struct Shared {
@@ -97,7 +110,8 @@ pub struct Shared {
     pub faults: Mutex<FaultPlan>,
     /// Call counters.
     pub counters: Counters,
-    /// Images of the PullImage calls received, in arrival order.
+    /// Images of the PullImage calls received, in arrival order (the last
+    /// [`PULL_LOG_MAX`] at most).
     pub pull_log: Mutex<Vec<String>>,
     /// Where the state is kept across restarts (`None` = memory only).
     pub(super) state_dir: Option<super::persist::StateDir>,
@@ -245,7 +259,7 @@ impl ImageService for CriService {
     async fn pull_image(&self, req: Request<pb::PullImageRequest>) -> Result<Response<pb::PullImageResponse>, Status> {
         let r = req.into_inner();
         let spec = spec_of(r.image)?;
-        self.shared.pull_log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(spec.image.clone());
+        log_pull(&mut self.shared.pull_log.lock().unwrap_or_else(std::sync::PoisonError::into_inner), &spec.image);
         let (lost, _serving) = self.shared.gate(Rpc::PullImage, Some(&spec.image)).await?;
         let auth: Option<AuthConfig> = r.auth.map(Into::into);
         let planned = self.shared.state().plan_pull(&spec, auth.as_ref()).map_err(|e| Status::from(&e))?;
@@ -347,5 +361,23 @@ impl RuntimeService for CriService {
             }),
         )
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pull_log_keeps_the_latest_pulls_within_its_bound() {
+        let mut log = Vec::new();
+        for i in 0..PULL_LOG_MAX * 3 + 1 {
+            log_pull(&mut log, &format!("img:{i}"));
+        }
+        assert!(log.len() <= PULL_LOG_MAX && log.len() > PULL_LOG_MAX / 2, "{}", log.len());
+        assert_eq!(log.last().map(String::as_str), Some(format!("img:{}", PULL_LOG_MAX * 3).as_str()));
+        let first: usize = log[0].trim_start_matches("img:").parse().unwrap();
+        let in_order = log.iter().enumerate().all(|(n, l)| *l == format!("img:{}", first + n));
+        assert!(in_order, "arrival order, no gaps");
     }
 }
