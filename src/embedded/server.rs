@@ -371,7 +371,7 @@ mod tests {
     #[test]
     fn the_pull_log_keeps_the_latest_pulls_within_its_bound() {
         let mut log = Vec::new();
-        for i in 0..PULL_LOG_MAX * 3 + 1 {
+        for i in 0..=PULL_LOG_MAX * 3 {
             log_pull(&mut log, &format!("img:{i}"));
         }
         assert!(log.len() <= PULL_LOG_MAX && log.len() > PULL_LOG_MAX / 2, "{}", log.len());
