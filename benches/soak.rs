@@ -16,17 +16,21 @@
 //! (threshold, delete-unused, dry runs) beside the daemon's own every 5 s
 //! (max age 10 s), API reads (ListImages, GetStatus, ListPulls), `/metrics`
 //! scrapes, and event subscriptions (WatchEvents, follow) that open, read a
-//! while and close.
+//! while and close. Every 20 s another image goes unused for 20 s, so GC
+//! removes it and the next pods that want it find it absent.
 //!
 //! Prints one `soak_sample` line per sample, then `name: value` lines:
-//! `soak_rss_mb_start/end/max`, `soak_fds_start/end/max`,
+//! `soak_rss_mb_start/end/max`, `soak_anon_mb_start/end/max` (the
+//! anonymous part of RSS: heap and stacks, without the binary's pages that
+//! become resident as code paths run), `soak_fds_start/end/max`,
 //! `soak_threads_start/end/max`, the workload's counts, and `soak_result`.
-//! Exits 1 (with the reason) when the daemon dies or a metric keeps growing:
-//! after a warm-up (the first tenth of the samples), the minimum of the last
-//! third is above the maximum of the first third by more than a margin
-//! (RSS: 10% or 4 MiB, whichever is more; fds: 8; threads: 4). A leak
-//! raises the floor of the late samples above everything early; noise and
-//! a one-off step up that then stays flat within the margin do not.
+//! Exits 1 (with the reason) when the daemon dies, an API call fails
+//! unexpectedly, or a metric keeps growing: after a warm-up (the first
+//! tenth of the samples), the minimum of the last third is above the
+//! maximum of the first third by more than a margin (RSS: 10% or 4 MiB,
+//! whichever is more; anonymous: 10% or 1 MiB; fds: 8; threads: 4). A
+//! leak raises the floor of the late samples above everything early; noise
+//! and a one-off step up that then stays flat within the margin do not.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // bench code: a failed unwrap is a failed run
 
 #[path = "../tests/support/mod.rs"]
@@ -77,6 +81,7 @@ fn add(c: &AtomicU64) {
 struct Sample {
     at: Duration,
     rss_kb: u64,
+    anon_kb: u64,
     fds: u64,
     threads: u64,
 }
@@ -91,7 +96,7 @@ fn sample(pid: u32, at: Duration) -> Option<Sample> {
             .and_then(|v| v.parse::<u64>().ok())
     };
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64;
-    Some(Sample { at, rss_kb: field("VmRSS:")?, fds, threads: field("Threads:")? })
+    Some(Sample { at, rss_kb: field("VmRSS:")?, anon_kb: field("RssAnon:")?, fds, threads: field("Threads:")? })
 }
 
 /// Whether a series keeps growing: after the warm-up, the last third's
@@ -152,8 +157,31 @@ fn ensure(uid: &str, image: &str, policy: &str, secret: Option<&[u8]>) -> proto:
 
 type Client = imaged::api::ImagedClient<tonic::transport::Channel>;
 
+/// How long each image in turn goes unused (so GC removes it).
+const COLD_FOR: Duration = Duration::from_secs(20);
+
+/// The image no pod asks for now (an index into PUBLIC, or PUBLIC.len() for
+/// the private image), in turn, for COLD_FOR each.
+fn cold(start: Instant) -> usize {
+    (start.elapsed().as_secs() / COLD_FOR.as_secs()) as usize % (PUBLIC.len() + 1)
+}
+
+/// A public image some pods want now.
+fn warm_public(rng: &mut StdRng, start: Instant) -> &'static str {
+    let skip = cold(start);
+    let choices: Vec<&str> = PUBLIC.iter().enumerate().filter(|(i, _)| *i != skip).map(|(_, p)| *p).collect();
+    choices[rng.random_range(0..choices.len())]
+}
+
 /// One client: ops picked at random until `until`.
-async fn client_loop(mut c: Client, seed: u64, until: Instant, counts: Arc<Counts>, metrics_url: String) {
+async fn client_loop(
+    mut c: Client,
+    seed: u64,
+    start: Instant,
+    until: Instant,
+    counts: Arc<Counts>,
+    metrics_url: String,
+) {
     let mut rng = StdRng::seed_from_u64(seed);
     let secret = secret();
     let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).no_proxy().build().unwrap();
@@ -163,16 +191,20 @@ async fn client_loop(mut c: Client, seed: u64, until: Instant, counts: Arc<Count
     while Instant::now() < until {
         pod += 1;
         let uid = format!("c{seed}-p{pod}");
-        let roll = rng.random_range(0..100);
+        let mut roll = rng.random_range(0..100);
+        if (40..=54).contains(&roll) && cold(start) == PUBLIC.len() {
+            // The private image's turn to go unused: an API read instead.
+            roll = 65;
+        }
         let result: Result<(), tonic::Status> = async {
             match roll {
                 0..=29 => {
-                    let image = PUBLIC[rng.random_range(0..PUBLIC.len())];
+                    let image = warm_public(&mut rng, start);
                     let r = c.ensure_image(ensure(&uid, image, "IfNotPresent", None)).await?;
                     count_ensure(&counts, r.into_inner());
                 }
                 30..=39 => {
-                    let image = PUBLIC[rng.random_range(0..PUBLIC.len())];
+                    let image = warm_public(&mut rng, start);
                     let r = c.ensure_image(ensure(&uid, image, "Always", None)).await?;
                     count_ensure(&counts, r.into_inner());
                 }
@@ -220,7 +252,7 @@ async fn client_loop(mut c: Client, seed: u64, until: Instant, counts: Arc<Count
                     }
                 }
                 81..=85 => {
-                    let image = PUBLIC[rng.random_range(0..PUBLIC.len())];
+                    let image = warm_public(&mut rng, start);
                     let req = proto::PrefetchImageRequest { image: image.into(), priority: -5, ..Default::default() };
                     c.prefetch_image(req).await?;
                     add(&counts.prefetches);
@@ -328,7 +360,14 @@ fn main() {
         let c = imaged::api::client(&socket).unwrap();
         let mut set = tokio::task::JoinSet::new();
         for i in 0..CLIENTS {
-            set.spawn(client_loop(c.clone(), seed * 1_000 + i as u64, until, counts.clone(), metrics_url.clone()));
+            set.spawn(client_loop(
+                c.clone(),
+                seed * 1_000 + i as u64,
+                start,
+                until,
+                counts.clone(),
+                metrics_url.clone(),
+            ));
         }
         for i in 0..WATCHERS {
             set.spawn(watch_loop(c.clone(), seed * 1_000 + 500 + i as u64, until, counts.clone()));
@@ -346,9 +385,10 @@ fn main() {
         match sample(pid, start.elapsed()) {
             Some(s) => {
                 println!(
-                    "soak_sample t={:>5}s rss_mb={:.1} fds={} threads={} ensures={}",
+                    "soak_sample t={:>5}s rss_mb={:.1} anon_mb={:.1} fds={} threads={} ensures={}",
                     s.at.as_secs(),
                     s.rss_kb as f64 / 1024.0,
+                    s.anon_kb as f64 / 1024.0,
                     s.fds,
                     s.threads,
                     counts.ensure_ok.load(Ordering::Relaxed) + counts.ensure_failed.load(Ordering::Relaxed)
@@ -365,13 +405,24 @@ fn main() {
         }
         std::thread::sleep(every.min(until.saturating_duration_since(Instant::now())).max(Duration::from_millis(1)));
     }
-    rt.block_on(async {
+    let runtime_ops = rt.block_on(async {
         let mut workers = workers;
         let _ =
             tokio::time::timeout(Duration::from_secs(30), async { while workers.join_next().await.is_some() {} }).await;
+        // What reached the runtime, from the daemon's own metrics.
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).no_proxy().build().unwrap();
+        match http.get(format!("http://127.0.0.1:{port}/metrics")).send().await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
     });
+    let runtime_op = |op: &str| {
+        let prefix = format!("imaged_runtime_operations_total{{operation_type=\"{op}\"}} ");
+        runtime_ops.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or("unknown").to_string()
+    };
 
     let rss: Vec<u64> = samples.iter().map(|s| s.rss_kb).collect();
+    let anon: Vec<u64> = samples.iter().map(|s| s.anon_kb).collect();
     let fds: Vec<u64> = samples.iter().map(|s| s.fds).collect();
     let threads: Vec<u64> = samples.iter().map(|s| s.threads).collect();
     let stat = |v: &[u64]| {
@@ -380,11 +431,15 @@ fn main() {
     let mb = |kb: u64| kb as f64 / 1024.0;
     let (a, b, c) = stat(&rss);
     println!("soak_rss_mb_start: {:.1}\nsoak_rss_mb_end: {:.1}\nsoak_rss_mb_max: {:.1}", mb(a), mb(b), mb(c));
+    let (a, b, c) = stat(&anon);
+    println!("soak_anon_mb_start: {:.1}\nsoak_anon_mb_end: {:.1}\nsoak_anon_mb_max: {:.1}", mb(a), mb(b), mb(c));
     let (a, b, c) = stat(&fds);
     println!("soak_fds_start: {a}\nsoak_fds_end: {b}\nsoak_fds_max: {c}");
     let (a, b, c) = stat(&threads);
     println!("soak_threads_start: {a}\nsoak_threads_end: {b}\nsoak_threads_max: {c}");
     println!("soak_samples: {}", samples.len());
+    println!("soak_runtime_pulls: {}", runtime_op("pull_image"));
+    println!("soak_runtime_removes: {}", runtime_op("remove_image"));
     for (name, c) in [
         ("soak_ensures_ok", &counts.ensure_ok),
         ("soak_ensures_failed", &counts.ensure_failed),
@@ -406,6 +461,7 @@ fn main() {
     }
     let growth = [
         ("rss_kb", keeps_growing(&rss, |max| (max / 10).max(4 * 1024))),
+        ("anon_kb", keeps_growing(&anon, |max| (max / 10).max(1024))),
         ("fds", keeps_growing(&fds, |_| 8)),
         ("threads", keeps_growing(&threads, |_| 4)),
     ];

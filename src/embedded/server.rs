@@ -91,7 +91,7 @@ impl Counters {
 /// Most PullImage calls the pull log keeps: a runtime serving for days
 /// (the daemon's, `imaged embedded-runtime`) must not keep every one. When
 /// full, the older half is dropped.
-pub const PULL_LOG_MAX: usize = 8192;
+pub const PULL_LOG_MAX: usize = 1024;
 
 /// Appends to the pull log, dropping its older half when it is full.
 fn log_pull(log: &mut Vec<String>, image: &str) {
