@@ -31,6 +31,11 @@
 //! whichever is more; anonymous: 10% or 1 MiB; fds: 8; threads: 4). A
 //! leak raises the floor of the late samples above everything early; noise
 //! and a one-off step up that then stays flat within the margin do not.
+//!
+//! To see where the memory is, attach heaptrack to the daemon (its pid is
+//! printed first): `heaptrack -p PID`, then `heaptrack_print` on its file
+//! (`--print-leaks 1` lists what is still allocated at the end, by call
+//! site; `--print-massif` the heap over time).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // bench code: a failed unwrap is a failed run
 
 #[path = "../tests/support/mod.rs"]
