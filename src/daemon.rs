@@ -355,7 +355,12 @@ fn reload(node: &Node, sources: &Sources, current: &mut Config, log: Option<&Log
         needs_restart.push("gc (periods, sandbox_image, node_status_max_images)");
     }
     for (name, changed) in [
-        ("runtime", new.endpoint != current.endpoint || new.cri != current.cri),
+        (
+            "runtime",
+            new.endpoint != current.endpoint
+                || new.cri != current.cri
+                || new.embedded_state_dir != current.embedded_state_dir,
+        ),
         ("pull", new.pull != current.pull || new.ensure != current.ensure),
         ("backoff", new.backoff != current.backoff),
         ("state", new.state_dir != current.state_dir),

@@ -95,6 +95,10 @@ pub struct Config {
     /// unset resolves to a durable default unless the runtime is the
     /// in-process embedded one (see `config/default.toml`).
     pub state_dir: Option<PathBuf>,
+    /// Where the embedded runtime keeps its images across restarts
+    /// (`runtime.embedded_state_dir`; `None` = memory only). Used only
+    /// with [`RuntimeEndpoint::Embedded`].
+    pub embedded_state_dir: Option<PathBuf>,
     /// A fault plan file (TOML, see `fault::FaultPlan::from_toml`) applied
     /// at the CRI gateway; `None` = no faults.
     pub fault_plan: Option<PathBuf>,
@@ -268,6 +272,7 @@ impl Config {
     fn from_raw(raw: RawConfig) -> Result<Self, ConfigError> {
         let endpoint = runtime::endpoint_from_raw(&raw.runtime)?;
         let fault_plan = raw.runtime.fault_plan.clone();
+        let embedded_state_dir = runtime::embedded_state_dir_from_raw(&raw.runtime.embedded_state_dir)?;
         let cri = runtime::cri_from_raw(raw.runtime)?;
         let log = runtime::log_from_raw(raw.log)?;
         let (pull, mut ensure) = pull::pull_from_raw(raw.pull)?;
@@ -303,6 +308,7 @@ impl Config {
             gc,
             verification,
             state_dir,
+            embedded_state_dir,
             fault_plan,
             daemon,
             cri_server,

@@ -115,6 +115,7 @@ pub(super) struct RawRuntime {
     pub(super) endpoint: String,
     pub(super) fault_plan: String,
     pub(super) embedded_socket: String,
+    pub(super) embedded_state_dir: String,
     pub(super) connect_timeout: String,
     pub(super) startup_timeout: String,
     pub(super) mailbox_capacity: i64,

@@ -122,7 +122,10 @@ async fn embedded_runtime(cfg: &Config, dir: &std::path::Path) -> Result<Connect
             )));
         }
     };
-    let rt = EmbeddedRuntime::start(socket)?;
+    let rt = match &cfg.embedded_state_dir {
+        Some(state) => EmbeddedRuntime::start_persistent(socket, state)?,
+        None => EmbeddedRuntime::start(socket)?,
+    };
     for img in catalogue::remote_images(PRIVATE_PASSWORD) {
         rt.add_remote(img).map_err(|e| AppError::cri("loading the demo's registries", e))?;
     }

@@ -88,6 +88,19 @@ impl Counters {
     }
 }
 
+/// Most PullImage calls the pull log keeps: a runtime serving for days
+/// (the daemon's, `imaged embedded-runtime`) must not keep every one. When
+/// full, the older half is dropped.
+pub const PULL_LOG_MAX: usize = 1024;
+
+/// Appends to the pull log, dropping its older half when it is full.
+fn log_pull(log: &mut Vec<String>, image: &str) {
+    if log.len() >= PULL_LOG_MAX {
+        log.drain(..PULL_LOG_MAX / 2);
+    }
+    log.push(image.to_string());
+}
+
 /// State shared by the services and the embedder's handle.
 #[derive(Debug, Default)]
 pub struct Shared {
@@ -97,12 +110,15 @@ pub struct Shared {
     pub faults: Mutex<FaultPlan>,
     /// Call counters.
     pub counters: Counters,
-    /// Images of the PullImage calls received, in arrival order.
+    /// Images of the PullImage calls received, in arrival order (the last
+    /// [`PULL_LOG_MAX`] at most).
     pub pull_log: Mutex<Vec<String>>,
     /// `StreamImages` answers `Unimplemented` (a runtime without KEP-5825).
     pub stream_images_off: std::sync::atomic::AtomicBool,
     /// `StreamImages` calls received (served or refused).
     pub stream_calls: AtomicU64,
+    /// Where the state is kept across restarts (`None` = memory only).
+    pub(super) state_dir: Option<super::persist::StateDir>,
 }
 
 /// Images per `StreamImagesResponse` the embedded runtime sends.
@@ -112,6 +128,15 @@ impl Shared {
     /// Locks the state (a poisoned lock is still usable: state is plain data).
     pub fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Makes the state durable when a state directory keeps it (blocks on
+    /// disk I/O; nothing to do without one).
+    pub(super) fn save(&self) -> Result<(), super::persist::SaveError> {
+        match &self.state_dir {
+            Some(dir) => dir.save(&self.state),
+            None => Ok(()),
+        }
     }
 
     fn plan(&self) -> FaultPlan {
@@ -141,6 +166,19 @@ impl Shared {
             Some(FaultAction::DropReply) => Ok((true, serving)),
             Some(FaultAction::Panic) => Err(Status::internal("fault injected: the runtime crashed serving this call")),
         }
+    }
+}
+
+/// [`Shared::save`] on the blocking pool, before a change is answered.
+async fn persist(shared: &Arc<Shared>) -> Result<(), Status> {
+    if shared.state_dir.is_none() {
+        return Ok(());
+    }
+    let s = shared.clone();
+    match tokio::task::spawn_blocking(move || s.save()).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(Status::internal(e.to_string())),
+        Err(e) => Err(Status::internal(format!("embedded runtime: saving its state failed: {e}"))),
     }
 }
 
@@ -260,7 +298,7 @@ impl ImageService for CriService {
     async fn pull_image(&self, req: Request<pb::PullImageRequest>) -> Result<Response<pb::PullImageResponse>, Status> {
         let r = req.into_inner();
         let spec = spec_of(r.image)?;
-        self.shared.pull_log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(spec.image.clone());
+        log_pull(&mut self.shared.pull_log.lock().unwrap_or_else(std::sync::PoisonError::into_inner), &spec.image);
         let (lost, _serving) = self.shared.gate(Rpc::PullImage, Some(&spec.image)).await?;
         let auth: Option<AuthConfig> = r.auth.map(Into::into);
         let planned = self.shared.state().plan_pull(&spec, auth.as_ref()).map_err(|e| Status::from(&e))?;
@@ -277,6 +315,8 @@ impl ImageService for CriService {
             let p = st.plan_pull(&spec, auth.as_ref()).map_err(|e| Status::from(&e))?;
             st.finish_pull(&p, &spec)
         };
+        // Answered only once the image is on disk (with a state directory).
+        persist(&self.shared).await?;
         drop(guard);
         c.pulls_completed.fetch_add(1, Ordering::Relaxed);
         reply(lost, Ok(pb::PullImageResponse { image_ref: id })).await
@@ -289,6 +329,9 @@ impl ImageService for CriService {
         let spec = spec_of(req.into_inner().image)?;
         let (lost, _serving) = self.shared.gate(Rpc::RemoveImage, Some(&spec.image)).await?;
         let r = self.shared.state().remove_image(&spec).map_err(|e| Status::from(&e));
+        if r.is_ok() {
+            persist(&self.shared).await?;
+        }
         reply(lost, r.map(|()| pb::RemoveImageResponse {})).await
     }
 
@@ -357,5 +400,23 @@ impl RuntimeService for CriService {
             }),
         )
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pull_log_keeps_the_latest_pulls_within_its_bound() {
+        let mut log = Vec::new();
+        for i in 0..=PULL_LOG_MAX * 3 {
+            log_pull(&mut log, &format!("img:{i}"));
+        }
+        assert!(log.len() <= PULL_LOG_MAX && log.len() > PULL_LOG_MAX / 2, "{}", log.len());
+        assert_eq!(log.last().map(String::as_str), Some(format!("img:{}", PULL_LOG_MAX * 3).as_str()));
+        let first: usize = log[0].trim_start_matches("img:").parse().unwrap();
+        let in_order = log.iter().enumerate().all(|(n, l)| *l == format!("img:{}", first + n));
+        assert!(in_order, "arrival order, no gaps");
     }
 }
