@@ -1,0 +1,270 @@
+//! Bursts never cut a connection: 10,000 concurrent ensures against the
+//! embedded runtime and against containerd, in serial and parallel pull
+//! mode, five bursts each, every ensure answered with its image; and each
+//! server imaged runs (the embedded runtime, the API socket, the CRI front)
+//! serving three times its per-connection stream limit on one connection.
+//!
+//! Before `cri::transport`, a burst closed the runtime's connection: h2's
+//! small-DATA-frame budget (GOAWAY ENHANCE_YOUR_CALM "too_many_data_frames")
+//! and every presence check on it failed (`ImageInspectError`, 94% of a
+//! burst of present images). See `src/cri/transport.rs`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use imaged::config::{Config, RuntimeEndpoint};
+use imaged::cri::Rpc;
+use imaged::cri::transport::{CLIENT_READS_IN_FLIGHT, MAX_STREAMS_PER_CONNECTION};
+use imaged::domain::pull_policy::PullPolicy;
+use imaged::embedded::RemoteImage;
+use imaged::ensure::{EnsureError, EnsureImageRequest, EnsureOk};
+use imaged::node::Node;
+
+/// Ensures in flight at once in a burst.
+const BURST: usize = 10_000;
+/// Bursts per pull mode.
+const RUNS: usize = 5;
+/// Distinct images a burst asks for; the first `ABSENT` of them are new
+/// (absent, pulled during the burst) in every run.
+const IMAGES: usize = 50;
+const ABSENT: usize = 10;
+
+/// The answers of a burst that are not the image, by message.
+fn failures(results: Vec<Result<EnsureOk, EnsureError>>) -> BTreeMap<String, usize> {
+    let mut failed = BTreeMap::new();
+    for r in results {
+        if let Err(e) = r {
+            *failed.entry(format!("{}: {}", e.kind, e.message)).or_default() += 1;
+        }
+    }
+    failed
+}
+
+/// `BURST` ensures of `images` (request `i` asks for image `i % len`), all at once.
+async fn burst(node: &Node, run: &str, images: &[String]) -> (BTreeMap<String, usize>, Duration) {
+    let reqs: Vec<EnsureImageRequest> = (0..BURST)
+        .map(|i| {
+            let mut r = EnsureImageRequest::new(
+                format!("{run}-{i}"),
+                images[i % images.len()].as_str(),
+                PullPolicy::IfNotPresent,
+            );
+            r.pod.namespace = "burst".into();
+            r.pod.name = format!("pod-{run}-{i}");
+            r
+        })
+        .collect();
+    let started = Instant::now();
+    let results = join_all(reqs.iter().map(|r| node.ensure_image_exists(r))).await;
+    let elapsed = started.elapsed();
+    (failures(results.into_iter().map(|r| r.expect("node accepting")).collect()), elapsed)
+}
+
+async fn embedded_node(dir: &std::path::Path, toml: &str) -> Arc<Node> {
+    let mut cfg = Config::from_toml(toml).expect("config");
+    cfg.endpoint = RuntimeEndpoint::Embedded { socket: Some(dir.join("runtime.sock")) };
+    Arc::new(Node::start(cfg).await.expect("node starts"))
+}
+
+/// Serial pulls with the default presence-check window; parallel pulls with
+/// every presence check sent at once (the kubelet's way, the most calls in
+/// flight). Both lost the runtime's connection before the fix.
+const MODES: [(&str, &str); 2] = [
+    ("serial", "[pull]\nserialize_image_pulls = true\nregistry_pull_qps = 0.0\n"),
+    ("parallel", "[pull]\nserialize_image_pulls = false\nregistry_pull_qps = 0.0\npresence_check_window = 0\n"),
+];
+
+#[actix::test]
+async fn ten_thousand_ensures_against_the_embedded_runtime_all_get_their_image() {
+    for (mode, toml) in MODES {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let node = embedded_node(dir.path(), toml).await;
+        let rt = node.runtime().embedded.as_ref().expect("embedded");
+        for i in ABSENT..IMAGES {
+            rt.preload(RemoteImage::new(format!("example.com/burst/present-{i}:1"), 1_000)).expect("preload");
+        }
+        for run in 0..RUNS {
+            // Fresh absent images every run: each burst pulls too.
+            let images: Vec<String> = (0..IMAGES)
+                .map(|i| match i < ABSENT {
+                    true => format!("example.com/burst/{mode}-{run}-absent-{i}:1"),
+                    false => format!("example.com/burst/present-{i}:1"),
+                })
+                .collect();
+            for image in &images[..ABSENT] {
+                rt.add_remote(RemoteImage::new(image, 1_000).latency(Duration::from_millis(5))).expect("add");
+            }
+            rt.reset_stats();
+            let (failed, took) = burst(&node, &format!("{mode}{run}"), &images).await;
+            assert!(
+                failed.is_empty(),
+                "{mode} run {run}: {} of {BURST} failed: {failed:#?}",
+                failed.values().sum::<usize>()
+            );
+            let stats = rt.stats();
+            assert!(stats.calls(Rpc::ImageStatus) >= BURST as u64, "{mode} run {run}: every ensure checked presence");
+            assert!(stats.pulls_completed >= ABSENT as u64, "{mode} run {run}: every absent image pulled");
+            assert!(
+                stats.max_in_flight(Rpc::ImageStatus) <= CLIENT_READS_IN_FLIGHT as u64,
+                "{mode} run {run}: {} checks at once, over the client's bound",
+                stats.max_in_flight(Rpc::ImageStatus)
+            );
+            eprintln!("{mode} run {run}: {BURST} ensures in {took:?}");
+        }
+        node.shutdown(Duration::ZERO).await;
+    }
+}
+
+/// Three times the stream limit of a connection: every call answered, and
+/// never more than the limit served at once.
+const OVER_LIMIT: usize = 3 * MAX_STREAMS_PER_CONNECTION as usize;
+
+/// `OVER_LIMIT` calls of `call` at once; the failures by message.
+async fn over_limit<F, Fut, T>(call: F) -> BTreeMap<String, usize>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+{
+    let mut failed = BTreeMap::new();
+    for r in join_all((0..OVER_LIMIT).map(call)).await {
+        if let Err(s) = r {
+            *failed.entry(format!("{:?}: {}", s.code(), s.message())).or_default() += 1;
+        }
+    }
+    failed
+}
+
+fn status_request(image: &str) -> imaged::cri::proto::ImageStatusRequest {
+    imaged::cri::proto::ImageStatusRequest {
+        image: Some(imaged::cri::proto::ImageSpec { image: image.into(), ..Default::default() }),
+        verbose: false,
+    }
+}
+
+/// A plain generated client on one new connection (no client-side bound).
+fn runtime_v1_client(
+    path: &std::path::Path,
+) -> imaged::cri::proto::image_service_client::ImageServiceClient<tonic::transport::Channel> {
+    let channel = imaged::cri::CriEndpoint::Unix(path.to_path_buf()).channel(Duration::from_secs(5)).expect("channel");
+    imaged::cri::proto::image_service_client::ImageServiceClient::new(channel)
+}
+
+/// Answers held for 200 ms, so that every call the server lets in stays open.
+fn held_answers() -> imaged::fault::FaultPlan {
+    imaged::fault::FaultPlan::new(1)
+        .rule(imaged::fault::FaultRule::on(Rpc::ImageStatus).delay(Duration::from_millis(200)))
+}
+
+#[actix::test]
+async fn the_embedded_runtime_serves_three_times_its_stream_limit_on_one_connection() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = imaged::embedded::EmbeddedRuntime::start_in(dir.path()).expect("runtime");
+    rt.preload(RemoteImage::new("example.com/burst/held:1", 1_000)).expect("preload");
+    rt.set_fault_plan(held_answers());
+    let client = runtime_v1_client(rt.socket());
+    let failed = over_limit(|_| {
+        let mut c = client.clone();
+        async move { c.image_status(status_request("example.com/burst/held:1")).await }
+    })
+    .await;
+    assert!(failed.is_empty(), "{failed:#?}");
+    let stats = rt.stats();
+    assert_eq!(stats.calls(Rpc::ImageStatus), OVER_LIMIT as u64);
+    let most = stats.max_in_flight(Rpc::ImageStatus);
+    assert!(most <= u64::from(MAX_STREAMS_PER_CONNECTION), "{most} calls served at once on one connection");
+}
+
+#[actix::test]
+async fn the_cri_front_serves_three_times_its_stream_limit_on_one_connection() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = embedded_node(dir.path(), "").await;
+    let rt = node.runtime().embedded.as_ref().expect("embedded");
+    rt.preload(RemoteImage::new("example.com/burst/held:1", 1_000)).expect("preload");
+    rt.set_fault_plan(held_answers());
+    let path = dir.path().join("cri.sock");
+    let _stop = support::front::serve_front(&node, &path).await;
+    let client = runtime_v1_client(&path);
+    let failed = over_limit(|_| {
+        let mut c = client.clone();
+        async move { c.image_status(status_request("example.com/burst/held:1")).await }
+    })
+    .await;
+    assert!(failed.is_empty(), "{failed:#?}");
+    let stats = rt.stats();
+    assert!(stats.calls(Rpc::ImageStatus) >= OVER_LIMIT as u64, "each call forwarded");
+    // The front's calls to the runtime share one CRI client and its bound.
+    let most = stats.max_in_flight(Rpc::ImageStatus);
+    assert!(most <= CLIENT_READS_IN_FLIGHT as u64, "{most} forwarded calls at once");
+}
+
+#[actix::test]
+async fn the_api_socket_serves_three_times_its_stream_limit_on_one_connection() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = embedded_node(dir.path(), "[pull]\nregistry_pull_qps = 0.0\n").await;
+    let rt = node.runtime().embedded.as_ref().expect("embedded");
+    // Every call waits on one pull of a second: its stream stays open.
+    let image = "example.com/burst/slow:1";
+    rt.add_remote(RemoteImage::new(image, 1_000).latency(Duration::from_secs(1))).expect("add");
+    let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
+    let service = imaged::api::ImagedService::start(node.clone(), stopping).await.expect("service");
+    let path = dir.path().join("api.sock");
+    let socket = imaged::api::server::ApiSocket::bind_at("API socket", &path, None).await.expect("bind");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    actix::spawn(async move {
+        let _ = socket
+            .serve(service, 4 << 20, async move {
+                let _ = stopped.await;
+            })
+            .await;
+    });
+    // The most ensures waiting on the pull at once, sampled while the burst runs.
+    let sampler = {
+        let node = node.clone();
+        actix::spawn(async move {
+            let mut most = 0;
+            loop {
+                if let Ok(s) = node.status().await {
+                    most = most.max(s.queue.waiters);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                if most > 0 && node.status().await.map(|s| s.queue.waiters).unwrap_or(0) == 0 {
+                    return most;
+                }
+            }
+        })
+    };
+    let client = imaged::api::client(&path).expect("client");
+    let failed = over_limit(|i| {
+        let mut c = client.clone();
+        let req = imaged::api::proto::EnsureImageRequest {
+            pod: Some(imaged::api::proto::Pod {
+                uid: format!("uid-{i}"),
+                namespace: "burst".into(),
+                name: format!("pod-{i}"),
+                ..Default::default()
+            }),
+            image: image.into(),
+            pull_policy: "IfNotPresent".into(),
+            ..Default::default()
+        };
+        async move {
+            let r = c.ensure_image(req).await?.into_inner();
+            match r.result {
+                Some(imaged::api::proto::ensure_image_response::Result::Ok(_)) => Ok(()),
+                other => Err(tonic::Status::internal(format!("{other:?}"))),
+            }
+        }
+    })
+    .await;
+    assert!(failed.is_empty(), "{failed:#?}");
+    let most = sampler.await.expect("sampler");
+    assert!(most > 0, "the calls waited on the pull");
+    assert!(most <= MAX_STREAMS_PER_CONNECTION as usize, "{most} ensures in flight on one connection");
+    let _ = stop.send(());
+    let _ = stopping_tx.send(true);
+}
