@@ -124,16 +124,34 @@ async fn ten_thousand_ensures_against_the_embedded_runtime_all_get_their_image()
 /// never more than the limit served at once.
 const OVER_LIMIT: usize = 3 * MAX_STREAMS_PER_CONNECTION as usize;
 
-/// `OVER_LIMIT` calls of `call` at once; the failures by message.
-async fn over_limit<F, Fut, T>(call: F) -> BTreeMap<String, usize>
+/// Runs `burst` on a runtime of its own, two threads: calls arrive as fast
+/// as a busy client sends them while the server under test keeps this
+/// test's thread.
+async fn from_other_threads<F, Fut>(burst: F) -> BTreeMap<String, usize>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = BTreeMap<String, usize>>,
+{
+    tokio::task::spawn_blocking(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+        rt.block_on(burst())
+    })
+    .await
+    .expect("client threads")
+}
+
+/// `n` calls of `call` at once; the failures by message.
+async fn all_at_once<F, Fut, T>(n: usize, call: F) -> BTreeMap<String, usize>
 where
     F: Fn(usize) -> Fut,
-    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+    Fut: std::future::Future<Output = Result<T, String>> + Send + 'static,
+    T: Send + 'static,
 {
+    let tasks: Vec<_> = (0..n).map(|i| tokio::spawn(call(i))).collect();
     let mut failed = BTreeMap::new();
-    for r in join_all((0..OVER_LIMIT).map(call)).await {
-        if let Err(s) = r {
-            *failed.entry(format!("{:?}: {}", s.code(), s.message())).or_default() += 1;
+    for t in tasks {
+        if let Err(e) = t.await.expect("task") {
+            *failed.entry(e).or_default() += 1;
         }
     }
     failed
@@ -146,7 +164,8 @@ fn status_request(image: &str) -> imaged::cri::proto::ImageStatusRequest {
     }
 }
 
-/// A plain generated client on one new connection (no client-side bound).
+/// A plain generated `runtime.v1` client on a new connection: no bound of
+/// its own on calls in flight.
 fn runtime_v1_client(
     path: &std::path::Path,
 ) -> imaged::cri::proto::image_service_client::ImageServiceClient<tonic::transport::Channel> {
@@ -154,29 +173,73 @@ fn runtime_v1_client(
     imaged::cri::proto::image_service_client::ImageServiceClient::new(channel)
 }
 
-/// Answers held for 200 ms, so that every call the server lets in stays open.
-fn held_answers() -> imaged::fault::FaultPlan {
-    imaged::fault::FaultPlan::new(1)
-        .rule(imaged::fault::FaultRule::on(Rpc::ImageStatus).delay(Duration::from_millis(200)))
+/// `OVER_LIMIT` plain `ImageStatus` calls of `image` at once on one new
+/// connection to `path`.
+async fn status_burst(path: std::path::PathBuf, image: &'static str) -> BTreeMap<String, usize> {
+    from_other_threads(move || async move {
+        let client = runtime_v1_client(&path);
+        all_at_once(OVER_LIMIT, |_| {
+            let mut c = client.clone();
+            async move {
+                c.image_status(status_request(image)).await.map_err(|s| format!("{:?}: {}", s.code(), s.message()))
+            }
+        })
+        .await
+    })
+    .await
 }
+
+/// Answers held for `ms`, so that every call the server lets in stays open.
+fn held_answers(ms: u64) -> imaged::fault::FaultPlan {
+    imaged::fault::FaultPlan::new(1)
+        .rule(imaged::fault::FaultRule::on(Rpc::ImageStatus).delay(Duration::from_millis(ms)))
+}
+
+const HELD: &str = "example.com/burst/held:1";
 
 #[actix::test]
 async fn the_embedded_runtime_serves_three_times_its_stream_limit_on_one_connection() {
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = imaged::embedded::EmbeddedRuntime::start_in(dir.path()).expect("runtime");
-    rt.preload(RemoteImage::new("example.com/burst/held:1", 1_000)).expect("preload");
-    rt.set_fault_plan(held_answers());
-    let client = runtime_v1_client(rt.socket());
-    let failed = over_limit(|_| {
-        let mut c = client.clone();
-        async move { c.image_status(status_request("example.com/burst/held:1")).await }
-    })
-    .await;
+    rt.preload(RemoteImage::new(HELD, 1_000)).expect("preload");
+    rt.set_fault_plan(held_answers(300));
+    let failed = status_burst(rt.socket().to_path_buf(), HELD).await;
     assert!(failed.is_empty(), "{failed:#?}");
     let stats = rt.stats();
     assert_eq!(stats.calls(Rpc::ImageStatus), OVER_LIMIT as u64);
     let most = stats.max_in_flight(Rpc::ImageStatus);
+    eprintln!("embedded: {most} calls at once");
     assert!(most <= u64::from(MAX_STREAMS_PER_CONNECTION), "{most} calls served at once on one connection");
+}
+
+#[actix::test]
+async fn a_cri_client_keeps_at_most_its_bound_of_calls_in_flight() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = imaged::embedded::EmbeddedRuntime::start_in(dir.path()).expect("runtime");
+    rt.preload(RemoteImage::new(HELD, 1_000)).expect("preload");
+    rt.set_fault_plan(held_answers(500));
+    let endpoint = rt.endpoint();
+    let n = 3 * CLIENT_READS_IN_FLIGHT;
+    let failed = from_other_threads(move || async move {
+        let client = imaged::cri::CriClient::new(&endpoint, Duration::from_secs(5)).expect("client");
+        all_at_once(n, |_| {
+            let c = client.clone();
+            async move {
+                // Waiting for a slot counts against the deadline: 3 rounds of 500 ms fit in 30 s.
+                c.image_status(imaged::domain::ImageSpec::new(HELD), false, Some(Duration::from_secs(30)))
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+        })
+        .await
+    })
+    .await;
+    assert!(failed.is_empty(), "{failed:#?}");
+    let stats = rt.stats();
+    assert_eq!(stats.calls(Rpc::ImageStatus), n as u64);
+    let most = stats.max_in_flight(Rpc::ImageStatus);
+    eprintln!("client: {most} calls at once");
+    assert!(most <= CLIENT_READS_IN_FLIGHT as u64, "{most} calls at once");
 }
 
 #[actix::test]
@@ -184,32 +247,30 @@ async fn the_cri_front_serves_three_times_its_stream_limit_on_one_connection() {
     let dir = tempfile::tempdir().expect("tempdir");
     let node = embedded_node(dir.path(), "").await;
     let rt = node.runtime().embedded.as_ref().expect("embedded");
-    rt.preload(RemoteImage::new("example.com/burst/held:1", 1_000)).expect("preload");
-    rt.set_fault_plan(held_answers());
+    rt.preload(RemoteImage::new(HELD, 1_000)).expect("preload");
+    rt.set_fault_plan(held_answers(300));
     let path = dir.path().join("cri.sock");
     let _stop = support::front::serve_front(&node, &path).await;
-    let client = runtime_v1_client(&path);
-    let failed = over_limit(|_| {
-        let mut c = client.clone();
-        async move { c.image_status(status_request("example.com/burst/held:1")).await }
-    })
-    .await;
+    let failed = status_burst(path, HELD).await;
     assert!(failed.is_empty(), "{failed:#?}");
     let stats = rt.stats();
     assert!(stats.calls(Rpc::ImageStatus) >= OVER_LIMIT as u64, "each call forwarded");
-    // The front's calls to the runtime share one CRI client and its bound.
+    // The front forwards through the gateway's CRI client and its bound.
     let most = stats.max_in_flight(Rpc::ImageStatus);
+    eprintln!("front: {most} forwarded calls at once");
     assert!(most <= CLIENT_READS_IN_FLIGHT as u64, "{most} forwarded calls at once");
 }
 
 #[actix::test]
 async fn the_api_socket_serves_three_times_its_stream_limit_on_one_connection() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let node = embedded_node(dir.path(), "[pull]\nregistry_pull_qps = 0.0\n").await;
+    // Every presence check at once: only the connection bounds the ensures
+    // waiting on the pull.
+    let node = embedded_node(dir.path(), "[pull]\nregistry_pull_qps = 0.0\npresence_check_window = 0\n").await;
     let rt = node.runtime().embedded.as_ref().expect("embedded");
-    // Every call waits on one pull of a second: its stream stays open.
-    let image = "example.com/burst/slow:1";
-    rt.add_remote(RemoteImage::new(image, 1_000).latency(Duration::from_secs(1))).expect("add");
+    // Every call waits on one pull of 3 s: its stream stays open.
+    const SLOW: &str = "example.com/burst/slow:1";
+    rt.add_remote(RemoteImage::new(SLOW, 1_000).latency(Duration::from_secs(3))).expect("add");
     let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
     let service = imaged::api::ImagedService::start(node.clone(), stopping).await.expect("service");
     let path = dir.path().join("api.sock");
@@ -228,41 +289,44 @@ async fn the_api_socket_serves_three_times_its_stream_limit_on_one_connection() 
         actix::spawn(async move {
             let mut most = 0;
             loop {
-                if let Ok(s) = node.status().await {
-                    most = most.max(s.queue.waiters);
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                if most > 0 && node.status().await.map(|s| s.queue.waiters).unwrap_or(0) == 0 {
+                let waiters = node.status().await.map(|s| s.queue.waiters).unwrap_or(0);
+                if most > 0 && waiters == 0 {
                     return most;
                 }
+                most = most.max(waiters);
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
         })
     };
-    let client = imaged::api::client(&path).expect("client");
-    let failed = over_limit(|i| {
-        let mut c = client.clone();
-        let req = imaged::api::proto::EnsureImageRequest {
-            pod: Some(imaged::api::proto::Pod {
-                uid: format!("uid-{i}"),
-                namespace: "burst".into(),
-                name: format!("pod-{i}"),
+    let failed = from_other_threads(move || async move {
+        let client = imaged::api::client(&path).expect("client");
+        all_at_once(OVER_LIMIT, |i| {
+            let mut c = client.clone();
+            let req = imaged::api::proto::EnsureImageRequest {
+                pod: Some(imaged::api::proto::Pod {
+                    uid: format!("uid-{i}"),
+                    namespace: "burst".into(),
+                    name: format!("pod-{i}"),
+                    ..Default::default()
+                }),
+                image: SLOW.into(),
+                pull_policy: "IfNotPresent".into(),
                 ..Default::default()
-            }),
-            image: image.into(),
-            pull_policy: "IfNotPresent".into(),
-            ..Default::default()
-        };
-        async move {
-            let r = c.ensure_image(req).await?.into_inner();
-            match r.result {
-                Some(imaged::api::proto::ensure_image_response::Result::Ok(_)) => Ok(()),
-                other => Err(tonic::Status::internal(format!("{other:?}"))),
+            };
+            async move {
+                let r = c.ensure_image(req).await.map_err(|s| format!("{:?}: {}", s.code(), s.message()))?;
+                match r.into_inner().result {
+                    Some(imaged::api::proto::ensure_image_response::Result::Ok(_)) => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
             }
-        }
+        })
+        .await
     })
     .await;
     assert!(failed.is_empty(), "{failed:#?}");
     let most = sampler.await.expect("sampler");
+    eprintln!("api: {most} ensures at once");
     assert!(most > 0, "the calls waited on the pull");
     assert!(most <= MAX_STREAMS_PER_CONNECTION as usize, "{most} ensures in flight on one connection");
     let _ = stop.send(());
