@@ -120,6 +120,59 @@ async fn ten_thousand_ensures_against_the_embedded_runtime_all_get_their_image()
     }
 }
 
+/// The same bursts against containerd, on images in a loopback registry:
+/// `ABSENT` images pushed under fresh tags before each burst (containerd
+/// pulls them during it), the others pulled by each mode's first burst.
+#[test]
+fn ten_thousand_ensures_against_containerd_all_get_their_image() {
+    support::containerd_env::with_environment("ten_thousand_ensures_against_containerd", |env| {
+        actix::System::new().block_on(containerd_bursts(env));
+    });
+}
+
+async fn containerd_bursts(env: support::containerd_env::ContainerdEnv) {
+    let registry = support::oci::Registry::open(&env.registry_open);
+    let mut present = Vec::new();
+    for i in ABSENT..IMAGES {
+        let pushed = registry
+            .push_image(&format!("imaged/burst-{i}"), "v1", &[("etc/burst.txt", format!("image {i}\n").as_bytes())])
+            .await
+            .expect("push");
+        present.push(pushed.reference);
+    }
+    for (mode, toml) in MODES {
+        let state = tempfile::tempdir().expect("state dir");
+        let mut cfg = Config::from_toml(&format!("{toml}[state]\ndir = {:?}\n", state.path())).expect("config");
+        cfg.endpoint = RuntimeEndpoint::Cri(imaged::cri::CriEndpoint::Unix(env.socket.clone()));
+        let node = Node::start(cfg).await.expect("node on containerd");
+        for run in 0..RUNS {
+            let mut images = Vec::new();
+            for i in 0..ABSENT {
+                // Same content, a new tag: absent to imaged, a quick pull for containerd.
+                let tag = format!("{mode}-{run}");
+                let pushed = registry
+                    .push_image(
+                        &format!("imaged/burst-{i}"),
+                        &tag,
+                        &[("etc/burst.txt", format!("image {i}\n").as_bytes())],
+                    )
+                    .await
+                    .expect("push");
+                images.push(pushed.reference);
+            }
+            images.extend(present.iter().cloned());
+            let (failed, took) = burst(&node, &format!("ctrd-{mode}{run}"), &images).await;
+            assert!(
+                failed.is_empty(),
+                "containerd, {mode} run {run}: {} of {BURST} failed: {failed:#?}",
+                failed.values().sum::<usize>()
+            );
+            eprintln!("containerd, {mode} run {run}: {BURST} ensures in {took:?}");
+        }
+        node.shutdown(Duration::ZERO).await;
+    }
+}
+
 /// Three times the stream limit of a connection: every call answered, and
 /// never more than the limit served at once.
 const OVER_LIMIT: usize = 3 * MAX_STREAMS_PER_CONNECTION as usize;
