@@ -10,6 +10,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for p in protos {
         println!("cargo:rerun-if-changed={p}");
     }
-    tonic_prost_build::configure().build_client(true).build_server(true).compile_protos(&protos, &["proto"])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        // Small message buffers: every call in flight holds two (src/cri/transport.rs).
+        .codec_path("crate::cri::transport::ProstCodec")
+        .compile_protos(&protos, &["proto"])?;
     Ok(())
 }

@@ -78,6 +78,48 @@ const _: () = assert!(
         && CLIENT_READS_IN_FLIGHT + CLIENT_PULLS_IN_FLIGHT <= MAX_STREAMS_PER_CONNECTION as usize
 );
 
+/// Initial size of the buffer a call encodes or decodes a message in
+/// (bytes; tonic's default is 8 KiB). Every call in flight holds one each
+/// way, and a burst holds thousands: imaged's messages are mostly under
+/// this, and a larger one grows its buffer as it needs.
+pub const MESSAGE_BUFFER: usize = 512;
+
+/// tonic's buffer settings with [`MESSAGE_BUFFER`] (and tonic's default
+/// 32 KiB at which an encoder yields a chunk).
+pub fn message_buffers() -> tonic::codec::BufferSettings {
+    tonic::codec::BufferSettings::new(MESSAGE_BUFFER, 32 * 1024)
+}
+
+/// The prost codec of every generated client and server (build.rs names
+/// it), with [`message_buffers`].
+#[derive(Debug, Clone)]
+pub struct ProstCodec<T, U>(std::marker::PhantomData<(T, U)>);
+
+impl<T, U> Default for ProstCodec<T, U> {
+    fn default() -> Self {
+        Self(std::marker::PhantomData)
+    }
+}
+
+impl<T, U> tonic::codec::Codec for ProstCodec<T, U>
+where
+    T: prost::Message + Send + 'static,
+    U: prost::Message + Default + Send + 'static,
+{
+    type Encode = T;
+    type Decode = U;
+    type Encoder = tonic_prost::ProstEncoder<T>;
+    type Decoder = tonic_prost::ProstDecoder<U>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        tonic_prost::ProstEncoder::new(message_buffers())
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        tonic_prost::ProstDecoder::new(message_buffers())
+    }
+}
+
 /// A tonic server builder with these settings; add the services to it.
 pub fn server() -> tonic::transport::Server {
     tonic::transport::Server::builder()
