@@ -79,7 +79,8 @@ impl CriClient {
         let mut grpc =
             tonic::client::Grpc::new(self.channel.clone()).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE);
         grpc.ready().await.map_err(|e| CriError::from(tonic::Status::unavailable(e.to_string())))?;
-        let resp = grpc.unary(request(body, deadline), path, super::wire::BytesCodec).await?;
+        // Boxed once a slot is taken, as in `image_status`.
+        let resp = Box::pin(grpc.unary(request(body, deadline), path, super::wire::BytesCodec)).await?;
         Ok(resp.into_inner())
     }
 
@@ -117,7 +118,11 @@ impl CriClient {
     ) -> Result<ImageStatus, CriError> {
         let (_slot, deadline) = self.slots.take(Rpc::ImageStatus, deadline).await?;
         let req = pb::ImageStatusRequest { image: Some(image.into()), verbose };
-        let resp = self.images.clone().image_status(request(req, deadline)).await?.into_inner();
+        // Boxed once a slot is taken: tonic's call future is ~2.4 KB, and a
+        // burst's calls waiting for a slot (or up the stack, for a pull)
+        // should not each hold one.
+        let mut images = self.images.clone();
+        let resp = Box::pin(images.image_status(request(req, deadline))).await?.into_inner();
         Ok(ImageStatus { image: resp.image.map(Image::from), info: resp.info.into_iter().collect() })
     }
 
@@ -135,7 +140,9 @@ impl CriClient {
             auth: auth.map(Into::into),
             sandbox_config: sandbox.map(Into::into),
         };
-        let resp = self.images.clone().pull_image(request(req, deadline)).await?.into_inner();
+        // Boxed once a slot is taken, as in `image_status`.
+        let mut images = self.images.clone();
+        let resp = Box::pin(images.pull_image(request(req, deadline))).await?.into_inner();
         if resp.image_ref.is_empty() {
             return Err(CriError::new(CriErrorKind::InvalidResponse, "PullImage returned an empty image reference"));
         }

@@ -23,7 +23,7 @@ impl ImageManager {
     pub(super) async fn pull(
         &self,
         req: &EnsureImageRequest,
-        spec: ImageSpec,
+        spec: &ImageSpec,
         absent_at: Option<Instant>,
         verify: bool,
     ) -> Result<EnsureOk, EnsureError> {
@@ -31,12 +31,17 @@ impl ImageManager {
         let key = BackoffKey { pod_uid: req.pod.uid.clone(), image: requested.to_string() };
         // Credentials, before the back-off check as in the kubelet (1.35,
         // steps 4 and 7).
-        let (credentials, proves) = self.credentials_for(&req.pull_secrets, &req.credentials, &spec.image).await?;
+        // The steps before and after the wait are boxed (here and below):
+        // a future is as large as the largest it awaits, and this one stays
+        // alive, waiting on the queue, as long as the pull (actors.md,
+        // "Per-waiter memory").
+        let (credentials, proves) =
+            Box::pin(self.credentials_for(&req.pull_secrets, &req.credentials, &spec.image)).await?;
         // Only hashed when asked for: the kubelet's path stays as it was.
         let cause = self.cfg.reset_backoff_on_credential_change.then(|| AuthConfig::list_identity(&credentials));
-        self.check_backoff(req, &key, cause.clone()).await?;
+        Box::pin(self.check_backoff(req, &key, cause.clone())).await?;
         // KEP-2535: the intent is on disk before the pull starts.
-        let intent = match self.records.begin_pull(&spec.image).await {
+        let intent = match Box::pin(self.records.begin_pull(&spec.image)).await {
             Ok(guard) => guard,
             Err(e) => {
                 let msg = failed_to_record_pull_intent(requested, &e.to_string());
@@ -46,7 +51,9 @@ impl ImageManager {
         let start = Instant::now();
         self.recorder.started(&req.pod.uid, start);
         self.emit(req, EventReason::Pulling, &pulling(requested), None);
-        let request = PullRequest {
+        // Boxed: it stays in this future for the pull's life (a retry sends
+        // it again), and a future keeps room for it more than once.
+        let request = Box::new(PullRequest {
             image: spec.clone(),
             credentials,
             sandbox: req.sandbox.clone(),
@@ -57,7 +64,7 @@ impl ImageManager {
             absent_at,
             deadline: req.deadline,
             wire: None,
-        };
+        });
         // While the pull runs, an image it would replace counts as in use for GC.
         let normalized = crate::domain::reference::parse_normalized_named(&spec.image).map(|n| n.docker_ref()).ok();
         let registry = normalized
@@ -65,7 +72,7 @@ impl ImageManager {
             .filter(|_| self.cfg.reset_backoff_on_registry_recovery)
             .map(|r| crate::actors::pull_queue::registry_of(r).to_string());
         let _in_flight = normalized.map(|r| self.hints.pull_started(&r));
-        let (result, joined) = self.queue_pull(req, &spec, request).await;
+        let (result, joined) = self.queue_pull(req, spec, request).await;
         // Once per pull (by the request that started it), fire and forget,
         // ahead of any later check in the mailbox.
         if let (Ok(outcome), false, Some(registry)) = (&result, joined, &registry)
@@ -73,11 +80,11 @@ impl ImageManager {
         {
             let _ = self.backoff.recovered.try_send(RegistryRecovered { registry: registry.clone() });
         }
-        self.record_pull_end(&spec.image, requested, result.as_ref().ok(), &proves).await;
+        Box::pin(self.record_pull_end(&spec.image, requested, result.as_ref().ok(), &proves)).await;
         intent.disarm();
         match result {
             Ok(outcome) => Ok(self.pulled(req, &outcome, start)),
-            Err(failure) => self.pull_failed(req, &spec, key, cause, registry, &failure).await,
+            Err(failure) => Box::pin(self.pull_failed(req, spec, key, cause, registry, &failure)).await,
         }
     }
 
@@ -124,10 +131,10 @@ impl ImageManager {
         &self,
         req: &EnsureImageRequest,
         spec: &ImageSpec,
-        mut request: PullRequest,
+        mut request: Box<PullRequest>,
     ) -> (Result<PullOutcome, PullFailure>, bool) {
         loop {
-            let (result, joined) = match self.queue.send(EnqueuePull(request.clone())).await {
+            let (result, joined) = match Box::pin(self.queue.send(EnqueuePull(PullRequest::clone(&request)))).await {
                 Ok(ticket) => {
                     let joined = ticket.joined;
                     (ticket.await, joined)
@@ -136,11 +143,11 @@ impl ImageManager {
             };
             if let Ok(o) = &result
                 && !o.pulled
-                && self
-                    .records
-                    .must_attempt_pull(&spec.image, &o.image_ref, || pod_credentials(req, &spec.image))
-                    .await
-                    .unwrap_or(true)
+                && Box::pin(
+                    self.records.must_attempt_pull(&spec.image, &o.image_ref, || pod_credentials(req, &spec.image)),
+                )
+                .await
+                .unwrap_or(true)
             {
                 request.skip_if_present = false;
                 continue;

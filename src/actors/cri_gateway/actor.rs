@@ -212,31 +212,35 @@ impl Core {
                 // tonic's client enforces it (mapped to DeadlineExceeded by
                 // CriError); a second timer here would only cost time.
                 None => f(client, deadline).await,
+                // Boxed: only calls a fault fires on pay for its timer.
                 Some(fault) => {
-                    let work = async move {
-                        match fault {
-                            FaultAction::Fail(e) => Err(e),
-                            FaultAction::Delay(d) => {
-                                tokio::time::sleep(d).await;
-                                f(client, deadline).await
+                    Box::pin(async move {
+                        let work = async move {
+                            match fault {
+                                FaultAction::Fail(e) => Err(e),
+                                FaultAction::Delay(d) => {
+                                    tokio::time::sleep(d).await;
+                                    f(client, deadline).await
+                                }
+                                FaultAction::Hang => std::future::pending().await,
+                                FaultAction::DropReply => {
+                                    let _lost = f(client, deadline).await;
+                                    std::future::pending().await
+                                }
+                                // Deliberate: a fault plan's stand-in for a bug.
+                                #[allow(clippy::panic)]
+                                FaultAction::Panic => panic!("fault plan: injected panic in the CRI gateway ({rpc})"),
                             }
-                            FaultAction::Hang => std::future::pending().await,
-                            FaultAction::DropReply => {
-                                let _lost = f(client, deadline).await;
-                                std::future::pending().await
-                            }
-                            // Deliberate: a fault plan's stand-in for a bug.
-                            #[allow(clippy::panic)]
-                            FaultAction::Panic => panic!("fault plan: injected panic in the CRI gateway ({rpc})"),
+                        };
+                        // A fault's delay counts against the call's deadline.
+                        match deadline {
+                            Some(d) => tokio::time::timeout(d, work)
+                                .await
+                                .unwrap_or_else(|_| Err(CriError::deadline_exceeded())),
+                            None => work.await,
                         }
-                    };
-                    // A fault's delay counts against the call's deadline.
-                    match deadline {
-                        Some(d) => {
-                            tokio::time::timeout(d, work).await.unwrap_or_else(|_| Err(CriError::deadline_exceeded()))
-                        }
-                        None => work.await,
-                    }
+                    })
+                    .await
                 }
             };
             metrics.cri_call(rpc, started.elapsed(), result.as_ref().err());
