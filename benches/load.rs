@@ -14,7 +14,9 @@
 //! Environment: `LOAD_N` (calls, 10000), `LOAD_CHANNELS` (client connections,
 //! 8; calls are spread over them round-robin, all sent at once), `LOAD_MODE`
 //! (`serial` or `parallel` pulls, serial), `LOAD_RUNS` (bursts, each against
-//! a fresh daemon and runtime, 1), `LOAD_PULL_MS` (how long a pull takes, 20).
+//! a fresh daemon and runtime, 1), `LOAD_PULL_MS` (how long a pull takes, 20),
+//! `LOAD_WRAP` (a command to run the daemon under, e.g. `heaptrack -o FILE`;
+//! the RSS figures are then the wrapper's).
 //!
 //! The runtime: an embedded runtime served by this process (as `imaged
 //! embedded-runtime` serves one) with 50 images, all absent at the start;
@@ -70,7 +72,19 @@ impl Daemon {
         }
         let serial = if mode == "parallel" { "false" } else { "true" };
         let log = std::fs::File::create(dir.path().join("imaged.log")).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_imaged"))
+        // `LOAD_WRAP="heaptrack -o /tmp/imaged"`: the daemon under a profiler
+        // (the RSS figures are then the wrapper's).
+        let wrap: Vec<String> =
+            std::env::var("LOAD_WRAP").unwrap_or_default().split_whitespace().map(String::from).collect();
+        let mut command = match wrap.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(env!("CARGO_BIN_EXE_imaged"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_imaged")),
+        };
+        let child = command
             .env("RUST_LOG", std::env::var("LOAD_RUST_LOG").unwrap_or_else(|_| "warn".into()))
             .args(["--set", &format!("daemon.socket={}", socket.display())])
             .args(["--set", &format!("runtime.endpoint=unix://{}", dir.path().join("cri.sock").display())])
