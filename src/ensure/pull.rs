@@ -51,20 +51,8 @@ impl ImageManager {
         let start = Instant::now();
         self.recorder.started(&req.pod.uid, start);
         self.emit(req, EventReason::Pulling, &pulling(requested), None);
-        // Boxed: it stays in this future for the pull's life (a retry sends
-        // it again), and a future keeps room for it more than once.
-        let request = Box::new(PullRequest {
-            image: spec.clone(),
-            credentials,
-            sandbox: req.sandbox.clone(),
-            priority: req.pod.priority,
-            skip_if_present: !verify
-                && req.pull_policy != PullPolicy::Always
-                && req.pull_policy != PullPolicy::AlwaysWithLocalFallback,
-            absent_at,
-            deadline: req.deadline,
-            wire: None,
-        });
+        let skip_if_present =
+            !verify && req.pull_policy != PullPolicy::Always && req.pull_policy != PullPolicy::AlwaysWithLocalFallback;
         // While the pull runs, an image it would replace counts as in use for GC.
         let normalized = crate::domain::reference::parse_normalized_named(&spec.image).map(|n| n.docker_ref()).ok();
         let registry = normalized
@@ -72,7 +60,7 @@ impl ImageManager {
             .filter(|_| self.cfg.reset_backoff_on_registry_recovery)
             .map(|r| crate::actors::pull_queue::registry_of(r).to_string());
         let _in_flight = normalized.map(|r| self.hints.pull_started(&r));
-        let (result, joined) = self.queue_pull(req, spec, request).await;
+        let (result, joined) = self.queue_pull(req, spec, &credentials, skip_if_present, absent_at).await;
         // Once per pull (by the request that started it), fire and forget,
         // ahead of any later check in the mailbox.
         if let (Ok(outcome), false, Some(registry)) = (&result, joined, &registry)
@@ -122,7 +110,7 @@ impl ImageManager {
         Ok(())
     }
 
-    /// Runs `request` through the pull queue until its answer is one the pod
+    /// Runs the pull through the pull queue until its answer is one the pod
     /// may use, and says whether it joined a pull another request started.
     /// An image found present when the pull's turn came (pulled by another
     /// pod, maybe with other credentials) is this pod's only if the records
@@ -131,10 +119,24 @@ impl ImageManager {
         &self,
         req: &EnsureImageRequest,
         spec: &ImageSpec,
-        mut request: Box<PullRequest>,
+        credentials: &[AuthConfig],
+        mut skip_if_present: bool,
+        absent_at: Option<Instant>,
     ) -> (Result<PullOutcome, PullFailure>, bool) {
         loop {
-            let (result, joined) = match Box::pin(self.queue.send(EnqueuePull(PullRequest::clone(&request)))).await {
+            // Made for each attempt and handed over whole: the queue keeps
+            // it, this future (alive for the pull's length) does not.
+            let request = PullRequest {
+                image: spec.clone(),
+                credentials: credentials.to_vec(),
+                sandbox: req.sandbox.clone(),
+                priority: req.pod.priority,
+                skip_if_present,
+                absent_at,
+                deadline: req.deadline,
+                wire: None,
+            };
+            let (result, joined) = match Box::pin(self.queue.send(EnqueuePull(request))).await {
                 Ok(ticket) => {
                     let joined = ticket.joined;
                     (ticket.await, joined)
@@ -149,7 +151,7 @@ impl ImageManager {
                 .await
                 .unwrap_or(true)
             {
-                request.skip_if_present = false;
+                skip_if_present = false;
                 continue;
             }
             return (result, joined);

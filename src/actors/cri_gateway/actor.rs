@@ -26,7 +26,9 @@ const STARTUP_RETRY: Duration = Duration::from_millis(200);
 /// Shared by the actor and the [`CriReader`]s it hands out.
 #[derive(Clone)]
 pub(super) struct Core {
-    client: CriClient,
+    /// Shared, not cloned into each call: a call's future holds this
+    /// pointer, not the client's 424 bytes (twice), while it waits.
+    client: Arc<CriClient>,
     deadlines: CriDeadlines,
     /// Applied before each call.
     faults: Arc<RwLock<FaultPlan>>,
@@ -151,7 +153,7 @@ impl CriGatewayActor {
     fn call<T, F, Fut>(&self, rpc: Rpc, image: Option<&str>, f: F) -> ResponseFuture<Result<T, CriError>>
     where
         T: 'static,
-        F: FnOnce(CriClient, Option<Duration>) -> Fut + 'static,
+        F: FnOnce(Arc<CriClient>, Option<Duration>) -> Fut + 'static,
         Fut: Future<Output = Result<T, CriError>> + 'static,
     {
         Box::pin(self.core.call_within(rpc, image, None, f))
@@ -163,7 +165,7 @@ impl CriGatewayActor {
 impl Core {
     pub(super) fn new(client: CriClient, cfg: &CriSettings) -> Self {
         Self {
-            client,
+            client: Arc::new(client),
             deadlines: cfg.deadlines.clone(),
             faults: Arc::new(RwLock::new(FaultPlan::default())),
             has_faults: Arc::new(AtomicBool::new(false)),
@@ -190,7 +192,7 @@ impl Core {
     ) -> impl Future<Output = Result<T, CriError>> + 'static + use<T, F, Fut>
     where
         T: 'static,
-        F: FnOnce(CriClient, Option<Duration>) -> Fut + 'static,
+        F: FnOnce(Arc<CriClient>, Option<Duration>) -> Fut + 'static,
         Fut: Future<Output = Result<T, CriError>> + 'static,
     {
         let client = self.client.clone();
