@@ -579,7 +579,8 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), AppError> {
     let incoming = socket.incoming()?;
-    tonic::transport::Server::builder()
+    // Bounded streams and window: a burst cannot close a connection.
+    crate::cri::transport::server()
         .add_service(ImageServiceServer::new(Arc::new(front)))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await

@@ -360,7 +360,8 @@ fn serve(listener: std::os::unix::net::UnixListener, service: CriService, stop: 
             }
         };
         let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
-        let server = tonic::transport::Server::builder()
+        // Bounded streams and window: a burst cannot close the connection.
+        let server = crate::cri::transport::server()
             .add_service(
                 ImageServiceServer::new(service.clone())
                     .max_decoding_message_size(MAX_MESSAGE_SIZE)

@@ -26,7 +26,9 @@ const STARTUP_RETRY: Duration = Duration::from_millis(200);
 /// Shared by the actor and the [`CriReader`]s it hands out.
 #[derive(Clone)]
 pub(super) struct Core {
-    client: CriClient,
+    /// Shared, not cloned into each call: a call's future holds this
+    /// pointer, not the client's 424 bytes (twice), while it waits.
+    client: Arc<CriClient>,
     deadlines: CriDeadlines,
     /// Applied before each call.
     faults: Arc<RwLock<FaultPlan>>,
@@ -169,7 +171,7 @@ impl CriGatewayActor {
     fn call<T, F, Fut>(&self, rpc: Rpc, image: Option<&str>, f: F) -> ResponseFuture<Result<T, CriError>>
     where
         T: 'static,
-        F: FnOnce(CriClient, Option<Duration>) -> Fut + 'static,
+        F: FnOnce(Arc<CriClient>, Option<Duration>) -> Fut + 'static,
         Fut: Future<Output = Result<T, CriError>> + 'static,
     {
         Box::pin(self.core.call_within(rpc, image, None, f))
@@ -181,7 +183,7 @@ impl CriGatewayActor {
 impl Core {
     pub(super) fn new(client: CriClient, cfg: &CriSettings) -> Self {
         Self {
-            client,
+            client: Arc::new(client),
             deadlines: cfg.deadlines.clone(),
             faults: Arc::new(RwLock::new(FaultPlan::default())),
             has_faults: Arc::new(AtomicBool::new(false)),
@@ -210,7 +212,7 @@ impl Core {
     ) -> impl Future<Output = Result<T, CriError>> + 'static + use<T, F, Fut>
     where
         T: 'static,
-        F: FnOnce(CriClient, Option<Duration>) -> Fut + 'static,
+        F: FnOnce(Arc<CriClient>, Option<Duration>) -> Fut + 'static,
         Fut: Future<Output = Result<T, CriError>> + 'static,
     {
         let client = self.client.clone();
@@ -233,31 +235,35 @@ impl Core {
                 // tonic's client enforces it (mapped to DeadlineExceeded by
                 // CriError); a second timer here would only cost time.
                 None => f(client, deadline).await,
+                // Boxed: only calls a fault fires on pay for its timer.
                 Some(fault) => {
-                    let work = async move {
-                        match fault {
-                            FaultAction::Fail(e) => Err(e),
-                            FaultAction::Delay(d) => {
-                                tokio::time::sleep(d).await;
-                                f(client, deadline).await
+                    Box::pin(async move {
+                        let work = async move {
+                            match fault {
+                                FaultAction::Fail(e) => Err(e),
+                                FaultAction::Delay(d) => {
+                                    tokio::time::sleep(d).await;
+                                    f(client, deadline).await
+                                }
+                                FaultAction::Hang => std::future::pending().await,
+                                FaultAction::DropReply => {
+                                    let _lost = f(client, deadline).await;
+                                    std::future::pending().await
+                                }
+                                // Deliberate: a fault plan's stand-in for a bug.
+                                #[allow(clippy::panic)]
+                                FaultAction::Panic => panic!("fault plan: injected panic in the CRI gateway ({rpc})"),
                             }
-                            FaultAction::Hang => std::future::pending().await,
-                            FaultAction::DropReply => {
-                                let _lost = f(client, deadline).await;
-                                std::future::pending().await
-                            }
-                            // Deliberate: a fault plan's stand-in for a bug.
-                            #[allow(clippy::panic)]
-                            FaultAction::Panic => panic!("fault plan: injected panic in the CRI gateway ({rpc})"),
+                        };
+                        // A fault's delay counts against the call's deadline.
+                        match deadline {
+                            Some(d) => tokio::time::timeout(d, work)
+                                .await
+                                .unwrap_or_else(|_| Err(CriError::deadline_exceeded())),
+                            None => work.await,
                         }
-                    };
-                    // A fault's delay counts against the call's deadline.
-                    match deadline {
-                        Some(d) => {
-                            tokio::time::timeout(d, work).await.unwrap_or_else(|_| Err(CriError::deadline_exceeded()))
-                        }
-                        None => work.await,
-                    }
+                    })
+                    .await
                 }
             };
             metrics.cri_call(rpc, started.elapsed(), result.as_ref().err());
