@@ -12,6 +12,12 @@
 //!   real containerd behind imaged (started on loopback as the real tests
 //!   start it; a skip line when it is not installed).
 //!
+//! The front answers a repeated ImageStatus or ListImages from its read
+//! cache until an image changes through imaged (`cri_server.read_cache_ttl`,
+//! 1 s by default), as the kubelet's repeated reads meet it; the status and
+//! list figures are also given with the cache off (`_uncached_us`,
+//! `_uncached_ratio`: every call forwarded).
+//!
 //! Beside each ratio, the same calls through a bare tonic proxy (a server
 //! that forwards the bytes with a tonic client, nothing of imaged's, on a
 //! thread of its own as imaged is): `_floor_ratio` is what one more gRPC hop
@@ -147,13 +153,22 @@ fn report(name: &str, m: &[Duration]) -> f64 {
     println!("cri_server_{name}_direct_us: {:.1}", us(m[2]));
     println!("cri_server_{name}_floor_ratio: {:.3}", ratio(m[1], m[2]));
     println!("cri_server_{name}_vs_floor: {:.3}", ratio(m[0], m[1]));
+    if let Some(&uncached) = m.get(3) {
+        println!("cri_server_{name}_uncached_us: {:.1}", us(uncached));
+        println!("cri_server_{name}_uncached_ratio: {:.3}", ratio(uncached, m[2]));
+    }
     ratio(m[0], m[2])
 }
 
 /// imaged (node, front) on an actix System of its own thread, as the
 /// daemon is a process of its own; the clients (the kubelet's part) run on
 /// the caller's thread. Returns the pull queue once the front serves.
-fn start_imaged(endpoint: CriEndpoint, front_path: std::path::PathBuf) -> actix::Addr<PullQueueActor> {
+/// `extra`: configuration added to the bench's (TOML).
+fn start_imaged(
+    endpoint: CriEndpoint,
+    front_path: std::path::PathBuf,
+    extra: &'static str,
+) -> actix::Addr<PullQueueActor> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         actix::System::new().block_on(async move {
@@ -161,9 +176,9 @@ fn start_imaged(endpoint: CriEndpoint, front_path: std::path::PathBuf) -> actix:
                 CriGatewayActor::connect(&endpoint, &CriSettings::default()).await.expect("gateway");
             let connected = ConnectedRuntime { gateway, version, endpoint, embedded: None };
             // No registry throttle: the bench queues 200 pulls at once.
-            let cfg =
-                Config::from_toml("[gc]\ngc_period = \"1h\"\ndetect_period = \"1h\"\n[pull]\nregistry_pull_qps = 0.0")
-                    .expect("config");
+            let toml =
+                format!("[gc]\ngc_period = \"1h\"\ndetect_period = \"1h\"\n[pull]\nregistry_pull_qps = 0.0\n{extra}");
+            let cfg = Config::from_toml(&toml).expect("config");
             let node = Arc::new(Node::start_on(cfg, connected).await.expect("node"));
             let socket = ApiSocket::bind_at("CRI socket", &front_path, None).await.expect("bind");
             let front = CriFront::over(&node, &node.config().cri_server).await.expect("front");
@@ -198,7 +213,7 @@ fn containerd_status() {
         pushed.reference
     });
     let front_path = dir.path().join("front.sock");
-    start_imaged(endpoint.clone(), front_path.clone());
+    start_imaged(endpoint.clone(), front_path.clone(), "");
     let floor_path = dir.path().join("floor.sock");
     start_floor(endpoint.clone(), floor_path.clone());
     clients.block_on(async move {
@@ -217,6 +232,9 @@ fn containerd_status() {
         println!("cri_server_containerd_status_ratio: {:.3}", report("containerd_status", &m));
     });
 }
+
+/// The front's read cache off (`cri_server.read_cache_ttl = "0s"`).
+const UNCACHED: &str = "[cri_server]\nread_cache_ttl = \"0s\"\n";
 
 fn main() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -239,7 +257,10 @@ fn main() {
     let endpoint = runtime.endpoint();
     let front_path = dir.path().join("front.sock");
 
-    let queue = start_imaged(endpoint.clone(), front_path.clone());
+    let queue = start_imaged(endpoint.clone(), front_path.clone(), "");
+    // The same front with its read cache off: every call forwarded.
+    let uncached_path = dir.path().join("uncached.sock");
+    start_imaged(endpoint.clone(), uncached_path.clone(), UNCACHED);
     let floor_path = dir.path().join("floor.sock");
     start_floor(endpoint.clone(), floor_path.clone());
     let clients = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("client runtime");
@@ -251,7 +272,10 @@ fn main() {
             .max_decoding_message_size(16 << 20);
         let floor = ImageServiceClient::new(CriEndpoint::Unix(floor_path).channel(Duration::from_secs(5)).unwrap())
             .max_decoding_message_size(16 << 20);
-        let sides = [&front, &floor, &direct];
+        let uncached =
+            ImageServiceClient::new(CriEndpoint::Unix(uncached_path).channel(Duration::from_secs(5)).unwrap())
+                .max_decoding_message_size(16 << 20);
+        let sides = [&front, &floor, &direct, &uncached];
 
         let status = |mut c: ImageServiceClient<Channel>| async move {
             let r = c
