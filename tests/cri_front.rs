@@ -333,8 +333,12 @@ async fn a_callers_deadline_ends_its_wait_but_not_the_shared_pull() {
     req.metadata_mut().insert("grpc-timeout", "100m".parse().expect("header"));
     let started = std::time::Instant::now();
     let err = f.client.clone().pull_image(req).await.expect_err("nginx takes 400 ms");
-    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
-    assert!(err.message().contains("deadline"), "{err:?}");
+    // On a loaded machine imaged's answer can be woken after tonic's own
+    // timer, which ends the call as Cancelled "Timeout expired": either
+    // way the deadline ended it (a grpc client sees its own deadline).
+    let by_imaged = err.code() == Code::DeadlineExceeded && err.message().contains("deadline");
+    let by_tonic = err.code() == Code::Cancelled && err.message() == "Timeout expired";
+    assert!(by_imaged || by_tonic, "{err:?}");
     assert!(started.elapsed() < Duration::from_millis(300), "ends at the caller's deadline: {:?}", started.elapsed());
     // The pull went on: a later call finds it done (or joins it), and the
     // runtime pulled once.
