@@ -103,6 +103,13 @@ pub struct Shared {
     pub stream_images_off: std::sync::atomic::AtomicBool,
     /// `StreamImages` calls received (served or refused).
     pub stream_calls: AtomicU64,
+    /// Simulated pull times are tokio sleeps, not the precise clock thread
+    /// (the in-process runtime on the simulator's paused time).
+    pub tokio_time: std::sync::atomic::AtomicBool,
+    /// Told what the runtime does (the simulator's invariants).
+    pub observer: Mutex<Option<super::Observer>>,
+    /// Numbers the pulls told to the observer.
+    pub observed_calls: AtomicU64,
 }
 
 /// Images per `StreamImagesResponse` the embedded runtime sends.
@@ -112,6 +119,37 @@ impl Shared {
     /// Locks the state (a poisoned lock is still usable: state is plain data).
     pub fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Tells the observer, if any (with the state's lock held by some
+    /// callers: an observer must not call the runtime).
+    pub fn observe(&self, what: &super::Observed) {
+        let observer = self.observer.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        if let Some(o) = observer {
+            o.tell(what);
+        }
+    }
+
+    /// A pull the observer hears begin now and end when the guard is
+    /// finished or dropped.
+    fn observe_pull(&self, spec: &ImageSpec, auth: Option<&AuthConfig>) -> ObservedPull<'_> {
+        let call = self.observed_calls.fetch_add(1, Ordering::Relaxed);
+        self.observe(&super::Observed::PullStarted {
+            call,
+            image: spec.image.clone(),
+            runtime_handler: spec.runtime_handler.clone(),
+            auth: auth.map(AuthConfig::identity),
+        });
+        ObservedPull { shared: self, call, ended: false }
+    }
+
+    /// Waits a simulated pull time.
+    async fn pull_time(&self, d: std::time::Duration) {
+        if self.tokio_time.load(Ordering::Relaxed) {
+            tokio::time::sleep(d).await;
+        } else {
+            super::clock::wait(d).await;
+        }
     }
 
     fn plan(&self) -> FaultPlan {
@@ -178,6 +216,29 @@ struct Serving<'a>(&'a AtomicU64);
 impl Drop for Serving<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Tells the observer a pull ended: with its image id once finished, or
+/// without (failed, cancelled) when dropped first.
+struct ObservedPull<'a> {
+    shared: &'a Shared,
+    call: u64,
+    ended: bool,
+}
+
+impl ObservedPull<'_> {
+    fn finished(mut self, image_id: &str) {
+        self.ended = true;
+        self.shared.observe(&super::Observed::PullEnded { call: self.call, image_id: Some(image_id.to_string()) });
+    }
+}
+
+impl Drop for ObservedPull<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.shared.observe(&super::Observed::PullEnded { call: self.call, image_id: None });
+        }
     }
 }
 
@@ -261,15 +322,16 @@ impl ImageService for CriService {
         let r = req.into_inner();
         let spec = spec_of(r.image)?;
         self.shared.pull_log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(spec.image.clone());
-        let (lost, _serving) = self.shared.gate(Rpc::PullImage, Some(&spec.image)).await?;
         let auth: Option<AuthConfig> = r.auth.map(Into::into);
+        let observed = self.shared.observe_pull(&spec, auth.as_ref());
+        let (lost, _serving) = self.shared.gate(Rpc::PullImage, Some(&spec.image)).await?;
         let planned = self.shared.state().plan_pull(&spec, auth.as_ref()).map_err(|e| Status::from(&e))?;
         let c = &self.shared.counters;
         let now = c.pulls_in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         c.max_pulls_in_flight.fetch_max(now, Ordering::Relaxed);
         let guard = InFlight(c);
         if !planned.remote.pull_latency.is_zero() {
-            super::clock::wait(planned.remote.pull_latency).await;
+            self.shared.pull_time(planned.remote.pull_latency).await;
         }
         // Room is checked again at the end: other pulls may have filled the disk.
         let id = {
@@ -277,6 +339,7 @@ impl ImageService for CriService {
             let p = st.plan_pull(&spec, auth.as_ref()).map_err(|e| Status::from(&e))?;
             st.finish_pull(&p, &spec)
         };
+        observed.finished(&id);
         drop(guard);
         c.pulls_completed.fetch_add(1, Ordering::Relaxed);
         reply(lost, Ok(pb::PullImageResponse { image_ref: id })).await
@@ -288,7 +351,24 @@ impl ImageService for CriService {
     ) -> Result<Response<pb::RemoveImageResponse>, Status> {
         let spec = spec_of(req.into_inner().image)?;
         let (lost, _serving) = self.shared.gate(Rpc::RemoveImage, Some(&spec.image)).await?;
-        let r = self.shared.state().remove_image(&spec).map_err(|e| Status::from(&e));
+        let r = {
+            let mut st = self.shared.state();
+            if let Ok(Some(image)) = st.lookup(&spec.image) {
+                let used_by = st
+                    .containers
+                    .iter()
+                    .filter(|c| c.image_ref == image.id || c.image_id == image.id)
+                    .map(|c| c.id.clone())
+                    .collect();
+                self.shared.observe(&super::Observed::Removing {
+                    id: image.id.clone(),
+                    names: image.repo_tags.iter().chain(&image.repo_digests).cloned().collect(),
+                    pinned: image.pinned,
+                    used_by,
+                });
+            }
+            st.remove_image(&spec).map_err(|e| Status::from(&e))
+        };
         reply(lost, r.map(|()| pb::RemoveImageResponse {})).await
     }
 

@@ -181,6 +181,19 @@ impl PullRecords {
         }
     }
 
+    /// These records stamped with `clock` instead of one starting at the
+    /// system time now: the simulator's, whose wall-clock time goes on
+    /// across a simulated restart. Call it before cloning the handle (the
+    /// clones made before keep their clock).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        match Arc::get_mut(&mut self.inner) {
+            Some(inner) => inner.clock = clock,
+            None => tracing::warn!("pull records already shared: the new clock is ignored"),
+        }
+        self
+    }
+
     /// The verification policy.
     pub fn policy(&self) -> &VerifyPolicy {
         &self.inner.policy
@@ -433,13 +446,14 @@ impl PullRecords {
         Ok(())
     }
 
-    /// Writes `w` to the store on the blocking pool (nothing without a store).
+    /// Writes `w` to the store on the blocking pool, or inline under the
+    /// simulator (`crate::blocking`); nothing without a store.
     async fn commit(&self, w: PullRecordsWrite) -> Result<(), StoreError> {
         let Some(store) = self.inner.store.clone() else { return Ok(()) };
         if w.is_empty() {
             return Ok(());
         }
-        match tokio::task::spawn_blocking(move || store.apply_pull_records(&w)).await {
+        match crate::blocking::unblock(move || store.apply_pull_records(&w)).await {
             Ok(r) => r,
             Err(e) => Err(StoreError::Blocking(e.to_string())),
         }
