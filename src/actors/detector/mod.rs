@@ -190,7 +190,8 @@ impl DetectorActor {
 
 /// Lists what one detection needs: images and containers (a failure fails
 /// the detection), sandboxes and the sandbox image (a failure only loses
-/// pod names or the sandbox image's protection).
+/// pod names; a sandbox image whose status fails is found by its name in
+/// the list, or by the id it had last time).
 async fn list(cri: DetectorCri, sandbox_image: String) -> Result<Listed, CriError> {
     let all = ContainerFilter::default();
     let (images, containers, sandboxes) = tokio::join!(
