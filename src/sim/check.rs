@@ -90,17 +90,22 @@ pub struct Snapshot {
 /// A runtime pull in flight.
 #[derive(Debug, Clone)]
 struct OpenPull {
-    at: Duration,
     inc: u32,
     image: String,
     key: (String, String, Option<String>),
 }
 
-/// One key's back-off as client-go keeps it.
+/// One key's back-off as client-go keeps it. With
+/// `backoff.reset_on_registry_recovery` a success from the key's registry
+/// may or may not have reset it (the reset is fire-and-forget, and only a
+/// transient failure is reset): the period is then known between `lo` and
+/// `hi`.
 #[derive(Debug, Clone, Copy)]
 struct Backoff {
     last: Duration,
-    period: Duration,
+    lo: Duration,
+    hi: Duration,
+    maybe_reset: bool,
 }
 
 /// What the actors said at the end of a step.
@@ -162,7 +167,7 @@ pub struct Checker {
     pulled_ids: BTreeSet<String>,
     backoff_inc: u32,
     backoff: BTreeMap<(String, String), Backoff>,
-    /// Last successful pull per registry (resets on recovery).
+    /// When an ensure's pull last succeeded, per registry.
     registry_ok: BTreeMap<String, Duration>,
     /// Last clear per key scope: (pod uid or None, image or None) → when.
     clears: Vec<(Option<String>, Option<String>, Duration)>,
@@ -313,7 +318,12 @@ impl Checker {
             What::Step { index, .. } => self.step = index,
             What::Life { inc, what } => self.life(inc, &what),
             What::Runtime(o) => self.runtime(o)?,
-            What::Event { inc, event } => self.event(inc, event.reason, &event.object.pod_uid, &event.image)?,
+            What::Event { inc, event } => {
+                if event.reason == EventReason::Pulled && event.message.starts_with("Successfully pulled") {
+                    self.registry_recovered(&event.image);
+                }
+                self.event(inc, event.reason, &event.object.pod_uid, &event.image)?;
+            }
             What::EnsureStarted { id, inc, pod, container } => {
                 self.stats.ensures += 1;
                 if inc != 0 {
@@ -400,13 +410,12 @@ impl Checker {
                 if self.facts.single_flight && same.len() >= 2 {
                     self.suspects.push((self.now, call, same));
                 }
-                self.open.insert(call, OpenPull { at: self.now, inc: self.inc, image, key });
+                self.open.insert(call, OpenPull { inc: self.inc, image, key });
             }
             Observed::PullEnded { call, image_id } => {
-                if let Some(p) = self.open.remove(&call) {
+                if self.open.remove(&call).is_some() {
                     if let Some(id) = image_id {
                         self.pulled_ids.insert(id);
-                        self.registry_ok.insert(registry_of(&p.image).to_string(), self.now);
                     }
                     // A call that ends at the instant another began was
                     // cancelled as it began: not two in flight.
@@ -462,43 +471,64 @@ impl Checker {
         let key = (uid.to_string(), image.to_string());
         let now = self.now;
         let entry = self.backoff.get(&key).copied();
-        let in_backoff = entry.is_some_and(|b| now.saturating_sub(b.last) < b.period);
         match reason {
             EventReason::Failed => {
-                let period = match entry {
-                    Some(b) if now.saturating_sub(b.last) <= 2 * self.facts.max => (b.period * 2).min(self.facts.max),
-                    _ => self.facts.initial,
+                let (initial, max) = (self.facts.initial, self.facts.max);
+                // A recovery at this very instant may be handled after this failure.
+                let maybe_reset = self.registry_ok.get(registry_of(image)) == Some(&now);
+                let next = match entry {
+                    Some(b) if now.saturating_sub(b.last) <= 2 * max => Backoff {
+                        last: now,
+                        lo: if b.maybe_reset { initial } else { (b.lo * 2).min(max) },
+                        hi: (b.hi * 2).min(max),
+                        maybe_reset,
+                    },
+                    _ => Backoff { last: now, lo: initial, hi: initial, maybe_reset },
                 };
-                self.backoff.insert(key, Backoff { last: now, period });
+                self.backoff.insert(key, next);
             }
-            EventReason::BackOff if !in_backoff => {
+            EventReason::BackOff if entry.is_none_or(|b| now.saturating_sub(b.last) >= b.hi) => {
                 let why = match entry {
                     None => "no failure is on record".to_string(),
-                    Some(b) => {
-                        format!("the last failure was {} ago, the period is {}", secs(now - b.last), secs(b.period))
-                    }
+                    Some(b) => format!("the last failure was {} ago, the period is {}", secs(now - b.last), secs(b.hi)),
                 };
                 return Err(self.fail("backoff-law", format!("pod {uid} got BackOff for {image} though {why}")));
             }
-            EventReason::Pulling if in_backoff => {
-                let Some(b) = entry else { return Ok(()) };
-                let reset =
-                    self.facts.registry_reset && self.registry_ok.get(registry_of(image)).is_some_and(|t| *t >= b.last);
-                if !reset {
+            EventReason::Pulling => {
+                if let Some(b) = entry
+                    && !b.maybe_reset
+                    && now.saturating_sub(b.last) < b.lo
+                {
                     return Err(self.fail(
                         "backoff-law",
                         format!(
                             "pod {uid} pulled {image} {} after a failure, inside its back-off period of {}",
                             secs(now - b.last),
-                            secs(b.period)
+                            secs(b.lo)
                         ),
                     ));
                 }
-                self.backoff.remove(&key);
             }
             _ => {}
         }
         Ok(())
+    }
+
+    /// A pull of `image` succeeded for an ensure (which then sends
+    /// `RegistryRecovered`, fire and forget, at this instant): back-offs
+    /// from its registry may be reset from now on, in either order with a
+    /// failure recorded at the same instant.
+    fn registry_recovered(&mut self, image: &str) {
+        if !self.facts.registry_reset {
+            return;
+        }
+        let registry = registry_of(image).to_string();
+        for ((_, i), b) in &mut self.backoff {
+            if registry_of(i) == registry {
+                b.maybe_reset = true;
+            }
+        }
+        self.registry_ok.insert(registry, self.now);
     }
 
     /// An ensure's answer: kinds of answers, KEP-2535, what it acknowledges.

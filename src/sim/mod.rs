@@ -273,7 +273,7 @@ async fn drive(world: &Rc<World>, full_trace: bool) -> Outcome {
         note(&slot, r);
     }
     if slot.borrow().is_none() {
-        world.calm();
+        world.calm().await;
         for _ in 0..QUIET_CHECKS {
             tokio::time::sleep(QUIET_STEP).await;
             settle().await;

@@ -246,6 +246,9 @@ impl Plan {
     pub fn generate(seed: u64, steps: usize) -> Self {
         let mut g = StdRng::seed_from_u64(seed ^ 0x5EED_0F_1A6ED);
         let settings = settings(&mut g);
+        // Without a pull deadline a hung pull hangs for good (the kubelet's
+        // behaviour, by design): no such faults then.
+        let pull_hangs = !settings.iter().any(|s| s == "pull.pull_deadline = \"0s\"");
         let disk = g.random_range(3_500..7_000) * MB;
         let mut preloaded = vec![SANDBOX];
         for i in [1, 2, 9] {
@@ -255,7 +258,8 @@ impl Plan {
         }
         let pinned = preloaded.iter().copied().filter(|i| *i != SANDBOX && g.random_bool(0.3)).collect();
         let allowlist_private = g.random_bool(0.5);
-        let mut s = Schedule { g, pods: Vec::new(), steps: Vec::with_capacity(steps), later: Vec::new(), alive: 0 };
+        let mut s =
+            Schedule { g, pods: Vec::new(), steps: Vec::with_capacity(steps), later: Vec::new(), alive: 0, pull_hangs };
         for i in 0..steps {
             s.step(i);
         }
@@ -340,6 +344,8 @@ struct Schedule {
     /// Events due at a later step (step index, event), for ends of windows.
     later: Vec<(usize, Event)>,
     alive: usize,
+    /// PullImage may hang or lose its reply (a pull deadline ends it).
+    pull_hangs: bool,
 }
 
 impl Schedule {
@@ -530,6 +536,12 @@ impl Schedule {
                     7..9 => FaultKind::Hang,
                     _ if wire || rpc != Rpc::RemoveImage => FaultKind::DropReply,
                     _ => FaultKind::Hang,
+                };
+                let action = match action {
+                    FaultKind::Hang | FaultKind::DropReply if rpc == Rpc::PullImage && !self.pull_hangs => {
+                        FaultKind::Delay(Duration::from_secs(30))
+                    }
+                    a => a,
                 };
                 FaultSpec { rpc, image, probability: *pick(g, &[0.05, 0.2, 0.5, 1.0]), action }
             })

@@ -612,7 +612,10 @@ impl World {
 
     /// Ends every fault and outage, brings the runtime back and gives the
     /// disk room: the quiet phase at the end of a run.
-    pub fn calm(&self) {
+    pub async fn calm(&self) {
+        if let Some((_, node)) = self.node() {
+            let _ = node.gateway().send(SetFaultPlan(FaultPlan::default())).await;
+        }
         *self.faults.borrow_mut() = Faults::default();
         self.rt.set_fault_plan(FaultPlan::default());
         self.runtime.resume();
