@@ -895,3 +895,6 @@ impl Checker {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;
