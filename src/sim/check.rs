@@ -52,7 +52,10 @@ pub const INVARIANTS: &[(&str, &str)] = &[
     ("durable", "the store after a restart holds every acknowledged record and intent and keeps image ages"),
     ("bounded", "pulls in flight, waiting pulls and back-off entries stay within their configured bounds"),
     ("actors-alive", "no actor stops while its process serves, and nothing panics"),
-    ("liveness", "once faults end, every pod whose images can be pulled with its credentials starts"),
+    (
+        "liveness",
+        "once faults end, every pod whose images can be pulled with its credentials, within its own pull deadline, starts",
+    ),
 ];
 
 /// The settings the invariants depend on.
@@ -177,11 +180,17 @@ pub struct Checker {
     in_flight_at_kill: BTreeSet<String>,
     /// Image ids removed since the last snapshot.
     removed: BTreeSet<String>,
-    last_snapshot: Option<Snapshot>,
+    /// The store at the last restart, with the image ids present then.
+    last_snapshot: Option<(Snapshot, BTreeSet<String>)>,
     /// When an ensure last answered with each image id.
     ensured: BTreeMap<String, Duration>,
     /// When a container last ran (or was created) on each image id.
     used: BTreeMap<String, Duration>,
+    /// When a pull of each image key (a runtime call, or an ensure that may
+    /// be waiting on one) last stopped being in flight: imaged may still
+    /// have counted it a moment before (a lost reply leaves imaged waiting
+    /// after the runtime is done).
+    busy_until: BTreeMap<String, Duration>,
     /// Containers (running or exited) on each image id now.
     containers: BTreeMap<String, usize>,
     /// GC reports seen (by start time).
@@ -257,6 +266,7 @@ impl Checker {
             last_snapshot: None,
             ensured: BTreeMap::new(),
             used: BTreeMap::new(),
+            busy_until: BTreeMap::new(),
             containers: BTreeMap::new(),
             reports: BTreeSet::new(),
             hash: 0xcbf2_9ce4_8422_2325,
@@ -390,10 +400,16 @@ impl Checker {
                 for c in calls {
                     if let Some(p) = self.open.remove(&c) {
                         self.in_flight_at_kill.insert(image_key(&p.image));
+                        self.busy_until.insert(image_key(&p.image), self.now);
                     }
                     self.orphans.insert(c);
                 }
-                self.pending.retain(|_, p| p.1 != inc);
+                let gone: Vec<u64> = self.pending.iter().filter(|(_, p)| p.1 == inc).map(|(id, _)| *id).collect();
+                for id in gone {
+                    if let Some((_, _, pod, c, _)) = self.pending.remove(&id) {
+                        self.ensure_ended(pod, c);
+                    }
+                }
             }
         }
     }
@@ -413,7 +429,8 @@ impl Checker {
                 self.open.insert(call, OpenPull { inc: self.inc, image, key });
             }
             Observed::PullEnded { call, image_id } => {
-                if self.open.remove(&call).is_some() {
+                if let Some(p) = self.open.remove(&call) {
+                    self.busy_until.insert(image_key(&p.image), self.now);
                     if let Some(id) = image_id {
                         self.pulled_ids.insert(id);
                     }
@@ -540,6 +557,7 @@ impl Checker {
             }
             return Ok(());
         };
+        self.ensure_ended(pod, container);
         let p = &self.plan.pods[pod];
         let image = IMAGES[p.containers[container].image];
         match answer {
@@ -584,6 +602,12 @@ impl Checker {
             Answer::Lost | Answer::NoNode => self.stats.ensure_lost += 1,
         }
         Ok(())
+    }
+
+    /// An ensure of `pod`'s `container` stopped being in flight.
+    fn ensure_ended(&mut self, pod: usize, container: usize) {
+        let image = IMAGES[self.plan.pods[pod].containers[container].image].name;
+        self.busy_until.insert(image_key(image), self.now);
     }
 
     /// Whether the policy lets any pod use this present image: a preloaded
@@ -659,7 +683,8 @@ impl Checker {
 
     /// Whether something used image `id` around a GC run that began at
     /// `started`: a container on it since shortly before, an ensure of it
-    /// within the minimum age, or a pull of one of its names in flight.
+    /// within the minimum age, or a pull of one of its names in flight
+    /// (now, or until shortly before: the report is checked after the run).
     fn in_use_since(&self, id: &str, tags: &[String], started: Duration) -> bool {
         let slack = Duration::from_secs(1);
         let window = started.saturating_sub(self.facts.min_age + slack);
@@ -670,6 +695,9 @@ impl Checker {
             return true;
         }
         let pulling = |image: &str| tags.iter().any(|t| image_key(t) == image_key(image));
+        if tags.iter().any(|t| self.busy_until.get(&image_key(t)).is_some_and(|t| *t + slack >= started)) {
+            return true;
+        }
         self.open.values().any(|p| pulling(&p.image))
             || self
                 .pending
@@ -833,9 +861,11 @@ impl Checker {
                 ));
             }
         }
-        if let Some(before) = &self.last_snapshot {
+        if let Some((before, then)) = &self.last_snapshot {
             for (id, r) in &before.images {
-                if self.removed.contains(id) || !present.contains(id) {
+                // A record of an image removed (since, or before with the
+                // process killed before a detection forgot it) is no promise.
+                if self.removed.contains(id) || !present.contains(id) || !then.contains(id) {
                     continue;
                 }
                 match snapshot.images.get(id) {
@@ -859,7 +889,7 @@ impl Checker {
             }
         }
         self.removed.clear();
-        self.last_snapshot = Some(snapshot);
+        self.last_snapshot = Some((snapshot, present.clone()));
         Ok(())
     }
 
@@ -879,11 +909,15 @@ impl Checker {
             if !live || all_started {
                 continue;
             }
+            // A pod's own pull deadline shorter than its image's pull time
+            // (with room for a wait in the queue) fails every pull it makes.
+            let in_time = |latency_ms: u64| p.deadline.is_none_or(|d| d >= 2 * Duration::from_millis(latency_ms));
             let can = p.containers.iter().all(|c| {
                 let img = IMAGES[c.image];
                 c.policy != crate::domain::pull_policy::PullPolicy::Never
                     && img.exists
                     && (!img.private || p.secret.valid())
+                    && in_time(img.latency_ms)
             });
             if can {
                 return Err(self.fail(

@@ -12,6 +12,30 @@ use std::time::{Duration, Instant};
 use super::{DEFAULT_STEPS, Options, Outcome, Stats, report, run, shrink};
 use crate::error::AppError;
 
+/// `println!` that ignores a closed stdout (`imaged simulate | head`).
+macro_rules! out {
+    ($($t:tt)*) => {{
+        let _ = writeln!(std::io::stdout().lock(), $($t)*);
+    }};
+}
+
+/// `eprintln!`/`eprint!` that ignore a closed stderr.
+macro_rules! err {
+    () => {{
+        let _ = writeln!(std::io::stderr().lock());
+    }};
+    ($($t:tt)*) => {{
+        let _ = writeln!(std::io::stderr().lock(), $($t)*);
+    }};
+}
+macro_rules! err_inline {
+    ($($t:tt)*) => {{
+        let mut e = std::io::stderr().lock();
+        let _ = write!(e, $($t)*);
+        let _ = e.flush();
+    }};
+}
+
 /// `imaged simulate`'s flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimulateArgs {
@@ -64,11 +88,11 @@ fn one(args: &SimulateArgs, seed: u64) -> Result<(), AppError> {
         }
     }
     let wall = started.elapsed();
-    println!("{}", summary_line(&o, wall));
+    out!("{}", summary_line(&o, wall));
     if o.passed() {
         return Ok(());
     }
-    println!("{}", report(&o, keep.as_ref()));
+    out!("{}", report(&o, keep.as_ref()));
     if !args.no_shrink && keep.is_none() {
         shrink_and_report(args, &o);
     }
@@ -99,9 +123,9 @@ fn summary_line(o: &Outcome, wall: Duration) -> String {
 }
 
 fn shrink_and_report(args: &SimulateArgs, o: &Outcome) {
-    println!("shrinking seed {} (up to {} runs)…", o.seed, args.shrink_budget);
+    out!("shrinking seed {} (up to {} runs)…", o.seed, args.shrink_budget);
     let (keep, shrunk) = shrink(o.seed, args.steps, o, args.shrink_budget);
-    println!("{}", report(&shrunk, Some(&keep)));
+    out!("{}", report(&shrunk, Some(&keep)));
 }
 
 fn add(total: &mut Stats, s: &Stats) {
@@ -155,7 +179,7 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
         add(&mut total, &o.stats);
         simulated += o.simulated;
         if let Some(v) = &o.violation {
-            eprintln!(
+            err!(
                 "{}seed {}: `{}` broke at step {}: {}",
                 if terminal { "\r\x1b[K" } else { "" },
                 o.seed,
@@ -177,9 +201,9 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
                 humantime::format_duration(Duration::from_secs(left.as_secs()))
             );
             if terminal {
-                eprint!("\r\x1b[K{line}");
+                err_inline!("\r\x1b[K{line}");
             } else {
-                eprintln!("{line}");
+                err!("{line}");
             }
         }
     }
@@ -187,7 +211,7 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
         let _ = w.join();
     }
     if terminal {
-        eprintln!();
+        err!();
     }
     let wall = started.elapsed();
     let mut by: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
@@ -196,14 +220,14 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
             by.entry(v.invariant).or_default().push(o.seed);
         }
     }
-    println!(
+    out!(
         "simulated {done} seeds x {} steps ({} of node time) in {:.1}s on {jobs} threads: {} failed",
         args.steps,
         humantime::format_duration(Duration::from_secs(simulated.as_secs())),
         wall.as_secs_f64(),
         failed.len()
     );
-    println!(
+    out!(
         "  {} ensures ({} ok, {} errors, {} lost), {} runtime pulls, {} removals, {} starts, {} kills, {} GC reports, {} store checks",
         total.ensures,
         total.ensure_ok,
@@ -218,7 +242,7 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
     );
     for (invariant, seeds) in &by {
         let list: Vec<String> = seeds.iter().take(20).map(ToString::to_string).collect();
-        println!(
+        out!(
             "  `{invariant}`: {} seeds ({}{})",
             seeds.len(),
             list.join(", "),
@@ -231,7 +255,7 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
     // The first failure of each invariant, reported (and shrunk) in full.
     for seeds in by.values() {
         if let Some(o) = failed.iter().find(|o| o.seed == seeds[0]) {
-            println!("{}", report(o, None));
+            out!("{}", report(o, None));
             if !args.no_shrink {
                 shrink_and_report(args, o);
             }

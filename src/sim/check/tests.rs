@@ -239,7 +239,17 @@ fn gc_reasons_fails_when_gc_keeps_an_unused_image_as_in_use() {
     c.absorb(vec![at(1, What::Created { pod: 0, container: 0, image_id: "sha256:used".into() })]).unwrap();
     let in_use = Verdict::Keep(KeepReason::InUse);
     assert_eq!(broke(c.gc_report(&report(vec![("sha256:used", 10, in_use.clone())], 0, 5))), "nothing");
-    assert_eq!(broke(c.gc_report(&report(vec![("sha256:idle", 10, in_use)], 0, 6))), "gc-reasons");
+    assert_eq!(broke(c.gc_report(&report(vec![("sha256:idle", 10, in_use.clone())], 0, 6))), "gc-reasons");
+    // An ensure (waiting on a pull whose reply was lost) that ended just
+    // after the run began: imaged still counted its pull in flight.
+    c.absorb(vec![at(10, started(1))]).unwrap();
+    let err = EnsureError { kind: ImageErrorKind::ErrImagePull, message: "late".into(), class: ErrorClass::Transient };
+    c.absorb(vec![at(21, What::EnsureEnded { id: 1, answer: Answer::Err(err) })]).unwrap();
+    let mut r = (*report(vec![("sha256:pulled", 10, in_use)], 0, 20)).clone();
+    r.entries[0].repo_tags = vec![IMAGES[PUBLIC].name.into()];
+    assert_eq!(broke(c.gc_report(&Arc::new(r.clone()))), "nothing");
+    r.started += s(100);
+    assert_eq!(broke(c.gc_report(&Arc::new(r))), "gc-reasons", "long after the pull");
 }
 
 #[test]
@@ -256,6 +266,37 @@ fn durable_fails_when_an_acknowledged_record_or_a_killed_pulls_intent_is_not_on_
     c.absorb(vec![at(1, pull(1, PUBLIC)), at(2, What::Life { inc: 1, what: Life::Killed })]).unwrap();
     snap.intents.insert(image_key(IMAGES[PUBLIC].name));
     assert_eq!(broke(c.restarted(snap, &BTreeSet::new())), "nothing");
+}
+
+#[test]
+fn durable_fails_when_a_kept_images_first_detection_moves_but_not_for_a_record_of_an_absent_image() {
+    let epoch = SystemTime::UNIX_EPOCH + super::super::world::SIM_EPOCH;
+    let snap = |first: u64| {
+        let mut sn = Snapshot::default();
+        let record = ImageRecord {
+            key: crate::gc::record::RecordKey::id("sha256:kept"),
+            first_detected: epoch + s(first),
+            last_used: None,
+            size: 1,
+            pinned: false,
+            repo_tags: Vec::new(),
+            repo_digests: Vec::new(),
+        };
+        sn.images.insert("sha256:kept".into(), record);
+        sn
+    };
+    let present: BTreeSet<String> = ["sha256:kept".to_string()].into();
+    let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+    c.absorb(vec![at(100, What::Step { index: 1, event: String::new() })]).unwrap();
+    c.restarted(snap(0), &present).unwrap();
+    assert_eq!(broke(c.restarted(snap(0), &present)), "nothing");
+    assert_eq!(broke(c.restarted(snap(50), &present)), "durable");
+    // Removed before the first restart (its record outlived a kill): the
+    // image pulled again is detected anew.
+    let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+    c.absorb(vec![at(100, What::Step { index: 1, event: String::new() })]).unwrap();
+    c.restarted(snap(0), &BTreeSet::new()).unwrap();
+    assert_eq!(broke(c.restarted(snap(50), &present)), "nothing");
 }
 
 #[test]
@@ -286,6 +327,12 @@ fn liveness_fails_when_a_pod_that_can_start_never_does_or_an_ensure_waits() {
     // A pod whose private image it cannot pull is not expected to start.
     let mut c = checker(&[], pod(PRIVATE, SecretKind::Wrong));
     assert_eq!(broke(c.finish(&|_| (true, false))), "nothing");
+    // Nor one whose own pull deadline is shorter than its image's pull.
+    let slow = IMAGES.iter().position(|i| i.latency_ms >= 60_000).unwrap();
+    let mut c = checker(&[], SimPod { deadline: Some(s(30)), ..pod(slow, SecretKind::None) });
+    assert_eq!(broke(c.finish(&|_| (true, false))), "nothing");
+    let mut c = checker(&[], SimPod { deadline: Some(s(300)), ..pod(slow, SecretKind::None) });
+    assert_eq!(broke(c.finish(&|_| (true, false))), "liveness");
     let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
     c.absorb(vec![at(1, started(1))]).unwrap();
     assert_eq!(broke(c.finish(&|_| (true, true))), "liveness");
