@@ -142,3 +142,21 @@ fn seeds_1007_and_1028_a_pull_imaged_still_waits_on_keeps_its_image() {
 fn seed_1018_a_record_that_outlived_its_image_promises_nothing() {
     assert_held(&run(1018, &Options::steps(153)));
 }
+
+/// Seed 122: imaged was killed while it was starting; the simulated service
+/// manager waited for the start forever (a killed process's tasks are never
+/// polled again) and no imaged served to the end (fixed in the simulator:
+/// a kill ends the wait). Broke `liveness` at the end of 300 steps.
+#[test]
+fn seed_122_a_process_killed_while_starting_is_started_again() {
+    assert_held(&run(122, &Options::steps(300)));
+}
+
+/// Seed 134: GC kept an image as "pull in flight" for a prefetch whose
+/// reply was lost (the runtime was done, imaged still waited), and
+/// `gc-reasons` knew nothing of prefetches in flight (fixed in the checker:
+/// they count). Broke `gc-reasons` at step 31.
+#[test]
+fn seed_134_a_prefetch_in_flight_keeps_its_image() {
+    assert_held(&run(134, &Options::steps(32)));
+}

@@ -191,6 +191,8 @@ pub struct Checker {
     /// have counted it a moment before (a lost reply leaves imaged waiting
     /// after the runtime is done).
     busy_until: BTreeMap<String, Duration>,
+    /// Prefetches in flight per image key.
+    prefetching: BTreeMap<String, usize>,
     /// Containers (running or exited) on each image id now.
     containers: BTreeMap<String, usize>,
     /// GC reports seen (by start time).
@@ -267,6 +269,7 @@ impl Checker {
             ensured: BTreeMap::new(),
             used: BTreeMap::new(),
             busy_until: BTreeMap::new(),
+            prefetching: BTreeMap::new(),
             containers: BTreeMap::new(),
             reports: BTreeSet::new(),
             hash: 0xcbf2_9ce4_8422_2325,
@@ -360,11 +363,22 @@ impl Checker {
                     }
                 }
             }
-            // A prefetch marks its image ensured, as an ensure does.
-            What::PrefetchEnded { result: Ok(id), .. } => {
-                self.ensured.insert(id, self.now);
+            What::PrefetchStarted { image } => *self.prefetching.entry(image_key(IMAGES[image].name)).or_default() += 1,
+            What::PrefetchEnded { image, result } => {
+                let key = image_key(IMAGES[image].name);
+                if let Some(n) = self.prefetching.get_mut(&key) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.prefetching.remove(&key);
+                    }
+                }
+                self.busy_until.insert(key, self.now);
+                // A prefetch marks its image ensured, as an ensure does.
+                if let Ok(id) = result {
+                    self.ensured.insert(id, self.now);
+                }
             }
-            What::CreateFailed { .. } | What::PrefetchEnded { .. } => {}
+            What::CreateFailed { .. } => {}
             What::Gc { result, .. } => {
                 if let Ok(report) = result {
                     self.gc_report(&report)?;
@@ -695,7 +709,10 @@ impl Checker {
             return true;
         }
         let pulling = |image: &str| tags.iter().any(|t| image_key(t) == image_key(image));
-        if tags.iter().any(|t| self.busy_until.get(&image_key(t)).is_some_and(|t| *t + slack >= started)) {
+        if tags.iter().any(|t| {
+            let key = image_key(t);
+            self.prefetching.contains_key(&key) || self.busy_until.get(&key).is_some_and(|t| *t + slack >= started)
+        }) {
             return true;
         }
         self.open.values().any(|p| pulling(&p.image))

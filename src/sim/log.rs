@@ -107,6 +107,11 @@ pub enum What {
         /// The image ref the ensure gave.
         image_ref: String,
     },
+    /// A prefetch was asked of the serving process.
+    PrefetchStarted {
+        /// The image (plan index).
+        image: usize,
+    },
     /// A prefetch ended.
     PrefetchEnded {
         /// The image (plan index).
@@ -217,6 +222,7 @@ impl Entry {
             What::CreateFailed { pod: p, container, image_ref } => {
                 format!("  kubelet: {} container c{container}: image {} is gone", pod(p), short(image_ref))
             }
+            What::PrefetchStarted { image } => format!("  prefetch {} asked", super::plan::IMAGES[*image].name),
             What::PrefetchEnded { image, result } => {
                 format!("  prefetch {}: {:?}", super::plan::IMAGES[*image].name, result.as_ref().map(|r| short(r)))
             }

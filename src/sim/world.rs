@@ -281,6 +281,8 @@ impl World {
                         inc.ended.notified().await;
                     }
                 }
+                // Killed while starting: recorded as such already.
+                Err(_) if inc.dead.get() => {}
                 Err(e) => {
                     self.record(What::Life { inc: id, what: Life::StartFailed(e) });
                     self.kill(&inc, Life::Killed);
@@ -338,9 +340,12 @@ impl World {
             node.subscribe_events(EventRecorder { inc: id, log, start }.start().recipient());
             Ok(Rc::new(node))
         });
-        match started.await {
-            Ok(r) => r,
-            Err(_) => Err("killed while starting".into()),
+        // A kill while starting stops polling the process's tasks without
+        // dropping them: `started` would never end.
+        tokio::select! {
+            biased;
+            r = started => r.unwrap_or_else(|_| Err("killed while starting".into())),
+            () = inc.ended.notified() => Err("killed while starting".into()),
         }
     }
 
@@ -626,6 +631,7 @@ impl World {
         let Some((inc, node)) = self.node() else { return };
         let mut req = PrefetchRequest::new(IMAGES[image].name);
         req.priority = priority;
+        self.record(What::PrefetchStarted { image });
         let call = inc.spawn(async move {
             match node.prefetch(&req).await {
                 Ok(Ok(Prefetch::Present { image_ref })) => Ok(image_ref),

@@ -249,7 +249,11 @@ fn gc_reasons_fails_when_gc_keeps_an_unused_image_as_in_use() {
     r.entries[0].repo_tags = vec![IMAGES[PUBLIC].name.into()];
     assert_eq!(broke(c.gc_report(&Arc::new(r.clone()))), "nothing");
     r.started += s(100);
-    assert_eq!(broke(c.gc_report(&Arc::new(r))), "gc-reasons", "long after the pull");
+    assert_eq!(broke(c.gc_report(&Arc::new(r.clone()))), "gc-reasons", "long after the pull");
+    // A prefetch of it in flight (its reply lost) keeps it in use.
+    c.absorb(vec![at(200, What::PrefetchStarted { image: PUBLIC })]).unwrap();
+    r.started += s(200);
+    assert_eq!(broke(c.gc_report(&Arc::new(r))), "nothing", "a prefetch in flight");
 }
 
 #[test]
