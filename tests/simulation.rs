@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use imaged::sim::{Options, Outcome, report, run, run_plan};
+use imaged::sim::{Options, Outcome, Plan, report, run, run_plan, shrink_plan};
 
 /// Seeds the sweep runs by default, and steps per seed.
 const SWEEP_SEEDS: u64 = 16;
@@ -83,6 +83,40 @@ fn a_seed_replays_bit_for_bit_on_any_thread() {
     // Another seed is another run.
     let other = run(4, &Options::steps(250));
     assert_ne!(other.trace_hash, here.trace_hash);
+}
+
+#[test]
+fn a_broken_node_fails_by_name_and_the_shrinker_keeps_the_events_that_break_it() {
+    // Sabotage: no sandbox image configured, so nothing keeps pause from GC.
+    let mut plan = Plan::generate(3, 100);
+    plan.settings.push("gc.sandbox_image = \"\"".into());
+    let failed = run_plan(plan.clone(), &Options::steps(100));
+    let v = failed.violation.clone().expect("GC removed the unprotected sandbox image");
+    assert_eq!(v.invariant, "in-use-kept");
+    assert!(v.message.contains("the sandbox image registry.k8s.io/pause:3.10"), "{}", v.message);
+    let before = failed.events.iter().filter(|(i, _)| *i <= v.step).count();
+
+    let (keep, shrunk) = shrink_plan(&plan, &failed, 30);
+    let s = shrunk.violation.as_ref().expect("the shrunk run fails too");
+    assert_eq!(s.invariant, "in-use-kept");
+    // Of the events up to the failing step, one or two matter (an eviction).
+    assert!(!keep.is_empty() && keep.len() <= 2 && keep.len() < before, "kept {} of {before}: {keep:?}", keep.len());
+    assert_eq!(shrunk.events.len(), keep.len(), "the report lists exactly the events kept");
+    let text = report(&shrunk, Some(&keep));
+    let list: Vec<String> = keep.iter().map(ToString::to_string).collect();
+    for want in [
+        format!("seed 3: invariant `in-use-kept` broken at step {}", s.step),
+        format!("replay: imaged simulate --seed 3 --steps {} --keep {}", v.step + 1, list.join(",")),
+        "trace (last".to_string(),
+    ] {
+        assert!(text.contains(&want), "the report lacks {want:?}:\n{text}");
+    }
+    // The shrunk run replays bit for bit.
+    let mut truncated = plan;
+    truncated.steps.truncate(v.step + 1);
+    let again = run_plan(truncated, &Options { steps: v.step + 1, keep: Some(keep), full_trace: false });
+    assert_eq!(again.violation, shrunk.violation);
+    assert_eq!(again.trace_hash, shrunk.trace_hash);
 }
 
 /// A seed that broke an invariant, replayed to the step after the one that

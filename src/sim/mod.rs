@@ -375,10 +375,18 @@ async fn check_step(world: &Rc<World>, checker: &Rc<RefCell<Checker>>) -> Result
 /// steps that have one) with which the same invariant still breaks, within
 /// `budget` runs. Returns the steps kept and the failing outcome with them.
 pub fn shrink(seed: u64, steps: usize, failed: &Outcome, budget: usize) -> (BTreeSet<usize>, Outcome) {
+    let steps = failed.violation.as_ref().map_or(steps, |v| steps.min(v.step + 1));
+    shrink_plan(&Plan::generate(seed, steps), failed, budget)
+}
+
+/// [`shrink`] of a given plan (one a test changed, say): its steps after
+/// the failing one are dropped first.
+pub fn shrink_plan(plan: &Plan, failed: &Outcome, budget: usize) -> (BTreeSet<usize>, Outcome) {
     let Some(v) = &failed.violation else { return (BTreeSet::new(), failed.clone()) };
     let invariant = v.invariant;
-    let steps = steps.min(v.step + 1);
-    let plan = Plan::generate(seed, steps);
+    let mut plan = plan.clone();
+    plan.steps.truncate(v.step + 1);
+    let steps = plan.steps.len();
     let mut kept: Vec<usize> =
         plan.steps.iter().enumerate().filter(|(_, s)| s.event != Event::Nothing).map(|(i, _)| i).collect();
     let mut best = failed.clone();
