@@ -194,3 +194,12 @@ fn seed_122_a_process_killed_while_starting_is_started_again() {
 fn seed_134_a_prefetch_in_flight_keeps_its_image() {
     assert_held(&run(134, &Options::steps(32)));
 }
+
+/// Seed 205: at the end of the quiet phase an ensure asked 35 s before
+/// waited on its pull, and `liveness` wanted no ensure waiting at all
+/// (fixed in the checker: only one waiting for ten minutes is stuck).
+/// Broke `liveness` at the end of 1,000 steps.
+#[test]
+fn seed_205_an_ensure_asked_just_before_the_end_may_still_wait() {
+    assert_held(&run(205, &Options::steps(1_000)));
+}

@@ -338,6 +338,8 @@ fn liveness_fails_when_a_pod_that_can_start_never_does_or_an_ensure_waits() {
     let mut c = checker(&[], SimPod { deadline: Some(s(300)), ..pod(slow, SecretKind::None) });
     assert_eq!(broke(c.finish(&|_| (true, false))), "liveness");
     let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
-    c.absorb(vec![at(1, started(1))]).unwrap();
-    assert_eq!(broke(c.finish(&|_| (true, true))), "liveness");
+    c.absorb(vec![at(1, started(1)), at(60, What::Step { index: 1, event: String::new() })]).unwrap();
+    assert_eq!(broke(c.finish(&|_| (true, true))), "nothing", "asked a minute before the end");
+    c.absorb(vec![at(3_600, What::Step { index: 2, event: String::new() })]).unwrap();
+    assert_eq!(broke(c.finish(&|_| (true, true))), "liveness", "waiting for an hour");
 }
