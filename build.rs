@@ -27,7 +27,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for p in protos {
         println!("cargo:rerun-if-changed={p}");
     }
-    let mut build = tonic_prost_build::configure().build_client(true).build_server(true);
+    let mut build = tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        // Small message buffers: every call in flight holds two (src/cri/transport.rs).
+        .codec_path("crate::cri::transport::ProstCodec");
     // `imagectl -o json|yaml` prints the API's answers as they are: serde
     // on the generated types, field names as in the .proto (oneof variants
     // too; imagectl flattens a oneof into its message, as proto3 JSON does).

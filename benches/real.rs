@@ -121,7 +121,7 @@ fn main() {
     let (hot, pull_refs, sf) = rt.block_on(async {
         let hot = registry.push_image("bench/hot", "v1", &[("hot.bin", &small)]).await.expect("push");
         let mut pull_refs = Vec::new();
-        for side in ["ensure", "direct"] {
+        for side in ["ensure", "memory", "direct"] {
             let p = registry.push_image(&format!("bench/pull-{side}"), "v1", &[("small.bin", &small)]).await;
             pull_refs.push(p.expect("push").reference);
         }
@@ -158,6 +158,21 @@ fn library(
         let node = Arc::new(Node::start_on(Config::from_toml(&toml).expect("config"), connected).await.expect("node"));
         let bare = cri_client(endpoint);
         let manager = node.manager().clone();
+        // The same with its KEP-2535 records in memory: what the durable
+        // records' writes (an intent before the pull, the record after,
+        // each a synced commit) cost a pull.
+        let (gateway, version) = CriGatewayActor::connect(endpoint, &CriSettings::default()).await.expect("gateway");
+        let connected = ConnectedRuntime { gateway, version, endpoint: endpoint.clone(), embedded: None };
+        let memory_toml = "[gc]\ngc_period = \"1h\"\ndetect_period = \"1h\"\n[pull]\nregistry_pull_qps = 0.0\n[state]\ndir = \"memory\"";
+        let memory_node =
+            Arc::new(Node::start_on(Config::from_toml(memory_toml).expect("config"), connected).await.expect("node"));
+        let pulls_of = |m: imaged::ensure::ImageManager, image: String, uid: String| async move {
+            let req = EnsureImageRequest::new(&uid, &image, PullPolicy::IfNotPresent);
+            let (t, r) = timed(m.ensure_image_exists(&req)).await;
+            let ok = r.expect("ensure");
+            assert!(ok.message.is_empty(), "the image was removed, so the ensure pulls: {ok:?}");
+            t
+        };
 
         let ensure = |image: String, uid: String| {
             let manager = manager.clone();
@@ -195,17 +210,17 @@ fn library(
             }
         };
         let pairs = rounds.max(3) * 5;
-        let mut pair_ratios = Vec::new();
-        let (mut via, mut direct) = (Vec::new(), Vec::new());
+        let (mut ratios, mut memory_ratios) = (Vec::new(), Vec::new());
+        let (mut via, mut via_memory, mut direct) = (Vec::new(), Vec::new(), Vec::new());
         for i in 0..pairs + 2 {
-            remove(pull_refs[0].clone()).await;
-            remove(pull_refs[1].clone()).await;
-            // Ensure through imaged: its record of the removed image goes at
-            // the next detection; an IfNotPresent ensure checks presence first.
-            let e = || ensure(pull_refs[0].clone(), format!("pull-{i}"));
+            for r in pull_refs {
+                remove(r.clone()).await;
+            }
+            let e = || pulls_of(manager.clone(), pull_refs[0].clone(), format!("pull-{i}"));
+            let m = || pulls_of(memory_node.manager().clone(), pull_refs[1].clone(), format!("pull-{i}"));
             let d = || {
                 let mut c = bare.clone();
-                let image = pull_refs[1].clone();
+                let image = pull_refs[2].clone();
                 async move {
                     let req = pb::PullImageRequest { image: spec(&image), auth: None, sandbox_config: None };
                     let (t, r) = timed(c.pull_image(req)).await;
@@ -213,24 +228,30 @@ fn library(
                     t
                 }
             };
-            let (te, td) = if i % 2 == 0 {
-                let te = e().await;
-                (te, d().await)
-            } else {
-                let td = d().await;
-                (e().await, td)
-            };
+            // The order rotates, so no side always meets a warm or cold runtime.
+            let (mut te, mut tm, mut td) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+            for k in 0..3 {
+                match (i + k) % 3 {
+                    0 => te = e().await,
+                    1 => tm = m().await,
+                    _ => td = d().await,
+                }
+            }
             if i >= 2 {
-                // The first two pairs warm the registry's and containerd's caches.
-                pair_ratios.push(te.as_secs_f64() / td.as_secs_f64());
+                // The first two rounds warm the registry's and containerd's caches.
+                ratios.push(te.as_secs_f64() / td.as_secs_f64());
+                memory_ratios.push(tm.as_secs_f64() / td.as_secs_f64());
                 via.push(te);
+                via_memory.push(tm);
                 direct.push(td);
             }
         }
         println!("real_pull_pairs: {pairs}");
         println!("real_pull_ensure_p50_ms: {:.2}", median_d(via).as_secs_f64() * 1e3);
+        println!("real_pull_ensure_memory_records_p50_ms: {:.2}", median_d(via_memory).as_secs_f64() * 1e3);
         println!("real_pull_direct_p50_ms: {:.2}", median_d(direct).as_secs_f64() * 1e3);
-        report("real_pull_ratio", pair_ratios);
+        report("real_pull_ratio", ratios);
+        report("real_pull_memory_records_ratio", memory_ratios);
 
         // Single flight on the real runtime.
         let before = containerd_pulls(containerd_log, sf);

@@ -32,7 +32,8 @@ impl std::fmt::Debug for ConnectedRuntime {
     }
 }
 
-/// Starts the embedded runtime if configured (with the demo catalogue) and
+/// Starts the embedded runtime if configured (with the demo catalogue, and
+/// its state directory when `runtime.embedded_state_dir` names one) and
 /// connects a CRI gateway to the runtime. Must run inside an actix System.
 pub async fn runtime(cfg: &Config) -> Result<ConnectedRuntime, AppError> {
     let (endpoint, embedded) = match &cfg.endpoint {
@@ -49,7 +50,10 @@ pub async fn runtime(cfg: &Config) -> Result<ConnectedRuntime, AppError> {
                     dir.join(format!("{EMBEDDED_SOCKET_PREFIX}{}.sock", std::process::id()))
                 }
             };
-            let rt = EmbeddedRuntime::start(path)?;
+            let rt = match &cfg.embedded_state_dir {
+                Some(dir) => EmbeddedRuntime::start_persistent(path, dir)?,
+                None => EmbeddedRuntime::start(path)?,
+            };
             for img in demo_catalogue() {
                 rt.add_remote(img).map_err(|e| AppError::cri("loading the embedded runtime's catalogue", e))?;
             }

@@ -75,6 +75,68 @@ pub struct CriFront {
     /// Whether an `ImageFsInfo` has been answered yet (until then it waits
     /// for the runtime instead of failing).
     fs_info_answered: Arc<AtomicBool>,
+    /// `ImageStatus` and `ListImages` answers served again
+    /// (`cri_server.read_cache_ttl`).
+    reads: ReadCache,
+}
+
+/// Answers to `ImageStatus` and `ListImages`, by request bytes, served
+/// again for up to `ttl` while no pull or remove through the gateway has
+/// ended since they were read ([`CriReader::image_changes`]). The kubelet
+/// asks `ImageStatus` before every container start and `ListImages` every
+/// few seconds; most answers are the same as the last.
+#[derive(Clone, Default)]
+struct ReadCache {
+    ttl: Duration,
+    entries: Arc<std::sync::Mutex<ReadEntries>>,
+}
+
+#[derive(Default)]
+struct ReadEntries {
+    by_request: std::collections::HashMap<(Rpc, Bytes), ReadEntry>,
+    bytes: usize,
+}
+
+struct ReadEntry {
+    changes: u64,
+    read_at: tokio::time::Instant,
+    answer: Bytes,
+}
+
+/// At most this many answers, or this many bytes of them, are kept; past
+/// either, the cache starts over.
+const READ_CACHE_ENTRIES: usize = 4096;
+const READ_CACHE_BYTES: usize = 64 << 20;
+
+impl ReadCache {
+    fn new(ttl: Duration) -> Self {
+        Self { ttl, entries: Arc::default() }
+    }
+
+    fn entries(&self) -> std::sync::MutexGuard<'_, ReadEntries> {
+        self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The answer to `request`, if one read since the last change and
+    /// within the ttl is kept.
+    fn get(&self, key: &(Rpc, Bytes), changes: u64) -> Option<Bytes> {
+        let entries = self.entries();
+        let e = entries.by_request.get(key)?;
+        (e.changes == changes && e.read_at.elapsed() < self.ttl).then(|| e.answer.clone())
+    }
+
+    /// Keeps `answer`, read at `read_at` with `changes` before and after.
+    fn put(&self, key: (Rpc, Bytes), answer: &Bytes, changes: u64, read_at: tokio::time::Instant) {
+        let mut entries = self.entries();
+        let size = key.1.len() + answer.len();
+        if entries.by_request.len() >= READ_CACHE_ENTRIES || entries.bytes + size > READ_CACHE_BYTES {
+            *entries = ReadEntries::default();
+        }
+        entries.bytes += size;
+        if let Some(old) = entries.by_request.insert(key, ReadEntry { changes, read_at, answer: answer.clone() }) {
+            entries.bytes = entries.bytes.saturating_sub(old.answer.len());
+        }
+    }
 }
 
 impl std::fmt::Debug for CriFront {
@@ -178,7 +240,32 @@ impl CriFront {
             fallback_namespaces: settings.local_fallback_namespaces.clone(),
             removed: RemoveFollowers::default(),
             fs_info_answered: Arc::default(),
+            reads: ReadCache::new(settings.read_cache_ttl),
         }
+    }
+
+    /// `ImageStatus` or `ListImages`: a kept answer when one is good
+    /// ([`ReadCache`]), else the runtime's, kept if no image changed
+    /// through imaged while it was read. Not while a fault plan is set.
+    fn read(&self, rpc: Rpc, body: Bytes, deadline: Option<Duration>) -> FrontFuture<Bytes> {
+        if self.reads.ttl.is_zero() || self.reader.has_faults() {
+            return Box::pin(self.reader.forward(rpc, None, body, deadline));
+        }
+        let key = (rpc, body);
+        let before = self.reader.image_changes();
+        if let Some(answer) = self.reads.get(&key, before) {
+            self.metrics.front_answer_cached(rpc);
+            return Box::pin(std::future::ready(Ok(answer)));
+        }
+        let (reader, reads) = (self.reader.clone(), self.reads.clone());
+        Box::pin(async move {
+            let read_at = tokio::time::Instant::now();
+            let answer = reader.forward(rpc, None, key.1.clone(), deadline).await?;
+            if reader.image_changes() == before {
+                reads.put(key, &answer, before, read_at);
+            }
+            Ok(answer)
+        })
     }
 
     /// The same front telling what a forwarded `RemoveImage` removed to
@@ -363,6 +450,9 @@ impl ImageFront for CriFront {
         if rpc == Rpc::RemoveImage {
             return self.remove(body, deadline);
         }
+        if matches!(rpc, Rpc::ImageStatus | Rpc::ListImages) {
+            return self.read(rpc, body, deadline);
+        }
         if rpc != Rpc::ImageFsInfo || self.fs_info_answered.load(Ordering::Acquire) {
             return Box::pin(self.reader.forward(rpc, None, body, deadline));
         }
@@ -489,7 +579,8 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), AppError> {
     let incoming = socket.incoming()?;
-    tonic::transport::Server::builder()
+    // Bounded streams and window: a burst cannot close a connection.
+    crate::cri::transport::server()
         .add_service(ImageServiceServer::new(Arc::new(front)))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await

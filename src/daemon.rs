@@ -79,6 +79,9 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
         "connected to the CRI runtime"
     );
 
+    // The kubelet's socket before the API's: once imagectl (or a test, or
+    // a readiness check) can reach the API, the CRI socket is there too.
+    let cri = serve_cri(&node, &stop_rx, &sources).await?;
     let socket = ApiSocket::bind(&daemon).await?;
     info!(socket = %socket.path().display(), "imaged API serving");
     let service =
@@ -88,7 +91,6 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
         let _ = server_stop.wait_for(|s| *s).await;
     });
     tokio::pin!(server);
-    let cri = serve_cri(&node, &stop_rx, &sources).await?;
 
     let why = serve_until_stop_signal(server.as_mut(), &mut signals, &node, &sources, log.as_ref()).await?;
     info!(signal = why, grace = ?daemon.shutdown_grace, "shutting down: no new requests; waiting for pulls in flight");
@@ -353,7 +355,12 @@ fn reload(node: &Node, sources: &Sources, current: &mut Config, log: Option<&Log
         needs_restart.push("gc (periods, sandbox_image, node_status_max_images)");
     }
     for (name, changed) in [
-        ("runtime", new.endpoint != current.endpoint || new.cri != current.cri),
+        (
+            "runtime",
+            new.endpoint != current.endpoint
+                || new.cri != current.cri
+                || new.embedded_state_dir != current.embedded_state_dir,
+        ),
         ("pull", new.pull != current.pull || new.ensure != current.ensure),
         ("backoff", new.backoff != current.backoff),
         ("state", new.state_dir != current.state_dir),

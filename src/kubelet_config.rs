@@ -110,10 +110,8 @@ pub struct KubeletImageFields {
 impl KubeletImageFields {
     /// Reads and checks `file`.
     pub fn read(file: &Path) -> Result<Self, KubeletConfigError> {
-        let text = std::fs::read_to_string(file).map_err(|e| KubeletConfigError::File {
-            file: file.to_path_buf(),
-            reason: format!("cannot read it: {e}"),
-        })?;
+        let text = crate::files::read_to_string(file, crate::files::CONFIG_FILE_LIMIT)
+            .map_err(|e| KubeletConfigError::File { file: file.to_path_buf(), reason: e.to_string() })?;
         Self::parse(file, &text)
     }
 

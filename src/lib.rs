@@ -72,6 +72,7 @@ pub mod ensure;
 pub mod error;
 pub mod events;
 pub mod fault;
+pub mod files;
 pub mod gc;
 pub mod http;
 pub mod kubelet_config;

@@ -298,3 +298,25 @@ fn kubelet_config_fields_reach_the_configuration_and_bad_ones_exit_64() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&bad.display().to_string()) && err.contains("field imageMinimumGCAge:"), "{err}");
 }
+
+#[test]
+fn a_configuration_file_that_is_a_device_or_too_large_is_refused_by_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let big = dir.path().join("big.toml");
+    std::fs::write(&big, "# padding\n".repeat(500_000)).expect("write");
+    for (file, why) in [("/dev/zero", "not a regular file"), (big.to_str().expect("path"), "larger than 4194304 bytes")]
+    {
+        for bin in [env!("CARGO_BIN_EXE_imaged"), env!("CARGO_BIN_EXE_imagectl")] {
+            let args: &[&str] = if bin.ends_with("imaged") { &["check-config"] } else { &["status"] };
+            let out = std::process::Command::new(bin).args(["--config", file]).args(args).output().expect("run");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(64), "{bin} --config {file}: {err}");
+            assert!(err.contains(&format!("{file}: {why}")), "{bin} --config {file}: {err}");
+        }
+    }
+    // The KubeletConfiguration file too.
+    let out = imaged().args(["--kubelet-config", "/dev/zero", "check-config"]).output().expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(err.contains("/dev/zero") && err.contains("not a regular file"), "{err}");
+}

@@ -681,3 +681,85 @@ async fn fields_imaged_does_not_know_pass_both_ways_on_every_call_pull_included(
         "the client's ImageStatus reaches the runtime as sent"
     );
 }
+
+/// No periodic work of imaged's own: every runtime call a test counts is its own.
+const QUIET: &str =
+    "[gc]\ndetect_period = \"1h\"\ngc_period = \"1h\"\ncache_refresh_period = \"1h\"\nsandbox_image = \"\"\n";
+
+impl Front {
+    /// Waits (bounded) until the start's own runtime calls are over.
+    async fn settled(&self) {
+        let total = || self.embedded().stats().calls.iter().map(|(_, n)| n).sum::<u64>();
+        let mut last = total();
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let now = total();
+            if now == last {
+                return;
+            }
+            last = now;
+        }
+        panic!("the runtime never went quiet");
+    }
+}
+
+#[actix::test]
+async fn image_status_and_list_answers_are_served_again_until_a_change_or_their_ttl() {
+    let f = Front::start(&format!("{QUIET}[cri_server]\nread_cache_ttl = \"300ms\"")).await;
+    f.settled().await;
+    let calls = |rpc| f.embedded().stats().calls(rpc);
+    f.add("example.com/x:1", 5);
+    let list = || {
+        let mut c = f.client.clone();
+        async move { c.list_images(pb::ListImagesRequest::default()).await.expect("list").into_inner().images }
+    };
+
+    // The same question twice: the runtime answers once.
+    let before = calls(Rpc::ImageStatus);
+    assert!(f.status("example.com/x:1").await.is_none());
+    assert!(f.status("example.com/x:1").await.is_none());
+    assert_eq!(calls(Rpc::ImageStatus) - before, 1, "the second answer was the first's");
+    let listed = calls(Rpc::ListImages);
+    let n = list().await.len();
+    assert_eq!(list().await.len(), n);
+    assert_eq!(calls(Rpc::ListImages) - listed, 1);
+
+    // A pull through imaged ends every kept answer at once: present, listed.
+    f.client.clone().pull_image(pull("example.com/x:1")).await.expect("pull");
+    assert!(f.status("example.com/x:1").await.is_some(), "statused at once after the pull");
+    assert_eq!(list().await.len(), n + 1, "listed at once after the pull");
+    // And a remove: gone at once.
+    let req = pb::RemoveImageRequest { image: Some(spec("example.com/x:1")) };
+    f.client.clone().remove_image(req).await.expect("remove");
+    assert!(f.status("example.com/x:1").await.is_none(), "gone at once after the remove");
+    assert_eq!(list().await.len(), n);
+
+    // A change behind imaged's back shows once the ttl has passed.
+    assert!(f.status("example.com/y:1").await.is_none());
+    f.embedded().preload(imaged::embedded::RemoteImage::new("example.com/y:1", 100)).expect("preload");
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert!(f.status("example.com/y:1").await.is_some(), "seen within the ttl");
+}
+
+#[actix::test]
+async fn without_a_ttl_or_with_a_fault_plan_every_read_reaches_the_runtime() {
+    let f = Front::start(&format!("{QUIET}[cri_server]\nread_cache_ttl = \"0s\"")).await;
+    f.settled().await;
+    let before = f.embedded().stats().calls(Rpc::ImageStatus);
+    for _ in 0..3 {
+        f.status("example.com/none:1").await;
+    }
+    assert_eq!(f.embedded().stats().calls(Rpc::ImageStatus) - before, 3);
+
+    let f = Front::start(QUIET).await;
+    f.settled().await;
+    let plan = imaged::fault::FaultPlan::from_toml(
+        "[[rule]]\nrpc = \"ImageStatus\"\naction = \"fail\"\nkind = \"RuntimeUnavailable\"\ntimes = 1\n",
+    )
+    .expect("plan");
+    f.node.gateway().send(imaged::actors::cri_gateway::SetFaultPlan(plan)).await.expect("plan set");
+    let req = || pb::ImageStatusRequest { image: Some(spec("example.com/flaky:1")), verbose: false };
+    let first = f.client.clone().image_status(req()).await;
+    assert_eq!(first.expect_err("the plan's fault").code(), Code::Unavailable);
+    assert!(f.client.clone().image_status(req()).await.is_ok(), "the rule is spent; the runtime answers");
+}

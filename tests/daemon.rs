@@ -194,15 +194,19 @@ fn extreme_deadlines_get_a_clear_error_and_the_daemon_keeps_serving() {
         assert!(matches!(r.result, Some(proto::ensure_image_response::Result::Ok(_))), "{r:?}");
     });
 
-    let o = d.imagectl(&["ensure", "nginx:1.27", "--deadline", "20000y"]);
+    let o = d.imagectl(&["ensure", "nginx:1.27", "--deadline", "175200000h"]);
     assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
     assert!(
         stderr(&o).contains(
-            "invalid value '20000y' for '--deadline <DEADLINE>': too large: at most 2562047h47m16.854775807s"
+            "invalid value '175200000h' for '--deadline <DEADLINE>': too large: at most 2562047h47m16.854775807s"
         ),
         "{}",
         stderr(&o)
     );
+    // One grammar, Go's, as in every file imaged reads: a year is no unit.
+    let o = d.imagectl(&["ensure", "nginx:1.27", "--deadline", "20000y"]);
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+    assert!(stderr(&o).contains("there is no month or year unit"), "{}", stderr(&o));
     // Still serving, and nothing in its log says it panicked.
     let o = d.imagectl(&["ensure", "nginx:1.27", "--deadline", "2m"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));

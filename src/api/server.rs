@@ -140,7 +140,8 @@ impl ApiSocket {
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), AppError> {
         let incoming = self.incoming()?;
-        tonic::transport::Server::builder()
+        // Bounded streams and window: a burst cannot close a connection.
+        crate::cri::transport::server()
             .add_service(
                 ImagedServer::new(service)
                     .max_decoding_message_size(max_request_bytes)

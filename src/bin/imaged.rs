@@ -44,6 +44,10 @@ enum Command {
         /// Start with an empty catalogue instead of the demo images.
         #[arg(long)]
         empty: bool,
+        /// Keep the local images, containers and sandboxes in this directory across restarts
+        /// (default: runtime.embedded_state_dir; none = in memory).
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
     },
     /// Validate the configuration and print it, as TOML that `--config` accepts (every key's
     /// effective value). Exit code 64 when it is invalid.
@@ -101,8 +105,11 @@ fn run(cli: Cli) -> Result<(), AppError> {
             actix::System::new().block_on(async move { imaged::demo::run_main_job(cfg, &opts).await.map(|_| ()) })
         }
         Command::Simulate(_) => Ok(()),
-        Command::EmbeddedRuntime { socket, empty } => {
-            let rt = EmbeddedRuntime::start(&socket)?;
+        Command::EmbeddedRuntime { socket, empty, state_dir } => {
+            let rt = match state_dir.or(cfg.embedded_state_dir) {
+                Some(dir) => EmbeddedRuntime::start_persistent(&socket, &dir)?,
+                None => EmbeddedRuntime::start(&socket)?,
+            };
             if !empty {
                 for img in demo_catalogue() {
                     rt.add_remote(img).map_err(|e| AppError::cri("loading the catalogue", e))?;

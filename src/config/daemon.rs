@@ -112,6 +112,9 @@ pub struct CriServerSettings {
     pub local_fallback_images: Vec<String>,
     /// Namespaces whose pods' failed pulls in a registry outage do so.
     pub local_fallback_namespaces: Vec<String>,
+    /// How long an `ImageStatus` or `ListImages` answer is served again
+    /// while no image changed through imaged (zero = never).
+    pub read_cache_ttl: std::time::Duration,
 }
 
 /// The pull priority of pods in [`CriServerSettings::priority_namespaces`].
@@ -213,5 +216,6 @@ pub(super) fn cri_server_from_raw(c: RawCriServer) -> Result<CriServerSettings, 
         refuse_remove_pinned: c.refuse_remove_pinned,
         local_fallback_images: c.local_fallback_images,
         local_fallback_namespaces: c.local_fallback_namespaces,
+        read_cache_ttl: duration("cri_server.read_cache_ttl", &c.read_cache_ttl)?,
     })
 }

@@ -95,6 +95,10 @@ pub struct Config {
     /// unset resolves to a durable default unless the runtime is the
     /// in-process embedded one (see `config/default.toml`).
     pub state_dir: Option<PathBuf>,
+    /// Where the embedded runtime keeps its images across restarts
+    /// (`runtime.embedded_state_dir`; `None` = memory only). Used only
+    /// with [`RuntimeEndpoint::Embedded`].
+    pub embedded_state_dir: Option<PathBuf>,
     /// A fault plan file (TOML, see `fault::FaultPlan::from_toml`) applied
     /// at the CRI gateway; `None` = no faults.
     pub fault_plan: Option<PathBuf>,
@@ -212,9 +216,15 @@ impl Config {
             // Read here first: a TOML error (an integer past 64 bits, a
             // broken line) then names its key and line, which the config
             // crate's message does not.
-            if let Ok(text) = std::fs::read_to_string(path) {
-                values::check_toml(&text, &path.display().to_string())?;
-                file_text = Some(text);
+            // A device, FIFO or runaway file is refused before anything
+            // reads it; a missing one is the config crate's to report.
+            match crate::files::read_to_string(path, crate::files::CONFIG_FILE_LIMIT) {
+                Ok(text) => {
+                    values::check_toml(&text, &path.display().to_string())?;
+                    file_text = Some(text);
+                }
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(ConfigError::Load(format!("{}: {e}", path.display()))),
             }
             b = b.add_source(config::File::from(path.as_path()).format(config::FileFormat::Toml).required(true));
         }
@@ -262,6 +272,7 @@ impl Config {
     fn from_raw(raw: RawConfig) -> Result<Self, ConfigError> {
         let endpoint = runtime::endpoint_from_raw(&raw.runtime)?;
         let fault_plan = raw.runtime.fault_plan.clone();
+        let embedded_state_dir = runtime::embedded_state_dir_from_raw(&raw.runtime.embedded_state_dir)?;
         let cri = runtime::cri_from_raw(raw.runtime)?;
         let log = runtime::log_from_raw(raw.log)?;
         let (pull, mut ensure) = pull::pull_from_raw(raw.pull)?;
@@ -297,6 +308,7 @@ impl Config {
             gc,
             verification,
             state_dir,
+            embedded_state_dir,
             fault_plan,
             daemon,
             cri_server,
@@ -353,7 +365,7 @@ fn env_keys(sources: &Sources) -> Vec<(String, String)> {
 
 /// Reads and parses a fault plan file.
 pub fn load_fault_plan(path: &std::path::Path) -> Result<crate::fault::FaultPlan, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("reading it: {e}"))?;
+    let text = crate::files::read_to_string(path, crate::files::CONFIG_FILE_LIMIT).map_err(|e| e.to_string())?;
     crate::fault::FaultPlan::from_toml(&text)
 }
 

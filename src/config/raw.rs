@@ -115,6 +115,7 @@ pub(super) struct RawRuntime {
     pub(super) endpoint: String,
     pub(super) fault_plan: String,
     pub(super) embedded_socket: String,
+    pub(super) embedded_state_dir: String,
     pub(super) connect_timeout: String,
     pub(super) startup_timeout: String,
     pub(super) mailbox_capacity: i64,
@@ -153,6 +154,7 @@ pub(super) struct RawCriServer {
     pub(super) refuse_remove_pinned: bool,
     pub(super) local_fallback_images: Vec<String>,
     pub(super) local_fallback_namespaces: Vec<String>,
+    pub(super) read_cache_ttl: String,
 }
 
 /// One `[[cri_server.priority]]` rule.

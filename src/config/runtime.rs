@@ -53,6 +53,20 @@ pub(super) fn endpoint_from_raw(r: &RawRuntime) -> Result<RuntimeEndpoint, Confi
     Ok(RuntimeEndpoint::Cri(endpoint))
 }
 
+/// `runtime.embedded_state_dir`: `None` when empty. What exists there and
+/// is not a directory is refused now; the rest (mode, lock, state file) is
+/// checked when the runtime starts.
+pub(super) fn embedded_state_dir_from_raw(dir: &str) -> Result<Option<PathBuf>, ConfigError> {
+    if dir.is_empty() {
+        return Ok(None);
+    }
+    let path = PathBuf::from(dir);
+    if std::fs::metadata(&path).is_ok_and(|m| !m.is_dir()) {
+        return Err(invalid("runtime.embedded_state_dir", dir, "exists and is not a directory"));
+    }
+    Ok(Some(path))
+}
+
 /// `runtime.fault_plan`: read and parsed now, so a plan that `run` could
 /// not use is refused with the configuration.
 pub(super) fn fault_plan_from_raw(file: &str) -> Result<Option<PathBuf>, ConfigError> {

@@ -18,6 +18,17 @@ fn defaults_match_the_documented_file() {
     assert_eq!(c.cri.deadlines.get(Rpc::PullImage), None);
     assert_eq!(c.cri.deadlines.get(Rpc::ImageStatus), Some(Duration::from_secs(120)));
     assert_eq!(c.log, LogSettings { format: LogFormat::Text, filter: "info".into() });
+    assert_eq!(c.embedded_state_dir, None);
+}
+
+#[test]
+fn the_embedded_state_dir_is_a_path_and_a_file_there_is_refused_naming_the_key() {
+    let c = Config::from_toml("[runtime]\nembedded_state_dir = \"/var/lib/imaged-embedded\"").unwrap();
+    assert_eq!(c.embedded_state_dir, Some(PathBuf::from("/var/lib/imaged-embedded")));
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let toml = format!("[runtime]\nembedded_state_dir = {:?}", file.path().display().to_string());
+    let err = Config::from_toml(&toml).unwrap_err().to_string();
+    assert!(err.contains("runtime.embedded_state_dir") && err.contains("is not a directory"), "{err}");
 }
 
 #[test]

@@ -132,7 +132,7 @@ impl std::fmt::Debug for KubeApi {
 
 fn read_file(base: &Path, file: &str) -> Result<Vec<u8>, String> {
     let p = base.join(file);
-    std::fs::read(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+    crate::files::read(&p, crate::files::CONFIG_FILE_LIMIT).map_err(|e| format!("{}: {e}", p.display()))
 }
 
 /// PEM bytes from `file` (relative to `base`) or base64 `data`.
@@ -151,7 +151,7 @@ impl KubeApi {
     /// The client of the kubeconfig at `path` (its current context).
     pub fn from_kubeconfig(path: &Path) -> Result<Self, KubeconfigError> {
         let fail = |reason: String| KubeconfigError { path: path.to_path_buf(), reason };
-        let bytes = std::fs::read(path).map_err(|e| fail(e.to_string()))?;
+        let bytes = crate::files::read(path, crate::files::CONFIG_FILE_LIMIT).map_err(|e| fail(e.to_string()))?;
         // Positions only: a parse error could quote a token.
         let raw: RawKubeconfig = serde_yaml_ng::from_slice(&bytes).map_err(|e| {
             fail(e.location().map_or("invalid document".into(), |l| {
@@ -238,9 +238,9 @@ impl KubeApi {
         match &self.auth {
             Auth::Bearer(t) => Ok(Some(t.clone())),
             // Re-read on every call: the file is rotated (projected tokens).
-            Auth::BearerFile(p) => std::fs::read_to_string(p)
+            Auth::BearerFile(p) => crate::files::read_to_string(p, crate::files::CONFIG_FILE_LIMIT)
                 .map(|t| Some(Secret::new(t.trim())))
-                .map_err(|e| format!("cannot read tokenFile {}: {e}", p.display())),
+                .map_err(|e| format!("tokenFile {}: {e}", p.display())),
             Auth::None | Auth::ClientCertificate => Ok(None),
         }
     }

@@ -107,8 +107,12 @@ pub fn read_docker_config(search: &DockerConfigSearch) -> Result<FoundDockerConf
         .chain(search.dockercfg_dirs.iter().map(|d| (d.join(DOCKERCFG_FILE), parse_dockercfg as Parser)));
     for (path, parse) in files {
         let path = absolute(path);
-        let bytes = match std::fs::read(&path) {
+        let bytes = match crate::files::read(&path, crate::files::CONFIG_FILE_LIMIT) {
             Ok(b) => b,
+            Err(e @ (crate::files::InputFileError::NotRegular | crate::files::InputFileError::TooLarge { .. })) => {
+                tracing::warn!(path = %path.display(), "docker config file skipped: {e}");
+                continue;
+            }
             Err(e) => {
                 tracing::trace!(path = %path.display(), "while trying to read {}: {e}", path.display());
                 continue;

@@ -1,6 +1,10 @@
 //! `CriClient`: typed async CRI calls over one lazily connected channel.
-//! Takes and returns domain types; knows nothing of actors or faults.
+//! Takes and returns domain types; knows nothing of actors or faults. At
+//! most [`super::transport::CLIENT_READS_IN_FLIGHT`] calls and as many
+//! pulls are in flight at once; more wait for a slot (see
+//! [`super::transport`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tonic::transport::Channel;
@@ -8,6 +12,7 @@ use tonic::transport::Channel;
 use super::proto as pb;
 use super::proto::image_service_client::ImageServiceClient;
 use super::proto::runtime_service_client::RuntimeServiceClient;
+use super::transport::CallSlots;
 use super::{CriEndpoint, CriError, CriErrorKind, InvalidEndpoint, Rpc};
 use crate::domain::{
     AuthConfig, Container, ContainerFilter, ContainerStatus, Image, ImageFsInfo, ImageSpec, ImageStatus, PodSandbox,
@@ -21,8 +26,9 @@ pub const KUBE_RUNTIME_API_VERSION: &str = "0.1.0";
 /// can pass tonic's 4 MiB default).
 const MAX_DECODING_MESSAGE_SIZE: usize = 64 * 1024 * 1024;
 
-/// A cloneable CRI client. Clones share the connection; calls on one client
-/// run concurrently (HTTP/2 streams), never one after another.
+/// A cloneable CRI client. Clones share the connection and its slots;
+/// calls on one client run concurrently (HTTP/2 streams), never one after
+/// another, up to the slots' bound.
 #[derive(Debug, Clone)]
 pub struct CriClient {
     endpoint: CriEndpoint,
@@ -30,6 +36,8 @@ pub struct CriClient {
     runtime: RuntimeServiceClient<Channel>,
     /// The channel itself, for calls forwarded as bytes.
     channel: Channel,
+    /// Calls in flight on the channel.
+    slots: Arc<CallSlots>,
 }
 
 fn request<T>(msg: T, deadline: Option<Duration>) -> tonic::Request<T> {
@@ -51,6 +59,7 @@ impl CriClient {
             images: ImageServiceClient::new(channel.clone()).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE),
             runtime: RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE),
             channel,
+            slots: Arc::default(),
         })
     }
 
@@ -62,6 +71,7 @@ impl CriClient {
             images: ImageServiceClient::new(channel.clone()).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE),
             runtime: RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE),
             channel,
+            slots: Arc::default(),
         }
     }
 
@@ -77,10 +87,12 @@ impl CriClient {
         let path =
             tonic::codegen::http::uri::PathAndQuery::try_from(format!("/runtime.v1.{}/{}", rpc.service(), rpc.name()))
                 .map_err(|e| CriError::new(CriErrorKind::InvalidArgument, e.to_string()))?;
+        let (_slot, deadline) = self.slots.take(rpc, deadline).await?;
         let mut grpc =
             tonic::client::Grpc::new(self.channel.clone()).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE);
         grpc.ready().await.map_err(|e| CriError::from(tonic::Status::unavailable(e.to_string())))?;
-        let resp = grpc.unary(request(body, deadline), path, super::wire::BytesCodec).await?;
+        // Boxed once a slot is taken, as in `image_status`.
+        let resp = Box::pin(grpc.unary(request(body, deadline), path, super::wire::BytesCodec)).await?;
         Ok(resp.into_inner())
     }
 
@@ -91,6 +103,7 @@ impl CriClient {
 
     /// `Version`.
     pub async fn version(&self, deadline: Option<Duration>) -> Result<RuntimeVersion, CriError> {
+        let (_slot, deadline) = self.slots.take(Rpc::Version, deadline).await?;
         let req = pb::VersionRequest { version: KUBE_RUNTIME_API_VERSION.to_string() };
         let resp = self.runtime.clone().version(request(req, deadline)).await?;
         Ok(resp.into_inner().into())
@@ -102,6 +115,7 @@ impl CriClient {
         filter: Option<ImageSpec>,
         deadline: Option<Duration>,
     ) -> Result<Vec<Image>, CriError> {
+        let (_slot, deadline) = self.slots.take(Rpc::ListImages, deadline).await?;
         let req = pb::ListImagesRequest { filter: filter.map(|s| pb::ImageFilter { image: Some(s.into()) }) };
         let resp = self.images.clone().list_images(request(req, deadline)).await?;
         Ok(resp.into_inner().images.into_iter().map(Image::from).collect())
@@ -132,8 +146,13 @@ impl CriClient {
         verbose: bool,
         deadline: Option<Duration>,
     ) -> Result<ImageStatus, CriError> {
+        let (_slot, deadline) = self.slots.take(Rpc::ImageStatus, deadline).await?;
         let req = pb::ImageStatusRequest { image: Some(image.into()), verbose };
-        let resp = self.images.clone().image_status(request(req, deadline)).await?.into_inner();
+        // Boxed once a slot is taken: tonic's call future is ~2.4 KB, and a
+        // burst's calls waiting for a slot (or up the stack, for a pull)
+        // should not each hold one.
+        let mut images = self.images.clone();
+        let resp = Box::pin(images.image_status(request(req, deadline))).await?.into_inner();
         Ok(ImageStatus { image: resp.image.map(Image::from), info: resp.info.into_iter().collect() })
     }
 
@@ -145,12 +164,15 @@ impl CriClient {
         sandbox: Option<SandboxConfig>,
         deadline: Option<Duration>,
     ) -> Result<String, CriError> {
+        let (_slot, deadline) = self.slots.take(Rpc::PullImage, deadline).await?;
         let req = pb::PullImageRequest {
             image: Some(image.into()),
             auth: auth.map(Into::into),
             sandbox_config: sandbox.map(Into::into),
         };
-        let resp = self.images.clone().pull_image(request(req, deadline)).await?.into_inner();
+        // Boxed once a slot is taken, as in `image_status`.
+        let mut images = self.images.clone();
+        let resp = Box::pin(images.pull_image(request(req, deadline))).await?.into_inner();
         if resp.image_ref.is_empty() {
             return Err(CriError::new(CriErrorKind::InvalidResponse, "PullImage returned an empty image reference"));
         }
@@ -159,6 +181,7 @@ impl CriClient {
 
     /// `RemoveImage`; removing an absent image succeeds.
     pub async fn remove_image(&self, image: ImageSpec, deadline: Option<Duration>) -> Result<(), CriError> {
+        let (_slot, deadline) = self.slots.take(Rpc::RemoveImage, deadline).await?;
         let req = pb::RemoveImageRequest { image: Some(image.into()) };
         self.images.clone().remove_image(request(req, deadline)).await?;
         Ok(())
@@ -166,6 +189,7 @@ impl CriClient {
 
     /// `ImageFsInfo`.
     pub async fn image_fs_info(&self, deadline: Option<Duration>) -> Result<ImageFsInfo, CriError> {
+        let (_slot, deadline) = self.slots.take(Rpc::ImageFsInfo, deadline).await?;
         let resp = self.images.clone().image_fs_info(request(pb::ImageFsInfoRequest {}, deadline)).await?;
         Ok(resp.into_inner().into())
     }
@@ -176,6 +200,7 @@ impl CriClient {
         filter: ContainerFilter,
         deadline: Option<Duration>,
     ) -> Result<Vec<Container>, CriError> {
+        let (_slot, deadline) = self.slots.take(Rpc::ListContainers, deadline).await?;
         let req = pb::ListContainersRequest { filter: Some(filter.into()) };
         let resp = self.runtime.clone().list_containers(request(req, deadline)).await?;
         Ok(resp.into_inner().containers.into_iter().map(Container::from).collect())
@@ -187,6 +212,7 @@ impl CriClient {
         filter: PodSandboxFilter,
         deadline: Option<Duration>,
     ) -> Result<Vec<PodSandbox>, CriError> {
+        let (_slot, deadline) = self.slots.take(Rpc::ListPodSandbox, deadline).await?;
         let req = pb::ListPodSandboxRequest { filter: Some(filter.into()) };
         let resp = self.runtime.clone().list_pod_sandbox(request(req, deadline)).await?;
         Ok(resp.into_inner().items.into_iter().map(PodSandbox::from).collect())
@@ -199,6 +225,7 @@ impl CriClient {
         verbose: bool,
         deadline: Option<Duration>,
     ) -> Result<ContainerStatus, CriError> {
+        let (_slot, deadline) = self.slots.take(Rpc::ContainerStatus, deadline).await?;
         let req = pb::ContainerStatusRequest { container_id: id.clone(), verbose };
         let resp = self.runtime.clone().container_status(request(req, deadline)).await?.into_inner();
         resp.status.map(ContainerStatus::from).ok_or_else(|| {

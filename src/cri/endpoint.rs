@@ -64,7 +64,8 @@ impl fmt::Display for CriEndpoint {
 
 impl CriEndpoint {
     /// A channel that connects on first use and reconnects by itself after
-    /// the runtime goes away and comes back (no caller restart needed).
+    /// the runtime goes away and comes back (no caller restart needed). Its
+    /// receive window is [`super::transport::CONNECTION_WINDOW`].
     pub fn channel(&self, connect_timeout: Duration) -> Result<Channel, InvalidEndpoint> {
         let invalid = |reason| InvalidEndpoint { endpoint: self.to_string(), reason };
         match self {
@@ -73,6 +74,7 @@ impl CriEndpoint {
                 // The URI is required by tonic but unused: the connector dials the socket.
                 let ep = Endpoint::from_static("http://cri.sock")
                     .connect_timeout(connect_timeout)
+                    .initial_connection_window_size(super::transport::CONNECTION_WINDOW)
                     .http2_keep_alive_interval(Duration::from_secs(30))
                     .keep_alive_while_idle(false);
                 Ok(ep.connect_with_connector_lazy(tower::service_fn(move |_| {
@@ -84,6 +86,7 @@ impl CriEndpoint {
                 let ep = Endpoint::from_shared(format!("http://{addr}"))
                     .map_err(|_| invalid("not a valid host:port"))?
                     .connect_timeout(connect_timeout)
+                    .initial_connection_window_size(super::transport::CONNECTION_WINDOW)
                     .http2_keep_alive_interval(Duration::from_secs(30));
                 Ok(ep.connect_lazy())
             }

@@ -8,6 +8,7 @@ mod endpoint;
 mod error;
 pub mod proto;
 pub mod server;
+pub mod transport;
 pub mod wire;
 
 pub use client::{CriClient, KUBE_RUNTIME_API_VERSION};

@@ -155,6 +155,18 @@ fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
     Some(crate::domain::limits::clamp_duration(d))
 }
 
+/// When a call reached the server (a request extension).
+#[derive(Debug, Clone, Copy)]
+struct Received(tokio::time::Instant);
+
+/// What is left of the caller's deadline, less imaged's margin, counted
+/// from when the call came ([`Received`]); `None` without a deadline.
+fn remaining<T>(request: &tonic::Request<T>) -> Option<Duration> {
+    let by = grpc_timeout(request.metadata().as_ref()).map(answer_by)?;
+    let spent = request.extensions().get::<Received>().map_or(Duration::ZERO, |r| r.0.elapsed());
+    Some(by.saturating_sub(spent))
+}
+
 /// When imaged gives up on a call whose caller set `deadline`: a little
 /// before it (see [`DEADLINE_MARGIN`]), so the caller gets imaged's
 /// `DeadlineExceeded`.
@@ -197,7 +209,7 @@ impl<F: ImageFront + ?Sized> UnaryService<Bytes> for Call<F> {
 
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
         let (front, rpc) = (self.front.clone(), self.rpc);
-        let deadline = grpc_timeout(request.metadata().as_ref()).map(answer_by);
+        let deadline = remaining(&request);
         let body = request.into_inner();
         Box::pin(async move { answer(&*front, rpc, body, deadline).await.map(tonic::Response::new) })
     }
@@ -245,7 +257,7 @@ impl<F: ImageFront + ?Sized> tonic::server::ServerStreamingService<Bytes> for St
 
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
         let front = self.front.clone();
-        let deadline = grpc_timeout(request.metadata().as_ref()).map(answer_by);
+        let deadline = remaining(&request);
         // StreamImagesRequest and ListImagesRequest: the filter is field 1 of both.
         let body = request.into_inner();
         Box::pin(async move {
@@ -273,7 +285,11 @@ where
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        // When the call came: tonic's own timeout counts from here, so
+        // imaged's must too (reading the body comes later, and under load
+        // takes long enough for tonic's `Cancelled` to answer first).
+        req.extensions_mut().insert(Received(tokio::time::Instant::now()));
         if req.uri().path() == STREAM_IMAGES {
             let front = self.front.clone();
             return Box::pin(async move {
@@ -298,6 +314,18 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_deadline_left_counts_from_when_the_call_came() {
+        let mut req = tonic::Request::new(Bytes::new());
+        assert_eq!(remaining(&req), None, "no deadline");
+        req.metadata_mut().insert("grpc-timeout", "100m".parse().unwrap());
+        let came = tokio::time::Instant::now().checked_sub(Duration::from_millis(30)).unwrap();
+        req.extensions_mut().insert(Received(came));
+        let left = remaining(&req).unwrap();
+        // 100 ms less the 5 ms margin, less the 30 ms already spent.
+        assert!(left <= Duration::from_millis(65) && left > Duration::from_millis(55), "{left:?}");
+    }
 
     #[test]
     fn paths_name_the_five_calls_and_nothing_else() {

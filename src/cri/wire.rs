@@ -239,6 +239,10 @@ impl tonic::codec::Encoder for BytesCoder {
         dst.put_slice(&item);
         Ok(())
     }
+
+    fn buffer_settings(&self) -> tonic::codec::BufferSettings {
+        super::transport::message_buffers()
+    }
 }
 
 impl tonic::codec::Decoder for BytesCoder {
@@ -248,6 +252,10 @@ impl tonic::codec::Decoder for BytesCoder {
     fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<Bytes>, Self::Error> {
         use prost::bytes::Buf as _;
         Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+
+    fn buffer_settings(&self) -> tonic::codec::BufferSettings {
+        super::transport::message_buffers()
     }
 }
 

@@ -122,7 +122,10 @@ async fn embedded_runtime(cfg: &Config, dir: &std::path::Path) -> Result<Connect
             )));
         }
     };
-    let rt = EmbeddedRuntime::start(socket)?;
+    let rt = match &cfg.embedded_state_dir {
+        Some(state) => EmbeddedRuntime::start_persistent(socket, state)?,
+        None => EmbeddedRuntime::start(socket)?,
+    };
     for img in catalogue::remote_images(PRIVATE_PASSWORD) {
         rt.add_remote(img).map_err(|e| AppError::cri("loading the demo's registries", e))?;
     }
@@ -246,7 +249,7 @@ fn write_header(o: &mut impl Write, workload: &Workload, node: &Node) -> Result<
         summary::bytes(catalogue::DISK_BYTES),
         node.config().gc.high_threshold_percent,
         node.config().gc.low_threshold_percent,
-        humantime::format_duration(node.config().gc.min_age)
+        crate::domain::go_text::duration(node.config().gc.min_age)
     )
     .map_err(io)?;
 

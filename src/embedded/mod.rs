@@ -13,10 +13,15 @@
 //! caller's actix arbiter. [`EmbeddedRuntime::stop`] drops every connection
 //! at once, like a killed runtime; [`EmbeddedRuntime::resume`] serves the
 //! same state again on the same socket.
+//!
+//! With a state directory ([`EmbeddedRuntime::start_persistent`]) the local
+//! images, containers and sandboxes survive a restart of the process; see
+//! `persist.rs` for the files and what they guarantee.
 
 mod catalogue;
 mod clock;
 mod in_process;
+mod persist;
 mod reference;
 mod server;
 mod state;
@@ -29,7 +34,8 @@ use tokio::sync::oneshot;
 
 pub use catalogue::{RemoteImage, demo_catalogue};
 pub use in_process::{IN_PROCESS_ENDPOINT, InProcessRuntime};
-pub use server::RuntimeStats;
+pub use persist::{LOCK_FILE, STATE_FILE, SaveError};
+pub use server::{PULL_LOG_MAX, RuntimeStats};
 pub use state::IMAGE_FS_MOUNTPOINT;
 
 use crate::cri::proto::image_service_server::ImageServiceServer;
@@ -60,6 +66,14 @@ pub enum EmbeddedError {
     /// The server thread could not be started or died while starting.
     #[error("embedded runtime: server thread failed: {0}")]
     Thread(String),
+    /// The state directory cannot be used (the reason says why and what to do).
+    #[error("embedded runtime: state directory {path} {reason}")]
+    StateDir {
+        /// The directory.
+        path: String,
+        /// Why not.
+        reason: String,
+    },
 }
 
 /// What the runtime does, told to an [`Observer`] as it happens (the
@@ -158,6 +172,58 @@ impl EmbeddedRuntime {
         Self { shared, socket: PathBuf::new(), server: None }
     }
 
+    /// Starts serving on `socket` with its state kept in `state_dir`
+    /// (created, mode 0700, if missing): the images, containers and
+    /// sandboxes a previous runtime left there are loaded, and every change
+    /// is written there before it is answered (see the module docs). The
+    /// catalogue and the capacity are not kept: set them again.
+    ///
+    /// # Errors
+    ///
+    /// [`EmbeddedError::StateDir`] when the directory cannot be used (not a
+    /// directory, group- or world-writable, not writable, used by another
+    /// runtime, or a state file that does not read), and the errors of
+    /// [`start`](Self::start).
+    pub fn start_persistent(socket: impl Into<PathBuf>, state_dir: &Path) -> Result<Self, EmbeddedError> {
+        let (dir, loaded) = persist::StateDir::open(state_dir)?;
+        let state = state::State {
+            images: loaded.images.into_iter().map(|i| (i.id.clone(), i)).collect(),
+            containers: loaded.containers,
+            sandboxes: loaded.sandboxes,
+            ..state::State::default()
+        };
+        tracing::info!(
+            dir = %state_dir.display(),
+            images = state.images.len(),
+            containers = state.containers.len(),
+            "embedded runtime: state loaded"
+        );
+        let shared = Shared { state: std::sync::Mutex::new(state), state_dir: Some(dir), ..Shared::default() };
+        let mut rt = Self { shared: Arc::new(shared), socket: socket.into(), server: None };
+        rt.resume()?;
+        Ok(rt)
+    }
+
+    /// The state directory, when it has one.
+    pub fn state_dir(&self) -> Option<&Path> {
+        self.shared.state_dir.as_ref().map(persist::StateDir::dir)
+    }
+
+    /// Writes the state to its state directory now, if it is behind
+    /// (changes made through this handle are written as they are made; a
+    /// failed write is retried here).
+    pub fn save(&self) -> Result<(), SaveError> {
+        self.shared.save()
+    }
+
+    /// Writes a change made through this handle, logging a failure (the
+    /// next write that succeeds stores it).
+    fn saved(&self) {
+        if let Err(e) = self.shared.save() {
+            tracing::error!(error = %e, "embedded runtime: a change is not on disk yet");
+        }
+    }
+
     /// Starts serving on `<dir>/embedded-cri.sock`.
     pub fn start_in(dir: &Path) -> Result<Self, EmbeddedError> {
         Self::start(dir.join("embedded-cri.sock"))
@@ -229,32 +295,55 @@ impl EmbeddedRuntime {
                 None => Err(e),
             }
         })?;
-        Ok(st.finish_pull(&planned, &spec))
+        let id = st.finish_pull(&planned, &spec);
+        drop(st);
+        self.shared.save().map_err(|e| CriError::from_status(crate::cri::StatusCode::Internal, e.to_string()))?;
+        Ok(id)
     }
 
     /// Marks a local image pinned (or not). Returns false if it is absent.
     pub fn set_pinned(&self, image: &str, pinned: bool) -> bool {
         let mut st = self.shared.state();
         let Some(id) = st.resolve(image).map(|i| i.id.clone()) else { return false };
-        if let Some(img) = st.images.get_mut(&id) {
+        if let Some(img) = st.images.get_mut(&id)
+            && img.pinned != pinned
+        {
             img.pinned = pinned;
+            st.touch();
         }
+        drop(st);
+        self.saved();
         true
     }
 
     /// Adds a container (marks its image in use for GC).
     pub fn add_container(&self, c: Container) {
-        self.shared.state().containers.push(c);
+        {
+            let mut st = self.shared.state();
+            st.containers.push(c);
+            st.touch();
+        }
+        self.saved();
     }
 
     /// Removes a container by id.
     pub fn remove_container(&self, id: &str) {
-        self.shared.state().containers.retain(|c| c.id != id);
+        {
+            let mut st = self.shared.state();
+            st.containers.retain(|c| c.id != id);
+            st.touch();
+        }
+        self.saved();
     }
 
     /// Adds a pod sandbox.
     pub fn add_sandbox(&self, s: PodSandbox) {
-        self.shared.state().sandboxes.push(s);
+        {
+            let mut st = self.shared.state();
+            st.sandboxes.push(s);
+            st.touch();
+        }
+        self.saved();
     }
 
     /// Removes a pod sandbox by id.
@@ -315,7 +404,9 @@ impl EmbeddedRuntime {
         self.shared.pull_log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
     }
 
-    /// The images of every PullImage call received, in arrival order.
+    /// The images of the PullImage calls received, in arrival order: every
+    /// one since the last [`reset_stats`](Self::reset_stats), up to
+    /// [`PULL_LOG_MAX`] (beyond it, the older half is dropped).
     pub fn pull_log(&self) -> Vec<String> {
         self.shared.pull_log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
@@ -344,7 +435,8 @@ fn serve(listener: std::os::unix::net::UnixListener, service: CriService, stop: 
             }
         };
         let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
-        let server = tonic::transport::Server::builder()
+        // Bounded streams and window: a burst cannot close the connection.
+        let server = crate::cri::transport::server()
             .add_service(
                 ImageServiceServer::new(service.clone())
                     .max_decoding_message_size(MAX_MESSAGE_SIZE)

@@ -88,6 +88,19 @@ impl Counters {
     }
 }
 
+/// Most PullImage calls the pull log keeps: a runtime serving for days
+/// (the daemon's, `imaged embedded-runtime`) must not keep every one. When
+/// full, the older half is dropped.
+pub const PULL_LOG_MAX: usize = 1024;
+
+/// Appends to the pull log, dropping its older half when it is full.
+fn log_pull(log: &mut Vec<String>, image: &str) {
+    if log.len() >= PULL_LOG_MAX {
+        log.drain(..PULL_LOG_MAX / 2);
+    }
+    log.push(image.to_string());
+}
+
 /// State shared by the services and the embedder's handle.
 #[derive(Debug, Default)]
 pub struct Shared {
@@ -97,7 +110,8 @@ pub struct Shared {
     pub faults: Mutex<FaultPlan>,
     /// Call counters.
     pub counters: Counters,
-    /// Images of the PullImage calls received, in arrival order.
+    /// Images of the PullImage calls received, in arrival order (the last
+    /// [`PULL_LOG_MAX`] at most).
     pub pull_log: Mutex<Vec<String>>,
     /// `StreamImages` answers `Unimplemented` (a runtime without KEP-5825).
     pub stream_images_off: std::sync::atomic::AtomicBool,
@@ -110,6 +124,8 @@ pub struct Shared {
     pub observer: Mutex<Option<super::Observer>>,
     /// Numbers the pulls told to the observer.
     pub observed_calls: AtomicU64,
+    /// Where the state is kept across restarts (`None` = memory only).
+    pub(super) state_dir: Option<super::persist::StateDir>,
 }
 
 /// Images per `StreamImagesResponse` the embedded runtime sends.
@@ -152,6 +168,15 @@ impl Shared {
         }
     }
 
+    /// Makes the state durable when a state directory keeps it (blocks on
+    /// disk I/O; nothing to do without one).
+    pub(super) fn save(&self) -> Result<(), super::persist::SaveError> {
+        match &self.state_dir {
+            Some(dir) => dir.save(&self.state),
+            None => Ok(()),
+        }
+    }
+
     fn plan(&self) -> FaultPlan {
         self.faults.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
@@ -179,6 +204,19 @@ impl Shared {
             Some(FaultAction::DropReply) => Ok((true, serving)),
             Some(FaultAction::Panic) => Err(Status::internal("fault injected: the runtime crashed serving this call")),
         }
+    }
+}
+
+/// [`Shared::save`] on the blocking pool, before a change is answered.
+async fn persist(shared: &Arc<Shared>) -> Result<(), Status> {
+    if shared.state_dir.is_none() {
+        return Ok(());
+    }
+    let s = shared.clone();
+    match tokio::task::spawn_blocking(move || s.save()).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(Status::internal(e.to_string())),
+        Err(e) => Err(Status::internal(format!("embedded runtime: saving its state failed: {e}"))),
     }
 }
 
@@ -321,7 +359,7 @@ impl ImageService for CriService {
     async fn pull_image(&self, req: Request<pb::PullImageRequest>) -> Result<Response<pb::PullImageResponse>, Status> {
         let r = req.into_inner();
         let spec = spec_of(r.image)?;
-        self.shared.pull_log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(spec.image.clone());
+        log_pull(&mut self.shared.pull_log.lock().unwrap_or_else(std::sync::PoisonError::into_inner), &spec.image);
         let auth: Option<AuthConfig> = r.auth.map(Into::into);
         let observed = self.shared.observe_pull(&spec, auth.as_ref());
         let (lost, _serving) = self.shared.gate(Rpc::PullImage, Some(&spec.image)).await?;
@@ -340,6 +378,8 @@ impl ImageService for CriService {
             st.finish_pull(&p, &spec)
         };
         observed.finished(&id);
+        // Answered only once the image is on disk (with a state directory).
+        persist(&self.shared).await?;
         drop(guard);
         c.pulls_completed.fetch_add(1, Ordering::Relaxed);
         reply(lost, Ok(pb::PullImageResponse { image_ref: id })).await
@@ -369,6 +409,9 @@ impl ImageService for CriService {
             }
             st.remove_image(&spec).map_err(|e| Status::from(&e))
         };
+        if r.is_ok() {
+            persist(&self.shared).await?;
+        }
         reply(lost, r.map(|()| pb::RemoveImageResponse {})).await
     }
 
@@ -437,5 +480,23 @@ impl RuntimeService for CriService {
             }),
         )
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pull_log_keeps_the_latest_pulls_within_its_bound() {
+        let mut log = Vec::new();
+        for i in 0..=PULL_LOG_MAX * 3 {
+            log_pull(&mut log, &format!("img:{i}"));
+        }
+        assert!(log.len() <= PULL_LOG_MAX && log.len() > PULL_LOG_MAX / 2, "{}", log.len());
+        assert_eq!(log.last().map(String::as_str), Some(format!("img:{}", PULL_LOG_MAX * 3).as_str()));
+        let first: usize = log[0].trim_start_matches("img:").parse().unwrap();
+        let in_order = log.iter().enumerate().all(|(n, l)| *l == format!("img:{}", first + n));
+        assert!(in_order, "arrival order, no gaps");
     }
 }

@@ -30,6 +30,10 @@ pub struct State {
     pub sandboxes: Vec<PodSandbox>,
     /// Simulated image filesystem capacity in bytes.
     pub capacity_bytes: u64,
+    /// Bumped by every change a state directory keeps (images, containers,
+    /// sandboxes; see [`touch`](Self::touch)): what is on disk is current
+    /// when its generation is this one.
+    pub generation: u64,
 }
 
 impl Default for State {
@@ -40,6 +44,7 @@ impl Default for State {
             containers: Vec::new(),
             sandboxes: Vec::new(),
             capacity_bytes: 100 * 1024 * 1024 * 1024,
+            generation: 0,
         }
     }
 }
@@ -75,6 +80,13 @@ fn split_repo(reference: &str) -> (&str, Option<&str>, Option<&str>) {
 }
 
 impl State {
+    /// Marks a change of what a state directory keeps (images, containers,
+    /// sandboxes); returns the new generation.
+    pub fn touch(&mut self) -> u64 {
+        self.generation += 1;
+        self.generation
+    }
+
     /// Adds (or replaces) a remote image, normalising its name.
     pub fn add_remote(&mut self, mut img: RemoteImage) -> Result<(), CriError> {
         img.name = docker_ref(&img.name).map_err(|e| err(StatusCode::InvalidArgument, e))?;
@@ -214,20 +226,28 @@ impl State {
     pub fn finish_pull(&mut self, p: &PlannedPull, spec: &ImageSpec) -> String {
         let tag = if p.by_tag { Some(p.reference.clone()) } else { None };
         let repo_digest = format!("{}@{}", p.repo, p.remote.digest);
+        // Whether anything a state directory keeps changed (a pull of what
+        // is already there changes nothing and costs no write).
+        let mut changed = false;
         if let Some(t) = &tag {
+            let had_it = self.images.get(&p.remote.id).is_some_and(|i| i.repo_tags.contains(t));
+            changed |= !had_it;
             for img in self.images.values_mut() {
                 img.repo_tags.retain(|x| x != t);
             }
         }
-        let img = self.images.entry(p.remote.id.clone()).or_insert_with(|| Image {
-            id: p.remote.id.clone(),
-            size: p.remote.size,
-            spec: Some(ImageSpec {
-                image: p.remote.id.clone(),
-                runtime_handler: spec.runtime_handler.clone(),
-                ..ImageSpec::default()
-            }),
-            ..Image::default()
+        let img = self.images.entry(p.remote.id.clone()).or_insert_with(|| {
+            changed = true;
+            Image {
+                id: p.remote.id.clone(),
+                size: p.remote.size,
+                spec: Some(ImageSpec {
+                    image: p.remote.id.clone(),
+                    runtime_handler: spec.runtime_handler.clone(),
+                    ..ImageSpec::default()
+                }),
+                ..Image::default()
+            }
         });
         if let Some(t) = tag
             && !img.repo_tags.contains(&t)
@@ -236,10 +256,14 @@ impl State {
         }
         if !img.repo_digests.contains(&repo_digest) {
             img.repo_digests.push(repo_digest);
+            changed = true;
         }
         let id = img.id.clone();
         // An image left with no names is gone, as containerd garbage-collects it.
         self.images.retain(|_, i| !i.repo_tags.is_empty() || !i.repo_digests.is_empty());
+        if changed {
+            self.touch();
+        }
         id
     }
 
@@ -254,6 +278,7 @@ impl State {
         if let Some(id) = self.lookup(&spec.image)?.map(|i| i.id.clone()) {
             // containerd removes pinned images too: pinning only stops GC.
             self.images.remove(&id);
+            self.touch();
         }
         Ok(())
     }

@@ -204,14 +204,17 @@ impl ImageManager {
     }
 
     async fn image_present(&self, spec: &ImageSpec) -> Result<Option<String>, CriError> {
-        let call = self.reader.image_status(spec.clone(), false);
+        // Boxed, and made once the check has its turn: the call's future is
+        // large, and every ensure of a burst waits for a turn (then for the
+        // pull) holding what is unboxed here (actors.md, "Per-waiter memory").
+        let call = || Box::pin(self.reader.image_status(spec.clone(), false));
         let status = match &self.presence_checks {
-            None => call.await?,
+            None => call().await?,
             Some(gate) => {
                 // A check that holds its turn too long loses it (the gate
                 // sees to it), so a hung runtime cannot hold up the others.
                 let turn = gate.turn().await;
-                let r = call.await;
+                let r = call().await;
                 turn.end();
                 r?
             }
@@ -260,10 +263,10 @@ impl ImageManager {
             match image_ref {
                 Some(image_ref) => {
                     // KEP-2535: may this pod use the image without pulling it?
-                    let must_pull = self
-                        .records
-                        .must_attempt_pull_with(&spec.image, &image_ref, || lookup.pod_credentials())
-                        .await?;
+                    let must_pull = Box::pin(
+                        self.records.must_attempt_pull_with(&spec.image, &image_ref, || lookup.pod_credentials()),
+                    )
+                    .await?;
                     if !must_pull {
                         tally.pull_required = Tristate::False;
                         self.mark_ensured(&image_ref);

@@ -32,13 +32,17 @@ impl ImageManager {
         let key = BackoffKey { pod_uid: req.pod.uid.clone(), image: requested.to_string() };
         // Credentials, before the back-off check as in the kubelet (1.35,
         // steps 4 and 7).
-        let found = lookup.get().await?;
-        let (credentials, proves) = (found.credentials.clone(), &found.proves);
+        // The steps before and after the wait are boxed (here and below):
+        // a future is as large as the largest it awaits, and this one stays
+        // alive, waiting on the queue, as long as the pull (actors.md,
+        // "Per-waiter memory").
+        let found = Box::pin(lookup.get()).await?;
+        let (credentials, proves) = (&found.credentials, &found.proves);
         // Only hashed when asked for: the kubelet's path stays as it was.
-        let cause = self.cfg.reset_backoff_on_credential_change.then(|| AuthConfig::list_identity(&credentials));
-        self.check_backoff(req, &key, cause.clone()).await?;
+        let cause = self.cfg.reset_backoff_on_credential_change.then(|| AuthConfig::list_identity(credentials));
+        Box::pin(self.check_backoff(req, &key, cause.clone())).await?;
         // KEP-2535: the intent is on disk before the pull starts.
-        let intent = match self.records.begin_pull(&spec.image).await {
+        let intent = match Box::pin(self.records.begin_pull(&spec.image)).await {
             Ok(guard) => guard,
             Err(e) => {
                 let msg = failed_to_record_pull_intent(requested, &e.to_string());
@@ -48,18 +52,8 @@ impl ImageManager {
         let start = Instant::now();
         self.recorder.started(&req.pod.uid, start);
         self.emit(req, EventReason::Pulling, &pulling(requested), None);
-        let request = PullRequest {
-            image: spec.clone(),
-            credentials,
-            sandbox: req.sandbox.clone(),
-            priority: req.pod.priority,
-            skip_if_present: !verify
-                && req.pull_policy != PullPolicy::Always
-                && req.pull_policy != PullPolicy::AlwaysWithLocalFallback,
-            absent_at,
-            deadline: req.deadline,
-            wire: None,
-        };
+        let skip_if_present =
+            !verify && req.pull_policy != PullPolicy::Always && req.pull_policy != PullPolicy::AlwaysWithLocalFallback;
         // While the pull runs, an image it would replace counts as in use for GC.
         let normalized = crate::domain::reference::parse_normalized_named(&spec.image).map(|n| n.docker_ref()).ok();
         let registry = normalized
@@ -67,7 +61,7 @@ impl ImageManager {
             .filter(|_| self.cfg.reset_backoff_on_registry_recovery)
             .map(|r| crate::actors::pull_queue::registry_of(r).to_string());
         let _in_flight = normalized.map(|r| self.hints.pull_started(&r));
-        let (result, joined) = self.queue_pull(spec, lookup, request).await;
+        let (result, joined) = self.queue_pull(req, spec, lookup, credentials, skip_if_present, absent_at).await;
         // Once per pull (by the request that started it), fire and forget,
         // ahead of any later check in the mailbox.
         if let (Ok(outcome), false, Some(registry)) = (&result, joined, &registry)
@@ -75,11 +69,11 @@ impl ImageManager {
         {
             let _ = self.backoff.recovered.try_send(RegistryRecovered { registry: registry.clone() });
         }
-        self.record_pull_end(&spec.image, requested, result.as_ref(), proves).await;
+        Box::pin(self.record_pull_end(&spec.image, requested, result.as_ref(), proves)).await;
         intent.disarm();
         match result {
             Ok(outcome) => Ok(self.pulled(req, &outcome, start)),
-            Err(failure) => self.pull_failed(req, spec, lookup, key, cause, registry, &failure).await,
+            Err(failure) => Box::pin(self.pull_failed(req, spec, lookup, key, cause, registry, &failure)).await,
         }
     }
 
@@ -117,19 +111,34 @@ impl ImageManager {
         Ok(())
     }
 
-    /// Runs `request` through the pull queue until its answer is one the pod
+    /// Runs the pull through the pull queue until its answer is one the pod
     /// may use, and says whether it joined a pull another request started.
     /// An image found present when the pull's turn came (pulled by another
     /// pod, maybe with other credentials) is this pod's only if the records
     /// say so; otherwise it pulls for real.
     async fn queue_pull(
         &self,
+        req: &EnsureImageRequest,
         spec: &ImageSpec,
         lookup: &LazyLookup<'_>,
-        mut request: PullRequest,
+        credentials: &[AuthConfig],
+        mut skip_if_present: bool,
+        absent_at: Option<Instant>,
     ) -> (Result<PullOutcome, PullFailure>, bool) {
         loop {
-            let (result, joined) = match self.queue.send(EnqueuePull(request.clone())).await {
+            // Made for each attempt and handed over whole: the queue keeps
+            // it, this future (alive for the pull's length) does not.
+            let request = PullRequest {
+                image: spec.clone(),
+                credentials: credentials.to_vec(),
+                sandbox: req.sandbox.clone(),
+                priority: req.pod.priority,
+                skip_if_present,
+                absent_at,
+                deadline: req.deadline,
+                wire: None,
+            };
+            let (result, joined) = match Box::pin(self.queue.send(EnqueuePull(request))).await {
                 Ok(ticket) => {
                     let joined = ticket.joined;
                     (ticket.await, joined)
@@ -138,13 +147,11 @@ impl ImageManager {
             };
             if let Ok(o) = &result
                 && !o.pulled
-                && self
-                    .records
-                    .must_attempt_pull_with(&spec.image, &o.image_ref, || lookup.pod_credentials())
+                && Box::pin(self.records.must_attempt_pull_with(&spec.image, &o.image_ref, || lookup.pod_credentials()))
                     .await
                     .unwrap_or(true)
             {
-                request.skip_if_present = false;
+                skip_if_present = false;
                 continue;
             }
             return (result, joined);

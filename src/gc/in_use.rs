@@ -15,6 +15,10 @@ pub const SANDBOX_IMAGE: &str = "sandbox image";
 pub const ENSURED_RECENTLY: &str = "ensured recently";
 /// The user named for an image whose tag or digest a pull in flight names.
 pub const PULL_IN_FLIGHT: &str = "pull in flight";
+/// The user named, for one min-age window after a start on durable
+/// records, for every image those records knew: it may have been ensured
+/// just before the restart, and the hints of that are gone with the process.
+pub const ENSURED_BEFORE_RESTART: &str = "maybe ensured before the restart";
 
 /// Image id → who uses it, in this order: containers
 /// (`namespace/pod/container`, or `sandbox-id/container` when the pod is

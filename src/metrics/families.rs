@@ -191,6 +191,8 @@ pub(super) struct CriFamilies {
     pub(super) operations: [Counter; Rpc::ALL.len()],
     pub(super) operation_errors: [Counter; Rpc::ALL.len()],
     pub(super) operation_duration: [Histogram; Rpc::ALL.len()],
+    /// The CRI front's reads answered from what it kept, by method.
+    pub(super) front_cached: [Counter; Rpc::ALL.len()],
 }
 
 impl CriFamilies {
@@ -230,7 +232,14 @@ impl CriFamilies {
             ops_duration_family.clone(),
         );
         let operation_duration = Rpc::ALL.map(|rpc| ops_duration_family.get_or_create_owned(&label(rpc)));
-        Self { duration, errors, operations, operation_errors, operation_duration }
+        let cached_family = Family::<Labels1, Counter>::default();
+        r.register(
+            "cri_front_cached_answers",
+            "Calls to imaged's CRI socket answered from a kept answer (cri_server.read_cache_ttl), by method",
+            cached_family.clone(),
+        );
+        let front_cached = Rpc::ALL.map(|rpc| cached_family.get_or_create_owned(&[("method", rpc.name())]));
+        Self { duration, errors, operations, operation_errors, operation_duration, front_cached }
     }
 }
 

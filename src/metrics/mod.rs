@@ -218,6 +218,11 @@ impl Metrics {
         self.inner.queue.in_flight.set(g(running));
     }
 
+    /// A call to the CRI front answered from a kept answer.
+    pub fn front_answer_cached(&self, rpc: Rpc) {
+        self.inner.cri.front_cached[rpc as usize].inc();
+    }
+
     /// A request joined a pull already queued or running.
     pub fn single_flight_joined(&self) {
         self.inner.queue.single_flight_joins.inc();

@@ -2,7 +2,7 @@
 //! deadlines and the fault plan, and never serialises calls.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -26,7 +26,9 @@ const STARTUP_RETRY: Duration = Duration::from_millis(200);
 /// Shared by the actor and the [`CriReader`]s it hands out.
 #[derive(Clone)]
 pub(super) struct Core {
-    client: CriClient,
+    /// Shared, not cloned into each call: a call's future holds this
+    /// pointer, not the client's 424 bytes (twice), while it waits.
+    client: Arc<CriClient>,
     deadlines: CriDeadlines,
     /// Applied before each call.
     faults: Arc<RwLock<FaultPlan>>,
@@ -36,6 +38,9 @@ pub(super) struct Core {
     metrics: Metrics,
     /// Whether listings stream (`StreamImages`) or fall back to `ListImages`.
     pub(super) streaming: super::streaming::Streaming,
+    /// Counts the `PullImage` and `RemoveImage` calls ended: an answer
+    /// about images read before the count moved may be out of date.
+    image_changes: Arc<AtomicU64>,
 }
 
 /// The CRI gateway actor. See the module docs and `actors.md`.
@@ -62,6 +67,19 @@ impl std::fmt::Debug for CriReader {
 }
 
 impl CriReader {
+    /// How many `PullImage` and `RemoveImage` calls through this gateway
+    /// have ended (any caller: the actor's, every reader's): an answer about
+    /// images taken while this stayed the same is still what the runtime
+    /// would say, but for changes made behind imaged's back.
+    pub fn image_changes(&self) -> u64 {
+        self.core.image_changes.load(Ordering::Acquire)
+    }
+
+    /// Whether a fault plan is set (every call must then reach it).
+    pub fn has_faults(&self) -> bool {
+        self.core.has_faults.load(Ordering::Acquire)
+    }
+
     /// `ImageStatus`, exactly as [`GetImageStatus`] through the actor.
     pub fn image_status(
         &self,
@@ -164,7 +182,7 @@ impl CriGatewayActor {
     fn call<T, F, Fut>(&self, rpc: Rpc, image: Option<&str>, f: F) -> ResponseFuture<Result<T, CriError>>
     where
         T: 'static,
-        F: FnOnce(CriClient, Option<Duration>) -> Fut + 'static,
+        F: FnOnce(Arc<CriClient>, Option<Duration>) -> Fut + 'static,
         Fut: Future<Output = Result<T, CriError>> + 'static,
     {
         Box::pin(self.core.call_within(rpc, image, None, f))
@@ -176,12 +194,13 @@ impl CriGatewayActor {
 impl Core {
     pub(super) fn new(client: CriClient, cfg: &CriSettings) -> Self {
         Self {
-            client,
+            client: Arc::new(client),
             deadlines: cfg.deadlines.clone(),
             faults: Arc::new(RwLock::new(FaultPlan::default())),
             has_faults: Arc::new(AtomicBool::new(false)),
             metrics: cfg.metrics.clone(),
             streaming: super::streaming::Streaming::default(),
+            image_changes: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -204,7 +223,7 @@ impl Core {
     ) -> impl Future<Output = Result<T, CriError>> + 'static + use<T, F, Fut>
     where
         T: 'static,
-        F: FnOnce(CriClient, Option<Duration>) -> Fut + 'static,
+        F: FnOnce(Arc<CriClient>, Option<Duration>) -> Fut + 'static,
         Fut: Future<Output = Result<T, CriError>> + 'static,
     {
         let client = self.client.clone();
@@ -219,6 +238,7 @@ impl Core {
         };
         let image = image.map(str::to_owned);
         let metrics = self.metrics.clone();
+        let changes = matches!(rpc, Rpc::PullImage | Rpc::RemoveImage).then(|| self.image_changes.clone());
         async move {
             let started = Instant::now();
             let result = match fault {
@@ -226,34 +246,43 @@ impl Core {
                 // tonic's client enforces it (mapped to DeadlineExceeded by
                 // CriError); a second timer here would only cost time.
                 None => f(client, deadline).await,
+                // Boxed: only calls a fault fires on pay for its timer.
                 Some(fault) => {
-                    let work = async move {
-                        match fault {
-                            FaultAction::Fail(e) => Err(e),
-                            FaultAction::Delay(d) => {
-                                tokio::time::sleep(d).await;
-                                f(client, deadline).await
+                    Box::pin(async move {
+                        let work = async move {
+                            match fault {
+                                FaultAction::Fail(e) => Err(e),
+                                FaultAction::Delay(d) => {
+                                    tokio::time::sleep(d).await;
+                                    f(client, deadline).await
+                                }
+                                FaultAction::Hang => std::future::pending().await,
+                                FaultAction::DropReply => {
+                                    let _lost = f(client, deadline).await;
+                                    std::future::pending().await
+                                }
+                                // Deliberate: a fault plan's stand-in for a bug.
+                                #[allow(clippy::panic)]
+                                FaultAction::Panic => panic!("fault plan: injected panic in the CRI gateway ({rpc})"),
                             }
-                            FaultAction::Hang => std::future::pending().await,
-                            FaultAction::DropReply => {
-                                let _lost = f(client, deadline).await;
-                                std::future::pending().await
-                            }
-                            // Deliberate: a fault plan's stand-in for a bug.
-                            #[allow(clippy::panic)]
-                            FaultAction::Panic => panic!("fault plan: injected panic in the CRI gateway ({rpc})"),
+                        };
+                        // A fault's delay counts against the call's deadline.
+                        match deadline {
+                            Some(d) => tokio::time::timeout(d, work)
+                                .await
+                                .unwrap_or_else(|_| Err(CriError::deadline_exceeded())),
+                            None => work.await,
                         }
-                    };
-                    // A fault's delay counts against the call's deadline.
-                    match deadline {
-                        Some(d) => {
-                            tokio::time::timeout(d, work).await.unwrap_or_else(|_| Err(CriError::deadline_exceeded()))
-                        }
-                        None => work.await,
-                    }
+                    })
+                    .await
                 }
             };
             metrics.cri_call(rpc, started.elapsed(), result.as_ref().err());
+            // Ended either way: a failed pull or remove may have changed
+            // something all the same.
+            if let Some(changes) = changes {
+                changes.fetch_add(1, Ordering::AcqRel);
+            }
             if let Err(e) = &result {
                 debug!(rpc = rpc.name(), image = image.as_deref().unwrap_or(""), kind = ?e.kind(),
                     elapsed_ms = crate::domain::limits::millis(started.elapsed()), error = %e, "CRI call failed");

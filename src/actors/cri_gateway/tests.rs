@@ -25,7 +25,8 @@ fn core(deadlines: CriDeadlines) -> (Core, Metrics) {
 /// The call's stand-in: returns the deadline it was given, and counts calls.
 fn echo_deadline(
     calls: &Rc<Cell<u32>>,
-) -> impl FnOnce(CriClient, Option<Duration>) -> std::future::Ready<Result<Option<Duration>, CriError>> + use<> {
+) -> impl FnOnce(std::sync::Arc<CriClient>, Option<Duration>) -> std::future::Ready<Result<Option<Duration>, CriError>> + use<>
+{
     let calls = calls.clone();
     move |_, d| {
         calls.set(calls.get() + 1);

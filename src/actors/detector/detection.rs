@@ -14,7 +14,7 @@ use super::{Detection, DetectorSettings};
 use crate::clock::Clock;
 use crate::domain::{Container, Image, ImageStatus, PodSandbox};
 use crate::gc::detect::Records;
-use crate::gc::in_use::{InUseSources, images_in_use};
+use crate::gc::in_use::{ENSURED_BEFORE_RESTART, InUseSources, images_in_use};
 use crate::gc::in_use_hints::InUseHints;
 use crate::gc::record::{ImageRecord, RecordKey};
 
@@ -72,6 +72,9 @@ pub struct Detector {
     clock: Clock,
     last: Option<Arc<Detection>>,
     rewrite: Rewrite,
+    /// After records were loaded from the store: the ids they knew, which
+    /// count as in use until the deadline (see [`Detector::load`]).
+    restart_grace: Option<(std::time::SystemTime, std::collections::HashSet<String>)>,
 }
 
 impl Detector {
@@ -86,6 +89,7 @@ impl Detector {
             clock,
             last: None,
             rewrite: Rewrite::Nothing,
+            restart_grace: None,
         }
     }
 
@@ -116,7 +120,19 @@ impl Detector {
     }
 
     /// Records loaded from the store replace the ones in memory.
+    ///
+    /// Their images also count as in use for one "ensured recently" window
+    /// from now ([`ENSURED_BEFORE_RESTART`]): the hints of which images were
+    /// ensured just before a restart (or a crash) died with the process, and
+    /// durable first-detected times no longer make every image too young
+    /// after a restart, as they do in the kubelet (whose records live in
+    /// memory). An image the kubelet was just told is present is not
+    /// collected before its container starts. The grace does not count as a
+    /// use: last-used times stay as they were.
     pub fn load(&mut self, records: Vec<ImageRecord>) {
+        let known: std::collections::HashSet<String> = records.iter().map(|r| r.key.id.clone()).collect();
+        self.restart_grace = (!known.is_empty() && !self.recent_window.is_zero())
+            .then(|| (self.clock.now() + self.recent_window, known));
         self.records = Arc::new(records.into_iter().collect());
     }
 
@@ -147,9 +163,20 @@ impl Detector {
             ensured_recently: &ensured_recently,
         };
         let hints = &self.hints;
-        let in_use = images_in_use(sources, |i| hints.pulling_any(i.repo_tags.iter().chain(&i.repo_digests)));
+        let mut in_use = images_in_use(sources, |i| hints.pulling_any(i.repo_tags.iter().chain(&i.repo_digests)));
         let records = Arc::make_mut(&mut self.records);
+        // Used: what a container, the sandbox, an ensure or a pull uses (not
+        // the restart grace below, which protects without marking used).
         let diff = records.detect(&images, &in_use, now);
+        match &self.restart_grace {
+            Some((until, known)) if now < *until => {
+                for i in images.iter().filter(|i| known.contains(&i.id)) {
+                    in_use.entry(i.id.clone()).or_default().push(ENSURED_BEFORE_RESTART.into());
+                }
+            }
+            Some(_) => self.restart_grace = None,
+            None => {}
+        }
         // The runtime's list is not needed past this point.
         drop((images, containers, sandboxes));
         debug!(

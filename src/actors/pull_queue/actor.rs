@@ -114,7 +114,9 @@ struct PullFinished {
 /// The pull queue actor. See `actors.md`.
 pub struct PullQueueActor {
     cfg: PullQueueSettings,
-    queue: PullQueue<PullRequest, Waiter>,
+    /// Requests boxed: a burst parks thousands, and a parked entry is then
+    /// a fifth of its size (the deque's spare room too).
+    queue: PullQueue<Box<PullRequest>, Waiter>,
     /// Presence re-checks and size lookups, on the pull's own task.
     reader: CriReader,
     throttle: Arc<PullThrottle>,
@@ -150,7 +152,7 @@ impl PullQueueActor {
     fn pump(&mut self, ctx: &mut Context<Self>) {
         loop {
             while let Some((key, request)) = self.queue.start_next() {
-                self.spawn_pull(key, request, ctx);
+                self.spawn_pull(key, *request, ctx);
             }
             let subscribers = &self.subscribers;
             let metrics = &self.cfg.metrics;
@@ -330,7 +332,7 @@ impl Handler<EnqueuePull> for PullQueueActor {
         let image = key.image.clone();
         let pod = PullPod::of(request.sandbox.as_ref());
         let waiter = Waiter { result: tx, admitted: Some(admitted_tx), since: Instant::now(), pod: pod.clone() };
-        let how = self.queue.submit(key, request.priority, request, waiter);
+        let how = self.queue.submit(key, request.priority, Box::new(request), waiter);
         if how == Submitted::Joined {
             self.cfg.metrics.single_flight_joined();
         }

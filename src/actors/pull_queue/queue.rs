@@ -326,10 +326,32 @@ impl<R, W> PullQueue<R, W> {
         // ones of that registry stay behind it (without a registry limit,
         // the first request that stays parked stops the pass).
         let mut held: Vec<String> = Vec::new();
-        let mut kept = VecDeque::with_capacity(self.parked.len());
-        let mut parked = std::mem::take(&mut self.parked);
-        while let Some((key, priority, request, mut waiter)) = parked.pop_front() {
-            if self.jobs.contains_key(&key) {
+        // Requests passed over (registry limit only), kept in order ahead of
+        // the rest. Without a registry limit the queue is worked in place:
+        // a burst parks thousands, and copying them all for each admission
+        // cost time and, for a moment, their memory twice over.
+        let mut kept = VecDeque::new();
+        while let Some((key, ..)) = self.parked.front() {
+            let joins = self.jobs.contains_key(key);
+            let room = joins
+                || match self.registry_limit {
+                    None => !self.full(self.order.len()),
+                    Some(_) => {
+                        let registry = registry_of(&key.image);
+                        !held.iter().any(|h| *h == registry)
+                            && !self.full(self.waiting_by_registry.get(registry).copied().unwrap_or(0))
+                    }
+                };
+            if !room && self.registry_limit.is_none() {
+                break;
+            }
+            let Some((key, priority, request, mut waiter)) = self.parked.pop_front() else { break };
+            if !room {
+                held.push(registry_of(&key.image).to_string());
+                kept.push_back((key, priority, request, waiter));
+                continue;
+            }
+            if joins {
                 on_admit(&key, Submitted::Joined, &mut waiter);
                 if let Some(job) = self.jobs.get_mut(&key) {
                     job.waiters.push(waiter);
@@ -337,31 +359,14 @@ impl<R, W> PullQueue<R, W> {
                 admitted.push((key, Submitted::Joined));
                 continue;
             }
-            let room = match self.registry_limit {
-                None => !self.full(self.order.len()),
-                Some(_) => {
-                    let registry = registry_of(&key.image);
-                    !held.iter().any(|h| *h == registry)
-                        && !self.full(self.waiting_by_registry.get(registry).copied().unwrap_or(0))
-                }
-            };
-            if !room {
-                let stop = self.registry_limit.is_none();
-                if !stop {
-                    held.push(registry_of(&key.image).to_string());
-                }
-                kept.push_back((key, priority, request, waiter));
-                if stop {
-                    break;
-                }
-                continue;
-            }
             on_admit(&key, Submitted::Queued, &mut waiter);
             self.insert(key.clone(), priority, request, waiter);
             admitted.push((key, Submitted::Queued));
         }
-        kept.append(&mut parked);
-        self.parked = kept;
+        if !kept.is_empty() {
+            kept.append(&mut self.parked);
+            self.parked = kept;
+        }
         admitted
     }
 

@@ -36,31 +36,17 @@ pub fn read_secrets(files: &[PathBuf]) -> Result<Vec<Vec<u8>>, AppError> {
 }
 
 /// Reads `path` (named `flag` in errors) if it is a regular file of at
-/// most `limit` bytes; the read itself stops after `limit + 1` bytes, so a
-/// file that grows meanwhile is refused too.
+/// most `limit` bytes ([`imaged::files::read`]).
 pub fn read_bounded(path: &std::path::Path, flag: &str, limit: u64) -> Result<Vec<u8>, AppError> {
-    use std::io::Read;
-    let fail = |what: String| AppError::Usage(format!("{flag} {}: {what}", path.display()));
-    // stat before open: opening a FIFO would block until a writer comes.
-    let before = std::fs::metadata(path).map_err(|e| fail(format!("reading the file: {e}")))?;
-    if !before.is_file() {
-        return Err(fail("not a regular file".into()));
-    }
-    let file = std::fs::File::open(path).map_err(|e| fail(format!("reading the file: {e}")))?;
-    let meta = file.metadata().map_err(|e| fail(format!("reading the file: {e}")))?;
-    if !meta.is_file() {
-        return Err(fail("not a regular file".into()));
-    }
-    let too_large = || fail(format!("larger than {limit} bytes (the limit of a Kubernetes Secret)"));
-    if meta.len() > limit {
-        return Err(too_large());
-    }
-    let mut bytes = Vec::new();
-    file.take(limit.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| fail(format!("reading the file: {e}")))?;
-    if bytes.len() as u64 > limit {
-        return Err(too_large());
-    }
-    Ok(bytes)
+    imaged::files::read(path, limit).map_err(|e| {
+        let e = match e {
+            imaged::files::InputFileError::TooLarge { limit } => {
+                format!("larger than {limit} bytes (the limit of a Kubernetes Secret)")
+            }
+            other => other.to_string(),
+        };
+        AppError::Usage(format!("{flag} {}: {e}", path.display()))
+    })
 }
 
 /// `--deadline` as the API's `deadline_ms` (0: none).

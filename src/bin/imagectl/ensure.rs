@@ -7,18 +7,55 @@ use imaged::api::proto;
 use imaged::error::AppError;
 use tonic::Streaming;
 
-use crate::commands::{Session, deadline_ms, read_secrets, rpc};
+use crate::commands::{Session, deadline_ms, read_bounded, read_secrets, rpc};
+
+/// The largest token file `--service-account-token` reads (a bound token
+/// is about 1 KiB).
+const MAX_TOKEN_FILE_BYTES: u64 = 64 * 1024;
 use crate::output::Format;
 use crate::print::{print_ensure_result, print_event};
 use crate::{EXIT_ENSURE_FAILED, EnsureArgs};
 
 /// The EnsureImage request `imagectl ensure` sends.
 fn request(args: EnsureArgs) -> Result<proto::EnsureImageRequest, AppError> {
-    let EnsureArgs { image, policy, pod, pod_uid, runtime_handler, secrets, priority, deadline } = args;
+    let EnsureArgs {
+        image,
+        policy,
+        pod,
+        pod_uid,
+        runtime_handler,
+        secrets,
+        priority,
+        deadline,
+        service_account,
+        service_account_tokens,
+    } = args;
     let (namespace, name) = pod;
     let pull_secrets = read_secrets(&secrets)?;
+    let service_account = match service_account {
+        Some(name) => {
+            let mut tokens = std::collections::HashMap::new();
+            for (audience, file) in service_account_tokens {
+                let token = read_bounded(&file, "--service-account-token", MAX_TOKEN_FILE_BYTES)?;
+                let token = String::from_utf8(token).map_err(|_| {
+                    AppError::Usage(format!("--service-account-token {}: not UTF-8 text", file.display()))
+                })?;
+                tokens.insert(audience, token.trim().to_string());
+            }
+            Some(proto::ServiceAccount { name, tokens, ..Default::default() })
+        }
+        None => None,
+    };
     Ok(proto::EnsureImageRequest {
-        pod: Some(proto::Pod { uid: pod_uid, namespace, name, runtime_handler, priority, ..Default::default() }),
+        pod: Some(proto::Pod {
+            uid: pod_uid,
+            namespace,
+            name,
+            runtime_handler,
+            priority,
+            service_account,
+            ..Default::default()
+        }),
         container: String::new(),
         image,
         pull_policy: policy.unwrap_or_default(),
@@ -98,7 +135,38 @@ impl<W: Write> Session<W> {
 
 #[cfg(test)]
 mod tests {
-    use super::same_image;
+    use super::{request, same_image};
+    use crate::EnsureArgs;
+
+    fn args(service_account: Option<&str>, tokens: Vec<(String, std::path::PathBuf)>) -> EnsureArgs {
+        EnsureArgs {
+            image: "registry.example.com/app:1".into(),
+            policy: None,
+            pod: ("ns".into(), "web".into()),
+            pod_uid: "u1".into(),
+            runtime_handler: String::new(),
+            secrets: Vec::new(),
+            priority: 0,
+            deadline: None,
+            service_account: service_account.map(str::to_string),
+            service_account_tokens: tokens,
+        }
+    }
+
+    #[test]
+    fn a_service_account_and_its_tokens_from_files_reach_the_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "eyJ.token.sig\n").unwrap();
+        let req = request(args(Some("builder"), vec![("sts.example.com".into(), file)])).unwrap();
+        let sa = req.pod.unwrap().service_account.unwrap();
+        assert_eq!(sa.name, "builder");
+        assert_eq!(sa.tokens.get("sts.example.com").map(String::as_str), Some("eyJ.token.sig"));
+        let none = request(args(None, Vec::new())).unwrap();
+        assert!(none.pod.unwrap().service_account.is_none());
+        let missing = request(args(Some("b"), vec![("a".into(), "/nonexistent/token".into())])).unwrap_err();
+        assert!(missing.to_string().contains("--service-account-token /nonexistent/token"), "{missing}");
+    }
 
     #[test]
     fn images_match_as_written_or_normalised_either_way() {

@@ -134,6 +134,25 @@ struct EnsureArgs {
     /// Overall pull deadline (e.g. `2m`).
     #[arg(long, value_parser = parse_deadline)]
     deadline: Option<std::time::Duration>,
+    /// The pod's service account (spec.serviceAccountName), for credential
+    /// plugins with tokenAttributes; the daemon looks it up and mints its
+    /// token when configured with credentials.kubeconfig.
+    #[arg(long, value_name = "NAME")]
+    service_account: Option<String>,
+    /// A token minted for the pod, for one audience: AUDIENCE=FILE (the
+    /// token is read from the file, never given on the command line), repeatable.
+    #[arg(long = "service-account-token", value_name = "AUDIENCE=FILE", value_parser = parse_token_file, requires = "service_account")]
+    service_account_tokens: Vec<(String, PathBuf)>,
+}
+
+/// `--service-account-token`: AUDIENCE=FILE.
+fn parse_token_file(text: &str) -> Result<(String, PathBuf), String> {
+    match text.split_once('=') {
+        Some((audience, file)) if !audience.is_empty() && !file.is_empty() => {
+            Ok((audience.to_string(), PathBuf::from(file)))
+        }
+        _ => Err("must be AUDIENCE=FILE (the token itself goes in the file)".into()),
+    }
 }
 
 // `imagectl prefetch`'s arguments.
@@ -191,9 +210,12 @@ fn main() -> ExitCode {
 }
 
 /// `--deadline`: a duration no larger than the daemon accepts.
+/// `--deadline`: a Go duration, as every duration imaged reads.
 fn parse_deadline(text: &str) -> Result<std::time::Duration, String> {
-    let d = humantime::parse_duration(text).map_err(|e| e.to_string())?;
-    imaged::domain::limits::check_duration(d, || text.to_string()).map_err(|e| e.reason())
+    imaged::config::duration("--deadline", text).map_err(|e| match e {
+        imaged::config::ConfigError::Invalid { reason, .. } => reason,
+        other => other.to_string(),
+    })
 }
 
 /// `--pod`: NAMESPACE/NAME, both parts non-empty, as kubectl writes a pod.

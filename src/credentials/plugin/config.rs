@@ -223,7 +223,7 @@ fn load_with_hash(config_path: &Path) -> Result<(Vec<ProviderSpec>, String), Pro
     let mut hasher = sha2::Sha256::new();
     let mut providers: Vec<RawProvider> = Vec::new();
     for file in config_files(config_path)? {
-        let bytes = std::fs::read(&file)
+        let bytes = crate::files::read(&file, crate::files::CONFIG_FILE_LIMIT)
             .map_err(|e| ProviderConfigError::Read { path: file.clone(), reason: e.to_string() })?;
         // Length-prefixed, so file boundaries change the hash.
         hasher.update((bytes.len() as u64).to_be_bytes());

@@ -257,6 +257,34 @@ fn gc_reasons_fails_when_gc_keeps_an_unused_image_as_in_use() {
 }
 
 #[test]
+fn gc_reasons_lets_a_restarted_process_keep_the_images_of_its_records_for_one_window() {
+    let epoch = SystemTime::UNIX_EPOCH + super::super::world::SIM_EPOCH;
+    let mut c = checker(&["gc.image_minimum_gc_age = \"2m\""], pod(PUBLIC, SecretKind::None));
+    let mut snap = Snapshot::default();
+    let record = ImageRecord {
+        key: crate::gc::record::RecordKey::id("sha256:known"),
+        first_detected: epoch,
+        last_used: None,
+        size: 1,
+        pinned: false,
+        repo_tags: Vec::new(),
+        repo_digests: Vec::new(),
+    };
+    snap.images.insert("sha256:known".into(), record);
+    c.absorb(vec![at(100, What::Life { inc: 1, what: Life::Killed })]).unwrap();
+    c.restarted(snap, &BTreeSet::new()).unwrap();
+    c.absorb(vec![at(101, What::Life { inc: 2, what: Life::Started })]).unwrap();
+    let in_use = Verdict::Keep(KeepReason::InUse);
+    assert_eq!(broke(c.gc_report(&report(vec![("sha256:known", 10, in_use.clone())], 0, 150))), "nothing");
+    assert_eq!(broke(c.gc_report(&report(vec![("sha256:other", 10, in_use.clone())], 0, 160))), "gc-reasons");
+    assert_eq!(
+        broke(c.gc_report(&report(vec![("sha256:known", 10, in_use)], 0, 300))),
+        "gc-reasons",
+        "after the window"
+    );
+}
+
+#[test]
 fn durable_fails_when_an_acknowledged_record_or_a_killed_pulls_intent_is_not_on_disk() {
     let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
     c.absorb(vec![at(1, started(1)), at(2, ok(1, "sha256:11"))]).unwrap();

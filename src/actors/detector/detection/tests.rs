@@ -214,3 +214,44 @@ fn the_sandbox_image_stays_protected_when_its_status_call_fails() {
     l.sandbox = Some(ImageStatus::default());
     assert_eq!(d.apply(l).0.sandbox_image_id, None);
 }
+
+#[test]
+fn after_a_restart_on_durable_records_their_images_count_as_in_use_for_one_window_without_a_use() {
+    let clock = ManualClock::new();
+    let mut d = Detector::new(&settings(), InUseHints::default(), clock.clock());
+    // Records from before the restart: "old" was last used long ago.
+    let (_, _) = d.apply(listed(vec![img("sha256:old", "old:1")], vec![]));
+    let before: Vec<ImageRecord> = d.last().unwrap().records.iter().cloned().collect();
+    let last_used = before[0].last_used;
+    clock.advance(Duration::from_secs(3_600));
+    let mut restarted = Detector::new(&settings(), InUseHints::default(), clock.clock());
+    restarted.load(before);
+    let l = || listed(vec![img("sha256:old", "old:1"), img("sha256:new", "new:1")], vec![]);
+    let (det, write) = restarted.apply(l());
+    assert_eq!(
+        det.in_use.get("sha256:old").map(Vec::as_slice),
+        Some(["maybe ensured before the restart".to_string()].as_slice()),
+        "it may have been ensured just before the restart"
+    );
+    assert!(!det.in_use.contains_key("sha256:new"), "an image the records did not know is young: min age keeps it");
+    let old = det.records.get(&RecordKey::id("sha256:old")).unwrap();
+    assert_eq!(old.last_used, last_used, "the grace is not a use");
+    assert!(write.is_some_and(|w| w.upserts.iter().all(|r| r.key.id != "sha256:old")), "nothing to write for it");
+    clock.advance(Duration::from_secs(121));
+    let (det, _) = restarted.apply(l());
+    assert!(det.in_use.is_empty(), "one window only: {:?}", det.in_use);
+}
+
+#[test]
+fn no_grace_without_a_window_or_without_records() {
+    let clock = ManualClock::new();
+    let zero = DetectorSettings { recent_window: Duration::ZERO, ..settings() };
+    let mut d = Detector::new(&zero, InUseHints::default(), clock.clock());
+    let (first, _) = d.apply(listed(vec![img("sha256:a", "a:1")], vec![]));
+    let mut restarted = Detector::new(&zero, InUseHints::default(), clock.clock());
+    restarted.load(first.records.iter().cloned().collect());
+    assert!(restarted.apply(listed(vec![img("sha256:a", "a:1")], vec![])).0.in_use.is_empty());
+    let mut empty = Detector::new(&settings(), InUseHints::default(), clock.clock());
+    empty.load(vec![]);
+    assert!(empty.apply(listed(vec![img("sha256:a", "a:1")], vec![])).0.in_use.is_empty());
+}
