@@ -531,7 +531,11 @@ impl Checker {
             EventReason::BackOff if entry.is_none_or(|b| now.saturating_sub(b.last) >= b.hi) => {
                 let why = match entry {
                     None => "no failure is on record".to_string(),
-                    Some(b) => format!("the last failure was {} ago, the period is {}", secs(now - b.last), secs(b.hi)),
+                    Some(b) => format!(
+                        "the last failure was {} ago, the period is {}",
+                        secs(now.saturating_sub(b.last)),
+                        secs(b.hi)
+                    ),
                 };
                 return Err(self.fail("backoff-law", format!("pod {uid} got BackOff for {image} though {why}")));
             }
@@ -544,7 +548,7 @@ impl Checker {
                         "backoff-law",
                         format!(
                             "pod {uid} pulled {image} {} after a failure, inside its back-off period of {}",
-                            secs(now - b.last),
+                            secs(now.saturating_sub(b.last)),
                             secs(b.lo)
                         ),
                     ));
@@ -934,7 +938,11 @@ impl Checker {
         if let Some((id, (at, inc, ..))) = self.pending.iter().find(|(_, p)| now.saturating_sub(p.0) > LIVENESS_WAIT) {
             return Err(self.fail(
                 "liveness",
-                format!("ensure #{id} (imaged#{inc}, since {}) unanswered after {}", secs(*at), secs(now - *at)),
+                format!(
+                    "ensure #{id} (imaged#{inc}, since {}) unanswered after {}",
+                    secs(*at),
+                    secs(now.saturating_sub(*at))
+                ),
             ));
         }
         if self.inc == 0 {

@@ -265,7 +265,7 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
 }
 
 fn bar(done: u64, of: u64, width: u64) -> String {
-    let full = if of == 0 { width } else { done * width / of };
+    let full = (done * width).checked_div(of).unwrap_or(width);
     let full = usize::try_from(full).unwrap_or(0);
     let width = usize::try_from(width).unwrap_or(0);
     format!("{}{}", "#".repeat(full), ".".repeat(width.saturating_sub(full)))

@@ -270,7 +270,7 @@ impl World {
             let id = self.next_inc.get();
             self.next_inc.set(id + 1);
             before_start(&self, id);
-            let inc = self.spawn_incarnation(id);
+            let inc = Self::spawn_incarnation(id);
             *self.current.borrow_mut() = Some(inc.clone());
             match self.start_node(&inc).await {
                 Ok(node) => {
@@ -305,7 +305,7 @@ impl World {
         }
     }
 
-    fn spawn_incarnation(&self, id: u32) -> Rc<Incarnation> {
+    fn spawn_incarnation(id: u32) -> Rc<Incarnation> {
         let local = Rc::new(LocalSet::new());
         let polled = local.clone();
         let runner = tokio::task::spawn_local(async move { polled.run_until(std::future::pending::<()>()).await });
