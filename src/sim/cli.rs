@@ -103,7 +103,7 @@ fn summary_line(o: &Outcome, wall: Duration) -> String {
     let s = &o.stats;
     format!(
         "seed {}: {} steps, {} simulated in {:.1}s: {} ensures ({} ok, {} errors, {} lost), {} runtime pulls, {} removals, \
-         {} starts, {} kills, {} GC reports, {} store checks: {}",
+         {} starts, {} kills, {} GC reports, {} store checks, trace {:016x}: {}",
         o.seed,
         o.steps,
         humantime::format_duration(Duration::from_secs(o.simulated.as_secs())),
@@ -118,6 +118,7 @@ fn summary_line(o: &Outcome, wall: Duration) -> String {
         s.kills,
         s.gc_reports,
         s.store_checks,
+        o.trace_hash,
         o.violation.as_ref().map_or("every invariant held".to_string(), |v| format!("`{}` broke", v.invariant)),
     )
 }
