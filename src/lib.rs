@@ -46,6 +46,9 @@
 //!   [`http`]: `/metrics`, `/healthz` and `/readyz` on loopback.
 //! - [`config`], [`telemetry`], [`error`]: configuration, logging, exit codes;
 //!   [`kubelet_config`]: the image fields of a KubeletConfiguration file.
+//! - [`sim`]: the whole-node simulator (`imaged simulate`): the real actors,
+//!   runtime and store on paused time under a seeded workload, faults and
+//!   crashes, with invariants checked after every step.
 //! - [`demo`]: the README's main job (`imaged demo`: a node workload replayed on
 //!   the embedded runtime, live, with a summary); [`cli`]: flags shared by the binaries.
 #![forbid(unsafe_code)]
@@ -53,6 +56,7 @@
 
 pub mod actors;
 pub mod api;
+pub mod blocking;
 pub mod cli;
 pub mod clock;
 pub mod config;
@@ -75,6 +79,7 @@ pub mod kubelet_config;
 pub mod metrics;
 pub mod node;
 pub mod pull_records;
+pub mod sim;
 pub mod store;
 pub mod telemetry;
 #[cfg(any(test, feature = "test-util"))]

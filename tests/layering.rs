@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 /// Lowest first. Edges may go down or sideways, never up.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("pure types, bounded reads of outside files", &["domain", "clock", "files"]),
+    ("pure types, bounded reads of outside files", &["domain", "clock", "files", "blocking"]),
     ("protocols and pure logic", &["cri", "events", "gc", "kubelet_config"]),
     ("handles: faults, metrics, the store", &["fault", "metrics", "store"]),
     ("node-side logic", &["credentials", "pull_records", "embedded"]),
@@ -21,7 +21,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("the ensure flow", &["ensure"]),
     ("configuration", &["config"]),
     ("wiring", &["error", "telemetry", "connect", "node"]),
-    ("front ends", &["api", "cri_front", "http", "daemon", "demo", "cli"]),
+    ("front ends", &["api", "cri_front", "http", "daemon", "demo", "sim", "cli"]),
 ];
 
 /// Modules outside the layering: test support, compiled only for tests.

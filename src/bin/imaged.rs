@@ -32,6 +32,10 @@ enum Command {
         #[arg(long)]
         no_api: bool,
     },
+    /// The whole-node simulation: imaged's actors, the embedded runtime and the store on simulated
+    /// time under a seeded workload, faults and crashes, with invariants checked after every step
+    /// (docs/simulation.md). Exit code 1 when an invariant breaks.
+    Simulate(imaged::sim::cli::SimulateArgs),
     /// Serve the embedded CRI runtime on a unix socket until SIGINT/SIGTERM.
     EmbeddedRuntime {
         /// Socket path to serve on.
@@ -69,6 +73,14 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<(), AppError> {
+    if let Command::Simulate(args) = &cli.command {
+        // Its own settings per seed; logs only when RUST_LOG asks.
+        if std::env::var_os("RUST_LOG").is_some() {
+            let log = imaged::config::LogSettings { format: imaged::config::LogFormat::Text, filter: "info".into() };
+            let _ = imaged::telemetry::init(&log).map_err(AppError::Other)?;
+        }
+        return imaged::sim::cli::simulate(args);
+    }
     let sources = match &cli.command {
         Command::Demo { .. } => imaged::demo::sources(cli.config.sources()),
         _ => cli.config.sources(),
@@ -92,6 +104,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
             let opts = imaged::demo::DemoOptions { seed, serve_api: !no_api };
             actix::System::new().block_on(async move { imaged::demo::run_main_job(cfg, &opts).await.map(|_| ()) })
         }
+        Command::Simulate(_) => Ok(()),
         Command::EmbeddedRuntime { socket, empty, state_dir } => {
             let rt = match state_dir.or(cfg.embedded_state_dir) {
                 Some(dir) => EmbeddedRuntime::start_persistent(&socket, &dir)?,

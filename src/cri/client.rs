@@ -63,6 +63,18 @@ impl CriClient {
         })
     }
 
+    /// A client over a channel the caller built (the simulator's in-process
+    /// transport to its embedded runtime); `endpoint` names it in logs.
+    pub fn over_channel(endpoint: CriEndpoint, channel: Channel) -> Self {
+        Self {
+            endpoint,
+            images: ImageServiceClient::new(channel.clone()).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE),
+            runtime: RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE),
+            channel,
+            slots: Arc::default(),
+        }
+    }
+
     /// One `ImageService` call as bytes: `request` is sent as it is and the
     /// answer comes back as the runtime encoded it, unknown fields and all
     /// (for a front that forwards calls; see [`super::wire`]).

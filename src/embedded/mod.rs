@@ -20,6 +20,7 @@
 
 mod catalogue;
 mod clock;
+mod in_process;
 mod persist;
 mod reference;
 mod server;
@@ -32,6 +33,7 @@ use std::thread::JoinHandle;
 use tokio::sync::oneshot;
 
 pub use catalogue::{RemoteImage, demo_catalogue};
+pub use in_process::{IN_PROCESS_ENDPOINT, InProcessRuntime};
 pub use persist::{LOCK_FILE, STATE_FILE, SaveError};
 pub use server::{PULL_LOG_MAX, RuntimeStats};
 pub use state::IMAGE_FS_MOUNTPOINT;
@@ -74,6 +76,66 @@ pub enum EmbeddedError {
     },
 }
 
+/// What the runtime does, told to an [`Observer`] as it happens (the
+/// simulator's invariants watch the runtime's side of every call).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observed {
+    /// A `PullImage` arrived (before any fault): the image as asked, its
+    /// runtime handler, and its credentials' identity
+    /// ([`AuthConfig::identity`](crate::domain::AuthConfig::identity)).
+    PullStarted {
+        /// Numbers the pull for its `PullEnded`.
+        call: u64,
+        /// The image as the call names it.
+        image: String,
+        /// The call's runtime handler.
+        runtime_handler: String,
+        /// The credentials' identity, `None` when anonymous.
+        auth: Option<String>,
+    },
+    /// That pull ended: with the image id once the image is in place, or
+    /// without (it failed, or its call was dropped).
+    PullEnded {
+        /// The `PullStarted` call.
+        call: u64,
+        /// The image pulled, `None` when it did not finish.
+        image_id: Option<String>,
+    },
+    /// A `RemoveImage` is about to remove this image.
+    Removing {
+        /// Image id.
+        id: String,
+        /// Its tags and digests.
+        names: Vec<String>,
+        /// The runtime's pinned flag.
+        pinned: bool,
+        /// Containers (any state) whose image it is.
+        used_by: Vec<String>,
+    },
+}
+
+/// Receives [`Observed`]s, on the thread serving the call, at times with
+/// the runtime's state locked: it must not call the runtime.
+#[derive(Clone)]
+pub struct Observer(Arc<dyn Fn(&Observed) + Send + Sync>);
+
+impl Observer {
+    /// An observer calling `f`.
+    pub fn new(f: impl Fn(&Observed) + Send + Sync + 'static) -> Self {
+        Self(Arc::new(f))
+    }
+
+    fn tell(&self, what: &Observed) {
+        (self.0)(what);
+    }
+}
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observer")
+    }
+}
+
 struct ServerThread {
     stop: oneshot::Sender<()>,
     join: JoinHandle<()>,
@@ -102,6 +164,12 @@ impl EmbeddedRuntime {
         let mut rt = Self { shared: Arc::new(Shared::default()), socket: socket.into(), server: None };
         rt.resume()?;
         Ok(rt)
+    }
+
+    /// A handle on `shared` that serves nothing and stops nothing (an
+    /// [`InProcessRuntime`]'s).
+    fn detached(shared: Arc<Shared>) -> Self {
+        Self { shared, socket: PathBuf::new(), server: None }
     }
 
     /// Starts serving on `socket` with its state kept in `state_dir`
@@ -205,7 +273,9 @@ impl EmbeddedRuntime {
             let _ = s.stop.send(());
             let _ = s.join.join();
         }
-        let _ = std::fs::remove_file(&self.socket);
+        if !self.socket.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&self.socket);
+        }
     }
 
     /// Adds a remote image the runtime can pull (its name is normalised).
@@ -274,6 +344,11 @@ impl EmbeddedRuntime {
             st.touch();
         }
         self.saved();
+    }
+
+    /// Removes a pod sandbox by id.
+    pub fn remove_sandbox(&self, id: &str) {
+        self.shared.state().sandboxes.retain(|s| s.id != id);
     }
 
     /// Sets the simulated image filesystem's capacity in bytes.

@@ -117,6 +117,13 @@ pub struct Shared {
     pub stream_images_off: std::sync::atomic::AtomicBool,
     /// `StreamImages` calls received (served or refused).
     pub stream_calls: AtomicU64,
+    /// Simulated pull times are tokio sleeps, not the precise clock thread
+    /// (the in-process runtime on the simulator's paused time).
+    pub tokio_time: std::sync::atomic::AtomicBool,
+    /// Told what the runtime does (the simulator's invariants).
+    pub observer: Mutex<Option<super::Observer>>,
+    /// Numbers the pulls told to the observer.
+    pub observed_calls: AtomicU64,
     /// Where the state is kept across restarts (`None` = memory only).
     pub(super) state_dir: Option<super::persist::StateDir>,
 }
@@ -128,6 +135,37 @@ impl Shared {
     /// Locks the state (a poisoned lock is still usable: state is plain data).
     pub fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Tells the observer, if any (with the state's lock held by some
+    /// callers: an observer must not call the runtime).
+    pub fn observe(&self, what: &super::Observed) {
+        let observer = self.observer.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        if let Some(o) = observer {
+            o.tell(what);
+        }
+    }
+
+    /// A pull the observer hears begin now and end when the guard is
+    /// finished or dropped.
+    fn observe_pull(&self, spec: &ImageSpec, auth: Option<&AuthConfig>) -> ObservedPull<'_> {
+        let call = self.observed_calls.fetch_add(1, Ordering::Relaxed);
+        self.observe(&super::Observed::PullStarted {
+            call,
+            image: spec.image.clone(),
+            runtime_handler: spec.runtime_handler.clone(),
+            auth: auth.map(AuthConfig::identity),
+        });
+        ObservedPull { shared: self, call, ended: false }
+    }
+
+    /// Waits a simulated pull time.
+    async fn pull_time(&self, d: std::time::Duration) {
+        if self.tokio_time.load(Ordering::Relaxed) {
+            tokio::time::sleep(d).await;
+        } else {
+            super::clock::wait(d).await;
+        }
     }
 
     /// Makes the state durable when a state directory keeps it (blocks on
@@ -219,6 +257,29 @@ impl Drop for Serving<'_> {
     }
 }
 
+/// Tells the observer a pull ended: with its image id once finished, or
+/// without (failed, cancelled) when dropped first.
+struct ObservedPull<'a> {
+    shared: &'a Shared,
+    call: u64,
+    ended: bool,
+}
+
+impl ObservedPull<'_> {
+    fn finished(mut self, image_id: &str) {
+        self.ended = true;
+        self.shared.observe(&super::Observed::PullEnded { call: self.call, image_id: Some(image_id.to_string()) });
+    }
+}
+
+impl Drop for ObservedPull<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.shared.observe(&super::Observed::PullEnded { call: self.call, image_id: None });
+        }
+    }
+}
+
 /// Decrements the in-flight pull count when a pull ends, however it ends
 /// (a cancelled RPC drops its future mid-sleep).
 struct InFlight<'a>(&'a Counters);
@@ -299,15 +360,16 @@ impl ImageService for CriService {
         let r = req.into_inner();
         let spec = spec_of(r.image)?;
         log_pull(&mut self.shared.pull_log.lock().unwrap_or_else(std::sync::PoisonError::into_inner), &spec.image);
-        let (lost, _serving) = self.shared.gate(Rpc::PullImage, Some(&spec.image)).await?;
         let auth: Option<AuthConfig> = r.auth.map(Into::into);
+        let observed = self.shared.observe_pull(&spec, auth.as_ref());
+        let (lost, _serving) = self.shared.gate(Rpc::PullImage, Some(&spec.image)).await?;
         let planned = self.shared.state().plan_pull(&spec, auth.as_ref()).map_err(|e| Status::from(&e))?;
         let c = &self.shared.counters;
         let now = c.pulls_in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         c.max_pulls_in_flight.fetch_max(now, Ordering::Relaxed);
         let guard = InFlight(c);
         if !planned.remote.pull_latency.is_zero() {
-            super::clock::wait(planned.remote.pull_latency).await;
+            self.shared.pull_time(planned.remote.pull_latency).await;
         }
         // Room is checked again at the end: other pulls may have filled the disk.
         let id = {
@@ -315,6 +377,7 @@ impl ImageService for CriService {
             let p = st.plan_pull(&spec, auth.as_ref()).map_err(|e| Status::from(&e))?;
             st.finish_pull(&p, &spec)
         };
+        observed.finished(&id);
         // Answered only once the image is on disk (with a state directory).
         persist(&self.shared).await?;
         drop(guard);
@@ -328,7 +391,24 @@ impl ImageService for CriService {
     ) -> Result<Response<pb::RemoveImageResponse>, Status> {
         let spec = spec_of(req.into_inner().image)?;
         let (lost, _serving) = self.shared.gate(Rpc::RemoveImage, Some(&spec.image)).await?;
-        let r = self.shared.state().remove_image(&spec).map_err(|e| Status::from(&e));
+        let r = {
+            let mut st = self.shared.state();
+            if let Ok(Some(image)) = st.lookup(&spec.image) {
+                let used_by = st
+                    .containers
+                    .iter()
+                    .filter(|c| c.image_ref == image.id || c.image_id == image.id)
+                    .map(|c| c.id.clone())
+                    .collect();
+                self.shared.observe(&super::Observed::Removing {
+                    id: image.id.clone(),
+                    names: image.repo_tags.iter().chain(&image.repo_digests).cloned().collect(),
+                    pinned: image.pinned,
+                    used_by,
+                });
+            }
+            st.remove_image(&spec).map_err(|e| Status::from(&e))
+        };
         if r.is_ok() {
             persist(&self.shared).await?;
         }

@@ -148,7 +148,7 @@ impl ImageManager {
             let _in_flight = in_flight;
             let result = match ticket.await {
                 Ok(outcome) => {
-                    manager.record_pull_end(&spec.image, &requested, Some(&outcome), &proves).await;
+                    manager.record_pull_end(&spec.image, &requested, Ok(&outcome), &proves).await;
                     // Pulled for a pod to come: GC keeps it as if just used.
                     manager.mark_ensured(&outcome.image_ref);
                     tracing::info!(
@@ -160,7 +160,7 @@ impl ImageManager {
                     Ok(outcome.image_ref)
                 }
                 Err(failure) => {
-                    manager.record_pull_end(&spec.image, &requested, None, &proves).await;
+                    manager.record_pull_end(&spec.image, &requested, Err(&failure), &proves).await;
                     let text = format!("Failed to pull image {}: {failure}", quote(&requested));
                     tracing::warn!(image = requested, error = %failure, "prefetch failed");
                     Err(text)

@@ -69,7 +69,7 @@ impl ImageManager {
         {
             let _ = self.backoff.recovered.try_send(RegistryRecovered { registry: registry.clone() });
         }
-        Box::pin(self.record_pull_end(&spec.image, requested, result.as_ref().ok(), proves)).await;
+        Box::pin(self.record_pull_end(&spec.image, requested, result.as_ref(), proves)).await;
         intent.disarm();
         match result {
             Ok(outcome) => Ok(self.pulled(req, &outcome, start)),
@@ -209,25 +209,27 @@ impl ImageManager {
         Err(self.fail(kind, msg, class))
     }
 
-    /// KEP-2535: what a pull's end proves. Pulled (`outcome` with `pulled`):
-    /// the record, with what the credential that worked proves (`proves`,
-    /// one per credential tried); otherwise (failed, or found present) the
-    /// pull only ends its intent.
+    /// KEP-2535: what a pull's end proves. Pulled (an outcome with
+    /// `pulled`): the record, with what the credential that worked proves
+    /// (`proves`, one per credential tried); failed, or found present: the
+    /// pull only ends its intent; failed in a way that leaves the runtime's
+    /// pull unknown ([`PullFailure::outcome_unknown`]): the intent stays.
     pub(super) async fn record_pull_end(
         &self,
         image: &str,
         requested: &str,
-        outcome: Option<&PullOutcome>,
+        result: Result<&PullOutcome, &PullFailure>,
         proves: &[ImagePullCredentials],
     ) {
-        match outcome.filter(|o| o.pulled) {
-            Some(o) => {
+        match result {
+            Ok(o) if o.pulled => {
                 let used = credentials_used(proves, o.credential, requested);
                 if let Err(e) = self.records.record_image_pulled(image, &o.image_ref, &used).await {
                     tracing::warn!(image = requested, error = %e, "failed to record an image pulled record");
                 }
             }
-            None => self.records.record_image_pull_failed(image).await,
+            Err(f) if f.outcome_unknown() => self.records.record_image_pull_unknown(image).await,
+            _ => self.records.record_image_pull_failed(image).await,
         }
     }
 

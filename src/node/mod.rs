@@ -38,6 +38,7 @@ use crate::actors::gc_executor::{DeleteUnusedImages, GcError, GcReport, GetLastG
 use crate::actors::pull_queue::{
     GetQueueStatus, ListPulls, PullInfo, PullPhaseChanged, PullQueueActor, QueueStatus, SubscribePhases,
 };
+use crate::clock::Clock;
 use crate::config::{Config, GcSettings};
 use crate::connect::ConnectedRuntime;
 use crate::cri::{CriEndpoint, CriError};
@@ -127,14 +128,22 @@ impl Node {
         // after waiting for the runtime.
         let node_credentials = crate::connect::node_credentials(&cfg)?;
         let runtime = crate::connect::runtime(&cfg).await?;
-        wiring::start(cfg, runtime, node_credentials).await
+        wiring::start(cfg, runtime, node_credentials, Clock::new()).await
     }
 
     /// Starts every actor over an already connected runtime (an embedder's
     /// own gateway, or a test's).
     pub async fn start_on(cfg: Config, runtime: ConnectedRuntime) -> Result<Self, AppError> {
+        Self::start_on_clock(cfg, runtime, Clock::new()).await
+    }
+
+    /// [`Node::start_on`] with the clock durable records are stamped with
+    /// and GC reads ages from (the pull records' clock, shared with the GC
+    /// actors). The simulator gives each restarted node a clock whose
+    /// wall-clock time goes on from the last one's.
+    pub async fn start_on_clock(cfg: Config, runtime: ConnectedRuntime, clock: Clock) -> Result<Self, AppError> {
         let node_credentials = crate::connect::node_credentials(&cfg)?;
-        wiring::start(cfg, runtime, node_credentials).await
+        wiring::start(cfg, runtime, node_credentials, clock).await
     }
 
     /// The configuration the node started with (see

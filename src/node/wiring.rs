@@ -36,6 +36,7 @@ pub(super) async fn start(
     cfg: Config,
     runtime: ConnectedRuntime,
     node_credentials: Arc<NodeCredentials>,
+    clock: Clock,
 ) -> Result<Node, AppError> {
     let gateway = &runtime.gateway;
     let mailbox = |_| AppError::Mailbox("CRI gateway".into());
@@ -62,6 +63,7 @@ pub(super) async fn start(
     };
     let records = PullRecords::open(cfg.verification.clone(), store.clone())
         .map_err(|e| AppError::Other(format!("opening the pull records: {e}")))?
+        .with_clock(clock)
         .with_metrics(cfg.pull.metrics.clone());
     match recover_intents_from_runtime(&records, gateway).await {
         Ok(0) => {}

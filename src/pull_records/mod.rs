@@ -62,6 +62,10 @@ struct State {
     in_flight: HashMap<String, u32>,
     /// Images with an intent in the store (this process's, or left by a crash).
     stored_intents: HashSet<String>,
+    /// Images a pull of which ended with its outcome unknown (the runtime
+    /// may have finished it, or may still): their intents stay on disk
+    /// for the rest of this process, as a crash would leave them.
+    unknown: HashSet<String>,
 }
 
 impl State {
@@ -179,6 +183,19 @@ impl PullRecords {
                 names: Mutex::default(),
             }),
         }
+    }
+
+    /// These records stamped with `clock` instead of one starting at the
+    /// system time now: the simulator's, whose wall-clock time goes on
+    /// across a simulated restart. Call it before cloning the handle (the
+    /// clones made before keep their clock).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        match Arc::get_mut(&mut self.inner) {
+            Some(inner) => inner.clock = clock,
+            None => tracing::warn!("pull records already shared: the new clock is ignored"),
+        }
+        self
     }
 
     /// The verification policy.
@@ -328,9 +345,10 @@ impl PullRecords {
     }
 
     /// [`PullRecords::record_pull_intent`], returning a guard that ends the
-    /// intent (as a failed pull) if it is dropped before
+    /// pull (as one whose outcome is unknown, see
+    /// [`PullRecords::record_image_pull_unknown`]) if it is dropped before
     /// [`IntentGuard::disarm`]: an ensure whose caller gave up mid-pull does
-    /// not leave the intent counted for the rest of the process.
+    /// not stay counted as in flight, and its intent stays on disk.
     pub async fn begin_pull(&self, image: &str) -> Result<IntentGuard, StoreError> {
         self.record_pull_intent(image).await?;
         Ok(IntentGuard { records: Some(self.clone()), image: image.to_string() })
@@ -362,16 +380,44 @@ impl PullRecords {
         self.write_pulled(image_ref, &repo, creds, Some(&key), true).await
     }
 
+    /// One pull of `image` ended and imaged does not know how: its reply
+    /// was lost (a deadline, a dropped connection), its queue stopped, or
+    /// its caller gave up, while the runtime may have pulled the image or
+    /// may still. The pull no longer counts as in flight, but its intent
+    /// stays on disk for the rest of this process (later pulls of the image
+    /// do not end it), so the image keeps counting as pulled by imaged —
+    /// never as preloaded — until the next start recovers the intent into a
+    /// record. The kubelet deletes the intent here (`RecordImagePullFailed`),
+    /// which turns an image pulled for one pod into a preloaded image every
+    /// pod may use (found by the simulator, seed 3).
+    pub async fn record_image_pull_unknown(&self, image: &str) {
+        let key = image_key(image);
+        let _w = self.inner.writes.lock().await;
+        let mut st = self.state();
+        st.unknown.insert(key.clone());
+        if let Some(n) = st.in_flight.get_mut(&key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                st.in_flight.remove(&key);
+            }
+        }
+    }
+
     /// The kubelet's `RecordImagePullFailed` (also used when a pull turned
     /// out not to be needed): one pull of `image` ended without a record;
-    /// the intent is deleted when it was the last one in flight.
+    /// the intent is deleted when it was the last one in flight (and no
+    /// pull of it ended unknown, see [`PullRecords::record_image_pull_unknown`]).
     pub async fn record_image_pull_failed(&self, image: &str) {
         let key = image_key(image);
         let _w = self.inner.writes.lock().await;
         let last = self.state().in_flight.get(&key).is_none_or(|n| *n <= 1);
-        if !last {
-            if let Some(n) = self.state().in_flight.get_mut(&key) {
-                *n -= 1;
+        if !last || self.state().unknown.contains(&key) {
+            let mut st = self.state();
+            if let Some(n) = st.in_flight.get_mut(&key) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    st.in_flight.remove(&key);
+                }
             }
             return;
         }
@@ -400,7 +446,7 @@ impl PullRecords {
         let _w = self.inner.writes.lock().await;
         let (existing, last_intent) = {
             let st = self.state();
-            let last = intent.map(|k| st.in_flight.get(k).is_none_or(|n| *n <= 1));
+            let last = intent.map(|k| st.in_flight.get(k).is_none_or(|n| *n <= 1) && !st.unknown.contains(k));
             (st.records.get(image_ref).cloned(), last)
         };
         let now = self.inner.clock.now();
@@ -427,19 +473,23 @@ impl PullRecords {
                 st.in_flight.remove(key);
                 st.stored_intents.remove(key);
             } else if let Some(n) = st.in_flight.get_mut(key) {
-                *n -= 1;
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    st.in_flight.remove(key);
+                }
             }
         }
         Ok(())
     }
 
-    /// Writes `w` to the store on the blocking pool (nothing without a store).
+    /// Writes `w` to the store on the blocking pool, or inline under the
+    /// simulator (`crate::blocking`); nothing without a store.
     async fn commit(&self, w: PullRecordsWrite) -> Result<(), StoreError> {
         let Some(store) = self.inner.store.clone() else { return Ok(()) };
         if w.is_empty() {
             return Ok(());
         }
-        match tokio::task::spawn_blocking(move || store.apply_pull_records(&w)).await {
+        match crate::blocking::unblock(move || store.apply_pull_records(&w)).await {
             Ok(r) => r,
             Err(e) => Err(StoreError::Blocking(e.to_string())),
         }
@@ -466,7 +516,8 @@ impl Drop for IntentGuard {
         let image = std::mem::take(&mut self.image);
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
-                handle.spawn(async move { records.record_image_pull_failed(&image).await });
+                // Its caller gave up: the pull may go on, its outcome unknown.
+                handle.spawn(async move { records.record_image_pull_unknown(&image).await });
             }
             Err(_) => tracing::warn!(image, "pull intent left in place: no runtime to end it on"),
         }

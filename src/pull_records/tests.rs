@@ -508,19 +508,22 @@ fn must_pull_results_have_the_kubelets_labels_and_a_stable_index() {
 }
 
 #[tokio::test]
-async fn a_dropped_intent_guard_ends_the_intent_and_a_disarmed_one_does_not() {
+async fn a_dropped_intent_guard_ends_the_pull_but_keeps_its_intent_and_a_disarmed_one_ends_nothing() {
     let r = PullRecords::in_memory(VerifyPolicy::default());
     let guard = r.begin_pull(IMAGE).await.unwrap();
     assert_eq!(r.stored_intents().len(), 1);
-    drop(guard); // the caller gave up mid-pull
+    drop(guard); // the caller gave up mid-pull: the runtime may still pull it
     for _ in 0..100 {
-        if r.stored_intents().is_empty() {
-            break;
-        }
         tokio::task::yield_now().await;
     }
-    assert!(r.stored_intents().is_empty(), "ended by the guard");
+    assert_eq!(r.stored_intents().len(), 1, "the intent stays: the pull's outcome is unknown");
+    // A later pull of it that fails does not end the intent either.
+    r.record_pull_intent(IMAGE).await.unwrap();
+    r.record_image_pull_failed(IMAGE).await;
+    assert_eq!(r.stored_intents().len(), 1);
+    assert!(r.must_attempt_pull(IMAGE, REF, pod(vec![])).await.unwrap(), "never preloaded");
 
+    let r = PullRecords::in_memory(VerifyPolicy::default());
     let guard = r.begin_pull(IMAGE).await.unwrap();
     r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::node_accessible()).await.unwrap();
     guard.disarm();
@@ -554,4 +557,26 @@ async fn a_name_imaged_never_pulled_keeps_its_preloaded_standing() {
     let strict = PullRecords::in_memory(VerifyPolicy::new(VerificationPolicy::AlwaysVerify));
     strict.record_image_pulled(IMAGE, REF, &y_secret).await.unwrap();
     assert!(strict.must_attempt_pull(X, REF, pod(vec![])).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_pull_whose_outcome_is_unknown_keeps_its_intent_and_the_image_is_never_preloaded() {
+    let r = PullRecords::in_memory(VerifyPolicy::default());
+    r.record_pull_intent(IMAGE).await.unwrap();
+    r.record_image_pull_unknown(IMAGE).await;
+    assert_eq!(r.stored_intents().len(), 1);
+    // The image turned up (the runtime finished the lost pull): it is imaged's,
+    // so a pod must show its credentials.
+    assert!(r.must_attempt_pull(IMAGE, REF, pod(vec![])).await.unwrap());
+    // A later successful pull records the image; the intent still stays, for
+    // the next start's recovery.
+    r.record_pull_intent(IMAGE).await.unwrap();
+    r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::node_accessible()).await.unwrap();
+    assert_eq!(r.stored_intents().len(), 1);
+    assert!(!r.must_attempt_pull(IMAGE, REF, pod(vec![])).await.unwrap(), "the record lets every pod use it");
+    // A known failure of another image ends its intent as before.
+    const OTHER: &str = "docker.io/library/other:1";
+    r.record_pull_intent(OTHER).await.unwrap();
+    r.record_image_pull_failed(OTHER).await;
+    assert_eq!(r.stored_intents(), vec![image_key(IMAGE)]);
 }

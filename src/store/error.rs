@@ -63,6 +63,14 @@ pub enum StoreError {
         /// The database file.
         path: PathBuf,
     },
+    /// The store was fenced ([`Store::fence`](super::Store::fence)): the
+    /// simulator killed the process that had it open, and nothing it left
+    /// running may write any more.
+    #[error("database {} is fenced: its process was killed", path.display())]
+    Fenced {
+        /// The database file.
+        path: PathBuf,
+    },
     /// redb could not open the database (corrupt file, unsupported file
     /// format, I/O error, failed repair).
     #[error("cannot open database {}", path.display())]

@@ -121,7 +121,7 @@ impl Store {
         op: &'static str,
         f: impl FnOnce(&mut redb::Table<'_, &'static str, &'static [u8]>) -> Result<(), redb::StorageError>,
     ) -> Result<(), StoreError> {
-        let mut txn = self.db.begin_write().map_err(|e| self.tx_error(op, e))?;
+        let mut txn = self.begin_write(op)?;
         txn.set_durability(Durability::Immediate).map_err(|e| self.tx_error(op, e))?;
         {
             let mut table = txn.open_table(IMAGE_RECORDS).map_err(|e| self.tx_error(op, e))?;

@@ -107,6 +107,8 @@ pub struct Store {
     path: PathBuf,
     /// Set when `open` replaced a damaged database.
     recovery: Option<Recovery>,
+    /// Set by [`Store::fence`]: every write fails from then on.
+    fenced: std::sync::atomic::AtomicBool,
 }
 
 /// What [`Store::open`] did with a damaged database.
@@ -197,7 +199,7 @@ impl Store {
     /// unsupported).
     fn init_schema(&self) -> Result<(), StoreError> {
         let op = "initialising the schema";
-        let mut txn = self.db.begin_write().map_err(|e| self.tx_error(op, e))?;
+        let mut txn = self.begin_write(op)?;
         txn.set_durability(Durability::Immediate).map_err(|e| self.tx_error(op, e))?;
         {
             let mut meta = txn.open_table(META).map_err(|e| self.tx_error(op, e))?;
@@ -247,6 +249,22 @@ impl Store {
             let _ = (key.value(), value.value());
         }
         Ok(())
+    }
+
+    /// Refuses every write from now on ([`StoreError::Fenced`]); reads go
+    /// on. The simulator's `kill -9`: a killed process writes nothing more,
+    /// but the tasks it left on a shared tokio runtime (an intent guard
+    /// dropped with its pull, a prefetch's end) still run and would.
+    pub fn fence(&self) {
+        self.fenced.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// A write transaction, unless the store is fenced.
+    fn begin_write(&self, op: &'static str) -> Result<redb::WriteTransaction, StoreError> {
+        if self.fenced.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(StoreError::Fenced { path: self.path.clone() });
+        }
+        self.db.begin_write().map_err(|e| self.tx_error(op, e))
     }
 
     /// Wraps a redb error with this database's path and the step that failed.
@@ -354,7 +372,8 @@ fn open_database(file: File, path: &Path) -> Result<Store, StoreError> {
             "database failed its integrity check and was repaired (back to its last intact commit)"
         );
     }
-    let store = Store { db, path: path.to_path_buf(), recovery: None };
+    let store =
+        Store { db, path: path.to_path_buf(), recovery: None, fenced: std::sync::atomic::AtomicBool::new(false) };
     store.init_schema()?;
     store.read_every_entry()?;
     tracing::debug!(db = %store.path.display(), "store opened");

@@ -93,7 +93,7 @@ impl Store {
         let now =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default();
         let op = "committing pull records";
-        let mut txn = self.db.begin_write().map_err(|e| self.tx_error(op, e))?;
+        let mut txn = self.begin_write(op)?;
         txn.set_durability(Durability::Immediate).map_err(|e| self.tx_error(op, e))?;
         {
             let mut records = txn.open_table(PULLED_RECORDS).map_err(|e| self.tx_error(op, e))?;

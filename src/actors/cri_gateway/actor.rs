@@ -154,6 +154,17 @@ impl CriGatewayActor {
     pub async fn connect(endpoint: &CriEndpoint, cfg: &CriSettings) -> Result<(Addr<Self>, RuntimeVersion), CriError> {
         let client = CriClient::new(endpoint, cfg.connect_timeout)
             .map_err(|e| CriError::new(CriErrorKind::InvalidArgument, e.to_string()))?;
+        Self::connect_client(client, cfg).await
+    }
+
+    /// [`connect`](Self::connect) over a client the caller made (the
+    /// simulator's, over its in-process transport).
+    pub async fn connect_client(
+        client: CriClient,
+        cfg: &CriSettings,
+    ) -> Result<(Addr<Self>, RuntimeVersion), CriError> {
+        let endpoint = client.endpoint().clone();
+        let endpoint = &endpoint;
         let version = wait_for_version(&client, cfg).await?;
         info!(
             endpoint = %endpoint,

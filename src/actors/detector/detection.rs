@@ -63,6 +63,9 @@ enum Rewrite {
 #[derive(Debug)]
 pub struct Detector {
     sandbox_image: String,
+    /// The id the sandbox image resolved to last (kept when a later
+    /// `ImageStatus` of it fails).
+    sandbox_id: Option<String>,
     recent_window: std::time::Duration,
     records: Arc<Records>,
     hints: InUseHints,
@@ -79,6 +82,7 @@ impl Detector {
     pub fn new(cfg: &DetectorSettings, hints: InUseHints, clock: Clock) -> Self {
         Self {
             sandbox_image: cfg.sandbox_image.clone(),
+            sandbox_id: None,
             recent_window: cfg.recent_window,
             records: Arc::new(Records::default()),
             hints,
@@ -143,7 +147,13 @@ impl Detector {
         self.last = None;
         let now = self.clock.now();
         let Listed { images, containers, sandboxes, sandbox } = listed;
-        let sandbox_image_id = sandbox.and_then(|s| s.image).map(|i| i.id);
+        let sandbox_image_id = match sandbox {
+            Some(status) => status.image.map(|i| i.id),
+            None => self.sandbox_fallback(&images),
+        };
+        if sandbox_image_id.is_some() {
+            self.sandbox_id.clone_from(&sandbox_image_id);
+        }
         let ensured_recently = self.hints.recent(now, self.recent_window);
         let sources = InUseSources {
             images: &images,
@@ -181,6 +191,24 @@ impl Detector {
         let detection = Arc::new(Detection { at: now, records: self.records.clone(), in_use, sandbox_image_id });
         self.last = Some(detection.clone());
         (detection, write)
+    }
+
+    /// The sandbox image's id when its `ImageStatus` failed (or was not
+    /// asked): the listed image carrying its name, else the id it resolved
+    /// to last time if that image is still listed. A failed status call must
+    /// not leave the sandbox image for GC to remove (the kubelet's
+    /// `detectImages` does; found by the simulator, seed 1).
+    fn sandbox_fallback(&self, images: &[Image]) -> Option<String> {
+        if self.sandbox_image.is_empty() {
+            return None;
+        }
+        let name = crate::domain::reference::parse_normalized_named(&self.sandbox_image)
+            .map_or_else(|_| self.sandbox_image.clone(), |n| n.docker_ref());
+        images
+            .iter()
+            .find(|i| i.repo_tags.iter().chain(&i.repo_digests).any(|n| *n == name || *n == self.sandbox_image))
+            .or_else(|| self.sandbox_id.as_ref().and_then(|id| images.iter().find(|i| i.id == *id)))
+            .map(|i| i.id.clone())
     }
 
     /// What to write for `diff`, with what the last write left over.

@@ -163,7 +163,7 @@ impl DetectorActor {
     fn persist(&self, write: RecordWrite, me: Addr<Self>) {
         let Some(store) = self.store.clone() else { return };
         actix::spawn(async move {
-            let r = tokio::task::spawn_blocking(move || {
+            let r = crate::blocking::unblock(move || {
                 if write.replace_all {
                     store.replace_image_records(&write.upserts).map(|()| Vec::new())
                 } else {
@@ -190,7 +190,8 @@ impl DetectorActor {
 
 /// Lists what one detection needs: images and containers (a failure fails
 /// the detection), sandboxes and the sandbox image (a failure only loses
-/// pod names or the sandbox image's protection).
+/// pod names; a sandbox image whose status fails is found by its name in
+/// the list, or by the id it had last time).
 async fn list(cri: DetectorCri, sandbox_image: String) -> Result<Listed, CriError> {
     let all = ContainerFilter::default();
     let (images, containers, sandboxes) = tokio::join!(
@@ -223,7 +224,7 @@ impl Actor for DetectorActor {
         if let Some(store) = self.store.clone() {
             // Load durable records before the first detection (the mailbox
             // waits meanwhile), so first-detected and last-used survive restarts.
-            let load = async move { tokio::task::spawn_blocking(move || store.image_records_with_skipped()).await };
+            let load = async move { crate::blocking::unblock(move || store.image_records_with_skipped()).await };
             ctx.wait(load.into_actor(self).map(|r, act, _| match r {
                 Ok(Ok((records, skipped))) => {
                     info!(records = records.len(), skipped, "image records loaded");

@@ -101,7 +101,7 @@ async fn measure(
         .next()
         .ok_or_else(|| GcError::FsInfo("the runtime reported no image filesystem".into()))?;
     let capacity = capacity.clone();
-    tokio::task::spawn_blocking(move || capacity.measure_with_origin(&fs))
+    crate::blocking::unblock(move || capacity.measure_with_origin(&fs))
         .await
         .map_err(|e| GcError::FsInfo(e.to_string()))?
         .map_err(GcError::FsInfo)

@@ -138,6 +138,20 @@ impl PullFailure {
         }
     }
 
+    /// True when the runtime may have pulled the image all the same (or
+    /// may still): the reply was lost or cut short (a deadline, a dropped
+    /// connection), or the queue stopped while the pull ran. False when the
+    /// runtime answered with its own error, or nothing was asked of it.
+    pub fn outcome_unknown(&self) -> bool {
+        match self {
+            PullFailure::Cri(errors) => errors
+                .iter()
+                .any(|e| matches!(e.kind(), CriErrorKind::DeadlineExceeded | CriErrorKind::RuntimeUnavailable)),
+            PullFailure::DeadlineExceeded(_) | PullFailure::Stopped => true,
+            PullFailure::QpsExceeded => false,
+        }
+    }
+
     /// The CRI errors behind this failure.
     pub fn cri_errors(&self) -> &[CriError] {
         match self {
@@ -363,3 +377,21 @@ pub struct PullPhaseChanged {
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct SubscribePhases(pub Recipient<PullPhaseChanged>);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pull_outcome_is_unknown_only_when_the_runtime_may_have_pulled() {
+        let err = |kind| PullFailure::Cri(vec![CriError::new(kind, "x")]);
+        assert!(PullFailure::DeadlineExceeded(Duration::from_secs(1)).outcome_unknown());
+        assert!(PullFailure::Stopped.outcome_unknown());
+        assert!(err(CriErrorKind::DeadlineExceeded).outcome_unknown());
+        assert!(err(CriErrorKind::RuntimeUnavailable).outcome_unknown());
+        assert!(!PullFailure::QpsExceeded.outcome_unknown());
+        assert!(!err(CriErrorKind::RegistryUnavailable).outcome_unknown());
+        assert!(!err(CriErrorKind::Other).outcome_unknown());
+        assert!(!PullFailure::Cri(Vec::new()).outcome_unknown());
+    }
+}

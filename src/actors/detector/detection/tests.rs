@@ -191,6 +191,31 @@ fn images_used_again_are_touched_not_copied_and_a_failed_write_rewrites_everythi
 }
 
 #[test]
+fn the_sandbox_image_stays_protected_when_its_status_call_fails() {
+    let clock = ManualClock::new();
+    let mut d = Detector::new(&settings(), InUseHints::default(), clock.clock());
+    let pause = img("sha256:pause", "registry.k8s.io/pause:3.10");
+    let idle = img("sha256:idle", "idle:1");
+    // The status call failed (`sandbox: None`): found by its name in the list.
+    let (det, _) = d.apply(listed(vec![pause.clone(), idle.clone()], Vec::new()));
+    assert_eq!(det.sandbox_image_id.as_deref(), Some("sha256:pause"));
+    assert!(det.in_use.contains_key("sha256:pause"), "{:?}", det.in_use);
+    // Listed under a digest only: the id it resolved to last time.
+    let by_digest =
+        Image { repo_tags: Vec::new(), repo_digests: vec!["registry.k8s.io/pause@sha256:d".into()], ..pause };
+    let (det, _) = d.apply(listed(vec![by_digest, idle.clone()], Vec::new()));
+    assert_eq!(det.sandbox_image_id.as_deref(), Some("sha256:pause"));
+    // An image that is gone protects nothing.
+    let (det, _) = d.apply(listed(vec![idle.clone()], Vec::new()));
+    assert_eq!(det.sandbox_image_id, None);
+    assert!(!det.in_use.contains_key("sha256:idle"));
+    // A status that answers "absent" is believed.
+    let mut l = listed(vec![idle], Vec::new());
+    l.sandbox = Some(ImageStatus::default());
+    assert_eq!(d.apply(l).0.sandbox_image_id, None);
+}
+
+#[test]
 fn after_a_restart_on_durable_records_their_images_count_as_in_use_for_one_window_without_a_use() {
     let clock = ManualClock::new();
     let mut d = Detector::new(&settings(), InUseHints::default(), clock.clock());

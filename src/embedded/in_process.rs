@@ -1,0 +1,258 @@
+//! The embedded runtime served in-process, for the simulator (`crate::sim`):
+//! the same tonic services as on a unix socket, but on the caller's tokio
+//! runtime (no thread of its own) and over in-memory streams
+//! (`tokio::io::duplex`) a client's channel dials. Nothing in it reads the
+//! OS clock or waits on the OS: on a paused, single-threaded runtime every
+//! call — HTTP/2, the services, the simulated pull times — happens in an
+//! order the runtime alone decides, the same on every run.
+//!
+//! [`InProcessRuntime::stop`] is a killed runtime: every open connection
+//! fails at once (the client sees its calls end `Unavailable`, the services'
+//! calls in flight are dropped) and new ones are refused until
+//! [`resume`](InProcessRuntime::resume). The state is kept, as with
+//! [`EmbeddedRuntime::stop`].
+
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::server::{CriService, Shared};
+use super::{EmbeddedRuntime, MAX_MESSAGE_SIZE};
+use crate::cri::proto::image_service_server::ImageServiceServer;
+use crate::cri::proto::runtime_service_server::RuntimeServiceServer;
+use crate::cri::{CriClient, CriEndpoint};
+
+/// Bytes each direction of an in-memory connection buffers.
+const PIPE_BYTES: usize = 256 * 1024;
+
+/// The endpoint an in-process runtime's clients name in logs.
+pub const IN_PROCESS_ENDPOINT: &str = "/in-process/embedded-cri.sock";
+
+/// One serving of the runtime: connections are handed to its server task;
+/// stopping kills every one of them.
+struct Serving {
+    connections: mpsc::UnboundedSender<KillableIo>,
+    server: JoinHandle<()>,
+    kill: Arc<KillSwitch>,
+}
+
+/// The embedded runtime served on the current tokio runtime over in-memory
+/// connections. Clones share it.
+#[derive(Clone)]
+pub struct InProcessRuntime {
+    shared: Arc<Shared>,
+    serving: Arc<Mutex<Option<Serving>>>,
+}
+
+impl std::fmt::Debug for InProcessRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InProcessRuntime").field("serving", &self.is_serving()).finish_non_exhaustive()
+    }
+}
+
+impl InProcessRuntime {
+    /// An empty runtime serving on the current tokio runtime; its simulated
+    /// pull times are tokio sleeps (paused time drives them). Must be called
+    /// within a tokio runtime.
+    pub fn start() -> Self {
+        let shared = Shared::default();
+        shared.tokio_time.store(true, Ordering::Relaxed);
+        let rt = Self { shared: Arc::new(shared), serving: Arc::default() };
+        rt.resume();
+        rt
+    }
+
+    fn serving(&self) -> MutexGuard<'_, Option<Serving>> {
+        self.serving.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether it serves (new connections are accepted).
+    pub fn is_serving(&self) -> bool {
+        self.serving().is_some()
+    }
+
+    /// Serves again after [`stop`](Self::stop), with the same state.
+    pub fn resume(&self) {
+        let mut serving = self.serving();
+        if serving.is_some() {
+            return;
+        }
+        let (tx, rx) = mpsc::unbounded_channel::<KillableIo>();
+        let incoming = tokio_stream::StreamExt::map(tokio_stream::wrappers::UnboundedReceiverStream::new(rx), |io| {
+            Ok::<_, io::Error>(io)
+        });
+        let service = CriService::new(self.shared.clone());
+        let server = tonic::transport::Server::builder()
+            .add_service(
+                ImageServiceServer::new(service.clone())
+                    .max_decoding_message_size(MAX_MESSAGE_SIZE)
+                    .max_encoding_message_size(MAX_MESSAGE_SIZE),
+            )
+            .add_service(
+                RuntimeServiceServer::new(service)
+                    .max_decoding_message_size(MAX_MESSAGE_SIZE)
+                    .max_encoding_message_size(MAX_MESSAGE_SIZE),
+            )
+            .serve_with_incoming(incoming);
+        let server = tokio::spawn(async move {
+            if let Err(e) = server.await {
+                tracing::error!(error = %e, "in-process embedded runtime: server failed");
+            }
+        });
+        *serving = Some(Serving { connections: tx, server, kill: Arc::default() });
+    }
+
+    /// Stops at once, like a killed runtime: every connection fails, calls
+    /// in flight end, new connections are refused. The state stays.
+    pub fn stop(&self) {
+        if let Some(s) = self.serving().take() {
+            s.server.abort();
+            s.kill.kill();
+        }
+    }
+
+    /// A connection to the runtime, or `ConnectionRefused` while stopped.
+    fn connect(&self) -> io::Result<DuplexStream> {
+        let serving = self.serving();
+        let Some(s) = serving.as_ref() else {
+            return Err(io::Error::new(io::ErrorKind::ConnectionRefused, "the embedded runtime is not serving"));
+        };
+        let (client, server) = tokio::io::duplex(PIPE_BYTES);
+        s.connections
+            .send(KillableIo::new(server, &s.kill))
+            .map_err(|_| io::Error::new(io::ErrorKind::ConnectionRefused, "the embedded runtime is not serving"))?;
+        Ok(client)
+    }
+
+    /// A CRI client of this runtime: its channel dials a new in-memory
+    /// connection whenever it (re)connects.
+    pub fn client(&self, connect_timeout: Duration) -> CriClient {
+        let rt = self.clone();
+        let channel = tonic::transport::Endpoint::from_static("http://in-process.embedded")
+            .connect_timeout(connect_timeout)
+            .connect_with_connector_lazy(tower::service_fn(move |_| {
+                let conn = rt.connect();
+                async move { conn.map(TokioIo::new) }
+            }));
+        CriClient::over_channel(CriEndpoint::Unix(IN_PROCESS_ENDPOINT.into()), channel)
+    }
+
+    /// The embedder's handle on the state (catalogue, images, containers,
+    /// capacity, faults, counters): an [`EmbeddedRuntime`] that serves
+    /// nothing itself and stops nothing when dropped.
+    pub fn handle(&self) -> EmbeddedRuntime {
+        EmbeddedRuntime::detached(self.shared.clone())
+    }
+
+    /// Tells `observer` what the runtime does (pulls beginning and ending,
+    /// removals), as it does it; `None` stops telling.
+    pub fn set_observer(&self, observer: Option<super::Observer>) {
+        *self.shared.observer.lock().unwrap_or_else(PoisonError::into_inner) = observer;
+    }
+}
+
+/// Kills every connection of one serving.
+#[derive(Default)]
+struct KillSwitch {
+    killed: AtomicBool,
+    /// The connections' kill flags, to fail and wake each.
+    connections: Mutex<Vec<Arc<Kill>>>,
+}
+
+impl KillSwitch {
+    fn kill(&self) {
+        self.killed.store(true, Ordering::Release);
+        let connections = std::mem::take(&mut *self.connections.lock().unwrap_or_else(PoisonError::into_inner));
+        for c in connections {
+            c.kill();
+        }
+    }
+}
+
+/// One connection's kill flag and the tasks waiting on it.
+#[derive(Default)]
+struct Kill {
+    killed: AtomicBool,
+    read: Mutex<Option<Waker>>,
+    write: Mutex<Option<Waker>>,
+}
+
+impl Kill {
+    fn kill(&self) {
+        self.killed.store(true, Ordering::Release);
+        for slot in [&self.read, &self.write] {
+            if let Some(w) = slot.lock().unwrap_or_else(PoisonError::into_inner).take() {
+                w.wake();
+            }
+        }
+    }
+
+    /// Registers `cx` to be woken by a kill; whether killed already.
+    fn check(&self, slot: &Mutex<Option<Waker>>, cx: &Context<'_>) -> bool {
+        *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(cx.waker().clone());
+        self.killed.load(Ordering::Acquire)
+    }
+}
+
+/// The server's end of an in-memory connection, failing once killed.
+struct KillableIo {
+    io: DuplexStream,
+    kill: Arc<Kill>,
+}
+
+impl KillableIo {
+    fn new(io: DuplexStream, switch: &KillSwitch) -> Self {
+        let kill = Arc::new(Kill::default());
+        if switch.killed.load(Ordering::Acquire) {
+            kill.kill();
+        }
+        switch.connections.lock().unwrap_or_else(PoisonError::into_inner).push(kill.clone());
+        Self { io, kill }
+    }
+}
+
+fn reset() -> io::Error {
+    io::Error::new(io::ErrorKind::ConnectionReset, "the embedded runtime was stopped")
+}
+
+impl AsyncRead for KillableIo {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if self.kill.check(&self.kill.read, cx) {
+            return Poll::Ready(Err(reset()));
+        }
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for KillableIo {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        if self.kill.check(&self.kill.write, cx) {
+            return Poll::Ready(Err(reset()));
+        }
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.kill.check(&self.kill.write, cx) {
+            return Poll::Ready(Err(reset()));
+        }
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+impl tonic::transport::server::Connected for KillableIo {
+    type ConnectInfo = ();
+    fn connect_info(&self) -> Self::ConnectInfo {}
+}

@@ -1,0 +1,978 @@
+//! The invariants, checked as the log grows (each entry in order) and at
+//! the end of every step (against the actors' and the runtime's state),
+//! at every restart (against the store as the next process finds it) and
+//! at the end of the run (liveness). Each has a name, the first words of
+//! its message, and a doc comment saying what it promises; `docs/simulation.md`
+//! lists them.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::rc::Rc;
+use std::time::{Duration, SystemTime};
+
+use super::log::{Answer, Entry, Life, What, short};
+use super::plan::{IMAGES, Plan, REGISTRIES, SecretKind};
+use crate::actors::backoff_registry::BackoffView;
+use crate::actors::gc_executor::GcReport;
+use crate::actors::pull_queue::QueueStatus;
+use crate::config::Config;
+use crate::cri::Rpc;
+use crate::domain::pull_record::PulledRecord;
+use crate::embedded::Observed;
+use crate::events::EventReason;
+use crate::gc::plan::{DeleteReason, GcMode, KeepReason, Verdict};
+use crate::gc::record::ImageRecord;
+use crate::node::NodeError;
+use crate::pull_records::{VerificationPolicy, image_key, image_repo};
+
+/// An invariant that did not hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// Its name (`single-flight`, `backoff-law`, …).
+    pub invariant: &'static str,
+    /// The step during which it was seen.
+    pub step: usize,
+    /// Simulated time since the run began.
+    pub at: Duration,
+    /// What was seen.
+    pub message: String,
+}
+
+/// Every invariant, with what it promises (the docs' list).
+pub const INVARIANTS: &[(&str, &str)] = &[
+    (
+        "ensure-answered",
+        "every ensure is answered (ok or a kubelet error), within its bound when a pull deadline is set",
+    ),
+    ("in-use-kept", "no image used by a container, pinned, or the sandbox image is removed"),
+    ("kep2535", "a pod never gets a private image it could not pull itself, across restarts"),
+    ("single-flight", "at most one runtime PullImage per (image, handler, credential) and kind of request in flight"),
+    ("backoff-law", "back-off follows client-go's law: 10 s doubling to the cap, strict, expiry, clear and resets"),
+    ("gc-target", "GC frees no more than it must below the low threshold, and down to it when eligible images allow"),
+    ("gc-reasons", "an image GC keeps as in use is in use (a container, a recent ensure, a pull in flight)"),
+    ("durable", "the store after a restart holds every acknowledged record and intent and keeps image ages"),
+    ("bounded", "pulls in flight, waiting pulls and back-off entries stay within their configured bounds"),
+    ("actors-alive", "no actor stops while its process serves, and nothing panics"),
+    (
+        "liveness",
+        "once faults end, every pod whose images can be pulled with its credentials, within its own pull deadline, starts",
+    ),
+];
+
+/// The settings the invariants depend on.
+#[derive(Debug, Clone)]
+struct Facts {
+    single_flight: bool,
+    parallel: usize,
+    registry_limit: Option<usize>,
+    queue_capacity: Option<usize>,
+    pull_deadline: Option<Duration>,
+    cri: Duration,
+    qps: f64,
+    min_age: Duration,
+    pinned: Vec<wildmatch::WildMatch>,
+    initial: Duration,
+    max: Duration,
+    backoff_gc: Duration,
+    policy: VerificationPolicy,
+    allowlist_private: bool,
+    registry_reset: bool,
+    sandbox_id: Option<String>,
+}
+
+/// The store as a process finds it at start.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// Pull intents (image keys).
+    pub intents: BTreeSet<String>,
+    /// Pulled records by image ref.
+    pub records: BTreeMap<String, PulledRecord>,
+    /// Image records by image id.
+    pub images: BTreeMap<String, ImageRecord>,
+}
+
+/// A runtime pull in flight.
+#[derive(Debug, Clone)]
+struct OpenPull {
+    inc: u32,
+    image: String,
+    key: (String, String, Option<String>),
+}
+
+/// One key's back-off as client-go keeps it. With
+/// `backoff.reset_on_registry_recovery` a success from the key's registry
+/// may or may not have reset it (the reset is fire-and-forget, and only a
+/// transient failure is reset): the period is then known between `lo` and
+/// `hi`.
+#[derive(Debug, Clone, Copy)]
+struct Backoff {
+    last: Duration,
+    lo: Duration,
+    hi: Duration,
+    maybe_reset: bool,
+}
+
+/// What the actors said at the end of a step.
+#[derive(Debug, Default)]
+pub struct StepView {
+    /// The incarnation asked (0: none serving).
+    pub inc: u32,
+    /// The pull queue.
+    pub queue: Option<QueueStatus>,
+    /// The back-off registry.
+    pub backoffs: Option<Vec<BackoffView>>,
+    /// The GC executor's last report.
+    pub last_gc: Option<std::sync::Arc<GcReport>>,
+}
+
+/// Counts for the summary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Ensures asked.
+    pub ensures: u64,
+    /// Answered ok.
+    pub ensure_ok: u64,
+    /// Answered with a kubelet error.
+    pub ensure_err: u64,
+    /// Lost to a kill or asked of no process.
+    pub ensure_lost: u64,
+    /// PullImage calls at the runtime.
+    pub runtime_pulls: u64,
+    /// Images removed.
+    pub removals: u64,
+    /// Processes started.
+    pub starts: u64,
+    /// Processes killed.
+    pub kills: u64,
+    /// GC reports checked.
+    pub gc_reports: u64,
+    /// Restarts checked against the store.
+    pub store_checks: u64,
+}
+
+/// The checker's state: what it needs of the past.
+pub struct Checker {
+    plan: Rc<Plan>,
+    facts: Facts,
+    step: usize,
+    now: Duration,
+    /// The process serving (0 = none).
+    inc: u32,
+    /// Processes that are stopping (graceful).
+    stopping: BTreeSet<u32>,
+    /// Ensures not answered yet: start, process, most ensures outstanding since.
+    pending: BTreeMap<u64, (Duration, u32, usize, usize, usize)>,
+    open: BTreeMap<u64, OpenPull>,
+    /// Calls of a killed process still open (ignored).
+    orphans: BTreeSet<u64>,
+    /// A third call of one key began: (when, the call, the others open then).
+    suspects: Vec<(Duration, u64, Vec<u64>)>,
+    /// Image ids some pull finished with (ever).
+    pulled_ids: BTreeSet<String>,
+    backoff_inc: u32,
+    backoff: BTreeMap<(String, String), Backoff>,
+    /// When an ensure's pull last succeeded, per registry.
+    registry_ok: BTreeMap<String, Duration>,
+    /// Last clear per key scope: (pod uid or None, image or None) → when.
+    clears: Vec<(Option<String>, Option<String>, Duration)>,
+    /// Acknowledged pulled records: image ref → (repository, the pod's secret).
+    acked: BTreeMap<String, Vec<(String, SecretKind)>>,
+    /// Image keys of pulls in flight when a process was killed.
+    in_flight_at_kill: BTreeSet<String>,
+    /// Image ids removed since the last snapshot.
+    removed: BTreeSet<String>,
+    /// The store at the last restart, with the image ids present then.
+    last_snapshot: Option<(Snapshot, BTreeSet<String>)>,
+    /// When an ensure last answered with each image id.
+    ensured: BTreeMap<String, Duration>,
+    /// When a container last ran (or was created) on each image id.
+    used: BTreeMap<String, Duration>,
+    /// When a pull of each image key (a runtime call, or an ensure that may
+    /// be waiting on one) last stopped being in flight: imaged may still
+    /// have counted it a moment before (a lost reply leaves imaged waiting
+    /// after the runtime is done).
+    busy_until: BTreeMap<String, Duration>,
+    /// Prefetches in flight per image key.
+    prefetching: BTreeMap<String, usize>,
+    /// The image ids of the records the next process loads, and then until
+    /// when they count as in use ("maybe ensured before the restart": one
+    /// minimum-age window from the start).
+    restart_grace: (BTreeSet<String>, Option<Duration>),
+    /// Containers (running or exited) on each image id now.
+    containers: BTreeMap<String, usize>,
+    /// GC reports seen (by start time).
+    reports: BTreeSet<SystemTime>,
+    /// The trace: a hash of every line, the last lines, every line if asked.
+    hash: u64,
+    tail: VecDeque<String>,
+    full: Option<Vec<String>>,
+    /// Counts.
+    pub stats: Stats,
+}
+
+/// How long an ensure may still wait when the run ends (the quiet phase
+/// is 30 minutes; a pull takes at most a minute, back-off five).
+const LIVENESS_WAIT: Duration = Duration::from_secs(600);
+
+/// Lines of trace kept for a failure report.
+const TAIL: usize = 300;
+
+fn fnv(hash: u64, bytes: &[u8]) -> u64 {
+    bytes.iter().fold(hash, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+fn secs(d: Duration) -> String {
+    format!("{}.{:03}s", d.as_secs(), d.subsec_millis())
+}
+
+/// Simulated time of a wall-clock stamp.
+fn sim_time(t: SystemTime) -> Option<Duration> {
+    t.duration_since(SystemTime::UNIX_EPOCH + super::world::SIM_EPOCH).ok()
+}
+
+fn registry_of(image: &str) -> &str {
+    image.split('/').next().unwrap_or(image)
+}
+
+impl Checker {
+    /// A checker of `plan` run with `cfg`.
+    pub fn new(plan: Rc<Plan>, cfg: &Config, sandbox_id: Option<String>, full_trace: bool) -> Self {
+        let facts = Facts {
+            single_flight: cfg.pull.single_flight,
+            parallel: cfg.pull.concurrency.limit(),
+            registry_limit: cfg.pull.registry_limit,
+            queue_capacity: cfg.pull.capacity,
+            pull_deadline: cfg.pull.pull_deadline,
+            cri: cfg.cri.deadlines.get(Rpc::ImageStatus).unwrap_or(Duration::from_secs(120)),
+            qps: cfg.pull.qps,
+            min_age: cfg.gc.min_age,
+            pinned: cfg.gc.pinned_images.iter().map(|p| wildmatch::WildMatch::new(p)).collect(),
+            initial: cfg.backoff.delays.initial,
+            max: cfg.backoff.delays.max,
+            backoff_gc: cfg.backoff.gc_interval.unwrap_or(Duration::ZERO),
+            policy: cfg.verification.policy,
+            allowlist_private: plan.allowlist_private,
+            registry_reset: cfg.ensure.reset_backoff_on_registry_recovery,
+            sandbox_id,
+        };
+        Self {
+            plan,
+            facts,
+            step: 0,
+            now: Duration::ZERO,
+            inc: 0,
+            stopping: BTreeSet::new(),
+            pending: BTreeMap::new(),
+            open: BTreeMap::new(),
+            orphans: BTreeSet::new(),
+            suspects: Vec::new(),
+            pulled_ids: BTreeSet::new(),
+            backoff_inc: 0,
+            backoff: BTreeMap::new(),
+            registry_ok: BTreeMap::new(),
+            clears: Vec::new(),
+            acked: BTreeMap::new(),
+            in_flight_at_kill: BTreeSet::new(),
+            removed: BTreeSet::new(),
+            last_snapshot: None,
+            ensured: BTreeMap::new(),
+            used: BTreeMap::new(),
+            busy_until: BTreeMap::new(),
+            prefetching: BTreeMap::new(),
+            restart_grace: (BTreeSet::new(), None),
+            containers: BTreeMap::new(),
+            reports: BTreeSet::new(),
+            hash: 0xcbf2_9ce4_8422_2325,
+            tail: VecDeque::with_capacity(TAIL),
+            full: full_trace.then(Vec::new),
+            stats: Stats::default(),
+        }
+    }
+
+    /// The step being run.
+    pub fn step(&self) -> usize {
+        self.step
+    }
+
+    /// A hash of the whole trace so far.
+    pub fn trace_hash(&self) -> u64 {
+        self.hash
+    }
+
+    /// The last lines of the trace.
+    pub fn tail(&self) -> Vec<String> {
+        self.tail.iter().cloned().collect()
+    }
+
+    /// Every line of the trace, when kept.
+    pub fn full_trace(&self) -> Option<&[String]> {
+        self.full.as_deref()
+    }
+
+    fn fail(&self, invariant: &'static str, message: String) -> Violation {
+        Violation { invariant, step: self.step, at: self.now, message }
+    }
+
+    fn trace(&mut self, line: String) {
+        self.hash = fnv(self.hash, line.as_bytes());
+        self.hash = fnv(self.hash, b"\n");
+        if self.tail.len() == TAIL {
+            self.tail.pop_front();
+        }
+        if let Some(full) = &mut self.full {
+            full.push(line.clone());
+        }
+        self.tail.push_back(line);
+    }
+
+    /// Reads entries in order, checking what each promises.
+    pub fn absorb(&mut self, entries: Vec<Entry>) -> Result<(), Violation> {
+        for e in entries {
+            let line = format!("[{:>12}] {}", secs(e.at), e.line(&self.plan));
+            self.trace(line);
+            self.now = e.at;
+            self.entry(e.what)?;
+        }
+        Ok(())
+    }
+
+    fn entry(&mut self, what: What) -> Result<(), Violation> {
+        match what {
+            What::Step { index, .. } => self.step = index,
+            What::Life { inc, what } => self.life(inc, &what),
+            What::Runtime(o) => self.runtime(o)?,
+            What::Event { inc, event } => {
+                if event.reason == EventReason::Pulled && event.message.starts_with("Successfully pulled") {
+                    self.registry_recovered(&event.image);
+                }
+                self.event(inc, event.reason, &event.object.pod_uid, &event.image)?;
+            }
+            What::EnsureStarted { id, inc, pod, container } => {
+                self.stats.ensures += 1;
+                if inc != 0 {
+                    let n = self.pending.len() + 1;
+                    for p in self.pending.values_mut() {
+                        p.4 = p.4.max(n);
+                    }
+                    self.pending.insert(id, (self.now, inc, pod, container, n));
+                }
+            }
+            What::EnsureEnded { id, answer } => self.answered(id, &answer)?,
+            What::Created { image_id, .. } => {
+                self.used.insert(image_id.clone(), self.now);
+                *self.containers.entry(image_id).or_default() += 1;
+            }
+            What::ContainersGone { image_ids, exited, .. } => {
+                for id in image_ids {
+                    self.used.insert(id.clone(), self.now);
+                    if !exited && let Some(n) = self.containers.get_mut(&id) {
+                        *n -= 1;
+                        if *n == 0 {
+                            self.containers.remove(&id);
+                        }
+                    }
+                }
+            }
+            What::PrefetchStarted { image } => *self.prefetching.entry(image_key(IMAGES[image].name)).or_default() += 1,
+            What::PrefetchEnded { image, result } => {
+                let key = image_key(IMAGES[image].name);
+                if let Some(n) = self.prefetching.get_mut(&key) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.prefetching.remove(&key);
+                    }
+                }
+                self.busy_until.insert(key, self.now);
+                // A prefetch marks its image ensured, as an ensure does.
+                if let Ok(id) = result {
+                    self.ensured.insert(id, self.now);
+                }
+            }
+            What::CreateFailed { .. } => {}
+            What::Gc { result, .. } => {
+                if let Ok(report) = result {
+                    self.gc_report(&report)?;
+                }
+            }
+            What::BackoffCleared { pod_uid, image } => {
+                self.backoff.retain(|(uid, img), _| {
+                    !(pod_uid.as_ref().is_none_or(|u| u == uid) && image.as_ref().is_none_or(|i| i == img))
+                });
+                self.clears.push((pod_uid, image, self.now));
+            }
+        }
+        Ok(())
+    }
+
+    fn life(&mut self, inc: u32, what: &Life) {
+        match what {
+            Life::Started => {
+                self.inc = inc;
+                self.stats.starts += 1;
+                self.restart_grace.1 = Some(self.now + self.facts.min_age);
+            }
+            Life::Stopping => {
+                self.stopping.insert(inc);
+            }
+            Life::Killed | Life::Exited | Life::StartFailed(_) => {
+                if matches!(what, Life::Killed) {
+                    self.stats.kills += 1;
+                }
+                if self.inc == inc {
+                    self.inc = 0;
+                }
+                let calls: Vec<u64> = self.open.iter().filter(|(_, p)| p.inc == inc).map(|(c, _)| *c).collect();
+                for c in calls {
+                    if let Some(p) = self.open.remove(&c) {
+                        self.in_flight_at_kill.insert(image_key(&p.image));
+                        self.busy_until.insert(image_key(&p.image), self.now);
+                    }
+                    self.orphans.insert(c);
+                }
+                let gone: Vec<u64> = self.pending.iter().filter(|(_, p)| p.1 == inc).map(|(id, _)| *id).collect();
+                for id in gone {
+                    if let Some((_, _, pod, c, _)) = self.pending.remove(&id) {
+                        self.ensure_ended(pod, c);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The runtime's side: single-flight, and what a removal may remove.
+    fn runtime(&mut self, o: Observed) -> Result<(), Violation> {
+        match o {
+            Observed::PullStarted { call, image, runtime_handler, auth } => {
+                self.stats.runtime_pulls += 1;
+                let key = (image.clone(), runtime_handler, auth);
+                let same: Vec<u64> = self.open.iter().filter(|(_, p)| p.key == key).map(|(c, _)| *c).collect();
+                // One request that may skip a present image and one that
+                // must reach the registry may pull the same key at once.
+                if self.facts.single_flight && same.len() >= 2 {
+                    self.suspects.push((self.now, call, same));
+                }
+                self.open.insert(call, OpenPull { inc: self.inc, image, key });
+            }
+            Observed::PullEnded { call, image_id } => {
+                if let Some(p) = self.open.remove(&call) {
+                    self.busy_until.insert(image_key(&p.image), self.now);
+                    if let Some(id) = image_id {
+                        self.pulled_ids.insert(id);
+                    }
+                    // A call that ends at the instant another began was
+                    // cancelled as it began: not two in flight.
+                    let now = self.now;
+                    self.suspects.retain(|(at, _, others)| !(*at == now && others.contains(&call)));
+                }
+                self.orphans.remove(&call);
+            }
+            Observed::Removing { id, names, pinned, used_by } => {
+                self.stats.removals += 1;
+                let name = names.first().cloned().unwrap_or_default();
+                if !used_by.is_empty() {
+                    return Err(self.fail(
+                        "in-use-kept",
+                        format!(
+                            "image {name} ({}) removed while container(s) {} use it",
+                            short(&id),
+                            used_by.join(", ")
+                        ),
+                    ));
+                }
+                if pinned {
+                    return Err(self.fail(
+                        "in-use-kept",
+                        format!("image {name} ({}) removed though the runtime pins it", short(&id)),
+                    ));
+                }
+                if self.facts.sandbox_id.as_deref() == Some(id.as_str()) {
+                    return Err(
+                        self.fail("in-use-kept", format!("the sandbox image {name} ({}) was removed", short(&id)))
+                    );
+                }
+                if let Some(n) = names.iter().find(|n| self.facts.pinned.iter().any(|p| p.matches(n))) {
+                    return Err(self.fail(
+                        "in-use-kept",
+                        format!("image {n} ({}) removed though gc.pinned_images matches it", short(&id)),
+                    ));
+                }
+                self.acked.remove(&id);
+                self.removed.insert(id);
+            }
+        }
+        Ok(())
+    }
+
+    /// The back-off model: client-go's `Backoff` per (pod UID, image),
+    /// reset when a new process starts (it is in memory only).
+    fn event(&mut self, inc: u32, reason: EventReason, uid: &str, image: &str) -> Result<(), Violation> {
+        if inc != self.backoff_inc {
+            self.backoff_inc = inc;
+            self.backoff.clear();
+        }
+        let key = (uid.to_string(), image.to_string());
+        let now = self.now;
+        let entry = self.backoff.get(&key).copied();
+        match reason {
+            EventReason::Failed => {
+                let (initial, max) = (self.facts.initial, self.facts.max);
+                // A recovery at this very instant may be handled after this failure.
+                let maybe_reset = self.registry_ok.get(registry_of(image)) == Some(&now);
+                let next = match entry {
+                    Some(b) if now.saturating_sub(b.last) <= 2 * max => Backoff {
+                        last: now,
+                        lo: if b.maybe_reset { initial } else { (b.lo * 2).min(max) },
+                        hi: (b.hi * 2).min(max),
+                        maybe_reset,
+                    },
+                    _ => Backoff { last: now, lo: initial, hi: initial, maybe_reset },
+                };
+                self.backoff.insert(key, next);
+            }
+            EventReason::BackOff if entry.is_none_or(|b| now.saturating_sub(b.last) >= b.hi) => {
+                let why = match entry {
+                    None => "no failure is on record".to_string(),
+                    Some(b) => format!(
+                        "the last failure was {} ago, the period is {}",
+                        secs(now.saturating_sub(b.last)),
+                        secs(b.hi)
+                    ),
+                };
+                return Err(self.fail("backoff-law", format!("pod {uid} got BackOff for {image} though {why}")));
+            }
+            EventReason::Pulling => {
+                if let Some(b) = entry
+                    && !b.maybe_reset
+                    && now.saturating_sub(b.last) < b.lo
+                {
+                    return Err(self.fail(
+                        "backoff-law",
+                        format!(
+                            "pod {uid} pulled {image} {} after a failure, inside its back-off period of {}",
+                            secs(now.saturating_sub(b.last)),
+                            secs(b.lo)
+                        ),
+                    ));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A pull of `image` succeeded for an ensure (which then sends
+    /// `RegistryRecovered`, fire and forget, at this instant): back-offs
+    /// from its registry may be reset from now on, in either order with a
+    /// failure recorded at the same instant.
+    fn registry_recovered(&mut self, image: &str) {
+        if !self.facts.registry_reset {
+            return;
+        }
+        let registry = registry_of(image).to_string();
+        for ((_, i), b) in &mut self.backoff {
+            if registry_of(i) == registry {
+                b.maybe_reset = true;
+            }
+        }
+        self.registry_ok.insert(registry, self.now);
+    }
+
+    /// An ensure's answer: kinds of answers, KEP-2535, what it acknowledges.
+    fn answered(&mut self, id: u64, answer: &Answer) -> Result<(), Violation> {
+        let Some((_, inc, pod, container, _)) = self.pending.remove(&id) else {
+            match answer {
+                Answer::Lost | Answer::NoNode => self.stats.ensure_lost += 1,
+                _ => {}
+            }
+            return Ok(());
+        };
+        self.ensure_ended(pod, container);
+        let p = &self.plan.pods[pod];
+        let image = IMAGES[p.containers[container].image];
+        match answer {
+            Answer::Ok(ok) => {
+                self.stats.ensure_ok += 1;
+                self.ensured.insert(ok.image_ref.clone(), self.now);
+                if image.private && !p.secret.valid() && !self.exempt(pod, container, &ok.image_ref) {
+                    return Err(self.fail(
+                        "kep2535",
+                        format!(
+                            "pod {}/{} (secret {:?}) was given the private image {} ({}) it cannot pull itself, under {}",
+                            p.namespace,
+                            p.name,
+                            p.secret,
+                            image.name,
+                            short(&ok.image_ref),
+                            self.facts.policy
+                        ),
+                    ));
+                }
+                if ok.message.is_empty()
+                    && let Some(repo) = image_repo(image.name)
+                {
+                    let secret = if image.private { p.secret } else { SecretKind::None };
+                    self.acked.entry(ok.image_ref.clone()).or_default().push((repo, secret));
+                }
+            }
+            Answer::Err(e) => {
+                self.stats.ensure_err += 1;
+                if e.message.is_empty() {
+                    return Err(
+                        self.fail("ensure-answered", format!("ensure #{id} failed with {} and no message", e.kind))
+                    );
+                }
+            }
+            Answer::Node(NodeError::ShuttingDown) => self.stats.ensure_err += 1,
+            Answer::Node(e) => {
+                if !self.stopping.contains(&inc) {
+                    return Err(self.fail("actors-alive", format!("ensure #{id} of imaged#{inc}, which serves: {e}")));
+                }
+            }
+            Answer::Lost | Answer::NoNode => self.stats.ensure_lost += 1,
+        }
+        Ok(())
+    }
+
+    /// An ensure of `pod`'s `container` stopped being in flight.
+    fn ensure_ended(&mut self, pod: usize, container: usize) {
+        let image = IMAGES[self.plan.pods[pod].containers[container].image].name;
+        self.busy_until.insert(image_key(image), self.now);
+    }
+
+    /// Whether the policy lets any pod use this present image: a preloaded
+    /// image imaged never pulled, under a policy that exempts it.
+    fn exempt(&self, pod: usize, container: usize, image_ref: &str) -> bool {
+        let i = self.plan.pods[pod].containers[container].image;
+        let preloaded = self.plan.preloaded.contains(&i) && !self.pulled_ids.contains(image_ref);
+        match self.facts.policy {
+            VerificationPolicy::NeverVerify => true,
+            VerificationPolicy::NeverVerifyPreloadedImages => preloaded,
+            VerificationPolicy::NeverVerifyAllowlistedImages => preloaded && self.facts.allowlist_private,
+            VerificationPolicy::AlwaysVerify => false,
+        }
+    }
+
+    /// A GC report: the target arithmetic and the reasons it keeps images.
+    fn gc_report(&mut self, r: &GcReport) -> Result<(), Violation> {
+        if r.dry_run || !self.reports.insert(r.started) {
+            return Ok(());
+        }
+        self.stats.gc_reports += 1;
+        if r.mode == GcMode::Threshold && r.amount_to_free > 0 {
+            let space: Vec<u64> = r
+                .entries
+                .iter()
+                .filter(|e| e.verdict == Verdict::Delete(DeleteReason::Space))
+                .map(|e| e.size)
+                .collect();
+            let before_last: u64 = space.iter().rev().skip(1).sum();
+            if !space.is_empty() && before_last >= r.amount_to_free {
+                return Err(self.fail(
+                    "gc-target",
+                    format!(
+                        "GC planned {} removals for space though the first {} already free {before_last} of the {} bytes needed",
+                        space.len(),
+                        space.len() - 1,
+                        r.amount_to_free
+                    ),
+                ));
+            }
+            let planned: u64 = space.iter().sum();
+            if planned < r.amount_to_free
+                && let Some(kept) = r.entries.iter().find(|e| e.verdict == Verdict::Keep(KeepReason::NotNeeded))
+            {
+                return Err(self.fail(
+                    "gc-target",
+                    format!(
+                        "GC kept {} as not needed though its removals free only {planned} of the {} bytes needed",
+                        kept.repo_tags.first().map_or(kept.id.as_str(), String::as_str),
+                        r.amount_to_free
+                    ),
+                ));
+            }
+        }
+        let started = sim_time(r.started).unwrap_or(Duration::ZERO);
+        for e in &r.entries {
+            if e.verdict != Verdict::Keep(KeepReason::InUse) || self.in_use_since(&e.id, &e.repo_tags, started) {
+                continue;
+            }
+            return Err(self.fail(
+                "gc-reasons",
+                format!(
+                    "GC (run at {}) kept {} ({}) as in use by {:?}, but no container, recent ensure or pull uses it",
+                    secs(started),
+                    e.repo_tags.first().map_or("", String::as_str),
+                    short(&e.id),
+                    e.used_by
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether something used image `id` around a GC run that began at
+    /// `started`: a container on it since shortly before, an ensure of it
+    /// within the minimum age, or a pull of one of its names in flight
+    /// (now, or until shortly before: the report is checked after the run),
+    /// or, for one minimum-age window after a start, a record the process
+    /// loaded (it may have been ensured just before the restart).
+    fn in_use_since(&self, id: &str, tags: &[String], started: Duration) -> bool {
+        let slack = Duration::from_secs(1);
+        let window = started.saturating_sub(self.facts.min_age + slack);
+        let grace = &self.restart_grace;
+        if self.containers.contains_key(id)
+            || grace.1.is_some_and(|until| started <= until + slack && grace.0.contains(id))
+            || self.used.get(id).is_some_and(|t| *t + slack >= started)
+            || self.ensured.get(id).is_some_and(|t| *t >= window)
+        {
+            return true;
+        }
+        let pulling = |image: &str| tags.iter().any(|t| image_key(t) == image_key(image));
+        if tags.iter().any(|t| {
+            let key = image_key(t);
+            self.prefetching.contains_key(&key) || self.busy_until.get(&key).is_some_and(|t| *t + slack >= started)
+        }) {
+            return true;
+        }
+        self.open.values().any(|p| pulling(&p.image))
+            || self
+                .pending
+                .values()
+                .any(|(_, _, pod, c, _)| pulling(IMAGES[self.plan.pods[*pod].containers[*c].image].name))
+    }
+
+    /// Checks at the end of a step, with what the actors say.
+    pub fn step_end(&mut self, now: Duration, view: &StepView) -> Result<(), Violation> {
+        self.now = now;
+        if let Some((at, call, others)) = self.suspects.first() {
+            let p = self.open.get(call).or_else(|| others.iter().find_map(|c| self.open.get(c)));
+            let image = p.map_or("?", |p| p.image.as_str());
+            return Err(self.fail(
+                "single-flight",
+                format!("three PullImage calls of {image} with the same credentials in flight at {}: #{call} and {others:?}", secs(*at)),
+            ));
+        }
+        self.ensure_bounds()?;
+        self.pull_bounds(view)?;
+        if let Some(r) = &view.last_gc {
+            self.gc_report(r)?;
+        }
+        Ok(())
+    }
+
+    /// The longest an ensure may take, when a pull deadline bounds pulls:
+    /// presence check, then (twice: a present image a pod may not use is
+    /// pulled again) a wait behind every pull outstanding meanwhile and its
+    /// own, each a re-check, a throttle token and the pull, then the size.
+    fn ensure_bound(&self, outstanding: usize) -> Option<Duration> {
+        let pull = self.facts.pull_deadline?;
+        let token = if self.facts.qps > 0.0 { Duration::from_secs_f64(1.0 / self.facts.qps) } else { Duration::ZERO };
+        let slot = self.facts.cri + token + pull;
+        let n = u32::try_from(outstanding + 1).unwrap_or(u32::MAX);
+        Some(3 * self.facts.cri + 2 * slot.saturating_mul(n) + Duration::from_secs(1))
+    }
+
+    fn ensure_bounds(&self) -> Result<(), Violation> {
+        for (id, (at, inc, pod, c, n)) in &self.pending {
+            let Some(bound) = self.ensure_bound(*n) else { continue };
+            let waited = self.now.saturating_sub(*at);
+            if waited > bound {
+                let p = &self.plan.pods[*pod];
+                return Err(self.fail(
+                    "ensure-answered",
+                    format!(
+                        "ensure #{id} of {} for {}/{} (imaged#{inc}) unanswered after {} (bound {} with {n} outstanding)",
+                        IMAGES[p.containers[*c].image].name,
+                        p.namespace,
+                        p.name,
+                        secs(waited),
+                        secs(bound)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Pulls in flight at the runtime from the serving process within the
+    /// parallel and per-registry limits; waiting pulls within the queue's
+    /// capacity; back-off entries within what failed recently.
+    fn pull_bounds(&self, view: &StepView) -> Result<(), Violation> {
+        let mine: Vec<&OpenPull> = self.open.values().filter(|p| p.inc == self.inc && self.inc != 0).collect();
+        if mine.len() > self.facts.parallel {
+            return Err(self.fail(
+                "bounded",
+                format!("{} PullImage calls in flight, more than the {} allowed", mine.len(), self.facts.parallel),
+            ));
+        }
+        if let Some(limit) = self.facts.registry_limit {
+            for r in REGISTRIES {
+                let n = mine.iter().filter(|p| registry_of(&p.image) == r).count();
+                if n > limit {
+                    return Err(
+                        self.fail("bounded", format!("{n} pulls from {r} in flight, more than its limit of {limit}"))
+                    );
+                }
+            }
+        }
+        if view.inc == 0 || view.inc != self.inc {
+            return Ok(());
+        }
+        if let (Some(q), Some(cap)) = (&view.queue, self.facts.queue_capacity) {
+            let per = if self.facts.registry_limit.is_some() { REGISTRIES.len() } else { 1 };
+            if q.queued > cap * per {
+                return Err(self.fail(
+                    "bounded",
+                    format!("{} pulls wait in the queue, more than its capacity of {cap}", q.queued),
+                ));
+            }
+        }
+        if let Some(b) = &view.backoffs {
+            let window = 2 * self.facts.max + self.facts.backoff_gc + Duration::from_secs(1);
+            let recent = self.backoff.values().filter(|e| self.now.saturating_sub(e.last) <= window).count();
+            if b.len() > recent {
+                return Err(self.fail(
+                    "bounded",
+                    format!(
+                        "{} back-off entries kept, but only {recent} keys failed in the last {}",
+                        b.len(),
+                        secs(window)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The store as the next process finds it, after `inc` ended.
+    pub fn restarted(&mut self, snapshot: Snapshot, present: &BTreeSet<String>) -> Result<(), Violation> {
+        self.stats.store_checks += 1;
+        for key in std::mem::take(&mut self.in_flight_at_kill) {
+            if !snapshot.intents.contains(&key) {
+                return Err(self.fail(
+                    "durable",
+                    format!("a pull of {key} was in flight at the runtime, but no intent for it is on disk"),
+                ));
+            }
+        }
+        for (image_ref, acks) in &self.acked {
+            let Some(record) = snapshot.records.get(image_ref) else {
+                return Err(self.fail(
+                    "durable",
+                    format!("the pulled record of {} (acknowledged) is not on disk", short(image_ref)),
+                ));
+            };
+            for (repo, secret) in acks {
+                let Some(creds) = record.credential_mapping.get(repo) else {
+                    return Err(self.fail(
+                        "durable",
+                        format!(
+                            "the pulled record of {} has no credentials for {repo}, acknowledged before",
+                            short(image_ref)
+                        ),
+                    ));
+                };
+                let covered = match secret {
+                    SecretKind::None => creds.node_pods_accessible,
+                    _ => creds.node_pods_accessible || !creds.kubernetes_secrets.is_empty(),
+                };
+                if !covered {
+                    return Err(self.fail(
+                        "durable",
+                        format!(
+                            "the pulled record of {} for {repo} lost the credentials acknowledged ({secret:?})",
+                            short(image_ref)
+                        ),
+                    ));
+                }
+            }
+        }
+        let now = SystemTime::UNIX_EPOCH + super::world::SIM_EPOCH + self.now;
+        for r in snapshot.images.values() {
+            let from = SystemTime::UNIX_EPOCH + super::world::SIM_EPOCH;
+            if r.first_detected < from || r.first_detected > now || r.last_used.is_some_and(|u| u > now) {
+                return Err(self.fail(
+                    "durable",
+                    format!("the image record of {} has first detected {:?}, last used {:?}: not between the run's start and now", short(&r.key.id), r.first_detected, r.last_used),
+                ));
+            }
+        }
+        if let Some((before, then)) = &self.last_snapshot {
+            for (id, r) in &before.images {
+                // A record of an image removed (since, or before with the
+                // process killed before a detection forgot it) is no promise.
+                if self.removed.contains(id) || !present.contains(id) || !then.contains(id) {
+                    continue;
+                }
+                match snapshot.images.get(id) {
+                    Some(now) if now.first_detected == r.first_detected => {}
+                    Some(now) => {
+                        return Err(self.fail(
+                            "durable",
+                            format!(
+                                "image {} kept on the node, but its first detection moved from {:?} to {:?}",
+                                short(id),
+                                r.first_detected,
+                                now.first_detected
+                            ),
+                        ));
+                    }
+                    None => {
+                        return Err(self
+                            .fail("durable", format!("image {} kept on the node, but its record is gone", short(id))));
+                    }
+                }
+            }
+        }
+        self.removed.clear();
+        self.restart_grace = (snapshot.images.keys().cloned().collect(), None);
+        self.last_snapshot = Some((snapshot, present.clone()));
+        Ok(())
+    }
+
+    /// Liveness at the end of the quiet phase: every pod that is live and
+    /// can start has started, and no ensure waits.
+    pub fn finish(&mut self, started: &dyn Fn(usize) -> (bool, bool)) -> Result<(), Violation> {
+        // The kubelet keeps retrying pods that cannot start: an ensure asked
+        // shortly before the end may be waiting on its pull.
+        let now = self.now;
+        if let Some((id, (at, inc, ..))) = self.pending.iter().find(|(_, p)| now.saturating_sub(p.0) > LIVENESS_WAIT) {
+            return Err(self.fail(
+                "liveness",
+                format!(
+                    "ensure #{id} (imaged#{inc}, since {}) unanswered after {}",
+                    secs(*at),
+                    secs(now.saturating_sub(*at))
+                ),
+            ));
+        }
+        if self.inc == 0 {
+            return Err(self.fail("liveness", "no imaged serves at the end of the quiet phase".into()));
+        }
+        for (i, p) in self.plan.pods.iter().enumerate() {
+            let (live, all_started) = started(i);
+            if !live || all_started {
+                continue;
+            }
+            // A pod's own pull deadline shorter than its image's pull time
+            // (with room for a wait in the queue) fails every pull it makes.
+            let in_time = |latency_ms: u64| p.deadline.is_none_or(|d| d >= 2 * Duration::from_millis(latency_ms));
+            let can = p.containers.iter().all(|c| {
+                let img = IMAGES[c.image];
+                c.policy != crate::domain::pull_policy::PullPolicy::Never
+                    && img.exists
+                    && (!img.private || p.secret.valid())
+                    && in_time(img.latency_ms)
+            });
+            if can {
+                return Err(self.fail(
+                    "liveness",
+                    format!("pod {}/{} never started, though all its images can be pulled", p.namespace, p.name),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,373 @@
+//! Each invariant can fail: a short log (or store, or report) that breaks
+//! it makes the checker name it, and the same log without the breach
+//! passes.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use super::*;
+use crate::actors::gc_executor::ReportEntry;
+use crate::domain::pull_policy::PullPolicy;
+use crate::domain::{ErrorClass, ImageErrorKind};
+use crate::ensure::{EnsureError, EnsureOk};
+use crate::events::{EventType, ImageEvent, ObjectRef};
+use crate::gc::capacity::FsCapacity;
+use crate::gc::plan::{DeleteReason, GcMode, KeepReason, Verdict};
+use crate::sim::plan::{SimContainer, SimPod};
+
+const SANDBOX_ID: &str = "sha256:5a4db0c5a4db0c5a4db0c5a4db0c";
+/// `docker.io/library/busybox:1.36`.
+const PUBLIC: usize = 1;
+/// `private.example/billing/ledger:2`.
+const PRIVATE: usize = 9;
+
+fn s(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+fn pod(image: usize, secret: SecretKind) -> SimPod {
+    SimPod {
+        namespace: "default".into(),
+        name: "pod-0".into(),
+        uid: "uid-0000".into(),
+        priority: 0,
+        secret,
+        runtime_handler: String::new(),
+        deadline: None,
+        containers: vec![SimContainer { name: "c0".into(), image, policy: PullPolicy::IfNotPresent }],
+        jitter_seed: 0,
+    }
+}
+
+/// A checker for one pod under `settings` (over the defaults), with
+/// imaged#1 serving.
+fn checker(settings: &[&str], pod: SimPod) -> Checker {
+    let mut plan = Plan::generate(0, 0);
+    plan.settings = settings.iter().map(ToString::to_string).collect();
+    plan.pods = vec![pod];
+    plan.preloaded = vec![0];
+    plan.allowlist_private = false;
+    let cfg = Config::from_toml(&plan.settings.join("\n")).expect("settings");
+    let mut c = Checker::new(Rc::new(plan), &cfg, Some(SANDBOX_ID.into()), false);
+    c.absorb(vec![at(0, What::Life { inc: 1, what: Life::Started })]).expect("a start breaks nothing");
+    c
+}
+
+fn at(secs: u64, what: What) -> Entry {
+    Entry { at: s(secs), what }
+}
+
+fn broke(r: Result<(), Violation>) -> &'static str {
+    match r {
+        Err(v) => v.invariant,
+        Ok(()) => "nothing",
+    }
+}
+
+fn started(id: u64) -> What {
+    What::EnsureStarted { id, inc: 1, pod: 0, container: 0 }
+}
+
+fn ok(id: u64, image_ref: &str) -> What {
+    What::EnsureEnded { id, answer: Answer::Ok(EnsureOk { image_ref: image_ref.into(), message: String::new() }) }
+}
+
+fn pull(call: u64, image: usize) -> What {
+    What::Runtime(Observed::PullStarted {
+        call,
+        image: IMAGES[image].name.into(),
+        runtime_handler: String::new(),
+        auth: None,
+    })
+}
+
+fn event(reason: EventReason, image: usize) -> What {
+    What::Event {
+        inc: 1,
+        event: ImageEvent {
+            event_type: EventType::Normal,
+            reason,
+            message: String::new(),
+            object: ObjectRef {
+                pod_uid: "uid-0000".into(),
+                namespace: "default".into(),
+                pod_name: "pod-0".into(),
+                container: Some("c0".into()),
+            },
+            image: IMAGES[image].name.into(),
+            class: None,
+        },
+    }
+}
+
+fn report(entries: Vec<(&str, u64, Verdict)>, amount_to_free: u64, at_secs: u64) -> Arc<GcReport> {
+    Arc::new(GcReport {
+        mode: GcMode::Threshold,
+        dry_run: false,
+        started: SystemTime::UNIX_EPOCH + super::super::world::SIM_EPOCH + s(at_secs),
+        before: FsCapacity { capacity: 1_000, available: 100 },
+        measured_by: "test".into(),
+        usage_percent: Some(90),
+        projected_usage_percent: None,
+        amount_to_free,
+        entries: entries
+            .into_iter()
+            .map(|(id, size, verdict)| ReportEntry {
+                id: id.into(),
+                runtime_handler: String::new(),
+                repo_tags: vec![format!("docker.io/library/{id}:1")],
+                size,
+                verdict,
+                used_by: Vec::new(),
+            })
+            .collect(),
+        shortfall: None,
+        removed: Vec::new(),
+        failed: Vec::new(),
+        bytes_expected: 0,
+        bytes_freed_measured: None,
+        target_missed: None,
+    })
+}
+
+#[test]
+fn every_invariant_has_a_test_here() {
+    // The names the tests below expect, in the order of INVARIANTS.
+    let tested = [
+        "ensure-answered",
+        "in-use-kept",
+        "kep2535",
+        "single-flight",
+        "backoff-law",
+        "gc-target",
+        "gc-reasons",
+        "durable",
+        "bounded",
+        "actors-alive",
+        "liveness",
+    ];
+    assert_eq!(INVARIANTS.iter().map(|(n, _)| *n).collect::<Vec<_>>(), tested);
+}
+
+#[test]
+fn ensure_answered_fails_on_an_ensure_past_its_bound_or_an_error_without_a_message() {
+    let mut c = checker(&["pull.pull_deadline = \"3m\""], pod(PUBLIC, SecretKind::None));
+    c.absorb(vec![at(1, started(1))]).unwrap();
+    assert_eq!(broke(c.step_end(s(60), &StepView::default())), "nothing", "within its bound");
+    assert_eq!(broke(c.step_end(s(3_600), &StepView::default())), "ensure-answered");
+
+    let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+    let err = EnsureError { kind: ImageErrorKind::ErrImagePull, message: String::new(), class: ErrorClass::Transient };
+    let r = c.absorb(vec![at(1, started(1)), at(2, What::EnsureEnded { id: 1, answer: Answer::Err(err) })]);
+    assert_eq!(broke(r), "ensure-answered");
+}
+
+#[test]
+fn in_use_kept_fails_when_the_sandbox_a_used_or_a_pinned_image_is_removed() {
+    let removing = |id: &str, name: &str, pinned: bool, used_by: Vec<String>| {
+        What::Runtime(Observed::Removing { id: id.into(), names: vec![name.into()], pinned, used_by })
+    };
+    let mut c = checker(&["gc.pinned_images = [\"docker.io/library/redis:*\"]"], pod(PUBLIC, SecretKind::None));
+    assert_eq!(
+        broke(c.absorb(vec![at(1, removing("sha256:aa", "docker.io/library/nginx:1.27", false, vec![]))])),
+        "nothing"
+    );
+    for what in [
+        removing(SANDBOX_ID, IMAGES[0].name, false, vec![]),
+        removing("sha256:bb", "docker.io/library/nginx:1.27", false, vec!["ctr-1".into()]),
+        removing("sha256:cc", "docker.io/library/nginx:1.27", true, vec![]),
+        removing("sha256:dd", "docker.io/library/redis:7", false, vec![]),
+    ] {
+        assert_eq!(broke(c.absorb(vec![at(2, what)])), "in-use-kept");
+    }
+}
+
+#[test]
+fn kep2535_fails_when_a_pod_without_a_valid_secret_gets_a_private_image() {
+    let verify = ["credential_verification.policy = \"AlwaysVerify\""];
+    let mut c = checker(&verify, pod(PRIVATE, SecretKind::Right));
+    assert_eq!(broke(c.absorb(vec![at(1, started(1)), at(2, ok(1, "sha256:11"))])), "nothing");
+    for secret in [SecretKind::None, SecretKind::Wrong] {
+        let mut c = checker(&verify, pod(PRIVATE, secret));
+        assert_eq!(broke(c.absorb(vec![at(1, started(1)), at(2, ok(1, "sha256:11"))])), "kep2535");
+    }
+}
+
+#[test]
+fn single_flight_fails_on_a_third_pull_of_one_key_in_flight() {
+    let mut c =
+        checker(&["pull.single_flight = true", "pull.serialize_image_pulls = false"], pod(PUBLIC, SecretKind::None));
+    c.absorb(vec![at(1, pull(1, PUBLIC)), at(1, pull(2, PUBLIC))]).unwrap();
+    assert_eq!(broke(c.step_end(s(1), &StepView::default())), "nothing", "two kinds of request may share a key");
+    c.absorb(vec![at(2, pull(3, PUBLIC))]).unwrap();
+    assert_eq!(broke(c.step_end(s(2), &StepView::default())), "single-flight");
+}
+
+#[test]
+fn backoff_law_fails_on_a_pull_inside_the_period_or_a_backoff_without_a_failure() {
+    let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+    let r = c.absorb(vec![
+        at(0, event(EventReason::Failed, PUBLIC)),
+        at(5, event(EventReason::BackOff, PUBLIC)),
+        at(10, event(EventReason::Pulling, PUBLIC)),
+        at(10, event(EventReason::Failed, PUBLIC)),
+    ]);
+    assert_eq!(broke(r), "nothing", "10 s, then a second failure");
+    // The period doubled to 20 s: a pull 15 s later is too early.
+    assert_eq!(broke(c.absorb(vec![at(25, event(EventReason::Pulling, PUBLIC))])), "backoff-law");
+
+    let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+    assert_eq!(broke(c.absorb(vec![at(1, event(EventReason::BackOff, PUBLIC))])), "backoff-law");
+}
+
+#[test]
+fn gc_target_fails_when_gc_frees_more_than_needed_or_stops_short() {
+    let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+    let space = Verdict::Delete(DeleteReason::Space);
+    let enough = report(vec![("a", 60, space.clone()), ("b", 60, space.clone())], 100, 10);
+    assert_eq!(broke(c.gc_report(&enough)), "nothing");
+    let too_much = report(vec![("a", 200, space.clone()), ("b", 200, space.clone())], 100, 20);
+    assert_eq!(broke(c.gc_report(&too_much)), "gc-target");
+    let short = report(vec![("a", 50, space), ("b", 500, Verdict::Keep(KeepReason::NotNeeded))], 100, 30);
+    assert_eq!(broke(c.gc_report(&short)), "gc-target");
+}
+
+#[test]
+fn gc_reasons_fails_when_gc_keeps_an_unused_image_as_in_use() {
+    let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+    c.absorb(vec![at(1, What::Created { pod: 0, container: 0, image_id: "sha256:used".into() })]).unwrap();
+    let in_use = Verdict::Keep(KeepReason::InUse);
+    assert_eq!(broke(c.gc_report(&report(vec![("sha256:used", 10, in_use.clone())], 0, 5))), "nothing");
+    assert_eq!(broke(c.gc_report(&report(vec![("sha256:idle", 10, in_use.clone())], 0, 6))), "gc-reasons");
+    // An ensure (waiting on a pull whose reply was lost) that ended just
+    // after the run began: imaged still counted its pull in flight.
+    c.absorb(vec![at(10, started(1))]).unwrap();
+    let err = EnsureError { kind: ImageErrorKind::ErrImagePull, message: "late".into(), class: ErrorClass::Transient };
+    c.absorb(vec![at(21, What::EnsureEnded { id: 1, answer: Answer::Err(err) })]).unwrap();
+    let mut r = (*report(vec![("sha256:pulled", 10, in_use)], 0, 20)).clone();
+    r.entries[0].repo_tags = vec![IMAGES[PUBLIC].name.into()];
+    assert_eq!(broke(c.gc_report(&Arc::new(r.clone()))), "nothing");
+    r.started += s(100);
+    assert_eq!(broke(c.gc_report(&Arc::new(r.clone()))), "gc-reasons", "long after the pull");
+    // A prefetch of it in flight (its reply lost) keeps it in use.
+    c.absorb(vec![at(200, What::PrefetchStarted { image: PUBLIC })]).unwrap();
+    r.started += s(200);
+    assert_eq!(broke(c.gc_report(&Arc::new(r))), "nothing", "a prefetch in flight");
+}
+
+#[test]
+fn gc_reasons_lets_a_restarted_process_keep_the_images_of_its_records_for_one_window() {
+    let epoch = SystemTime::UNIX_EPOCH + super::super::world::SIM_EPOCH;
+    let mut c = checker(&["gc.image_minimum_gc_age = \"2m\""], pod(PUBLIC, SecretKind::None));
+    let mut snap = Snapshot::default();
+    let record = ImageRecord {
+        key: crate::gc::record::RecordKey::id("sha256:known"),
+        first_detected: epoch,
+        last_used: None,
+        size: 1,
+        pinned: false,
+        repo_tags: Vec::new(),
+        repo_digests: Vec::new(),
+    };
+    snap.images.insert("sha256:known".into(), record);
+    c.absorb(vec![at(100, What::Life { inc: 1, what: Life::Killed })]).unwrap();
+    c.restarted(snap, &BTreeSet::new()).unwrap();
+    c.absorb(vec![at(101, What::Life { inc: 2, what: Life::Started })]).unwrap();
+    let in_use = Verdict::Keep(KeepReason::InUse);
+    assert_eq!(broke(c.gc_report(&report(vec![("sha256:known", 10, in_use.clone())], 0, 150))), "nothing");
+    assert_eq!(broke(c.gc_report(&report(vec![("sha256:other", 10, in_use.clone())], 0, 160))), "gc-reasons");
+    assert_eq!(
+        broke(c.gc_report(&report(vec![("sha256:known", 10, in_use)], 0, 300))),
+        "gc-reasons",
+        "after the window"
+    );
+}
+
+#[test]
+fn durable_fails_when_an_acknowledged_record_or_a_killed_pulls_intent_is_not_on_disk() {
+    let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+    c.absorb(vec![at(1, started(1)), at(2, ok(1, "sha256:11"))]).unwrap();
+    assert_eq!(broke(c.restarted(Snapshot::default(), &BTreeSet::new())), "durable");
+
+    let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+    c.absorb(vec![at(1, pull(1, PUBLIC)), at(2, What::Life { inc: 1, what: Life::Killed })]).unwrap();
+    let mut snap = Snapshot::default();
+    assert_eq!(broke(c.restarted(snap.clone(), &BTreeSet::new())), "durable");
+    let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+    c.absorb(vec![at(1, pull(1, PUBLIC)), at(2, What::Life { inc: 1, what: Life::Killed })]).unwrap();
+    snap.intents.insert(image_key(IMAGES[PUBLIC].name));
+    assert_eq!(broke(c.restarted(snap, &BTreeSet::new())), "nothing");
+}
+
+#[test]
+fn durable_fails_when_a_kept_images_first_detection_moves_but_not_for_a_record_of_an_absent_image() {
+    let epoch = SystemTime::UNIX_EPOCH + super::super::world::SIM_EPOCH;
+    let snap = |first: u64| {
+        let mut sn = Snapshot::default();
+        let record = ImageRecord {
+            key: crate::gc::record::RecordKey::id("sha256:kept"),
+            first_detected: epoch + s(first),
+            last_used: None,
+            size: 1,
+            pinned: false,
+            repo_tags: Vec::new(),
+            repo_digests: Vec::new(),
+        };
+        sn.images.insert("sha256:kept".into(), record);
+        sn
+    };
+    let present: BTreeSet<String> = ["sha256:kept".to_string()].into();
+    let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+    c.absorb(vec![at(100, What::Step { index: 1, event: String::new() })]).unwrap();
+    c.restarted(snap(0), &present).unwrap();
+    assert_eq!(broke(c.restarted(snap(0), &present)), "nothing");
+    assert_eq!(broke(c.restarted(snap(50), &present)), "durable");
+    // Removed before the first restart (its record outlived a kill): the
+    // image pulled again is detected anew.
+    let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+    c.absorb(vec![at(100, What::Step { index: 1, event: String::new() })]).unwrap();
+    c.restarted(snap(0), &BTreeSet::new()).unwrap();
+    assert_eq!(broke(c.restarted(snap(50), &present)), "nothing");
+}
+
+#[test]
+fn bounded_fails_on_more_pulls_in_flight_than_allowed() {
+    let mut c = checker(&["pull.serialize_image_pulls = true"], pod(PUBLIC, SecretKind::None));
+    c.absorb(vec![at(1, pull(1, PUBLIC))]).unwrap();
+    assert_eq!(broke(c.step_end(s(1), &StepView::default())), "nothing");
+    c.absorb(vec![at(2, pull(2, 2))]).unwrap();
+    assert_eq!(broke(c.step_end(s(2), &StepView::default())), "bounded");
+}
+
+#[test]
+fn actors_alive_fails_when_a_serving_process_answers_that_an_actor_stopped() {
+    let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+    let stopped = What::EnsureEnded { id: 1, answer: Answer::Node(NodeError::Stopped("the pull queue")) };
+    assert_eq!(broke(c.absorb(vec![at(1, started(1)), at(2, stopped.clone())])), "actors-alive");
+    // While it stops gracefully, that is expected.
+    let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+    let r = c.absorb(vec![at(1, started(1)), at(2, What::Life { inc: 1, what: Life::Stopping }), at(3, stopped)]);
+    assert_eq!(broke(r), "nothing");
+}
+
+#[test]
+fn liveness_fails_when_a_pod_that_can_start_never_does_or_an_ensure_waits() {
+    let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+    assert_eq!(broke(c.finish(&|_| (true, true))), "nothing");
+    assert_eq!(broke(c.finish(&|_| (true, false))), "liveness");
+    // A pod whose private image it cannot pull is not expected to start.
+    let mut c = checker(&[], pod(PRIVATE, SecretKind::Wrong));
+    assert_eq!(broke(c.finish(&|_| (true, false))), "nothing");
+    // Nor one whose own pull deadline is shorter than its image's pull.
+    let slow = IMAGES.iter().position(|i| i.latency_ms >= 60_000).unwrap();
+    let mut c = checker(&[], SimPod { deadline: Some(s(30)), ..pod(slow, SecretKind::None) });
+    assert_eq!(broke(c.finish(&|_| (true, false))), "nothing");
+    let mut c = checker(&[], SimPod { deadline: Some(s(300)), ..pod(slow, SecretKind::None) });
+    assert_eq!(broke(c.finish(&|_| (true, false))), "liveness");
+    let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+    c.absorb(vec![at(1, started(1)), at(60, What::Step { index: 1, event: String::new() })]).unwrap();
+    assert_eq!(broke(c.finish(&|_| (true, true))), "nothing", "asked a minute before the end");
+    c.absorb(vec![at(3_600, What::Step { index: 2, event: String::new() })]).unwrap();
+    assert_eq!(broke(c.finish(&|_| (true, true))), "liveness", "waiting for an hour");
+}

@@ -1,0 +1,256 @@
+//! What a run saw, in the order it happened: the plan's events as they are
+//! applied, the runtime's side of every pull and removal, imaged's events,
+//! every ensure's start and answer, the kubelet's containers, GC reports,
+//! process lifecycles. The invariants read it; the trace is it, one line per
+//! entry.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use crate::actors::gc_executor::GcReport;
+use crate::embedded::Observed;
+use crate::ensure::{EnsureError, EnsureOk};
+use crate::events::ImageEvent;
+use crate::node::NodeError;
+
+/// An ensure's answer as the kubelet got it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// The image is there.
+    Ok(EnsureOk),
+    /// The kubelet's error.
+    Err(EnsureError),
+    /// The node refused or an actor was gone.
+    Node(NodeError),
+    /// imaged died before answering (the kubelet sees its connection drop).
+    Lost,
+    /// No imaged was running to ask.
+    NoNode,
+}
+
+/// What happened to one imaged process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Life {
+    /// It started and serves.
+    Started,
+    /// It could not start (the service manager retries).
+    StartFailed(String),
+    /// A graceful stop began.
+    Stopping,
+    /// It exited after a graceful stop.
+    Exited,
+    /// It was killed.
+    Killed,
+}
+
+/// One thing that happened.
+#[derive(Debug, Clone)]
+pub enum What {
+    /// A step's event is applied.
+    Step {
+        /// The step.
+        index: usize,
+        /// The event, described.
+        event: String,
+    },
+    /// The runtime's side of a call.
+    Runtime(Observed),
+    /// imaged emitted an event.
+    Event {
+        /// The incarnation that emitted it.
+        inc: u32,
+        /// The event.
+        event: ImageEvent,
+    },
+    /// The kubelet asks for a container's image.
+    EnsureStarted {
+        /// Numbers the ensure.
+        id: u64,
+        /// The incarnation asked.
+        inc: u32,
+        /// The pod (plan index).
+        pod: usize,
+        /// The container (index in the pod).
+        container: usize,
+    },
+    /// It got its answer.
+    EnsureEnded {
+        /// The ensure.
+        id: u64,
+        /// The answer.
+        answer: Answer,
+    },
+    /// The kubelet created a container on an ensured image.
+    Created {
+        /// The pod.
+        pod: usize,
+        /// The container.
+        container: usize,
+        /// The image id it runs.
+        image_id: String,
+    },
+    /// A pod's containers were deleted (`exited`: they exited and stay).
+    ContainersGone {
+        /// The pod.
+        pod: usize,
+        /// The image ids they ran on.
+        image_ids: Vec<String>,
+        /// They exited (and still count as using their images).
+        exited: bool,
+    },
+    /// Creating it failed: its image was gone again.
+    CreateFailed {
+        /// The pod.
+        pod: usize,
+        /// The container.
+        container: usize,
+        /// The image ref the ensure gave.
+        image_ref: String,
+    },
+    /// A prefetch was asked of the serving process.
+    PrefetchStarted {
+        /// The image (plan index).
+        image: usize,
+    },
+    /// A prefetch ended.
+    PrefetchEnded {
+        /// The image (plan index).
+        image: usize,
+        /// Its image ref, or why not.
+        result: Result<String, String>,
+    },
+    /// A GC run's report (a requested run's, or the periodic run's latest).
+    Gc {
+        /// Whether the simulation asked for it (else it was found as the last report).
+        requested: bool,
+        /// The report, or the error.
+        result: Result<Arc<GcReport>, String>,
+    },
+    /// Back-offs were cleared.
+    BackoffCleared {
+        /// Which pod's (`None` = every pod's); with `image`, which image's.
+        pod_uid: Option<String>,
+        /// Which image's.
+        image: Option<String>,
+    },
+    /// An imaged process changed.
+    Life {
+        /// Its number.
+        inc: u32,
+        /// What happened.
+        what: Life,
+    },
+}
+
+/// One entry: when, and what.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// Simulated time since the run began.
+    pub at: Duration,
+    /// What.
+    pub what: What,
+}
+
+/// The log, shared with the runtime's observer (another thread could call
+/// it in principle, hence the mutex; in a run everything is one thread).
+#[derive(Debug, Clone, Default)]
+pub struct Log(Arc<Mutex<Vec<Entry>>>);
+
+impl Log {
+    /// Appends `what` at `at`.
+    pub fn push(&self, at: Duration, what: What) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).push(Entry { at, what });
+    }
+
+    /// Takes every entry appended since the last take.
+    pub fn take(&self) -> Vec<Entry> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// Shortens an image id for a trace line (`sha256:0123456789ab`).
+pub fn short(id: &str) -> &str {
+    id.get(..19).unwrap_or(id)
+}
+
+impl Entry {
+    /// The trace line, without the time.
+    pub fn line(&self, plan: &super::plan::Plan) -> String {
+        let pod =
+            |i: &usize| plan.pods.get(*i).map_or_else(|| format!("#{i}"), |p| format!("{}/{}", p.namespace, p.name));
+        match &self.what {
+            What::Step { index, event } => format!("step {index}: {event}"),
+            What::Runtime(Observed::PullStarted { call, image, runtime_handler, auth }) => format!(
+                "  runtime: PullImage #{call} {image}{}{}",
+                if runtime_handler.is_empty() { String::new() } else { format!(" handler {runtime_handler}") },
+                auth.as_ref().map_or(String::new(), |a| format!(" auth {}", a.get(..8).unwrap_or(a)))
+            ),
+            What::Runtime(Observed::PullEnded { call, image_id }) => match image_id {
+                Some(id) => format!("  runtime: PullImage #{call} done: {}", short(id)),
+                None => format!("  runtime: PullImage #{call} ended without an image"),
+            },
+            What::Runtime(Observed::Removing { id, names, .. }) => {
+                format!("  runtime: RemoveImage {} ({})", short(id), names.first().map_or("", String::as_str))
+            }
+            What::Event { inc, event } => format!(
+                "  imaged#{inc} event {} {} {}: {}",
+                event.reason.as_str(),
+                event.object.pod_uid,
+                event.image,
+                event.message
+            ),
+            What::EnsureStarted { id, inc, pod: p, container } => {
+                let c = &plan.pods[*p].containers[*container];
+                format!(
+                    "  kubelet: ensure #{id} {} {} {} {} (imaged#{inc})",
+                    pod(p),
+                    c.name,
+                    super::plan::IMAGES[c.image].name,
+                    c.policy.as_str()
+                )
+            }
+            What::EnsureEnded { id, answer } => format!("  kubelet: ensure #{id} -> {}", describe(answer)),
+            What::Created { pod: p, container, image_id } => {
+                format!("  kubelet: {} container c{container} created on {}", pod(p), short(image_id))
+            }
+            What::ContainersGone { pod: p, image_ids, exited } => format!(
+                "  kubelet: {} containers {} ({})",
+                pod(p),
+                if *exited { "exited" } else { "deleted" },
+                image_ids.iter().map(|i| short(i)).collect::<Vec<_>>().join(", ")
+            ),
+            What::CreateFailed { pod: p, container, image_ref } => {
+                format!("  kubelet: {} container c{container}: image {} is gone", pod(p), short(image_ref))
+            }
+            What::PrefetchStarted { image } => format!("  prefetch {} asked", super::plan::IMAGES[*image].name),
+            What::PrefetchEnded { image, result } => {
+                format!("  prefetch {}: {:?}", super::plan::IMAGES[*image].name, result.as_ref().map(|r| short(r)))
+            }
+            What::Gc { requested, result } => match result {
+                Ok(r) => format!(
+                    "  gc{}: usage {:?}% to free {} removed {} ({} bytes){}",
+                    if *requested { " (asked)" } else { "" },
+                    r.usage_percent,
+                    r.amount_to_free,
+                    r.removed.len(),
+                    r.bytes_expected,
+                    r.target_missed.as_ref().map_or(String::new(), |m| format!(": {m}"))
+                ),
+                Err(e) => format!("  gc{}: {e}", if *requested { " (asked)" } else { "" }),
+            },
+            What::BackoffCleared { pod_uid, image } => format!("  back-off cleared: pod {pod_uid:?} image {image:?}"),
+            What::Life { inc, what } => format!("imaged#{inc}: {what:?}"),
+        }
+    }
+}
+
+fn describe(a: &Answer) -> String {
+    match a {
+        Answer::Ok(ok) if ok.message.is_empty() => format!("pulled {}", short(&ok.image_ref)),
+        Answer::Ok(ok) => format!("present {}", short(&ok.image_ref)),
+        Answer::Err(e) => format!("{}: {}", e.kind, e.message),
+        Answer::Node(e) => format!("node: {e}"),
+        Answer::Lost => "lost (imaged died)".into(),
+        Answer::NoNode => "no imaged running".into(),
+    }
+}
