@@ -38,6 +38,15 @@ fn bad_configuration_exits_64_naming_the_key_and_value() {
 }
 
 #[test]
+fn simulate_refuses_configuration_flags_it_would_ignore() {
+    let out =
+        imaged().args(["--set", "gc.gc_period=1m", "simulate", "--seed", "1", "--steps", "1"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("imaged simulate takes no --config") && err.contains("each seed draws"), "{err}");
+}
+
+#[test]
 fn a_duration_run_cannot_use_is_refused_by_check_config_and_run_alike() {
     // `runtime.deadlines.image_status = "20000y"` aborted `imaged run` at
     // start (a crash loop under systemd) while check-config accepted it;

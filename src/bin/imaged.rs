@@ -74,6 +74,21 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<(), AppError> {
     if let Command::Simulate(args) = &cli.command {
+        // Each seed draws its own configuration: a flag that sets one
+        // would be silently ignored, so it is refused.
+        let c = &cli.config;
+        if c.config.is_some()
+            || c.kubelet_config.is_some()
+            || !c.overrides.is_empty()
+            || c.runtime_endpoint.is_some()
+            || c.log_format.is_some()
+        {
+            return Err(AppError::Usage(
+                "imaged simulate takes no --config, --kubelet-config, --set, --runtime-endpoint or --log-format: \
+                 each seed draws its own configuration (docs/simulation.md)"
+                    .into(),
+            ));
+        }
         // Its own settings per seed; logs only when RUST_LOG asks.
         if std::env::var_os("RUST_LOG").is_some() {
             let log = imaged::config::LogSettings { format: imaged::config::LogFormat::Text, filter: "info".into() };
