@@ -89,6 +89,8 @@ impl Daemon {
             .args(["--set", &format!("daemon.socket={}", socket.display())])
             .args(["--set", &format!("runtime.endpoint=unix://{}", dir.path().join("cri.sock").display())])
             .args(["--set", "daemon.metrics_address="])
+            // Its own durable state (the default is the machine's one).
+            .args(["--set", &format!("state.dir={}", dir.path().join("state").display())])
             .args(["--set", &format!("pull.serialize_image_pulls={serial}")])
             .args(["--set", "pull.registry_pull_qps=0"])
             .arg("run")
