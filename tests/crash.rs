@@ -710,6 +710,24 @@ fn kill_9_on_containerd_loses_nothing_answered() {
 }
 
 /// `imaged embedded-runtime --state-dir`: what was pulled survives a
+/// A served runtime killed when its test ends, failed or not (a failed
+/// assertion must not leave it serving).
+struct Served(std::process::Child);
+
+impl Served {
+    /// `kill -9`, and the exit collected.
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 /// `kill -9`, and a second runtime on the same directory is refused.
 #[test]
 fn a_separately_served_embedded_runtime_keeps_its_images_across_kill_9() {
@@ -740,7 +758,7 @@ fn a_separately_served_embedded_runtime_keeps_its_images_across_kill_9() {
         all.extend_from_slice(args);
         support::daemon::imagectl(Path::new("/nonexistent"), &all)
     };
-    let mut first = serve(&socket);
+    let mut first = Served(serve(&socket));
     wait_serving(&socket);
     let o = cri(&["pull", "busybox:1.36"]);
     assert!(o.status.success(), "{}", support::daemon::stderr(&o));
@@ -750,13 +768,10 @@ fn a_separately_served_embedded_runtime_keeps_its_images_across_kill_9() {
     let err = String::from_utf8_lossy(&second.stderr);
     assert!(err.contains("another embedded runtime uses it"), "{err}");
 
-    first.kill().unwrap();
-    first.wait().unwrap();
-    let mut again = serve(&socket);
+    first.kill();
+    let _again = Served(serve(&socket));
     wait_serving(&socket);
     let o = cri(&["images"]);
     let listed = support::daemon::stdout(&o);
     assert!(listed.lines().any(|l| l.split_whitespace().take(2).eq(["docker.io/library/busybox", "1.36"])), "{listed}");
-    again.kill().unwrap();
-    again.wait().unwrap();
 }
