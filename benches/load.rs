@@ -26,6 +26,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // bench code: a failed unwrap is a failed bench
 
 use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -94,6 +95,8 @@ impl Daemon {
             .args(["--set", &format!("pull.serialize_image_pulls={serial}")])
             .args(["--set", "pull.registry_pull_qps=0"])
             .arg("run")
+            // A group of its own: stopping it reaches a wrapper's child too.
+            .process_group(0)
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))
             .spawn()
@@ -114,11 +117,11 @@ impl Daemon {
 
     fn stop(mut self) {
         let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).expect("pid"));
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(30);
         while self.child.try_wait().expect("wait").is_none() {
             if Instant::now() > deadline {
-                let _ = self.child.kill();
+                let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
             }
             std::thread::sleep(Duration::from_millis(20));
         }
