@@ -24,10 +24,8 @@ use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::EmbeddedRuntime;
 use super::server::{CriService, Shared};
-use super::{EmbeddedRuntime, MAX_MESSAGE_SIZE};
-use crate::cri::proto::image_service_server::ImageServiceServer;
-use crate::cri::proto::runtime_service_server::RuntimeServiceServer;
 use crate::cri::{CriClient, CriEndpoint};
 
 /// Bytes each direction of an in-memory connection buffers.
@@ -90,18 +88,7 @@ impl InProcessRuntime {
             Ok::<_, io::Error>(io)
         });
         let service = CriService::new(self.shared.clone());
-        let server = tonic::transport::Server::builder()
-            .add_service(
-                ImageServiceServer::new(service.clone())
-                    .max_decoding_message_size(MAX_MESSAGE_SIZE)
-                    .max_encoding_message_size(MAX_MESSAGE_SIZE),
-            )
-            .add_service(
-                RuntimeServiceServer::new(service)
-                    .max_decoding_message_size(MAX_MESSAGE_SIZE)
-                    .max_encoding_message_size(MAX_MESSAGE_SIZE),
-            )
-            .serve_with_incoming(incoming);
+        let server = super::router(service).serve_with_incoming(incoming);
         let server = tokio::spawn(async move {
             if let Err(e) = server.await {
                 tracing::error!(error = %e, "in-process embedded runtime: server failed");

@@ -51,6 +51,23 @@ pub const RUNTIME_NAME: &str = "imaged-embedded";
 /// Largest message the embedded runtime accepts or sends.
 const MAX_MESSAGE_SIZE: usize = 64 * 1024 * 1024;
 
+/// The runtime's two services on one server, on a socket or in process
+/// alike: bounded streams and window (a burst cannot close the
+/// connection) and the message limit.
+fn router(service: CriService) -> tonic::transport::server::Router {
+    crate::cri::transport::server()
+        .add_service(
+            ImageServiceServer::new(service.clone())
+                .max_decoding_message_size(MAX_MESSAGE_SIZE)
+                .max_encoding_message_size(MAX_MESSAGE_SIZE),
+        )
+        .add_service(
+            RuntimeServiceServer::new(service)
+                .max_decoding_message_size(MAX_MESSAGE_SIZE)
+                .max_encoding_message_size(MAX_MESSAGE_SIZE),
+        )
+}
+
 /// Why the embedded runtime could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum EmbeddedError {
@@ -435,19 +452,7 @@ fn serve(listener: std::os::unix::net::UnixListener, service: CriService, stop: 
             }
         };
         let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
-        // Bounded streams and window: a burst cannot close the connection.
-        let server = crate::cri::transport::server()
-            .add_service(
-                ImageServiceServer::new(service.clone())
-                    .max_decoding_message_size(MAX_MESSAGE_SIZE)
-                    .max_encoding_message_size(MAX_MESSAGE_SIZE),
-            )
-            .add_service(
-                RuntimeServiceServer::new(service)
-                    .max_decoding_message_size(MAX_MESSAGE_SIZE)
-                    .max_encoding_message_size(MAX_MESSAGE_SIZE),
-            )
-            .serve_with_incoming(incoming);
+        let server = router(service).serve_with_incoming(incoming);
         tokio::select! {
             r = server => if let Err(e) = r { tracing::error!(error = %e, "embedded runtime: server failed") },
             _ = stop => {}
