@@ -3,6 +3,7 @@
 
 pub mod convert;
 pub mod server;
+pub mod unary;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -71,6 +72,11 @@ impl std::fmt::Debug for ImagedService {
 }
 
 impl ImagedService {
+    /// The node the service answers for.
+    pub fn node(&self) -> Arc<Node> {
+        self.node.clone()
+    }
+
     /// The service over `node`, its event streams fed by an [`EventHub`]
     /// it starts and subscribes to the node (call inside an actix System);
     /// event streams end when `stopping` turns true.
@@ -193,6 +199,9 @@ pub type ImageBatches =
 
 #[tonic::async_trait]
 impl Imaged for ImagedService {
+    // The daemon's socket serves `EnsureImage` in front of this
+    // (`unary::EnsureRoute`, smaller per waiting call); this serves the
+    // method wherever the generated server is used alone.
     // Written out (what `async fn` expands to here) so that the request is
     // converted before the future is made: the future then holds the
     // request once, not also the message as it arrived (an async fn keeps

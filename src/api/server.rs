@@ -140,8 +140,12 @@ impl ApiSocket {
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), AppError> {
         let incoming = self.incoming()?;
+        // `EnsureImage` in front of the generated server: a waiting call
+        // holds a third of what tonic's would (api::unary).
+        let ensure = super::unary::EnsureRouteLayer::new(service.node(), max_request_bytes);
         // Bounded streams and window: a burst cannot close a connection.
         crate::cri::transport::server()
+            .layer(ensure)
             .add_service(
                 ImagedServer::new(service)
                     .max_decoding_message_size(max_request_bytes)
