@@ -46,7 +46,7 @@ impl DetectDiff {
 
 /// The ids of the images in use, as [`Records::detect`] asks them: a set,
 /// or the detector's map of who uses what (no copy of its keys).
-pub trait InUseIds {
+pub trait InUseIds: std::fmt::Debug {
     /// Whether image `id` is in use.
     fn contains_id(&self, id: &str) -> bool;
 }
@@ -57,13 +57,13 @@ impl<S: BuildHasher> InUseIds for HashSet<String, S> {
     }
 }
 
-impl<V, S: BuildHasher> InUseIds for HashMap<String, V, S> {
+impl<V: std::fmt::Debug, S: BuildHasher> InUseIds for HashMap<String, V, S> {
     fn contains_id(&self, id: &str) -> bool {
         self.contains_key(id)
     }
 }
 
-impl<V> InUseIds for std::collections::BTreeMap<String, V> {
+impl<V: std::fmt::Debug> InUseIds for std::collections::BTreeMap<String, V> {
     fn contains_id(&self, id: &str) -> bool {
         self.contains_key(id)
     }

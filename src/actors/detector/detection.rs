@@ -14,7 +14,7 @@ use super::{Detection, DetectorSettings};
 use crate::clock::Clock;
 use crate::domain::{Container, Image, ImageStatus, PodSandbox};
 use crate::gc::detect::Records;
-use crate::gc::in_use::{ENSURED_BEFORE_RESTART, InUseSources, images_in_use};
+use crate::gc::in_use::{InUseSources, images_in_use};
 use crate::gc::in_use_hints::InUseHints;
 use crate::gc::record::{ImageRecord, RecordKey};
 
@@ -74,7 +74,32 @@ pub struct Detector {
     rewrite: Rewrite,
     /// After records were loaded from the store: the ids they knew, which
     /// count as in use until the deadline (see [`Detector::load`]).
-    restart_grace: Option<(std::time::SystemTime, std::collections::HashSet<String>)>,
+    restart_grace: Option<Arc<RestartGrace>>,
+}
+
+/// The ids loaded records knew, until when they count as in use. Kept as
+/// 64-bit hashes (9 bytes an id where the ids themselves took 110), and
+/// shared with each detection in the grace rather than copied into its
+/// `in_use` (at 100,000 images that copy took 23 MB): a collision can only
+/// protect one more image for the grace, never expose one.
+#[derive(Debug)]
+pub(super) struct RestartGrace {
+    until: std::time::SystemTime,
+    hasher: std::hash::RandomState,
+    known: std::collections::HashSet<u64>,
+}
+
+impl RestartGrace {
+    fn new(until: std::time::SystemTime, records: &[ImageRecord]) -> Self {
+        let hasher = std::hash::RandomState::new();
+        let known = records.iter().map(|r| std::hash::BuildHasher::hash_one(&hasher, r.key.id.as_str())).collect();
+        Self { until, hasher, known }
+    }
+
+    /// Whether a loaded record knew image `id`.
+    pub(super) fn knows(&self, id: &str) -> bool {
+        self.known.contains(&std::hash::BuildHasher::hash_one(&self.hasher, id))
+    }
 }
 
 impl Detector {
@@ -122,7 +147,7 @@ impl Detector {
     /// Records loaded from the store replace the ones in memory.
     ///
     /// Their images also count as in use for one "ensured recently" window
-    /// from now ([`ENSURED_BEFORE_RESTART`]): the hints of which images were
+    /// from now ([`ENSURED_BEFORE_RESTART`](crate::gc::in_use::ENSURED_BEFORE_RESTART)): the hints of which images were
     /// ensured just before a restart (or a crash) died with the process, and
     /// durable first-detected times no longer make every image too young
     /// after a restart, as they do in the kubelet (whose records live in
@@ -130,9 +155,8 @@ impl Detector {
     /// collected before its container starts. The grace does not count as a
     /// use: last-used times stay as they were.
     pub fn load(&mut self, records: Vec<ImageRecord>) {
-        let known: std::collections::HashSet<String> = records.iter().map(|r| r.key.id.clone()).collect();
-        self.restart_grace = (!known.is_empty() && !self.recent_window.is_zero())
-            .then(|| (self.clock.now() + self.recent_window, known));
+        self.restart_grace = (!records.is_empty() && !self.recent_window.is_zero())
+            .then(|| Arc::new(RestartGrace::new(self.clock.now() + self.recent_window, &records)));
         self.records = Arc::new(records.into_iter().collect());
     }
 
@@ -163,19 +187,13 @@ impl Detector {
             ensured_recently: &ensured_recently,
         };
         let hints = &self.hints;
-        let mut in_use = images_in_use(sources, |i| hints.pulling_any(i.repo_tags.iter().chain(&i.repo_digests)));
+        let in_use = images_in_use(sources, |i| hints.pulling_any(i.repo_tags.iter().chain(&i.repo_digests)));
         let records = Arc::make_mut(&mut self.records);
         // Used: what a container, the sandbox, an ensure or a pull uses (not
         // the restart grace below, which protects without marking used).
         let diff = records.detect(&images, &in_use, now);
-        match &self.restart_grace {
-            Some((until, known)) if now < *until => {
-                for i in images.iter().filter(|i| known.contains(&i.id)) {
-                    in_use.entry(i.id.clone()).or_default().push(ENSURED_BEFORE_RESTART.into());
-                }
-            }
-            Some(_) => self.restart_grace = None,
-            None => {}
+        if self.restart_grace.as_ref().is_some_and(|g| now >= g.until) {
+            self.restart_grace = None;
         }
         // The runtime's list is not needed past this point.
         drop((images, containers, sandboxes));
@@ -188,7 +206,13 @@ impl Detector {
             "images detected"
         );
         let write = self.write(diff, now);
-        let detection = Arc::new(Detection { at: now, records: self.records.clone(), in_use, sandbox_image_id });
+        let detection = Arc::new(Detection {
+            at: now,
+            records: self.records.clone(),
+            in_use,
+            sandbox_image_id,
+            restart_grace: self.restart_grace.clone(),
+        });
         self.last = Some(detection.clone());
         (detection, write)
     }

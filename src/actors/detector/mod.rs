@@ -27,7 +27,7 @@ use crate::clock::Clock;
 use crate::cri::{CriError, CriErrorKind};
 use crate::domain::{ContainerFilter, ImageSpec, PodSandboxFilter};
 use crate::gc::detect::Records;
-use crate::gc::in_use::InUse;
+use crate::gc::in_use::{ENSURED_BEFORE_RESTART, InUse};
 use crate::gc::in_use_hints::InUseHints;
 use crate::store::Store;
 
@@ -69,16 +69,52 @@ pub struct Detection {
     /// The records (shared; the detector copies on its next write).
     pub records: Arc<Records>,
     /// Image id → who uses it (`namespace/pod/container`, `sandbox image`,
-    /// `ensured recently`, `pull in flight`; see [`images_in_use`]).
+    /// `ensured recently`, `pull in flight`; see [`images_in_use`]). Not
+    /// the images kept by the restart grace: [`Detection::used_by`] and
+    /// [`Detection::is_in_use`] say everything.
     pub in_use: InUse,
     /// The sandbox image's id, when it is present.
     pub sandbox_image_id: Option<String>,
+    /// While the restart grace lasts: the ids loaded records knew, each in
+    /// use ([`ENSURED_BEFORE_RESTART`]; see [`Detector::load`]).
+    restart_grace: Option<Arc<detection::RestartGrace>>,
 }
 
 impl Detection {
-    /// The ids in use.
+    /// Whether image `id` is in use (by [`Detection::in_use`] or the
+    /// restart grace).
+    pub fn is_in_use(&self, id: &str) -> bool {
+        self.in_use.contains_key(id) || self.in_grace(id)
+    }
+
+    /// Who uses image `id` (empty: nobody).
+    pub fn used_by(&self, id: &str) -> Vec<String> {
+        let mut who = self.in_use.get(id).cloned().unwrap_or_default();
+        if self.in_grace(id) {
+            who.push(ENSURED_BEFORE_RESTART.to_string());
+        }
+        who
+    }
+
+    /// The ids in use, among the records'.
     pub fn in_use_ids(&self) -> HashSet<String> {
-        self.in_use.keys().cloned().collect()
+        let mut ids: HashSet<String> = self.in_use.keys().cloned().collect();
+        if self.restart_grace.is_some() {
+            ids.extend(self.records.iter().filter(|r| self.in_grace(&r.key.id)).map(|r| r.key.id.clone()));
+        }
+        ids
+    }
+
+    /// Whether the restart grace keeps image `id` (one of the records'
+    /// images): a record of it was loaded.
+    fn in_grace(&self, id: &str) -> bool {
+        self.restart_grace.as_ref().is_some_and(|g| g.knows(id))
+    }
+}
+
+impl crate::gc::detect::InUseIds for Detection {
+    fn contains_id(&self, id: &str) -> bool {
+        self.is_in_use(id)
     }
 }
 

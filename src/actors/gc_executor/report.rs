@@ -9,7 +9,6 @@ use crate::cri::CriError;
 use crate::gc::capacity::FsCapacity;
 #[cfg(doc)]
 use crate::gc::capacity::MeasuredBy;
-use crate::gc::in_use::InUse;
 use crate::gc::plan::{GcMode, GcPlan, KeepReason, Shortfall, Verdict};
 
 /// One image removed by a run.
@@ -98,11 +97,11 @@ pub struct GcReport {
 
 impl GcReport {
     /// The report of `plan`, before any removal: every entry with who uses
-    /// it (from the detection's `in_use`), the plan's numbers; `before` is
+    /// it (`used_by`, the detection's), the plan's numbers; `before` is
     /// the filesystem as measured (not clamped), `started` when the run began.
     pub fn from_plan(
         plan: &GcPlan<'_>,
-        in_use: &InUse,
+        used_by: impl Fn(&str) -> Vec<String>,
         dry_run: bool,
         started: SystemTime,
         before: FsCapacity,
@@ -116,7 +115,7 @@ impl GcReport {
                 repo_tags: e.record.repo_tags.clone(),
                 size: e.record.size,
                 verdict: e.verdict.clone(),
-                used_by: in_use.get(&e.record.key.id).cloned().unwrap_or_default(),
+                used_by: used_by(&e.record.key.id),
             })
             .collect();
         GcReport {

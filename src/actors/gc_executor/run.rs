@@ -52,10 +52,9 @@ pub async fn run_gc(ports: GcPorts, spec: RunSpec, clock: Clock) -> Result<GcRep
     let detection = detection.map_err(GcError::Detection)?;
     let mut rules = spec.rules;
     rules.sandbox_image_id = detection.sandbox_image_id.clone();
-    let in_use = detection.in_use_ids();
     let inputs = GcRunInputs {
         records: &detection.records,
-        in_use: &in_use,
+        in_use: &*detection,
         fs: before,
         policy: &spec.policy,
         rules: &rules,
@@ -66,7 +65,7 @@ pub async fn run_gc(ports: GcPorts, spec: RunSpec, clock: Clock) -> Result<GcRep
     let mut report = match plan_gc(inputs) {
         Ok(plan) => GcReport {
             measured_by: measured_by.to_string(),
-            ..GcReport::from_plan(&plan, &detection.in_use, spec.dry_run, started, before)
+            ..GcReport::from_plan(&plan, |id| detection.used_by(id), spec.dry_run, started, before)
         },
         Err(GcPlanError::InvalidCapacity { age_deletions }) => {
             // As the kubelet: the max-age pass runs before the capacity check.

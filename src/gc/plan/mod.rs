@@ -31,7 +31,6 @@ mod passes;
 mod usage;
 mod verdict;
 
-use std::collections::HashSet;
 use std::time::SystemTime;
 
 pub use usage::{amount_to_free, format_size, free_disk_space_failed_message, usage_percent};
@@ -40,7 +39,7 @@ pub use verdict::{
 };
 
 use crate::gc::capacity::FsCapacity;
-use crate::gc::detect::Records;
+use crate::gc::detect::{InUseIds, Records};
 use crate::gc::policy::{GcPolicy, ProtectionRules};
 use passes::{Passes, held, since};
 
@@ -58,7 +57,7 @@ pub struct GcRunInputs<'a> {
     pub records: &'a Records,
     /// Ids of images in use (containers in any state, the sandbox image,
     /// pulls in flight, images ensured within the minimum age).
-    pub in_use: &'a HashSet<String>,
+    pub in_use: &'a dyn InUseIds,
     /// The image filesystem, measured before this run (unused and may be
     /// zero in [`GcMode::DeleteUnused`]).
     pub fs: FsCapacity,

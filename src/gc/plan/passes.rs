@@ -3,12 +3,11 @@
 //! eviction order, the free-space pass, then the entries in run order.
 //! Verdicts are kept by the record's position, so the passes never search.
 
-use std::collections::HashSet;
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::time::{Duration, SystemTime};
 
 use super::verdict::{DeleteReason, Held, KeepKind, KeepReason, PlanEntry, Verdict};
-use crate::gc::detect::Records;
+use crate::gc::detect::{InUseIds, Records};
 use crate::gc::policy::{GcPolicy, ProtectionRules, repository_of};
 use crate::gc::record::{ImageRecord, RecordKey};
 
@@ -32,7 +31,7 @@ struct Candidate {
 /// Why an image is protected from any deletion, if it is. The permanent
 /// protections come first, so an in-use sandbox image reads "sandbox
 /// image".
-fn protection(record: &ImageRecord, in_use: &HashSet<String>, rules: &ProtectionRules) -> Option<KeepReason> {
+fn protection(record: &ImageRecord, in_use: &dyn InUseIds, rules: &ProtectionRules) -> Option<KeepReason> {
     if rules.sandbox_image_id.as_deref() == Some(record.key.id.as_str()) {
         return Some(KeepReason::SandboxImage);
     }
@@ -42,7 +41,7 @@ fn protection(record: &ImageRecord, in_use: &HashSet<String>, rules: &Protection
     if let Some(pattern) = rules.pinned_by(&record.repo_tags, &record.repo_digests) {
         return Some(KeepReason::PinnedByRule(pattern.to_owned()));
     }
-    if in_use.contains(record.key.id.as_str()) {
+    if in_use.contains_id(record.key.id.as_str()) {
         return Some(KeepReason::InUse);
     }
     None
@@ -77,7 +76,7 @@ pub(super) struct Passes<'a> {
 impl<'a> Passes<'a> {
     /// The protection pass: protected records get their verdict (keep, and
     /// why); every other record is a candidate, in record order.
-    pub(super) fn new(records: &'a Records, in_use: &HashSet<String>, rules: &ProtectionRules) -> Self {
+    pub(super) fn new(records: &'a Records, in_use: &dyn InUseIds, rules: &ProtectionRules) -> Self {
         let slots: &'a [ImageRecord] = records.iter().as_slice();
         let mut verdicts: Vec<Option<Verdict>> = vec![None; slots.len()];
         let mut candidates: Vec<Candidate> = Vec::with_capacity(slots.len());

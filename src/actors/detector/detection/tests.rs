@@ -229,17 +229,21 @@ fn after_a_restart_on_durable_records_their_images_count_as_in_use_for_one_windo
     let l = || listed(vec![img("sha256:old", "old:1"), img("sha256:new", "new:1")], vec![]);
     let (det, write) = restarted.apply(l());
     assert_eq!(
-        det.in_use.get("sha256:old").map(Vec::as_slice),
-        Some(["maybe ensured before the restart".to_string()].as_slice()),
+        det.used_by("sha256:old"),
+        ["maybe ensured before the restart"],
         "it may have been ensured just before the restart"
     );
-    assert!(!det.in_use.contains_key("sha256:new"), "an image the records did not know is young: min age keeps it");
+    assert!(det.is_in_use("sha256:old"));
+    assert_eq!(det.in_use_ids(), std::collections::HashSet::from(["sha256:old".to_string()]));
+    assert!(!det.is_in_use("sha256:new"), "an image the records did not know is young: min age keeps it");
+    assert!(det.used_by("sha256:new").is_empty());
     let old = det.records.get(&RecordKey::id("sha256:old")).unwrap();
     assert_eq!(old.last_used, last_used, "the grace is not a use");
     assert!(write.is_some_and(|w| w.upserts.iter().all(|r| r.key.id != "sha256:old")), "nothing to write for it");
     clock.advance(Duration::from_secs(121));
     let (det, _) = restarted.apply(l());
     assert!(det.in_use.is_empty(), "one window only: {:?}", det.in_use);
+    assert!(!det.is_in_use("sha256:old") && det.used_by("sha256:old").is_empty(), "one window only");
 }
 
 #[test]
@@ -250,8 +254,8 @@ fn no_grace_without_a_window_or_without_records() {
     let (first, _) = d.apply(listed(vec![img("sha256:a", "a:1")], vec![]));
     let mut restarted = Detector::new(&zero, InUseHints::default(), clock.clock());
     restarted.load(first.records.iter().cloned().collect());
-    assert!(restarted.apply(listed(vec![img("sha256:a", "a:1")], vec![])).0.in_use.is_empty());
+    assert!(restarted.apply(listed(vec![img("sha256:a", "a:1")], vec![])).0.in_use_ids().is_empty());
     let mut empty = Detector::new(&settings(), InUseHints::default(), clock.clock());
     empty.load(vec![]);
-    assert!(empty.apply(listed(vec![img("sha256:a", "a:1")], vec![])).0.in_use.is_empty());
+    assert!(empty.apply(listed(vec![img("sha256:a", "a:1")], vec![])).0.in_use_ids().is_empty());
 }

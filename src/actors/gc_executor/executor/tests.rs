@@ -245,7 +245,7 @@ fn a_report_lists_the_plan_with_who_uses_each_image() {
         mode: GcMode::Threshold,
     };
     let plan = plan_gc(inputs).expect("plan");
-    let r = GcReport::from_plan(&plan, &in_use, false, now, fs);
+    let r = GcReport::from_plan(&plan, |id| in_use.get(id).cloned().unwrap_or_default(), false, now, fs);
     assert_eq!((r.usage_percent, r.amount_to_free, r.bytes_expected), (Some(95), 15 * GB, 10 * GB));
     let ids: Vec<(&str, String)> = r.entries.iter().map(|e| (e.id.as_str(), e.explain())).collect();
     assert_eq!(ids, [("b", "delete: frees space".to_string()), ("a", "keep: in use by prod/web/c1".to_string())]);
