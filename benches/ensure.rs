@@ -5,7 +5,9 @@
 //!   present image (`IfNotPresent`) ÷ p50 of one bare tonic `ImageStatus` on
 //!   the same socket. Sequential calls, interleaved call by call (the sides
 //!   rotate every call, so machine drift hits all of them alike). The layers in
-//!   between are measured as extra sides, to tell where any overhead is.
+//!   between are measured as extra sides, to tell where any overhead is;
+//!   `hot_bare_status_deadline_ratio` is the bare call with the deadline
+//!   imaged (and the kubelet) sends, to show what `grpc-timeout` costs.
 //!   Five rounds; each ratio printed as min / median / max of the rounds'
 //!   ratios and reported as their median. Target ≤ 1.10. The daemon's
 //!   tracing subscriber and default filter are installed, as operators run it.
@@ -137,14 +139,31 @@ enum Side {
     /// A bare tonic call awaited through one spawned task (`actix::spawn`,
     /// which is how actix runs a `ResponseFuture` reply): the cost of the hop.
     BareSpawned,
+    /// A bare tonic call with the configured deadline (`grpc-timeout`, as
+    /// the kubelet sends one on every CRI call): what the deadline costs.
+    BareDeadline,
     /// A bare tonic call on the caller's task.
     Bare,
 }
 
-const SIDES: [Side; 6] =
-    [Side::Ensure, Side::EnsureAllAtOnce, Side::Gateway, Side::Client, Side::BareSpawned, Side::Bare];
-const SIDE_NAMES: [&str; 6] =
-    ["ensure", "ensure_all_at_once", "gateway_status", "cri_client_status", "bare_status_spawned", "bare_status"];
+const SIDES: [Side; 7] = [
+    Side::Ensure,
+    Side::EnsureAllAtOnce,
+    Side::Gateway,
+    Side::Client,
+    Side::BareSpawned,
+    Side::BareDeadline,
+    Side::Bare,
+];
+const SIDE_NAMES: [&str; 7] = [
+    "ensure",
+    "ensure_all_at_once",
+    "gateway_status",
+    "cri_client_status",
+    "bare_status_spawned",
+    "bare_status_deadline",
+    "bare_status",
+];
 
 fn bare_status_request() -> ImageStatusRequest {
     ImageStatusRequest { image: Some(PbSpec { image: HOT_IMAGE.into(), ..Default::default() }), verbose: false }
@@ -198,6 +217,14 @@ async fn hot_path() {
                     .await
                     .expect("task");
                     assert!(found);
+                }
+                Side::BareDeadline => {
+                    let mut r = tonic::Request::new(bare_status_request());
+                    if let Some(d) = status_deadline {
+                        r.set_timeout(d);
+                    }
+                    let r = bare.image_status(r).await.expect("status");
+                    assert!(r.into_inner().image.is_some());
                 }
                 Side::Bare => {
                     let r = bare.image_status(bare_status_request()).await.expect("status");
