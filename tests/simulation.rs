@@ -89,6 +89,74 @@ fn a_seed_replays_bit_for_bit_on_any_thread() {
 }
 
 #[test]
+fn a_seed_replays_bit_for_bit_in_other_processes() {
+    // Another process has other HashMap keys and another seed for tokio's
+    // select! fairness: neither may change a run.
+    let steps = 250;
+    let here = run(2, &Options::steps(steps));
+    let hash = |out: std::process::Output| {
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let at = stdout.find(", trace ").unwrap_or_else(|| panic!("no trace hash in {stdout:?}"));
+        stdout[at + 8..at + 24].to_string()
+    };
+    let spawn = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_imaged"))
+            .args(["simulate", "--seed", "2", "--steps", &steps.to_string(), "--no-shrink"])
+            .output()
+            .unwrap()
+    };
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(spawn);
+        let b = s.spawn(spawn);
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stdout));
+    let (a, b) = (hash(a), hash(b));
+    assert_eq!(a, b, "two processes, two traces");
+    assert_eq!(a, format!("{:016x}", here.trace_hash), "the command's run is the library's");
+}
+
+#[test]
+fn every_select_the_simulator_can_reach_is_biased() {
+    // tokio's select! picks a random branch first, from a per-runtime seed
+    // only tokio_unstable can set: in code the simulated node runs, a
+    // random choice would make a seed's run differ between processes.
+    // Outside it: the daemon, the CLI, the API server, the demo, imagectl.
+    let unreached = ["src/daemon.rs", "src/cli.rs", "src/api/", "src/demo/", "src/bin/"];
+    let mut found = 0;
+    let mut unbiased = Vec::new();
+    let mut dirs = vec![std::path::PathBuf::from("src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let name = path.to_string_lossy().replace('\\', "/");
+            if path.extension().is_none_or(|e| e != "rs") || unreached.iter().any(|u| name.starts_with(u)) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let lines: Vec<&str> = text.lines().collect();
+            for (i, line) in lines.iter().enumerate() {
+                if !line.contains("tokio::select! {") || line.trim_start().starts_with("//") {
+                    continue;
+                }
+                found += 1;
+                // `biased;` is the first statement (comments may come before it).
+                let first = lines[i + 1..].iter().map(|l| l.trim()).find(|l| !l.starts_with("//"));
+                if first != Some("biased;") {
+                    unbiased.push(format!("{name}:{}", i + 1));
+                }
+            }
+        }
+    }
+    assert!(found >= 3, "found only {found} select!s: is the walk right?");
+    assert!(unbiased.is_empty(), "select! without `biased;` the simulator runs: {unbiased:?}");
+}
+
+#[test]
 fn a_broken_node_fails_by_name_and_the_shrinker_keeps_the_events_that_break_it() {
     // Sabotage: no sandbox image configured, so nothing keeps pause from GC.
     let mut plan = Plan::generate_shaped(3, 100, &Shape::V1);
