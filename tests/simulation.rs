@@ -3,7 +3,7 @@
 //! invariant, as a named regression test.
 //!
 //! The sweep's size is set for a debug build on two busy cores (the file
-//! takes about 110 s there); `IMAGED_SIM_SEEDS`, `IMAGED_SIM_STEPS` and
+//! takes about 40 s there); `IMAGED_SIM_SEEDS`, `IMAGED_SIM_STEPS` and
 //! `IMAGED_SIM_FIRST` make it bigger (`imaged simulate --seeds N` is the
 //! tool for long sweeps).
 

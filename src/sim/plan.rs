@@ -407,6 +407,10 @@ pub struct Shape {
     pub name: &'static str,
     /// Images drawn from: the first this many of [`IMAGES`].
     pub images: usize,
+    /// How often a pod's container names each image (by index in
+    /// [`IMAGES`]); empty: each of the first `images` but the sandbox
+    /// image evenly.
+    pub image_weights: &'static [u32],
     /// Registries drawn from: the first this many of [`REGISTRIES`].
     pub registries: usize,
     /// Chance a seed's node has a credential plugin.
@@ -425,6 +429,10 @@ pub struct Shape {
     pub other_secrets: &'static [SecretKind],
     /// A container's pull policy (drawn evenly).
     pub policies: &'static [PullPolicy],
+    /// `Never` only for an image preloaded and pinned by the runtime (else
+    /// `IfNotPresent`), as it is used: a pod that can never start is drawn
+    /// on purpose, not by chance (an unpin and GC can still strand one).
+    pub never_needs_pin: bool,
     /// Chance a pod sets a pull deadline of its own (30 s to 5 min).
     pub pod_deadline: f64,
     /// The node's `pull.pull_deadline` (drawn evenly).
@@ -435,6 +443,12 @@ pub struct Shape {
     pub runtime_fault_window: std::ops::Range<usize>,
     /// Steps a gateway fault window lasts (`None`: to the next restart).
     pub gateway_fault_window: Option<std::ops::Range<usize>>,
+    /// Steps disk pressure lasts.
+    pub disk_window: std::ops::Range<usize>,
+    /// Steps a registry outage lasts.
+    pub registry_window: std::ops::Range<usize>,
+    /// Steps the plugin's trouble lasts.
+    pub plugin_window: std::ops::Range<usize>,
     /// Image filesystem capacity at the start, MB.
     pub disk_mb: std::ops::Range<u64>,
     /// Its capacity under pressure, MB.
@@ -458,6 +472,7 @@ impl Shape {
     pub const V1: Shape = Shape {
         name: "v1",
         images: 15,
+        image_weights: &[],
         registries: 5,
         plugin: 0.0,
         weights: Weights {
@@ -483,11 +498,15 @@ impl Shape {
         private_secrets: &[Right, Right, RightElsewhere, Wrong, NoSecret],
         other_secrets: &[NoSecret, NoSecret, NoSecret, Right],
         policies: &[IfNotPresent, IfNotPresent, IfNotPresent, Always, Never, Fallback],
+        never_needs_pin: false,
         pod_deadline: 0.2,
         pull_deadlines: &["3m", "5m", "10m", "0s"],
         fault_p: &[0.05, 0.2, 0.5, 1.0],
         runtime_fault_window: 5..120,
         gateway_fault_window: None,
+        disk_window: 20..200,
+        registry_window: 3..60,
+        plugin_window: 5..80,
         disk_mb: 3_500..7_000,
         pressure_mb: 1_500..4_000,
         relief_mb: 3_500..8_000,
@@ -495,12 +514,24 @@ impl Shape {
         retry_ms: 1_000..15_000,
     };
 
-    /// The shape seeds are drawn with now.
+    /// The shape seeds are drawn with now: a node that mostly works, so
+    /// that a run exercises the success paths as much as the failures
+    /// (about two ensures in three succeed; under `V1` one in seventy did).
+    /// Its faults come in windows that mostly do not overlap, with smaller
+    /// chances per call; the disk holds most of what the pods use; pods
+    /// that can never start are rarer (few missing images or invalid
+    /// secrets, `Never` only on pinned images) and deleted within a few
+    /// steps; the kubelet retries a pod every 10 to 15 s (its
+    /// `backOffPeriod` with jitter); the plugin is on 90% of nodes.
     pub const CURRENT: Shape = Shape {
         name: "current",
         images: IMAGES.len(),
+        // pause; busybox, nginx, redis, python, postgres; web v1, v2, api;
+        // ledger, invoicer; the slow two; nginx:latest; the missing one;
+        // the plugin registry's two.
+        image_weights: &[0, 10, 10, 10, 6, 8, 8, 8, 8, 6, 6, 4, 3, 6, 1, 6, 4],
         registries: REGISTRIES.len(),
-        plugin: 0.8,
+        plugin: 0.9,
         weights: Weights {
             nothing: 350,
             arrive: 210,
@@ -508,32 +539,36 @@ impl Shape {
             gc: 25,
             delete_unused: 10,
             clear_backoff: 15,
-            runtime_faults: 80,
-            gateway_faults: 40,
-            runtime_down: 15,
-            disk: 30,
-            registry: 30,
+            runtime_faults: 40,
+            gateway_faults: 20,
+            runtime_down: 10,
+            disk: 6,
+            registry: 15,
             pin: 15,
             restart: 8,
             crash: 8,
-            plugin: 30,
+            plugin: 8,
         },
         pod_life: 10..400,
-        doomed_life: 10..400,
+        doomed_life: 2..10,
         completes: 0.3,
-        private_secrets: &[Right, Right, RightElsewhere, Wrong, NoSecret],
+        private_secrets: &[Right, Right, Right, Right, RightElsewhere, RightElsewhere, Wrong, NoSecret],
         other_secrets: &[NoSecret, NoSecret, NoSecret, Right],
-        policies: &[IfNotPresent, IfNotPresent, IfNotPresent, Always, Never, Fallback],
+        policies: &[IfNotPresent, IfNotPresent, IfNotPresent, IfNotPresent, Always, Fallback, Never],
+        never_needs_pin: true,
         pod_deadline: 0.2,
         pull_deadlines: &["3m", "5m", "10m", "0s"],
-        fault_p: &[0.05, 0.2, 0.5, 1.0],
-        runtime_fault_window: 5..120,
-        gateway_fault_window: None,
-        disk_mb: 3_500..7_000,
-        pressure_mb: 1_500..4_000,
-        relief_mb: 3_500..8_000,
+        fault_p: &[0.02, 0.05, 0.1, 0.3],
+        runtime_fault_window: 5..60,
+        gateway_fault_window: Some(5..60),
+        disk_window: 10..60,
+        registry_window: 3..30,
+        plugin_window: 5..30,
+        disk_mb: 12_000..24_000,
+        pressure_mb: 4_000..8_000,
+        relief_mb: 12_000..24_000,
         preloadable: &[1, 2, 9, 15],
-        retry_ms: 1_000..15_000,
+        retry_ms: 10_000..15_000,
     };
 }
 
@@ -563,7 +598,7 @@ impl Plan {
                 preloaded.push(i);
             }
         }
-        let pinned = preloaded.iter().copied().filter(|i| *i != SANDBOX && g.random_bool(0.3)).collect();
+        let pinned: Vec<usize> = preloaded.iter().copied().filter(|i| *i != SANDBOX && g.random_bool(0.3)).collect();
         let allowlist_private = g.random_bool(0.5);
         // The plugin from a stream of its own: a shape without one draws
         // the rest as before.
@@ -575,6 +610,7 @@ impl Plan {
             shape: shape.clone(),
             plugin,
             preloaded: preloaded.clone(),
+            pinned: pinned.clone(),
             pods: Vec::new(),
             steps: Vec::with_capacity(steps),
             later: Vec::new(),
@@ -709,6 +745,7 @@ struct Schedule {
     shape: Shape,
     plugin: Option<PluginPlan>,
     preloaded: Vec<usize>,
+    pinned: Vec<usize>,
     pods: Vec<SimPod>,
     steps: Vec<Step>,
     /// Events due at a later step (step index, event), for ends of windows.
@@ -835,12 +872,12 @@ impl Schedule {
             Kind::Disk => {
                 let full = self.g.random_range(self.shape.pressure_mb.clone()) * MB;
                 let back = self.g.random_range(self.shape.relief_mb.clone()) * MB;
-                self.later(i, 20..200, Event::Disk(back));
+                self.later(i, self.shape.disk_window.clone(), Event::Disk(back));
                 Event::Disk(full)
             }
             Kind::Registry => {
                 let r = self.g.random_range(0..self.shape.registries);
-                self.later(i, 3..60, Event::RegistryUp(r));
+                self.later(i, self.shape.registry_window.clone(), Event::RegistryUp(r));
                 Event::RegistryDown(r)
             }
             Kind::Pin => Event::Pin(*pick(&mut self.g, &[1, 2, 3, 5]), self.g.random_bool(0.5)),
@@ -879,7 +916,7 @@ impl Schedule {
             mode: if g.random_bool(0.7) { plugin.healthy.mode } else { healthy_mode(g, false) },
             latency: plugin.healthy.latency,
         };
-        self.later(i, 5..80, Event::Plugin(back));
+        self.later(i, self.shape.plugin_window.clone(), Event::Plugin(back));
         Event::Plugin(PluginBehaviour { mode, latency })
     }
 
@@ -888,10 +925,10 @@ impl Schedule {
         let pod = self.pod(n);
         // A pod that can never start is deleted sooner, as one stuck in
         // ErrImagePull is by whoever made it.
-        let doomed = pod
-            .containers
-            .iter()
-            .any(|c| !self.can_pull(c.image, pod.secret) || (c.policy == Never && !self.preloaded.contains(&c.image)));
+        let doomed = pod.containers.iter().any(|c| {
+            let too_slow = pod.deadline.is_some_and(|d| d < 2 * Duration::from_millis(IMAGES[c.image].latency_ms));
+            too_slow || !self.can_pull(c.image, pod.secret) || (c.policy == Never && !self.preloaded.contains(&c.image))
+        });
         self.pods.push(pod);
         self.alive += 1;
         let end = if self.g.random_bool(self.shape.completes) { Event::PodCompletes(n) } else { Event::PodDeleted(n) };
@@ -918,8 +955,26 @@ impl Schedule {
         let g = &mut self.g;
         let count = *pick(g, &[1, 1, 2, 2, 3]);
         let mut images: Vec<usize> = Vec::new();
+        // Weighted: the plugin registry's images only on a node with the plugin.
+        let weight = |i: usize| match self.shape.image_weights.get(i) {
+            Some(_) if IMAGES[i].access == Access::Plugin && self.plugin.is_none() => 0,
+            Some(w) => *w,
+            None => 0,
+        };
+        let total: u32 = (0..IMAGES.len()).map(weight).sum();
         while images.len() < count {
-            let i = g.random_range(1..self.shape.images);
+            let i = if total == 0 {
+                g.random_range(1..self.shape.images)
+            } else {
+                let r = g.random_range(0..total);
+                let mut below = 0;
+                (0..IMAGES.len())
+                    .find(|&i| {
+                        below += weight(i);
+                        r < below
+                    })
+                    .unwrap_or(1)
+            };
             if !images.contains(&i) {
                 images.push(i);
             }
@@ -933,7 +988,13 @@ impl Schedule {
         let containers = images
             .into_iter()
             .enumerate()
-            .map(|(c, image)| SimContainer { name: format!("c{c}"), image, policy: *pick(g, self.shape.policies) })
+            .map(|(c, image)| {
+                let policy = match *pick(g, self.shape.policies) {
+                    Never if self.shape.never_needs_pin && !self.pinned.contains(&image) => IfNotPresent,
+                    p => p,
+                };
+                SimContainer { name: format!("c{c}"), image, policy }
+            })
             .collect();
         SimPod {
             namespace: namespace.to_string(),
@@ -1134,6 +1195,29 @@ mod tests {
             assert!(troubles.count() > 0, "seed {}: the plugin never fails", p.seed);
             assert!(p.pods.iter().any(|pod| pod.containers.iter().any(|c| IMAGES[c.image].access == Access::Plugin)));
         }
+    }
+
+    #[test]
+    fn the_current_shape_weighs_every_image_and_keeps_never_for_pinned_images() {
+        assert_eq!(Shape::CURRENT.image_weights.len(), IMAGES.len());
+        assert_eq!(Shape::CURRENT.image_weights[SANDBOX], 0, "pods do not name the sandbox image");
+        let mut drawn = vec![0; IMAGES.len()];
+        for seed in 0..30 {
+            let plan = Plan::generate(seed, 2_000);
+            for c in plan.pods.iter().flat_map(|p| &p.containers) {
+                drawn[c.image] += 1;
+                if c.policy == PullPolicy::Never {
+                    assert!(plan.pinned.contains(&c.image), "seed {seed}: Never on {}", IMAGES[c.image].name);
+                }
+                if IMAGES[c.image].access == Access::Plugin {
+                    assert!(plan.plugin.is_some(), "seed {seed}: the plugin's image without a plugin");
+                }
+            }
+        }
+        assert_eq!(drawn[SANDBOX], 0);
+        assert!(drawn.iter().skip(1).all(|n| *n > 0), "every image is drawn: {drawn:?}");
+        // The missing image (weight 1) is rare next to busybox (10), but there.
+        assert!(drawn[14] * 5 < drawn[1], "{drawn:?}");
     }
 
     #[test]
