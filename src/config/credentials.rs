@@ -73,6 +73,7 @@ pub(super) fn credentials_from_raw(c: RawCredentials) -> Result<NodeCredentialSe
         provider_timeout,
         kubeconfig: path(&c.kubeconfig),
         token_source: None,
+        plugin_runner: None,
         metrics: crate::metrics::Metrics::default(),
     })
 }

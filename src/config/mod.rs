@@ -170,6 +170,17 @@ impl Config {
         self
     }
 
+    /// This configuration with credential-provider plugins run by
+    /// `runner` instead of as child processes: an embedder's stand-in for
+    /// the executables (the simulator's, whose node cannot fork on its one
+    /// paused thread). `credentials.provider_config` and `provider_bin_dir`
+    /// are read and checked as always.
+    #[must_use]
+    pub fn with_plugin_runner(mut self, runner: std::sync::Arc<dyn crate::credentials::PluginRunner>) -> Self {
+        self.credentials.plugin_runner = Some(crate::credentials::node::PluginRunnerHandle(runner));
+        self
+    }
+
     /// This configuration with every component reporting to `metrics` (the
     /// gateway, the pull queue and ensure flow, the backoff registry, GC).
     #[must_use]

@@ -22,8 +22,8 @@ pub use kube_api::{KubeApi, KubeconfigError};
 pub use node::{NodeCredentialSettings, NodeCredentials};
 pub use node_files::{DockerConfigSearch, NodeConfigFiles};
 pub use plugin::{
-    CredentialProviders, PluginError, PluginPod, PodServiceAccount, ProviderConfigError, ServiceAccountInfo,
-    ServiceAccountTokenSource, TokenRequest, TokenSourceError,
+    CredentialProviders, PluginError, PluginOutput, PluginPod, PluginRunner, PodServiceAccount, ProcessRunner,
+    ProviderConfigError, ServiceAccountInfo, ServiceAccountTokenSource, TokenRequest, TokenSourceError,
 };
 pub use secrets::{
     DOCKER_CONFIG_JSON_KEY, DOCKER_CONFIG_JSON_TYPE, DOCKERCFG_KEY, DOCKERCFG_TYPE, DockerConfig, DockerConfigEntry,

@@ -10,7 +10,8 @@ use std::time::Duration;
 use super::keyring::{Credential, Keyring};
 use super::node_files::{DEFAULT_CACHE_PERIOD, DockerConfigSearch, NodeConfigFiles, config_keyring};
 use super::plugin::{
-    CredentialProviders, DEFAULT_PLUGIN_TIMEOUT, PluginPod, ProviderConfigError, ServiceAccountTokenSource,
+    CredentialProviders, DEFAULT_PLUGIN_TIMEOUT, PluginPod, PluginRunner, ProcessRunner, ProviderConfigError,
+    ServiceAccountTokenSource,
 };
 
 /// An embedder's [`ServiceAccountTokenSource`] as a setting (compared by
@@ -27,6 +28,24 @@ impl PartialEq for TokenSourceHandle {
 impl Eq for TokenSourceHandle {}
 
 impl std::fmt::Debug for TokenSourceHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// An embedder's [`PluginRunner`] as a setting (compared by identity).
+#[derive(Clone)]
+pub struct PluginRunnerHandle(pub Arc<dyn PluginRunner>);
+
+impl PartialEq for PluginRunnerHandle {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for PluginRunnerHandle {}
+
+impl std::fmt::Debug for PluginRunnerHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.0.fmt(f)
     }
@@ -51,6 +70,9 @@ pub struct NodeCredentialSettings {
     /// The embedder's source of service accounts and tokens; used instead
     /// of `kubeconfig` when both are set (see `Config::with_token_source`).
     pub token_source: Option<TokenSourceHandle>,
+    /// How plugins are run: as child processes (`None`, the daemon), or by
+    /// the embedder's stand-in (the simulator; see `Config::with_plugin_runner`).
+    pub plugin_runner: Option<PluginRunnerHandle>,
     /// Where plugin runs and the provider configuration's hash are reported.
     pub metrics: crate::metrics::Metrics,
 }
@@ -67,6 +89,7 @@ impl Default for NodeCredentialSettings {
             provider_timeout: DEFAULT_PLUGIN_TIMEOUT,
             kubeconfig: None,
             token_source: None,
+            plugin_runner: None,
             metrics: crate::metrics::Metrics::default(),
         }
     }
@@ -92,12 +115,15 @@ impl NodeCredentials {
         let files = (!s.search.is_empty()).then(|| NodeConfigFiles::new(s.search.clone(), s.cache_period));
         let plugins = match (&s.provider_config, &s.provider_bin_dir) {
             (None, None) => CredentialProviders::default(),
-            (config, bin_dir) => CredentialProviders::register(
+            (config, bin_dir) => CredentialProviders::register_run_by(
                 config.as_deref().unwrap_or(std::path::Path::new("")),
                 bin_dir.as_deref().unwrap_or(std::path::Path::new("")),
                 s.provider_timeout,
                 crate::clock::Clock::new(),
                 &s.metrics,
+                s.plugin_runner
+                    .as_ref()
+                    .map_or_else(|| Arc::new(ProcessRunner) as Arc<dyn PluginRunner>, |r| r.0.clone()),
             )?,
         };
         let plugins = match (&s.token_source, &s.kubeconfig) {

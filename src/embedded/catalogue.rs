@@ -23,6 +23,8 @@ pub struct RemoteImage {
     pub pull_latency: Duration,
     /// Credentials the registry demands, if any.
     pub credentials: Option<(String, Secret)>,
+    /// Other credentials it takes as well (a robot account's).
+    pub also_accepted: Vec<(String, Secret)>,
 }
 
 fn sha(parts: &[&str]) -> String {
@@ -48,6 +50,7 @@ impl RemoteImage {
             size,
             pull_latency: Duration::ZERO,
             credentials: None,
+            also_accepted: Vec::new(),
         }
     }
 
@@ -62,6 +65,13 @@ impl RemoteImage {
     #[must_use]
     pub fn private(mut self, username: impl Into<String>, password: impl Into<Secret>) -> Self {
         self.credentials = Some((username.into(), password.into()));
+        self
+    }
+
+    /// The registry takes these credentials too (with [`private`](Self::private)).
+    #[must_use]
+    pub fn also_accepts(mut self, username: impl Into<String>, password: impl Into<Secret>) -> Self {
+        self.also_accepted.push((username.into(), password.into()));
         self
     }
 

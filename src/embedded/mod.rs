@@ -454,8 +454,11 @@ fn serve(listener: std::os::unix::net::UnixListener, service: CriService, stop: 
         let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
         let server = router(service).serve_with_incoming(incoming);
         tokio::select! {
-            r = server => if let Err(e) = r { tracing::error!(error = %e, "embedded runtime: server failed") },
+            // Biased: no random branch order in a module the simulator runs
+            // (actors.md, "Determinism"); either branch ends the serving.
+            biased;
             _ = stop => {}
+            r = server => if let Err(e) = r { tracing::error!(error = %e, "embedded runtime: server failed") },
         }
     });
     // Dropping the runtime cancels every connection task: an abrupt stop.

@@ -10,7 +10,11 @@ use std::rc::Rc;
 use std::time::{Duration, SystemTime};
 
 use super::log::{Answer, Entry, Life, What, short};
-use super::plan::{IMAGES, Plan, REGISTRIES, SecretKind};
+use super::plan::{
+    Access, IMAGES, PLUGIN_REGISTRY, PLUGIN_TOKEN, PLUGIN_USER, PRIVATE_PASSWORD, Plan, REGISTRIES, ROBOT_PASSWORD,
+    ROBOT_USER, STALE_TOKEN, SecretKind, WRONG_PASSWORD,
+};
+use super::plugin::STDERR_TOKEN;
 use crate::actors::backoff_registry::BackoffView;
 use crate::actors::gc_executor::GcReport;
 use crate::actors::pull_queue::QueueStatus;
@@ -44,7 +48,10 @@ pub const INVARIANTS: &[(&str, &str)] = &[
         "every ensure is answered (ok or a kubelet error), within its bound when a pull deadline is set",
     ),
     ("in-use-kept", "no image used by a container, pinned, or the sandbox image is removed"),
-    ("kep2535", "a pod never gets a private image it could not pull itself, across restarts"),
+    (
+        "kep2535",
+        "a pod never gets a private image it could not pull itself (with its secret, or the node's plugin credentials), across restarts",
+    ),
     ("single-flight", "at most one runtime PullImage per (image, handler, credential) and kind of request in flight"),
     ("backoff-law", "back-off follows client-go's law: 10 s doubling to the cap, strict, expiry, clear and resets"),
     ("gc-target", "GC frees no more than it must below the low threshold, and down to it when eligible images allow"),
@@ -52,6 +59,7 @@ pub const INVARIANTS: &[(&str, &str)] = &[
     ("durable", "the store after a restart holds every acknowledged record and intent and keeps image ages"),
     ("bounded", "pulls in flight, waiting pulls and back-off entries stay within their configured bounds"),
     ("actors-alive", "no actor stops while its process serves, and nothing panics"),
+    ("secrets-hidden", "no password, token or plugin output appears in an event, an answer, a report or the trace"),
     (
         "liveness",
         "once faults end, every pod whose images can be pulled with its credentials, within its own pull deadline, starts",
@@ -77,7 +85,14 @@ struct Facts {
     allowlist_private: bool,
     registry_reset: bool,
     sandbox_id: Option<String>,
+    /// What the runtime sees of the plugin's credentials
+    /// ([`AuthConfig::identity`](crate::domain::AuthConfig::identity)):
+    /// node-level ones, every pod's.
+    node_auths: BTreeSet<String>,
 }
+
+/// Every secret a run knows: none may show.
+const SECRETS: [&str; 6] = [PRIVATE_PASSWORD, WRONG_PASSWORD, PLUGIN_TOKEN, STALE_TOKEN, ROBOT_PASSWORD, STDERR_TOKEN];
 
 /// The store as a process finds it at start.
 #[derive(Debug, Clone, Default)]
@@ -141,6 +156,10 @@ pub struct Stats {
     pub removals: u64,
     /// Processes started.
     pub starts: u64,
+    /// Runs of the credential plugin.
+    pub plugin_runs: u64,
+    /// Of them, runs that gave no credentials (exit, malformed, cut off).
+    pub plugin_failures: u64,
     /// Processes killed.
     pub kills: u64,
     /// GC reports checked.
@@ -168,6 +187,9 @@ pub struct Checker {
     suspects: Vec<(Duration, u64, Vec<u64>)>,
     /// Image ids some pull finished with (ever).
     pulled_ids: BTreeSet<String>,
+    /// Image ids some pull finished with using node-level (plugin)
+    /// credentials (ever): every pod on the node can pull them itself.
+    node_pulled: BTreeSet<String>,
     backoff_inc: u32,
     backoff: BTreeMap<(String, String), Backoff>,
     /// When an ensure's pull last succeeded, per registry.
@@ -253,6 +275,22 @@ impl Checker {
             allowlist_private: plan.allowlist_private,
             registry_reset: cfg.ensure.reset_backoff_on_registry_recovery,
             sandbox_id,
+            node_auths: plan
+                .plugin
+                .map(|p| {
+                    // As the runtime gets them: for the registry of the image
+                    // (the keyring's), its address as sent on the wire.
+                    let auth = |registry: &str, user: &str, password: &str| {
+                        let server = crate::cri::server_address_for_runtime(registry);
+                        crate::domain::AuthConfig::basic(server, user, password).identity()
+                    };
+                    let mut auths = vec![auth(PLUGIN_REGISTRY, PLUGIN_USER, PLUGIN_TOKEN)];
+                    if p.covers_private {
+                        auths.push(auth("private.example", ROBOT_USER, ROBOT_PASSWORD));
+                    }
+                    auths.into_iter().collect()
+                })
+                .unwrap_or_default(),
         };
         Self {
             plan,
@@ -266,6 +304,7 @@ impl Checker {
             orphans: BTreeSet::new(),
             suspects: Vec::new(),
             pulled_ids: BTreeSet::new(),
+            node_pulled: BTreeSet::new(),
             backoff_inc: 0,
             backoff: BTreeMap::new(),
             registry_ok: BTreeMap::new(),
@@ -328,8 +367,13 @@ impl Checker {
     pub fn absorb(&mut self, entries: Vec<Entry>) -> Result<(), Violation> {
         for e in entries {
             let line = format!("[{:>12}] {}", secs(e.at), e.line(&self.plan));
-            self.trace(line);
             self.now = e.at;
+            if let Some(secret) = SECRETS.iter().find(|s| line.contains(*s)) {
+                let shown = line.replace(secret, "<the secret>");
+                self.trace(shown.clone());
+                return Err(self.fail("secrets-hidden", format!("a secret shows in: {shown}")));
+            }
+            self.trace(line);
             self.entry(e.what)?;
         }
         Ok(())
@@ -391,6 +435,12 @@ impl Checker {
             What::Gc { result, .. } => {
                 if let Ok(report) = result {
                     self.gc_report(&report)?;
+                }
+            }
+            What::PluginRun { .. } => self.stats.plugin_runs += 1,
+            What::PluginEnded { outcome, .. } => {
+                if !matches!(outcome, super::log::PluginOutcome::Credentials { .. }) {
+                    self.stats.plugin_failures += 1;
                 }
             }
             What::BackoffCleared { pod_uid, image } => {
@@ -456,6 +506,9 @@ impl Checker {
                 if let Some(p) = self.open.remove(&call) {
                     self.busy_until.insert(image_key(&p.image), self.now);
                     if let Some(id) = image_id {
+                        if p.key.2.as_ref().is_some_and(|a| self.facts.node_auths.contains(a)) {
+                            self.node_pulled.insert(id.clone());
+                        }
                         self.pulled_ids.insert(id);
                     }
                     // A call that ends at the instant another began was
@@ -592,11 +645,16 @@ impl Checker {
             Answer::Ok(ok) => {
                 self.stats.ensure_ok += 1;
                 self.ensured.insert(ok.image_ref.clone(), self.now);
-                if image.private && !p.secret.valid() && !self.exempt(pod, container, &ok.image_ref) {
+                let own = image.access == Access::Secret && p.secret.valid();
+                if image.private()
+                    && !own
+                    && !self.node_pulled.contains(&ok.image_ref)
+                    && !self.exempt(pod, container, &ok.image_ref)
+                {
                     return Err(self.fail(
                         "kep2535",
                         format!(
-                            "pod {}/{} (secret {:?}) was given the private image {} ({}) it cannot pull itself, under {}",
+                            "pod {}/{} (secret {:?}) was given the private image {} ({}) it cannot pull itself and the node's credentials never pulled, under {}",
                             p.namespace,
                             p.name,
                             p.secret,
@@ -609,7 +667,7 @@ impl Checker {
                 if ok.message.is_empty()
                     && let Some(repo) = image_repo(image.name)
                 {
-                    let secret = if image.private { p.secret } else { SecretKind::None };
+                    let secret = if image.access == Access::Secret { p.secret } else { SecretKind::None };
                     self.acked.entry(ok.image_ref.clone()).or_default().push((repo, secret));
                 }
             }
@@ -646,7 +704,9 @@ impl Checker {
         match self.facts.policy {
             VerificationPolicy::NeverVerify => true,
             VerificationPolicy::NeverVerifyPreloadedImages => preloaded,
-            VerificationPolicy::NeverVerifyAllowlistedImages => preloaded && self.facts.allowlist_private,
+            VerificationPolicy::NeverVerifyAllowlistedImages => {
+                preloaded && self.facts.allowlist_private && IMAGES[i].access == Access::Secret
+            }
             VerificationPolicy::AlwaysVerify => false,
         }
     }
@@ -957,11 +1017,9 @@ impl Checker {
             // (with room for a wait in the queue) fails every pull it makes.
             let in_time = |latency_ms: u64| p.deadline.is_none_or(|d| d >= 2 * Duration::from_millis(latency_ms));
             let can = p.containers.iter().all(|c| {
-                let img = IMAGES[c.image];
                 c.policy != crate::domain::pull_policy::PullPolicy::Never
-                    && img.exists
-                    && (!img.private || p.secret.valid())
-                    && in_time(img.latency_ms)
+                    && self.plan.can_pull(c.image, p.secret)
+                    && in_time(IMAGES[c.image].latency_ms)
             });
             if can {
                 return Err(self.fail(

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use super::{DEFAULT_STEPS, Options, Outcome, Stats, report, run, shrink};
+use super::{DEFAULT_STEPS, Options, Outcome, Shape, Stats, report, run, shrink};
 use crate::error::AppError;
 
 /// `println!` that ignores a closed stdout (`imaged simulate | head`).
@@ -66,6 +66,28 @@ pub struct SimulateArgs {
     /// Runs the shrinker may make per failing seed.
     #[arg(long, default_value_t = 150)]
     pub shrink_budget: usize,
+    /// The shape plans are drawn in: `current`, or `v1` (the first, for
+    /// the regression seeds found under it).
+    #[arg(long, value_enum, default_value_t = ShapeArg::Current)]
+    pub shape: ShapeArg,
+}
+
+/// `--shape`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ShapeArg {
+    /// `Shape::CURRENT`.
+    Current,
+    /// `Shape::V1`.
+    V1,
+}
+
+impl ShapeArg {
+    fn shape(self) -> Shape {
+        match self {
+            Self::Current => Shape::CURRENT,
+            Self::V1 => Shape::V1,
+        }
+    }
 }
 
 /// Runs the command; an error when an invariant broke (exit code 1).
@@ -78,7 +100,7 @@ pub fn simulate(args: &SimulateArgs) -> Result<(), AppError> {
 
 fn one(args: &SimulateArgs, seed: u64) -> Result<(), AppError> {
     let keep: Option<BTreeSet<usize>> = args.keep.as_ref().map(|k| k.iter().copied().collect());
-    let opts = Options { steps: args.steps, keep: keep.clone(), full_trace: args.trace };
+    let opts = Options { steps: args.steps, keep: keep.clone(), full_trace: args.trace, shape: args.shape.shape() };
     let started = Instant::now();
     let o = run(seed, &opts);
     if let Some(trace) = &o.trace {
@@ -103,7 +125,7 @@ fn summary_line(o: &Outcome, wall: Duration) -> String {
     let s = &o.stats;
     format!(
         "seed {}: {} steps, {} simulated in {:.1}s: {} ensures ({} ok, {} errors, {} lost), {} runtime pulls, {} removals, \
-         {} starts, {} kills, {} GC reports, {} store checks, trace {:016x}: {}",
+         {} starts, {} kills, {} GC reports, {} store checks, {} plugin runs ({} failed), trace {:016x}: {}",
         o.seed,
         o.steps,
         humantime::format_duration(Duration::from_secs(o.simulated.as_secs())),
@@ -118,6 +140,8 @@ fn summary_line(o: &Outcome, wall: Duration) -> String {
         s.kills,
         s.gc_reports,
         s.store_checks,
+        s.plugin_runs,
+        s.plugin_failures,
         o.trace_hash,
         o.violation.as_ref().map_or("every invariant held".to_string(), |v| format!("`{}` broke", v.invariant)),
     )
@@ -125,7 +149,7 @@ fn summary_line(o: &Outcome, wall: Duration) -> String {
 
 fn shrink_and_report(args: &SimulateArgs, o: &Outcome) {
     out!("shrinking seed {} (up to {} runs)…", o.seed, args.shrink_budget);
-    let (keep, shrunk) = shrink(o.seed, args.steps, o, args.shrink_budget);
+    let (keep, shrunk) = shrink(o.seed, args.steps, &args.shape.shape(), o, args.shrink_budget);
     out!("{}", report(&shrunk, Some(&keep)));
 }
 
@@ -140,6 +164,8 @@ fn add(total: &mut Stats, s: &Stats) {
     total.kills += s.kills;
     total.gc_reports += s.gc_reports;
     total.store_checks += s.store_checks;
+    total.plugin_runs += s.plugin_runs;
+    total.plugin_failures += s.plugin_failures;
 }
 
 fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
@@ -150,14 +176,15 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
     let (tx, rx) = mpsc::channel::<Outcome>();
     let mut workers = Vec::new();
     for _ in 0..jobs {
-        let (next, tx, steps) = (next.clone(), tx.clone(), args.steps);
+        let (next, tx) = (next.clone(), tx.clone());
+        let opts = Options { steps: args.steps, shape: args.shape.shape(), ..Options::default() };
         let worker = std::thread::Builder::new().name("imaged-sim".into()).spawn(move || {
             loop {
                 let seed = next.fetch_add(1, Ordering::Relaxed);
                 if seed >= end {
                     return;
                 }
-                if tx.send(run(seed, &Options::steps(steps))).is_err() {
+                if tx.send(run(seed, &opts)).is_err() {
                     return;
                 }
             }
@@ -229,7 +256,7 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
         failed.len()
     );
     out!(
-        "  {} ensures ({} ok, {} errors, {} lost), {} runtime pulls, {} removals, {} starts, {} kills, {} GC reports, {} store checks",
+        "  {} ensures ({} ok, {} errors, {} lost), {} runtime pulls, {} removals, {} starts, {} kills, {} GC reports, {} store checks, {} plugin runs ({} failed)",
         total.ensures,
         total.ensure_ok,
         total.ensure_err,
@@ -239,7 +266,9 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
         total.starts,
         total.kills,
         total.gc_reports,
-        total.store_checks
+        total.store_checks,
+        total.plugin_runs,
+        total.plugin_failures
     );
     for (invariant, seeds) in &by {
         let list: Vec<String> = seeds.iter().take(20).map(ToString::to_string).collect();

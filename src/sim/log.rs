@@ -43,6 +43,22 @@ pub enum Life {
     Killed,
 }
 
+/// How one run of the credential plugin ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PluginOutcome {
+    /// It answered with credentials (`stale`: an expired token).
+    Credentials {
+        /// The token was expired.
+        stale: bool,
+    },
+    /// It exited with this code.
+    Exited(i32),
+    /// It answered with something the provider refuses.
+    Malformed(super::plan::Malformed),
+    /// It never answered: the provider's timeout (or a kill) ended it.
+    CutOff,
+}
+
 /// One thing that happened.
 #[derive(Debug, Clone)]
 pub enum What {
@@ -132,6 +148,20 @@ pub enum What {
         pod_uid: Option<String>,
         /// Which image's.
         image: Option<String>,
+    },
+    /// imaged ran the credential plugin.
+    PluginRun {
+        /// Numbers the run.
+        run: u64,
+        /// The image it was asked about.
+        image: String,
+    },
+    /// The run ended.
+    PluginEnded {
+        /// The run.
+        run: u64,
+        /// How.
+        outcome: PluginOutcome,
     },
     /// An imaged process changed.
     Life {
@@ -239,6 +269,18 @@ impl Entry {
                 Err(e) => format!("  gc{}: {e}", if *requested { " (asked)" } else { "" }),
             },
             What::BackoffCleared { pod_uid, image } => format!("  back-off cleared: pod {pod_uid:?} image {image:?}"),
+            What::PluginRun { run, image } => format!("  plugin: run #{run} for {image}"),
+            What::PluginEnded { run, outcome } => match outcome {
+                PluginOutcome::Credentials { stale: false } => {
+                    format!("  plugin: run #{run} answered with credentials")
+                }
+                PluginOutcome::Credentials { stale: true } => {
+                    format!("  plugin: run #{run} answered with an expired token")
+                }
+                PluginOutcome::Exited(code) => format!("  plugin: run #{run} exited {code}"),
+                PluginOutcome::Malformed(m) => format!("  plugin: run #{run} answered malformed ({m:?})"),
+                PluginOutcome::CutOff => format!("  plugin: run #{run} cut off"),
+            },
             What::Life { inc, what } => format!("imaged#{inc}: {what:?}"),
         }
     }

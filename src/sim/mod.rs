@@ -19,6 +19,7 @@ pub mod check;
 pub mod cli;
 pub mod log;
 pub mod plan;
+pub mod plugin;
 pub mod world;
 
 use std::cell::RefCell;
@@ -30,7 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 pub use check::{INVARIANTS, Stats, Violation};
-pub use plan::{Event, Plan};
+pub use plan::{Event, Plan, Shape};
 
 use check::{Checker, Snapshot, StepView};
 use plan::{IMAGES, SANDBOX};
@@ -54,6 +55,8 @@ pub struct Options {
     pub keep: Option<BTreeSet<usize>>,
     /// Keep every trace line (else the last few hundred and a hash).
     pub full_trace: bool,
+    /// The shape the seed's plan is drawn in ([`Shape::CURRENT`] by default).
+    pub shape: Shape,
 }
 
 impl Options {
@@ -68,6 +71,8 @@ impl Options {
 pub struct Outcome {
     /// The seed.
     pub seed: u64,
+    /// The name of the shape its plan was drawn in.
+    pub shape: &'static str,
     /// Steps planned.
     pub steps: usize,
     /// The first invariant that broke, if any.
@@ -127,9 +132,16 @@ fn state_dir(seed: u64) -> PathBuf {
     base.join(format!("imaged-sim-{}-{seed}-{n}", std::process::id()))
 }
 
+/// Where a run's credential plugin keeps its files: beside its state.
+fn plugin_dir(state: &std::path::Path) -> PathBuf {
+    let mut name = state.as_os_str().to_owned();
+    name.push("-plugin");
+    PathBuf::from(name)
+}
+
 /// Runs `seed`'s plan.
 pub fn run(seed: u64, opts: &Options) -> Outcome {
-    run_plan(Plan::generate(seed, opts.steps), opts)
+    run_plan(Plan::generate_shaped(seed, opts.steps, &opts.shape), opts)
 }
 
 /// Runs `plan`, keeping the steps `opts` keeps.
@@ -151,6 +163,7 @@ pub fn run_plan(mut plan: Plan, opts: &Options) -> Outcome {
     crate::blocking::run_inline_on_this_thread(false);
     ACTIVE.with(|a| a.set(false));
     let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(plugin_dir(&dir));
     let events = plan
         .steps
         .iter()
@@ -167,6 +180,7 @@ pub fn run_plan(mut plan: Plan, opts: &Options) -> Outcome {
             let panics = PANICS.with(|p| p.borrow_mut().drain(..).collect::<Vec<_>>());
             Outcome {
                 seed: plan.seed,
+                shape: plan.shape,
                 steps: plan.steps.len(),
                 violation: Some(Violation {
                     invariant: "actors-alive",
@@ -190,6 +204,7 @@ pub fn run_plan(mut plan: Plan, opts: &Options) -> Outcome {
 fn simulate(plan: &Rc<Plan>, dir: &std::path::Path, full_trace: bool) -> Outcome {
     let failed = |message: String| Outcome {
         seed: plan.seed,
+        shape: plan.shape,
         steps: plan.steps.len(),
         violation: Some(Violation { invariant: "actors-alive", step: 0, at: Duration::ZERO, message }),
         trace_hash: 0,
@@ -208,7 +223,8 @@ fn simulate(plan: &Rc<Plan>, dir: &std::path::Path, full_trace: bool) -> Outcome
     let plan = plan.clone();
     let dir = dir.to_path_buf();
     system.block_on(async move {
-        match World::new(plan.clone(), dir) {
+        let plugins = plugin_dir(&dir);
+        match World::new(plan.clone(), dir, &plugins) {
             Ok(world) => drive(&world, full_trace).await,
             Err(e) => failed(format!("the node could not be set up: {e}")),
         }
@@ -306,6 +322,7 @@ async fn drive(world: &Rc<World>, full_trace: bool) -> Outcome {
     let violation = slot.borrow_mut().take();
     Outcome {
         seed: plan.seed,
+        shape: plan.shape,
         steps: plan.steps.len(),
         violation,
         trace_hash: c.trace_hash(),
@@ -374,9 +391,9 @@ async fn check_step(world: &Rc<World>, checker: &Rc<RefCell<Checker>>) -> Result
 /// Shrinks a failing run: the fewest events (by delta debugging over the
 /// steps that have one) with which the same invariant still breaks, within
 /// `budget` runs. Returns the steps kept and the failing outcome with them.
-pub fn shrink(seed: u64, steps: usize, failed: &Outcome, budget: usize) -> (BTreeSet<usize>, Outcome) {
+pub fn shrink(seed: u64, steps: usize, shape: &Shape, failed: &Outcome, budget: usize) -> (BTreeSet<usize>, Outcome) {
     let steps = failed.violation.as_ref().map_or(steps, |v| steps.min(v.step + 1));
-    shrink_plan(&Plan::generate(seed, steps), failed, budget)
+    shrink_plan(&Plan::generate_shaped(seed, steps, shape), failed, budget)
 }
 
 /// [`shrink`] of a given plan (one a test changed, say): its steps after
@@ -393,7 +410,7 @@ pub fn shrink_plan(plan: &Plan, failed: &Outcome, budget: usize) -> (BTreeSet<us
     let mut runs = 0;
     let fails = |keep: &[usize], runs: &mut usize| -> Option<Outcome> {
         *runs += 1;
-        let opts = Options { steps, keep: Some(keep.iter().copied().collect()), full_trace: false };
+        let opts = Options { steps, keep: Some(keep.iter().copied().collect()), ..Options::default() };
         let o = run_plan(plan.clone(), &opts);
         o.violation.as_ref().is_some_and(|x| x.invariant == invariant).then_some(o)
     };
@@ -446,6 +463,9 @@ pub fn report(o: &Outcome, keep: Option<&BTreeSet<usize>>) -> String {
         v.message
     );
     let mut replay = format!("imaged simulate --seed {} --steps {}", o.seed, o.steps);
+    if o.shape != Shape::CURRENT.name {
+        let _ = write!(replay, " --shape {}", o.shape);
+    }
     if let Some(k) = keep {
         let list: Vec<String> = k.iter().map(ToString::to_string).collect();
         let _ = write!(replay, " --keep {}", list.join(","));

@@ -14,6 +14,19 @@ use rand::{RngExt as _, SeedableRng};
 use crate::cri::{CriErrorKind, Rpc};
 use crate::domain::pull_policy::PullPolicy;
 
+/// What a registry asks of a pull.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Nothing.
+    Public,
+    /// The private registry: [`PRIVATE_USER`]'s password (a right pull
+    /// secret), or the node's robot account (the credential plugin, when it
+    /// covers the registry).
+    Secret,
+    /// The plugin's registry: only the credential plugin's token.
+    Plugin,
+}
+
 /// One image the simulated registries serve (or, `exists: false`, do not).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SimImage {
@@ -23,8 +36,8 @@ pub struct SimImage {
     pub size: u64,
     /// How long a pull takes.
     pub latency_ms: u64,
-    /// In the private registry (needs [`PRIVATE_USER`]'s password).
-    pub private: bool,
+    /// What its registry asks.
+    pub access: Access,
     /// In a registry at all (a pod naming it never starts).
     pub exists: bool,
     /// Another name of the image at this index (the same content).
@@ -34,11 +47,19 @@ pub struct SimImage {
 const MB: u64 = 1_000_000;
 
 const fn image(name: &'static str, size_mb: u64, latency_ms: u64) -> SimImage {
-    SimImage { name, size: size_mb * MB, latency_ms, private: false, exists: true, alias_of: None }
+    SimImage { name, size: size_mb * MB, latency_ms, access: Access::Public, exists: true, alias_of: None }
 }
 
-/// The registries' images. Index 0 is the sandbox image.
-pub const IMAGES: [SimImage; 15] = [
+impl SimImage {
+    /// Whether its registry asks for credentials.
+    pub fn private(&self) -> bool {
+        self.access != Access::Public
+    }
+}
+
+/// The registries' images. Index 0 is the sandbox image; the plugin's
+/// registry's come last (a [`Shape`] draws from the first `images`).
+pub const IMAGES: [SimImage; 17] = [
     image("registry.k8s.io/pause:3.10", 1, 200),
     image("docker.io/library/busybox:1.36", 4, 500),
     image("docker.io/library/nginx:1.27", 190, 2_000),
@@ -48,19 +69,37 @@ pub const IMAGES: [SimImage; 15] = [
     image("quay.example/shop/web:v1", 300, 3_000),
     image("quay.example/shop/web:v2", 310, 3_000),
     image("quay.example/shop/api:v1", 250, 3_000),
-    SimImage { private: true, ..image("private.example/billing/ledger:2", 600, 4_000) },
-    SimImage { private: true, ..image("private.example/billing/invoicer:1", 350, 4_000) },
+    SimImage { access: Access::Secret, ..image("private.example/billing/ledger:2", 600, 4_000) },
+    SimImage { access: Access::Secret, ..image("private.example/billing/invoicer:1", 350, 4_000) },
     image("slow.example/analytics/worker:3", 1_500, 40_000),
     image("slow.example/ml/trainer:1", 2_500, 60_000),
     SimImage { alias_of: Some(2), ..image("docker.io/library/nginx:latest", 190, 2_000) },
     SimImage { exists: false, ..image("ghcr.example/missing/app:1", 100, 1_000) },
+    SimImage { access: Access::Plugin, ..image("ecr.example/team/app:1", 220, 2_500) },
+    SimImage { access: Access::Plugin, ..image("ecr.example/team/batch:2", 480, 4_000) },
 ];
 
 /// The sandbox image's index in [`IMAGES`].
 pub const SANDBOX: usize = 0;
 
-/// Registries (image name prefixes) an outage can take down.
-pub const REGISTRIES: [&str; 5] = ["docker.io", "quay.example", "private.example", "slow.example", "registry.k8s.io"];
+/// Registries (image name prefixes) an outage can take down (a [`Shape`]
+/// draws from the first `registries`).
+pub const REGISTRIES: [&str; 6] =
+    ["docker.io", "quay.example", "private.example", "slow.example", "registry.k8s.io", "ecr.example"];
+
+/// The plugin's registry (its images are [`Access::Plugin`]).
+pub const PLUGIN_REGISTRY: &str = "ecr.example";
+/// The user the plugin's registry wants.
+pub const PLUGIN_USER: &str = "AWS";
+/// The token the plugin hands out while healthy.
+pub const PLUGIN_TOKEN: &str = "ecr-token-7f3a";
+/// The token it hands out when stale (the registry refuses it).
+pub const STALE_TOKEN: &str = "ecr-token-expired";
+/// The node's robot account at the private registry (the plugin's, when it
+/// covers that registry).
+pub const ROBOT_USER: &str = "node-robot";
+/// Its password.
+pub const ROBOT_PASSWORD: &str = "robot-9c1e";
 
 /// The private registry's user.
 pub const PRIVATE_USER: &str = "billing";
@@ -149,6 +188,78 @@ pub enum FaultKind {
     DropReply,
 }
 
+/// How the credential plugin says to cache a response (`cacheKeyType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheKey {
+    /// For the image asked about.
+    Image,
+    /// For its registry.
+    Registry,
+    /// For every image.
+    Global,
+}
+
+/// A response the provider refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Malformed {
+    /// Not JSON (cut short).
+    NotJson,
+    /// Another provider API version than configured.
+    WrongVersion,
+    /// A `cacheKeyType` that is none of the three.
+    BadCacheKeyType,
+}
+
+/// What the credential plugin does when it is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PluginMode {
+    /// Answers with the node's credentials (its registry's token, and the
+    /// robot account when it covers the private registry), cached by `key`
+    /// for `duration` (`None`: not sent, the provider's default).
+    Healthy {
+        /// `cacheKeyType`.
+        key: CacheKey,
+        /// `cacheDuration`.
+        duration: Option<Duration>,
+    },
+    /// The same with an expired token, which its registry refuses.
+    Stale {
+        /// `cacheKeyType`.
+        key: CacheKey,
+        /// `cacheDuration`.
+        duration: Option<Duration>,
+    },
+    /// Exits with this code (a token on its stderr).
+    Exits(i32),
+    /// Answers with something the provider refuses.
+    Malformed(Malformed),
+    /// Never answers: the provider's timeout ends each run.
+    Hangs,
+}
+
+/// The credential plugin's behaviour from a step on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PluginBehaviour {
+    /// What it answers.
+    pub mode: PluginMode,
+    /// How long a run takes before it answers.
+    pub latency: Duration,
+}
+
+/// The exec credential-provider plugin a seed configures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PluginPlan {
+    /// Its `matchImages` cover the private registry too (it gives the
+    /// node's robot account there).
+    pub covers_private: bool,
+    /// `defaultCacheDuration`.
+    pub default_cache: Duration,
+    /// `credentials.provider_timeout`.
+    pub timeout: Duration,
+    /// What it does at the start, and again in the quiet phase.
+    pub healthy: PluginBehaviour,
+}
+
 /// Which back-offs an operator clears.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClearWhat {
@@ -206,6 +317,8 @@ pub enum Event {
     Restart,
     /// imaged is killed (`kill -9`) and started again.
     Crash,
+    /// The credential plugin behaves like this from now on.
+    Plugin(PluginBehaviour),
 }
 
 /// One step: the event, then this much time.
@@ -222,6 +335,8 @@ pub struct Step {
 pub struct Plan {
     /// The seed.
     pub seed: u64,
+    /// The name of the [`Shape`] it was drawn in.
+    pub shape: &'static str,
     /// The node's settings, TOML lines (`section.key = value`) over the defaults.
     pub settings: Vec<String>,
     /// The verification policy's allowlist includes the private registry.
@@ -234,6 +349,11 @@ pub struct Plan {
     pub pinned: Vec<usize>,
     /// Every pod (indices as events name them).
     pub pods: Vec<SimPod>,
+    /// The credential plugin, if the node has one.
+    pub plugin: Option<PluginPlan>,
+    /// The kubelet's retry of a pod that did not start: after this many
+    /// milliseconds (jittered in the range).
+    pub retry_ms: std::ops::Range<u64>,
     /// The schedule.
     pub steps: Vec<Step>,
 }
@@ -241,29 +361,278 @@ pub struct Plan {
 /// Most pods alive at once.
 const MAX_PODS: usize = 24;
 
+/// How often each kind of event is drawn, per thousand steps (the rest:
+/// nothing happens).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Weights {
+    /// Only time passes (drawn first).
+    pub nothing: u32,
+    /// A pod arrives (when fewer than the most are alive).
+    pub arrive: u32,
+    /// A prefetch.
+    pub prefetch: u32,
+    /// `imagectl gc`.
+    pub gc: u32,
+    /// `imagectl gc --delete-unused`.
+    pub delete_unused: u32,
+    /// `imagectl backoff clear`.
+    pub clear_backoff: u32,
+    /// Fault rules at the runtime.
+    pub runtime_faults: u32,
+    /// Fault rules at the gateway.
+    pub gateway_faults: u32,
+    /// The runtime is killed.
+    pub runtime_down: u32,
+    /// Disk pressure.
+    pub disk: u32,
+    /// A registry outage.
+    pub registry: u32,
+    /// The runtime pins or unpins an image.
+    pub pin: u32,
+    /// A graceful restart.
+    pub restart: u32,
+    /// A `kill -9`.
+    pub crash: u32,
+    /// The credential plugin fails or goes stale (with a plugin).
+    pub plugin: u32,
+}
+
+/// The shape of a seed's plan: what it draws from and how often. A seed
+/// draws the same plan only under the same shape: when the shape is
+/// retuned, the old one stays (as [`Shape::V1`] does) for the regression
+/// tests whose seeds were found under it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shape {
+    /// Its name (`imaged simulate --shape`).
+    pub name: &'static str,
+    /// Images drawn from: the first this many of [`IMAGES`].
+    pub images: usize,
+    /// How often a pod's container names each image (by index in
+    /// [`IMAGES`]); empty: each of the first `images` but the sandbox
+    /// image evenly.
+    pub image_weights: &'static [u32],
+    /// Registries drawn from: the first this many of [`REGISTRIES`].
+    pub registries: usize,
+    /// Chance a seed's node has a credential plugin.
+    pub plugin: f64,
+    /// Events per thousand steps.
+    pub weights: Weights,
+    /// Steps a pod lives (to its completion or deletion).
+    pub pod_life: std::ops::Range<usize>,
+    /// Steps a pod that can never start lives (someone deletes it).
+    pub doomed_life: std::ops::Range<usize>,
+    /// Chance a pod completes before it is deleted.
+    pub completes: f64,
+    /// A pod's secret when it names a private image (drawn evenly).
+    pub private_secrets: &'static [SecretKind],
+    /// Its secret otherwise.
+    pub other_secrets: &'static [SecretKind],
+    /// A container's pull policy (drawn evenly).
+    pub policies: &'static [PullPolicy],
+    /// `Never` only for an image preloaded and pinned by the runtime (else
+    /// `IfNotPresent`), as it is used: a pod that can never start is drawn
+    /// on purpose, not by chance (an unpin and GC can still strand one).
+    pub never_needs_pin: bool,
+    /// Chance a pod sets a pull deadline of its own (30 s to 5 min).
+    pub pod_deadline: f64,
+    /// The node's `pull.pull_deadline` (drawn evenly).
+    pub pull_deadlines: &'static [&'static str],
+    /// Chance per matching call of a fault rule (drawn evenly).
+    pub fault_p: &'static [f64],
+    /// Steps a runtime fault window lasts.
+    pub runtime_fault_window: std::ops::Range<usize>,
+    /// Steps a gateway fault window lasts (`None`: to the next restart).
+    pub gateway_fault_window: Option<std::ops::Range<usize>>,
+    /// Steps disk pressure lasts.
+    pub disk_window: std::ops::Range<usize>,
+    /// Steps a registry outage lasts.
+    pub registry_window: std::ops::Range<usize>,
+    /// Steps the plugin's trouble lasts.
+    pub plugin_window: std::ops::Range<usize>,
+    /// Image filesystem capacity at the start, MB.
+    pub disk_mb: std::ops::Range<u64>,
+    /// Its capacity under pressure, MB.
+    pub pressure_mb: std::ops::Range<u64>,
+    /// Its capacity after the pressure, MB.
+    pub relief_mb: std::ops::Range<u64>,
+    /// Images that may be preloaded (each with a chance of one half).
+    pub preloadable: &'static [usize],
+    /// The kubelet's retry of a pod that did not start, ms.
+    pub retry_ms: std::ops::Range<u64>,
+}
+
+use PullPolicy::{Always, AlwaysWithLocalFallback as Fallback, IfNotPresent, Never};
+use SecretKind::{None as NoSecret, Right, RightElsewhere, Wrong};
+
+impl Shape {
+    /// The first shape (the regression seeds of `tests/simulation.rs` up to
+    /// seed 1028 were found under it): no credential plugin, a workload
+    /// where most ensures fail (pods that can never start retry every 1 to
+    /// 15 s for their whole lives, gateway faults last until a restart).
+    pub const V1: Shape = Shape {
+        name: "v1",
+        images: 15,
+        image_weights: &[],
+        registries: 5,
+        plugin: 0.0,
+        weights: Weights {
+            nothing: 350,
+            arrive: 210,
+            prefetch: 40,
+            gc: 25,
+            delete_unused: 10,
+            clear_backoff: 15,
+            runtime_faults: 80,
+            gateway_faults: 40,
+            runtime_down: 15,
+            disk: 30,
+            registry: 30,
+            pin: 15,
+            restart: 8,
+            crash: 8,
+            plugin: 0,
+        },
+        pod_life: 10..400,
+        doomed_life: 10..400,
+        completes: 0.3,
+        private_secrets: &[Right, Right, RightElsewhere, Wrong, NoSecret],
+        other_secrets: &[NoSecret, NoSecret, NoSecret, Right],
+        policies: &[IfNotPresent, IfNotPresent, IfNotPresent, Always, Never, Fallback],
+        never_needs_pin: false,
+        pod_deadline: 0.2,
+        pull_deadlines: &["3m", "5m", "10m", "0s"],
+        fault_p: &[0.05, 0.2, 0.5, 1.0],
+        runtime_fault_window: 5..120,
+        gateway_fault_window: None,
+        disk_window: 20..200,
+        registry_window: 3..60,
+        plugin_window: 5..80,
+        disk_mb: 3_500..7_000,
+        pressure_mb: 1_500..4_000,
+        relief_mb: 3_500..8_000,
+        preloadable: &[1, 2, 9],
+        retry_ms: 1_000..15_000,
+    };
+
+    /// The shape seeds are drawn with now: a node that mostly works, so
+    /// that a run exercises the success paths as much as the failures
+    /// (about two ensures in three succeed; under `V1` one in seventy did).
+    /// Its faults come in windows that mostly do not overlap, with smaller
+    /// chances per call; the disk holds most of what the pods use; pods
+    /// that can never start are rarer (few missing images or invalid
+    /// secrets, `Never` only on pinned images) and deleted within a few
+    /// steps; the kubelet retries a pod every 10 to 15 s (its
+    /// `backOffPeriod` with jitter); the plugin is on 90% of nodes.
+    pub const CURRENT: Shape = Shape {
+        name: "current",
+        images: IMAGES.len(),
+        // pause; busybox, nginx, redis, python, postgres; web v1, v2, api;
+        // ledger, invoicer; the slow two; nginx:latest; the missing one;
+        // the plugin registry's two.
+        image_weights: &[0, 10, 10, 10, 6, 8, 8, 8, 8, 6, 6, 4, 3, 6, 1, 6, 4],
+        registries: REGISTRIES.len(),
+        plugin: 0.9,
+        weights: Weights {
+            nothing: 350,
+            arrive: 210,
+            prefetch: 40,
+            gc: 25,
+            delete_unused: 10,
+            clear_backoff: 15,
+            runtime_faults: 40,
+            gateway_faults: 20,
+            runtime_down: 10,
+            disk: 6,
+            registry: 15,
+            pin: 15,
+            restart: 8,
+            crash: 8,
+            plugin: 8,
+        },
+        pod_life: 10..400,
+        doomed_life: 2..10,
+        completes: 0.3,
+        private_secrets: &[Right, Right, Right, Right, RightElsewhere, RightElsewhere, Wrong, NoSecret],
+        other_secrets: &[NoSecret, NoSecret, NoSecret, Right],
+        policies: &[IfNotPresent, IfNotPresent, IfNotPresent, IfNotPresent, Always, Fallback, Never],
+        never_needs_pin: true,
+        pod_deadline: 0.2,
+        pull_deadlines: &["3m", "5m", "10m", "0s"],
+        fault_p: &[0.02, 0.05, 0.1, 0.3],
+        runtime_fault_window: 5..60,
+        gateway_fault_window: Some(5..60),
+        disk_window: 10..60,
+        registry_window: 3..30,
+        plugin_window: 5..30,
+        disk_mb: 12_000..24_000,
+        pressure_mb: 4_000..8_000,
+        relief_mb: 12_000..24_000,
+        preloadable: &[1, 2, 9, 15],
+        retry_ms: 10_000..15_000,
+    };
+}
+
+impl Default for Shape {
+    fn default() -> Self {
+        Self::CURRENT
+    }
+}
+
 impl Plan {
-    /// The plan of `seed` with `steps` steps.
+    /// The plan of `seed` with `steps` steps, in the current shape.
     pub fn generate(seed: u64, steps: usize) -> Self {
+        Self::generate_shaped(seed, steps, &Shape::CURRENT)
+    }
+
+    /// The plan of `seed` with `steps` steps in `shape`.
+    pub fn generate_shaped(seed: u64, steps: usize, shape: &Shape) -> Self {
         let mut g = StdRng::seed_from_u64(seed ^ 0x05EE_D0F1_A6ED);
-        let settings = settings(&mut g);
+        let settings = settings(&mut g, shape);
         // Without a pull deadline a hung pull hangs for good (the kubelet's
         // behaviour, by design): no such faults then.
         let pull_hangs = !settings.iter().any(|s| s == "pull.pull_deadline = \"0s\"");
-        let disk = g.random_range(3_500..7_000) * MB;
+        let disk = g.random_range(shape.disk_mb.clone()) * MB;
         let mut preloaded = vec![SANDBOX];
-        for i in [1, 2, 9] {
+        for &i in shape.preloadable {
             if g.random_bool(0.5) {
                 preloaded.push(i);
             }
         }
-        let pinned = preloaded.iter().copied().filter(|i| *i != SANDBOX && g.random_bool(0.3)).collect();
+        let pinned: Vec<usize> = preloaded.iter().copied().filter(|i| *i != SANDBOX && g.random_bool(0.3)).collect();
         let allowlist_private = g.random_bool(0.5);
-        let mut s =
-            Schedule { g, pods: Vec::new(), steps: Vec::with_capacity(steps), later: Vec::new(), alive: 0, pull_hangs };
+        // The plugin from a stream of its own: a shape without one draws
+        // the rest as before.
+        let plugin = (shape.plugin > 0.0)
+            .then(|| StdRng::seed_from_u64(seed ^ 0x0091_0617_C0DE))
+            .and_then(|mut pg| pg.random_bool(shape.plugin).then(|| plugin_plan(&mut pg)));
+        let mut s = Schedule {
+            g,
+            shape: shape.clone(),
+            plugin,
+            preloaded: preloaded.clone(),
+            pinned: pinned.clone(),
+            pods: Vec::new(),
+            steps: Vec::with_capacity(steps),
+            later: Vec::new(),
+            alive: 0,
+            pull_hangs,
+        };
         for i in 0..steps {
             s.step(i);
         }
-        Plan { seed, settings, allowlist_private, disk, preloaded, pinned, pods: s.pods, steps: s.steps }
+        Plan {
+            seed,
+            shape: shape.name,
+            settings,
+            allowlist_private,
+            disk,
+            preloaded,
+            pinned,
+            pods: s.pods,
+            plugin,
+            retry_ms: shape.retry_ms.clone(),
+            steps: s.steps,
+        }
     }
 
     /// A setting's value as planned, as TOML (`None` if the plan leaves
@@ -271,6 +640,40 @@ impl Plan {
     pub fn setting(&self, key: &str) -> Option<&str> {
         self.settings.iter().find_map(|kv| kv.strip_prefix(key).and_then(|r| r.strip_prefix(" = ")))
     }
+
+    /// Whether a pod could ever pull `image` with `secret` on this node:
+    /// it exists, and its registry takes the pod's secret or the node's
+    /// plugin credentials.
+    pub fn can_pull(&self, image: usize, secret: SecretKind) -> bool {
+        let img = IMAGES[image];
+        img.exists
+            && match img.access {
+                Access::Public => true,
+                Access::Secret => secret.valid() || self.plugin.is_some_and(|p| p.covers_private),
+                Access::Plugin => self.plugin.is_some(),
+            }
+    }
+}
+
+/// The node's credential plugin.
+fn plugin_plan(g: &mut StdRng) -> PluginPlan {
+    PluginPlan {
+        covers_private: g.random_bool(0.4),
+        default_cache: *pick(g, &[Duration::ZERO, Duration::from_secs(60), Duration::from_secs(600)]),
+        timeout: *pick(g, &[Duration::from_secs(5), Duration::from_secs(60)]),
+        healthy: PluginBehaviour {
+            mode: healthy_mode(g, false),
+            latency: Duration::from_millis(g.random_range(10..2_000)),
+        },
+    }
+}
+
+/// A healthy (or, `stale`, stale) answer's caching.
+fn healthy_mode(g: &mut StdRng, stale: bool) -> PluginMode {
+    let key = *pick(g, &[CacheKey::Image, CacheKey::Registry, CacheKey::Global]);
+    let duration =
+        *pick(g, &[None, Some(Duration::ZERO), Some(Duration::from_secs(30)), Some(Duration::from_secs(300))]);
+    if stale { PluginMode::Stale { key, duration } } else { PluginMode::Healthy { key, duration } }
 }
 
 fn pick<'a, T>(g: &mut StdRng, items: &'a [T]) -> &'a T {
@@ -285,7 +688,7 @@ fn one(g: &mut StdRng, items: &[&'static str]) -> &'static str {
 /// layered over the defaults: the knobs FoundationDB's simulator would turn
 /// ("buggify") — concurrency, single-flight, throttling, deadlines, GC
 /// thresholds and periods, the verification policy.
-fn settings(g: &mut StdRng) -> Vec<String> {
+fn settings(g: &mut StdRng, shape: &Shape) -> Vec<String> {
     let mut s = Vec::new();
     let mut set = |k: &str, v: &str| s.push(format!("{k} = {v}"));
     let quoted = |v: &str| format!("{v:?}");
@@ -307,7 +710,7 @@ fn settings(g: &mut StdRng) -> Vec<String> {
     } else {
         set("pull.registry_pull_qps", "0.0");
     }
-    set("pull.pull_deadline", &quoted(one(g, &["3m", "5m", "10m", "0s"])));
+    set("pull.pull_deadline", &quoted(one(g, shape.pull_deadlines)));
     let cri = quoted(one(g, &["10s", "30s", "2m"]));
     for rpc in [
         "version",
@@ -339,6 +742,10 @@ fn settings(g: &mut StdRng) -> Vec<String> {
 /// The schedule as it is drawn: pods arrive and leave, faults come and go.
 struct Schedule {
     g: StdRng,
+    shape: Shape,
+    plugin: Option<PluginPlan>,
+    preloaded: Vec<usize>,
+    pinned: Vec<usize>,
     pods: Vec<SimPod>,
     steps: Vec<Step>,
     /// Events due at a later step (step index, event), for ends of windows.
@@ -346,6 +753,26 @@ struct Schedule {
     alive: usize,
     /// PullImage may hang or lose its reply (a pull deadline ends it).
     pull_hangs: bool,
+}
+
+/// The kinds of event [`Weights`] weighs, in the order they are drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Nothing,
+    Arrive,
+    Prefetch,
+    Gc,
+    DeleteUnused,
+    ClearBackoff,
+    RuntimeFaults,
+    GatewayFaults,
+    RuntimeDown,
+    Disk,
+    Registry,
+    Pin,
+    Restart,
+    Crash,
+    Plugin,
 }
 
 impl Schedule {
@@ -381,89 +808,179 @@ impl Schedule {
 
     fn fresh(&mut self, i: usize) -> Event {
         let r = self.g.random_range(0..1000);
-        match r {
-            // 0..350, and 350..560 with the node full: nothing (below).
-            350..560 if self.alive < MAX_PODS => self.arrive(i),
-            560..600 => {
-                let image = self.g.random_range(1..IMAGES.len());
+        let w = self.shape.weights;
+        let table = [
+            (Kind::Nothing, w.nothing),
+            (Kind::Arrive, w.arrive),
+            (Kind::Prefetch, w.prefetch),
+            (Kind::Gc, w.gc),
+            (Kind::DeleteUnused, w.delete_unused),
+            (Kind::ClearBackoff, w.clear_backoff),
+            (Kind::RuntimeFaults, w.runtime_faults),
+            (Kind::GatewayFaults, w.gateway_faults),
+            (Kind::RuntimeDown, w.runtime_down),
+            (Kind::Disk, w.disk),
+            (Kind::Registry, w.registry),
+            (Kind::Pin, w.pin),
+            (Kind::Restart, w.restart),
+            (Kind::Crash, w.crash),
+            (Kind::Plugin, w.plugin),
+        ];
+        let mut from = 0;
+        let kind = table
+            .iter()
+            .find_map(|(k, n)| {
+                from += n;
+                (r < from).then_some(*k)
+            })
+            .unwrap_or(Kind::Nothing);
+        let images = self.shape.images;
+        match kind {
+            Kind::Arrive if self.alive < MAX_PODS => self.arrive(i),
+            // A full node: nothing.
+            Kind::Nothing | Kind::Arrive => Event::Nothing,
+            Kind::Prefetch => {
+                let image = self.g.random_range(1..images);
                 Event::Prefetch { image, priority: *pick(&mut self.g, &[0, -5, 1000]) }
             }
-            600..625 => Event::RunGc,
-            625..635 => Event::DeleteUnused,
-            635..650 => {
+            Kind::Gc => Event::RunGc,
+            Kind::DeleteUnused => Event::DeleteUnused,
+            Kind::ClearBackoff => {
                 let what = match self.g.random_range(0..3) {
                     0 => ClearWhat::All,
                     1 if !self.pods.is_empty() => ClearWhat::Pod(self.g.random_range(0..self.pods.len())),
-                    _ => ClearWhat::Image(self.g.random_range(1..IMAGES.len())),
+                    _ => ClearWhat::Image(self.g.random_range(1..images)),
                 };
                 Event::ClearBackoff(what)
             }
-            650..730 => {
+            Kind::RuntimeFaults => {
                 let rules = self.fault_rules(true);
-                self.later(i, 5..120, Event::ClearFaults);
+                self.later(i, self.shape.runtime_fault_window.clone(), Event::ClearFaults);
                 Event::RuntimeFaults(rules)
             }
-            730..770 => Event::GatewayFaults(self.fault_rules(false)),
-            770..785 => {
+            Kind::GatewayFaults => {
+                let rules = self.fault_rules(false);
+                if let Some(window) = self.shape.gateway_fault_window.clone() {
+                    self.later(i, window, Event::GatewayFaults(Vec::new()));
+                }
+                Event::GatewayFaults(rules)
+            }
+            Kind::RuntimeDown => {
                 self.later(i, 1..10, Event::RuntimeUp);
                 Event::RuntimeDown
             }
-            785..815 => {
-                let full = self.g.random_range(1_500..4_000) * MB;
-                let back = self.g.random_range(3_500..8_000) * MB;
-                self.later(i, 20..200, Event::Disk(back));
+            Kind::Disk => {
+                let full = self.g.random_range(self.shape.pressure_mb.clone()) * MB;
+                let back = self.g.random_range(self.shape.relief_mb.clone()) * MB;
+                self.later(i, self.shape.disk_window.clone(), Event::Disk(back));
                 Event::Disk(full)
             }
-            815..845 => {
-                let r = self.g.random_range(0..REGISTRIES.len());
-                self.later(i, 3..60, Event::RegistryUp(r));
+            Kind::Registry => {
+                let r = self.g.random_range(0..self.shape.registries);
+                self.later(i, self.shape.registry_window.clone(), Event::RegistryUp(r));
                 Event::RegistryDown(r)
             }
-            845..860 => Event::Pin(*pick(&mut self.g, &[1, 2, 3, 5]), self.g.random_bool(0.5)),
-            860..868 => Event::Restart,
-            868..876 => Event::Crash,
-            _ => Event::Nothing,
+            Kind::Pin => Event::Pin(*pick(&mut self.g, &[1, 2, 3, 5]), self.g.random_bool(0.5)),
+            Kind::Restart => Event::Restart,
+            Kind::Crash => Event::Crash,
+            Kind::Plugin => match self.plugin {
+                Some(plugin) => self.plugin_trouble(i, plugin),
+                None => Event::Nothing,
+            },
         }
+    }
+
+    /// The plugin fails or goes stale, and recovers some steps later
+    /// (perhaps caching differently).
+    fn plugin_trouble(&mut self, i: usize, plugin: PluginPlan) -> Event {
+        let g = &mut self.g;
+        let mode = match g.random_range(0..6) {
+            0 => healthy_mode(g, true),
+            1 => PluginMode::Exits(*pick(g, &[1, 2, 127])),
+            2 => PluginMode::Malformed(*pick(
+                g,
+                &[Malformed::NotJson, Malformed::WrongVersion, Malformed::BadCacheKeyType],
+            )),
+            3 => PluginMode::Hangs,
+            // Slow, then fine: the runs near the provider's timeout.
+            4 => PluginMode::Healthy { key: CacheKey::Image, duration: Some(Duration::ZERO) },
+            _ => healthy_mode(g, false),
+        };
+        let latency = match mode {
+            PluginMode::Healthy { duration: Some(d), .. } if d.is_zero() => {
+                plugin.timeout.saturating_sub(Duration::from_millis(g.random_range(1..2_000)))
+            }
+            _ => Duration::from_millis(g.random_range(10..3_000)),
+        };
+        let back = PluginBehaviour {
+            mode: if g.random_bool(0.7) { plugin.healthy.mode } else { healthy_mode(g, false) },
+            latency: plugin.healthy.latency,
+        };
+        self.later(i, self.shape.plugin_window.clone(), Event::Plugin(back));
+        Event::Plugin(PluginBehaviour { mode, latency })
     }
 
     fn arrive(&mut self, i: usize) -> Event {
         let n = self.pods.len();
         let pod = self.pod(n);
+        // A pod that can never start is deleted sooner, as one stuck in
+        // ErrImagePull is by whoever made it.
+        let doomed = pod.containers.iter().any(|c| {
+            let too_slow = pod.deadline.is_some_and(|d| d < 2 * Duration::from_millis(IMAGES[c.image].latency_ms));
+            too_slow || !self.can_pull(c.image, pod.secret) || (c.policy == Never && !self.preloaded.contains(&c.image))
+        });
         self.pods.push(pod);
         self.alive += 1;
-        let end = if self.g.random_bool(0.3) { Event::PodCompletes(n) } else { Event::PodDeleted(n) };
-        self.later(i, 10..400, end.clone());
+        let end = if self.g.random_bool(self.shape.completes) { Event::PodCompletes(n) } else { Event::PodDeleted(n) };
+        let life = if doomed { self.shape.doomed_life.clone() } else { self.shape.pod_life.clone() };
+        self.later(i, life, end.clone());
         if matches!(end, Event::PodCompletes(_)) {
             self.later(i, 400..600, Event::PodDeleted(n));
         }
         Event::PodArrives(n)
     }
 
+    /// [`Plan::can_pull`] as the schedule is drawn.
+    fn can_pull(&self, image: usize, secret: SecretKind) -> bool {
+        let img = IMAGES[image];
+        img.exists
+            && match img.access {
+                Access::Public => true,
+                Access::Secret => secret.valid() || self.plugin.is_some_and(|p| p.covers_private),
+                Access::Plugin => self.plugin.is_some(),
+            }
+    }
+
     fn pod(&mut self, n: usize) -> SimPod {
         let g = &mut self.g;
         let count = *pick(g, &[1, 1, 2, 2, 3]);
         let mut images: Vec<usize> = Vec::new();
+        // Weighted: the plugin registry's images only on a node with the plugin.
+        let weight = |i: usize| match self.shape.image_weights.get(i) {
+            Some(_) if IMAGES[i].access == Access::Plugin && self.plugin.is_none() => 0,
+            Some(w) => *w,
+            None => 0,
+        };
+        let total: u32 = (0..IMAGES.len()).map(weight).sum();
         while images.len() < count {
-            let i = g.random_range(1..IMAGES.len());
+            let i = if total == 0 {
+                g.random_range(1..self.shape.images)
+            } else {
+                let r = g.random_range(0..total);
+                let mut below = 0;
+                (0..IMAGES.len())
+                    .find(|&i| {
+                        below += weight(i);
+                        r < below
+                    })
+                    .unwrap_or(1)
+            };
             if !images.contains(&i) {
                 images.push(i);
             }
         }
-        let private = images.iter().any(|i| IMAGES[*i].private);
-        let secret = if private {
-            *pick(
-                g,
-                &[
-                    SecretKind::Right,
-                    SecretKind::Right,
-                    SecretKind::RightElsewhere,
-                    SecretKind::Wrong,
-                    SecretKind::None,
-                ],
-            )
-        } else {
-            *pick(g, &[SecretKind::None, SecretKind::None, SecretKind::None, SecretKind::Right])
-        };
+        let private = images.iter().any(|i| IMAGES[*i].access == Access::Secret);
+        let secret = *pick(g, if private { self.shape.private_secrets } else { self.shape.other_secrets });
         let namespace = match secret {
             SecretKind::Right | SecretKind::Wrong => "billing",
             _ => *pick(g, &["shop", "default", "kube-system"]),
@@ -471,20 +988,12 @@ impl Schedule {
         let containers = images
             .into_iter()
             .enumerate()
-            .map(|(c, image)| SimContainer {
-                name: format!("c{c}"),
-                image,
-                policy: *pick(
-                    g,
-                    &[
-                        PullPolicy::IfNotPresent,
-                        PullPolicy::IfNotPresent,
-                        PullPolicy::IfNotPresent,
-                        PullPolicy::Always,
-                        PullPolicy::Never,
-                        PullPolicy::AlwaysWithLocalFallback,
-                    ],
-                ),
+            .map(|(c, image)| {
+                let policy = match *pick(g, self.shape.policies) {
+                    Never if self.shape.never_needs_pin && !self.pinned.contains(&image) => IfNotPresent,
+                    p => p,
+                };
+                SimContainer { name: format!("c{c}"), image, policy }
             })
             .collect();
         SimPod {
@@ -494,7 +1003,11 @@ impl Schedule {
             priority: *pick(g, &[0, 0, 0, 1000, 2_000_001_000]),
             secret,
             runtime_handler: if g.random_bool(0.1) { "kata".into() } else { String::new() },
-            deadline: if g.random_bool(0.2) { Some(Duration::from_secs(g.random_range(30..300))) } else { None },
+            deadline: if g.random_bool(self.shape.pod_deadline) {
+                Some(Duration::from_secs(g.random_range(30..300)))
+            } else {
+                None
+            },
             containers,
             jitter_seed: g.random(),
         }
@@ -518,8 +1031,8 @@ impl Schedule {
                         Rpc::ListContainers,
                     ],
                 );
-                let image =
-                    (rpc == Rpc::PullImage && g.random_bool(0.5)).then(|| format!("{}/*", pick(g, &REGISTRIES)));
+                let registries = &REGISTRIES[..self.shape.registries];
+                let image = (rpc == Rpc::PullImage && g.random_bool(0.5)).then(|| format!("{}/*", pick(g, registries)));
                 let action = match g.random_range(0..10) {
                     0..4 => FaultKind::Fail(*pick(
                         g,
@@ -542,7 +1055,7 @@ impl Schedule {
                     }
                     a => a,
                 };
-                FaultSpec { rpc, image, probability: *pick(g, &[0.05, 0.2, 0.5, 1.0]), action }
+                FaultSpec { rpc, image, probability: *pick(g, self.shape.fault_p), action }
             })
             .collect()
     }
@@ -555,6 +1068,31 @@ impl fmt::Display for FaultSpec {
             write!(f, " on {i}")?;
         }
         write!(f, " p={}", self.probability)
+    }
+}
+
+impl fmt::Display for PluginBehaviour {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let cache = |f: &mut fmt::Formatter<'_>, key: &CacheKey, duration: &Option<Duration>| match duration {
+            Some(d) => write!(f, "cacheKeyType {key:?}, cacheDuration {}", humantime::format_duration(*d)),
+            None => write!(f, "cacheKeyType {key:?}, default cacheDuration"),
+        };
+        match &self.mode {
+            PluginMode::Healthy { key, duration } => {
+                f.write_str("answers with the node's credentials (")?;
+                cache(f, key, duration)?;
+                f.write_str(")")?;
+            }
+            PluginMode::Stale { key, duration } => {
+                f.write_str("answers with an expired token (")?;
+                cache(f, key, duration)?;
+                f.write_str(")")?;
+            }
+            PluginMode::Exits(code) => write!(f, "exits {code}")?,
+            PluginMode::Malformed(m) => write!(f, "answers malformed ({m:?})")?,
+            PluginMode::Hangs => f.write_str("never answers")?,
+        }
+        write!(f, " after {}", humantime::format_duration(self.latency))
     }
 }
 
@@ -595,6 +1133,7 @@ impl Event {
             Event::ClearBackoff(ClearWhat::Pod(i)) => format!("imagectl backoff clear --pod {}", pod(i)),
             Event::ClearBackoff(ClearWhat::Image(i)) => format!("imagectl backoff clear --image {}", IMAGES[*i].name),
             Event::RuntimeFaults(r) => format!("runtime faults: {}", list(r)),
+            Event::GatewayFaults(r) if r.is_empty() => "gateway faults cleared".into(),
             Event::GatewayFaults(r) => format!("gateway faults: {}", list(r)),
             Event::ClearFaults => "faults cleared".into(),
             Event::RuntimeDown => "the runtime is killed".into(),
@@ -605,6 +1144,7 @@ impl Event {
             Event::Pin(i, on) => format!("runtime {} {}", if *on { "pins" } else { "unpins" }, IMAGES[*i].name),
             Event::Restart => "imaged restarts gracefully".into(),
             Event::Crash => "imaged is killed (kill -9) and started again".into(),
+            Event::Plugin(b) => format!("credential plugin: {b}"),
         }
     }
 }
@@ -634,6 +1174,67 @@ mod tests {
                 assert!(alive.len() <= MAX_PODS);
             }
         }
+    }
+
+    #[test]
+    fn the_first_shape_draws_no_plugin_and_the_current_one_draws_its_troubles() {
+        for seed in 0..20 {
+            let v1 = Plan::generate_shaped(seed, 2_000, &Shape::V1);
+            assert_eq!(v1.plugin, None);
+            assert!(v1.pods.iter().all(|p| p.containers.iter().all(|c| c.image < 15)), "seed {seed}");
+            assert!(v1.steps.iter().all(|s| !matches!(s.event, Event::Plugin(_))), "seed {seed}");
+        }
+        let plans: Vec<Plan> = (0..20).map(|seed| Plan::generate(seed, 2_000)).collect();
+        let with = plans.iter().filter(|p| p.plugin.is_some()).count();
+        assert!((10..20).contains(&with), "{with} of 20 seeds have a plugin");
+        for p in plans.iter().filter(|p| p.plugin.is_some()) {
+            let troubles = p
+                .steps
+                .iter()
+                .filter(|s| matches!(s.event, Event::Plugin(b) if b.mode != p.plugin.unwrap().healthy.mode));
+            assert!(troubles.count() > 0, "seed {}: the plugin never fails", p.seed);
+            assert!(p.pods.iter().any(|pod| pod.containers.iter().any(|c| IMAGES[c.image].access == Access::Plugin)));
+        }
+    }
+
+    #[test]
+    fn the_current_shape_weighs_every_image_and_keeps_never_for_pinned_images() {
+        assert_eq!(Shape::CURRENT.image_weights.len(), IMAGES.len());
+        assert_eq!(Shape::CURRENT.image_weights[SANDBOX], 0, "pods do not name the sandbox image");
+        let mut drawn = vec![0; IMAGES.len()];
+        for seed in 0..30 {
+            let plan = Plan::generate(seed, 2_000);
+            for c in plan.pods.iter().flat_map(|p| &p.containers) {
+                drawn[c.image] += 1;
+                if c.policy == PullPolicy::Never {
+                    assert!(plan.pinned.contains(&c.image), "seed {seed}: Never on {}", IMAGES[c.image].name);
+                }
+                if IMAGES[c.image].access == Access::Plugin {
+                    assert!(plan.plugin.is_some(), "seed {seed}: the plugin's image without a plugin");
+                }
+            }
+        }
+        assert_eq!(drawn[SANDBOX], 0);
+        assert!(drawn.iter().skip(1).all(|n| *n > 0), "every image is drawn: {drawn:?}");
+        // The missing image (weight 1) is rare next to busybox (10), but there.
+        assert!(drawn[14] * 5 < drawn[1], "{drawn:?}");
+    }
+
+    #[test]
+    fn what_a_pod_can_pull_depends_on_its_secret_and_the_plugin() {
+        let mut plan = Plan::generate(1, 10);
+        let (private, ecr) = (9, 15);
+        plan.plugin = None;
+        assert!(plan.can_pull(1, SecretKind::None));
+        assert!(!plan.can_pull(14, SecretKind::Right), "the missing image");
+        assert!(plan.can_pull(private, SecretKind::RightElsewhere) && !plan.can_pull(private, SecretKind::Wrong));
+        assert!(!plan.can_pull(ecr, SecretKind::Right));
+        let healthy = PluginBehaviour { mode: PluginMode::Hangs, latency: Duration::ZERO };
+        let p = PluginPlan { covers_private: false, default_cache: Duration::ZERO, timeout: Duration::ZERO, healthy };
+        plan.plugin = Some(p);
+        assert!(plan.can_pull(ecr, SecretKind::None) && !plan.can_pull(private, SecretKind::Wrong));
+        plan.plugin = Some(PluginPlan { covers_private: true, ..p });
+        assert!(plan.can_pull(private, SecretKind::Wrong) && plan.can_pull(private, SecretKind::None));
     }
 
     #[test]

@@ -25,9 +25,10 @@ use tokio::time::Instant;
 
 use super::log::{Answer, Life, Log, What};
 use super::plan::{
-    ClearWhat, Event, FaultKind, FaultSpec, IMAGES, PRIVATE_PASSWORD, PRIVATE_USER, Plan, REGISTRIES, SecretKind,
-    WRONG_PASSWORD,
+    Access, ClearWhat, Event, FaultKind, FaultSpec, IMAGES, PLUGIN_TOKEN, PLUGIN_USER, PRIVATE_PASSWORD, PRIVATE_USER,
+    Plan, REGISTRIES, ROBOT_PASSWORD, ROBOT_USER, SecretKind, WRONG_PASSWORD,
 };
+use super::plugin::SimPlugin;
 use crate::actors::backoff_registry::{BackoffKey, ClearScope};
 use crate::actors::cri_gateway::{CriGatewayActor, SetFaultPlan};
 use crate::clock::Clock;
@@ -147,6 +148,8 @@ pub struct World {
     pub done: Cell<bool>,
     /// The start of the last GC report logged.
     pub last_gc: Cell<Option<SystemTime>>,
+    /// The node's credential plugin, if it has one.
+    plugin: Option<Arc<SimPlugin>>,
 }
 
 fn secret(ns: &str, name: &str, password: &str) -> PullSecret {
@@ -163,9 +166,11 @@ fn remote(i: usize) -> Option<RemoteImage> {
         return None;
     }
     let mut r = RemoteImage::new(img.name, img.size).latency(Duration::from_millis(img.latency_ms));
-    if img.private {
-        r = r.private(PRIVATE_USER, PRIVATE_PASSWORD);
-    }
+    r = match img.access {
+        Access::Public => r,
+        Access::Secret => r.private(PRIVATE_USER, PRIVATE_PASSWORD).also_accepts(ROBOT_USER, ROBOT_PASSWORD),
+        Access::Plugin => r.private(PLUGIN_USER, PLUGIN_TOKEN),
+    };
     if let Some(of) = img.alias_of {
         r = r.with_id(RemoteImage::new(IMAGES[of].name, 0).id);
     }
@@ -174,8 +179,9 @@ fn remote(i: usize) -> Option<RemoteImage> {
 
 impl World {
     /// Sets up the node for `plan` with its state in `dir` (created by the
-    /// store; removed by the caller). Must run on the simulation's runtime.
-    pub fn new(plan: Rc<Plan>, dir: PathBuf) -> Result<Rc<Self>, String> {
+    /// store) and its credential plugin's files in `plugin_dir` (both
+    /// removed by the caller). Must run on the simulation's runtime.
+    pub fn new(plan: Rc<Plan>, dir: PathBuf, plugin_dir: &std::path::Path) -> Result<Rc<Self>, String> {
         let mut cfg = Config::from_toml(&plan.settings.join("\n")).map_err(|e| format!("the plan's settings: {e}"))?;
         cfg.state_dir = Some(dir.clone());
         cfg.fault_plan = None;
@@ -188,6 +194,16 @@ impl World {
         } else {
             cfg.verification.allowlist =
                 crate::pull_records::Allowlist::new(&["docker.io/library/busybox"]).map_err(|e| e.to_string())?;
+        }
+        let start = Instant::now();
+        let log = Log::default();
+        let plugin = plan.plugin.map(|p| SimPlugin::new(p, log.clone(), start));
+        if let (Some(plugin), Some(p)) = (&plugin, &plan.plugin) {
+            let (config, bin) = plugin.install(plugin_dir).map_err(|e| format!("writing the plugin's files: {e}"))?;
+            cfg.credentials.provider_config = Some(config);
+            cfg.credentials.provider_bin_dir = Some(bin);
+            cfg.credentials.provider_timeout = p.timeout;
+            cfg = cfg.with_plugin_runner(plugin.clone());
         }
         let runtime = InProcessRuntime::start();
         let rt = runtime.handle();
@@ -206,8 +222,6 @@ impl World {
             rt.set_pinned(IMAGES[i].name, true);
         }
         rt.set_capacity(plan.disk);
-        let start = Instant::now();
-        let log = Log::default();
         let observed = log.clone();
         runtime.set_observer(Some(Observer::new(move |o| observed.push(start.elapsed(), What::Runtime(o.clone())))));
         let pods = plan
@@ -241,6 +255,7 @@ impl World {
             ids,
             done: Cell::new(false),
             last_gc: Cell::new(None),
+            plugin,
         }))
     }
 
@@ -510,7 +525,7 @@ impl World {
                 self.pods[pod].wake.notified().await;
                 return;
             }
-            let wait = Duration::from_millis(rng.random_range(1_000..15_000));
+            let wait = Duration::from_millis(rng.random_range(self.plan.retry_ms.clone()));
             tokio::select! {
                 biased;
                 () = self.pods[pod].wake.notified() => {}
@@ -604,6 +619,11 @@ impl World {
             }
             Event::Restart => self.restart(),
             Event::Crash => self.crash(),
+            Event::Plugin(b) => {
+                if let Some(p) = &self.plugin {
+                    p.set(*b);
+                }
+            }
         }
     }
 
@@ -625,6 +645,9 @@ impl World {
         self.rt.set_fault_plan(FaultPlan::default());
         self.runtime.resume();
         self.rt.set_capacity(20_000 * 1_000_000);
+        if let Some(p) = &self.plugin {
+            p.heal();
+        }
     }
 
     fn prefetch(self: &Rc<Self>, image: usize, priority: i32) {

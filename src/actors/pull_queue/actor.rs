@@ -2,7 +2,7 @@
 //! ([`PullQueue`]), runs them through the CRI gateway under the
 //! concurrency limit, the throttle and the deadline, and answers every waiter.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -124,8 +124,9 @@ pub struct PullQueueActor {
     /// When pulls of each image last finished well (recent ones only): a
     /// request whose presence check predates one must re-check.
     finished: HashMap<String, Instant>,
-    /// The pulls that started and have not finished.
-    started: HashMap<PullKey, Started>,
+    /// The pulls that started and have not finished (in key order: the
+    /// slow-pull warnings come in it).
+    started: BTreeMap<PullKey, Started>,
 }
 
 /// Bounds of the slow-pull check's period (a quarter of the warning time).
@@ -144,7 +145,7 @@ impl PullQueueActor {
             cfg,
             subscribers: Vec::new(),
             finished: HashMap::new(),
-            started: HashMap::new(),
+            started: BTreeMap::new(),
         }
     }
 

@@ -142,7 +142,9 @@ pub struct PullQueue<R, W> {
     starts: u64,
     /// Waiting pulls by (−priority, arrival): the first entry starts next.
     order: BTreeMap<(i64, u64), PullKey>,
-    jobs: HashMap<PullKey, Job<R, W>>,
+    /// By key: a `BTreeMap`, as its order shows when the queue is dropped
+    /// (waiters are told in it) and must be the same in every process.
+    jobs: BTreeMap<PullKey, Job<R, W>>,
     /// Jobs not shared (single-flight off) get a unique key suffix.
     running: usize,
     parked: VecDeque<(PullKey, i32, R, W)>,
@@ -194,7 +196,7 @@ impl<R, W> PullQueue<R, W> {
             seq: 0,
             starts: 0,
             order: BTreeMap::new(),
-            jobs: HashMap::new(),
+            jobs: BTreeMap::new(),
             running: 0,
             parked: VecDeque::new(),
             registry_limit: None,

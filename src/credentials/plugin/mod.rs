@@ -19,8 +19,8 @@ pub use config::{
     load_provider_config, register_providers,
 };
 pub use provider::{
-    CacheKeyType, DEFAULT_PLUGIN_TIMEOUT, GLOBAL_CACHE_KEY, PluginError, PluginProvider, PluginResponse, Provided,
-    decode_response, registry_of,
+    CacheKeyType, DEFAULT_PLUGIN_TIMEOUT, GLOBAL_CACHE_KEY, PluginError, PluginOutput, PluginProvider, PluginResponse,
+    PluginRunner, ProcessRunner, Provided, decode_response, registry_of,
 };
 pub use service_account::{
     PluginPod, PodServiceAccount, ServiceAccountInfo, ServiceAccountTokenSource, TokenRequest, TokenSourceError,
@@ -53,6 +53,20 @@ impl CredentialProviders {
         clock: Clock,
         metrics: &crate::metrics::Metrics,
     ) -> Result<Self, ProviderConfigError> {
+        Self::register_run_by(config_path, bin_dir, timeout, clock, metrics, Arc::new(ProcessRunner))
+    }
+
+    /// [`register`](Self::register), each plugin run by `runner` (an
+    /// embedder's stand-in for the executables; the configuration and the
+    /// executables' presence are checked all the same).
+    pub fn register_run_by(
+        config_path: &Path,
+        bin_dir: &Path,
+        timeout: Duration,
+        clock: Clock,
+        metrics: &crate::metrics::Metrics,
+        runner: Arc<dyn PluginRunner>,
+    ) -> Result<Self, ProviderConfigError> {
         let registered = register_providers(config_path, bin_dir)?;
         metrics.set_credential_provider_config(&registered.config_hash);
         let plugins = registered
@@ -60,7 +74,10 @@ impl CredentialProviders {
             .into_iter()
             .map(|(spec, bin)| {
                 Arc::new(
-                    PluginProvider::new(spec, bin, timeout).with_clock(clock.clone()).with_metrics(metrics.clone()),
+                    PluginProvider::new(spec, bin, timeout)
+                        .with_clock(clock.clone())
+                        .with_metrics(metrics.clone())
+                        .with_runner(runner.clone()),
                 )
             })
             .collect();

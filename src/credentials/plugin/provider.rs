@@ -13,11 +13,13 @@
 //! credentials instead of failing the pull, so its error is only logged.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::fmt;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::OnceCell;
@@ -180,6 +182,66 @@ pub fn registry_of(image: &str) -> &str {
     image.split('/').next().unwrap_or(image)
 }
 
+/// What one run of a plugin gave.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PluginOutput {
+    /// Its exit code; `None` when a signal ended it.
+    pub code: Option<i32>,
+    /// Its standard output (the response; never shown).
+    pub stdout: Vec<u8>,
+    /// Its standard error (only its length is ever shown).
+    pub stderr: Vec<u8>,
+}
+
+/// How a plugin's executable is run: a child process ([`ProcessRunner`],
+/// the daemon's), or an embedder's stand-in that cannot fork — the
+/// simulator, whose node runs in one thread on paused time. Everything
+/// around a run is the provider's either way: the `matchImages` check, the
+/// request, the timeout (the run's future is dropped when it ends), single
+/// flight, the response's checks and the cache.
+pub trait PluginRunner: Send + Sync + fmt::Debug {
+    /// Runs `executable` with `spec`'s arguments and environment, `stdin`
+    /// on its standard input, to its exit. `Err`: it could not be run or
+    /// waited on, as Go words it (`fork/exec /path: no such file or
+    /// directory`).
+    fn run<'a>(
+        &'a self,
+        executable: &'a Path,
+        spec: &'a ProviderSpec,
+        stdin: Vec<u8>,
+    ) -> BoxFuture<'a, Result<PluginOutput, String>>;
+}
+
+/// Runs plugins as child processes, killed when their run is dropped.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcessRunner;
+
+impl PluginRunner for ProcessRunner {
+    fn run<'a>(
+        &'a self,
+        executable: &'a Path,
+        spec: &'a ProviderSpec,
+        stdin: Vec<u8>,
+    ) -> BoxFuture<'a, Result<PluginOutput, String>> {
+        Box::pin(async move {
+            let mut cmd = tokio::process::Command::new(executable);
+            cmd.args(&spec.args)
+                .envs(spec.env.iter().map(|e| (&e.name, e.value.expose())))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true);
+            let mut child = spawn(&mut cmd).await.map_err(|e| format!("fork/exec {}: {e}", executable.display()))?;
+            if let Some(mut input) = child.stdin.take() {
+                // A plugin that exits without reading its stdin is not an error.
+                let _ = input.write_all(&stdin).await;
+            }
+            let output = child.wait_with_output().await.map_err(|e| e.to_string())?;
+            Ok(PluginOutput { code: output.status.code(), stdout: output.stdout, stderr: output.stderr })
+        })
+    }
+}
+
 /// Spawns `cmd`, retrying briefly while the executable is busy (`ETXTBSY`:
 /// it is being replaced, or was just written and a fork elsewhere still
 /// holds it open for writing).
@@ -216,6 +278,7 @@ pub struct PluginProvider {
     metrics: crate::metrics::Metrics,
     spec: ProviderSpec,
     executable: PathBuf,
+    runner: Arc<dyn PluginRunner>,
     timeout: Duration,
     clock: Clock,
     /// cache key (the kubelet's `generateCacheKey`) → (expiry, credentials).
@@ -231,6 +294,7 @@ impl PluginProvider {
             metrics: crate::metrics::Metrics::default(),
             spec,
             executable,
+            runner: Arc::new(ProcessRunner),
             timeout,
             clock: Clock::new(),
             cache: Mutex::default(),
@@ -242,6 +306,13 @@ impl PluginProvider {
     #[must_use]
     pub fn with_clock(mut self, clock: Clock) -> Self {
         self.clock = clock;
+        self
+    }
+
+    /// The same, run by `runner` instead of as a child process.
+    #[must_use]
+    pub fn with_runner(mut self, runner: Arc<dyn PluginRunner>) -> Self {
+        self.runner = runner;
         self
     }
 
@@ -520,39 +591,20 @@ impl PluginProvider {
         decode_response(&stdout?, &self.spec.api_version)
     }
 
-    /// Runs the executable with `body` (the request) on stdin; its stdout
-    /// on success.
+    /// Runs the executable with `body` (the request) on stdin, within the
+    /// timeout; its stdout on success.
     async fn run_process(&self, image: &str, body: Vec<u8>) -> Result<Vec<u8>, PluginError> {
-        let mut cmd = tokio::process::Command::new(&self.executable);
-        cmd.args(&self.spec.args)
-            .envs(self.spec.env.iter().map(|e| (&e.name, e.value.expose())))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = spawn(&mut cmd)
-            .await
-            .map_err(|e| self.exec_error(image, format!("fork/exec {}: {e}", self.executable.display()), b""))?;
-        let run = async move {
-            if let Some(mut stdin) = child.stdin.take() {
-                // A plugin that exits without reading its stdin is not an error.
-                let _ = stdin.write_all(&body).await;
-            }
-            child.wait_with_output().await
-        };
+        let run = self.runner.run(&self.executable, &self.spec, body);
         let output = match tokio::time::timeout(self.timeout, run).await {
             Ok(Ok(output)) => output,
-            Ok(Err(e)) => return Err(self.exec_error(image, e.to_string(), b"")),
+            Ok(Err(reason)) => return Err(self.exec_error(image, reason, b"")),
             // Dropping the run kills the plugin (kill_on_drop).
             Err(_) => return Err(self.exec_error(image, "context deadline exceeded".to_string(), b"")),
         };
-        if !output.status.success() {
-            let reason = match output.status.code() {
-                Some(code) => format!("exit status {code}"),
-                None => "signal: killed".to_string(),
-            };
-            return Err(self.exec_error(image, reason, &output.stderr));
+        match output.code {
+            Some(0) => Ok(output.stdout),
+            Some(code) => Err(self.exec_error(image, format!("exit status {code}"), &output.stderr)),
+            None => Err(self.exec_error(image, "signal: killed".to_string(), &output.stderr)),
         }
-        Ok(output.stdout)
     }
 }

@@ -1181,3 +1181,84 @@ async fn the_token_echoed_as_a_password_is_refused_unless_cached_per_token() {
         .await;
     assert_eq!(got.config.entries.len(), 1);
 }
+
+// === a runner in place of the executable ===
+
+/// A stand-in runner: answers with `output` (or hangs), records what it was
+/// given. What the provider does around a run is the same as for a process.
+#[derive(Debug, Default)]
+struct StandIn {
+    output: Option<PluginOutput>,
+    asked: std::sync::Mutex<Vec<(PathBuf, Vec<String>, String)>>,
+}
+
+impl PluginRunner for StandIn {
+    fn run<'a>(
+        &'a self,
+        executable: &'a Path,
+        spec: &'a ProviderSpec,
+        stdin: Vec<u8>,
+    ) -> futures_util::future::BoxFuture<'a, Result<PluginOutput, String>> {
+        self.asked.lock().expect("lock").push((
+            executable.to_path_buf(),
+            spec.args.clone(),
+            String::from_utf8(stdin).expect("utf-8"),
+        ));
+        Box::pin(async move {
+            match &self.output {
+                Some(o) => Ok(o.clone()),
+                None => std::future::pending().await,
+            }
+        })
+    }
+}
+
+fn run_by(runner: &std::sync::Arc<StandIn>, timeout: Duration) -> PluginProvider {
+    let p = Plugin::new("unused");
+    p.provider("1m", timeout, &ManualClock::new()).with_runner(runner.clone())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_runner_stands_in_for_the_executable_with_the_same_checks_around_it() {
+    let ok = |stdout: String| PluginOutput { code: Some(0), stdout: stdout.into_bytes(), stderr: Vec::new() };
+    // A response: decoded, cached as it says, the executable never run.
+    let runner =
+        std::sync::Arc::new(StandIn { output: Some(ok(response("Registry", Some("5m")))), ..StandIn::default() });
+    let provider = run_by(&runner, MINUTE);
+    assert_eq!(users(&provider.provide("a.example.com/x").await), [("*.example.com", "plugin-user", "plugin-pass")]);
+    provider.provide("a.example.com/y").await;
+    assert!(provider.provide("quay.io/app").await.entries.is_empty(), "not matched: not asked");
+    {
+        let asked = runner.asked.lock().expect("lock");
+        assert_eq!(asked.len(), 1, "the registry's entry serves the second image");
+        assert!(asked[0].0.ends_with("bin/test-plugin"), "{:?}", asked[0].0);
+        assert_eq!(asked[0].1, ["get-credentials"]);
+        assert!(asked[0].2.contains("\"image\":\"a.example.com/x\""), "{}", asked[0].2);
+    }
+    // A non-zero exit: the process's error, stderr counted, never shown.
+    let runner = std::sync::Arc::new(StandIn {
+        output: Some(PluginOutput { code: Some(2), stdout: Vec::new(), stderr: b"token=abc".to_vec() }),
+        ..StandIn::default()
+    });
+    let err = run_by(&runner, MINUTE).run("a.example.com/x").await.expect_err("exits 2").to_string();
+    assert_eq!(
+        err,
+        "error execing credential provider plugin test-plugin for image a.example.com/x: exit status 2 \
+         (stderr: 9 bytes, not shown: a plugin's output may hold credentials)"
+    );
+    // Killed by a signal, and a malformed response.
+    let runner = std::sync::Arc::new(StandIn {
+        output: Some(PluginOutput { code: None, ..PluginOutput::default() }),
+        ..StandIn::default()
+    });
+    let err = run_by(&runner, MINUTE).run("a.example.com/x").await.expect_err("killed").to_string();
+    assert!(err.contains(": signal: killed (stderr: 0 bytes"), "{err}");
+    let runner = std::sync::Arc::new(StandIn { output: Some(ok("{\"apiVersion\":".into())), ..StandIn::default() });
+    assert_eq!(run_by(&runner, MINUTE).run("a.example.com/x").await, Err(PluginError::Decode));
+    // A run that never ends is cut at the timeout, on tokio's (paused) time.
+    let runner = std::sync::Arc::new(StandIn::default());
+    let started = tokio::time::Instant::now();
+    let err = run_by(&runner, Duration::from_secs(20)).run("a.example.com/x").await.expect_err("times out").to_string();
+    assert!(err.contains(": context deadline exceeded ("), "{err}");
+    assert_eq!(started.elapsed(), Duration::from_secs(20));
+}

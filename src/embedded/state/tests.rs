@@ -70,6 +70,20 @@ fn private_images_take_basic_or_auth_credentials() {
 }
 
 #[test]
+fn a_private_image_takes_a_robot_account_it_also_accepts() {
+    let mut s = state();
+    s.add_remote(RemoteImage::new("example.com/team/db:1", 50).private("u", "p").also_accepts("robot", "r")).unwrap();
+    let img = "example.com/team/db:1";
+    assert!(pull(&mut s, img, Some(&AuthConfig::basic("", "robot", "r"))).is_ok());
+    assert!(pull(&mut s, img, Some(&AuthConfig::basic("", "u", "p"))).is_ok());
+    let e = pull(&mut s, img, Some(&AuthConfig::basic("", "robot", "p"))).unwrap_err();
+    assert_eq!(e.kind(), crate::cri::CriErrorKind::Unauthorized);
+    // Only the image that names it takes it.
+    let e = pull(&mut s, "example.com:5000/team/app:v1", Some(&AuthConfig::basic("", "robot", "r"))).unwrap_err();
+    assert_eq!(e.kind(), crate::cri::CriErrorKind::Unauthorized);
+}
+
+#[test]
 fn capacity_is_enforced_and_reported() {
     let mut s = state();
     s.capacity_bytes = 120;

@@ -14,13 +14,15 @@ use crate::ensure::{EnsureError, EnsureOk};
 use crate::events::{EventType, ImageEvent, ObjectRef};
 use crate::gc::capacity::FsCapacity;
 use crate::gc::plan::{DeleteReason, GcMode, KeepReason, Verdict};
-use crate::sim::plan::{SimContainer, SimPod};
+use crate::sim::plan::{CacheKey, PLUGIN_TOKEN, PluginBehaviour, PluginMode, PluginPlan, SimContainer, SimPod};
 
 const SANDBOX_ID: &str = "sha256:5a4db0c5a4db0c5a4db0c5a4db0c";
 /// `docker.io/library/busybox:1.36`.
 const PUBLIC: usize = 1;
 /// `private.example/billing/ledger:2`.
 const PRIVATE: usize = 9;
+/// `ecr.example/team/app:1` (the plugin's registry).
+const ECR: usize = 15;
 
 fn s(n: u64) -> Duration {
     Duration::from_secs(n)
@@ -43,7 +45,13 @@ fn pod(image: usize, secret: SecretKind) -> SimPod {
 /// A checker for one pod under `settings` (over the defaults), with
 /// imaged#1 serving.
 fn checker(settings: &[&str], pod: SimPod) -> Checker {
+    checker_with(settings, pod, None)
+}
+
+/// [`checker`] of a node with this credential plugin.
+fn checker_with(settings: &[&str], pod: SimPod, plugin: Option<PluginPlan>) -> Checker {
     let mut plan = Plan::generate(0, 0);
+    plan.plugin = plugin;
     plan.settings = settings.iter().map(ToString::to_string).collect();
     plan.pods = vec![pod];
     plan.preloaded = vec![0];
@@ -145,6 +153,7 @@ fn every_invariant_has_a_test_here() {
         "durable",
         "bounded",
         "actors-alive",
+        "secrets-hidden",
         "liveness",
     ];
     assert_eq!(INVARIANTS.iter().map(|(n, _)| *n).collect::<Vec<_>>(), tested);
@@ -192,6 +201,76 @@ fn kep2535_fails_when_a_pod_without_a_valid_secret_gets_a_private_image() {
         let mut c = checker(&verify, pod(PRIVATE, secret));
         assert_eq!(broke(c.absorb(vec![at(1, started(1)), at(2, ok(1, "sha256:11"))])), "kep2535");
     }
+}
+
+fn plugin(covers_private: bool) -> PluginPlan {
+    PluginPlan {
+        covers_private,
+        default_cache: s(60),
+        timeout: s(60),
+        healthy: PluginBehaviour {
+            mode: PluginMode::Healthy { key: CacheKey::Registry, duration: None },
+            latency: Duration::from_millis(100),
+        },
+    }
+}
+
+/// A runtime pull of `image` with these credentials (as the runtime gets
+/// them), and its end with `id`.
+fn pulled_with(call: u64, image: usize, registry: &str, user: &str, password: &str, id: &str) -> [What; 2] {
+    let server = crate::cri::server_address_for_runtime(registry);
+    let auth = crate::domain::AuthConfig::basic(server, user, password).identity();
+    [
+        What::Runtime(Observed::PullStarted {
+            call,
+            image: IMAGES[image].name.into(),
+            runtime_handler: String::new(),
+            auth: Some(auth),
+        }),
+        What::Runtime(Observed::PullEnded { call, image_id: Some(id.into()) }),
+    ]
+}
+
+#[test]
+fn kep2535_takes_an_image_the_plugins_node_credentials_pulled_as_every_pods() {
+    use crate::sim::plan::{PLUGIN_REGISTRY, PLUGIN_USER, ROBOT_PASSWORD, ROBOT_USER};
+    let verify = ["credential_verification.policy = \"AlwaysVerify\""];
+    // The plugin's registry: no pod secret covers it.
+    let mut c = checker_with(&verify, pod(ECR, SecretKind::Right), Some(plugin(false)));
+    assert_eq!(broke(c.absorb(vec![at(1, started(1)), at(2, ok(1, "sha256:ec"))])), "kep2535", "never pulled");
+    let mut c = checker_with(&verify, pod(ECR, SecretKind::None), Some(plugin(false)));
+    let [a, b] = pulled_with(1, ECR, PLUGIN_REGISTRY, PLUGIN_USER, PLUGIN_TOKEN, "sha256:ec");
+    c.absorb(vec![at(1, a), at(2, b)]).unwrap();
+    assert_eq!(broke(c.absorb(vec![at(3, started(1)), at(4, ok(1, "sha256:ec"))])), "nothing", "pulled by the node");
+    // The private registry: a pull with a pod's secret is no node's pull;
+    // one with the robot account is, when the plugin hands it out.
+    for (covers, user, password, want) in [
+        (true, ROBOT_USER, ROBOT_PASSWORD, "nothing"),
+        (true, crate::sim::plan::PRIVATE_USER, crate::sim::plan::PRIVATE_PASSWORD, "kep2535"),
+        (false, ROBOT_USER, ROBOT_PASSWORD, "kep2535"),
+    ] {
+        let mut c = checker_with(&verify, pod(PRIVATE, SecretKind::Wrong), Some(plugin(covers)));
+        let [a, b] = pulled_with(1, PRIVATE, "private.example", user, password, "sha256:11");
+        c.absorb(vec![at(1, a), at(2, b)]).unwrap();
+        assert_eq!(broke(c.absorb(vec![at(3, started(1)), at(4, ok(1, "sha256:11"))])), want, "{covers} {user}");
+    }
+}
+
+#[test]
+fn secrets_hidden_fails_when_a_token_shows_in_what_imaged_says() {
+    let message = |m: &str| {
+        let What::Event { inc, mut event } = event(EventReason::Failed, ECR) else { unreachable!() };
+        event.message = m.into();
+        What::Event { inc, event }
+    };
+    let mut c = checker_with(&[], pod(ECR, SecretKind::None), Some(plugin(false)));
+    let fine = message("Failed to pull image: 401 Unauthorized");
+    assert_eq!(broke(c.absorb(vec![at(1, fine)])), "nothing");
+    let leak = message(&format!("Failed to pull image: bad password {PLUGIN_TOKEN}"));
+    let v = c.absorb(vec![at(2, leak)]).expect_err("a token shows");
+    assert_eq!(v.invariant, "secrets-hidden");
+    assert!(!v.message.contains(PLUGIN_TOKEN) && v.message.contains("<the secret>"), "{}", v.message);
+    assert!(c.tail().iter().all(|l| !l.contains(PLUGIN_TOKEN)), "nor in the trace");
 }
 
 #[test]
@@ -364,6 +443,16 @@ fn liveness_fails_when_a_pod_that_can_start_never_does_or_an_ensure_waits() {
     let mut c = checker(&[], SimPod { deadline: Some(s(30)), ..pod(slow, SecretKind::None) });
     assert_eq!(broke(c.finish(&|_| (true, false))), "nothing");
     let mut c = checker(&[], SimPod { deadline: Some(s(300)), ..pod(slow, SecretKind::None) });
+    assert_eq!(broke(c.finish(&|_| (true, false))), "liveness");
+    // With the plugin, its registry's images and (when it covers it) the
+    // private registry's can be pulled by any pod.
+    let mut c = checker(&[], pod(ECR, SecretKind::None));
+    assert_eq!(broke(c.finish(&|_| (true, false))), "nothing", "no plugin");
+    let mut c = checker_with(&[], pod(ECR, SecretKind::None), Some(plugin(false)));
+    assert_eq!(broke(c.finish(&|_| (true, false))), "liveness");
+    let mut c = checker_with(&[], pod(PRIVATE, SecretKind::Wrong), Some(plugin(false)));
+    assert_eq!(broke(c.finish(&|_| (true, false))), "nothing");
+    let mut c = checker_with(&[], pod(PRIVATE, SecretKind::Wrong), Some(plugin(true)));
     assert_eq!(broke(c.finish(&|_| (true, false))), "liveness");
     let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
     c.absorb(vec![at(1, started(1)), at(60, What::Step { index: 1, event: String::new() })]).unwrap();
