@@ -540,3 +540,27 @@ async fn a_pod_that_joins_a_running_pull_tells_its_own_wait() {
     let late_msg = pulled.iter().map(|m| go_ms(m.split(" in ").nth(1).expect("x").split(" (").next().expect("x")));
     assert!(late_msg.clone().any(|x| x < 250.0) && late_msg.clone().any(|x| x >= 280.0), "{pulled:?}");
 }
+
+#[actix::test]
+async fn an_ensure_that_finds_an_image_gc_is_removing_waits_and_pulls_it_again() {
+    let f = flow().await;
+    let id =
+        f.rt.runtime.images().into_iter().find(|i| i.repo_tags.iter().any(|t| t == PRESENT)).expect("preloaded").id;
+    // A GC run claims the removal (as `GcExecutorActor` does before each
+    // `RemoveImage`), then removes the image while the pod's ensure runs.
+    let since = std::time::SystemTime::now() - Duration::from_secs(60);
+    let claim = f.manager.hints().claim_removal(&id, &[], since).expect("nothing ensured it: claimed");
+    let request = req("p1", PRESENT, PullPolicy::IfNotPresent);
+    let mut ensure = std::pin::pin!(f.manager.ensure_image_exists(&request));
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut ensure).await;
+    assert!(early.is_err(), "answered while the image was being removed: {early:?}");
+    let removed =
+        f.rt.gateway.send(imaged::actors::cri_gateway::RemoveImage { image: imaged::domain::ImageSpec::new(id) });
+    removed.await.expect("gateway").expect("removed");
+    drop(claim);
+    let ok = ensure.await.expect("pulled again");
+    assert!(ok.message.is_empty(), "a pull, not the removed image: {ok:?}");
+    assert_eq!(f.pulls(), 1);
+    // And a removal is refused once an ensure marked the image.
+    assert!(f.manager.hints().claim_removal(&ok.image_ref, &[], since).is_none());
+}

@@ -3,7 +3,7 @@
 //! invariant, as a named regression test.
 //!
 //! The sweep's size is set for a debug build on two busy cores (the file
-//! takes about 40 s there); `IMAGED_SIM_SEEDS`, `IMAGED_SIM_STEPS` and
+//! takes about 90 s there); `IMAGED_SIM_SEEDS`, `IMAGED_SIM_STEPS` and
 //! `IMAGED_SIM_FIRST` make it bigger (`imaged simulate --seeds N` is the
 //! tool for long sweeps).
 
@@ -201,6 +201,13 @@ fn regression(seed: u64, steps: usize, kept: &[usize], shape: &Shape) {
     assert_held(&run(seed, &Options { steps, shape: shape.clone(), ..Options::default() }));
 }
 
+/// Only the events the shrinker kept of a seed that broke an invariant.
+fn shrunk(seed: u64, steps: usize, kept: &[usize], shape: &Shape) {
+    let keep: BTreeSet<usize> = kept.iter().copied().collect();
+    let opts = Options { steps, keep: Some(keep), shape: shape.clone(), ..Options::default() };
+    assert_held(&run_plan(Plan::generate_shaped(seed, steps, shape), &opts));
+}
+
 /// `steps` steps of a plan drawn in the first shape (the seeds below up to
 /// 1028 were found under it; the current shape draws other plans for them).
 fn v1(steps: usize) -> Options {
@@ -280,4 +287,32 @@ fn seed_134_a_prefetch_in_flight_keeps_its_image() {
 #[test]
 fn seed_205_an_ensure_asked_just_before_the_end_may_still_wait() {
     assert_held(&run(205, &v1(1_000)));
+}
+
+/// Seed 126 (the current shape; and seeds 11, 12, 35 and 45 of `Shape::V1`,
+/// below): an `imagectl gc --delete-unused` whose removals came late (its
+/// detection's `ListImages` hung to its deadline) removed an image a pod's
+/// ensure had just found present, under the container the kubelet created
+/// on it: the run planned from a detection made before that ensure. Broke
+/// `in-use-kept` at step 1721. Fixed in imaged: each removal is claimed
+/// from the in-use hints first, refused for an image ensured or pulled
+/// since the run began, and an ensure that finds an image being removed
+/// waits for the removal and looks again (`gc::in_use_hints`).
+#[test]
+fn seed_126_gc_does_not_remove_an_image_ensured_since_its_run_began() {
+    regression(
+        126,
+        1722,
+        &[1443, 1456, 1463, 1672, 1674, 1680, 1683, 1694, 1699, 1702, 1715, 1717, 1721],
+        &Shape::CURRENT,
+    );
+}
+
+/// Seeds 11 and 35 (`Shape::V1`): the same race as seed 126, with a
+/// prefetch or a pull in the run's way. Broke `in-use-kept` at steps 1084
+/// and 1200 (seeds 12 and 45 too, with long shrunk lists).
+#[test]
+fn seeds_11_and_35_gc_does_not_remove_an_image_ensured_since_its_run_began() {
+    shrunk(11, 1489, &[1069, 1071, 1074, 1078, 1079, 1081], &Shape::V1);
+    shrunk(35, 1201, &[1050, 1128, 1140, 1142], &Shape::V1);
 }

@@ -51,6 +51,11 @@ use crate::metrics::Tristate;
 use crate::pull_records::{PullRecords, VerifyPolicy};
 use credentials::LazyLookup;
 
+/// Presence checks of one ensure: a present image that GC was removing is
+/// looked at again once the removal ends (after that it is absent, or its
+/// removal failed); the last look answers as it finds.
+const MAX_LOOKS: u32 = 3;
+
 /// The handle embedders call. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct ImageManager {
@@ -146,6 +151,26 @@ impl ImageManager {
     /// the GC actors read the hints with (`GcService::start`).
     fn mark_ensured(&self, image_ref: &str) {
         self.hints.ensured(image_ref, self.records.clock().now());
+    }
+
+    /// Marks `image_ref` ensured now unless GC is removing it; then waits
+    /// for the removal to end and returns false (the image may be gone).
+    async fn mark_ensured_unless_removed(&self, image_ref: &str) -> bool {
+        match self.hints.ensured_unless_removing(image_ref, self.records.clock().now()) {
+            Ok(()) => true,
+            Err(removal) => {
+                tracing::debug!(image_ref, "GC is removing the image; waiting to look again");
+                removal.ended().await;
+                false
+            }
+        }
+    }
+
+    /// Marks `image_ref` ensured now, after any GC removal of it in flight
+    /// (its answer then names an image that may be gone: the container's
+    /// creation fails and the kubelet asks again).
+    async fn mark_ensured_after_removals(&self, image_ref: &str) {
+        while !self.mark_ensured_unless_removed(image_ref).await {}
     }
 
     /// In-use hints for GC: every image this manager ensures is marked, so
@@ -249,49 +274,60 @@ impl ImageManager {
         let lookup = LazyLookup::new(self, req, &spec.image);
         // 3. Pre-check by policy.
         let mut absent_at = None;
+        // A present image GC was removing is looked at again once removed.
+        let mut looks = 0;
         if matches!(req.pull_policy, PullPolicy::IfNotPresent | PullPolicy::Never) {
-            let image_ref = match self.image_present(&spec).await {
-                Ok(r) => r,
-                Err(e) => {
-                    // The kubelet prints the (empty) image ref here, not the image.
-                    let msg = failed_to_inspect("", &e.to_string());
-                    self.emit(req, EventReason::InspectFailed, &msg, Some(class_of_cri(&e)));
-                    return Err(self.fail(ImageErrorKind::ImageInspectError, msg, class_of_cri(&e)));
-                }
-            };
-            tally.present_locally = image_ref.is_some().into();
-            match image_ref {
-                Some(image_ref) => {
-                    // KEP-2535: may this pod use the image without pulling it?
-                    let must_pull = Box::pin(
-                        self.records.must_attempt_pull_with(&spec.image, &image_ref, || lookup.pod_credentials()),
-                    )
-                    .await?;
-                    if !must_pull {
-                        tally.pull_required = Tristate::False;
-                        self.mark_ensured(&image_ref);
-                        let msg = already_present_accessible(requested);
-                        self.emit_present(req, &msg);
-                        self.recorder.finished(&req.pod.uid, Instant::now());
-                        return Ok(EnsureOk { image_ref, message: msg });
+            loop {
+                looks += 1;
+                let image_ref = match self.image_present(&spec).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        // The kubelet prints the (empty) image ref here, not the image.
+                        let msg = failed_to_inspect("", &e.to_string());
+                        self.emit(req, EventReason::InspectFailed, &msg, Some(class_of_cri(&e)));
+                        return Err(self.fail(ImageErrorKind::ImageInspectError, msg, class_of_cri(&e)));
                     }
-                    if req.pull_policy == PullPolicy::Never {
-                        // As the kubelet: the same answer as for an absent
-                        // image, so the pod learns nothing about the node.
+                };
+                tally.present_locally = image_ref.is_some().into();
+                match image_ref {
+                    Some(image_ref) => {
+                        // KEP-2535: may this pod use the image without pulling it?
+                        let must_pull = Box::pin(
+                            self.records.must_attempt_pull_with(&spec.image, &image_ref, || lookup.pod_credentials()),
+                        )
+                        .await?;
+                        if !must_pull {
+                            if looks < MAX_LOOKS && !self.mark_ensured_unless_removed(&image_ref).await {
+                                continue;
+                            }
+                            tally.pull_required = Tristate::False;
+                            self.mark_ensured(&image_ref);
+                            let msg = already_present_accessible(requested);
+                            self.emit_present(req, &msg);
+                            self.recorder.finished(&req.pod.uid, Instant::now());
+                            return Ok(EnsureOk { image_ref, message: msg });
+                        }
+                        if req.pull_policy == PullPolicy::Never {
+                            // As the kubelet: the same answer as for an absent
+                            // image, so the pod learns nothing about the node.
+                            let msg = never_pull(requested);
+                            self.emit(req, EventReason::ErrImageNeverPull, &msg, Some(ErrorClass::Permanent));
+                            return Err(self.fail(ImageErrorKind::ErrImageNeverPull, msg, ErrorClass::Permanent));
+                        }
+                        // Pull with the pod's credentials: the runtime checks them.
+                        tally.pull_required = Tristate::True;
+                        return self.pull(req, &spec, &lookup, None, true).await;
+                    }
+                    None if req.pull_policy == PullPolicy::Never => {
                         let msg = never_pull(requested);
                         self.emit(req, EventReason::ErrImageNeverPull, &msg, Some(ErrorClass::Permanent));
                         return Err(self.fail(ImageErrorKind::ErrImageNeverPull, msg, ErrorClass::Permanent));
                     }
-                    // Pull with the pod's credentials: the runtime checks them.
-                    tally.pull_required = Tristate::True;
-                    return self.pull(req, &spec, &lookup, None, true).await;
+                    None => {
+                        absent_at = Some(Instant::now());
+                        break;
+                    }
                 }
-                None if req.pull_policy == PullPolicy::Never => {
-                    let msg = never_pull(requested);
-                    self.emit(req, EventReason::ErrImageNeverPull, &msg, Some(ErrorClass::Permanent));
-                    return Err(self.fail(ImageErrorKind::ErrImageNeverPull, msg, ErrorClass::Permanent));
-                }
-                None => absent_at = Some(Instant::now()),
             }
         }
         tally.pull_required = Tristate::True;

@@ -104,11 +104,11 @@ impl ImageManager {
             ..ImageSpec::default()
         };
         match self.image_present(&spec).await {
-            Ok(Some(image_ref)) => {
-                self.mark_ensured(&image_ref);
+            Ok(Some(image_ref)) if self.mark_ensured_unless_removed(&image_ref).await => {
                 return Ok(Prefetch::Present { image_ref });
             }
-            Ok(None) => {}
+            // Absent, or removed meanwhile by GC: pulled.
+            Ok(Some(_) | None) => {}
             Err(e) => {
                 let msg = format!("Failed to inspect image {}: {e}", quote(requested));
                 return Err(self.fail(ImageErrorKind::ImageInspectError, msg, super::class_of_cri(&e)));
@@ -150,7 +150,7 @@ impl ImageManager {
                 Ok(outcome) => {
                     manager.record_pull_end(&spec.image, &requested, Ok(&outcome), &proves).await;
                     // Pulled for a pod to come: GC keeps it as if just used.
-                    manager.mark_ensured(&outcome.image_ref);
+                    manager.mark_ensured_after_removals(&outcome.image_ref).await;
                     tracing::info!(
                         image = requested,
                         image_ref = outcome.image_ref,

@@ -72,7 +72,11 @@ impl ImageManager {
         Box::pin(self.record_pull_end(&spec.image, requested, result.as_ref(), proves)).await;
         intent.disarm();
         match result {
-            Ok(outcome) => Ok(self.pulled(req, &outcome, start)),
+            Ok(outcome) => {
+                // Pulled while GC was removing it: answered once the removal ends.
+                self.mark_ensured_after_removals(&outcome.image_ref).await;
+                Ok(self.pulled(req, &outcome, start))
+            }
             Err(failure) => Box::pin(self.pull_failed(req, spec, lookup, key, cause, registry, &failure)).await,
         }
     }

@@ -1,15 +1,40 @@
 //! In-use hints from the pull path: images ensured recently count as in use
 //! for GC, so an image pulled for a container that is about to be created is
 //! not collected in between (beyond the kubelet, which relies on min age).
+//!
+//! They also keep an ensure and a GC removal of the same image apart. A GC
+//! run plans from a detection, then removes its deletions one by one, which
+//! can take a while (each `RemoveImage` has its CRI deadline): an image
+//! ensured meanwhile would be removed under the container about to be
+//! created on it. So each removal is claimed first ([`InUseHints::claim_removal`]):
+//! refused for an image ensured since the run began or with a pull of one of
+//! its names in flight; and an ensure that finds the image present while its
+//! removal is in flight waits for it and looks again
+//! ([`InUseHints::ensured_unless_removing`]). The check and the mark are one
+//! step under one lock, so one of the two always sees the other.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
+
+use tokio::sync::Semaphore;
+
+/// How long an ensure is remembered at least, whatever the detector's window
+/// (a removal claim compares it with the start of its run).
+const REMEMBER: Duration = Duration::from_secs(3_600);
+
+#[derive(Debug, Default)]
+struct Marks {
+    /// Image id → when it was last ensured.
+    ensured: HashMap<String, SystemTime>,
+    /// Image ids a GC run is removing → closed when the removal ends.
+    removing: HashMap<String, Arc<Semaphore>>,
+}
 
 /// Shared between the `ImageManager` (writer) and the detector (reader).
 #[derive(Debug, Clone, Default)]
 pub struct InUseHints {
-    ensured: Arc<Mutex<HashMap<String, SystemTime>>>,
+    marks: Arc<Mutex<Marks>>,
     /// Normalised references with a pull in flight, and how many.
     pulling: Arc<Mutex<HashMap<String, usize>>>,
 }
@@ -23,7 +48,7 @@ pub struct PullInFlight {
 
 impl Drop for PullInFlight {
     fn drop(&mut self) {
-        let mut m = self.hints.pulling.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut m = self.hints.pulling.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(n) = m.get_mut(&self.reference) {
             *n -= 1;
             if *n == 0 {
@@ -33,42 +58,102 @@ impl Drop for PullInFlight {
     }
 }
 
+/// A GC run's claim on removing an image: while it is held, an ensure that
+/// finds the image waits. Dropped when the removal ended (or was given up).
+#[derive(Debug)]
+pub struct RemovalClaim {
+    hints: InUseHints,
+    image_id: String,
+}
+
+impl Drop for RemovalClaim {
+    fn drop(&mut self) {
+        if let Some(done) = self.hints.marks().removing.remove(&self.image_id) {
+            done.close();
+        }
+    }
+}
+
+/// A removal in flight an ensure must wait for.
+#[derive(Debug)]
+pub struct RemovalInFlight(Arc<Semaphore>);
+
+impl RemovalInFlight {
+    /// Resolves when the removal has ended (at once if it has already).
+    pub async fn ended(self) {
+        // Never given a permit: `acquire` returns only once it is closed.
+        let _ = self.0.acquire().await;
+    }
+}
+
 impl InUseHints {
+    fn marks(&self) -> MutexGuard<'_, Marks> {
+        self.marks.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// `image_id` was ensured (pulled or found present) for a pod at `at`.
     pub fn ensured(&self, image_id: &str, at: SystemTime) {
-        let mut m = self.ensured.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match m.get_mut(image_id) {
-            Some(t) => *t = at,
-            None => {
-                m.insert(image_id.to_string(), at);
-            }
+        mark(&mut self.marks(), image_id, at);
+    }
+
+    /// Marks `image_id` ensured at `at`, unless a GC run is removing it:
+    /// then nothing is marked and the removal is returned to wait for (the
+    /// image may be gone after it: look again).
+    pub fn ensured_unless_removing(&self, image_id: &str, at: SystemTime) -> Result<(), RemovalInFlight> {
+        let mut m = self.marks();
+        if let Some(done) = m.removing.get(image_id) {
+            return Err(RemovalInFlight(done.clone()));
         }
+        mark(&mut m, image_id, at);
+        Ok(())
+    }
+
+    /// Claims the removal of `image_id` (known by `names`) for a GC run that
+    /// began at `since`: `None` when it was ensured since, a pull of one of
+    /// its names is in flight, or another removal of it is.
+    pub fn claim_removal(&self, image_id: &str, names: &[String], since: SystemTime) -> Option<RemovalClaim> {
+        let mut m = self.marks();
+        if m.ensured.get(image_id).is_some_and(|at| *at >= since)
+            || m.removing.contains_key(image_id)
+            || self.pulling_any(names.iter())
+        {
+            return None;
+        }
+        m.removing.insert(image_id.to_string(), Arc::new(Semaphore::new(0)));
+        Some(RemovalClaim { hints: self.clone(), image_id: image_id.to_string() })
     }
 
     /// A pull of `reference` (normalised, as the runtime names images) is in
     /// flight until the returned guard is dropped: the image it replaces, if
     /// present, counts as in use meanwhile.
     pub fn pull_started(&self, reference: &str) -> PullInFlight {
-        *self
-            .pulling
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(reference.to_string())
-            .or_insert(0) += 1;
+        *self.pulling.lock().unwrap_or_else(PoisonError::into_inner).entry(reference.to_string()).or_insert(0) += 1;
         PullInFlight { hints: self.clone(), reference: reference.to_string() }
     }
 
     /// Whether any of these references has a pull in flight.
     pub fn pulling_any<'a>(&self, mut references: impl Iterator<Item = &'a String>) -> bool {
-        let m = self.pulling.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let m = self.pulling.lock().unwrap_or_else(PoisonError::into_inner);
         !m.is_empty() && references.any(|r| m.contains_key(r))
     }
 
-    /// Image ids ensured within `window` before `now`; older hints are dropped.
+    /// Image ids ensured within `window` before `now`; hints older than
+    /// both the window and an hour are dropped.
     pub fn recent(&self, now: SystemTime, window: Duration) -> Vec<String> {
-        let mut m = self.ensured.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        m.retain(|_, at| now.duration_since(*at).map_or(true, |age| age <= window));
-        m.keys().cloned().collect()
+        let age = |at: &SystemTime| now.duration_since(*at).unwrap_or(Duration::ZERO);
+        let mut m = self.marks();
+        let keep = window.max(REMEMBER);
+        m.ensured.retain(|_, at| age(at) <= keep);
+        m.ensured.iter().filter(|(_, at)| age(at) <= window).map(|(id, _)| id.clone()).collect()
+    }
+}
+
+fn mark(m: &mut Marks, image_id: &str, at: SystemTime) {
+    match m.ensured.get_mut(image_id) {
+        Some(t) => *t = at,
+        None => {
+            m.ensured.insert(image_id.to_string(), at);
+        }
     }
 }
 
@@ -86,6 +171,47 @@ mod tests {
         recent.sort();
         assert_eq!(recent, ["sha256:b"]);
         assert!(h.recent(t0 + Duration::from_secs(1_000), Duration::from_secs(120)).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_removal_is_refused_for_an_image_ensured_or_pulled_since_its_run_began() {
+        let h = InUseHints::default();
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let names = ["docker.io/library/nginx:1.27".to_string()];
+        h.ensured("sha256:a", t0 - Duration::from_secs(5));
+        let claim = h.claim_removal("sha256:a", &names, t0).expect("ensured before the run: removable");
+        assert!(h.claim_removal("sha256:a", &names, t0).is_none(), "one removal of an image at a time");
+        drop(claim);
+        h.ensured("sha256:a", t0 + Duration::from_secs(1));
+        assert!(h.claim_removal("sha256:a", &names, t0).is_none(), "ensured since the run began");
+        let pulling = h.pull_started(&names[0]);
+        assert!(h.claim_removal("sha256:b", &names, t0).is_none(), "a pull of its name in flight");
+        drop(pulling);
+        assert!(h.claim_removal("sha256:b", &names, t0).is_some());
+        // A window of 0 s (min age 0) does not forget an ensure a run compares with.
+        assert!(h.recent(t0 + Duration::from_secs(2), Duration::ZERO).is_empty());
+        assert!(h.claim_removal("sha256:a", &names, t0).is_none(), "still remembered");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_ensure_waits_for_a_removal_in_flight_and_is_not_marked_meanwhile() {
+        let h = InUseHints::default();
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let claim = h.claim_removal("sha256:a", &[], t0).expect("claimed");
+        let waiting = h.ensured_unless_removing("sha256:a", t0 + Duration::from_secs(1)).expect_err("being removed");
+        assert!(h.recent(t0 + Duration::from_secs(1), Duration::from_secs(60)).is_empty(), "not marked");
+        let ended = tokio::spawn(waiting.ended());
+        tokio::task::yield_now().await;
+        assert!(!ended.is_finished(), "waits while the removal runs");
+        drop(claim);
+        tokio::time::timeout(Duration::from_secs(1), ended).await.expect("woken").expect("joins");
+        // Ended before the wait began: no wait at all.
+        let claim = h.claim_removal("sha256:b", &[], t0).expect("claimed");
+        let waiting = h.ensured_unless_removing("sha256:b", t0).expect_err("being removed");
+        drop(claim);
+        tokio::time::timeout(Duration::from_millis(1), waiting.ended()).await.expect("at once");
+        h.ensured_unless_removing("sha256:b", t0).expect("no removal now: marked");
+        assert_eq!(h.recent(t0, Duration::from_secs(60)), ["sha256:b"]);
     }
 
     #[test]

@@ -205,7 +205,7 @@ impl GcService {
             recent_window: settings.min_age,
             mailbox_capacity: settings.detector_mailbox_capacity,
         };
-        let detector = DetectorActor::new(dcfg, cri, store, hints, clock.clone()).start();
+        let detector = DetectorActor::new(dcfg, cri, store, hints.clone(), clock.clone()).start();
         let ecfg = GcExecutorSettings {
             policy: settings.policy(),
             rules: settings.rules(),
@@ -221,7 +221,8 @@ impl GcService {
             events,
             clock,
         )
-        .with_metrics(settings.metrics.clone());
+        .with_metrics(settings.metrics.clone())
+        .with_hints(hints);
         if let Some(records) = pull_records {
             executor = executor.with_pull_records(records);
         }

@@ -16,6 +16,7 @@ use crate::actors::cri_gateway::{GetImageFsInfo, RemoveImage};
 use crate::actors::detector::DetectImages;
 use crate::clock::Clock;
 use crate::events::EventSink;
+use crate::gc::in_use_hints::InUseHints;
 use crate::gc::plan::GcMode;
 use crate::metrics::Metrics;
 use crate::pull_records::PullRecords;
@@ -47,7 +48,8 @@ impl GcExecutorActor {
         events: EventSink,
         clock: Clock,
     ) -> Self {
-        let ports = GcPorts { detect: detector, fs_info, remove, pull_records: None, metrics: Metrics::default() };
+        let ports =
+            GcPorts { detect: detector, fs_info, remove, pull_records: None, metrics: Metrics::default(), hints: None };
         Self { gc: GcExecutor::new(cfg, clock.now()), ports, events, clock, waiting: Vec::new() }
     }
 
@@ -56,6 +58,15 @@ impl GcExecutorActor {
     pub fn with_metrics(mut self, metrics: Metrics) -> Self {
         self.gc.set_metrics(metrics.clone());
         self.ports.metrics = metrics;
+        self
+    }
+
+    /// The same executor, claiming each removal from the ensure path's
+    /// `hints`: an image ensured or pulled since its run began is kept, and
+    /// an ensure that finds an image being removed waits for the removal.
+    #[must_use]
+    pub fn with_hints(mut self, hints: InUseHints) -> Self {
+        self.ports.hints = Some(hints);
         self
     }
 

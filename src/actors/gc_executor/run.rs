@@ -6,6 +6,7 @@
 //! [`GcExecutor::finish`](super::executor::GcExecutor::finish).
 
 use std::collections::HashSet;
+use std::time::SystemTime;
 
 use actix::Recipient;
 use tracing::{info, warn};
@@ -17,6 +18,7 @@ use crate::actors::detector::{DetectImages, Detection};
 use crate::clock::Clock;
 use crate::domain::ImageSpec;
 use crate::gc::capacity::{CapacitySource, FsCapacity, MeasuredBy};
+use crate::gc::in_use_hints::{InUseHints, RemovalClaim};
 use crate::gc::plan::{GcPlanError, GcRunInputs, Verdict, plan_gc};
 use crate::gc::record::RecordKey;
 use crate::metrics::Metrics;
@@ -35,6 +37,9 @@ pub struct GcPorts {
     pub pull_records: Option<PullRecords>,
     /// Removals by reason and bytes freed.
     pub metrics: Metrics,
+    /// The ensure path's hints, if any: each removal is claimed from them
+    /// first, refused for an image ensured or pulled since the run began.
+    pub hints: Option<InUseHints>,
 }
 
 /// Runs GC once as `spec` says, on `clock` (the one the pulled records are
@@ -70,7 +75,7 @@ pub async fn run_gc(ports: GcPorts, spec: RunSpec, clock: Clock) -> Result<GcRep
         Err(GcPlanError::InvalidCapacity { age_deletions }) => {
             // As the kubelet: the max-age pass runs before the capacity check.
             if !spec.dry_run {
-                remove_for_age(&ports, &detection, age_deletions).await;
+                remove_for_age(&ports, &detection, age_deletions, started).await;
             }
             return Err(GcError::InvalidCapacity);
         }
@@ -78,7 +83,7 @@ pub async fn run_gc(ports: GcPorts, spec: RunSpec, clock: Clock) -> Result<GcRep
     if spec.dry_run {
         return Ok(report);
     }
-    remove_in_order(&ports, &mut report).await;
+    remove_in_order(&ports, &mut report, started).await;
     if let Ok((after, _)) = measure(&ports.fs_info, &spec.capacity).await {
         report.bytes_freed_measured = Some(i128::from(after.available) - i128::from(before.available));
     }
@@ -106,11 +111,32 @@ async fn measure(
         .map_err(GcError::FsInfo)
 }
 
+/// What an image removal refused by the hints says in the report.
+pub const IN_USE_SINCE_PLANNED: &str = "not removed: ensured or being pulled since this run began";
+
+/// Claims the removal of `id` (known by `names`) from the hints, for a run
+/// that began at `started`: `Err` when the image was ensured or pulled
+/// since (it is kept); `Ok(None)` without hints.
+fn claim(ports: &GcPorts, id: &str, names: &[String], started: SystemTime) -> Result<Option<RemovalClaim>, ()> {
+    match &ports.hints {
+        None => Ok(None),
+        Some(hints) => match hints.claim_removal(id, names, started) {
+            Some(c) => Ok(Some(c)),
+            None => {
+                info!(image = %id, "{IN_USE_SINCE_PLANNED}");
+                Err(())
+            }
+        },
+    }
+}
+
 /// Removes the max-age pass's deletions when the capacity is invalid: no
 /// report, only the metrics.
-async fn remove_for_age(ports: &GcPorts, detection: &Detection, keys: Vec<RecordKey>) {
+async fn remove_for_age(ports: &GcPorts, detection: &Detection, keys: Vec<RecordKey>, started: SystemTime) {
     for key in keys {
-        let size = detection.records.get(&key).map_or(0, |r| r.size);
+        let record = detection.records.get(&key);
+        let (size, names) = record.map_or((0, Vec::new()), |r| (r.size, r.repo_tags.clone()));
+        let Ok(_claim) = claim(ports, &key.id, &names, started) else { continue };
         let spec = ImageSpec::new(key.id).with_runtime_handler(key.runtime_handler);
         if let Ok(Ok(())) = ports.remove.send(RemoveImage { image: spec }).await {
             ports.metrics.image_garbage_collected("age", size);
@@ -119,11 +145,18 @@ async fn remove_for_age(ports: &GcPorts, detection: &Detection, keys: Vec<Record
 }
 
 /// Removes the report's deletions one at a time, in plan order, recording
-/// each as removed or failed (a failure does not stop the rest).
-async fn remove_in_order(ports: &GcPorts, report: &mut GcReport) {
+/// each as removed or failed (a failure does not stop the rest). Each is
+/// claimed from the hints first: one ensured or pulled since the run began
+/// (`started`) is kept, as failed with [`IN_USE_SINCE_PLANNED`], and an
+/// ensure that finds it while it is being removed waits for the removal.
+async fn remove_in_order(ports: &GcPorts, report: &mut GcReport, started: SystemTime) {
     let deletions: Vec<_> = report.deletions().cloned().collect();
     for v in &deletions {
         let Verdict::Delete(reason) = &v.verdict else { continue };
+        let Ok(_claim) = claim(ports, &v.id, &v.repo_tags, started) else {
+            report.failed.push((v.id.clone(), IN_USE_SINCE_PLANNED.to_string()));
+            continue;
+        };
         let msg = RemoveImage { image: ImageSpec::new(v.id.clone()).with_runtime_handler(v.runtime_handler.clone()) };
         match ports.remove.send(msg).await {
             Ok(Ok(())) => {

@@ -331,3 +331,78 @@ async fn a_requested_run_waits_for_the_one_going_on_instead_of_failing_busy() {
     let runs = r.fake.send(GetFakeCalls).await.unwrap().of(Rpc::ListImages) - listed;
     assert_eq!(runs, 3, "three runs (a detection each), one after another");
 }
+
+/// The detector, with an ensure of `image` answered while each detection
+/// runs (after the GC run began, before its removals).
+struct EnsuredDuringDetection {
+    detector: Recipient<crate::actors::detector::DetectImages>,
+    hints: InUseHints,
+    clock: Clock,
+    image: &'static str,
+}
+
+impl Actor for EnsuredDuringDetection {
+    type Context = Context<Self>;
+}
+
+impl Handler<crate::actors::detector::DetectImages> for EnsuredDuringDetection {
+    type Result = ResponseFuture<Result<Arc<crate::actors::detector::Detection>, CriError>>;
+    fn handle(&mut self, m: crate::actors::detector::DetectImages, _: &mut Self::Context) -> Self::Result {
+        let (detector, hints, clock, image) =
+            (self.detector.clone(), self.hints.clone(), self.clock.clone(), self.image);
+        Box::pin(async move {
+            let detection = detector.send(m).await.expect("detector");
+            hints.ensured(image, clock.now());
+            detection
+        })
+    }
+}
+
+#[actix::test]
+async fn an_image_ensured_since_the_run_began_is_not_removed() {
+    tokio::time::pause();
+    let images = ["a", "b", "c"].map(|n| img(&format!("sha256:{n}"), 10 * GB)).to_vec();
+    let fake = FakeCri::new(images, 100 * GB).start();
+    let clock = Clock::starting_at(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
+    let hints = InUseHints::default();
+    let dcfg = DetectorSettings {
+        period: Duration::from_secs(300),
+        sandbox_image: String::new(),
+        recent_window: Duration::from_secs(120),
+        mailbox_capacity: crate::actors::detector::DEFAULT_MAILBOX_CAPACITY,
+    };
+    let detector = DetectorActor::new(dcfg, FakeCri::detector_cri(&fake), None, hints.clone(), clock.clone()).start();
+    let wrapped = EnsuredDuringDetection {
+        detector: detector.recipient(),
+        hints: hints.clone(),
+        clock: clock.clone(),
+        image: "sha256:b",
+    }
+    .start();
+    let cfg = GcExecutorSettings {
+        policy: GcPolicy::default(),
+        rules: ProtectionRules::default(),
+        period: Duration::from_secs(300),
+        capacity: CapacitySource::fixed(100 * GB),
+        mailbox_capacity: DEFAULT_MAILBOX_CAPACITY,
+    };
+    let gc = GcExecutorActor::new(
+        cfg,
+        wrapped.recipient(),
+        fake.clone().recipient(),
+        fake.clone().recipient(),
+        EventSink::default(),
+        clock.clone(),
+    )
+    .with_hints(hints.clone())
+    .start();
+    tokio::time::sleep(Duration::from_secs(200)).await;
+    // Planned from a detection that knew nothing of the ensure: "b" is
+    // kept at its removal all the same, and the run says why.
+    let err = gc.send(DeleteUnusedImages { dry_run: false }).await.unwrap().expect_err("b not removed");
+    let report = err.report().expect("a report");
+    assert_eq!(report.removed.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), ["sha256:a", "sha256:c"]);
+    assert_eq!(report.failed, [("sha256:b".to_string(), super::run::IN_USE_SINCE_PLANNED.to_string())]);
+    assert!(err.to_string().contains(super::run::IN_USE_SINCE_PLANNED), "{err}");
+    assert_eq!(fake.send(GetFakeCalls).await.unwrap().removed, ["sha256:a", "sha256:c"]);
+}
