@@ -564,3 +564,25 @@ async fn an_ensure_that_finds_an_image_gc_is_removing_waits_and_pulls_it_again()
     // And a removal is refused once an ensure marked the image.
     assert!(f.manager.hints().claim_removal(&ok.image_ref, &[], since).is_none());
 }
+
+#[actix::test]
+async fn a_pull_that_ends_while_gc_removes_its_image_pulls_it_again() {
+    let f = flow().await;
+    let id =
+        f.rt.runtime.images().into_iter().find(|i| i.repo_tags.iter().any(|t| t == PRESENT)).expect("preloaded").id;
+    let since = std::time::SystemTime::now() - Duration::from_secs(60);
+    let claim = f.manager.hints().claim_removal(&id, &[], since).expect("claimed");
+    // `Always` pulls; the pull ends while the removal is in flight.
+    let request = req("p1", PRESENT, PullPolicy::Always);
+    let mut ensure = std::pin::pin!(f.manager.ensure_image_exists(&request));
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut ensure).await;
+    assert!(early.is_err(), "answered while the image was being removed: {early:?}");
+    assert_eq!(f.pulls(), 1);
+    let removed =
+        f.rt.gateway.send(imaged::actors::cri_gateway::RemoveImage { image: imaged::domain::ImageSpec::new(id) });
+    removed.await.expect("gateway").expect("removed");
+    drop(claim);
+    let ok = ensure.await.expect("pulled again");
+    assert_eq!(f.pulls(), 2, "the image the first pull found was removed: pulled again");
+    assert!(f.rt.runtime.images().iter().any(|i| i.id == ok.image_ref), "the answer names an image that is there");
+}

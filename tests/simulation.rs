@@ -316,3 +316,39 @@ fn seeds_11_and_35_gc_does_not_remove_an_image_ensured_since_its_run_began() {
     shrunk(11, 1489, &[1069, 1071, 1074, 1078, 1079, 1081], &Shape::V1);
     shrunk(35, 1201, &[1050, 1128, 1140, 1142], &Shape::V1);
 }
+
+/// Seed 174 (`Shape::V1`): busybox, preloaded, was removed and pulled again
+/// for the `kata` runtime handler before a restart, and no detection ran in
+/// between: the store still held its record under the old handler, and the
+/// next process detected it anew under `kata`. `durable` compared records
+/// by image id and took the old one for a promise (fixed in the checker:
+/// records are compared by image id and runtime handler, and only those the
+/// runtime had under that handler count). Broke `durable` at step 138.
+#[test]
+fn seed_174_a_record_under_another_runtime_handler_promises_nothing() {
+    shrunk(174, 139, &[73, 76, 102, 106, 117, 138], &Shape::V1);
+}
+
+/// Seed 279 (`Shape::V1`): a pull (`AlwaysWithLocalFallback`) ended while
+/// GC was removing its image (the removal held by a gateway delay), and the
+/// ensure answered, after the removal, with the image that was gone; its
+/// pulled record, merged unchanged, was pruned with the image, though it
+/// had been acknowledged. Broke `durable` at step 252. Fixed in imaged: a
+/// pull whose image was being removed pulls once more after the removal,
+/// it is marked ensured before its record is written, and GC's pruning
+/// keeps the records of images ensured during its run.
+#[test]
+fn seed_279_a_pull_that_ends_during_its_images_removal_pulls_again() {
+    shrunk(279, 254, &[2, 3, 7, 16, 18, 28, 32, 33, 34, 35, 36, 37, 41, 252], &Shape::V1);
+}
+
+/// Seed 425 (`Shape::V1`): the runtime pinned busybox after a GC run's
+/// detection (slowed by hung `ImageStatus` calls) and before its removals:
+/// the run removed the pinned image. Broke `in-use-kept` at step 1146.
+/// Fixed in imaged: the GC executor reads each image's status again just
+/// before removing it and keeps one the runtime pins now, or whose status
+/// cannot be read.
+#[test]
+fn seed_425_gc_does_not_remove_an_image_pinned_since_its_detection() {
+    shrunk(425, 1147, &[512, 514, 596, 600, 959, 1116, 1117, 1118, 1120, 1123, 1124, 1135, 1136], &Shape::V1);
+}

@@ -148,9 +148,10 @@ impl ImageManager {
             let _in_flight = in_flight;
             let result = match ticket.await {
                 Ok(outcome) => {
-                    manager.record_pull_end(&spec.image, &requested, Ok(&outcome), &proves).await;
-                    // Pulled for a pod to come: GC keeps it as if just used.
+                    // Pulled for a pod to come: GC keeps it as if just used
+                    // (marked before its record is written, which GC then keeps).
                     manager.mark_ensured_after_removals(&outcome.image_ref).await;
+                    manager.record_pull_end(&spec.image, &requested, Ok(&outcome), &proves).await;
                     tracing::info!(
                         image = requested,
                         image_ref = outcome.image_ref,

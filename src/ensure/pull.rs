@@ -28,6 +28,20 @@ impl ImageManager {
         absent_at: Option<Instant>,
         verify: bool,
     ) -> Result<EnsureOk, EnsureError> {
+        self.pull_attempt(req, spec, lookup, absent_at, verify, false).await
+    }
+
+    /// One pull; `again`: the second, after the first ended while GC was
+    /// removing its image (it is answered as it ends).
+    async fn pull_attempt(
+        &self,
+        req: &EnsureImageRequest,
+        spec: &ImageSpec,
+        lookup: &LazyLookup<'_>,
+        absent_at: Option<Instant>,
+        verify: bool,
+        again: bool,
+    ) -> Result<EnsureOk, EnsureError> {
         let requested = req.image.as_str();
         let key = BackoffKey { pod_uid: req.pod.uid.clone(), image: requested.to_string() };
         // Credentials, before the back-off check as in the kubelet (1.35,
@@ -60,8 +74,15 @@ impl ImageManager {
             .as_deref()
             .filter(|_| self.cfg.reset_backoff_on_registry_recovery)
             .map(|r| crate::actors::pull_queue::registry_of(r).to_string());
-        let _in_flight = normalized.map(|r| self.hints.pull_started(&r));
+        let in_flight = normalized.map(|r| self.hints.pull_started(&r));
         let (result, joined) = self.queue_pull(req, spec, lookup, credentials, skip_if_present, absent_at).await;
+        // Marked ensured before its record is written (GC keeps the records
+        // of images ensured during its run); a pull that ended while GC was
+        // removing its image waits for the removal, then pulls once more.
+        let removed_meanwhile = match &result {
+            Ok(outcome) => !self.mark_ensured_unless_removed(&outcome.image_ref).await,
+            Err(_) => false,
+        };
         // Once per pull (by the request that started it), fire and forget,
         // ahead of any later check in the mailbox.
         if let (Ok(outcome), false, Some(registry)) = (&result, joined, &registry)
@@ -72,9 +93,14 @@ impl ImageManager {
         Box::pin(self.record_pull_end(&spec.image, requested, result.as_ref(), proves)).await;
         intent.disarm();
         match result {
+            Ok(_) if removed_meanwhile && !again => {
+                drop(in_flight);
+                Box::pin(self.pull_attempt(req, spec, lookup, Some(Instant::now()), verify, true)).await
+            }
             Ok(outcome) => {
-                // Pulled while GC was removing it: answered once the removal ends.
-                self.mark_ensured_after_removals(&outcome.image_ref).await;
+                if removed_meanwhile {
+                    self.mark_ensured_after_removals(&outcome.image_ref).await;
+                }
                 Ok(self.pulled(req, &outcome, start))
             }
             Err(failure) => Box::pin(self.pull_failed(req, spec, lookup, key, cause, registry, &failure)).await,

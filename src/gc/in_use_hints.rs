@@ -137,6 +137,11 @@ impl InUseHints {
         !m.is_empty() && references.any(|r| m.contains_key(r))
     }
 
+    /// Image ids ensured at or after `since`.
+    pub fn ensured_since(&self, since: SystemTime) -> Vec<String> {
+        self.marks().ensured.iter().filter(|(_, at)| **at >= since).map(|(id, _)| id.clone()).collect()
+    }
+
     /// Image ids ensured within `window` before `now`; hints older than
     /// both the window and an hour are dropped.
     pub fn recent(&self, now: SystemTime, window: Duration) -> Vec<String> {

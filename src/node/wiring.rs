@@ -222,7 +222,8 @@ impl GcService {
             clock,
         )
         .with_metrics(settings.metrics.clone())
-        .with_hints(hints);
+        .with_hints(hints)
+        .with_status_check(gateway.clone().recipient());
         if let Some(records) = pull_records {
             executor = executor.with_pull_records(records);
         }

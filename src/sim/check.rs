@@ -101,8 +101,9 @@ pub struct Snapshot {
     pub intents: BTreeSet<String>,
     /// Pulled records by image ref.
     pub records: BTreeMap<String, PulledRecord>,
-    /// Image records by image id.
-    pub images: BTreeMap<String, ImageRecord>,
+    /// Image records by image id and runtime handler (an image removed and
+    /// pulled again for another handler is another record).
+    pub images: BTreeMap<(String, String), ImageRecord>,
 }
 
 /// A runtime pull in flight.
@@ -202,8 +203,9 @@ pub struct Checker {
     in_flight_at_kill: BTreeSet<String>,
     /// Image ids removed since the last snapshot.
     removed: BTreeSet<String>,
-    /// The store at the last restart, with the image ids present then.
-    last_snapshot: Option<(Snapshot, BTreeSet<String>)>,
+    /// The store at the last restart, with the images present then (by id
+    /// and runtime handler).
+    last_snapshot: Option<(Snapshot, BTreeSet<(String, String)>)>,
     /// When an ensure last answered with each image id.
     ensured: BTreeMap<String, Duration>,
     /// When a container last ran (or was created) on each image id.
@@ -904,7 +906,8 @@ impl Checker {
     }
 
     /// The store as the next process finds it, after `inc` ended.
-    pub fn restarted(&mut self, snapshot: Snapshot, present: &BTreeSet<String>) -> Result<(), Violation> {
+    /// `present`: the runtime's images then, by id and runtime handler.
+    pub fn restarted(&mut self, snapshot: Snapshot, present: &BTreeSet<(String, String)>) -> Result<(), Violation> {
         self.stats.store_checks += 1;
         for key in std::mem::take(&mut self.in_flight_at_kill) {
             if !snapshot.intents.contains(&key) {
@@ -957,13 +960,15 @@ impl Checker {
             }
         }
         if let Some((before, then)) = &self.last_snapshot {
-            for (id, r) in &before.images {
+            for (key, r) in &before.images {
                 // A record of an image removed (since, or before with the
-                // process killed before a detection forgot it) is no promise.
-                if self.removed.contains(id) || !present.contains(id) || !then.contains(id) {
+                // process killed before a detection forgot it, or pulled
+                // again for another runtime handler) is no promise.
+                let id = &key.0;
+                if self.removed.contains(id) || !present.contains(key) || !then.contains(key) {
                     continue;
                 }
-                match snapshot.images.get(id) {
+                match snapshot.images.get(key) {
                     Some(now) if now.first_detected == r.first_detected => {}
                     Some(now) => {
                         return Err(self.fail(
@@ -984,7 +989,7 @@ impl Checker {
             }
         }
         self.removed.clear();
-        self.restart_grace = (snapshot.images.keys().cloned().collect(), None);
+        self.restart_grace = (snapshot.images.keys().map(|(id, _)| id.clone()).collect(), None);
         self.last_snapshot = Some((snapshot, present.clone()));
         Ok(())
     }

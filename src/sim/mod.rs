@@ -239,7 +239,7 @@ fn snapshot(dir: &std::path::Path) -> Result<Snapshot, String> {
     Ok(Snapshot {
         intents: pulls.intents.into_iter().collect(),
         records: pulls.records.into_iter().map(|r| (r.image_ref.clone(), r)).collect(),
-        images: images.into_iter().map(|r| (r.key.id.clone(), r)).collect(),
+        images: images.into_iter().map(|r| ((r.key.id.clone(), r.key.runtime_handler.clone()), r)).collect(),
     })
 }
 
@@ -252,8 +252,17 @@ fn note(slot: &Slot, r: Result<(), Violation>) {
     }
 }
 
-fn present_ids(world: &World) -> BTreeSet<String> {
-    world.rt.images().into_iter().map(|i| i.id).collect()
+/// The runtime's images, by id and the runtime handler they were pulled for.
+fn present_ids(world: &World) -> BTreeSet<(String, String)> {
+    world
+        .rt
+        .images()
+        .into_iter()
+        .map(|i| {
+            let handler = i.spec.as_ref().map_or(String::new(), |s| s.runtime_handler.clone());
+            (i.id, handler)
+        })
+        .collect()
 }
 
 /// Steps the plan, checking after each; then the quiet phase and liveness.

@@ -12,7 +12,7 @@ use super::executor::{GcExecutor, GcExecutorSettings};
 use super::messages::{DeleteUnusedImages, GetLastGcReport, RunGc, UpdateGcPolicy};
 use super::report::{GcError, GcReport};
 use super::run::{GcPorts, run_gc};
-use crate::actors::cri_gateway::{GetImageFsInfo, RemoveImage};
+use crate::actors::cri_gateway::{GetImageFsInfo, GetImageStatus, RemoveImage};
 use crate::actors::detector::DetectImages;
 use crate::clock::Clock;
 use crate::events::EventSink;
@@ -48,8 +48,15 @@ impl GcExecutorActor {
         events: EventSink,
         clock: Clock,
     ) -> Self {
-        let ports =
-            GcPorts { detect: detector, fs_info, remove, pull_records: None, metrics: Metrics::default(), hints: None };
+        let ports = GcPorts {
+            detect: detector,
+            fs_info,
+            remove,
+            pull_records: None,
+            metrics: Metrics::default(),
+            hints: None,
+            status: None,
+        };
         Self { gc: GcExecutor::new(cfg, clock.now()), ports, events, clock, waiting: Vec::new() }
     }
 
@@ -67,6 +74,15 @@ impl GcExecutorActor {
     #[must_use]
     pub fn with_hints(mut self, hints: InUseHints) -> Self {
         self.ports.hints = Some(hints);
+        self
+    }
+
+    /// The same executor, reading each image's status (`ImageStatus`, from
+    /// the gateway) just before its removal: one the runtime pins now, or
+    /// whose status cannot be read, is kept.
+    #[must_use]
+    pub fn with_status_check(mut self, status: Recipient<GetImageStatus>) -> Self {
+        self.ports.status = Some(status);
         self
     }
 

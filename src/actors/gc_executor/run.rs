@@ -13,7 +13,7 @@ use tracing::{info, warn};
 
 use super::executor::RunSpec;
 use super::report::{GcError, GcReport, RemovedImage};
-use crate::actors::cri_gateway::{GetImageFsInfo, RemoveImage};
+use crate::actors::cri_gateway::{GetImageFsInfo, GetImageStatus, RemoveImage};
 use crate::actors::detector::{DetectImages, Detection};
 use crate::clock::Clock;
 use crate::domain::ImageSpec;
@@ -40,6 +40,10 @@ pub struct GcPorts {
     /// The ensure path's hints, if any: each removal is claimed from them
     /// first, refused for an image ensured or pulled since the run began.
     pub hints: Option<InUseHints>,
+    /// `ImageStatus` (the CRI gateway), if set: each image is looked at
+    /// again just before its removal, which is refused if the runtime pins
+    /// it now or its status cannot be read.
+    pub status: Option<Recipient<GetImageStatus>>,
 }
 
 /// Runs GC once as `spec` says, on `clock` (the one the pulled records are
@@ -114,6 +118,24 @@ async fn measure(
 /// What an image removal refused by the hints says in the report.
 pub const IN_USE_SINCE_PLANNED: &str = "not removed: ensured or being pulled since this run began";
 
+/// What a removal refused because the runtime pins the image now says.
+pub const PINNED_SINCE_PLANNED: &str = "not removed: the runtime pins it now";
+
+/// Why the image `spec` names may not be removed now that its removal has
+/// come: the runtime pins it since the detection, or its status cannot be
+/// read (`None`: it may go, or there is no status check).
+async fn refused_now(ports: &GcPorts, spec: &ImageSpec) -> Option<String> {
+    let status = ports.status.as_ref()?;
+    let refused = match status.send(GetImageStatus { image: spec.clone(), verbose: false }).await {
+        Ok(Ok(s)) if s.image.as_ref().is_some_and(|i| i.pinned) => PINNED_SINCE_PLANNED.to_string(),
+        Ok(Ok(_)) => return None,
+        Ok(Err(e)) => format!("not removed: its status could not be read: {e}"),
+        Err(_) => "not removed: CRI gateway stopped".to_string(),
+    };
+    info!(image = %spec.image, "{refused}");
+    Some(refused)
+}
+
 /// Claims the removal of `id` (known by `names`) from the hints, for a run
 /// that began at `started`: `Err` when the image was ensured or pulled
 /// since (it is kept); `Ok(None)` without hints.
@@ -138,6 +160,9 @@ async fn remove_for_age(ports: &GcPorts, detection: &Detection, keys: Vec<Record
         let (size, names) = record.map_or((0, Vec::new()), |r| (r.size, r.repo_tags.clone()));
         let Ok(_claim) = claim(ports, &key.id, &names, started) else { continue };
         let spec = ImageSpec::new(key.id).with_runtime_handler(key.runtime_handler);
+        if refused_now(ports, &spec).await.is_some() {
+            continue;
+        }
         if let Ok(Ok(())) = ports.remove.send(RemoveImage { image: spec }).await {
             ports.metrics.image_garbage_collected("age", size);
         }
@@ -149,6 +174,8 @@ async fn remove_for_age(ports: &GcPorts, detection: &Detection, keys: Vec<Record
 /// claimed from the hints first: one ensured or pulled since the run began
 /// (`started`) is kept, as failed with [`IN_USE_SINCE_PLANNED`], and an
 /// ensure that finds it while it is being removed waits for the removal.
+/// Then its status is read again: one the runtime pins now is kept
+/// ([`PINNED_SINCE_PLANNED`]), as is one whose status cannot be read.
 async fn remove_in_order(ports: &GcPorts, report: &mut GcReport, started: SystemTime) {
     let deletions: Vec<_> = report.deletions().cloned().collect();
     for v in &deletions {
@@ -157,8 +184,12 @@ async fn remove_in_order(ports: &GcPorts, report: &mut GcReport, started: System
             report.failed.push((v.id.clone(), IN_USE_SINCE_PLANNED.to_string()));
             continue;
         };
-        let msg = RemoveImage { image: ImageSpec::new(v.id.clone()).with_runtime_handler(v.runtime_handler.clone()) };
-        match ports.remove.send(msg).await {
+        let spec = ImageSpec::new(v.id.clone()).with_runtime_handler(v.runtime_handler.clone());
+        if let Some(refused) = refused_now(ports, &spec).await {
+            report.failed.push((v.id.clone(), refused));
+            continue;
+        }
+        match ports.remove.send(RemoveImage { image: spec }).await {
             Ok(Ok(())) => {
                 ports.metrics.image_garbage_collected(reason.metric_label(), v.size);
                 info!(image = %v.id, reason = %reason, bytes = v.size, "image removed");
@@ -181,8 +212,13 @@ async fn remove_in_order(ports: &GcPorts, report: &mut GcReport, started: System
 async fn prune_pull_records(ports: &GcPorts, detection: &Detection, report: &GcReport, started: std::time::SystemTime) {
     let Some(records) = &ports.pull_records else { return };
     let removed: HashSet<&str> = report.removed.iter().map(|r| r.id.as_str()).collect();
-    let present: HashSet<String> =
+    let mut present: HashSet<String> =
         detection.records.iter().map(|r| r.key.id.clone()).filter(|id| !removed.contains(id.as_str())).collect();
+    // An image pulled again or ensured during the run is there (or about to
+    // be): its record, merged unchanged and so not newer, stays.
+    if let Some(hints) = &ports.hints {
+        present.extend(hints.ensured_since(started));
+    }
     // `started` is before detection, read from the clock the records are
     // stamped with (`GcService` shares it): a record written since (a pull
     // during this run) is newer and stays.

@@ -14,7 +14,9 @@ use crate::gc::capacity::CapacitySource;
 use crate::gc::in_use_hints::InUseHints;
 use crate::gc::plan::{DeleteReason, KeepReason, Verdict};
 use crate::gc::policy::{GcPolicy, ProtectionRules};
-use crate::testing::{EventLog, EventReasons, FailNext, FakeCri, GetFakeCalls, SetFakeContainers, SetFakeFs};
+use crate::testing::{
+    EventLog, EventReasons, FailNext, FakeCri, GetFakeCalls, SetFakeContainers, SetFakeFs, SetFakeImages,
+};
 
 const GB: u64 = 1 << 30;
 
@@ -332,35 +334,41 @@ async fn a_requested_run_waits_for_the_one_going_on_instead_of_failing_busy() {
     assert_eq!(runs, 3, "three runs (a detection each), one after another");
 }
 
-/// The detector, with an ensure of `image` answered while each detection
-/// runs (after the GC run began, before its removals).
-struct EnsuredDuringDetection {
+/// The detector, with something happening while the next detection runs
+/// once armed (after the GC run began, before its removals).
+struct DuringDetection {
     detector: Recipient<crate::actors::detector::DetectImages>,
-    hints: InUseHints,
-    clock: Clock,
-    image: &'static str,
+    meanwhile: Arc<dyn Fn() -> futures_util::future::BoxFuture<'static, ()> + Send + Sync>,
+    armed: Arc<std::sync::atomic::AtomicBool>,
 }
 
-impl Actor for EnsuredDuringDetection {
+impl Actor for DuringDetection {
     type Context = Context<Self>;
 }
 
-impl Handler<crate::actors::detector::DetectImages> for EnsuredDuringDetection {
+impl Handler<crate::actors::detector::DetectImages> for DuringDetection {
     type Result = ResponseFuture<Result<Arc<crate::actors::detector::Detection>, CriError>>;
     fn handle(&mut self, m: crate::actors::detector::DetectImages, _: &mut Self::Context) -> Self::Result {
-        let (detector, hints, clock, image) =
-            (self.detector.clone(), self.hints.clone(), self.clock.clone(), self.image);
+        let (detector, meanwhile) = (self.detector.clone(), self.meanwhile.clone());
+        let armed = self.armed.swap(false, std::sync::atomic::Ordering::SeqCst);
         Box::pin(async move {
             let detection = detector.send(m).await.expect("detector");
-            hints.ensured(image, clock.now());
+            if armed {
+                meanwhile().await;
+            }
             detection
         })
     }
 }
 
-#[actix::test]
-async fn an_image_ensured_since_the_run_began_is_not_removed() {
-    tokio::time::pause();
+/// Images a, b, c on a fake runtime, GC with the hints and the status
+/// check, and `meanwhile` during the first requested run's detection.
+async fn racing_rig(
+    meanwhile: impl Fn(&Addr<FakeCri>, &InUseHints, &Clock) -> futures_util::future::BoxFuture<'static, ()>
+    + Send
+    + Sync
+    + 'static,
+) -> (Addr<FakeCri>, Addr<GcExecutorActor>) {
     let images = ["a", "b", "c"].map(|n| img(&format!("sha256:{n}"), 10 * GB)).to_vec();
     let fake = FakeCri::new(images, 100 * GB).start();
     let clock = Clock::starting_at(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
@@ -372,13 +380,10 @@ async fn an_image_ensured_since_the_run_began_is_not_removed() {
         mailbox_capacity: crate::actors::detector::DEFAULT_MAILBOX_CAPACITY,
     };
     let detector = DetectorActor::new(dcfg, FakeCri::detector_cri(&fake), None, hints.clone(), clock.clone()).start();
-    let wrapped = EnsuredDuringDetection {
-        detector: detector.recipient(),
-        hints: hints.clone(),
-        clock: clock.clone(),
-        image: "sha256:b",
-    }
-    .start();
+    let (f, h, c) = (fake.clone(), hints.clone(), clock.clone());
+    let meanwhile = Arc::new(move || meanwhile(&f, &h, &c));
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let wrapped = DuringDetection { detector: detector.recipient(), meanwhile, armed: armed.clone() }.start();
     let cfg = GcExecutorSettings {
         policy: GcPolicy::default(),
         rules: ProtectionRules::default(),
@@ -392,11 +397,24 @@ async fn an_image_ensured_since_the_run_began_is_not_removed() {
         fake.clone().recipient(),
         fake.clone().recipient(),
         EventSink::default(),
-        clock.clone(),
+        clock,
     )
-    .with_hints(hints.clone())
+    .with_hints(hints)
+    .with_status_check(fake.clone().recipient())
     .start();
     tokio::time::sleep(Duration::from_secs(200)).await;
+    armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    (fake, gc)
+}
+
+#[actix::test]
+async fn an_image_ensured_since_the_run_began_is_not_removed() {
+    tokio::time::pause();
+    let (fake, gc) = racing_rig(|_, hints, clock| {
+        hints.ensured("sha256:b", clock.now());
+        Box::pin(async {})
+    })
+    .await;
     // Planned from a detection that knew nothing of the ensure: "b" is
     // kept at its removal all the same, and the run says why.
     let err = gc.send(DeleteUnusedImages { dry_run: false }).await.unwrap().expect_err("b not removed");
@@ -405,4 +423,29 @@ async fn an_image_ensured_since_the_run_began_is_not_removed() {
     assert_eq!(report.failed, [("sha256:b".to_string(), super::run::IN_USE_SINCE_PLANNED.to_string())]);
     assert!(err.to_string().contains(super::run::IN_USE_SINCE_PLANNED), "{err}");
     assert_eq!(fake.send(GetFakeCalls).await.unwrap().removed, ["sha256:a", "sha256:c"]);
+}
+
+#[actix::test]
+async fn an_image_the_runtime_pinned_since_the_detection_is_not_removed() {
+    tokio::time::pause();
+    let (fake, gc) = racing_rig(|fake, _, _| {
+        let fake = fake.clone();
+        Box::pin(async move {
+            let mut images = ["a", "b", "c"].map(|n| img(&format!("sha256:{n}"), 10 * GB)).to_vec();
+            images[2].pinned = true;
+            fake.send(SetFakeImages(images)).await.expect("fake");
+        })
+    })
+    .await;
+    let err = gc.send(DeleteUnusedImages { dry_run: false }).await.unwrap().expect_err("c not removed");
+    let report = err.report().expect("a report");
+    assert_eq!(report.failed, [("sha256:c".to_string(), super::run::PINNED_SINCE_PLANNED.to_string())]);
+    assert_eq!(fake.send(GetFakeCalls).await.unwrap().removed, ["sha256:a", "sha256:b"]);
+    // A status that cannot be read keeps the image too.
+    fake.send(FailNext(Rpc::ImageStatus, CriError::new(CriErrorKind::DeadlineExceeded, "slow"))).await.unwrap();
+    fake.send(SetFakeImages(vec![img("sha256:d", GB)])).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(400)).await;
+    let err = gc.send(DeleteUnusedImages { dry_run: false }).await.unwrap().expect_err("d not removed");
+    let failed = &err.report().expect("a report").failed;
+    assert!(failed[0].1.starts_with("not removed: its status could not be read: "), "{failed:?}");
 }

@@ -349,7 +349,7 @@ fn gc_reasons_lets_a_restarted_process_keep_the_images_of_its_records_for_one_wi
         repo_tags: Vec::new(),
         repo_digests: Vec::new(),
     };
-    snap.images.insert("sha256:known".into(), record);
+    snap.images.insert(("sha256:known".into(), String::new()), record);
     c.absorb(vec![at(100, What::Life { inc: 1, what: Life::Killed })]).unwrap();
     c.restarted(snap, &BTreeSet::new()).unwrap();
     c.absorb(vec![at(101, What::Life { inc: 2, what: Life::Started })]).unwrap();
@@ -382,10 +382,10 @@ fn durable_fails_when_an_acknowledged_record_or_a_killed_pulls_intent_is_not_on_
 #[test]
 fn durable_fails_when_a_kept_images_first_detection_moves_but_not_for_a_record_of_an_absent_image() {
     let epoch = SystemTime::UNIX_EPOCH + super::super::world::SIM_EPOCH;
-    let snap = |first: u64| {
+    let snap_for = |first: u64, handler: &str| {
         let mut sn = Snapshot::default();
         let record = ImageRecord {
-            key: crate::gc::record::RecordKey::id("sha256:kept"),
+            key: crate::gc::record::RecordKey { id: "sha256:kept".into(), runtime_handler: handler.into() },
             first_detected: epoch + s(first),
             last_used: None,
             size: 1,
@@ -393,10 +393,11 @@ fn durable_fails_when_a_kept_images_first_detection_moves_but_not_for_a_record_o
             repo_tags: Vec::new(),
             repo_digests: Vec::new(),
         };
-        sn.images.insert("sha256:kept".into(), record);
+        sn.images.insert(("sha256:kept".into(), handler.into()), record);
         sn
     };
-    let present: BTreeSet<String> = ["sha256:kept".to_string()].into();
+    let snap = |first: u64| snap_for(first, "");
+    let present: BTreeSet<(String, String)> = [("sha256:kept".to_string(), String::new())].into();
     let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
     c.absorb(vec![at(100, What::Step { index: 1, event: String::new() })]).unwrap();
     c.restarted(snap(0), &present).unwrap();
@@ -408,6 +409,15 @@ fn durable_fails_when_a_kept_images_first_detection_moves_but_not_for_a_record_o
     c.absorb(vec![at(100, What::Step { index: 1, event: String::new() })]).unwrap();
     c.restarted(snap(0), &BTreeSet::new()).unwrap();
     assert_eq!(broke(c.restarted(snap(50), &present)), "nothing");
+    // Removed and pulled again for another runtime handler before the first
+    // restart (seed 174 of Shape::V1): the record under the old handler was
+    // no promise; the new one is detected anew.
+    let kata: BTreeSet<(String, String)> = [("sha256:kept".to_string(), "kata".to_string())].into();
+    let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+    c.absorb(vec![at(100, What::Step { index: 1, event: String::new() })]).unwrap();
+    c.restarted(snap(0), &kata).unwrap();
+    assert_eq!(broke(c.restarted(snap_for(50, "kata"), &kata)), "nothing");
+    assert_eq!(broke(c.restarted(snap_for(60, "kata"), &kata)), "durable", "that one is a promise");
 }
 
 #[test]
