@@ -33,7 +33,9 @@
 //! makespan runs: when the first request is queued, the first and eighth
 //! pulls start, how long a pull holds its token. `ENSURE_BENCH=makespan`
 //! runs only the makespan section (about 40 s), `ENSURE_BENCH=burst` only
-//! the present burst, `ENSURE_BENCH=hot` only the hot path.
+//! the present burst, `ENSURE_BENCH=hot` only the hot path; with
+//! `HOT_ONLY=<side>` (e.g. `ensure`, `bare_status`) only that side, for
+//! `perf stat` to count what one side costs.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
 use std::cell::Cell;
@@ -44,7 +46,7 @@ use actix::prelude::*;
 use futures_util::future::join_all;
 use imaged::actors::backoff_registry::BackoffSettings;
 use imaged::actors::cri_gateway::CriSettings;
-use imaged::actors::cri_gateway::{CriGatewayActor, GetImageStatus};
+use imaged::actors::cri_gateway::{CriGatewayActor, GetImageStatus, GetReader};
 use imaged::actors::pull_queue::{
     Concurrency, EnqueuePull, PullPhase, PullPhaseChanged, PullQueueSettings, PullRequest, SubscribePhases,
 };
@@ -133,6 +135,9 @@ enum Side {
     Ensure,
     /// `GetImageStatus` through the gateway actor (no ensure logic).
     Gateway,
+    /// The gateway's `CriReader::image_status` on the caller's task: what
+    /// ensure's presence check runs (the gateway's client and channel).
+    Reader,
     /// What the gateway runs, on the caller's task: `CriClient::image_status`
     /// with the configured deadline, inside `tokio::time::timeout` (no actor).
     Client,
@@ -146,24 +151,28 @@ enum Side {
     Bare,
 }
 
-const SIDES: [Side; 7] = [
+const SIDES: [Side; 8] = [
     Side::Ensure,
     Side::EnsureAllAtOnce,
     Side::Gateway,
+    Side::Reader,
     Side::Client,
     Side::BareSpawned,
     Side::BareDeadline,
     Side::Bare,
 ];
-const SIDE_NAMES: [&str; 7] = [
+const SIDE_NAMES: [&str; 8] = [
     "ensure",
     "ensure_all_at_once",
     "gateway_status",
+    "reader_status",
     "cri_client_status",
     "bare_status_spawned",
     "bare_status_deadline",
     "bare_status",
 ];
+
+const HOT_ONLY_CALLS: usize = 20_000;
 
 fn bare_status_request() -> ImageStatusRequest {
     ImageStatusRequest { image: Some(PbSpec { image: HOT_IMAGE.into(), ..Default::default() }), verbose: false }
@@ -183,9 +192,10 @@ async fn hot_path() {
         .expect("manager starts")
         .manager;
 
+    let reader = gateway.send(GetReader).await.expect("reader");
     let one = |side: Side| {
-        let (manager, all_at_once, gateway, client, mut bare, req) =
-            (&manager, &all_at_once, &gateway, &client, bare.clone(), &req);
+        let (manager, all_at_once, gateway, reader, client, mut bare, req) =
+            (&manager, &all_at_once, &gateway, &reader, &client, bare.clone(), &req);
         async move {
             let t = Instant::now();
             match side {
@@ -201,6 +211,10 @@ async fn hot_path() {
                         .expect("mailbox")
                         .expect("status");
                     assert!(s.image.is_some());
+                }
+                Side::Reader => {
+                    let s = reader.image_status(ImageSpec::new(HOT_IMAGE), false).await;
+                    assert!(s.expect("status").image.is_some());
                 }
                 Side::Client => {
                     let call = client.image_status(ImageSpec::new(HOT_IMAGE), false, status_deadline);
@@ -239,6 +253,21 @@ async fn hot_path() {
         for s in SIDES {
             one(s).await;
         }
+    }
+    // `HOT_ONLY=<side>` (a name of SIDE_NAMES): only that side,
+    // `HOT_ONLY_CALLS` calls (20,000), for `perf stat` or callgrind to count
+    // what one side costs the process.
+    if let Ok(only) = std::env::var("HOT_ONLY") {
+        let i = SIDE_NAMES.iter().position(|n| *n == only).expect("HOT_ONLY names a side");
+        let calls = std::env::var("HOT_ONLY_CALLS").ok().and_then(|n| n.parse().ok()).unwrap_or(HOT_ONLY_CALLS);
+        let mut t = Vec::with_capacity(calls);
+        for _ in 0..calls {
+            t.push(one(SIDES[i]).await);
+        }
+        t.sort();
+        println!("hot_only_{only}_calls: {calls}");
+        println!("hot_only_{only}_p50_us: {:.1}", us(pct(&t, 0.5)));
+        return;
     }
     let mut times: [Vec<Duration>; SIDES.len()] = Default::default();
     // Rounds, each giving its own ratios: min / median / max of them show

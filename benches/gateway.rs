@@ -11,7 +11,11 @@
 //!   mailbox ÷ bare), and actix's own floor: `actix_echo_round_trip_us`, a
 //!   message to an actor that answers at once (the same `send` and reply
 //!   channel, no work), and `actix_floor_ratio` = (bare + echo) ÷ bare, what
-//!   any actor in the path costs a sequential call at least.
+//!   any actor in the path costs a sequential call at least;
+//!   `actix_spawned_echo_round_trip_us`, the same message answered by a
+//!   `ResponseFuture` (actix runs it on a task of its own, as the gateway's
+//!   replies), and `gateway_sequential_floor_ratio` = (reader call + that
+//!   echo) ÷ bare: what the gateway's mailbox can cost at best.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
 use std::time::Duration;
@@ -62,6 +66,19 @@ impl Handler<Ping> for Echo {
     type Result = u32;
     fn handle(&mut self, Ping(n): Ping, _: &mut Self::Context) -> u32 {
         n
+    }
+}
+
+/// Answered as the gateway answers: by a `ResponseFuture`, which actix
+/// runs on a task of its own so the actor never waits on one call.
+#[derive(Message)]
+#[rtype(result = "u32")]
+struct PingSpawned(u32);
+
+impl Handler<PingSpawned> for Echo {
+    type Result = ResponseFuture<u32>;
+    fn handle(&mut self, PingSpawned(n): PingSpawned, _: &mut Self::Context) -> Self::Result {
+        Box::pin(async move { n })
     }
 }
 
@@ -147,6 +164,7 @@ fn main() {
             Gateway,
             Reader,
             Echo,
+            EchoSpawned,
             Bare,
         }
         let one = |side: Side| {
@@ -163,6 +181,7 @@ fn main() {
                         assert!(s.expect("status").image.is_some());
                     }
                     Side::Echo => assert_eq!(e.send(Ping(7)).await.expect("echo"), 7),
+                    Side::EchoSpawned => assert_eq!(e.send(PingSpawned(7)).await.expect("echo"), 7),
                     Side::Bare => {
                         let s = c.image_status(status_request()).await;
                         assert!(s.expect("status").into_inner().image.is_some());
@@ -171,32 +190,39 @@ fn main() {
                 t.elapsed()
             }
         };
-        let sides = [Side::Gateway, Side::Reader, Side::Echo, Side::Bare];
+        let sides = [Side::Gateway, Side::Reader, Side::Echo, Side::EchoSpawned, Side::Bare];
         for _ in 0..300 {
             for s in sides {
                 one(s).await;
             }
         }
         let (mut gw, mut rd, mut floor, mut echo_us) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut spawned_floor, mut spawned_us) = (Vec::new(), Vec::new());
         for _ in 0..SEQUENTIAL_REPEATS {
-            let mut t: [Vec<Duration>; 4] = Default::default();
+            let mut t: [Vec<Duration>; 5] = Default::default();
             for call in 0..SEQUENTIAL_CALLS {
                 for k in 0..sides.len() {
                     let i = (call + k) % sides.len();
                     t[i].push(one(sides[i]).await);
                 }
             }
-            let [g, r, e, b] = t.map(median);
+            let [g, r, e, es, b] = t.map(median);
             let b = b.as_secs_f64();
             gw.push(g.as_secs_f64() / b);
             rd.push(r.as_secs_f64() / b);
             floor.push((b + e.as_secs_f64()) / b);
             echo_us.push(e.as_secs_f64() * 1e6);
+            // The gateway's own floor: the reader's call plus a message
+            // answered by a spawned future (mailbox, task, reply).
+            spawned_floor.push((r.as_secs_f64() + es.as_secs_f64()) / b);
+            spawned_us.push(es.as_secs_f64() * 1e6);
         }
         report("gateway_sequential_ratio", gw);
         report("reader_sequential_ratio", rd);
         println!("actix_echo_round_trip_us: {:.1}", median(echo_us));
         report("actix_floor_ratio", floor);
+        println!("actix_spawned_echo_round_trip_us: {:.1}", median(spawned_us));
+        report("gateway_sequential_floor_ratio", spawned_floor);
     });
     drop(runtime);
 }
