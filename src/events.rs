@@ -150,6 +150,14 @@ impl EventSink {
         self.deliver(event, true);
     }
 
+    /// Whether a routine event would reach anyone: a subscriber, or a
+    /// trace at debug. An embedder with neither need not build it (a
+    /// present-image ensure's event is seven strings copied and dropped).
+    pub fn wants_routine(&self) -> bool {
+        tracing::enabled!(target: "imaged::events", tracing::Level::DEBUG)
+            || !self.subscribers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_empty()
+    }
+
     fn deliver(&self, event: ImageEvent, routine: bool) {
         let o = &event.object;
         match event.event_type {
@@ -175,5 +183,25 @@ impl EventSink {
             }
             Err(actix::dev::SendError::Closed(_)) => false,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use actix::Actor as _;
+
+    use super::*;
+    use crate::testing::EventLog;
+
+    #[actix::test]
+    async fn a_routine_event_is_wanted_by_a_subscriber_or_a_debug_trace() {
+        let sink = EventSink::default();
+        let quiet =
+            || tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || sink.wants_routine());
+        assert!(!quiet(), "no subscriber and no debug trace: nobody would see it");
+        let debug = tracing_subscriber::fmt().with_max_level(tracing::Level::DEBUG).with_writer(std::io::sink).finish();
+        assert!(tracing::subscriber::with_default(debug, || sink.wants_routine()), "traced at debug");
+        sink.subscribe(EventLog::default().start().recipient());
+        assert!(quiet(), "a subscriber gets it");
     }
 }

@@ -4,9 +4,11 @@
 //! pulls are in flight at once; more wait for a slot (see
 //! [`super::transport`]).
 
+use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::Channel;
 
 use super::proto as pb;
@@ -40,12 +42,35 @@ pub struct CriClient {
     slots: Arc<CallSlots>,
 }
 
+/// The header tonic's `Request::set_timeout` writes.
+const GRPC_TIMEOUT: &str = "grpc-timeout";
+
+thread_local! {
+    /// The last deadline sent from this thread and its `grpc-timeout`
+    /// value: calls repeat the configured deadline, and tonic formats and
+    /// parses the value anew on each (a tenth of imaged's own work in a
+    /// present-image check).
+    static LAST_TIMEOUT: RefCell<Option<(Duration, MetadataValue<Ascii>)>> = const { RefCell::new(None) };
+}
+
 fn request<T>(msg: T, deadline: Option<Duration>) -> tonic::Request<T> {
     let mut req = tonic::Request::new(msg);
     if let Some(d) = deadline {
         // Tell the runtime too, so it can stop work nobody waits for. tonic
         // panics on a timeout it cannot encode: clamp whatever the caller checked.
-        req.set_timeout(crate::domain::limits::clamp_duration(d));
+        let d = crate::domain::limits::clamp_duration(d);
+        let known = LAST_TIMEOUT.with_borrow(|last| last.as_ref().filter(|(of, _)| *of == d).map(|(_, v)| v.clone()));
+        match known {
+            Some(value) => {
+                req.metadata_mut().insert(GRPC_TIMEOUT, value);
+            }
+            None => {
+                req.set_timeout(d);
+                if let Some(value) = req.metadata().get(GRPC_TIMEOUT) {
+                    LAST_TIMEOUT.set(Some((d, value.clone())));
+                }
+            }
+        }
     }
     req
 }
@@ -247,5 +272,21 @@ mod tests {
         assert_eq!(timeout.as_deref(), Some("2562047H"), "Go's largest duration, in hours");
         let req = request((), Some(Duration::from_millis(1500)));
         assert_eq!(req.metadata().get("grpc-timeout").and_then(|v| v.to_str().ok()), Some("1500000u"));
+    }
+
+    #[test]
+    fn a_repeated_deadline_reuses_its_header_and_a_new_one_replaces_it() {
+        let timeout = |d: Option<Duration>| {
+            let req = request((), d);
+            req.metadata().get("grpc-timeout").and_then(|v| v.to_str().ok()).map(str::to_string)
+        };
+        let two_minutes = Some(Duration::from_secs(120));
+        assert_eq!(timeout(two_minutes).as_deref(), Some("120000m"));
+        assert_eq!(timeout(two_minutes).as_deref(), Some("120000m"), "the kept value");
+        assert_eq!(timeout(Some(Duration::from_millis(7))).as_deref(), Some("7000000n"), "another deadline");
+        assert_eq!(timeout(two_minutes).as_deref(), Some("120000m"), "and back");
+        assert_eq!(timeout(None), None, "no deadline, no header");
+        let req = request((), Some(Duration::from_millis(7)));
+        assert_eq!(req.metadata().get_all("grpc-timeout").iter().count(), 1, "one header, never two");
     }
 }

@@ -32,36 +32,30 @@ pub(super) struct Lookup {
 /// ensure.
 pub(super) struct LazyLookup<'a> {
     manager: &'a ImageManager,
-    secrets: &'a [PullSecret],
-    extra: &'a [AuthConfig],
-    pod: PluginPod,
+    req: &'a EnsureImageRequest,
     image: &'a str,
     cell: tokio::sync::OnceCell<Result<Arc<Lookup>, EnsureError>>,
 }
 
 impl<'a> LazyLookup<'a> {
+    /// Nothing is copied until the lookup is needed: most ensures (a
+    /// present image under a policy that needs no credentials) never need it.
     pub(super) fn new(manager: &'a ImageManager, req: &'a EnsureImageRequest, image: &'a str) -> Self {
-        let pod = PluginPod {
-            namespace: req.pod.namespace.clone(),
-            name: req.pod.name.clone(),
-            uid: req.pod.uid.clone(),
-            service_account: req.pod.service_account.clone(),
-        };
-        Self {
-            manager,
-            secrets: &req.pull_secrets,
-            extra: &req.credentials,
-            pod,
-            image,
-            cell: tokio::sync::OnceCell::new(),
-        }
+        Self { manager, req, image, cell: tokio::sync::OnceCell::new() }
     }
 
     /// The lookup (made now if not yet).
     pub(super) async fn get(&self) -> Result<Arc<Lookup>, EnsureError> {
         self.cell
             .get_or_init(|| async {
-                self.manager.lookup(self.secrets, self.extra, &self.pod, self.image).await.map(Arc::new)
+                let req = self.req;
+                let pod = PluginPod {
+                    namespace: req.pod.namespace.clone(),
+                    name: req.pod.name.clone(),
+                    uid: req.pod.uid.clone(),
+                    service_account: req.pod.service_account.clone(),
+                };
+                self.manager.lookup(&req.pull_secrets, &req.credentials, &pod, self.image).await.map(Arc::new)
             })
             .await
             .clone()

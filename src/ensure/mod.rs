@@ -73,7 +73,7 @@ pub struct ImageManager {
     /// `applyDefaultImageTag` results: pods name the same images over and
     /// over, and the grammar's regular expression is the costliest step of
     /// a present-image ensure. Bounded; cleared when full.
-    defaulted: Arc<Mutex<HashMap<String, Result<String, String>>>>,
+    defaulted: Arc<Mutex<HashMap<String, DefaultedOrError>>>,
     cfg: EnsureSettings,
     /// Requests by policy/presence/pull-required; pull durations by size.
     metrics: crate::metrics::Metrics,
@@ -85,6 +85,20 @@ pub struct ImageManager {
 
 /// Most remembered `applyDefaultImageTag` results.
 const DEFAULTED_CACHE: usize = 4096;
+
+/// A name worked out, or why it could not be.
+type DefaultedOrError = Result<Arc<Defaulted>, String>;
+
+/// An image name as pods write it, worked out once (see
+/// `ImageManager::defaulted`).
+#[derive(Debug)]
+struct Defaulted {
+    /// The name with the default tag applied.
+    image: String,
+    /// Its "already present" message: Go-quoting it anew was a tenth of
+    /// a present-image ensure's own work.
+    present: String,
+}
 
 impl ImageManager {
     /// A manager over running actors: the gateway's `reader` (from
@@ -191,7 +205,9 @@ impl ImageManager {
     /// The `Pulled` "already present" event of a pod that may use the
     /// present image: to subscribers as any event, to the log at debug.
     fn emit_present(&self, req: &EnsureImageRequest, message: &str) {
-        self.events.emit_routine(Self::event(req, EventReason::Pulled, message, None));
+        if self.events.wants_routine() {
+            self.events.emit_routine(Self::event(req, EventReason::Pulled, message, None));
+        }
     }
 
     fn event(req: &EnsureImageRequest, reason: EventReason, message: &str, class: Option<ErrorClass>) -> ImageEvent {
@@ -215,12 +231,14 @@ impl ImageManager {
         EnsureError { kind, message, class }
     }
 
-    fn default_tag(&self, image: &str) -> Result<String, String> {
+    fn default_tag(&self, image: &str) -> Result<Arc<Defaulted>, String> {
         let mut cache = self.defaulted.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(r) = cache.get(image) {
             return r.clone();
         }
-        let r = apply_default_image_tag(image).map_err(|e| e.to_string());
+        let r = apply_default_image_tag(image)
+            .map(|tagged| Arc::new(Defaulted { image: tagged, present: already_present_accessible(image) }))
+            .map_err(|e| e.to_string());
         if cache.len() >= DEFAULTED_CACHE {
             cache.clear();
         }
@@ -254,8 +272,8 @@ impl ImageManager {
         // Counted when this returns, with what was learnt (the kubelet's deferred increment).
         let mut tally = self.metrics.ensure_request(req.pull_policy);
         // 1. Default tag.
-        let image = match self.default_tag(requested) {
-            Ok(i) => i,
+        let defaulted = match self.default_tag(requested) {
+            Ok(d) => d,
             Err(e) => {
                 let msg = failed_to_apply_default_tag(requested, &e);
                 self.emit(req, EventReason::InspectFailed, &msg, Some(ErrorClass::Permanent));
@@ -264,7 +282,7 @@ impl ImageManager {
         };
         // 2. Image spec.
         let spec = ImageSpec {
-            image,
+            image: defaulted.image.clone(),
             annotations: req.pod.annotations.clone(),
             user_specified_image: requested.to_string(),
             runtime_handler: req.pod.runtime_handler.clone(),
@@ -297,12 +315,16 @@ impl ImageManager {
                         )
                         .await?;
                         if !must_pull {
-                            if looks < MAX_LOOKS && !self.mark_ensured_unless_removed(&image_ref).await {
-                                continue;
+                            if looks < MAX_LOOKS {
+                                // Marks it (one lock), unless GC is removing it.
+                                if !self.mark_ensured_unless_removed(&image_ref).await {
+                                    continue;
+                                }
+                            } else {
+                                self.mark_ensured(&image_ref);
                             }
                             tally.pull_required = Tristate::False;
-                            self.mark_ensured(&image_ref);
-                            let msg = already_present_accessible(requested);
+                            let msg = defaulted.present.clone();
                             self.emit_present(req, &msg);
                             self.recorder.finished(&req.pod.uid, Instant::now());
                             return Ok(EnsureOk { image_ref, message: msg });

@@ -93,7 +93,7 @@ impl ImageManager {
     /// anything is queued.
     pub async fn prefetch(&self, req: &PrefetchRequest) -> Result<Prefetch, super::EnsureError> {
         let requested = req.image.as_str();
-        let image = self.default_tag(requested).map_err(|e| {
+        let image = self.default_tag(requested).map(|d| d.image.clone()).map_err(|e| {
             let msg = super::failed_to_apply_default_tag(requested, &e);
             self.fail(ImageErrorKind::InvalidImageName, msg, ErrorClass::Permanent)
         })?;

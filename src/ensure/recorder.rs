@@ -43,27 +43,35 @@ impl PullingRecorder {
         f(&mut self.pods.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
-    /// The entry of `pod_uid`, made (within [`MAX_PODS`]) if missing, touched at `at`.
-    fn touch<'a>(m: &'a mut HashMap<String, Entry>, pod_uid: &str, at: Instant) -> &'a mut PodPullTimes {
-        if !m.contains_key(pod_uid) && m.len() >= MAX_PODS {
+    /// Applies `f` to the entry of `pod_uid`, made (within [`MAX_PODS`])
+    /// if missing, touched at `at`. A known pod (every ensure after its
+    /// first) costs one lookup and no allocation.
+    fn touch(m: &mut HashMap<String, Entry>, pod_uid: &str, at: Instant, f: impl FnOnce(&mut PodPullTimes)) {
+        if let Some(e) = m.get_mut(pod_uid) {
+            e.touched = e.touched.max(at);
+            f(&mut e.times);
+            return;
+        }
+        if m.len() >= MAX_PODS {
             forget_oldest_half(m);
         }
-        let empty = PodPullTimes { first_started: None, last_finished: None };
-        let e = m.entry(pod_uid.to_string()).or_insert(Entry { times: empty, touched: at });
-        e.touched = e.touched.max(at);
-        &mut e.times
+        let mut e = Entry { times: PodPullTimes { first_started: None, last_finished: None }, touched: at };
+        f(&mut e.times);
+        m.insert(pod_uid.to_string(), e);
     }
 
     /// A pull started for `pod_uid`: kept only if it is the first.
     pub fn started(&self, pod_uid: &str, at: Instant) {
         self.with(|m| {
-            Self::touch(m, pod_uid, at).first_started.get_or_insert(at);
+            Self::touch(m, pod_uid, at, |t| {
+                t.first_started.get_or_insert(at);
+            });
         });
     }
 
     /// A pull (or presence check) finished for `pod_uid`: overwrites the last finish.
     pub fn finished(&self, pod_uid: &str, at: Instant) {
-        self.with(|m| Self::touch(m, pod_uid, at).last_finished = Some(at));
+        self.with(|m| Self::touch(m, pod_uid, at, |t| t.last_finished = Some(at)));
     }
 
     /// The times recorded for `pod_uid`.

@@ -87,7 +87,7 @@ impl CriReader {
         verbose: bool,
     ) -> impl Future<Output = Result<ImageStatus, CriError>> + 'static + use<> {
         let name = image.image.clone();
-        self.core.call_within(Rpc::ImageStatus, Some(&name), None, move |c, d| async move {
+        self.core.call_within(Rpc::ImageStatus, Some(name), None, move |c, d| async move {
             c.image_status(image, verbose, d).await
         })
     }
@@ -96,7 +96,7 @@ impl CriReader {
     pub fn pull_image(&self, m: PullImage) -> impl Future<Output = Result<String, CriError>> + 'static + use<> {
         let image = m.image.image.clone();
         let requested = m.deadline;
-        self.core.call_within(Rpc::PullImage, Some(&image), requested, move |c, d| async move {
+        self.core.call_within(Rpc::PullImage, Some(image), requested, move |c, d| async move {
             c.pull_image(m.image, m.auth, m.sandbox, d).await
         })
     }
@@ -131,7 +131,9 @@ impl CriReader {
         body: prost::bytes::Bytes,
         requested: Option<Duration>,
     ) -> impl Future<Output = Result<prost::bytes::Bytes, CriError>> + 'static + use<> {
-        self.core.call_within(rpc, image, requested, move |c, d| async move { c.forward(rpc, body, d).await })
+        self.core.call_within(rpc, image.map(str::to_owned), requested, move |c, d| async move {
+            c.forward(rpc, body, d).await
+        })
     }
 }
 
@@ -179,7 +181,7 @@ impl CriGatewayActor {
         Ok((Self::new(client, cfg).start(), version))
     }
 
-    fn call<T, F, Fut>(&self, rpc: Rpc, image: Option<&str>, f: F) -> ResponseFuture<Result<T, CriError>>
+    fn call<T, F, Fut>(&self, rpc: Rpc, image: Option<String>, f: F) -> ResponseFuture<Result<T, CriError>>
     where
         T: 'static,
         F: FnOnce(Arc<CriClient>, Option<Duration>) -> Fut + 'static,
@@ -217,7 +219,7 @@ impl Core {
     pub(super) fn call_within<T, F, Fut>(
         &self,
         rpc: Rpc,
-        image: Option<&str>,
+        image: Option<String>,
         requested: Option<Duration>,
         f: F,
     ) -> impl Future<Output = Result<T, CriError>> + 'static + use<T, F, Fut>
@@ -232,11 +234,10 @@ impl Core {
             (c, r) => c.or(r),
         };
         let fault = if self.has_faults.load(Ordering::Acquire) {
-            self.faults.read().unwrap_or_else(std::sync::PoisonError::into_inner).decide(rpc, image)
+            self.faults.read().unwrap_or_else(std::sync::PoisonError::into_inner).decide(rpc, image.as_deref())
         } else {
             None
         };
-        let image = image.map(str::to_owned);
         let metrics = self.metrics.clone();
         let changes = matches!(rpc, Rpc::PullImage | Rpc::RemoveImage).then(|| self.image_changes.clone());
         async move {
@@ -342,7 +343,7 @@ impl Handler<ListImages> for CriGatewayActor {
     fn handle(&mut self, m: ListImages, _: &mut Self::Context) -> Self::Result {
         let image = m.filter.as_ref().map(|s| s.image.clone());
         let streaming = self.core.streaming.clone();
-        self.call(Rpc::ListImages, image.as_deref(), move |c, d| async move {
+        self.call(Rpc::ListImages, image, move |c, d| async move {
             if streaming.should_try() {
                 match c.stream_images(m.filter.clone(), d).await {
                     Ok(images) => {
@@ -363,7 +364,7 @@ impl Handler<GetImageStatus> for CriGatewayActor {
     /// Looks up one image.
     fn handle(&mut self, m: GetImageStatus, _: &mut Self::Context) -> Self::Result {
         let (image, verbose) = (m.image.image.clone(), m.verbose);
-        self.call(Rpc::ImageStatus, Some(&image), move |c, d| async move { c.image_status(m.image, verbose, d).await })
+        self.call(Rpc::ImageStatus, Some(image), move |c, d| async move { c.image_status(m.image, verbose, d).await })
     }
 }
 
@@ -380,7 +381,7 @@ impl Handler<RemoveImage> for CriGatewayActor {
     /// Removes an image.
     fn handle(&mut self, m: RemoveImage, _: &mut Self::Context) -> Self::Result {
         let image = m.image.image.clone();
-        self.call(Rpc::RemoveImage, Some(&image), move |c, d| async move { c.remove_image(m.image, d).await })
+        self.call(Rpc::RemoveImage, Some(image), move |c, d| async move { c.remove_image(m.image, d).await })
     }
 }
 

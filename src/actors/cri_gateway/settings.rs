@@ -1,32 +1,32 @@
 //! The CRI gateway's settings (validated from `[runtime]` by `config`).
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::cri::Rpc;
 use crate::metrics::Metrics;
 
-/// Per-RPC deadlines; `None` = no deadline.
+/// Per-RPC deadlines; `None` = no deadline. Read on every call: indexed
+/// by the RPC, not hashed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CriDeadlines {
-    deadlines: HashMap<Rpc, Option<Duration>>,
+    deadlines: [Option<Duration>; Rpc::ALL.len()],
 }
 
 impl CriDeadlines {
     /// Every call gets `d` (tests and embedders).
     pub fn uniform(d: Option<Duration>) -> Self {
-        Self { deadlines: Rpc::ALL.into_iter().map(|r| (r, d)).collect() }
+        Self { deadlines: [d; Rpc::ALL.len()] }
     }
 
     /// The deadline of one call kind.
     pub fn get(&self, rpc: Rpc) -> Option<Duration> {
-        self.deadlines.get(&rpc).copied().flatten()
+        self.deadlines[rpc as usize]
     }
 
     /// Sets one call kind's deadline.
     #[must_use]
     pub fn with(mut self, rpc: Rpc, d: Option<Duration>) -> Self {
-        self.deadlines.insert(rpc, d);
+        self.deadlines[rpc as usize] = d;
         self
     }
 }

@@ -60,15 +60,17 @@ async fn a_failing_rule_answers_without_calling_the_runtime_and_is_counted() {
     let err = CriError::new(CriErrorKind::NotFound, "injected");
     c.set_faults(FaultPlan::new(1).rule(FaultRule::on(Rpc::PullImage).image("bad:*").fail(err)));
     let calls = Rc::new(Cell::new(0));
-    let e = c.call_within(Rpc::PullImage, Some("bad:1"), None, echo_deadline(&calls)).await.expect_err("fault");
+    let e = c.call_within(Rpc::PullImage, Some("bad:1".into()), None, echo_deadline(&calls)).await.expect_err("fault");
     assert_eq!(e.kind(), CriErrorKind::NotFound);
     assert_eq!(calls.get(), 0, "the runtime is not called");
     assert_eq!(errors(&metrics, "PullImage", "NotFound"), Some(1.0), "the injected error is counted as the runtime's");
-    c.call_within(Rpc::PullImage, Some("good:1"), None, echo_deadline(&calls)).await.expect("another image passes");
+    c.call_within(Rpc::PullImage, Some("good:1".into()), None, echo_deadline(&calls))
+        .await
+        .expect("another image passes");
     assert_eq!(calls.get(), 1);
 
     c.set_faults(FaultPlan::default());
-    c.call_within(Rpc::PullImage, Some("bad:1"), None, echo_deadline(&calls)).await.expect("plan cleared");
+    c.call_within(Rpc::PullImage, Some("bad:1".into()), None, echo_deadline(&calls)).await.expect("plan cleared");
     assert_eq!(calls.get(), 2);
 }
 
