@@ -8,6 +8,8 @@
 //!   API error or any failure (every image is pullable, so none may fail);
 //! - `load_p99_ms`, `load_p50_ms`, `load_wall_ms`: latency of the calls and
 //!   the burst's wall time;
+//! - `load_runtime_pulls`, `load_runtime_status_calls`: `PullImage` and
+//!   `ImageStatus` calls the runtime served;
 //! - `load_idle_rss_mb`: the daemon's RSS before the burst;
 //! - `load_peak_rss_mb`: the daemon's peak RSS (VmHWM in /proc/<pid>/status).
 //!
@@ -15,7 +17,9 @@
 //! 8; calls are spread over them round-robin, all sent at once), `LOAD_MODE`
 //! (`serial` or `parallel` pulls, serial), `LOAD_RUNS` (bursts, each against
 //! a fresh daemon and runtime, 1), `LOAD_PULL_MS` (how long a pull takes, 20),
-//! `LOAD_WRAP` (a command to run the daemon under, e.g. `heaptrack -o FILE`;
+//! `LOAD_TARGET` (`api`, or `cri`: the same burst as kubelets send it to
+//! the CRI front, `ImageStatus` then `PullImage` when absent; a CRI error is
+//! then spurious), `LOAD_WRAP` (a command to run the daemon under, e.g. `heaptrack -o FILE`;
 //! the RSS figures are then the wrapper's).
 //!
 //! The runtime: an embedded runtime served by this process (as `imaged
@@ -59,6 +63,8 @@ struct Daemon {
     child: Child,
     _dir: tempfile::TempDir,
     socket: PathBuf,
+    /// The CRI front's socket (served in every run; used with `LOAD_TARGET=cri`).
+    front: PathBuf,
     _runtime: EmbeddedRuntime,
 }
 
@@ -67,6 +73,7 @@ impl Daemon {
         // Short path: unix socket paths are limited to ~100 bytes.
         let dir = tempfile::Builder::new().prefix("imload").tempdir_in("/tmp").expect("tempdir");
         let socket = dir.path().join("api.sock");
+        let front = dir.path().join("front.sock");
         let runtime = EmbeddedRuntime::start(dir.path().join("cri.sock")).expect("embedded runtime");
         for i in 0..IMAGES {
             runtime.add_remote(RemoteImage::new(image(i), 2_000_000).latency(pull)).expect("catalogue");
@@ -90,6 +97,7 @@ impl Daemon {
             .args(["--set", &format!("daemon.socket={}", socket.display())])
             .args(["--set", &format!("runtime.endpoint=unix://{}", dir.path().join("cri.sock").display())])
             .args(["--set", "daemon.metrics_address="])
+            .args(["--set", &format!("cri_server.socket={}", front.display())])
             // Its own durable state (the default is the machine's one).
             .args(["--set", &format!("state.dir={}", dir.path().join("state").display())])
             .args(["--set", &format!("pull.serialize_image_pulls={serial}")])
@@ -101,9 +109,11 @@ impl Daemon {
             .stderr(Stdio::from(log))
             .spawn()
             .expect("spawn imaged run");
-        let mut d = Daemon { child, _dir: dir, socket, _runtime: runtime };
+        let mut d = Daemon { child, _dir: dir, socket, front, _runtime: runtime };
         let deadline = Instant::now() + Duration::from_secs(30);
-        while std::os::unix::net::UnixStream::connect(&d.socket).is_err() {
+        while std::os::unix::net::UnixStream::connect(&d.socket).is_err()
+            || std::os::unix::net::UnixStream::connect(&d.front).is_err()
+        {
             assert!(d.child.try_wait().expect("wait").is_none(), "imaged exited: {}", d.log());
             assert!(Instant::now() < deadline, "imaged did not serve within 30 s: {}", d.log());
             std::thread::sleep(Duration::from_millis(20));
@@ -204,6 +214,66 @@ async fn burst(socket: &Path, n: usize, channels: usize) -> Burst {
     b
 }
 
+/// `LOAD_TARGET=cri`: the burst as kubelets send it to the CRI front
+/// (`imageServiceEndpoint` pointed at imaged): each call an `ImageStatus`,
+/// then a `PullImage` when the image is absent. ok = the image's id.
+async fn burst_cri(front: &Path, n: usize, channels: usize) -> Burst {
+    use imaged::cri::CriEndpoint;
+    use imaged::cri::proto::image_service_client::ImageServiceClient;
+    use imaged::cri::proto::{ImageSpec, ImageStatusRequest, PullImageRequest};
+    let endpoint = CriEndpoint::Unix(front.to_path_buf());
+    let clients: Vec<ImageServiceClient<Channel>> = (0..channels.max(1))
+        .map(|_| ImageServiceClient::new(endpoint.channel(Duration::from_secs(10)).expect("channel")))
+        .collect();
+    let spec = |i: usize| Some(ImageSpec { image: image(i), ..Default::default() });
+    for c in &clients {
+        c.clone().image_status(ImageStatusRequest { image: spec(0), verbose: false }).await.expect("connect");
+    }
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let mut c = clients[i % clients.len()].clone();
+        tasks.spawn(async move {
+            let t = Instant::now();
+            let r: Result<String, tonic::Status> = async {
+                let status = c.image_status(ImageStatusRequest { image: spec(i), verbose: false }).await?;
+                match status.into_inner().image {
+                    Some(found) => Ok(found.id),
+                    None => Ok(c
+                        .pull_image(PullImageRequest { image: spec(i), auth: None, sandbox_config: None })
+                        .await?
+                        .into_inner()
+                        .image_ref),
+                }
+            }
+            .await;
+            (t.elapsed(), r)
+        });
+    }
+    let mut b =
+        Burst { answered: 0, ok: 0, spurious: BTreeMap::new(), latencies: Vec::with_capacity(n), wall: Duration::ZERO };
+    while let Some(joined) = tasks.join_next().await {
+        let (took, r) = joined.expect("task");
+        b.latencies.push(took);
+        b.answered += 1;
+        let spurious = match r {
+            Ok(id) if !id.is_empty() => {
+                b.ok += 1;
+                None
+            }
+            Ok(_) => Some("an empty image id".to_string()),
+            Err(status) => Some(format!("CRI error {:?}: {}", status.code(), status.message())),
+        };
+        if let Some(m) = spurious {
+            let m: String = m.chars().take(160).collect();
+            *b.spurious.entry(m).or_default() += 1;
+        }
+    }
+    b.wall = started.elapsed();
+    b.latencies.sort();
+    b
+}
+
 fn pct(sorted: &[Duration], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -218,16 +288,23 @@ fn main() {
     let runs: usize = env_or("LOAD_RUNS", 1);
     let mode = std::env::var("LOAD_MODE").unwrap_or_else(|_| "serial".into());
     let pull = Duration::from_millis(env_or("LOAD_PULL_MS", 20));
+    let target = std::env::var("LOAD_TARGET").unwrap_or_else(|_| "api".into());
+    assert!(target == "api" || target == "cri", "LOAD_TARGET is api or cri, not {target:?}");
     // The client gets its own threads, so the daemon is what is measured.
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     println!("load_requests: {n}");
     println!("load_channels: {channels}");
     println!("load_mode: {mode}");
+    println!("load_target: {target}");
     for run in 0..runs {
         let daemon = Daemon::start(&mode, pull);
         let pid = daemon.child.id();
         let idle = proc_status_mb(pid, "VmRSS:");
-        let b = rt.block_on(burst(&daemon.socket, n, channels));
+        let b = if target == "cri" {
+            rt.block_on(burst_cri(&daemon.front, n, channels))
+        } else {
+            rt.block_on(burst(&daemon.socket, n, channels))
+        };
         let peak = proc_status_mb(pid, "VmHWM:");
         let suffix = if runs > 1 { format!("_run{run}") } else { String::new() };
         println!("load_answered{suffix}: {}", b.answered);
@@ -239,6 +316,8 @@ fn main() {
         println!("load_p50_ms{suffix}: {:.1}", pct(&b.latencies, 0.50));
         println!("load_p99_ms{suffix}: {:.1}", pct(&b.latencies, 0.99));
         println!("load_wall_ms{suffix}: {:.1}", b.wall.as_secs_f64() * 1e3);
+        println!("load_runtime_pulls{suffix}: {}", daemon._runtime.stats().calls(imaged::cri::Rpc::PullImage));
+        println!("load_runtime_status_calls{suffix}: {}", daemon._runtime.stats().calls(imaged::cri::Rpc::ImageStatus));
         println!("load_idle_rss_mb{suffix}: {idle:.1}");
         println!("load_peak_rss_mb{suffix}: {peak:.1}");
         if std::env::var("LOAD_SHOW_LOG").is_ok() {

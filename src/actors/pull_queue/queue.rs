@@ -11,7 +11,12 @@
 //! Capacity: at most `capacity` pulls wait to start (the kubelet's channel of
 //! 10 in serial mode). A request that finds the queue full is parked, in
 //! arrival order, until a waiting pull starts; it is not yet queued (not
-//! ordered, not joinable) while parked.
+//! ordered, not joinable) while parked. When a parked request is admitted as
+//! a new pull, every request parked with the same key joins it at once: they
+//! all arrived before that pull starts, so it serves each of them as a pull
+//! of its own would (a request that must reach the registry included).
+//! Without this a burst through the CRI front (kubelets' `PullImage` of a
+//! few images, all parked) pulled each image again for most requests.
 //!
 //! Per-registry limit (optional, [`PullQueue::with_registry_limit`]): at most
 //! that many pulls from one registry run at once. A pull whose registry is at
@@ -148,6 +153,8 @@ pub struct PullQueue<R, W> {
     /// Jobs not shared (single-flight off) get a unique key suffix.
     running: usize,
     parked: VecDeque<(PullKey, i32, R, W)>,
+    /// How many requests of each key are parked (a key is absent at 0).
+    parked_keys: HashMap<PullKey, usize>,
     /// Most pulls running at once per registry (`None` = no such limit).
     registry_limit: Option<usize>,
     /// Pulls running per registry (kept only with a registry limit).
@@ -199,6 +206,7 @@ impl<R, W> PullQueue<R, W> {
             jobs: BTreeMap::new(),
             running: 0,
             parked: VecDeque::new(),
+            parked_keys: HashMap::new(),
             registry_limit: None,
             running_by_registry: HashMap::new(),
             waiting_by_registry: HashMap::new(),
@@ -299,6 +307,7 @@ impl<R, W> PullQueue<R, W> {
             return Submitted::Joined;
         }
         if self.must_park(&key) {
+            *self.parked_keys.entry(key.clone()).or_default() += 1;
             self.parked.push_back((key, priority, request, waiter));
             return Submitted::Parked;
         }
@@ -348,7 +357,9 @@ impl<R, W> PullQueue<R, W> {
                 break;
             }
             let Some((key, priority, request, mut waiter)) = self.parked.pop_front() else { break };
+            let more_parked = self.unpark(&key);
             if !room {
+                *self.parked_keys.entry(key.clone()).or_default() += 1;
                 held.push(registry_of(&key.image).to_string());
                 kept.push_back((key, priority, request, waiter));
                 continue;
@@ -363,13 +374,56 @@ impl<R, W> PullQueue<R, W> {
             }
             on_admit(&key, Submitted::Queued, &mut waiter);
             self.insert(key.clone(), priority, request, waiter);
-            admitted.push((key, Submitted::Queued));
+            admitted.push((key.clone(), Submitted::Queued));
+            if more_parked {
+                self.join_parked(&key, &mut on_admit, &mut admitted);
+            }
         }
         if !kept.is_empty() {
             kept.append(&mut self.parked);
             self.parked = kept;
         }
         admitted
+    }
+
+    /// One parked request of `key` left the parked queue; whether others
+    /// of that key are still parked.
+    fn unpark(&mut self, key: &PullKey) -> bool {
+        match self.parked_keys.get_mut(key) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                true
+            }
+            _ => {
+                self.parked_keys.remove(key);
+                false
+            }
+        }
+    }
+
+    /// Every request parked with `key` joins its job, just queued (one pass
+    /// over the parked requests, made only when some share the key).
+    fn join_parked(
+        &mut self,
+        key: &PullKey,
+        on_admit: &mut impl FnMut(&PullKey, Submitted, &mut W),
+        admitted: &mut Vec<(PullKey, Submitted)>,
+    ) {
+        self.parked_keys.remove(key);
+        let mut rest = VecDeque::with_capacity(self.parked.len());
+        while let Some(entry) = self.parked.pop_front() {
+            if entry.0 != *key {
+                rest.push_back(entry);
+                continue;
+            }
+            let (key, _, _, mut waiter) = entry;
+            on_admit(&key, Submitted::Joined, &mut waiter);
+            if let Some(job) = self.jobs.get_mut(&key) {
+                job.waiters.push(waiter);
+            }
+            admitted.push((key, Submitted::Joined));
+        }
+        self.parked = rest;
     }
 
     /// The next pull to start, if a slot is free: removed from the waiting

@@ -84,6 +84,35 @@ fn a_full_queue_parks_requests_in_arrival_order_until_a_pull_starts() {
 }
 
 #[test]
+fn requests_parked_with_one_key_all_join_the_pull_made_for_the_first() {
+    // Capacity 1: a burst of two images, asked for alternately, parks.
+    let mut q: PullQueue<u32, u32> = PullQueue::new(Concurrency::Serial, Some(1), true);
+    let must = |img: &str| PullKey::new(img.into(), String::new(), String::new(), true);
+    assert_eq!(q.submit(must("x"), 0, 0, 0), Submitted::Queued);
+    for (i, img) in ["b", "c", "b", "c", "b"].into_iter().enumerate() {
+        assert_eq!(q.submit(must(img), 0, 0, i as u32 + 1), Submitted::Parked);
+    }
+    let (x, _) = q.start_next().expect("x starts");
+    let mut seen = Vec::new();
+    // b is queued for the first b; the other two join it (they arrived
+    // before its pull starts), and c stays parked behind the full queue.
+    assert_eq!(
+        q.admit_parked(|_, how, w| seen.push((*w, how))),
+        vec![(must("b"), Submitted::Queued), (must("b"), Submitted::Joined), (must("b"), Submitted::Joined)]
+    );
+    assert_eq!(seen, [(1, Submitted::Queued), (3, Submitted::Joined), (5, Submitted::Joined)]);
+    assert_eq!(q.parked(), 2, "both c requests, in arrival order");
+    q.finish(&x);
+    let (b, _) = q.start_next().expect("b starts");
+    assert_eq!(q.admit_parked(|_, _, _| {}), vec![(must("c"), Submitted::Queued), (must("c"), Submitted::Joined)]);
+    assert_eq!(q.parked(), 0);
+    assert_eq!(q.finish(&b), vec![1, 3, 5], "one pull answers every b");
+    let (c, _) = q.start_next().expect("c starts");
+    assert_eq!(q.finish(&c), vec![2, 4]);
+    assert_eq!(q.start_next(), None, "three pulls for six requests");
+}
+
+#[test]
 fn parallel_limit_bounds_running_pulls() {
     let mut q: PullQueue<u32, ()> = PullQueue::new(Concurrency::Parallel(Some(3)), None, true);
     for i in 0..10 {
