@@ -183,28 +183,37 @@ async fn burst(socket: &Path, n: usize, channels: usize) -> Burst {
             (t.elapsed(), r)
         });
     }
+    collect(tasks, n, started, |r, b| match r {
+        Ok(resp) => {
+            b.answered += 1;
+            match resp.into_inner().result {
+                Some(proto::ensure_image_response::Result::Ok(_)) => {
+                    b.ok += 1;
+                    None
+                }
+                Some(proto::ensure_image_response::Result::Failure(f)) => Some(format!("{}: {}", f.kind, f.message)),
+                None => Some("an answer with no result".into()),
+            }
+        }
+        Err(status) => Some(format!("API error {:?}: {}", status.code(), status.message())),
+    })
+    .await
+}
+
+/// Waits for every call of a burst begun at `started`; `classify` counts
+/// one answer into the burst and says why it is spurious, if it is.
+async fn collect<T: 'static>(
+    mut tasks: tokio::task::JoinSet<(Duration, T)>,
+    n: usize,
+    started: Instant,
+    classify: impl Fn(T, &mut Burst) -> Option<String>,
+) -> Burst {
     let mut b =
         Burst { answered: 0, ok: 0, spurious: BTreeMap::new(), latencies: Vec::with_capacity(n), wall: Duration::ZERO };
     while let Some(joined) = tasks.join_next().await {
         let (took, r) = joined.expect("task");
         b.latencies.push(took);
-        let spurious = match r {
-            Ok(resp) => {
-                b.answered += 1;
-                match resp.into_inner().result {
-                    Some(proto::ensure_image_response::Result::Ok(_)) => {
-                        b.ok += 1;
-                        None
-                    }
-                    Some(proto::ensure_image_response::Result::Failure(f)) => {
-                        Some(format!("{}: {}", f.kind, f.message))
-                    }
-                    None => Some("an answer with no result".into()),
-                }
-            }
-            Err(status) => Some(format!("API error {:?}: {}", status.code(), status.message())),
-        };
-        if let Some(m) = spurious {
+        if let Some(m) = classify(r, &mut b) {
             let m: String = m.chars().take(160).collect();
             *b.spurious.entry(m).or_default() += 1;
         }
@@ -250,28 +259,18 @@ async fn burst_cri(front: &Path, n: usize, channels: usize) -> Burst {
             (t.elapsed(), r)
         });
     }
-    let mut b =
-        Burst { answered: 0, ok: 0, spurious: BTreeMap::new(), latencies: Vec::with_capacity(n), wall: Duration::ZERO };
-    while let Some(joined) = tasks.join_next().await {
-        let (took, r) = joined.expect("task");
-        b.latencies.push(took);
+    collect(tasks, n, started, |r, b| {
         b.answered += 1;
-        let spurious = match r {
+        match r {
             Ok(id) if !id.is_empty() => {
                 b.ok += 1;
                 None
             }
             Ok(_) => Some("an empty image id".to_string()),
             Err(status) => Some(format!("CRI error {:?}: {}", status.code(), status.message())),
-        };
-        if let Some(m) = spurious {
-            let m: String = m.chars().take(160).collect();
-            *b.spurious.entry(m).or_default() += 1;
         }
-    }
-    b.wall = started.elapsed();
-    b.latencies.sort();
-    b
+    })
+    .await
 }
 
 fn pct(sorted: &[Duration], p: f64) -> f64 {
