@@ -35,7 +35,10 @@
 //! runs only the makespan section (about 40 s), `ENSURE_BENCH=burst` only
 //! the present burst, `ENSURE_BENCH=hot` only the hot path; with
 //! `HOT_ONLY=<side>` (e.g. `ensure`, `bare_status`) only that side, for
-//! `perf stat` to count what one side costs.
+//! `perf stat` to count what one side costs. Beside each time ratio the
+//! hot path prints `_cpu_ratio`s: the process's CPU time per call (both
+//! threads, imaged's and the runtime's), side ÷ bare, which the waits for a
+//! thread to wake do not move; `hot_path_cpu_ratio` is the ensure's.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
 use std::cell::Cell;
@@ -273,17 +276,25 @@ async fn hot_path() {
     // Rounds, each giving its own ratios: min / median / max of them show
     // how far one run's figure can move.
     let mut rounds: Vec<[Duration; SIDES.len()]> = Vec::new();
+    // The process's CPU time per side and round (both threads: the caller's
+    // and the embedded runtime's): the work each side makes, without the
+    // waits for a thread to wake that move the times from run to run.
+    let mut cpu_rounds: Vec<[Duration; SIDES.len()]> = Vec::new();
     for round in 0..HOT_ROUNDS {
         let mut this: [Vec<Duration>; SIDES.len()] = Default::default();
+        let mut cpu = [Duration::ZERO; SIDES.len()];
         for block in round * HOT_BLOCKS / HOT_ROUNDS..(round + 1) * HOT_BLOCKS / HOT_ROUNDS {
             // Rotate the order of the sides so none always follows the same one.
             for k in 0..SIDES.len() {
                 let i = (block + k) % SIDES.len();
+                let cpu_before = process_cpu();
                 for _ in 0..HOT_BLOCK_SIZE {
                     this[i].push(one(SIDES[i]).await);
                 }
+                cpu[i] += process_cpu().saturating_sub(cpu_before);
             }
         }
+        cpu_rounds.push(cpu);
         let mut p50s = [Duration::ZERO; SIDES.len()];
         for (i, t) in this.iter_mut().enumerate() {
             t.sort();
@@ -314,8 +325,25 @@ async fn hot_path() {
             println!("hot_{name}_ratio: {mid:.3}");
         }
     }
+    // CPU per call, each side ÷ the bare call's, per round.
+    let cpu_spread = |i: usize| {
+        let mut r: Vec<f64> = cpu_rounds.iter().map(|c| c[i].as_secs_f64() / c[bare].as_secs_f64()).collect();
+        r.sort_by(f64::total_cmp);
+        (r[0], r[r.len() / 2], r[r.len() - 1])
+    };
+    for (i, name) in SIDE_NAMES.iter().enumerate().take(bare) {
+        let (lo, mid, hi) = cpu_spread(i);
+        println!("hot_{name}_cpu_ratio_min_median_max: {lo:.3} / {mid:.3} / {hi:.3}");
+    }
+    println!("hot_path_cpu_ratio: {:.3}", cpu_spread(0).1);
     // The median of the rounds' ratios.
     println!("hot_path_ratio: {:.3}", spread(0).1);
+}
+
+/// CPU time this process has used (every thread).
+fn process_cpu() -> Duration {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID).expect("process CPU clock");
+    Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32)
 }
 
 // === Parallel makespan ===
