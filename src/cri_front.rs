@@ -482,16 +482,21 @@ impl ImageFront for CriFront {
     }
 
     fn pull(&self, call: PullCall) -> FrontFuture<Bytes> {
+        // What a pull holds while it waits is kept small: a burst of
+        // kubelets' pulls waits by the thousand (actors.md, "Per-waiter
+        // memory"). The rare fallback's state is boxed, the request is sent
+        // now (not kept in the future beside the send), and only a call
+        // with a deadline carries its timer.
         let deadline = call.deadline;
-        let fallback = self.falls_back(&call).then(|| (self.reader.clone(), call.image.clone()));
+        let fallback = self.falls_back(&call).then(|| Box::new((self.reader.clone(), call.image.clone())));
         let request = self.request(call);
-        let pulls = self.pulls.clone();
         let told = Told::new(&request, self.events.clone());
         let metrics = self.metrics.clone();
+        let start = tokio::time::Instant::now();
+        told.emit(EventReason::Pulling, pulling(&told.image), None);
+        let enqueued = self.pulls.send(EnqueuePull(request));
         let wait = async move {
-            let start = tokio::time::Instant::now();
-            told.emit(EventReason::Pulling, pulling(&told.image), None);
-            let Ok(ticket) = pulls.send(EnqueuePull(request)).await else {
+            let Ok(ticket) = enqueued.await else {
                 let failure = PullFailure::Stopped;
                 told.emit(EventReason::Failed, failed_to_pull(&told.image, &failure.to_string()), Some(&failure));
                 return Err(CriError::new(CriErrorKind::RuntimeUnavailable, "imaged's pull queue has stopped"));
@@ -510,9 +515,12 @@ impl ImageFront for CriFront {
                     Ok(o.answer.unwrap_or_else(|| pull_answer(o.image_ref)))
                 }
                 Err(failure) if fallback.is_some() && failure.registry_unreachable() => {
-                    let present = match &fallback {
-                        Some((reader, spec)) => {
-                            reader.image_status(spec.clone(), false).await.ok().and_then(|s| s.image)
+                    let present = match fallback {
+                        // Boxed: a rare path, and every waiting pull would
+                        // otherwise hold room for this call's future.
+                        Some(f) => {
+                            let (reader, spec) = *f;
+                            Box::pin(reader.image_status(spec, false)).await.ok().and_then(|s| s.image)
                         }
                         None => None,
                     };
@@ -531,19 +539,19 @@ impl ImageFront for CriFront {
                 }
             }
         };
-        Box::pin(async move {
+        match deadline {
             // The caller's deadline bounds its own wait only: the pull goes
             // on for the others (and is joined by the caller's next try).
-            match deadline {
-                Some(d) => tokio::time::timeout(d, wait).await.unwrap_or_else(|_| {
+            Some(d) => Box::pin(async move {
+                tokio::time::timeout(d, wait).await.unwrap_or_else(|_| {
                     Err(CriError::new(
                         CriErrorKind::DeadlineExceeded,
                         "the caller's deadline passed while its pull was queued or running",
                     ))
-                }),
-                None => wait.await,
-            }
-        })
+                })
+            }),
+            None => Box::pin(wait),
+        }
     }
 
     fn pins(&self, _id: &str, repo_tags: &[String], repo_digests: &[String]) -> bool {
