@@ -338,7 +338,7 @@ impl ImageManager {
                         }
                         // Pull with the pod's credentials: the runtime checks them.
                         tally.pull_required = Tristate::True;
-                        return self.pull(req, &spec, &lookup, None, true).await;
+                        return self.pull(req, &spec, &lookup, None, true, false).await;
                     }
                     None if req.pull_policy == PullPolicy::Never => {
                         let msg = never_pull(requested);
@@ -353,6 +353,6 @@ impl ImageManager {
             }
         }
         tally.pull_required = Tristate::True;
-        self.pull(req, &spec, &lookup, absent_at, false).await
+        self.pull(req, &spec, &lookup, absent_at, false, false).await
     }
 }

@@ -20,20 +20,9 @@ use crate::events::EventReason;
 impl ImageManager {
     /// Pulls `spec` for `req`. `verify`: the image is present but the pod
     /// must show its credentials, so the pull must reach the registry.
-    pub(super) async fn pull(
-        &self,
-        req: &EnsureImageRequest,
-        spec: &ImageSpec,
-        lookup: &LazyLookup<'_>,
-        absent_at: Option<Instant>,
-        verify: bool,
-    ) -> Result<EnsureOk, EnsureError> {
-        self.pull_attempt(req, spec, lookup, absent_at, verify, false).await
-    }
-
-    /// One pull; `again`: the second, after the first ended while GC was
+    /// `again`: the second pull, after the first ended while GC was
     /// removing its image (it is answered as it ends).
-    async fn pull_attempt(
+    pub(super) async fn pull(
         &self,
         req: &EnsureImageRequest,
         spec: &ImageSpec,
@@ -95,7 +84,7 @@ impl ImageManager {
         match result {
             Ok(_) if removed_meanwhile && !again => {
                 drop(in_flight);
-                Box::pin(self.pull_attempt(req, spec, lookup, Some(Instant::now()), verify, true)).await
+                Box::pin(self.pull(req, spec, lookup, Some(Instant::now()), verify, true)).await
             }
             Ok(outcome) => {
                 if removed_meanwhile {

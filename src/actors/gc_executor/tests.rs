@@ -4,7 +4,7 @@ use std::time::{Duration, SystemTime};
 use actix::prelude::*;
 
 use super::*;
-use crate::actors::detector::{DetectorActor, DetectorSettings};
+use crate::actors::detector::{DetectImages, DetectorActor, DetectorSettings};
 use crate::clock::Clock;
 use crate::cri::{CriError, CriErrorKind, Rpc};
 use crate::domain::{Container, ContainerState, Image};
@@ -17,6 +17,29 @@ use crate::gc::policy::{GcPolicy, ProtectionRules};
 use crate::testing::{
     EventLog, EventReasons, FailNext, FakeCri, GetFakeCalls, SetFakeContainers, SetFakeFs, SetFakeImages,
 };
+
+/// Executor settings for these tests: a 5-minute period, the default rules.
+fn settings(policy: GcPolicy, capacity: u64) -> GcExecutorSettings {
+    GcExecutorSettings {
+        policy,
+        rules: ProtectionRules::default(),
+        period: Duration::from_secs(300),
+        capacity: CapacitySource::fixed(capacity),
+        mailbox_capacity: DEFAULT_MAILBOX_CAPACITY,
+    }
+}
+
+/// An executor (not started) over `detector`, with `fake` for image
+/// filesystem info and removals.
+fn executor(
+    cfg: GcExecutorSettings,
+    detector: Recipient<DetectImages>,
+    fake: &Addr<FakeCri>,
+    sink: EventSink,
+    clock: Clock,
+) -> GcExecutorActor {
+    GcExecutorActor::new(cfg, detector, fake.clone().recipient(), fake.clone().recipient(), sink, clock)
+}
 
 const GB: u64 = 1 << 30;
 
@@ -53,22 +76,8 @@ async fn rig(other_gb: u64, policy: GcPolicy) -> Rig {
     let sink = EventSink::default();
     let events = EventLog::default().start();
     sink.subscribe(events.clone().recipient());
-    let cfg = GcExecutorSettings {
-        policy,
-        rules: ProtectionRules::default(),
-        period: Duration::from_secs(300),
-        capacity: CapacitySource::fixed(100 * GB),
-        mailbox_capacity: DEFAULT_MAILBOX_CAPACITY,
-    };
-    let gc = GcExecutorActor::new(
-        cfg,
-        detector.recipient(),
-        fake.clone().recipient(),
-        fake.clone().recipient(),
-        sink,
-        clock,
-    )
-    .start();
+    let cfg = settings(policy, 100 * GB);
+    let gc = executor(cfg, detector.recipient(), &fake, sink, clock).start();
     Rig { fake, gc, events }
 }
 
@@ -169,22 +178,8 @@ async fn zero_capacity_is_invalid_and_listing_failures_are_reported() {
     let sink = EventSink::default();
     let events = EventLog::default().start();
     sink.subscribe(events.clone().recipient());
-    let cfg = GcExecutorSettings {
-        policy: GcPolicy::default(),
-        rules: ProtectionRules::default(),
-        period: Duration::from_secs(300),
-        capacity: CapacitySource::fixed(0),
-        mailbox_capacity: DEFAULT_MAILBOX_CAPACITY,
-    };
-    let gc = GcExecutorActor::new(
-        cfg,
-        detector.recipient(),
-        r.fake.clone().recipient(),
-        r.fake.clone().recipient(),
-        sink,
-        clock,
-    )
-    .start();
+    let cfg = settings(GcPolicy::default(), 0);
+    let gc = executor(cfg, detector.recipient(), &r.fake, sink, clock).start();
     tokio::time::sleep(Duration::from_millis(1)).await;
     let err = gc.send(RunGc { dry_run: false }).await.unwrap().expect_err("capacity 0");
     assert_eq!(err, GcError::InvalidCapacity);
@@ -284,22 +279,8 @@ async fn min_age_counts_from_the_first_detection_before_a_restart() {
     let clock = Clock::starting_at(t0 + Duration::from_secs(3_600));
     let d =
         DetectorActor::new(dcfg(), FakeCri::detector_cri(&fake), store, InUseHints::default(), clock.clone()).start();
-    let cfg = GcExecutorSettings {
-        policy,
-        rules: ProtectionRules::default(),
-        period: Duration::from_secs(300),
-        capacity: CapacitySource::fixed(100 * GB),
-        mailbox_capacity: DEFAULT_MAILBOX_CAPACITY,
-    };
-    let gc = GcExecutorActor::new(
-        cfg,
-        d.recipient(),
-        fake.clone().recipient(),
-        fake.clone().recipient(),
-        EventSink::default(),
-        clock,
-    )
-    .start();
+    let cfg = settings(policy, 100 * GB);
+    let gc = executor(cfg, d.recipient(), &fake, EventSink::default(), clock).start();
     // For one ensure window after the restart it may be in use (ensured
     // just before it); then its age, older than min age though imaged
     // restarted less than min age ago, is what counts.
@@ -384,24 +365,11 @@ async fn racing_rig(
     let meanwhile = Arc::new(move || meanwhile(&f, &h, &c));
     let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let wrapped = DuringDetection { detector: detector.recipient(), meanwhile, armed: armed.clone() }.start();
-    let cfg = GcExecutorSettings {
-        policy: GcPolicy::default(),
-        rules: ProtectionRules::default(),
-        period: Duration::from_secs(300),
-        capacity: CapacitySource::fixed(100 * GB),
-        mailbox_capacity: DEFAULT_MAILBOX_CAPACITY,
-    };
-    let gc = GcExecutorActor::new(
-        cfg,
-        wrapped.recipient(),
-        fake.clone().recipient(),
-        fake.clone().recipient(),
-        EventSink::default(),
-        clock,
-    )
-    .with_hints(hints)
-    .with_status_check(fake.clone().recipient())
-    .start();
+    let cfg = settings(GcPolicy::default(), 100 * GB);
+    let gc = executor(cfg, wrapped.recipient(), &fake, EventSink::default(), clock)
+        .with_hints(hints)
+        .with_status_check(fake.clone().recipient())
+        .start();
     tokio::time::sleep(Duration::from_secs(200)).await;
     armed.store(true, std::sync::atomic::Ordering::SeqCst);
     (fake, gc)
