@@ -230,6 +230,13 @@ impl PullRecords {
         self.state().records.values().map(|r| (**r).clone()).collect()
     }
 
+    /// The image refs of every record, readable or not: what
+    /// [`PullRecords::prune_unknown_records`] may delete.
+    pub fn image_refs(&self) -> HashSet<String> {
+        let st = self.state();
+        st.records.keys().chain(&st.unreadable).cloned().collect()
+    }
+
     /// Images (keys, see [`image_key`]) with a pull intent in the store.
     pub fn stored_intents(&self) -> Vec<String> {
         let mut v: Vec<String> = self.state().stored_intents.iter().cloned().collect();

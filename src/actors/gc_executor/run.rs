@@ -71,7 +71,16 @@ pub async fn run_gc(ports: GcPorts, spec: RunSpec, clock: Clock) -> Result<GcRep
         now: clock.now(),
         mode: spec.mode,
     };
-    let mut report = match plan_gc(inputs) {
+    // Everything the run needs from the detection is taken before its first
+    // wait, and the detection let go: a detection while this run removes
+    // images (the detector's tick) then updates the records in place rather
+    // than copying every one of them for this run (see `Detector::apply`).
+    let plan = plan_gc(inputs);
+    let listed_pull_refs = match &ports.pull_records {
+        Some(records) if !spec.dry_run => Some(listed_refs(&records.image_refs(), &detection)),
+        _ => None,
+    };
+    let mut report = match plan {
         Ok(plan) => GcReport {
             measured_by: measured_by.to_string(),
             ..GcReport::from_plan(&plan, |id| detection.used_by(id), spec.dry_run, started, before)
@@ -79,11 +88,21 @@ pub async fn run_gc(ports: GcPorts, spec: RunSpec, clock: Clock) -> Result<GcRep
         Err(GcPlanError::InvalidCapacity { age_deletions }) => {
             // As the kubelet: the max-age pass runs before the capacity check.
             if !spec.dry_run {
-                remove_for_age(&ports, &detection, age_deletions, started).await;
+                let doomed = age_deletions
+                    .into_iter()
+                    .map(|key| {
+                        let record = detection.records.get(&key);
+                        let (size, names) = record.map_or((0, Vec::new()), |r| (r.size, r.repo_tags.clone()));
+                        (key, size, names)
+                    })
+                    .collect();
+                drop(detection);
+                remove_for_age(&ports, doomed, started).await;
             }
             return Err(GcError::InvalidCapacity);
         }
     };
+    drop(detection);
     if spec.dry_run {
         return Ok(report);
     }
@@ -91,8 +110,20 @@ pub async fn run_gc(ports: GcPorts, spec: RunSpec, clock: Clock) -> Result<GcRep
     if let Ok((after, _)) = measure(&ports.fs_info, &spec.capacity).await {
         report.bytes_freed_measured = Some(i128::from(after.available) - i128::from(before.available));
     }
-    prune_pull_records(&ports, &detection, &report, started).await;
+    if let Some(listed) = listed_pull_refs {
+        prune_pull_records(&ports, listed, &report, started).await;
+    }
     Ok(report)
+}
+
+/// Of the pulled records' image refs `refs`, those the detection listed (by
+/// id, under any runtime handler): the only ids the prune asks about, kept
+/// instead of every listed id.
+fn listed_refs(refs: &HashSet<String>, detection: &Detection) -> HashSet<String> {
+    if refs.is_empty() {
+        return HashSet::new();
+    }
+    detection.records.iter().filter(|r| refs.contains(r.key.id.as_str())).map(|r| r.key.id.clone()).collect()
 }
 
 /// The image filesystem's capacity and free space: `ImageFsInfo`, then the
@@ -154,10 +185,8 @@ fn claim(ports: &GcPorts, id: &str, names: &[String], started: SystemTime) -> Re
 
 /// Removes the max-age pass's deletions when the capacity is invalid: no
 /// report, only the metrics.
-async fn remove_for_age(ports: &GcPorts, detection: &Detection, keys: Vec<RecordKey>, started: SystemTime) {
-    for key in keys {
-        let record = detection.records.get(&key);
-        let (size, names) = record.map_or((0, Vec::new()), |r| (r.size, r.repo_tags.clone()));
+async fn remove_for_age(ports: &GcPorts, doomed: Vec<(RecordKey, u64, Vec<String>)>, started: SystemTime) {
+    for (key, size, names) in doomed {
         let Ok(_claim) = claim(ports, &key.id, &names, started) else { continue };
         let spec = ImageSpec::new(key.id).with_runtime_handler(key.runtime_handler);
         if refused_now(ports, &spec).await.is_some() {
@@ -208,12 +237,14 @@ async fn remove_in_order(ports: &GcPorts, report: &mut GcReport, started: System
 
 /// The kubelet's post-GC hook. Unlike the kubelet (which passes only the
 /// remaining GC candidates), every image still present keeps its record,
-/// in use or not. A failure is logged; the run's result is unchanged.
-async fn prune_pull_records(ports: &GcPorts, detection: &Detection, report: &GcReport, started: std::time::SystemTime) {
+/// in use or not: `listed` holds the records' image refs the run's
+/// detection listed, less what the run removed. A failure is logged; the
+/// run's result is unchanged.
+async fn prune_pull_records(ports: &GcPorts, mut present: HashSet<String>, report: &GcReport, started: SystemTime) {
     let Some(records) = &ports.pull_records else { return };
-    let removed: HashSet<&str> = report.removed.iter().map(|r| r.id.as_str()).collect();
-    let mut present: HashSet<String> =
-        detection.records.iter().map(|r| r.key.id.clone()).filter(|id| !removed.contains(id.as_str())).collect();
+    for removed in &report.removed {
+        present.remove(removed.id.as_str());
+    }
     // An image pulled again or ensured during the run is there (or about to
     // be): its record, merged unchanged and so not newer, stays.
     if let Some(hints) = &ports.hints {

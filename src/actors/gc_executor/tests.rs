@@ -417,3 +417,84 @@ async fn an_image_the_runtime_pinned_since_the_detection_is_not_removed() {
     let failed = &err.report().expect("a report").failed;
     assert!(failed[0].1.starts_with("not removed: its status could not be read: "), "{failed:?}");
 }
+
+/// Removes through `fake`, first noting who holds the detector's last
+/// detection: the detector, this remover, and anyone else.
+struct HoldersAtRemoval {
+    detector: Addr<DetectorActor>,
+    fake: Addr<FakeCri>,
+    holders: Vec<usize>,
+}
+
+impl Actor for HoldersAtRemoval {
+    type Context = Context<Self>;
+}
+
+impl Handler<crate::actors::cri_gateway::RemoveImage> for HoldersAtRemoval {
+    type Result = ResponseActFuture<Self, Result<(), CriError>>;
+    fn handle(&mut self, m: crate::actors::cri_gateway::RemoveImage, _: &mut Self::Context) -> Self::Result {
+        let (detector, fake) = (self.detector.clone(), self.fake.clone());
+        Box::pin(
+            async move {
+                let last = detector.send(crate::actors::detector::GetLastDetection).await.ok().flatten();
+                let holders = last.as_ref().map_or(0, Arc::strong_count);
+                drop(last);
+                let removed =
+                    fake.send(m).await.unwrap_or_else(|e| Err(CriError::new(CriErrorKind::Other, e.to_string())));
+                (holders, removed)
+            }
+            .into_actor(self)
+            .map(|(holders, removed), act, _| {
+                act.holders.push(holders);
+                removed
+            }),
+        )
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "Vec<usize>")]
+struct Holders;
+
+impl Handler<Holders> for HoldersAtRemoval {
+    type Result = MessageResult<Holders>;
+    fn handle(&mut self, _: Holders, _: &mut Self::Context) -> Self::Result {
+        MessageResult(self.holders.clone())
+    }
+}
+
+#[actix::test]
+async fn a_run_lets_go_of_its_detection_before_it_removes_anything() {
+    // A detection while a run removes images (the detector's tick) updates
+    // the records in place only if nobody else holds them: a run that kept
+    // its detection made every such detection copy all the records.
+    tokio::time::pause();
+    let images = ["a", "b", "c"].map(|n| img(&format!("sha256:{n}"), 10 * GB)).to_vec();
+    let fake = FakeCri::new(images, 100 * GB).start();
+    let clock = Clock::starting_at(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
+    let dcfg = DetectorSettings {
+        period: Duration::from_secs(300),
+        sandbox_image: String::new(),
+        recent_window: Duration::ZERO,
+        mailbox_capacity: crate::actors::detector::DEFAULT_MAILBOX_CAPACITY,
+    };
+    let detector =
+        DetectorActor::new(dcfg, FakeCri::detector_cri(&fake), None, InUseHints::default(), clock.clone()).start();
+    let remover = HoldersAtRemoval { detector: detector.clone(), fake: fake.clone(), holders: Vec::new() }.start();
+    let policy = GcPolicy { min_age: Duration::ZERO, ..GcPolicy::default() };
+    let gc = GcExecutorActor::new(
+        settings(policy, 100 * GB),
+        detector.recipient(),
+        fake.clone().recipient(),
+        remover.clone().recipient(),
+        EventSink::default(),
+        clock,
+    )
+    .with_pull_records(crate::pull_records::PullRecords::in_memory(crate::pull_records::VerifyPolicy::default()))
+    .start();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let done = gc.send(DeleteUnusedImages { dry_run: false }).await.unwrap().expect("reclaim");
+    assert_eq!(done.removed.len(), 3);
+    let holders = remover.send(Holders).await.unwrap();
+    assert_eq!(holders, vec![2, 2, 2], "the detector and the remover's look only, at each removal");
+}
