@@ -14,6 +14,10 @@
 //!   ensure that pulls a small image ÷ a direct CRI `PullImage` of another
 //!   copy of it, each removed before its next pull. Goal ≤ 1.05.
 //!   `real_pull_p50_ratio` gives the same from the sides' medians.
+//!   `real_pull_kubelet_floor_ratio`: the kubelet's own calls for a pull
+//!   made directly (`ImageStatus`, `PullImage`, `ImageStatus` for the size)
+//!   ÷ the lone `PullImage`: the part of the ratio any kubelet-exact ensure
+//!   pays; `real_pull_over_kubelet_calls_ratio`: the ensure ÷ those calls.
 //! - `real_single_flight_pulls`: 50 concurrent ensures of one absent image →
 //!   `PullImage` calls as containerd's own log counts them. Goal 1.
 //!
@@ -122,7 +126,7 @@ fn main() {
     let (hot, pull_refs, sf) = rt.block_on(async {
         let hot = registry.push_image("bench/hot", "v1", &[("hot.bin", &small)]).await.expect("push");
         let mut pull_refs = Vec::new();
-        for side in ["ensure", "memory", "direct"] {
+        for side in ["ensure", "memory", "direct", "kubelet"] {
             let p = registry.push_image(&format!("bench/pull-{side}"), "v1", &[("small.bin", &small)]).await;
             pull_refs.push(p.expect("push").reference);
         }
@@ -214,8 +218,9 @@ fn library(
         // work moves by ±3× either way: enough pairs that the median holds
         // still (each takes about 50 ms).
         let pairs = rounds.max(3) * 12 + 1;
-        let (mut ratios, mut memory_ratios) = (Vec::new(), Vec::new());
-        let (mut via, mut via_memory, mut direct) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut ratios, mut memory_ratios, mut kubelet_ratios, mut over_kubelet) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut via, mut via_memory, mut direct, mut kubelet) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for i in 0..pairs + 2 {
             for r in pull_refs {
                 remove(r.clone()).await;
@@ -232,27 +237,49 @@ fn library(
                     t
                 }
             };
+            // The kubelet's own calls for a pull, made directly: `ImageStatus`
+            // (absent), `PullImage`, `ImageStatus` (the size for its event).
+            let k = || {
+                let mut c = bare.clone();
+                let image = pull_refs[3].clone();
+                async move {
+                    let t = Instant::now();
+                    let s = c.image_status(pb::ImageStatusRequest { image: spec(&image), verbose: false }).await;
+                    assert!(s.expect("status").into_inner().image.is_none(), "removed before");
+                    let req = pb::PullImageRequest { image: spec(&image), auth: None, sandbox_config: None };
+                    let pulled = c.pull_image(req).await.expect("kubelet's pull").into_inner().image_ref;
+                    let s = c.image_status(pb::ImageStatusRequest { image: spec(&pulled), verbose: false }).await;
+                    assert!(s.expect("size").into_inner().image.is_some_and(|i| i.size > 0));
+                    t.elapsed()
+                }
+            };
             // The order rotates, so no side always meets a warm or cold runtime.
-            let (mut te, mut tm, mut td) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
-            for k in 0..3 {
-                match (i + k) % 3 {
+            let (mut te, mut tm, mut td, mut tk) = (Duration::ZERO, Duration::ZERO, Duration::ZERO, Duration::ZERO);
+            for j in 0..4 {
+                match (i + j) % 4 {
                     0 => te = e().await,
                     1 => tm = m().await,
-                    _ => td = d().await,
+                    2 => td = d().await,
+                    _ => tk = k().await,
                 }
             }
             if i >= 2 {
                 // The first two rounds warm the registry's and containerd's caches.
                 ratios.push(te.as_secs_f64() / td.as_secs_f64());
                 memory_ratios.push(tm.as_secs_f64() / td.as_secs_f64());
+                kubelet_ratios.push(tk.as_secs_f64() / td.as_secs_f64());
+                over_kubelet.push(te.as_secs_f64() / tk.as_secs_f64());
                 via.push(te);
                 via_memory.push(tm);
                 direct.push(td);
+                kubelet.push(tk);
             }
         }
         println!("real_pull_pairs: {pairs}");
         let (via_p50, memory_p50, direct_p50) =
             (median_d(via).as_secs_f64(), median_d(via_memory).as_secs_f64(), median_d(direct).as_secs_f64());
+        let kubelet_p50 = median_d(kubelet).as_secs_f64();
+        println!("real_pull_kubelet_calls_p50_ms: {:.2}", kubelet_p50 * 1e3);
         println!("real_pull_ensure_p50_ms: {:.2}", via_p50 * 1e3);
         println!("real_pull_ensure_memory_records_p50_ms: {:.2}", memory_p50 * 1e3);
         println!("real_pull_direct_p50_ms: {:.2}", direct_p50 * 1e3);
@@ -261,6 +288,11 @@ fn library(
         println!("real_pull_memory_records_p50_ratio: {:.3}", memory_p50 / direct_p50);
         report("real_pull_ratio", ratios);
         report("real_pull_memory_records_ratio", memory_ratios);
+        // The floor a kubelet-exact ensure stands on: the kubelet's own
+        // three calls ÷ a lone PullImage; and the ensure ÷ those calls, what
+        // imaged adds to them (its actors, the KEP-2535 records).
+        report("real_pull_kubelet_floor_ratio", kubelet_ratios);
+        report("real_pull_over_kubelet_calls_ratio", over_kubelet);
 
         // Single flight on the real runtime.
         let before = containerd_pulls(containerd_log, sf);
