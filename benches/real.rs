@@ -20,8 +20,12 @@
 //!   pays; `real_pull_over_kubelet_calls_ratio`: the ensure ÷ those calls.
 //! - `real_single_flight_pulls`: 50 concurrent ensures of one absent image →
 //!   `PullImage` calls as containerd's own log counts them. Goal 1.
+//! - `real_burst_durable_records_ratio`: 16 pods with an image each, ensured
+//!   at once with parallel pulls: makespan with durable KEP-2535 records ÷
+//!   with them in memory (a busy node's start).
 //!
-//! `REAL_BENCH_ROUNDS` (5) and `REAL_BENCH_CALLS` (400 per round) scale it.
+//! `REAL_BENCH_ROUNDS` (5) and `REAL_BENCH_CALLS` (400 per round) scale it;
+//! `REAL_BENCH_ONLY=library|burst|daemon` runs one part.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // bench code: a failed unwrap is a failed run
 
 #[path = "../tests/support/mod.rs"]
@@ -123,6 +127,7 @@ fn main() {
     let registry = support::oci::Registry::open(&env.registry_open);
     let small: Vec<u8> = (0..64 * 1024).map(|i| (i * 31 % 251) as u8).collect();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mut burst_refs = Vec::new();
     let (hot, pull_refs, sf) = rt.block_on(async {
         let hot = registry.push_image("bench/hot", "v1", &[("hot.bin", &small)]).await.expect("push");
         let mut pull_refs = Vec::new();
@@ -131,6 +136,12 @@ fn main() {
             pull_refs.push(p.expect("push").reference);
         }
         let sf = registry.push_image("bench/single-flight", "v1", &[("sf.bin", &small)]).await.expect("push");
+        for side in ["durable", "memory"] {
+            for i in 0..BURST {
+                let p = registry.push_image(&format!("bench/burst-{side}-{i}"), "v1", &[("small.bin", &small)]).await;
+                burst_refs.push(p.expect("push").reference);
+            }
+        }
         let mut c = cri_client(&endpoint);
         c.pull_image(pb::PullImageRequest { image: spec(&hot.reference), auth: None, sandbox_config: None })
             .await
@@ -138,8 +149,18 @@ fn main() {
         (hot.reference, pull_refs, sf.reference)
     });
 
-    library(&endpoint, &hot, &pull_refs, &sf, &containerd_log, rounds, calls);
-    daemon(&endpoint, &hot, rounds, calls);
+    // `REAL_BENCH_ONLY=library|burst|daemon`: one part alone.
+    let only = std::env::var("REAL_BENCH_ONLY").ok();
+    let runs = |part: &str| only.as_deref().is_none_or(|o| o == part);
+    if runs("library") {
+        library(&endpoint, &hot, &pull_refs, &sf, &containerd_log, rounds, calls);
+    }
+    if runs("burst") {
+        burst(&endpoint, &burst_refs, rounds);
+    }
+    if runs("daemon") {
+        daemon(&endpoint, &hot, rounds, calls);
+    }
 }
 
 /// The library's figures: hot path, pulls, single flight.
@@ -300,6 +321,77 @@ fn library(
         futures_util::future::join_all(all).await;
         println!("real_single_flight_pulls: {}", containerd_pulls(containerd_log, sf) - before);
         drop(node);
+    });
+}
+
+/// Images in one burst of pulls.
+const BURST: usize = 16;
+
+/// A busy node's start: `BURST` pods, each with an image of its own, ensured
+/// at once with parallel pulls (`max_parallel_image_pulls` = 5), on a node
+/// with durable KEP-2535 records and on one with them in memory, alternating
+/// which goes first; every image removed between rounds. Prints each side's
+/// median makespan and their ratio: what the records' synced commits add
+/// when pulls overlap.
+fn burst(endpoint: &CriEndpoint, refs: &[String], rounds: usize) {
+    actix::System::new().block_on(async {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let node = |state: String| async move {
+            let toml = format!(
+                "[gc]\ngc_period = \"1h\"\ndetect_period = \"1h\"\n[pull]\nregistry_pull_qps = 0.0\n\
+                 serialize_image_pulls = false\nmax_parallel_image_pulls = 5\n[state]\ndir = \"{state}\""
+            );
+            let (gateway, version) =
+                CriGatewayActor::connect(endpoint, &CriSettings::default()).await.expect("gateway");
+            let connected = ConnectedRuntime { gateway, version, endpoint: endpoint.clone(), embedded: None };
+            Node::start_on(Config::from_toml(&toml).expect("config"), connected).await.expect("node")
+        };
+        let durable = node(dir.path().display().to_string()).await;
+        let memory = node("memory".to_string()).await;
+        let (durable_refs, memory_refs) = refs.split_at(BURST);
+        let mut bare = cri_client(endpoint);
+        let all = |m: imaged::ensure::ImageManager, images: &[String], round: usize| {
+            let ensures: Vec<_> = images
+                .iter()
+                .enumerate()
+                .map(|(i, image)| {
+                    let m = m.clone();
+                    let req = EnsureImageRequest::new(&format!("burst-{round}-{i}"), image, PullPolicy::IfNotPresent);
+                    async move {
+                        let ok = m.ensure_image_exists(&req).await.expect("ensure");
+                        assert!(ok.message.is_empty(), "removed before, so pulled: {ok:?}");
+                    }
+                })
+                .collect();
+            async move {
+                let t = Instant::now();
+                futures_util::future::join_all(ensures).await;
+                t.elapsed()
+            }
+        };
+        let (mut on_disk, mut in_memory, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 0..rounds.max(3) * 2 + 1 {
+            for r in refs {
+                let _ = bare.remove_image(pb::RemoveImageRequest { image: spec(r) }).await;
+            }
+            let (d, m) = if round % 2 == 0 {
+                let d = all(durable.manager().clone(), durable_refs, round).await;
+                (d, all(memory.manager().clone(), memory_refs, round).await)
+            } else {
+                let m = all(memory.manager().clone(), memory_refs, round).await;
+                (all(durable.manager().clone(), durable_refs, round).await, m)
+            };
+            // The first round warms the registry's and containerd's caches.
+            if round > 0 {
+                ratios.push(d.as_secs_f64() / m.as_secs_f64());
+                on_disk.push(d);
+                in_memory.push(m);
+            }
+        }
+        println!("real_burst_images: {BURST}");
+        println!("real_burst_durable_p50_ms: {:.1}", median_d(on_disk).as_secs_f64() * 1e3);
+        println!("real_burst_memory_records_p50_ms: {:.1}", median_d(in_memory).as_secs_f64() * 1e3);
+        report("real_burst_durable_records_ratio", ratios);
     });
 }
 
