@@ -356,7 +356,7 @@ fn burst(endpoint: &CriEndpoint, refs: &[String], rounds: usize) {
                 .enumerate()
                 .map(|(i, image)| {
                     let m = m.clone();
-                    let req = EnsureImageRequest::new(&format!("burst-{round}-{i}"), image, PullPolicy::IfNotPresent);
+                    let req = EnsureImageRequest::new(format!("burst-{round}-{i}"), image, PullPolicy::IfNotPresent);
                     async move {
                         let ok = m.ensure_image_exists(&req).await.expect("ensure");
                         assert!(ok.message.is_empty(), "removed before, so pulled: {ok:?}");
