@@ -30,9 +30,7 @@
 //! `GC_BENCH_SIZES=10000,100000` picks the sizes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // test code: a failed unwrap is a failed test
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use imaged::actors::detector::{Detection, Detector, DetectorSettings, Listed};
@@ -48,42 +46,12 @@ use imaged::gc::record::{ImageRecord, RecordKey};
 
 const DAY: u64 = 86_400;
 
-/// The system allocator, counting live and peak heap bytes.
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(live, Ordering::Relaxed);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-}
+#[path = "common/mem.rs"]
+mod mem;
+use mem::{live, peak_bytes, reset_hwm, reset_peak};
 
 #[global_allocator]
-static ALLOC: Counting = Counting;
-
-fn live() -> usize {
-    LIVE.load(Ordering::Relaxed)
-}
-
-/// Starts a new peak at the current live bytes.
-fn reset_peak() {
-    PEAK.store(live(), Ordering::Relaxed);
-}
-
-fn peak_bytes() -> usize {
-    PEAK.load(Ordering::Relaxed)
-}
+static ALLOC: mem::Counting = mem::Counting;
 
 /// A deterministic generator (splitmix64).
 struct Rng(u64);
@@ -147,22 +115,8 @@ fn record(rng: &mut Rng, img: &Image) -> ImageRecord {
     }
 }
 
-fn status_kib(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
 fn rss_kib() -> u64 {
-    status_kib("VmRSS:")
-}
-
-/// Resets the process's resident high-water mark (VmHWM) to its RSS now.
-fn reset_hwm() -> bool {
-    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+    mem::status_kib(None, "VmRSS:").unwrap_or(0)
 }
 
 fn mb(bytes: f64) -> f64 {
@@ -376,7 +330,7 @@ fn peak(n: usize) {
     reset_peak();
     let (detection, write) = detector.apply(input);
     let transient_heap = peak_bytes() - heap_between;
-    let transient_rss_kib = status_kib("VmHWM:").saturating_sub(rss_between);
+    let transient_rss_kib = mem::status_kib(None, "VmHWM:").unwrap_or(0).saturating_sub(rss_between);
     black_box(&write);
     drop(write);
 

@@ -21,9 +21,7 @@
 //! bench --bench list_stream` (or `--profile dev` to skip a release build).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // bench code: a failed unwrap is a failed run
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use imaged::cri::proto as pb;
@@ -35,43 +33,11 @@ use tonic::{Request, Response, Status};
 const IMAGES: usize = 100_000;
 const BATCH: usize = 512;
 
-/// Counts live heap bytes and their peak.
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let now = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            if new_size >= layout.size() {
-                let now = LIVE.fetch_add(new_size - layout.size(), Ordering::Relaxed) + new_size - layout.size();
-                PEAK.fetch_max(now, Ordering::Relaxed);
-            } else {
-                LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
-            }
-        }
-        p
-    }
-}
+#[path = "common/mem.rs"]
+mod mem;
 
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: mem::Counting = mem::Counting;
 
 /// 64-hex ids, two tags of about 45 characters and a digest, as on a busy node.
 fn images() -> Vec<pb::Image> {
@@ -169,22 +135,22 @@ struct Peaks {
 
 /// One detection: list (streamed or not), then detect over the list.
 async fn detection(client: &CriClient, stream: bool) -> Peaks {
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
+    let base = mem::live();
+    mem::reset_peak();
     let images = if stream {
         client.stream_images(None, None).await.expect("stream")
     } else {
         client.list_images(None, None).await.expect("list")
     };
-    let listing = PEAK.load(Ordering::Relaxed) - base;
-    let held = LIVE.load(Ordering::Relaxed) - base;
+    let listing = mem::peak_bytes() - base;
+    let held = mem::live() - base;
     let mut records = Records::default();
     let now = UNIX_EPOCH + Duration::from_secs(1_780_000_000);
     let diff = records.detect(&images, &HashSet::new(), now.max(SystemTime::UNIX_EPOCH));
     std::hint::black_box(&diff);
     assert_eq!(images.len(), IMAGES);
     drop((images, records, diff));
-    Peaks { listing, detection: PEAK.load(Ordering::Relaxed) - base, held }
+    Peaks { listing, detection: mem::peak_bytes() - base, held }
 }
 
 fn main() {

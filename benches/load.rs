@@ -40,6 +40,9 @@ use imaged::api::proto;
 use imaged::embedded::{EmbeddedRuntime, RemoteImage};
 use tonic::transport::Channel;
 
+#[path = "common/mem.rs"]
+mod mem;
+
 /// Distinct images the calls ask for.
 const IMAGES: usize = 50;
 
@@ -53,10 +56,8 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 
 /// `kB` value of `field` in /proc/<pid>/status, in MB (10^6 bytes).
 fn proc_status_mb(pid: u32, field: &str) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/<pid>/status");
-    let line = status.lines().find(|l| l.starts_with(field)).expect("field in /proc/<pid>/status");
-    let kb: f64 = line.split_whitespace().nth(1).expect("value").parse().expect("kB");
-    kb * 1024.0 / 1e6
+    let kb = mem::status_kib(Some(pid), field).expect("the field in /proc/<pid>/status");
+    kb as f64 * 1024.0 / 1e6
 }
 
 struct Daemon {
