@@ -174,24 +174,14 @@ fn library(
     calls: usize,
 ) {
     actix::System::new().block_on(async {
-        let (gateway, version) = CriGatewayActor::connect(endpoint, &CriSettings::default()).await.expect("gateway");
-        let connected = ConnectedRuntime { gateway, version, endpoint: endpoint.clone(), embedded: None };
         let dir = tempfile::tempdir().expect("tempdir");
-        let toml = format!(
-            "[gc]\ngc_period = \"1h\"\ndetect_period = \"1h\"\n[pull]\nregistry_pull_qps = 0.0\n[state]\ndir = \"{}\"",
-            dir.path().display()
-        );
-        let node = Arc::new(Node::start_on(Config::from_toml(&toml).expect("config"), connected).await.expect("node"));
+        let node = Arc::new(node_on(endpoint, "", &dir.path().display().to_string()).await);
         let bare = cri_client(endpoint);
         let manager = node.manager().clone();
         // The same with its KEP-2535 records in memory: what the durable
         // records' writes (an intent before the pull, the record after,
         // each a synced commit) cost a pull.
-        let (gateway, version) = CriGatewayActor::connect(endpoint, &CriSettings::default()).await.expect("gateway");
-        let connected = ConnectedRuntime { gateway, version, endpoint: endpoint.clone(), embedded: None };
-        let memory_toml = "[gc]\ngc_period = \"1h\"\ndetect_period = \"1h\"\n[pull]\nregistry_pull_qps = 0.0\n[state]\ndir = \"memory\"";
-        let memory_node =
-            Arc::new(Node::start_on(Config::from_toml(memory_toml).expect("config"), connected).await.expect("node"));
+        let memory_node = Arc::new(node_on(endpoint, "", "memory").await);
         let pulls_of = |m: imaged::ensure::ImageManager, image: String, uid: String| async move {
             let req = EnsureImageRequest::new(&uid, &image, PullPolicy::IfNotPresent);
             let (t, r) = timed(m.ensure_image_exists(&req)).await;
@@ -324,6 +314,18 @@ fn library(
     });
 }
 
+/// A node on `endpoint` with periodic GC out of the way, no pull QPS limit,
+/// `pull` more `[pull]` lines and its state in `state` (a directory, or
+/// `memory`).
+async fn node_on(endpoint: &CriEndpoint, pull: &str, state: &str) -> Node {
+    let toml = format!(
+        "[gc]\ngc_period = \"1h\"\ndetect_period = \"1h\"\n[pull]\nregistry_pull_qps = 0.0\n{pull}[state]\ndir = \"{state}\""
+    );
+    let (gateway, version) = CriGatewayActor::connect(endpoint, &CriSettings::default()).await.expect("gateway");
+    let connected = ConnectedRuntime { gateway, version, endpoint: endpoint.clone(), embedded: None };
+    Node::start_on(Config::from_toml(&toml).expect("config"), connected).await.expect("node")
+}
+
 /// Images in one burst of pulls.
 const BURST: usize = 16;
 
@@ -336,18 +338,9 @@ const BURST: usize = 16;
 fn burst(endpoint: &CriEndpoint, refs: &[String], rounds: usize) {
     actix::System::new().block_on(async {
         let dir = tempfile::tempdir().expect("tempdir");
-        let node = |state: String| async move {
-            let toml = format!(
-                "[gc]\ngc_period = \"1h\"\ndetect_period = \"1h\"\n[pull]\nregistry_pull_qps = 0.0\n\
-                 serialize_image_pulls = false\nmax_parallel_image_pulls = 5\n[state]\ndir = \"{state}\""
-            );
-            let (gateway, version) =
-                CriGatewayActor::connect(endpoint, &CriSettings::default()).await.expect("gateway");
-            let connected = ConnectedRuntime { gateway, version, endpoint: endpoint.clone(), embedded: None };
-            Node::start_on(Config::from_toml(&toml).expect("config"), connected).await.expect("node")
-        };
-        let durable = node(dir.path().display().to_string()).await;
-        let memory = node("memory".to_string()).await;
+        let parallel = "serialize_image_pulls = false\nmax_parallel_image_pulls = 5\n";
+        let durable = node_on(endpoint, parallel, &dir.path().display().to_string()).await;
+        let memory = node_on(endpoint, parallel, "memory").await;
         let (durable_refs, memory_refs) = refs.split_at(BURST);
         let mut bare = cri_client(endpoint);
         let all = |m: imaged::ensure::ImageManager, images: &[String], round: usize| {
