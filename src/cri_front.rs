@@ -248,7 +248,13 @@ impl CriFront {
     /// ([`ReadCache`]), else the runtime's, kept if no image changed
     /// through imaged while it was read. Not while a fault plan is set.
     fn read(&self, rpc: Rpc, body: Bytes, deadline: Option<Duration>) -> FrontFuture<Bytes> {
-        if self.reads.ttl.is_zero() || self.reader.has_faults() {
+        if self.reader.has_faults() {
+            // The plan's image rules match forwarded reads as they match
+            // imaged's own: by the image the request names.
+            let image = image_read(rpc, &body);
+            return Box::pin(self.reader.forward(rpc, image.as_deref(), body, deadline));
+        }
+        if self.reads.ttl.is_zero() {
             return Box::pin(self.reader.forward(rpc, None, body, deadline));
         }
         let key = (rpc, body);
@@ -416,6 +422,19 @@ impl Told {
             class: failure.map(class_of_pull),
         });
     }
+}
+
+/// The image an `ImageStatus` names, or a `ListImages` filters on; `None`
+/// for another call, no image, or bytes that do not decode (the runtime
+/// answers those itself).
+fn image_read(rpc: Rpc, body: &[u8]) -> Option<String> {
+    use prost::Message as _;
+    match rpc {
+        Rpc::ImageStatus => pb::ImageStatusRequest::decode(body).ok()?.image.map(|s| s.image),
+        Rpc::ListImages => pb::ListImagesRequest::decode(body).ok()?.filter?.image.map(|s| s.image),
+        _ => None,
+    }
+    .filter(|image| !image.is_empty())
 }
 
 /// A pull refused for a registry outage with no local image to fall back

@@ -686,6 +686,66 @@ async fn fields_imaged_does_not_know_pass_both_ways_on_every_call_pull_included(
     );
 }
 
+#[actix::test]
+async fn a_fault_plan_image_rule_matches_the_reads_the_front_forwards() {
+    use imaged::actors::cri_gateway::{CriGatewayActor, CriSettings, GetReader};
+    use imaged::actors::pull_queue::PullQueueActor;
+    use imaged::cri::{CriError, CriErrorKind};
+    use imaged::fault::{FaultPlan, FaultRule};
+    use prost::Message as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = Arc::new(RecordingRuntime::default());
+    let rt_path = dir.path().join("runtime.sock");
+    let listener = tokio::net::UnixListener::bind(&rt_path).expect("bind");
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(imaged::cri::server::ImageServiceServer::new(runtime.clone()))
+            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
+    );
+    // Rules naming an image, for each read the front forwards.
+    let injected = |what: &str| CriError::new(CriErrorKind::NotFound, format!("injected {what}"));
+    let plan = FaultPlan::new(1)
+        .rule(FaultRule::on(Rpc::ImageStatus).image("*/app:bad").fail(injected("status")))
+        .rule(FaultRule::on(Rpc::ListImages).image("*/app:bad").fail(injected("list")));
+    let client = imaged::cri::CriClient::new(&CriEndpoint::Unix(rt_path), Duration::from_secs(5)).expect("client");
+    let gateway = actix::Actor::start(CriGatewayActor::new(client, &CriSettings::default()).with_faults(plan));
+    let reader = gateway.send(GetReader).await.expect("reader");
+    let cfg = Config::defaults().expect("config");
+    let queue = actix::Actor::start(PullQueueActor::new(cfg.pull.clone(), reader.clone()));
+    let front = CriFront::new(reader, queue.recipient(), imaged::cri_front::Pins::default(), &cfg.cri_server);
+    let path = dir.path().join("cri.sock");
+    let socket = ApiSocket::bind_at("CRI socket", &path, None).await.expect("binds");
+    actix::spawn(imaged::cri_front::serve(socket, front, std::future::pending()));
+    let mut c = ImageServiceClient::new(CriEndpoint::Unix(path).channel(Duration::from_secs(5)).expect("channel"));
+    let spec = |image: &str| Some(pb::ImageSpec { image: image.into(), ..Default::default() });
+
+    let err = c
+        .image_status(pb::ImageStatusRequest { image: spec("127.0.0.1:5000/app:bad"), verbose: false })
+        .await
+        .expect_err("the rule's image");
+    assert_eq!((err.code(), err.message()), (Code::NotFound, "injected status"), "{err:?}");
+    let err = c
+        .list_images(pb::ListImagesRequest { filter: Some(pb::ImageFilter { image: spec("127.0.0.1:5000/app:bad") }) })
+        .await
+        .expect_err("the rule's image");
+    assert_eq!((err.code(), err.message()), (Code::NotFound, "injected list"), "{err:?}");
+    assert!(runtime.got.lock().unwrap().is_empty(), "a call a rule answers does not reach the runtime");
+
+    // Another image, or a list with no filter, passes to the runtime.
+    let found = c
+        .image_status(pb::ImageStatusRequest { image: spec("127.0.0.1:5000/app:good"), verbose: false })
+        .await
+        .expect("another image passes")
+        .into_inner();
+    assert_eq!(found.image.map(|i| i.id).as_deref(), Some("sha256:abc"));
+    c.list_images(pb::ListImagesRequest { filter: None }).await.expect("no image named: no image rule matches");
+    let got: Vec<_> = runtime.got.lock().unwrap().iter().map(|(rpc, _)| *rpc).collect();
+    assert_eq!(got, [Rpc::ImageStatus, Rpc::ListImages]);
+    let (_, asked) = runtime.got.lock().unwrap()[0].clone();
+    let asked = pb::ImageStatusRequest::decode(asked).expect("decodes");
+    assert_eq!(asked.image.map(|s| s.image).as_deref(), Some("127.0.0.1:5000/app:good"));
+}
+
 /// No periodic work of imaged's own: every runtime call a test counts is its own.
 const QUIET: &str =
     "[gc]\ndetect_period = \"1h\"\ngc_period = \"1h\"\ncache_refresh_period = \"1h\"\nsandbox_image = \"\"\n";
