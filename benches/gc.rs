@@ -23,7 +23,11 @@
 //!   of a detection while a GC run removes images (the run holds its
 //!   report, not the detection); `..._if_the_last_were_held`: what the
 //!   same detection costs when someone holds the last one (every record
-//!   copied).
+//!   copied). `gc_report_{n}_heap_mb` (and `_bytes_per_image`): a run's
+//!   whole report; `gc_last_report_{n}_heap_mb`: what the executor keeps of
+//!   it between runs (`GcReport::bounded`); and
+//!   `records_{n}_peak_heap_mb_with_the_last_report`: the peak of a
+//!   detection between runs while it is kept, as in the daemon.
 //!
 //! Data: 64-hex image ids, 1–3 tags of about 40 characters and one digest
 //! per image, sizes 10 MiB–2 GiB, first detections over 30 days.
@@ -34,7 +38,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use imaged::actors::detector::{Detection, Detector, DetectorSettings, Listed};
-use imaged::actors::gc_executor::GcReport;
+use imaged::actors::gc_executor::{GcReport, KEPT_LISTED_PER_REASON};
 use imaged::clock::ManualClock;
 use imaged::domain::{Container, ContainerState, Image, ImageSpec};
 use imaged::gc::capacity::FsCapacity;
@@ -338,14 +342,21 @@ fn peak(n: usize) {
     // last detection, keeps its report and has let the detection go
     // (`run_gc`), so the records are updated in place.
     clock.advance(Duration::from_secs(300));
+    let before_report = live();
     let report = gc_report(&detection);
+    let report_heap = live().saturating_sub(before_report);
     drop(detection);
     let input = listed.clone();
     reset_peak();
     let (during, write) = detector.apply(input);
     let during_gc_transient = peak_bytes().saturating_sub(heap_between);
     black_box((&report, &during, &write));
-    drop((report, write));
+    drop(write);
+    // What the executor keeps of that report until the next run.
+    let before_last = live();
+    let last = report.bounded(KEPT_LISTED_PER_REASON);
+    let last_heap = live().saturating_sub(before_last);
+    drop(report);
 
     // The same if the last detection were still held (as a GC run held it
     // through its removals until this session): every record is copied.
@@ -358,6 +369,16 @@ fn peak(n: usize) {
     black_box((&during, &held, &write));
     drop((during, held, write));
 
+    // A detection between runs, as the daemon makes it: the executor holds
+    // the last run's report as it keeps it.
+    clock.advance(Duration::from_secs(300));
+    let input = listed.clone();
+    reset_peak();
+    let (between_runs, write) = detector.apply(input);
+    let with_last_transient = peak_bytes().saturating_sub(heap_between);
+    black_box((&last, &between_runs, &write));
+    drop((last, between_runs, write));
+
     let records_rss = records_rss_kib / 1024.0;
     println!("listing_{l}_heap_mb: {:.1}", mb(listing_heap as f64));
     println!("listing_{l}_rss_mb: {:.1}", listing_rss as f64 / 1024.0);
@@ -368,6 +389,10 @@ fn peak(n: usize) {
     println!("records_{l}_peak_heap_mb_during_a_gc_run: {:.1}", mb((records_heap + during_gc_transient) as f64));
     println!("records_{l}_peak_heap_mb_if_the_last_were_held: {:.1}", mb((records_heap + held_transient) as f64));
     println!("records_{l}_heap_mb_in_restart_grace: {:.1}", mb(in_grace_heap as f64));
+    println!("gc_report_{l}_heap_mb: {:.1}", mb(report_heap as f64));
+    println!("gc_report_{l}_bytes_per_image: {:.0}", report_heap as f64 / n as f64);
+    println!("gc_last_report_{l}_heap_mb: {:.2}", mb(last_heap as f64));
+    println!("records_{l}_peak_heap_mb_with_the_last_report: {:.1}", mb((records_heap + with_last_transient) as f64));
     if n == 100_000 {
         println!("records_rss_mb: {records_rss:.1}");
         if hwm_reset {

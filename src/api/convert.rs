@@ -161,7 +161,7 @@ pub fn image(i: &Image) -> proto::Image {
     }
 }
 
-/// A GC report, every image with its verdict and explanation.
+/// A GC report, every image it lists with its verdict and explanation.
 pub fn gc_report(r: &GcReport) -> proto::GcReport {
     let shortfall = r.shortfall.as_ref().map_or_else(String::new, |s| {
         let held: Vec<String> =
@@ -207,6 +207,15 @@ pub fn gc_report(r: &GcReport) -> proto::GcReport {
         bytes_freed_measured: r.bytes_freed_measured.map(|b| i64::try_from(b).unwrap_or(i64::MAX)),
         shortfall,
         target_missed: r.target_missed.clone().unwrap_or_default(),
+        kept_unlisted: r
+            .kept_unlisted
+            .iter()
+            .map(|h| proto::GcHeld {
+                reason: format!("{:?}", h.reason),
+                images: u64::try_from(h.images).unwrap_or(u64::MAX),
+                bytes: h.bytes,
+            })
+            .collect(),
     }
 }
 

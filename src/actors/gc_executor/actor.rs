@@ -8,7 +8,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 use tracing::info;
 
-use super::executor::{GcExecutor, GcExecutorSettings};
+use super::executor::{GcExecutor, GcExecutorSettings, RunSpec};
 use super::messages::{DeleteUnusedImages, GetLastGcReport, RunGc, UpdateGcPolicy};
 use super::report::{GcError, GcReport};
 use super::run::{GcPorts, run_gc};
@@ -94,9 +94,17 @@ impl GcExecutorActor {
         self
     }
 
-    fn run(&mut self, mode: GcMode, dry_run: bool) -> ResponseActFuture<Self, Result<Arc<GcReport>, GcError>> {
+    /// A run; `requested`: someone asked for it and gets its whole report
+    /// (the periodic run's is bounded from the start, see
+    /// [`RunSpec::whole_report`]).
+    fn run(
+        &mut self,
+        mode: GcMode,
+        dry_run: bool,
+        requested: bool,
+    ) -> ResponseActFuture<Self, Result<Arc<GcReport>, GcError>> {
         let spec = match self.gc.begin(mode, dry_run) {
-            Ok(spec) => spec,
+            Ok(spec) => RunSpec { whole_report: requested, ..spec },
             Err(e) => return Box::pin(actix::fut::ready(Err(e))),
         };
         let work = run_gc(self.ports.clone(), spec, self.clock.clone());
@@ -124,7 +132,7 @@ impl GcExecutorActor {
         dry_run: bool,
     ) -> ResponseActFuture<Self, Result<Arc<GcReport>, GcError>> {
         if !self.gc.is_running() {
-            return self.run(mode, dry_run);
+            return self.run(mode, dry_run, true);
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.waiting.push(tx);
@@ -154,7 +162,7 @@ impl Handler<Tick> for GcExecutorActor {
     /// Runs GC unless a run is going on (or GC was disabled by a reload).
     fn handle(&mut self, _: Tick, ctx: &mut Self::Context) {
         if self.gc.tick_runs() {
-            let fut = self.run(GcMode::Threshold, false).map(|_, _, _| ());
+            let fut = self.run(GcMode::Threshold, false, false).map(|_, _, _| ());
             ctx.spawn(fut);
         }
     }

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use tracing::{debug, info, warn};
 
-use super::report::{GcError, GcReport};
+use super::report::{GcError, GcReport, KEPT_LISTED_PER_REASON};
 use crate::events::{EventReason, ImageEvent, ObjectRef};
 use crate::gc::capacity::CapacitySource;
 use crate::gc::plan::{DeleteReason, GcMode, free_disk_space_failed_message};
@@ -53,6 +53,10 @@ pub struct RunSpec {
     pub capacity: CapacitySource,
     /// When the GC loop started (the kubelet's `beganGC`).
     pub began: SystemTime,
+    /// The report lists every image (a run someone asked for, who gets it);
+    /// otherwise (the periodic run) it is made [`GcReport::bounded`] before
+    /// the removals, as the executor keeps it after them.
+    pub whole_report: bool,
 }
 
 /// A node event of image GC (`InvalidDiskCapacity`, `FreeDiskSpaceFailed`,
@@ -129,7 +133,9 @@ impl GcExecutor {
     }
 
     /// The report of the last non-dry run that succeeded, or that removed
-    /// what it could and failed ([`GcError::report`]).
+    /// what it could and failed ([`GcError::report`]), as kept between runs:
+    /// every deletion, at most [`KEPT_LISTED_PER_REASON`] kept images of
+    /// each reason ([`GcReport::bounded`]).
     pub fn last_report(&self) -> Option<Arc<GcReport>> {
         self.last.clone()
     }
@@ -176,6 +182,7 @@ impl GcExecutor {
             rules: self.cfg.rules.clone(),
             capacity: self.cfg.capacity.clone(),
             began: self.began,
+            whole_report: true,
         })
     }
 
@@ -205,7 +212,7 @@ impl GcExecutor {
             Ok(r) => {
                 self.consecutive_failures = 0;
                 if !r.dry_run {
-                    self.last = Some(r.clone());
+                    self.last = Some(kept_between_runs(r));
                 }
                 debug!(
                     removed = r.removed.len(),
@@ -218,7 +225,7 @@ impl GcExecutor {
                 // A run that removed images and still failed is the last
                 // report too: what it removed and freed, and why it failed.
                 if let Some(r) = e.report() {
-                    self.last = Some(r.clone());
+                    self.last = Some(kept_between_runs(r));
                 }
                 self.consecutive_failures += 1;
                 if self.consecutive_failures == 1 {
@@ -308,4 +315,11 @@ fn aggregate(errors: &[String]) -> String {
         [one] => (*one).clone(),
         many => format!("[{}]", many.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")),
     }
+}
+
+/// What the executor keeps of a run's report until the next run: the same
+/// report when it is small, else [`GcReport::bounded`] (the run's caller
+/// got the whole one).
+fn kept_between_runs(r: &Arc<GcReport>) -> Arc<GcReport> {
+    if r.is_bounded(KEPT_LISTED_PER_REASON) { r.clone() } else { Arc::new(r.bounded(KEPT_LISTED_PER_REASON)) }
 }

@@ -23,7 +23,7 @@ mod tests;
 pub use actor::GcExecutorActor;
 pub use executor::{GcExecutor, GcExecutorSettings, NodeEvent, RunEnd, RunSpec};
 pub use messages::{DeleteUnusedImages, GetLastGcReport, RunGc, UpdateGcPolicy};
-pub use report::{GcError, GcReport, RemovedImage, ReportEntry};
+pub use report::{GcError, GcReport, KEPT_LISTED_PER_REASON, RemovedImage, ReportEntry};
 pub use run::{GcPorts, run_gc};
 
 pub use crate::gc::plan::GcMode;

@@ -9,7 +9,7 @@ use crate::cri::CriError;
 use crate::gc::capacity::FsCapacity;
 #[cfg(doc)]
 use crate::gc::capacity::MeasuredBy;
-use crate::gc::plan::{GcMode, GcPlan, KeepReason, Shortfall, Verdict};
+use crate::gc::plan::{GcMode, GcPlan, Held, KeepKind, KeepReason, Shortfall, Verdict};
 
 /// One image removed by a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,7 +93,16 @@ pub struct GcReport {
     /// text: the free-space target missed, or removals that failed); `None`
     /// when it succeeded. The run's error carries this report.
     pub target_missed: Option<String>,
+    /// Kept images that `entries` does not list, counted by reason (in
+    /// [`KeepKind`] order); empty when it lists every image. Only a report
+    /// made by [`GcReport::bounded`] leaves any out: the one the executor
+    /// keeps between runs.
+    pub kept_unlisted: Vec<Held>,
 }
+
+/// Kept images of each reason that the report the executor keeps between
+/// runs lists one by one ([`GcReport::bounded`]).
+pub const KEPT_LISTED_PER_REASON: usize = 200;
 
 impl GcReport {
     /// The report of `plan`, before any removal: every entry with who uses
@@ -134,6 +143,68 @@ impl GcReport {
             bytes_expected: plan.bytes_to_delete,
             bytes_freed_measured: None,
             target_missed: None,
+            kept_unlisted: Vec::new(),
+        }
+    }
+
+    /// Whether [`GcReport::bounded`] would leave out no entry.
+    pub fn is_bounded(&self, per_reason: usize) -> bool {
+        let mut seen = [0usize; KeepKind::ALL.len()];
+        self.entries.iter().all(|e| match &e.verdict {
+            Verdict::Keep(reason) => {
+                let n = &mut seen[kind_slot(reason.kind())];
+                *n += 1;
+                *n <= per_reason
+            }
+            Verdict::Delete(_) => true,
+        })
+    }
+
+    /// The same report listing every deletion but at most `per_reason` kept
+    /// images of each reason (the first ones, in report order), the others
+    /// counted in `kept_unlisted`. The executor keeps this between runs:
+    /// a full report costs about 300 bytes per image (30 MB at 100,000
+    /// images), held for as long as the next run takes to come, and sent
+    /// whole with every `imagectl status`.
+    pub fn bounded(&self, per_reason: usize) -> GcReport {
+        let mut seen = [0usize; KeepKind::ALL.len()];
+        let mut unlisted = [(0usize, 0u64); KeepKind::ALL.len()];
+        let mut entries = Vec::new();
+        for e in &self.entries {
+            if let Verdict::Keep(reason) = &e.verdict {
+                let slot = kind_slot(reason.kind());
+                seen[slot] += 1;
+                if seen[slot] > per_reason {
+                    unlisted[slot].0 += 1;
+                    unlisted[slot].1 = unlisted[slot].1.saturating_add(e.size);
+                    continue;
+                }
+            }
+            entries.push(e.clone());
+        }
+        let mut kept_unlisted = self.kept_unlisted.clone();
+        for (&reason, (images, bytes)) in KeepKind::ALL.iter().zip(unlisted) {
+            if images == 0 {
+                continue;
+            }
+            match kept_unlisted.iter_mut().find(|h| h.reason == reason) {
+                Some(h) => {
+                    h.images += images;
+                    h.bytes = h.bytes.saturating_add(bytes);
+                }
+                None => kept_unlisted.push(Held { reason, images, bytes }),
+            }
+        }
+        kept_unlisted.sort_by_key(|h| h.reason);
+        GcReport {
+            entries,
+            kept_unlisted,
+            measured_by: self.measured_by.clone(),
+            shortfall: self.shortfall.clone(),
+            removed: self.removed.clone(),
+            failed: self.failed.clone(),
+            target_missed: self.target_missed.clone(),
+            ..*self
         }
     }
 
@@ -141,6 +212,11 @@ impl GcReport {
     pub fn deletions(&self) -> impl Iterator<Item = &ReportEntry> {
         self.entries.iter().filter(|e| matches!(e.verdict, Verdict::Delete(_)))
     }
+}
+
+/// `kind`'s index in [`KeepKind::ALL`].
+fn kind_slot(kind: KeepKind) -> usize {
+    KeepKind::ALL.iter().position(|k| *k == kind).unwrap_or(0)
 }
 
 impl GcError {

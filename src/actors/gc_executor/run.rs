@@ -12,7 +12,7 @@ use actix::Recipient;
 use tracing::{info, warn};
 
 use super::executor::RunSpec;
-use super::report::{GcError, GcReport, RemovedImage};
+use super::report::{GcError, GcReport, KEPT_LISTED_PER_REASON, RemovedImage};
 use crate::actors::cri_gateway::{GetImageFsInfo, GetImageStatus, RemoveImage};
 use crate::actors::detector::{DetectImages, Detection};
 use crate::clock::Clock;
@@ -103,6 +103,11 @@ pub async fn run_gc(ports: GcPorts, spec: RunSpec, clock: Clock) -> Result<GcRep
         }
     };
     drop(detection);
+    if !spec.whole_report && !report.is_bounded(KEPT_LISTED_PER_REASON) {
+        // Held through the removals (minutes, on a big node), then kept
+        // until the next run: only what the executor keeps of it.
+        report = report.bounded(KEPT_LISTED_PER_REASON);
+    }
     if spec.dry_run {
         return Ok(report);
     }

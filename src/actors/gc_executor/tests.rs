@@ -498,3 +498,40 @@ async fn a_run_lets_go_of_its_detection_before_it_removes_anything() {
     let holders = remover.send(Holders).await.unwrap();
     assert_eq!(holders, vec![2, 2, 2], "the detector and the remover's look only, at each removal");
 }
+
+#[actix::test]
+async fn the_periodic_runs_report_is_bounded_from_the_start_and_a_requested_run_answers_every_image() {
+    tokio::time::pause();
+    // More images than a kept report lists of one reason, all too young to go.
+    let n = KEPT_LISTED_PER_REASON + 10;
+    let images = (0..n).map(|i| img(&format!("sha256:{i:04}"), GB)).collect();
+    let fake = FakeCri::new(images, 1000 * GB).start();
+    let clock = Clock::starting_at(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
+    let dcfg = DetectorSettings {
+        period: Duration::from_secs(300),
+        sandbox_image: String::new(),
+        recent_window: Duration::from_secs(120),
+        mailbox_capacity: crate::actors::detector::DEFAULT_MAILBOX_CAPACITY,
+    };
+    let detector =
+        DetectorActor::new(dcfg, FakeCri::detector_cri(&fake), None, InUseHints::default(), clock.clone()).start();
+    let cfg = settings(GcPolicy::default(), 1000 * GB);
+    let gc = executor(cfg, detector.recipient(), &fake, EventSink::default(), clock).start();
+    tokio::time::sleep(Duration::from_millis(1)).await;
+
+    let periodic = gc.send(GetLastGcReport).await.unwrap().expect("the start's run");
+    assert_eq!(periodic.entries.len(), KEPT_LISTED_PER_REASON, "{:?}", periodic.kept_unlisted);
+    assert_eq!(periodic.kept_unlisted.len(), 1);
+    let unlisted = &periodic.kept_unlisted[0];
+    assert_eq!((unlisted.images, unlisted.bytes), (10, 10 * GB));
+    let Verdict::Keep(reason) = &periodic.entries[0].verdict else { panic!("{:?}", periodic.entries[0]) };
+    assert_eq!(unlisted.reason, reason.kind(), "the same reason for every image");
+
+    let asked = gc.send(RunGc { dry_run: false }).await.unwrap().expect("a run");
+    assert_eq!(asked.entries.len(), n, "who asked gets every image");
+    assert!(asked.kept_unlisted.is_empty());
+    let kept = gc.send(GetLastGcReport).await.unwrap().expect("kept");
+    assert!(!Arc::ptr_eq(&kept, &asked), "the executor keeps its bounded copy");
+    assert_eq!(kept.entries.len(), KEPT_LISTED_PER_REASON);
+    assert_eq!(kept.started, asked.started);
+}

@@ -127,6 +127,11 @@ pub fn print_gc(r: &proto::GcReport, f: Format, o: &mut impl Write) -> Result<()
         t.row([short(&e.id), &human_bytes(e.size), &e.verdict, name, &e.reason]);
     }
     t.write(o)?;
+    if !r.kept_unlisted.is_empty() {
+        let held: Vec<String> =
+            r.kept_unlisted.iter().map(|h| format!("{} {} ({})", h.images, h.reason, human_bytes(h.bytes))).collect();
+        writeln!(o, "also kept, not listed: {}", held.join(", ")).map_err(out)?;
+    }
     let usage = |p: Option<u32>| p.map_or_else(|| "unknown".to_string(), |p| format!("{p}%"));
     writeln!(
         o,
@@ -330,6 +335,27 @@ mod tests {
         let mut o = Vec::new();
         f(&mut o).unwrap();
         String::from_utf8(o).unwrap()
+    }
+
+    #[test]
+    fn gc_counts_the_kept_images_a_kept_report_does_not_list() {
+        let entry = proto::GcEntry {
+            id: "sha256:0123456789abcdef".into(),
+            repo_tags: vec!["example.com/app:1".into()],
+            size: 1_000,
+            verdict: "keep".into(),
+            reason: "keep: in use by shop/web/c1".into(),
+            used_by: vec!["shop/web/c1".into()],
+        };
+        let mut r = proto::GcReport { mode: "threshold".into(), entries: vec![entry], ..Default::default() };
+        let whole = text(|o| print_gc(&r, Format::Table, o));
+        assert!(!whole.contains("not listed"), "{whole}");
+        r.kept_unlisted = vec![
+            proto::GcHeld { reason: "InUse".into(), images: 98_000, bytes: 1_200_000_000_000 },
+            proto::GcHeld { reason: "TooYoung".into(), images: 3, bytes: 3_000 },
+        ];
+        let kept = text(|o| print_gc(&r, Format::Table, o));
+        assert!(kept.contains("also kept, not listed: 98000 InUse (1.2TB), 3 TooYoung (3.0kB)\n"), "{kept}");
     }
 
     #[test]

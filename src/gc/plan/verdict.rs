@@ -103,7 +103,8 @@ pub enum KeepKind {
 }
 
 impl KeepKind {
-    pub(super) const ALL: [KeepKind; 7] = [
+    /// Every kind, in order.
+    pub const ALL: [KeepKind; 7] = [
         KeepKind::InUse,
         KeepKind::PinnedByRuntime,
         KeepKind::PinnedByRule,

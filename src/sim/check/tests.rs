@@ -136,6 +136,7 @@ fn report(entries: Vec<(&str, u64, Verdict)>, amount_to_free: u64, at_secs: u64)
         bytes_expected: 0,
         bytes_freed_measured: None,
         target_missed: None,
+        kept_unlisted: Vec::new(),
     })
 }
 

@@ -9,7 +9,7 @@ use crate::actors::gc_executor::report::{RemovedImage, ReportEntry};
 use crate::gc::capacity::FsCapacity;
 use crate::gc::detect::Records;
 use crate::gc::in_use::InUse;
-use crate::gc::plan::{GcRunInputs, KeepReason, Verdict, plan_gc};
+use crate::gc::plan::{GcRunInputs, Held, KeepKind, KeepReason, Verdict, plan_gc};
 use crate::gc::record::{ImageRecord, RecordKey};
 
 const GB: u64 = 1 << 30;
@@ -54,6 +54,7 @@ fn report(mode: GcMode, amount_to_free: u64) -> GcReport {
         bytes_expected: 0,
         bytes_freed_measured: None,
         target_missed: None,
+        kept_unlisted: Vec::new(),
     }
 }
 
@@ -214,6 +215,66 @@ fn only_a_non_dry_success_becomes_the_last_report() {
     gc.begin(GcMode::Threshold, false).expect("idle");
     let done = gc.finish(false, Ok(report(GcMode::Threshold, 0))).result.expect("ok");
     assert!(Arc::ptr_eq(&gc.last_report().expect("kept"), &done));
+}
+
+/// An entry of `id` with `verdict`, `size` bytes.
+fn entry(id: &str, size: u64, verdict: Verdict) -> ReportEntry {
+    ReportEntry {
+        id: id.into(),
+        runtime_handler: String::new(),
+        repo_tags: vec![format!("example.com/{id}:1")],
+        size,
+        verdict,
+        used_by: Vec::new(),
+    }
+}
+
+#[test]
+fn a_bounded_report_lists_every_deletion_and_the_first_kept_images_of_each_reason() {
+    let (space, in_use) = (Verdict::Delete(DeleteReason::Space), Verdict::Keep(KeepReason::InUse));
+    let young = Verdict::Keep(KeepReason::TooYoung { age: Duration::from_secs(1), min_age: Duration::from_secs(60) });
+    let mut r = report(GcMode::Threshold, 0);
+    r.entries = vec![
+        entry("d1", 1, space.clone()),
+        entry("d2", 2, space.clone()),
+        entry("d3", 4, space.clone()),
+        entry("u1", 10, in_use.clone()),
+        entry("y1", 100, young.clone()),
+        entry("u2", 20, in_use.clone()),
+        entry("u3", 40, in_use.clone()),
+        entry("y2", 200, young.clone()),
+        entry("u4", 80, in_use.clone()),
+    ];
+    assert!(r.is_bounded(4) && !r.is_bounded(3), "four in use");
+    let b = r.bounded(2);
+    let ids: Vec<&str> = b.entries.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(ids, ["d1", "d2", "d3", "u1", "y1", "u2", "y2"], "every deletion; two of each reason, in order");
+    assert_eq!(b.kept_unlisted, [Held { reason: KeepKind::InUse, images: 2, bytes: 120 }]);
+    assert!(b.is_bounded(2));
+    assert_eq!(b.bounded(1).kept_unlisted.len(), 2, "bounding again adds to the counts");
+    assert_eq!(
+        b.bounded(1).kept_unlisted,
+        [
+            Held { reason: KeepKind::InUse, images: 3, bytes: 140 },
+            Held { reason: KeepKind::TooYoung, images: 1, bytes: 200 }
+        ]
+    );
+    assert_eq!((b.amount_to_free, b.started, b.usage_percent), (r.amount_to_free, r.started, r.usage_percent));
+    assert_eq!(r.bounded(9), r, "a report within the bound is kept whole");
+}
+
+#[test]
+fn the_last_report_kept_between_runs_is_bounded_and_the_caller_gets_the_whole_one() {
+    let mut gc = executor();
+    let mut big = report(GcMode::Threshold, 0);
+    let n = KEPT_LISTED_PER_REASON + 5;
+    big.entries = (0..n).map(|i| entry(&format!("u{i}"), 1, Verdict::Keep(KeepReason::InUse))).collect();
+    gc.begin(GcMode::Threshold, false).expect("idle");
+    let done = gc.finish(false, Ok(big)).result.expect("ok");
+    assert_eq!(done.entries.len(), n, "the run's caller gets every image");
+    let last = gc.last_report().expect("kept");
+    assert_eq!(last.entries.len(), KEPT_LISTED_PER_REASON);
+    assert_eq!(last.kept_unlisted, [Held { reason: KeepKind::InUse, images: 5, bytes: 5 }]);
 }
 
 #[test]
