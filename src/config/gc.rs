@@ -97,14 +97,20 @@ pub(super) fn gc_from_raw(g: RawGc) -> Result<GcSettings, ConfigError> {
         crate::gc::policy::GcPolicy { high_threshold_percent: high, low_threshold_percent: low, min_age, max_age };
     if let Err(errors) = policy.validate() {
         let first = errors.into_iter().next().unwrap_or_default();
-        let (key, value) = if first.contains("imageMaximumGCAge") {
-            ("gc.image_maximum_gc_age", g.image_maximum_gc_age.clone())
+        // A rule between two keys names the other one too: either may be
+        // the one the operator set (`high = 50` breaks the default low 80).
+        let (key, value, reason) = if first.contains("imageMaximumGCAge") {
+            let other = format!("{first} (gc.image_minimum_gc_age is {:?})", g.image_minimum_gc_age);
+            ("gc.image_maximum_gc_age", g.image_maximum_gc_age.clone(), other)
+        } else if first.contains("must be less than imageGCHighThresholdPercent") {
+            let other = format!("{first} (gc.image_gc_high_threshold_percent is {high})");
+            ("gc.image_gc_low_threshold_percent", low.to_string(), other)
         } else if first.starts_with("invalid configuration: imageGCLowThresholdPercent") {
-            ("gc.image_gc_low_threshold_percent", low.to_string())
+            ("gc.image_gc_low_threshold_percent", low.to_string(), first)
         } else {
-            ("gc.image_gc_high_threshold_percent", high.to_string())
+            ("gc.image_gc_high_threshold_percent", high.to_string(), first)
         };
-        return Err(invalid(key, &value, first));
+        return Err(invalid(key, &value, reason));
     }
     let period = |key: &str, v: &str| -> Result<Duration, ConfigError> {
         let d = duration(key, v)?;

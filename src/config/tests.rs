@@ -266,6 +266,19 @@ fn gc_defaults_and_kubelet_validation_texts() {
         let err = Config::from_toml(toml).expect_err(toml).to_string();
         assert!(err.contains(text), "{toml}: {err}");
     }
+    // A rule between two keys names both: the operator set the other one.
+    let err =
+        Config::from_toml("[gc]\nimage_gc_high_threshold_percent = 50").expect_err("below the low 80").to_string();
+    assert_eq!(
+        err,
+        "configuration: invalid value \"80\" for gc.image_gc_low_threshold_percent: invalid configuration: \
+         imageGCLowThresholdPercent (--image-gc-low-threshold) 80 must be less than imageGCHighThresholdPercent \
+         (--image-gc-high-threshold) 50 (gc.image_gc_high_threshold_percent is 50)"
+    );
+    let err = Config::from_toml("[gc]\nimage_maximum_gc_age = \"10m\"\nimage_minimum_gc_age = \"1h\"")
+        .expect_err("max below min")
+        .to_string();
+    assert!(err.contains("gc.image_maximum_gc_age") && err.contains("gc.image_minimum_gc_age is \"1h\""), "{err}");
     let off = Config::from_toml("[gc]\nimage_gc_high_threshold_percent = 100").unwrap();
     assert!(off.gc.disabled());
     let all = Config::from_toml("[gc]\nnode_status_max_images = -1\npinned_images = [\"registry.k8s.io/*\"]\n[state]\ndir = \"/var/lib/imaged\"").unwrap();
