@@ -573,8 +573,9 @@ mod tests {
             #[test]
             fn quote_keeps_printable_text_as_it_is(
                 // Drawn from characters that are not controls, unassigned or
-                // private (a filter over any char rejected most draws).
-                s in "\\PC{0,40}".prop_filter("printable", |s| s.chars().all(|c| is_print(c) && !matches!(c, '"' | '\\'))),
+                // private, the few Go does not print turned into 'x' (a
+                // filter rejected too many draws for long runs).
+                s in "\\PC{0,40}".prop_map(|s| s.chars().map(|c| if is_print(c) && !matches!(c, '"' | '\\') { c } else { 'x' }).collect::<String>()),
             ) {
                 prop_assert_eq!(quote(&s), format!("\"{s}\""));
             }
