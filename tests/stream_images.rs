@@ -109,4 +109,14 @@ async fn the_cri_front_and_the_api_serve_stream_images_in_batches() {
         messages += 1;
     }
     assert_eq!((n, messages), (IMAGES, IMAGES.div_ceil(imaged::api::IMAGE_BATCH)));
+
+    // `imagectl images` reads the stream (one list answer has a size
+    // limit) and prints every batch's images as one list.
+    let o = tokio::task::spawn_blocking(move || support::daemon::imagectl(&api, &["-o", "json", "images"]))
+        .await
+        .expect("imagectl ran");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let printed = v["images"].as_array().map(Vec::len);
+    assert_eq!(printed, Some(IMAGES), "every batch printed");
 }

@@ -101,8 +101,26 @@ pub struct Session<W> {
 impl<W: Write> Session<W> {
     /// `imagectl images`.
     pub async fn images(&mut self) -> Result<u8, AppError> {
-        let images =
-            self.client.list_images(proto::ListImagesRequest {}).await.map_err(|s| rpc("ListImages", s))?.into_inner();
+        // In batches: one ListImages answer of a node with a few hundred
+        // thousand images is over the API's 64 MiB message limit. A daemon
+        // from before StreamImages answers the one list.
+        let images = match self.client.stream_images(proto::ListImagesRequest {}).await {
+            Ok(answer) => {
+                let mut stream = answer.into_inner();
+                let mut all = proto::ListImagesResponse::default();
+                while let Some(batch) = stream.message().await.map_err(|s| rpc("StreamImages", s))? {
+                    all.images.extend(batch.images);
+                }
+                all
+            }
+            Err(s) if s.code() == tonic::Code::Unimplemented => self
+                .client
+                .list_images(proto::ListImagesRequest {})
+                .await
+                .map_err(|s| rpc("ListImages", s))?
+                .into_inner(),
+            Err(s) => return Err(rpc("StreamImages", s)),
+        };
         print::print_images(&images, self.format, &mut self.o)?;
         Ok(0)
     }
