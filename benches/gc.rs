@@ -29,6 +29,11 @@
 //!   `records_{n}_peak_heap_mb_with_the_last_report`: the peak of a
 //!   detection between runs while it is kept, as in the daemon.
 //!
+//! - `store_open_{n}_ms`, `store_load_image_records_{n}_ms` (n ≤ 100k): a
+//!   restart's store work before imaged serves — the database opened (its
+//!   integrity check and a read of every entry) and the records loaded;
+//!   `store_file_{n}_mb` its size.
+//!
 //! Data: 64-hex image ids, 1–3 tags of about 40 characters and one digest
 //! per image, sizes 10 MiB–2 GiB, first detections over 30 days.
 //! `GC_BENCH_SIZES=10000,100000` picks the sizes.
@@ -47,6 +52,7 @@ use imaged::gc::in_use_hints::InUseHints;
 use imaged::gc::plan::{GcMode, GcRunInputs, plan_gc};
 use imaged::gc::policy::{GcPolicy, ProtectionRules};
 use imaged::gc::record::{ImageRecord, RecordKey};
+use imaged::store::Store;
 
 const DAY: u64 = 86_400;
 
@@ -403,6 +409,40 @@ fn peak(n: usize) {
     }
 }
 
+/// What a restart costs at `n` images before imaged serves: the state
+/// database opened (redb's integrity check and a read of every entry, as
+/// every open does) and the image records loaded, timed three times over a
+/// database holding every record of a node's listing.
+fn restart(n: usize) {
+    let l = label(n);
+    let mut rng = Rng(11 + n as u64);
+    let listed = listing(&mut rng, n);
+    let records: Vec<ImageRecord> = listed.images.iter().map(|img| record(&mut rng, img)).collect();
+    drop(listed);
+    let dir = tempfile::Builder::new().prefix("imgc").tempdir_in("/var/tmp").expect("tempdir");
+    {
+        let store = Store::open(dir.path()).expect("store");
+        let t = Instant::now();
+        store.apply_image_records(&records, &[]).expect("write");
+        println!("store_write_{l}_records_ms: {:.0}", t.elapsed().as_secs_f64() * 1e3);
+    }
+    drop(records);
+    let size = std::fs::metadata(dir.path().join("imaged.redb")).map(|m| m.len()).unwrap_or(0);
+    println!("store_file_{l}_mb: {:.1}", size as f64 / 1e6);
+    let (mut open, mut load) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        let t = Instant::now();
+        let store = Store::open(dir.path()).expect("reopen");
+        open.push(t.elapsed().as_secs_f64() * 1e3);
+        let t = Instant::now();
+        let loaded = store.image_records().expect("load");
+        load.push(t.elapsed().as_secs_f64() * 1e3);
+        assert_eq!(loaded.len(), n);
+    }
+    print_spread(&format!("store_open_{l}_ms"), open);
+    print_spread(&format!("store_load_image_records_{l}_ms"), load);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--peak") {
@@ -420,6 +460,11 @@ fn main() {
         let out = std::process::Command::new(&me).args(["--peak", &n.to_string()]).output().expect("child");
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         print!("{}", String::from_utf8_lossy(&out.stdout));
+    }
+
+    // A restart's store work, up to 100k (1M would write a 700 MB file).
+    for &n in sizes.iter().filter(|&&n| n <= 100_000) {
+        restart(n);
     }
 
     let per_image: Vec<(usize, (f64, f64))> = sizes.iter().map(|&n| (n, timings(n))).collect();
