@@ -27,7 +27,9 @@
 //!   whole report; `gc_last_report_{n}_heap_mb`: what the executor keeps of
 //!   it between runs (`GcReport::bounded`); and
 //!   `records_{n}_peak_heap_mb_with_the_last_report`: the peak of a
-//!   detection between runs while it is kept, as in the daemon.
+//!   detection between runs while it is kept, as in the daemon (and during
+//!   the periodic run, which holds only that much of its report;
+//!   `..._during_a_gc_run` is a run someone asked for, holding all of it).
 //!
 //! - `store_open_{n}_ms`, `store_load_image_records_{n}_ms` (n ≤ 100k): a
 //!   restart's store work before imaged serves — the database opened (its

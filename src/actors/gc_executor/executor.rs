@@ -54,8 +54,8 @@ pub struct RunSpec {
     /// When the GC loop started (the kubelet's `beganGC`).
     pub began: SystemTime,
     /// The report lists every image (a run someone asked for, who gets it);
-    /// otherwise (the periodic run) it is made [`GcReport::bounded`] before
-    /// the removals, as the executor keeps it after them.
+    /// otherwise (the periodic run) it lists from the start only what the
+    /// executor keeps of it ([`GcReport::from_plan_listing`]).
     pub whole_report: bool,
 }
 

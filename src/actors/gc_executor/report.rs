@@ -115,18 +115,32 @@ impl GcReport {
         started: SystemTime,
         before: FsCapacity,
     ) -> Self {
-        let entries = plan
-            .entries
-            .iter()
-            .map(|e| ReportEntry {
+        Self::from_plan_listing(plan, used_by, dry_run, started, before, usize::MAX)
+    }
+
+    /// [`GcReport::from_plan`] listing at most `per_reason` kept images of
+    /// each reason: the report [`GcReport::bounded`] makes of the whole one,
+    /// without making the whole one first.
+    pub fn from_plan_listing(
+        plan: &GcPlan<'_>,
+        used_by: impl Fn(&str) -> Vec<String>,
+        dry_run: bool,
+        started: SystemTime,
+        before: FsCapacity,
+        per_reason: usize,
+    ) -> Self {
+        let mut kept = KeptCount::default();
+        let mut entries = Vec::with_capacity(listed_at_most(plan.entries.len(), plan.deletions().count(), per_reason));
+        entries.extend(plan.entries.iter().filter(|e| kept.lists(&e.verdict, e.record.size, per_reason)).map(|e| {
+            ReportEntry {
                 id: e.record.key.id.clone(),
                 runtime_handler: e.record.key.runtime_handler.clone(),
                 repo_tags: e.record.repo_tags.clone(),
                 size: e.record.size,
                 verdict: e.verdict.clone(),
                 used_by: used_by(&e.record.key.id),
-            })
-            .collect();
+            }
+        }));
         GcReport {
             mode: plan.mode,
             dry_run,
@@ -143,21 +157,14 @@ impl GcReport {
             bytes_expected: plan.bytes_to_delete,
             bytes_freed_measured: None,
             target_missed: None,
-            kept_unlisted: Vec::new(),
+            kept_unlisted: kept.unlisted(Vec::new()),
         }
     }
 
     /// Whether [`GcReport::bounded`] would leave out no entry.
     pub fn is_bounded(&self, per_reason: usize) -> bool {
-        let mut seen = [0usize; KeepKind::ALL.len()];
-        self.entries.iter().all(|e| match &e.verdict {
-            Verdict::Keep(reason) => {
-                let n = &mut seen[kind_slot(reason.kind())];
-                *n += 1;
-                *n <= per_reason
-            }
-            Verdict::Delete(_) => true,
-        })
+        let mut kept = KeptCount::default();
+        self.entries.iter().all(|e| kept.lists(&e.verdict, e.size, per_reason))
     }
 
     /// The same report listing every deletion but at most `per_reason` kept
@@ -167,38 +174,12 @@ impl GcReport {
     /// images, `benches/gc.rs`), held until the next run, and went whole
     /// with every `imagectl status`.
     pub fn bounded(&self, per_reason: usize) -> GcReport {
-        let mut seen = [0usize; KeepKind::ALL.len()];
-        let mut unlisted = [(0usize, 0u64); KeepKind::ALL.len()];
-        let mut entries = Vec::new();
-        for e in &self.entries {
-            if let Verdict::Keep(reason) = &e.verdict {
-                let slot = kind_slot(reason.kind());
-                seen[slot] += 1;
-                if seen[slot] > per_reason {
-                    unlisted[slot].0 += 1;
-                    unlisted[slot].1 = unlisted[slot].1.saturating_add(e.size);
-                    continue;
-                }
-            }
-            entries.push(e.clone());
-        }
-        let mut kept_unlisted = self.kept_unlisted.clone();
-        for (&reason, (images, bytes)) in KeepKind::ALL.iter().zip(unlisted) {
-            if images == 0 {
-                continue;
-            }
-            match kept_unlisted.iter_mut().find(|h| h.reason == reason) {
-                Some(h) => {
-                    h.images += images;
-                    h.bytes = h.bytes.saturating_add(bytes);
-                }
-                None => kept_unlisted.push(Held { reason, images, bytes }),
-            }
-        }
-        kept_unlisted.sort_by_key(|h| h.reason);
+        let mut kept = KeptCount::default();
+        let mut entries = Vec::with_capacity(listed_at_most(self.entries.len(), self.deletions().count(), per_reason));
+        entries.extend(self.entries.iter().filter(|e| kept.lists(&e.verdict, e.size, per_reason)).cloned());
         GcReport {
             entries,
-            kept_unlisted,
+            kept_unlisted: kept.unlisted(self.kept_unlisted.clone()),
             measured_by: self.measured_by.clone(),
             shortfall: self.shortfall.clone(),
             removed: self.removed.clone(),
@@ -214,9 +195,55 @@ impl GcReport {
     }
 }
 
-/// `kind`'s index in [`KeepKind::ALL`].
-fn kind_slot(kind: KeepKind) -> usize {
-    KeepKind::ALL.iter().position(|k| *k == kind).unwrap_or(0)
+/// How many of `entries` entries, `deletions` of them deletions, a report
+/// listing `per_reason` kept images of each reason lists at most: its
+/// entries' capacity, so a report of every image holds no spare room.
+fn listed_at_most(entries: usize, deletions: usize, per_reason: usize) -> usize {
+    entries.min(deletions.saturating_add(per_reason.saturating_mul(KeepKind::ALL.len())))
+}
+
+/// Kept images seen by reason, and those left unlisted (images, bytes).
+#[derive(Default)]
+struct KeptCount {
+    seen: [usize; KeepKind::ALL.len()],
+    unlisted: [(usize, u64); KeepKind::ALL.len()],
+}
+
+impl KeptCount {
+    /// Whether an entry with `verdict` is listed: every deletion, and the
+    /// first `per_reason` kept images of each reason; one left out is
+    /// counted.
+    fn lists(&mut self, verdict: &Verdict, size: u64, per_reason: usize) -> bool {
+        let Verdict::Keep(reason) = verdict else { return true };
+        let slot = KeepKind::ALL.iter().position(|k| *k == reason.kind()).unwrap_or(0);
+        let (Some(seen), Some(unlisted)) = (self.seen.get_mut(slot), self.unlisted.get_mut(slot)) else { return true };
+        *seen += 1;
+        if *seen <= per_reason {
+            return true;
+        }
+        unlisted.0 += 1;
+        unlisted.1 = unlisted.1.saturating_add(size);
+        false
+    }
+
+    /// `earlier` (a bounded report's) with these counts added, in
+    /// [`KeepKind`] order.
+    fn unlisted(&self, mut earlier: Vec<Held>) -> Vec<Held> {
+        for (&reason, &(images, bytes)) in KeepKind::ALL.iter().zip(&self.unlisted) {
+            if images == 0 {
+                continue;
+            }
+            match earlier.iter_mut().find(|h| h.reason == reason) {
+                Some(h) => {
+                    h.images += images;
+                    h.bytes = h.bytes.saturating_add(bytes);
+                }
+                None => earlier.push(Held { reason, images, bytes }),
+            }
+        }
+        earlier.sort_by_key(|h| h.reason);
+        earlier
+    }
 }
 
 impl GcError {

@@ -80,10 +80,13 @@ pub async fn run_gc(ports: GcPorts, spec: RunSpec, clock: Clock) -> Result<GcRep
         Some(records) if !spec.dry_run => Some(listed_refs(&records.image_refs(), &detection)),
         _ => None,
     };
+    // A run nobody asked for (the periodic one) lists what the executor
+    // keeps of it: held through the removals (minutes, on a big node).
+    let listed = if spec.whole_report { usize::MAX } else { KEPT_LISTED_PER_REASON };
     let mut report = match plan {
         Ok(plan) => GcReport {
             measured_by: measured_by.to_string(),
-            ..GcReport::from_plan(&plan, |id| detection.used_by(id), spec.dry_run, started, before)
+            ..GcReport::from_plan_listing(&plan, |id| detection.used_by(id), spec.dry_run, started, before, listed)
         },
         Err(GcPlanError::InvalidCapacity { age_deletions }) => {
             // As the kubelet: the max-age pass runs before the capacity check.
@@ -103,11 +106,6 @@ pub async fn run_gc(ports: GcPorts, spec: RunSpec, clock: Clock) -> Result<GcRep
         }
     };
     drop(detection);
-    if !spec.whole_report && !report.is_bounded(KEPT_LISTED_PER_REASON) {
-        // Held through the removals (minutes, on a big node), then kept
-        // until the next run: only what the executor keeps of it.
-        report = report.bounded(KEPT_LISTED_PER_REASON);
-    }
     if spec.dry_run {
         return Ok(report);
     }

@@ -315,6 +315,12 @@ fn a_report_lists_the_plan_with_who_uses_each_image() {
     assert_eq!(deletions[0].verdict, Verdict::Delete(DeleteReason::Space));
     assert!(r.entries.iter().any(|e| e.verdict == Verdict::Keep(KeepReason::InUse)));
     assert!(r.shortfall.is_some(), "15 GiB wanted, 10 GiB eligible");
+    // Listing one kept image: what bounding the whole report gives.
+    let listing =
+        GcReport::from_plan_listing(&plan, |id| in_use.get(id).cloned().unwrap_or_default(), false, now, fs, 0);
+    assert_eq!(listing, r.bounded(0));
+    assert_eq!(listing.kept_unlisted, [Held { reason: KeepKind::InUse, images: 1, bytes: 10 * GB }]);
+    assert_eq!(listing.entries.len(), 1, "the deletion");
 }
 
 #[test]
