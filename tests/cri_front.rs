@@ -612,32 +612,41 @@ impl imaged::cri::server::ImageFront for RecordingRuntime {
     }
 }
 
-#[actix::test]
-async fn fields_imaged_does_not_know_pass_both_ways_on_every_call_pull_included() {
+/// imaged's front (gateway with `faults`, queue, front) on `<dir>/cri.sock`
+/// over a [`RecordingRuntime`] on a socket of its own; the runtime and the
+/// front's socket path.
+async fn front_over_recorder(
+    dir: &std::path::Path,
+    faults: imaged::fault::FaultPlan,
+) -> (Arc<RecordingRuntime>, std::path::PathBuf) {
     use imaged::actors::cri_gateway::{CriGatewayActor, CriSettings, GetReader};
     use imaged::actors::pull_queue::PullQueueActor;
-    use prost::Message as _;
-    let dir = tempfile::tempdir().expect("tempdir");
-    // The runtime: a recorder on its own socket.
     let runtime = Arc::new(RecordingRuntime::default());
-    let rt_path = dir.path().join("runtime.sock");
+    let rt_path = dir.join("runtime.sock");
     let listener = tokio::net::UnixListener::bind(&rt_path).expect("bind");
-    let served = runtime.clone();
     tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(imaged::cri::server::ImageServiceServer::new(served))
+            .add_service(imaged::cri::server::ImageServiceServer::new(runtime.clone()))
             .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
     );
-    // imaged: gateway, queue, front.
     let client = imaged::cri::CriClient::new(&CriEndpoint::Unix(rt_path), Duration::from_secs(5)).expect("client");
-    let gateway = actix::Actor::start(CriGatewayActor::new(client, &CriSettings::default()));
+    let gateway = actix::Actor::start(CriGatewayActor::new(client, &CriSettings::default()).with_faults(faults));
     let reader = gateway.send(GetReader).await.expect("reader");
     let cfg = Config::defaults().expect("config");
     let queue = actix::Actor::start(PullQueueActor::new(cfg.pull.clone(), reader.clone()));
     let front = CriFront::new(reader, queue.recipient(), imaged::cri_front::Pins::default(), &cfg.cri_server);
-    let path = dir.path().join("cri.sock");
+    let path = dir.join("cri.sock");
     let socket = ApiSocket::bind_at("CRI socket", &path, None).await.expect("binds");
     actix::spawn(imaged::cri_front::serve(socket, front, std::future::pending()));
+    (runtime, path)
+}
+
+#[actix::test]
+async fn fields_imaged_does_not_know_pass_both_ways_on_every_call_pull_included() {
+    use prost::Message as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The runtime: a recorder on its own socket; imaged: gateway, queue, front.
+    let (runtime, path) = front_over_recorder(dir.path(), imaged::fault::FaultPlan::default()).await;
     let channel = CriEndpoint::Unix(path).channel(Duration::from_secs(5)).expect("channel");
 
     let call = |rpc: &'static str, body: Vec<u8>| {
@@ -688,34 +697,16 @@ async fn fields_imaged_does_not_know_pass_both_ways_on_every_call_pull_included(
 
 #[actix::test]
 async fn a_fault_plan_image_rule_matches_the_reads_the_front_forwards() {
-    use imaged::actors::cri_gateway::{CriGatewayActor, CriSettings, GetReader};
-    use imaged::actors::pull_queue::PullQueueActor;
     use imaged::cri::{CriError, CriErrorKind};
     use imaged::fault::{FaultPlan, FaultRule};
     use prost::Message as _;
     let dir = tempfile::tempdir().expect("tempdir");
-    let runtime = Arc::new(RecordingRuntime::default());
-    let rt_path = dir.path().join("runtime.sock");
-    let listener = tokio::net::UnixListener::bind(&rt_path).expect("bind");
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(imaged::cri::server::ImageServiceServer::new(runtime.clone()))
-            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
-    );
     // Rules naming an image, for each read the front forwards.
     let injected = |what: &str| CriError::new(CriErrorKind::NotFound, format!("injected {what}"));
     let plan = FaultPlan::new(1)
         .rule(FaultRule::on(Rpc::ImageStatus).image("*/app:bad").fail(injected("status")))
         .rule(FaultRule::on(Rpc::ListImages).image("*/app:bad").fail(injected("list")));
-    let client = imaged::cri::CriClient::new(&CriEndpoint::Unix(rt_path), Duration::from_secs(5)).expect("client");
-    let gateway = actix::Actor::start(CriGatewayActor::new(client, &CriSettings::default()).with_faults(plan));
-    let reader = gateway.send(GetReader).await.expect("reader");
-    let cfg = Config::defaults().expect("config");
-    let queue = actix::Actor::start(PullQueueActor::new(cfg.pull.clone(), reader.clone()));
-    let front = CriFront::new(reader, queue.recipient(), imaged::cri_front::Pins::default(), &cfg.cri_server);
-    let path = dir.path().join("cri.sock");
-    let socket = ApiSocket::bind_at("CRI socket", &path, None).await.expect("binds");
-    actix::spawn(imaged::cri_front::serve(socket, front, std::future::pending()));
+    let (runtime, path) = front_over_recorder(dir.path(), plan).await;
     let mut c = ImageServiceClient::new(CriEndpoint::Unix(path).channel(Duration::from_secs(5)).expect("channel"));
     let spec = |image: &str| Some(pb::ImageSpec { image: image.into(), ..Default::default() });
 

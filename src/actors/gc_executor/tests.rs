@@ -52,6 +52,18 @@ fn img(id: &str, size: u64) -> Image {
     }
 }
 
+/// A detector over `fake`, detecting every 5 min, images ensured within
+/// `recent_window` counting as in use.
+fn detector(fake: &Addr<FakeCri>, recent_window: Duration, clock: &Clock) -> Addr<DetectorActor> {
+    let dcfg = DetectorSettings {
+        period: Duration::from_secs(300),
+        sandbox_image: String::new(),
+        recent_window,
+        mailbox_capacity: crate::actors::detector::DEFAULT_MAILBOX_CAPACITY,
+    };
+    DetectorActor::new(dcfg, FakeCri::detector_cri(fake), None, InUseHints::default(), clock.clone()).start()
+}
+
 struct Rig {
     fake: Addr<FakeCri>,
     gc: Addr<GcExecutorActor>,
@@ -65,14 +77,7 @@ async fn rig(other_gb: u64, policy: GcPolicy) -> Rig {
     let fake = FakeCri::new(images, 100 * GB).start();
     fake.send(SetFakeFs { capacity: 100 * GB, other_used: other_gb * GB }).await.unwrap();
     let clock = Clock::starting_at(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
-    let dcfg = DetectorSettings {
-        period: Duration::from_secs(300),
-        sandbox_image: String::new(),
-        recent_window: policy.min_age,
-        mailbox_capacity: crate::actors::detector::DEFAULT_MAILBOX_CAPACITY,
-    };
-    let detector =
-        DetectorActor::new(dcfg, FakeCri::detector_cri(&fake), None, InUseHints::default(), clock.clone()).start();
+    let detector = detector(&fake, policy.min_age, &clock);
     let sink = EventSink::default();
     let events = EventLog::default().start();
     sink.subscribe(events.clone().recipient());
@@ -167,14 +172,7 @@ async fn zero_capacity_is_invalid_and_listing_failures_are_reported() {
     r.fake.send(SetFakeFs { capacity: 0, other_used: 0 }).await.unwrap();
     // The capacity source is fixed at 100 GiB in the rig; use a zero one here.
     let clock = Clock::new();
-    let dcfg = DetectorSettings {
-        period: Duration::from_secs(300),
-        sandbox_image: String::new(),
-        recent_window: Duration::from_secs(120),
-        mailbox_capacity: crate::actors::detector::DEFAULT_MAILBOX_CAPACITY,
-    };
-    let detector =
-        DetectorActor::new(dcfg, FakeCri::detector_cri(&r.fake), None, InUseHints::default(), clock.clone()).start();
+    let detector = detector(&r.fake, Duration::from_secs(120), &clock);
     let sink = EventSink::default();
     let events = EventLog::default().start();
     sink.subscribe(events.clone().recipient());
@@ -472,14 +470,7 @@ async fn a_run_lets_go_of_its_detection_before_it_removes_anything() {
     let images = ["a", "b", "c"].map(|n| img(&format!("sha256:{n}"), 10 * GB)).to_vec();
     let fake = FakeCri::new(images, 100 * GB).start();
     let clock = Clock::starting_at(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
-    let dcfg = DetectorSettings {
-        period: Duration::from_secs(300),
-        sandbox_image: String::new(),
-        recent_window: Duration::ZERO,
-        mailbox_capacity: crate::actors::detector::DEFAULT_MAILBOX_CAPACITY,
-    };
-    let detector =
-        DetectorActor::new(dcfg, FakeCri::detector_cri(&fake), None, InUseHints::default(), clock.clone()).start();
+    let detector = detector(&fake, Duration::ZERO, &clock);
     let remover = HoldersAtRemoval { detector: detector.clone(), fake: fake.clone(), holders: Vec::new() }.start();
     let policy = GcPolicy { min_age: Duration::ZERO, ..GcPolicy::default() };
     let gc = GcExecutorActor::new(
@@ -507,14 +498,7 @@ async fn the_periodic_runs_report_is_bounded_from_the_start_and_a_requested_run_
     let images = (0..n).map(|i| img(&format!("sha256:{i:04}"), GB)).collect();
     let fake = FakeCri::new(images, 1000 * GB).start();
     let clock = Clock::starting_at(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
-    let dcfg = DetectorSettings {
-        period: Duration::from_secs(300),
-        sandbox_image: String::new(),
-        recent_window: Duration::from_secs(120),
-        mailbox_capacity: crate::actors::detector::DEFAULT_MAILBOX_CAPACITY,
-    };
-    let detector =
-        DetectorActor::new(dcfg, FakeCri::detector_cri(&fake), None, InUseHints::default(), clock.clone()).start();
+    let detector = detector(&fake, Duration::from_secs(120), &clock);
     let cfg = settings(GcPolicy::default(), 1000 * GB);
     let gc = executor(cfg, detector.recipient(), &fake, EventSink::default(), clock).start();
     tokio::time::sleep(Duration::from_millis(1)).await;
