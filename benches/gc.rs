@@ -25,7 +25,9 @@
 //!   same detection costs when someone holds the last one (every record
 //!   copied). `gc_report_{n}_heap_mb` (and `_bytes_per_image`): a run's
 //!   whole report; `gc_last_report_{n}_heap_mb`: what the executor keeps of
-//!   it between runs (`GcReport::bounded`); and
+//!   it between runs (`GcReport::bounded`); `gc_report_{n}_api_mb` and
+//!   `gc_last_report_{n}_api_mb`: each as the API sends it (the last one
+//!   goes with every `imagectl status`); and
 //!   `records_{n}_peak_heap_mb_with_the_last_report`: the peak of a
 //!   detection between runs while it is kept, as in the daemon (and during
 //!   the periodic run, which holds only that much of its report;
@@ -364,6 +366,9 @@ fn peak(n: usize) {
     let before_last = live();
     let last = report.bounded(KEPT_LISTED_PER_REASON);
     let last_heap = live().saturating_sub(before_last);
+    // And what `imagectl status` receives of each (the API's message).
+    let api_bytes = |r: &GcReport| prost::Message::encoded_len(&imaged::api::convert::gc_report(r));
+    let (report_api, last_api) = (api_bytes(&report), api_bytes(&last));
     drop(report);
 
     // The same if the last detection were still held (as a GC run held it
@@ -400,6 +405,8 @@ fn peak(n: usize) {
     println!("gc_report_{l}_heap_mb: {:.1}", mb(report_heap as f64));
     println!("gc_report_{l}_bytes_per_image: {:.0}", report_heap as f64 / n as f64);
     println!("gc_last_report_{l}_heap_mb: {:.2}", mb(last_heap as f64));
+    println!("gc_report_{l}_api_mb: {:.2}", report_api as f64 / 1e6);
+    println!("gc_last_report_{l}_api_mb: {:.2}", last_api as f64 / 1e6);
     println!("records_{l}_peak_heap_mb_with_the_last_report: {:.1}", mb((records_heap + with_last_transient) as f64));
     if n == 100_000 {
         println!("records_rss_mb: {records_rss:.1}");
