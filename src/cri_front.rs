@@ -428,10 +428,10 @@ impl Told {
 /// for another call, no image, or bytes that do not decode (the runtime
 /// answers those itself).
 fn image_read(rpc: Rpc, body: &[u8]) -> Option<String> {
-    use prost::Message as _;
+    use crate::cri::wire::peek;
     match rpc {
-        Rpc::ImageStatus => pb::ImageStatusRequest::decode(body).ok()?.image.map(|s| s.image),
-        Rpc::ListImages => pb::ListImagesRequest::decode(body).ok()?.filter?.image.map(|s| s.image),
+        Rpc::ImageStatus => peek::<pb::ImageStatusRequest>(body).ok()?.image.map(|s| s.image),
+        Rpc::ListImages => peek::<pb::ListImagesRequest>(body).ok()?.filter?.image.map(|s| s.image),
         _ => None,
     }
     .filter(|image| !image.is_empty())
