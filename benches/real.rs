@@ -24,8 +24,18 @@
 //!   at once with parallel pulls: makespan with durable KEP-2535 records ÷
 //!   with them in memory (a busy node's start).
 //!
+//! - `real_idle_*`: what an idle `imaged run` costs the node. containerd's
+//!   CPU time and wake-ups (voluntary context switches, all its threads) per
+//!   minute alone, then with the daemon connected and idle, then alone
+//!   again (the two alone windows averaged), and the daemon's own;
+//!   `real_idle_containerd_cpu_ratio` is containerd's CPU with the daemon ÷
+//!   alone. `REAL_BENCH_IDLE_SECS` (20) is each window's length. No goal: a
+//!   figure to watch (a once-a-second probe added ~2,000 wake-ups a minute).
+//!
 //! `REAL_BENCH_ROUNDS` (5) and `REAL_BENCH_CALLS` (400 per round) scale it;
-//! `REAL_BENCH_ONLY=library|burst|daemon` runs one part.
+//! `REAL_BENCH_ONLY=library|burst|daemon|idle` runs one part;
+//! `REAL_BENCH_IMAGED=<path>` runs another `imaged` binary as the daemon
+//! (to compare builds).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // bench code: a failed unwrap is a failed run
 
 #[path = "../tests/support/mod.rs"]
@@ -149,7 +159,7 @@ fn main() {
         (hot.reference, pull_refs, sf.reference)
     });
 
-    // `REAL_BENCH_ONLY=library|burst|daemon`: one part alone.
+    // `REAL_BENCH_ONLY=library|burst|daemon|idle`: one part alone.
     let only = std::env::var("REAL_BENCH_ONLY").ok();
     let runs = |part: &str| only.as_deref().is_none_or(|o| o == part);
     if runs("library") {
@@ -160,6 +170,11 @@ fn main() {
     }
     if runs("daemon") {
         daemon(&endpoint, &hot, rounds, calls);
+    }
+    if runs("idle") {
+        let pid_file = env.vars.get("CONTAINERD_PID_FILE").expect("containerd pid file");
+        let pid: u32 = std::fs::read_to_string(pid_file).expect("pid file").trim().parse().expect("containerd pid");
+        idle(&endpoint, pid, Duration::from_secs(env_usize("REAL_BENCH_IDLE_SECS", 20) as u64));
     }
 }
 
@@ -390,25 +405,7 @@ fn burst(endpoint: &CriEndpoint, refs: &[String], rounds: usize) {
 
 /// The daemon's figure: `imaged run` on containerd with its default logging.
 fn daemon(endpoint: &CriEndpoint, hot: &str, rounds: usize, calls: usize) {
-    let CriEndpoint::Unix(sock) = endpoint else { unreachable!("a unix socket") };
-    let dir = tempfile::Builder::new().prefix("imrb").tempdir_in("/tmp").expect("tempdir");
-    let api_socket = dir.path().join("api.sock");
-    let log = std::fs::File::create(dir.path().join("imaged.log")).expect("log");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_imaged"))
-        .env_remove("RUST_LOG")
-        .args(["--runtime-endpoint", &format!("unix://{}", sock.display())])
-        .args(["--set", &format!("daemon.socket={}", api_socket.display())])
-        .args(["--set", &format!("state.dir={}", dir.path().join("state").display())])
-        .args(["--set", "daemon.metrics_address=127.0.0.1:0"])
-        .arg("run")
-        .stderr(log)
-        .spawn()
-        .expect("imaged run");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::os::unix::net::UnixStream::connect(&api_socket).is_err() {
-        assert!(Instant::now() < deadline, "imaged run did not serve its API");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (mut child, dir, api_socket) = start_daemon(endpoint);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let api_client = imaged::api::client(&api_socket).expect("api client");
@@ -456,4 +453,92 @@ fn daemon(endpoint: &CriEndpoint, hot: &str, rounds: usize, calls: usize) {
     let _ = child.wait();
     let lines = std::fs::read_to_string(dir.path().join("imaged.log")).unwrap_or_default().lines().count();
     println!("real_daemon_log_lines: {lines}");
+}
+
+/// `imaged run` on `endpoint` with its default logging (stderr to
+/// `imaged.log` in the returned directory), once its API answers; the
+/// binary is `REAL_BENCH_IMAGED` when set.
+fn start_daemon(endpoint: &CriEndpoint) -> (std::process::Child, tempfile::TempDir, std::path::PathBuf) {
+    let CriEndpoint::Unix(sock) = endpoint else { unreachable!("a unix socket") };
+    let dir = tempfile::Builder::new().prefix("imrb").tempdir_in("/tmp").expect("tempdir");
+    let api_socket = dir.path().join("api.sock");
+    let log = std::fs::File::create(dir.path().join("imaged.log")).expect("log");
+    let bin = std::env::var("REAL_BENCH_IMAGED").unwrap_or_else(|_| env!("CARGO_BIN_EXE_imaged").to_string());
+    let mut child = std::process::Command::new(bin)
+        .env_remove("RUST_LOG")
+        .args(["--runtime-endpoint", &format!("unix://{}", sock.display())])
+        .args(["--set", &format!("daemon.socket={}", api_socket.display())])
+        .args(["--set", &format!("state.dir={}", dir.path().join("state").display())])
+        .args(["--set", "daemon.metrics_address=127.0.0.1:0"])
+        .arg("run")
+        .stderr(log)
+        .spawn()
+        .expect("imaged run");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::os::unix::net::UnixStream::connect(&api_socket).is_err() {
+        if Instant::now() >= deadline || child.try_wait().ok().flatten().is_some() {
+            let _ = child.kill();
+            panic!("imaged run did not serve its API; see {}", dir.path().join("imaged.log").display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child, dir, api_socket)
+}
+
+/// A process's CPU time (every thread's, from `/proc/<pid>/task/*/schedstat`,
+/// in nanoseconds) and voluntary context switches (its wake-ups from a wait).
+fn cpu_and_wakeups(pid: u32) -> (Duration, u64) {
+    let (mut cpu, mut wakeups) = (0u64, 0u64);
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the process runs");
+    for task in tasks.flatten() {
+        let path = task.path();
+        // A thread may end between the listing and the read.
+        if let Ok(s) = std::fs::read_to_string(path.join("schedstat")) {
+            cpu += s.split_whitespace().next().and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+        }
+        if let Ok(s) = std::fs::read_to_string(path.join("status")) {
+            wakeups += s
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|n| n.trim().parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    (Duration::from_nanos(cpu), wakeups)
+}
+
+/// What `pids` use over `window`: (CPU, wake-ups) each.
+fn usage_over(pids: &[u32], window: Duration) -> Vec<(Duration, u64)> {
+    let before: Vec<_> = pids.iter().map(|p| cpu_and_wakeups(*p)).collect();
+    std::thread::sleep(window);
+    pids.iter()
+        .zip(before)
+        .map(|(p, (c0, w0))| {
+            let (c1, w1) = cpu_and_wakeups(*p);
+            (c1.saturating_sub(c0), w1.saturating_sub(w0))
+        })
+        .collect()
+}
+
+/// The idle figures: containerd alone, with an idle daemon, alone again.
+fn idle(endpoint: &CriEndpoint, containerd: u32, window: Duration) {
+    let per_min = 60.0 / window.as_secs_f64();
+    let alone_before = usage_over(&[containerd], window)[0];
+    let (mut child, _dir, _api) = start_daemon(endpoint);
+    // Past its start: the first image list, detection and probes.
+    std::thread::sleep(Duration::from_secs(3));
+    let with = usage_over(&[containerd, child.id()], window);
+    let _ = child.kill();
+    let _ = child.wait();
+    let alone_after = usage_over(&[containerd], window)[0];
+    let alone_cpu = (alone_before.0 + alone_after.0).as_secs_f64() / 2.0;
+    let alone_wakeups = (alone_before.1 + alone_after.1) as f64 / 2.0;
+    println!("real_idle_window_s: {}", window.as_secs());
+    println!("real_idle_containerd_alone_cpu_ms_per_min: {:.1}", alone_cpu * 1e3 * per_min);
+    println!("real_idle_containerd_cpu_ms_per_min: {:.1}", with[0].0.as_secs_f64() * 1e3 * per_min);
+    println!("real_idle_containerd_alone_wakeups_per_min: {:.0}", alone_wakeups * per_min);
+    println!("real_idle_containerd_wakeups_per_min: {:.0}", with[0].1 as f64 * per_min);
+    println!("real_idle_imaged_cpu_ms_per_min: {:.1}", with[1].0.as_secs_f64() * 1e3 * per_min);
+    println!("real_idle_imaged_wakeups_per_min: {:.0}", with[1].1 as f64 * per_min);
+    println!("real_idle_containerd_cpu_ratio: {:.3}", with[0].0.as_secs_f64() / alone_cpu.max(1e-9));
 }

@@ -263,8 +263,15 @@ async fn serve_until_stop_signal(
     }
 }
 
-/// How often the daemon asks the runtime for `Version` to keep `/readyz` true.
-pub const RUNTIME_PROBE_PERIOD: Duration = Duration::from_secs(1);
+/// How often the daemon asks the runtime for `Version` to keep `/readyz`
+/// true: every 5 s, the kubelet's own period for its runtime check
+/// (`updateRuntimeUp`). Once a second, an idle daemon cost an idle
+/// containerd about 2,000 wake-ups a minute (`real_idle_*` in
+/// `benches/real.rs`).
+pub const RUNTIME_PROBE_PERIOD: Duration = Duration::from_secs(5);
+/// How often the daemon checks that every actor still runs (`/healthz`),
+/// all on one task and timer, ticking with the runtime probe.
+pub const ACTOR_CHECK_PERIOD: Duration = RUNTIME_PROBE_PERIOD;
 /// How long a probe waits for the runtime's `Version` before calling it unreachable.
 pub const RUNTIME_PROBE_DEADLINE: Duration = Duration::from_secs(2);
 
@@ -303,21 +310,21 @@ pub fn watch_runtime(
 /// without one), and `/readyz` red while the runtime is unreachable
 /// ([`watch_runtime`]). Returns the watchers, to end before a deliberate stop.
 fn watch_actors(node: &Node, health: &Health) -> Vec<tokio::task::JoinHandle<()>> {
-    const EVERY: Duration = Duration::from_secs(1);
     let gateway = node.gateway().clone();
     let queue = node.queue().clone();
     let backoff = node.backoff().clone();
     let gc = node.gc().clone();
-    let (detector, executor) = (gc.detector.clone(), gc.executor.clone());
-    vec![
-        watch_runtime(gateway.clone(), health.clone(), RUNTIME_PROBE_PERIOD),
-        health.watch("cri_gateway", EVERY, move || gateway.connected()),
-        health.watch("pull_queue", EVERY, move || queue.connected()),
-        health.watch("backoff_registry", EVERY, move || backoff.connected()),
-        health.watch("detector", EVERY, move || detector.connected()),
-        health.watch("gc_executor", EVERY, move || executor.connected()),
-        health.watch("cache_refresher", EVERY, move || gc.refresher.connected()),
-    ]
+    let (detector, executor, refresher) = (gc.detector.clone(), gc.executor.clone(), gc.refresher.clone());
+    let probed = gateway.clone();
+    let actors: Vec<(String, crate::http::AliveCheck)> = vec![
+        ("cri_gateway".into(), Box::new(move || gateway.connected())),
+        ("pull_queue".into(), Box::new(move || queue.connected())),
+        ("backoff_registry".into(), Box::new(move || backoff.connected())),
+        ("detector".into(), Box::new(move || detector.connected())),
+        ("gc_executor".into(), Box::new(move || executor.connected())),
+        ("cache_refresher".into(), Box::new(move || refresher.connected())),
+    ];
+    vec![watch_runtime(probed, health.clone(), RUNTIME_PROBE_PERIOD), health.watch_all(ACTOR_CHECK_PERIOD, actors)]
 }
 
 /// SIGHUP: reloads what is safe to change live; names the rest.

@@ -169,20 +169,36 @@ impl Health {
         period: Duration,
         alive: impl Fn() -> bool + Send + 'static,
     ) -> tokio::task::JoinHandle<()> {
+        self.watch_all(period, vec![(component.into(), Box::new(alive))])
+    }
+
+    /// [`watch`](Self::watch) for several components on one task and one
+    /// timer: every `period`, each `(name, alive)` still alive is checked,
+    /// and one whose `alive()` turned false is marked failed (`"stopped"`)
+    /// and no longer checked. Ends once every one has been reported. One
+    /// wake-up a period for all of them, so an idle daemon sleeps.
+    pub fn watch_all(&self, period: Duration, components: Vec<(String, AliveCheck)>) -> tokio::task::JoinHandle<()> {
         let health = self.clone();
-        let component = component.into();
         tokio::spawn(async move {
+            let mut components = components;
             let mut every = tokio::time::interval(period);
-            loop {
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            while !components.is_empty() {
                 every.tick().await;
-                if !alive() {
-                    health.component_failed(component, "stopped");
-                    return;
-                }
+                components.retain(|(name, alive)| {
+                    let up = alive();
+                    if !up {
+                        health.component_failed(name.clone(), "stopped");
+                    }
+                    up
+                });
             }
         })
     }
 }
+
+/// Whether a watched component still runs (see [`Health::watch_all`]).
+pub type AliveCheck = Box<dyn Fn() -> bool + Send + 'static>;
 
 #[derive(Clone)]
 struct AppState {
@@ -286,5 +302,36 @@ mod tests {
         alive.store(false, std::sync::atomic::Ordering::SeqCst);
         task.await.expect("watch ends after reporting");
         assert_eq!(h.liveness(), Verdict::Failing(vec!["gc_executor: stopped".into()]));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_watch_reports_each_component_that_stops_within_a_period() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let h = Health::new();
+        let flags: Vec<Arc<AtomicBool>> = (0..3).map(|_| Arc::new(AtomicBool::new(true))).collect();
+        let checks: Vec<(String, AliveCheck)> = ["cri_gateway", "pull_queue", "detector"]
+            .iter()
+            .zip(&flags)
+            .map(|(name, f)| {
+                let f = f.clone();
+                ((*name).to_string(), Box::new(move || f.load(Ordering::SeqCst)) as AliveCheck)
+            })
+            .collect();
+        let period = Duration::from_secs(5);
+        let task = h.watch_all(period, checks);
+        tokio::time::sleep(3 * period).await;
+        assert!(h.is_alive());
+        flags[1].store(false, Ordering::SeqCst);
+        tokio::time::sleep(period).await;
+        assert_eq!(h.liveness(), Verdict::Failing(vec!["pull_queue: stopped".into()]), "within one period");
+        // Reported once, then no longer checked.
+        h.component_recovered("pull_queue");
+        tokio::time::sleep(2 * period).await;
+        assert!(h.is_alive());
+        assert!(!task.is_finished(), "the others are still watched");
+        flags[0].store(false, Ordering::SeqCst);
+        flags[2].store(false, Ordering::SeqCst);
+        task.await.expect("the watch ends once every component is reported");
+        assert_eq!(h.liveness(), Verdict::Failing(vec!["cri_gateway: stopped".into(), "detector: stopped".into()]));
     }
 }
