@@ -86,6 +86,7 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
     info!(socket = %socket.path().display(), "imaged API serving");
     let service =
         ImagedService::start(node.clone(), stop_rx.clone()).await.map_err(|e| AppError::Other(e.to_string()))?;
+    let service = service.with_health(health.clone());
     let mut server_stop = stop_rx.clone();
     let server = socket.serve(service, daemon.max_request_bytes, async move {
         let _ = server_stop.wait_for(|s| *s).await;

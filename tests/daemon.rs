@@ -297,9 +297,15 @@ fn imagectl_drives_the_daemon_with_tables_json_and_exit_codes() {
     let o = d.imagectl(&["status"]);
     let out = stdout(&o);
     assert!(out.contains("runtime: imaged-embedded") && out.contains("pull.serialize_image_pulls = true"), "{out}");
+    assert!(out.contains("\nhealth:  ready\n"), "the daemon's /readyz, in status: {out}");
     let o = d.imagectl(&["-o", "json", "status"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     assert_eq!(v["runtime_name"], "imaged-embedded");
+    assert_eq!(
+        (&v["health"]["alive"], &v["health"]["ready"]),
+        (&serde_json::json!(true), &serde_json::json!(true)),
+        "{v}"
+    );
 
     // No daemon on a socket: 69.
     let o = support::daemon::imagectl(&d.dir.path().join("nobody.sock"), &["status"]);

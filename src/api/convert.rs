@@ -309,6 +309,16 @@ pub fn lagged(n: u64) -> proto::Event {
     proto::Event { time_ms: now_ms(), kind: Some(proto::event::Kind::Lagged(n)) }
 }
 
+/// What `health` says now, as `GetStatus` sends it.
+pub(super) fn daemon_health(health: &crate::http::Health) -> proto::DaemonHealth {
+    use crate::http::Verdict;
+    let reasons = match health.readiness() {
+        Verdict::Ok => Vec::new(),
+        Verdict::Failing(lines) => lines,
+    };
+    proto::DaemonHealth { alive: health.is_alive(), ready: reasons.is_empty(), reasons }
+}
+
 #[cfg(test)]
 #[allow(clippy::pedantic)] // test code: pedantic lints are for what ships
 mod tests {
@@ -463,5 +473,26 @@ mod tests {
                 (Err(e), want) => refused_naming(&e, want, &markers)?,
             }
         }
+    }
+
+    #[test]
+    fn health_is_sent_as_the_endpoints_say_it() {
+        use crate::http::Health;
+        let h = Health::new();
+        h.set_ready();
+        assert_eq!(daemon_health(&h), proto::DaemonHealth { alive: true, ready: true, reasons: vec![] });
+        h.unreachable("cri_runtime", "unreachable: connection refused");
+        assert_eq!(
+            daemon_health(&h),
+            proto::DaemonHealth {
+                alive: true,
+                ready: false,
+                reasons: vec!["cri_runtime: unreachable: connection refused".into()]
+            }
+        );
+        h.component_failed("pull_queue", "stopped");
+        let d = daemon_health(&h);
+        assert!(!d.alive && !d.ready, "{d:?}");
+        assert_eq!(d.reasons, vec!["pull_queue: stopped", "cri_runtime: unreachable: connection refused"]);
     }
 }

@@ -63,6 +63,8 @@ pub struct ImagedService {
     node: Arc<Node>,
     events: HubFeed<proto::Event>,
     stopping: watch::Receiver<bool>,
+    /// The daemon's `/healthz` and `/readyz`, for `GetStatus`.
+    health: Option<crate::http::Health>,
 }
 
 impl std::fmt::Debug for ImagedService {
@@ -86,7 +88,16 @@ impl ImagedService {
         let hub = hub.start();
         node.subscribe_events(hub.clone().recipient());
         node.subscribe_phases(hub.recipient()).await?;
-        Ok(Self { node, events, stopping })
+        Ok(Self { node, events, stopping, health: None })
+    }
+
+    /// `GetStatus` also answers what `health` says (the daemon's
+    /// `/healthz` and `/readyz`), so `imagectl status` shows an
+    /// unreachable runtime or a stopped actor.
+    #[must_use]
+    pub fn with_health(mut self, health: crate::http::Health) -> Self {
+        self.health = Some(health);
+        self
     }
 
     fn pull_mode(&self) -> String {
@@ -375,6 +386,7 @@ impl Imaged for ImagedService {
             accepting: s.accepting,
             config: self.config_summary(),
             settings: Some(settings(self.node.config(), &self.node.gc_settings())),
+            health: self.health.as_ref().map(convert::daemon_health),
         }))
     }
 }

@@ -291,6 +291,20 @@ pub fn print_status(s: &proto::StatusResponse, f: Format, o: &mut impl Write) ->
     writeln!(o, "imaged {} ({})", s.version, if s.accepting { "serving" } else { "shutting down" }).map_err(out)?;
     writeln!(o, "runtime: {} {} (CRI {}) at {}", s.runtime_name, s.runtime_version, s.runtime_api_version, s.endpoint)
         .map_err(out)?;
+    // A daemon from before `health`, or a service without it, sends none.
+    if let Some(h) = &s.health {
+        match (h.ready, h.alive) {
+            (true, _) => writeln!(o, "health:  ready"),
+            (false, alive) => writeln!(
+                o,
+                "health:  {} — {}",
+                if alive { "not ready" } else { "failing" },
+                // "not ready: shutting down" reads "not ready — shutting down".
+                h.reasons.iter().map(|r| r.strip_prefix("not ready: ").unwrap_or(r)).collect::<Vec<_>>().join("; ")
+            ),
+        }
+        .map_err(out)?;
+    }
     writeln!(
         o,
         "pulls:   {} — {} running, {} queued, {} waiting for room, {} sharing a pull",
@@ -452,5 +466,31 @@ mod tests {
         // An older daemon: the lines it sent.
         let old = proto::StatusResponse { config: vec!["pull.mode = serial".into()], ..Default::default() };
         assert!(text(|o| print_status(&old, Format::Table, o)).contains("  pull.mode = serial\n"));
+    }
+
+    #[test]
+    fn status_says_what_the_daemons_health_endpoints_say() {
+        let with = |health: Option<proto::DaemonHealth>| {
+            let s = proto::StatusResponse { health, ..Default::default() };
+            let table = text(|o| print_status(&s, Format::Table, o));
+            table.lines().find(|l| l.starts_with("health:")).map(str::to_string)
+        };
+        let h = |alive: bool, ready: bool, reasons: &[&str]| {
+            Some(proto::DaemonHealth { alive, ready, reasons: reasons.iter().map(|r| (*r).to_string()).collect() })
+        };
+        assert_eq!(with(h(true, true, &[])).as_deref(), Some("health:  ready"));
+        assert_eq!(
+            with(h(true, false, &["cri_runtime: unreachable: connection refused"])).as_deref(),
+            Some("health:  not ready — cri_runtime: unreachable: connection refused")
+        );
+        assert_eq!(
+            with(h(true, false, &["not ready: shutting down"])).as_deref(),
+            Some("health:  not ready — shutting down")
+        );
+        assert_eq!(
+            with(h(false, false, &["pull_queue: stopped", "cri_runtime: unreachable: x"])).as_deref(),
+            Some("health:  failing — pull_queue: stopped; cri_runtime: unreachable: x")
+        );
+        assert_eq!(with(None), None, "an older daemon, or one without health: no line");
     }
 }
