@@ -26,8 +26,10 @@
 //!
 //! - `real_idle_*`: what an idle `imaged run` costs the node. containerd's
 //!   CPU time and wake-ups (voluntary context switches, all its threads) per
-//!   minute alone, then with the daemon connected and idle, then alone
-//!   again (the two alone windows averaged), and the daemon's own;
+//!   minute alone, then with the daemon connected and idle (one window
+//!   after its start, which is left out), then alone again (the two alone
+//!   windows averaged), and the daemon's own, with the CRI calls it made
+//!   (`real_idle_imaged_cri_calls_per_min`, from its metrics);
 //!   `real_idle_containerd_cpu_ratio` is containerd's CPU with the daemon ÷
 //!   alone. `REAL_BENCH_IDLE_SECS` (20) is each window's length. No goal: a
 //!   figure to watch (a once-a-second probe added ~2,000 wake-ups a minute).
@@ -524,10 +526,15 @@ fn usage_over(pids: &[u32], window: Duration) -> Vec<(Duration, u64)> {
 fn idle(endpoint: &CriEndpoint, containerd: u32, window: Duration) {
     let per_min = 60.0 / window.as_secs_f64();
     let alone_before = usage_over(&[containerd], window)[0];
-    let (mut child, _dir, _api) = start_daemon(endpoint);
-    // Past its start: the first image list, detection and probes.
-    std::thread::sleep(Duration::from_secs(3));
+    let (mut child, dir, _api) = start_daemon(endpoint);
+    // Past its start (the first image list, detection, GC and probes) and
+    // containerd's own work after them: with the bench's images, containerd
+    // wakes about twice as often as idle for some 15 s after a daemon starts.
+    std::thread::sleep(window);
+    let metrics = metrics_address(&dir.path().join("imaged.log"));
+    let calls_before = metrics.map(cri_calls);
     let with = usage_over(&[containerd, child.id()], window);
+    let calls_after = metrics.map(cri_calls);
     let _ = child.kill();
     let _ = child.wait();
     let alone_after = usage_over(&[containerd], window)[0];
@@ -541,4 +548,39 @@ fn idle(endpoint: &CriEndpoint, containerd: u32, window: Duration) {
     println!("real_idle_imaged_cpu_ms_per_min: {:.1}", with[1].0.as_secs_f64() * 1e3 * per_min);
     println!("real_idle_imaged_wakeups_per_min: {:.0}", with[1].1 as f64 * per_min);
     println!("real_idle_containerd_cpu_ratio: {:.3}", with[0].0.as_secs_f64() / alone_cpu.max(1e-9));
+    // The CRI calls the idle daemon made in the window, by its metrics.
+    if let (Some(before), Some(after)) = (calls_before, calls_after) {
+        let mut total = 0.0;
+        for (op, n) in &after {
+            let d = n - before.iter().find(|(o, _)| o == op).map_or(0.0, |(_, b)| *b);
+            total += d;
+            if d > 0.0 {
+                println!("real_idle_imaged_cri_calls_per_min_{op}: {:.1}", d * per_min);
+            }
+        }
+        println!("real_idle_imaged_cri_calls_per_min: {:.1}", total * per_min);
+    }
+}
+
+/// The daemon's metrics address, from its start-up log line.
+fn metrics_address(log: &std::path::Path) -> Option<std::net::SocketAddr> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let line = text.lines().find(|l| l.contains("serving /metrics"))?;
+    line.split_whitespace().find_map(|w| w.strip_prefix("addr=")).and_then(|a| a.parse().ok())
+}
+
+/// `imaged_runtime_operations_total` by operation, read from `/metrics`.
+fn cri_calls(addr: std::net::SocketAddr) -> Vec<(String, f64)> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).expect("metrics listener");
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: imaged\r\nConnection: close\r\n\r\n").expect("request");
+    let mut body = String::new();
+    c.read_to_string(&mut body).expect("answer");
+    body.lines()
+        .filter_map(|l| l.strip_prefix("imaged_runtime_operations_total{operation_type=\""))
+        .filter_map(|l| {
+            let (op, rest) = l.split_once('"')?;
+            Some((op.to_string(), rest.rsplit(' ').next()?.parse().ok()?))
+        })
+        .collect()
 }
