@@ -964,6 +964,12 @@ fn a_gc_that_misses_its_target_still_reports_what_it_removed_and_why() {
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("a JSON report on stdout");
     let removed: Vec<&str> = v["removed"].as_array().expect("removed").iter().filter_map(|r| r.as_str()).collect();
     assert_eq!(removed.len(), 1, "busybox only: {v}");
+    let now_ms = i64::try_from(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_millis(),
+    )
+    .expect("fits");
+    let started = v["started_ms"].as_str().and_then(|s| s.parse::<i64>().ok()).or_else(|| v["started_ms"].as_i64());
+    assert!(started.is_some_and(|t| t <= now_ms && now_ms - t < 60_000), "when the run began: {v}");
     assert_eq!(v["bytes_expected"], 4_261_574, "{v}");
     assert!(v["bytes_freed_measured"].as_i64().is_some_and(|b| b > 0), "{v}");
     let missed = v["target_missed"].as_str().expect("target_missed");
@@ -972,6 +978,7 @@ fn a_gc_that_misses_its_target_still_reports_what_it_removed_and_why() {
     let status = stdout(&d.imagectl(&["status"]));
     let line = status.lines().find(|l| l.starts_with("last gc:")).expect("a last gc line");
     assert!(line.contains("removed 1 image(s)") && line.contains("freed"), "{status}");
+    assert!(line.contains("s ago), delete-unused") || line.contains("s ago), threshold"), "when it ran: {status}");
     assert!(line.contains("target missed: Insufficient free disk space"), "{status}");
 }
 

@@ -181,6 +181,7 @@ pub fn gc_report(r: &GcReport) -> proto::GcReport {
         }
         .to_string(),
         dry_run: r.dry_run,
+        started_ms: unix_ms(r.started),
         measured_by: r.measured_by.clone(),
         usage_percent: r.usage_percent.map(u32::from),
         projected_usage_percent: r.projected_usage_percent.map(u32::from),
@@ -257,7 +258,12 @@ fn millis(d: Duration) -> u64 {
 }
 
 fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    unix_ms(SystemTime::now())
+}
+
+/// `t` in Unix milliseconds (0 before the epoch).
+fn unix_ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// A phase's name on the wire.

@@ -283,6 +283,19 @@ fn settings_lines(s: &proto::Settings) -> Vec<String> {
     lines
 }
 
+/// When a GC run began, as `imagectl status` says it: `"2026-11-26T12:30:01Z
+/// (3m12s ago), "` (Go duration text); empty when unknown (an older daemon).
+fn gc_started(started_ms: i64, now: std::time::SystemTime) -> String {
+    let Ok(ms) = u64::try_from(started_ms) else { return String::new() };
+    if ms == 0 {
+        return String::new();
+    }
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    // Whole seconds: "3m12s ago", not "3m12.345s ago".
+    let ago = now.duration_since(at).map_or(std::time::Duration::ZERO, |d| std::time::Duration::from_secs(d.as_secs()));
+    format!("{} ({} ago), ", humantime::format_rfc3339_seconds(at), imaged::domain::go_text::duration(ago))
+}
+
 /// `imagectl status`.
 pub fn print_status(s: &proto::StatusResponse, f: Format, o: &mut impl Write) -> Result<(), AppError> {
     if f.is_document() {
@@ -315,7 +328,8 @@ pub fn print_status(s: &proto::StatusResponse, f: Format, o: &mut impl Write) ->
     match &s.last_gc {
         Some(r) => writeln!(
             o,
-            "last gc: {}{}, removed {} image(s), {} expected{}{}",
+            "last gc: {}{}{}, removed {} image(s), {} expected{}{}",
+            gc_started(r.started_ms, std::time::SystemTime::now()),
             r.mode,
             if r.dry_run { " (dry run)" } else { "" },
             r.removed.len(),
@@ -492,5 +506,25 @@ mod tests {
             Some("health:  failing — pull_queue: stopped; cri_runtime: unreachable: x")
         );
         assert_eq!(with(None), None, "an older daemon, or one without health: no line");
+    }
+
+    #[test]
+    fn the_last_gc_says_when_it_began_in_whole_seconds_ago() {
+        let t0 = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_795_000_000);
+        let ms = 1_795_000_000_000 - 192_345; // 3m12.345s before t0
+        assert_eq!(gc_started(ms, t0), "2026-11-18T11:03:27Z (3m12s ago), ");
+        assert_eq!(gc_started(1_795_000_000_000, t0), "2026-11-18T11:06:40Z (0s ago), ");
+        // A clock that went back: not "ago" in the future.
+        assert_eq!(gc_started(1_795_000_005_000, t0), "2026-11-18T11:06:45Z (0s ago), ");
+        assert_eq!(gc_started(0, t0), "", "an older daemon sends none");
+        assert_eq!(gc_started(-5, t0), "");
+        let s = proto::StatusResponse {
+            last_gc: Some(proto::GcReport { mode: "threshold".into(), started_ms: ms, ..Default::default() }),
+            ..Default::default()
+        };
+        let table = text(|o| print_status(&s, Format::Table, o));
+        let line = table.lines().find(|l| l.starts_with("last gc:")).unwrap();
+        assert!(line.starts_with("last gc: 2026-11-18T11:03:27Z ("), "{line}");
+        assert!(line.contains(" ago), threshold, removed 0 image(s)"), "{line}");
     }
 }
