@@ -407,7 +407,8 @@ fn burst(endpoint: &CriEndpoint, refs: &[String], rounds: usize) {
 
 /// The daemon's figure: `imaged run` on containerd with its default logging.
 fn daemon(endpoint: &CriEndpoint, hot: &str, rounds: usize, calls: usize) {
-    let (mut child, dir, api_socket) = start_daemon(endpoint);
+    let mut d = start_daemon(endpoint);
+    let api_socket = d.socket.clone();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let api_client = imaged::api::client(&api_socket).expect("api client");
@@ -451,40 +452,22 @@ fn daemon(endpoint: &CriEndpoint, hot: &str, rounds: usize, calls: usize) {
         }
         report("real_daemon_hot_ratio", ratios);
     });
-    let _ = child.kill();
-    let _ = child.wait();
-    let lines = std::fs::read_to_string(dir.path().join("imaged.log")).unwrap_or_default().lines().count();
+    let _ = d.child.kill();
+    let _ = d.child.wait();
+    let lines = d.log().lines().count();
     println!("real_daemon_log_lines: {lines}");
 }
 
-/// `imaged run` on `endpoint` with its default logging (stderr to
-/// `imaged.log` in the returned directory), once its API answers; the
-/// binary is `REAL_BENCH_IMAGED` when set.
-fn start_daemon(endpoint: &CriEndpoint) -> (std::process::Child, tempfile::TempDir, std::path::PathBuf) {
+/// `imaged run` on `endpoint` with its default logging, once its API
+/// answers; the binary is `REAL_BENCH_IMAGED` when set.
+fn start_daemon(endpoint: &CriEndpoint) -> support::daemon::Daemon {
     let CriEndpoint::Unix(sock) = endpoint else { unreachable!("a unix socket") };
-    let dir = tempfile::Builder::new().prefix("imrb").tempdir_in("/tmp").expect("tempdir");
-    let api_socket = dir.path().join("api.sock");
-    let log = std::fs::File::create(dir.path().join("imaged.log")).expect("log");
-    let bin = std::env::var("REAL_BENCH_IMAGED").unwrap_or_else(|_| env!("CARGO_BIN_EXE_imaged").to_string());
-    let mut child = std::process::Command::new(bin)
-        .env_remove("RUST_LOG")
-        .args(["--runtime-endpoint", &format!("unix://{}", sock.display())])
-        .args(["--set", &format!("daemon.socket={}", api_socket.display())])
-        .args(["--set", &format!("state.dir={}", dir.path().join("state").display())])
-        .args(["--set", "daemon.metrics_address=127.0.0.1:0"])
-        .arg("run")
-        .stderr(log)
-        .spawn()
-        .expect("imaged run");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::os::unix::net::UnixStream::connect(&api_socket).is_err() {
-        if Instant::now() >= deadline || child.try_wait().ok().flatten().is_some() {
-            let _ = child.kill();
-            panic!("imaged run did not serve its API; see {}", dir.path().join("imaged.log").display());
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let endpoint = format!("unix://{}", sock.display());
+    let args = ["--runtime-endpoint", endpoint.as_str()];
+    match std::env::var_os("REAL_BENCH_IMAGED") {
+        Some(bin) => support::daemon::Daemon::start_binary(&bin, &args),
+        None => support::daemon::Daemon::start(&args),
     }
-    (child, dir, api_socket)
 }
 
 /// A process's CPU time (every thread's, from `/proc/<pid>/task/*/schedstat`,
@@ -526,17 +509,17 @@ fn usage_over(pids: &[u32], window: Duration) -> Vec<(Duration, u64)> {
 fn idle(endpoint: &CriEndpoint, containerd: u32, window: Duration) {
     let per_min = 60.0 / window.as_secs_f64();
     let alone_before = usage_over(&[containerd], window)[0];
-    let (mut child, dir, _api) = start_daemon(endpoint);
+    let mut d = start_daemon(endpoint);
     // Past its start (the first image list, detection, GC and probes) and
     // containerd's own work after them: with the bench's images, containerd
     // wakes about twice as often as idle for some 15 s after a daemon starts.
     std::thread::sleep(window);
-    let metrics = metrics_address(&dir.path().join("imaged.log"));
+    let metrics: Option<std::net::SocketAddr> = d.http_addr().parse().ok();
     let calls_before = metrics.map(cri_calls);
-    let with = usage_over(&[containerd, child.id()], window);
+    let with = usage_over(&[containerd, d.child.id()], window);
     let calls_after = metrics.map(cri_calls);
-    let _ = child.kill();
-    let _ = child.wait();
+    let _ = d.child.kill();
+    let _ = d.child.wait();
     let alone_after = usage_over(&[containerd], window)[0];
     let alone_cpu = (alone_before.0 + alone_after.0).as_secs_f64() / 2.0;
     let alone_wakeups = (alone_before.1 + alone_after.1) as f64 / 2.0;
@@ -560,13 +543,6 @@ fn idle(endpoint: &CriEndpoint, containerd: u32, window: Duration) {
         }
         println!("real_idle_imaged_cri_calls_per_min: {:.1}", total * per_min);
     }
-}
-
-/// The daemon's metrics address, from its start-up log line.
-fn metrics_address(log: &std::path::Path) -> Option<std::net::SocketAddr> {
-    let text = std::fs::read_to_string(log).ok()?;
-    let line = text.lines().find(|l| l.contains("serving /metrics"))?;
-    line.split_whitespace().find_map(|w| w.strip_prefix("addr=")).and_then(|a| a.parse().ok())
 }
 
 /// `imaged_runtime_operations_total` by operation, read from `/metrics`.

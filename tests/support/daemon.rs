@@ -19,17 +19,22 @@ impl Daemon {
     /// Starts `imaged run` with `args` (before `run`: `--set k=v`, …) and
     /// waits (bounded) for the socket to answer.
     pub fn start(args: &[&str]) -> Daemon {
-        Self::spawn(args, None)
+        Self::spawn(env!("CARGO_BIN_EXE_imaged").as_ref(), args, None)
+    }
+
+    /// [`Daemon::start`] of another `imaged` binary (a bench comparing builds).
+    pub fn start_binary(bin: &std::ffi::OsStr, args: &[&str]) -> Daemon {
+        Self::spawn(bin, args, None)
     }
 
     /// Starts `imaged run` as systemd starts a socket-activated service:
     /// `listener` passed as fd 3, named `imaged-cri` (`LISTEN_FDS`,
     /// `LISTEN_PID`, `LISTEN_FDNAMES`).
     pub fn start_activated(args: &[&str], listener: &std::os::unix::net::UnixListener) -> Daemon {
-        Self::spawn(args, Some(listener))
+        Self::spawn(env!("CARGO_BIN_EXE_imaged").as_ref(), args, Some(listener))
     }
 
-    fn spawn(args: &[&str], passed: Option<&std::os::unix::net::UnixListener>) -> Daemon {
+    fn spawn(bin: &std::ffi::OsStr, args: &[&str], passed: Option<&std::os::unix::net::UnixListener>) -> Daemon {
         use nix::fcntl::{FcntlArg, FdFlag, fcntl};
         use std::os::fd::AsRawFd;
         // Short path: unix socket paths are limited to ~100 bytes.
@@ -38,7 +43,7 @@ impl Daemon {
         let stderr = dir.path().join("imaged.log");
         let log = std::fs::File::create(&stderr).expect("log file");
         let mut command = match passed {
-            None => Command::new(env!("CARGO_BIN_EXE_imaged")),
+            None => Command::new(bin),
             Some(listener) => {
                 // The child inherits the socket (close-on-exec cleared until
                 // it is spawned), which bash moves to fd 3 (dash takes one-digit fds only) before it
@@ -48,7 +53,7 @@ impl Daemon {
                 let to_fd3 = if fd == 3 { String::new() } else { format!("exec 3<&{fd} {fd}<&- && ") };
                 let script = format!("{to_fd3}LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=imaged-cri exec \"$0\" \"$@\"");
                 let mut c = Command::new("bash");
-                c.arg("-c").arg(script).arg(env!("CARGO_BIN_EXE_imaged"));
+                c.arg("-c").arg(script).arg(bin);
                 c
             }
         };
