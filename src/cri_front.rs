@@ -523,15 +523,27 @@ impl ImageFront for CriFront {
             match ticket.await {
                 Ok(o) => {
                     let total = start.elapsed();
-                    if o.pulled {
-                        metrics.image_pulled(o.size, total);
+                    let answer = o.answer.clone().unwrap_or_else(|| pull_answer(o.image_ref.clone()));
+                    // The caller is answered now; the event waits for the
+                    // size (the caller's own size lookup comes next).
+                    let known = o.size.now().is_some();
+                    let told_pulled = async move {
+                        let size = o.size.bytes().await;
+                        if o.pulled {
+                            metrics.image_pulled(size, total);
+                        }
+                        told.emit(
+                            EventReason::Pulled,
+                            successfully_pulled(&told.image, o.pull_duration, total, size),
+                            None,
+                        );
+                    };
+                    if known {
+                        told_pulled.await;
+                    } else {
+                        tokio::spawn(told_pulled);
                     }
-                    told.emit(
-                        EventReason::Pulled,
-                        successfully_pulled(&told.image, o.pull_duration, total, o.size),
-                        None,
-                    );
-                    Ok(o.answer.unwrap_or_else(|| pull_answer(o.image_ref)))
+                    Ok(answer)
                 }
                 Err(failure) if fallback.is_some() && failure.registry_unreachable() => {
                     let present = match fallback {

@@ -566,6 +566,45 @@ async fn in_a_registry_outage_a_configured_pull_falls_back_to_the_local_image_or
     );
 }
 
+#[actix::test]
+async fn a_pull_is_answered_before_imageds_size_lookup_ends_and_its_event_waits_for_the_size() {
+    use actix::Actor;
+    use imaged::events::EventReason;
+    use imaged::fault::{FaultPlan, FaultRule};
+    let f = Front::start("").await;
+    let told = Told::default().start();
+    f.node.subscribe_events(told.clone().recipient());
+    let image = "example.com/team/app:1";
+    f.add(image, 0);
+    // imaged's size lookup asks by the image's id; the caller's name-based
+    // calls are not held back.
+    let lookup = Duration::from_secs(2);
+    f.embedded()
+        .set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::ImageStatus).image("sha256:*").delay(lookup)));
+    let mut c = f.client.clone();
+    let pulled_at = tokio::time::Instant::now();
+    c.pull_image(pull_for(image, pod("shop", "web-0", &[]))).await.expect("pulled");
+    let pulled_event = |events: &[imaged::events::ImageEvent]| {
+        events.iter().find(|e| e.reason == EventReason::Pulled).map(|e| e.message.clone())
+    };
+    let (events, _) = told.send(TakeTold).await.expect("told");
+    assert_eq!(pulled_event(&events), None, "answered while the size lookup runs: {events:#?}");
+    assert!(pulled_at.elapsed() < lookup, "the answer did not wait for the lookup");
+    let mut message = None;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let (events, _) = told.send(TakeTold).await.expect("told");
+        message = message.or(pulled_event(&events));
+        if message.is_some() {
+            break;
+        }
+    }
+    let message = message.expect("the Pulled event follows the lookup");
+    assert!(message.starts_with(&format!("Successfully pulled image \"{image}\" in ")), "{message}");
+    assert!(message.ends_with("Image size: 100 bytes."), "the event carries the size looked up: {message}");
+    assert!(pulled_at.elapsed() >= lookup, "the event waited for the lookup");
+}
+
 /// A runtime that records the bytes it gets and answers with a field
 /// imaged's proto does not know (number 77): what a newer runtime would do.
 #[derive(Default)]

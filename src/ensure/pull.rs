@@ -72,15 +72,21 @@ impl ImageManager {
             Ok(outcome) => !self.mark_ensured_unless_removed(&outcome.image_ref).await,
             Err(_) => false,
         };
+        // The record is written while the pull task looks the size up.
+        Box::pin(self.record_pull_end(&spec.image, requested, result.as_ref(), proves)).await;
+        intent.disarm();
+        let size = match &result {
+            Ok(outcome) if outcome.pulled => outcome.size.bytes().await,
+            _ => 0,
+        };
         // Once per pull (by the request that started it), fire and forget,
-        // ahead of any later check in the mailbox.
+        // ahead of any later check in the mailbox; at the instant of the
+        // `Pulled` event.
         if let (Ok(outcome), false, Some(registry)) = (&result, joined, &registry)
             && outcome.pulled
         {
             let _ = self.backoff.recovered.try_send(RegistryRecovered { registry: registry.clone() });
         }
-        Box::pin(self.record_pull_end(&spec.image, requested, result.as_ref(), proves)).await;
-        intent.disarm();
         match result {
             Ok(_) if removed_meanwhile && !again => {
                 drop(in_flight);
@@ -90,7 +96,7 @@ impl ImageManager {
                 if removed_meanwhile {
                     self.mark_ensured_after_removals(&outcome.image_ref).await;
                 }
-                Ok(self.pulled(req, &outcome, start))
+                Ok(self.pulled(req, &outcome, size, start))
             }
             Err(failure) => Box::pin(self.pull_failed(req, spec, lookup, key, cause, registry, &failure)).await,
         }
@@ -252,7 +258,8 @@ impl ImageManager {
         }
     }
 
-    fn pulled(&self, req: &EnsureImageRequest, outcome: &PullOutcome, start: Instant) -> EnsureOk {
+    /// A pull's success, `size` its image's size (looked up after the pull).
+    fn pulled(&self, req: &EnsureImageRequest, outcome: &PullOutcome, size: u64, start: Instant) -> EnsureOk {
         let requested = req.image.as_str();
         let now = Instant::now();
         self.recorder.finished(&req.pod.uid, now);
@@ -268,8 +275,8 @@ impl ImageManager {
             self.emit_present(req, &msg);
             return EnsureOk { image_ref: outcome.image_ref.clone(), message: msg };
         }
-        self.metrics.image_pulled(outcome.size, now.duration_since(start));
-        let msg = successfully_pulled(requested, outcome.pull_duration, now.duration_since(start), outcome.size);
+        self.metrics.image_pulled(size, now.duration_since(start));
+        let msg = successfully_pulled(requested, outcome.pull_duration, now.duration_since(start), size);
         self.emit(req, EventReason::Pulled, &msg, None);
         EnsureOk { image_ref: outcome.image_ref.clone(), message: String::new() }
     }

@@ -86,12 +86,13 @@ struct Started {
     warned: bool,
 }
 
-/// Self-notification: a pull's CRI call succeeded (its slot can go to the
-/// next pull while the size lookup runs).
+/// Self-notification: a pull's CRI call succeeded. Its waiters are
+/// answered and its slot goes to the next pull while the size lookup runs.
 #[derive(Message)]
 #[rtype(result = "()")]
 struct SlotFreed {
     key: PullKey,
+    outcome: PullOutcome,
     /// Answered once the next pull's task is spawned.
     done: oneshot::Sender<()>,
 }
@@ -242,9 +243,9 @@ impl PullQueueActor {
                 // Awaited: the next pull's task is spawned when this returns,
                 // so its PullImage goes out before this pull's size lookup.
                 // do_send: never held back by a full mailbox.
-                move || async move {
+                move |outcome| async move {
                     let (done, started) = oneshot::channel();
-                    me.do_send(SlotFreed { key, done });
+                    me.do_send(SlotFreed { key, outcome, done });
                     let _ = started.await;
                 }
             };
@@ -362,7 +363,7 @@ impl Handler<EnqueuePull> for PullQueueActor {
 impl Handler<SlotFreed> for PullQueueActor {
     type Result = ();
 
-    /// A pull's CRI call ended: start the next pull.
+    /// A pull's CRI call ended: answer its waiters, start the next pull.
     fn handle(&mut self, m: SlotFreed, ctx: &mut Self::Context) {
         // The image is in the runtime now (the slot is freed only after a
         // successful PullImage): requests checked before must re-check.
@@ -374,7 +375,9 @@ impl Handler<SlotFreed> for PullQueueActor {
         if let Some(s) = self.started.get(&m.key) {
             s.stage.set(PullStage::Finishing);
         }
-        self.queue.release_slot(&m.key);
+        for w in self.queue.release_slot(&m.key) {
+            let _ = w.result.send(Ok(m.outcome.clone()));
+        }
         self.pump(ctx);
         let _ = m.done.send(());
     }
@@ -383,7 +386,8 @@ impl Handler<SlotFreed> for PullQueueActor {
 impl Handler<PullFinished> for PullQueueActor {
     type Result = ();
 
-    /// A pull ended: answer everyone who waited on it and start the next.
+    /// A pull ended: answer everyone who waited on it (since its slot
+    /// freed, when it pulled) and start the next.
     fn handle(&mut self, m: PullFinished, ctx: &mut Self::Context) {
         self.started.remove(&m.key);
         for w in self.queue.finish(&m.key) {

@@ -93,10 +93,13 @@ impl PullRequest {
 pub struct PullOutcome {
     /// Image reference (image id) the runtime returned.
     pub image_ref: String,
-    /// Image size in bytes (0 when the size lookup failed).
-    pub size: u64,
-    /// Time from the pull's start (after queueing and throttling) to its end,
-    /// including the size lookup — the kubelet's `pullDuration`.
+    /// Image size in bytes, from the `ImageStatus` that follows the pull:
+    /// the waiters are answered when `PullImage` returns, and the lookup
+    /// runs while they record the pull (see [`ImageSize`]).
+    pub size: ImageSize,
+    /// Time from the pull's start (after queueing and throttling) to the
+    /// runtime's answer. The kubelet's `pullDuration` also holds its size
+    /// lookup, which here runs beside the waiters' own work.
     pub pull_duration: Duration,
     /// False when the image turned out to be present when the pull's turn came.
     pub pulled: bool,
@@ -107,6 +110,57 @@ pub struct PullOutcome {
     /// The runtime's `PullImageResponse` as it sent it, for a pull made
     /// from a client's bytes ([`PullRequest::wire`]).
     pub answer: Option<prost::bytes::Bytes>,
+}
+
+/// A pulled image's size in bytes, known once the `ImageStatus` after the
+/// pull returns. Cloned to every waiter of the pull; [`ImageSize::bytes`]
+/// waits for it. The lookup is best effort, as the kubelet's: a failed or
+/// abandoned one gives 0.
+#[derive(Debug, Clone)]
+pub struct ImageSize(tokio::sync::watch::Receiver<Option<u64>>);
+
+/// Sets an [`ImageSize`] (dropped unset: the size reads 0).
+#[derive(Debug)]
+pub struct SizeSetter(tokio::sync::watch::Sender<Option<u64>>);
+
+impl ImageSize {
+    /// A size known already.
+    pub fn known(bytes: u64) -> Self {
+        Self(tokio::sync::watch::channel(Some(bytes)).1)
+    }
+
+    /// A size to be looked up, and what sets it.
+    pub fn pending() -> (Self, SizeSetter) {
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        (Self(rx), SizeSetter(tx))
+    }
+
+    /// The size, once known (at once when it is).
+    pub async fn bytes(&self) -> u64 {
+        let mut rx = self.0.clone();
+        rx.wait_for(Option::is_some).await.map_or(0, |v| v.unwrap_or(0))
+    }
+
+    /// The size if it is known by now.
+    pub fn now(&self) -> Option<u64> {
+        *self.0.borrow()
+    }
+}
+
+/// Two sizes are equal when both are known and equal, or both unknown.
+impl PartialEq for ImageSize {
+    fn eq(&self, other: &Self) -> bool {
+        self.now() == other.now()
+    }
+}
+
+impl Eq for ImageSize {}
+
+impl SizeSetter {
+    /// Sets the size; every waiter's [`ImageSize::bytes`] returns it.
+    pub fn set(self, bytes: u64) {
+        self.0.send_replace(Some(bytes));
+    }
 }
 
 /// Why a pull did not produce an image.

@@ -11,8 +11,8 @@ pub mod throttle;
 
 pub use actor::{PullQueueActor, PullQueueSettings};
 pub use messages::{
-    EnqueuePull, GetQueueStatus, ListPulls, PullFailure, PullInfo, PullOutcome, PullPhase, PullPhaseChanged, PullPod,
-    PullRequest, PullResult, PullStage, PullTicket, QueueStatus, SubscribePhases,
+    EnqueuePull, GetQueueStatus, ImageSize, ListPulls, PullFailure, PullInfo, PullOutcome, PullPhase, PullPhaseChanged,
+    PullPod, PullRequest, PullResult, PullStage, PullTicket, QueueStatus, SizeSetter, SubscribePhases,
 };
 pub use queue::{Concurrency, registry_of};
 pub use throttle::ThrottleMode;

@@ -1,9 +1,10 @@
 //! One pull, from its turn to its result — what the pull queue's per-pull
 //! task runs, free of actix: the re-check at its turn, a throttle token,
-//! `PullImage` per credential under the deadline, the size lookup, and the
-//! phases and stage it reports on the way. The actor builds a [`PullTask`]
-//! when a slot frees and spawns [`PullTask::run`]; tests drive it with a
-//! scripted [`PullRuntime`] and paused time.
+//! `PullImage` per credential under the deadline, the size lookup (after
+//! the waiters are answered), and the phases and stage it reports on the
+//! way. The actor builds a [`PullTask`] when a slot frees and spawns
+//! [`PullTask::run`]; tests drive it with a scripted [`PullRuntime`] and
+//! paused time.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -15,7 +16,7 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use super::messages::{
-    PullFailure, PullOutcome, PullPhase, PullPhaseChanged, PullPod, PullRequest, PullResult, PullStage,
+    ImageSize, PullFailure, PullOutcome, PullPhase, PullPhaseChanged, PullPod, PullRequest, PullResult, PullStage,
 };
 use super::throttle::{PullThrottle, ThrottleMode};
 use crate::actors::cri_gateway::{CriReader, PullImage};
@@ -173,10 +174,12 @@ pub(super) struct PullTask<R> {
 }
 
 impl<R: PullRuntime> PullTask<R> {
-    /// Runs the pull. `slot_freed` is awaited once the image is pulled,
-    /// before the size lookup: the next pull starts (its request goes out
-    /// first) and this pull's lookup runs beside it.
-    pub(super) async fn run(&self, slot_freed: impl AsyncFnOnce()) -> PullResult {
+    /// Runs the pull. `pulled` is awaited with the outcome once the image
+    /// is pulled, before the size lookup: the waiters are answered and the
+    /// next pull starts (its request goes out first), and this pull's
+    /// lookup runs beside them; the outcome's [`ImageSize`] is set when it
+    /// ends, and the outcome is returned for those who joined meanwhile.
+    pub(super) async fn run(&self, pulled: impl AsyncFnOnce(PullOutcome)) -> PullResult {
         if self.recheck
             && let Some(present) = self.still_present().await
         {
@@ -193,9 +196,12 @@ impl<R: PullRuntime> PullTask<R> {
                 (image_ref, credential, None)
             }
         };
-        slot_freed().await;
-        let size = self.size_of(&image_ref).await;
-        Ok(PullOutcome { image_ref, size, pull_duration: started.elapsed(), pulled: true, credential, answer })
+        let (size, setter) = ImageSize::pending();
+        let outcome =
+            PullOutcome { image_ref, size, pull_duration: started.elapsed(), pulled: true, credential, answer };
+        pulled(outcome.clone()).await;
+        setter.set(self.size_of(&outcome.image_ref).await);
+        Ok(outcome)
     }
 
     /// The re-check: the image found present (no pull to make), or `None`
@@ -204,7 +210,7 @@ impl<R: PullRuntime> PullTask<R> {
         match self.runtime.status(self.request.image.clone()).await {
             Ok(s) => s.image.map(|img| PullOutcome {
                 image_ref: img.id,
-                size: img.size,
+                size: ImageSize::known(img.size),
                 pull_duration: Duration::ZERO,
                 pulled: false,
                 credential: None,

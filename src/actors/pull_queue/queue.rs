@@ -461,15 +461,19 @@ impl<R, W> PullQueue<R, W> {
         }
     }
 
-    /// The pull's CRI call ended: its slot is free for the next pull, but
-    /// the job stays (later requests still join it) until [`finish`](Self::finish).
-    pub fn release_slot(&mut self, key: &PullKey) {
-        if let Some(job) = self.jobs.get_mut(key)
-            && job.running
-        {
-            job.running = false;
-            job.released = true;
-            self.stopped_running(key);
+    /// The pull's CRI call succeeded: its slot is free for the next pull,
+    /// and everyone who waited on it is returned (to be answered now); the
+    /// job stays (later requests still join it) until [`finish`](Self::finish).
+    pub fn release_slot(&mut self, key: &PullKey) -> Vec<W> {
+        match self.jobs.get_mut(key) {
+            Some(job) if job.running => {
+                job.running = false;
+                job.released = true;
+                let waiters = std::mem::take(&mut job.waiters);
+                self.stopped_running(key);
+                waiters
+            }
+            _ => Vec::new(),
         }
     }
 

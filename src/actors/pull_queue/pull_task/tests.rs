@@ -78,7 +78,9 @@ enum Call {
     Pull(String, Option<Duration>),
     /// A client's request bytes, as the runtime got them.
     Wire(Bytes),
-    SlotFreed,
+    /// The slot freed and the waiters were answered, with the size then
+    /// known (`None`: still being looked up).
+    SlotFreed(Option<u64>),
 }
 
 /// A runtime that answers from scripts, in order: `ImageStatus` (absent
@@ -90,6 +92,8 @@ struct Script {
     statuses: RefCell<VecDeque<Result<ImageStatus, CriError>>>,
     pulls: RefCell<VecDeque<(Duration, Result<String, CriError>)>>,
     log: RefCell<Vec<Call>>,
+    /// The outcome the waiters were answered with.
+    answered: RefCell<Option<PullOutcome>>,
 }
 
 impl Script {
@@ -187,9 +191,14 @@ fn with_users(users: &[&str]) -> PullRequest {
     r
 }
 
-/// Runs `t`, logging when its slot frees.
+/// Runs `t`, logging when its slot frees and keeping what the waiters
+/// were answered with.
 async fn run(t: &PullTask<&Script>, script: &Script) -> PullResult {
-    t.run(async || script.log.borrow_mut().push(Call::SlotFreed)).await
+    t.run(async |outcome: PullOutcome| {
+        script.log.borrow_mut().push(Call::SlotFreed(outcome.size.now()));
+        *script.answered.borrow_mut() = Some(outcome);
+    })
+    .await
 }
 
 fn scrape(m: &Metrics) -> Scrape {
@@ -207,7 +216,7 @@ async fn an_image_present_at_its_turn_is_not_pulled_and_takes_no_token() {
         outcome,
         PullOutcome {
             image_ref: "sha256:there".into(),
-            size: 42,
+            size: ImageSize::known(42),
             pull_duration: Duration::ZERO,
             pulled: false,
             credential: None,
@@ -226,13 +235,13 @@ async fn a_failed_recheck_pulls_anyway() {
     t.recheck = true;
     let outcome = run(&t, &script).await.expect("pulled");
     assert!(outcome.pulled);
-    assert_eq!(outcome.size, 7);
+    assert_eq!(outcome.size.bytes().await, 7);
     assert_eq!(
         script.calls(),
         vec![
             Call::Status("example.com/a:1".into()),
             Call::Pull(String::new(), None),
-            Call::SlotFreed,
+            Call::SlotFreed(None),
             Call::Status("sha256:pulled".into()),
         ]
     );
@@ -269,7 +278,7 @@ async fn every_credential_failing_gives_every_error_and_the_text_merges_repeats(
     let failure = run(&t, &script).await.expect_err("all denied");
     assert_eq!(failure, PullFailure::Cri(vec![denied("x"), denied("y"), denied("x")]));
     assert_eq!(failure.to_string(), format!("[{}, {}]", denied("x"), denied("y")));
-    assert!(!script.calls().contains(&Call::SlotFreed), "a failed pull frees no slot early");
+    assert!(!script.calls().iter().any(|c| matches!(c, Call::SlotFreed(_))), "a failed pull frees no slot early");
 }
 
 #[tokio::test(start_paused = true)]
@@ -311,17 +320,20 @@ async fn no_time_left_before_the_next_credential_ends_the_pull_without_trying_it
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_slot_frees_before_the_size_lookup_and_a_failed_lookup_gives_size_zero() {
+async fn the_waiters_are_answered_before_the_size_lookup_and_a_failed_lookup_gives_size_zero() {
     let script = Script::default().pull(2 * SECOND, Ok("sha256:new".into()));
     script.statuses.borrow_mut().push_back(Err(CriError::new(CriErrorKind::RuntimeUnavailable, "down")));
     let t = task(&script, request());
     let outcome = run(&t, &script).await.expect("pulled");
-    assert_eq!((outcome.image_ref.as_str(), outcome.size, outcome.pulled), ("sha256:new", 0, true));
+    assert_eq!((outcome.image_ref.as_str(), outcome.size.bytes().await, outcome.pulled), ("sha256:new", 0, true));
     assert_eq!(outcome.pull_duration, 2 * SECOND);
     assert_eq!(
         script.calls(),
-        vec![Call::Pull(String::new(), None), Call::SlotFreed, Call::Status("sha256:new".into())]
+        vec![Call::Pull(String::new(), None), Call::SlotFreed(None), Call::Status("sha256:new".into())]
     );
+    let answered = script.answered.borrow_mut().take().expect("the waiters were answered");
+    assert_eq!(answered.size.now(), Some(0), "their size is set when the lookup ends, failed or not");
+    assert_eq!((answered.image_ref, answered.pull_duration), (outcome.image_ref, outcome.pull_duration));
     assert_eq!(t.progress.stage.get(), PullStage::Pulling, "Finishing is the actor's, when it frees the slot");
 }
 

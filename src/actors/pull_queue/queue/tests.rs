@@ -133,12 +133,13 @@ fn a_released_slot_starts_the_next_pull_while_the_first_still_takes_joiners() {
     q.submit(key("b"), 0, 1, 1);
     let (a, _) = q.start_next().expect("a");
     assert!(q.start_next().is_none());
-    q.release_slot(&a);
+    assert_eq!(q.release_slot(&a), vec![0], "a's waiters are answered when it pulled");
     assert_eq!(q.running(), 0);
     assert_eq!(q.submit(key("a"), 0, 2, 2), Submitted::Joined, "a still takes joiners until it finishes");
     let (b, _) = q.start_next().expect("b starts once a's slot is free");
     assert_eq!(b, key("b"));
-    assert_eq!(q.finish(&a), vec![0, 2]);
+    assert_eq!(q.release_slot(&a), Vec::<u32>::new(), "a released slot is released once");
+    assert_eq!(q.finish(&a), vec![2], "who joined since");
     assert_eq!(q.running(), 1, "finishing a released job frees nothing more");
     assert_eq!(q.finish(&b), vec![1]);
     assert_eq!(q.running(), 0);
@@ -252,8 +253,10 @@ fn a_snapshot_lists_running_then_queued_in_start_order_then_parked_in_arrival_or
     assert_eq!(q.submit(key("run-a"), 0, "joins a running pull", 6), Submitted::Joined);
     assert_eq!(q.submit(key("late-1"), 9, "late-1", 7), Submitted::Parked);
     assert_eq!(q.submit(key("late-2"), 0, "late-2", 8), Submitted::Parked);
-    // run-b's CRI call ended: its slot is free, its size lookup runs.
-    q.release_slot(&key("run-b"));
+    // run-b's CRI call ended: its slot is free, its waiters are answered,
+    // its size lookup runs, and it still takes joiners.
+    assert_eq!(q.release_slot(&key("run-b")), vec![2]);
+    assert_eq!(q.submit(key("run-b"), 0, "joins a finishing pull", 9), Submitted::Joined);
 
     let seen: Vec<(&str, i32, Place, Vec<u32>)> =
         q.snapshot().iter().map(|v| (v.key.image.as_str(), v.priority, v.place, v.waiters.to_vec())).collect();
@@ -261,7 +264,7 @@ fn a_snapshot_lists_running_then_queued_in_start_order_then_parked_in_arrival_or
         seen,
         [
             ("run-a", 1, Place::Running, vec![1, 6]),
-            ("run-b", 0, Place::Finishing, vec![2]),
+            ("run-b", 0, Place::Finishing, vec![9]),
             ("high", 7, Place::Queued(1), vec![4, 5]),
             ("low", -1, Place::Queued(2), vec![3]),
             ("late-1", 9, Place::Parked(1), vec![7]),
