@@ -24,6 +24,12 @@
 //!   at once with parallel pulls: makespan with durable KEP-2535 records ÷
 //!   with them in memory (a busy node's start).
 //!
+//! - `real_front_pull_ratio`: the kubelet's calls for one pull (`ImageStatus`,
+//!   `PullImage`, `ImageStatus` for the size) through `imaged run`'s CRI
+//!   front ÷ the same calls straight to containerd, median over interleaved
+//!   pairs; `real_front_*_p50_ms` gives each call's median both ways. What
+//!   a node with imaged in the kubelet's path pays per pull. No goal yet.
+//!
 //! - `real_idle_*`: what an idle `imaged run` costs the node. containerd's
 //!   CPU time and wake-ups (voluntary context switches, all its threads) per
 //!   minute alone, then with the daemon connected and idle (one window
@@ -35,7 +41,7 @@
 //!   figure to watch (a once-a-second probe added ~2,000 wake-ups a minute).
 //!
 //! `REAL_BENCH_ROUNDS` (5) and `REAL_BENCH_CALLS` (400 per round) scale it;
-//! `REAL_BENCH_ONLY=library|burst|daemon|idle` runs one part;
+//! `REAL_BENCH_ONLY=library|burst|daemon|front|idle` runs one part;
 //! `REAL_BENCH_IMAGED=<path>` runs another `imaged` binary as the daemon
 //! (to compare builds).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::pedantic)] // bench code: a failed unwrap is a failed run
@@ -143,7 +149,8 @@ fn main() {
     let (hot, pull_refs, sf) = rt.block_on(async {
         let hot = registry.push_image("bench/hot", "v1", &[("hot.bin", &small)]).await.expect("push");
         let mut pull_refs = Vec::new();
-        for side in ["ensure", "memory", "direct", "kubelet"] {
+        for side in ["ensure", "memory", "direct", "kubelet", "front-1", "front-2", "front-direct-1", "front-direct-2"]
+        {
             let p = registry.push_image(&format!("bench/pull-{side}"), "v1", &[("small.bin", &small)]).await;
             pull_refs.push(p.expect("push").reference);
         }
@@ -161,7 +168,7 @@ fn main() {
         (hot.reference, pull_refs, sf.reference)
     });
 
-    // `REAL_BENCH_ONLY=library|burst|daemon|idle`: one part alone.
+    // `REAL_BENCH_ONLY=library|burst|daemon|front|idle`: one part alone.
     let only = std::env::var("REAL_BENCH_ONLY").ok();
     let runs = |part: &str| only.as_deref().is_none_or(|o| o == part);
     if runs("library") {
@@ -172,6 +179,9 @@ fn main() {
     }
     if runs("daemon") {
         daemon(&endpoint, &hot, rounds, calls);
+    }
+    if runs("front") {
+        front(&endpoint, &pull_refs[4..8], rounds);
     }
     if runs("idle") {
         let pid_file = env.vars.get("CONTAINERD_PID_FILE").expect("containerd pid file");
@@ -407,7 +417,7 @@ fn burst(endpoint: &CriEndpoint, refs: &[String], rounds: usize) {
 
 /// The daemon's figure: `imaged run` on containerd with its default logging.
 fn daemon(endpoint: &CriEndpoint, hot: &str, rounds: usize, calls: usize) {
-    let mut d = start_daemon(endpoint);
+    let mut d = start_daemon(endpoint, &[]);
     let api_socket = d.socket.clone();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
@@ -458,12 +468,82 @@ fn daemon(endpoint: &CriEndpoint, hot: &str, rounds: usize, calls: usize) {
     println!("real_daemon_log_lines: {lines}");
 }
 
-/// `imaged run` on `endpoint` with its default logging, once its API
-/// answers; the binary is `REAL_BENCH_IMAGED` when set.
-fn start_daemon(endpoint: &CriEndpoint) -> support::daemon::Daemon {
+/// The kubelet's calls through imaged's CRI front (`imaged run` with
+/// `cri_server.socket`, no pull QPS limit) against the same calls straight
+/// to containerd, for one pull each: `ImageStatus` (absent), `PullImage`,
+/// `ImageStatus` (the size for its event). Each image is removed before
+/// its next pull (the front's through the front, as the kubelet's GC
+/// would); the order alternates.
+fn front(endpoint: &CriEndpoint, refs: &[String], rounds: usize) {
+    let dir = tempfile::Builder::new().prefix("imf").tempdir_in("/tmp").expect("tempdir");
+    let cri = dir.path().join("cri.sock");
+    let socket = format!("cri_server.socket={}", cri.display());
+    let mut d = start_daemon(endpoint, &["--set", &socket, "--set", "pull.registry_pull_qps=0"]);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let through = ImageServiceClient::new(CriEndpoint::Unix(cri).channel(Duration::from_secs(5)).expect("channel"));
+        let bare = cri_client(endpoint);
+        let kubelet = |c: &ImageServiceClient<Channel>, image: &str| {
+            let (mut c, image) = (c.clone(), image.to_string());
+            async move {
+                let _ = c.remove_image(pb::RemoveImageRequest { image: spec(&image) }).await;
+                let t = Instant::now();
+                let s = c.image_status(pb::ImageStatusRequest { image: spec(&image), verbose: false }).await;
+                assert!(s.expect("status").into_inner().image.is_none(), "removed before");
+                let checked = t.elapsed();
+                let req = pb::PullImageRequest { image: spec(&image), auth: None, sandbox_config: None };
+                let pulled = c.pull_image(req).await.expect("pull").into_inner().image_ref;
+                let answered = t.elapsed();
+                let s = c.image_status(pb::ImageStatusRequest { image: spec(&pulled), verbose: false }).await;
+                assert!(s.expect("size").into_inner().image.is_some_and(|i| i.size > 0));
+                let total = t.elapsed();
+                [total, checked, answered - checked, total - answered]
+            }
+        };
+        let pairs = rounds.max(3) * 12 + 1;
+        let mut ratios = Vec::new();
+        let (mut via, mut direct): (Vec<[Duration; 4]>, Vec<[Duration; 4]>) = (Vec::new(), Vec::new());
+        // Two images a side, taken in turn: containerd pulls an image again
+        // right after it pulled and removed it about 3× slower (30 against
+        // 9 ms), so no pull may follow its own image's. Which side goes
+        // first is drawn (seeded): containerd slows one pull in a few on a
+        // beat of its own, which a fixed order would hand to one side.
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        for i in 0..pairs + 2 {
+            let (a, b) = (&refs[i % 2], &refs[2 + i % 2]);
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            let (tv, td) = if seed >> 63 == 0 {
+                let tv = kubelet(&through, a).await;
+                (tv, kubelet(&bare, b).await)
+            } else {
+                let td = kubelet(&bare, b).await;
+                (kubelet(&through, a).await, td)
+            };
+            if i >= 2 {
+                ratios.push(tv[0].as_secs_f64() / td[0].as_secs_f64());
+                via.push(tv);
+                direct.push(td);
+            }
+        }
+        println!("real_front_pull_pairs: {pairs}");
+        // Each call's median, through the front and direct (ms).
+        for (k, name) in ["pull", "status_absent", "pull_image", "status_size"].into_iter().enumerate() {
+            let p50 = |v: &[[Duration; 4]]| median_d(v.iter().map(|t| t[k]).collect()).as_secs_f64() * 1e3;
+            println!("real_front_{name}_p50_ms: {:.2} through, {:.2} direct", p50(&via), p50(&direct));
+        }
+        report("real_front_pull_ratio", ratios);
+    });
+    let _ = d.child.kill();
+    let _ = d.child.wait();
+}
+
+/// `imaged run` on `endpoint` with its default logging and `extra` options,
+/// once its API answers; the binary is `REAL_BENCH_IMAGED` when set.
+fn start_daemon(endpoint: &CriEndpoint, extra: &[&str]) -> support::daemon::Daemon {
     let CriEndpoint::Unix(sock) = endpoint else { unreachable!("a unix socket") };
     let endpoint = format!("unix://{}", sock.display());
-    let args = ["--runtime-endpoint", endpoint.as_str()];
+    let mut args = vec!["--runtime-endpoint", endpoint.as_str()];
+    args.extend_from_slice(extra);
     match std::env::var_os("REAL_BENCH_IMAGED") {
         Some(bin) => support::daemon::Daemon::start_binary(&bin, &args),
         None => support::daemon::Daemon::start(&args),
@@ -509,7 +589,7 @@ fn usage_over(pids: &[u32], window: Duration) -> Vec<(Duration, u64)> {
 fn idle(endpoint: &CriEndpoint, containerd: u32, window: Duration) {
     let per_min = 60.0 / window.as_secs_f64();
     let alone_before = usage_over(&[containerd], window)[0];
-    let mut d = start_daemon(endpoint);
+    let mut d = start_daemon(endpoint, &[]);
     // Past its start (the first image list, detection, GC and probes) and
     // containerd's own work after them: with the bench's images, containerd
     // wakes about twice as often as idle for some 15 s after a daemon starts.
