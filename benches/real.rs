@@ -29,6 +29,9 @@
 //!   front ÷ the same calls straight to containerd, median over interleaved
 //!   pairs; `real_front_*_p50_ms` gives each call's median both ways. What
 //!   a node with imaged in the kubelet's path pays per pull. No goal yet.
+//!   `real_front_status_ratio`: `ImageStatus` of a present image (the
+//!   kubelet's most frequent call) through the front ÷ straight to
+//!   containerd, as the kubelet meets it (the front's kept answers on).
 //!
 //! - `real_idle_*`: what an idle `imaged run` costs the node. containerd's
 //!   CPU time and wake-ups (voluntary context switches, all its threads) per
@@ -191,7 +194,7 @@ fn main() {
         daemon(&endpoint, &hot, rounds, calls);
     }
     if runs("front") {
-        front(&endpoint, &pull_refs[4..8], rounds);
+        front(&endpoint, &hot, &pull_refs[4..8], rounds, calls);
     }
     if runs("idle") {
         let pid_file = env.vars.get("CONTAINERD_PID_FILE").expect("containerd pid file");
@@ -492,7 +495,7 @@ fn daemon(endpoint: &CriEndpoint, hot: &str, rounds: usize, calls: usize) {
 /// `ImageStatus` (the size for its event). Each image is removed before
 /// its next pull (the front's through the front, as the kubelet's GC
 /// would); the order alternates.
-fn front(endpoint: &CriEndpoint, refs: &[String], rounds: usize) {
+fn front(endpoint: &CriEndpoint, hot: &str, refs: &[String], rounds: usize, calls: usize) {
     let dir = tempfile::Builder::new().prefix("imf").tempdir_in("/tmp").expect("tempdir");
     let cri = dir.path().join("cri.sock");
     let socket = format!("cri_server.socket={}", cri.display());
@@ -550,6 +553,24 @@ fn front(endpoint: &CriEndpoint, refs: &[String], rounds: usize) {
             println!("real_front_{name}_p50_ms: {:.2} through, {:.2} direct", p50(&via), p50(&direct));
         }
         report("real_front_pull_ratio", ratios);
+
+        // The kubelet's most frequent call: ImageStatus of a present image
+        // (each container start), as it meets the front (answers kept for
+        // `cri_server.read_cache_ttl`, 1 s).
+        let status = |c: &ImageServiceClient<Channel>| {
+            let mut c = c.clone();
+            async move {
+                let (t, r) = timed(c.image_status(pb::ImageStatusRequest { image: spec(hot), verbose: false })).await;
+                assert!(r.expect("status").into_inner().image.is_some());
+                t
+            }
+        };
+        interleaved(200, || status(&through), || status(&bare)).await;
+        let mut ratios = Vec::new();
+        for _ in 0..rounds {
+            ratios.push(interleaved(calls, || status(&through), || status(&bare)).await);
+        }
+        report("real_front_status_ratio", ratios);
     });
     let _ = d.child.kill();
     let _ = d.child.wait();
