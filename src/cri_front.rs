@@ -31,7 +31,7 @@ use prost::bytes::Bytes;
 
 use crate::actors::cache_refresher::ImageRemoved;
 use crate::actors::cri_gateway::{CriReader, GetReader};
-use crate::actors::pull_queue::{EnqueuePull, PullFailure, PullRequest};
+use crate::actors::pull_queue::{EnqueuePull, PullFailure, PullRequest, SizeOffers};
 use crate::api::server::ApiSocket;
 pub use crate::config::PRIORITY_NAMESPACE_PULL;
 use crate::config::{CriServerSettings, PriorityRule};
@@ -78,6 +78,9 @@ pub struct CriFront {
     /// `ImageStatus` and `ListImages` answers served again
     /// (`cri_server.read_cache_ttl`).
     reads: ReadCache,
+    /// Where the sizes in forwarded `ImageStatus` answers go to the
+    /// front's pulls waiting for them (attached by [`with_size_offers`](Self::with_size_offers)).
+    offers: SizeOffers,
 }
 
 /// Answers to `ImageStatus` and `ListImages`, by request bytes, served
@@ -241,13 +244,40 @@ impl CriFront {
             removed: RemoveFollowers::default(),
             fs_info_answered: Arc::default(),
             reads: ReadCache::new(settings.read_cache_ttl),
+            offers: SizeOffers::default(),
         }
+    }
+
+    /// The same front offering the sizes its clients' `ImageStatus` answers
+    /// give to its pulls waiting for them (the pull queue's
+    /// [`SizeOffers`]): a kubelet's pull then costs the runtime no
+    /// `ImageStatus` of imaged's own.
+    pub fn with_size_offers(self, offers: SizeOffers) -> Self {
+        offers.attach();
+        Self { offers, ..self }
+    }
+
+    /// `ImageStatus` or `ListImages` ([`read_kept`](Self::read_kept)); an
+    /// `ImageStatus` answer's size offered to a pull waiting for it.
+    fn read(&self, rpc: Rpc, body: Bytes, deadline: Option<Duration>) -> FrontFuture<Bytes> {
+        let answer = self.read_kept(rpc, body, deadline);
+        if rpc != Rpc::ImageStatus || !self.offers.wanted() {
+            return answer;
+        }
+        let offers = self.offers.clone();
+        Box::pin(async move {
+            let answer = answer.await?;
+            if let Ok(pb::ImageStatusResponse { image: Some(image), .. }) = crate::cri::wire::peek(&answer) {
+                offers.offer(&image.id, image.size);
+            }
+            Ok(answer)
+        })
     }
 
     /// `ImageStatus` or `ListImages`: a kept answer when one is good
     /// ([`ReadCache`]), else the runtime's, kept if no image changed
     /// through imaged while it was read. Not while a fault plan is set.
-    fn read(&self, rpc: Rpc, body: Bytes, deadline: Option<Duration>) -> FrontFuture<Bytes> {
+    fn read_kept(&self, rpc: Rpc, body: Bytes, deadline: Option<Duration>) -> FrontFuture<Bytes> {
         if self.reader.has_faults() {
             // The plan's image rules match forwarded reads as they match
             // imaged's own: by the image the request names.
@@ -603,6 +633,7 @@ impl CriFront {
         let pins = Pins::new(gc.pinned_images.clone(), &gc.sandbox_image, settings.pin_sandbox_image);
         Ok(Self::new(reader, node.queue().clone().recipient(), pins, settings)
             .with_events(node.manager().events().clone(), node.config().pull.metrics.clone())
+            .with_size_offers(node.config().pull.size_offers.clone())
             .with_remove_followers(RemoveFollowers {
                 records: Some(node.manager().pull_records().clone()),
                 image_list: Some(node.gc().refresher.clone().recipient()),

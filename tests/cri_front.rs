@@ -212,8 +212,18 @@ async fn the_kubelets_pulls_show_their_pods_in_list_pulls_events_and_phases_but_
     assert_eq!(pods, [pod_of("web-0"), pod_of("worker-0")], "the shared pull lists both pods, in arrival order");
     web.await.expect("task").expect("pulled");
     worker.await.expect("task").expect("pulled");
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let (events, phases) = told.send(TakeTold).await.expect("told");
+    // The Pulled events wait for the size (its client asks for none here:
+    // imaged looks it up once the wait for an offer ends).
+    let (mut events, mut phases) = (Vec::new(), Vec::new());
+    for _ in 0..100 {
+        let (e, p) = told.send(TakeTold).await.expect("told");
+        events.extend(e);
+        phases.extend(p);
+        if events.iter().filter(|e| e.reason == EventReason::Pulled).count() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     let of = |name: &str, reason: EventReason| {
         events
@@ -603,6 +613,39 @@ async fn a_pull_is_answered_before_imageds_size_lookup_ends_and_its_event_waits_
     assert!(message.starts_with(&format!("Successfully pulled image \"{image}\" in ")), "{message}");
     assert!(message.ends_with("Image size: 100 bytes."), "the event carries the size looked up: {message}");
     assert!(pulled_at.elapsed() >= lookup, "the event waited for the lookup");
+}
+
+#[actix::test]
+async fn the_kubelets_own_size_lookup_gives_imageds_event_its_size_with_no_call_of_imageds() {
+    use actix::Actor;
+    use imaged::events::EventReason;
+    let f = Front::start("").await;
+    let told = Told::default().start();
+    f.node.subscribe_events(told.clone().recipient());
+    let image = "example.com/team/app:1";
+    f.add(image, 0);
+    let statuses = || f.embedded().stats().calls(Rpc::ImageStatus);
+    // The node's own start-up calls settle first.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = statuses();
+    // As the kubelet pulls: PullImage, then ImageStatus of the id for the size.
+    let mut c = f.client.clone();
+    let id = c.pull_image(pull_for(image, pod("shop", "web-0", &[]))).await.expect("pulled").into_inner().image_ref;
+    let size = f.status(&id).await.expect("present").size;
+    let mut message = None;
+    for _ in 0..100 {
+        let (events, _) = told.send(TakeTold).await.expect("told");
+        message = message.or(events.into_iter().find(|e| e.reason == EventReason::Pulled).map(|e| e.message));
+        if message.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let message = message.expect("a Pulled event");
+    assert!(message.ends_with(&format!("Image size: {size} bytes.")), "{message}");
+    // Past the wait for an offer: imaged never looked the size up itself.
+    tokio::time::sleep(imaged::actors::pull_queue::OFFER_WAIT + Duration::from_millis(200)).await;
+    assert_eq!(statuses() - before, 1, "the runtime answered only the client's own ImageStatus");
 }
 
 /// A runtime that records the bytes it gets and answers with a field

@@ -6,7 +6,7 @@ use super::ConfigError;
 use super::raw::{RawBackoff, RawPull};
 use super::values::{duration, invalid, mailbox_capacity, zero_is_off};
 use crate::actors::backoff_registry::{BackoffDelays, BackoffSettings};
-use crate::actors::pull_queue::{Concurrency, PullQueueSettings, ThrottleMode};
+use crate::actors::pull_queue::{Concurrency, PullQueueSettings, SizeOffers, ThrottleMode};
 use crate::ensure::EnsureSettings;
 use crate::metrics::Metrics;
 
@@ -59,6 +59,7 @@ pub(super) fn pull_from_raw(p: RawPull) -> Result<(PullQueueSettings, EnsureSett
             pull_deadline: if deadline.is_zero() { None } else { Some(deadline) },
             slow_pull_warning: if slow.is_zero() { None } else { Some(slow) },
             metrics: Metrics::default(),
+            size_offers: SizeOffers::default(),
         },
         EnsureSettings {
             annotate_error_class: p.annotate_error_class,

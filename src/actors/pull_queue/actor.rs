@@ -14,6 +14,7 @@ use tracing::warn;
 use super::messages::*;
 use super::pull_task::{self, Progress, PullTask, RECHECK_WINDOW, StageCell};
 use super::queue::{Concurrency, Place, PullKey, PullQueue, Submitted};
+use super::size_offers::SizeOffers;
 use super::throttle::{PullThrottle, ThrottleMode};
 use crate::actors::cri_gateway::CriReader;
 use crate::domain::AuthConfig;
@@ -47,6 +48,8 @@ pub struct PullQueueSettings {
     /// Where the queue reports its depths, joins and throttling (and, as
     /// `node::Node` wires it, the ensure flow its requests and pull durations).
     pub metrics: Metrics,
+    /// Sizes the CRI front offers its pulls (shared with the front).
+    pub size_offers: SizeOffers,
 }
 
 impl Default for PullQueueSettings {
@@ -62,6 +65,7 @@ impl Default for PullQueueSettings {
             pull_deadline: None,
             slow_pull_warning: Some(DEFAULT_SLOW_PULL_WARNING),
             metrics: Metrics::default(),
+            size_offers: SizeOffers::default(),
         }
     }
 }
@@ -86,11 +90,12 @@ struct Started {
     warned: bool,
 }
 
-/// Self-notification: a pull's CRI call succeeded. Its waiters are
-/// answered and its slot goes to the next pull while the size lookup runs.
+/// Self-notification: a pull's CRI call succeeded. The pull ends for the
+/// queue: its waiters are answered and its slot goes to the next pull,
+/// while its task looks up the size.
 #[derive(Message)]
 #[rtype(result = "()")]
-struct SlotFreed {
+struct PullSucceeded {
     key: PullKey,
     outcome: PullOutcome,
     /// Answered once the next pull's task is spawned.
@@ -104,7 +109,8 @@ struct CheckSlowPulls {
     after: Duration,
 }
 
-/// Self-notification: a pull task ended.
+/// Self-notification: a pull task ended without pulling (it failed, or
+/// found its image present).
 #[derive(Message)]
 #[rtype(result = "()")]
 struct PullFinished {
@@ -179,7 +185,7 @@ impl PullQueueActor {
     }
 
     /// Warns once for each pull running past `after` while other pulls
-    /// wait (queued or parked); a finishing pull (its slot free) blocks nobody.
+    /// wait (queued or parked).
     fn warn_slow(&mut self, after: Duration) {
         let waiting = self.queue.queued() + self.queue.parked();
         if waiting == 0 {
@@ -188,7 +194,7 @@ impl PullQueueActor {
         let now = Instant::now();
         for (key, s) in &mut self.started {
             let running = now.saturating_duration_since(s.at);
-            if s.warned || running < after || s.stage.get() == PullStage::Finishing {
+            if s.warned || running < after {
                 continue;
             }
             s.warned = true;
@@ -221,6 +227,8 @@ impl PullQueueActor {
         let stage = Arc::new(StageCell::default());
         self.started.insert(key.clone(), Started { at: now, stage: stage.clone(), warned: false });
         let pod = PullPod::of(request.sandbox.as_ref());
+        // A client's own pull through the front: it may offer the size.
+        let offers = (request.wire.is_some() && self.cfg.size_offers.attached()).then(|| self.cfg.size_offers.clone());
         let task = PullTask {
             runtime: self.reader.clone(),
             recheck: pull_task::needs_recheck(
@@ -234,24 +242,29 @@ impl PullQueueActor {
             throttle: self.throttle.clone(),
             progress: Progress { image: key.image.clone(), subscribers: self.subscribers.clone(), stage, pod },
             metrics: self.cfg.metrics.clone(),
+            offers,
         };
         // A task of its own (not ctx.spawn): actix polls every context future
         // on each wake-up, which would make many parallel pulls quadratic.
         actix::spawn(async move {
-            let freed = {
+            let progress = &task.progress;
+            let pulled = {
                 let (me, key) = (me.clone(), key.clone());
                 // Awaited: the next pull's task is spawned when this returns,
                 // so its PullImage goes out before this pull's size lookup.
                 // do_send: never held back by a full mailbox.
                 move |outcome| async move {
+                    progress.phase(PullPhase::Done);
                     let (done, started) = oneshot::channel();
-                    me.do_send(SlotFreed { key, outcome, done });
+                    me.do_send(PullSucceeded { key, outcome, done });
                     let _ = started.await;
                 }
             };
-            let result = task.run(freed).await;
-            task.progress.phase(if result.is_ok() { PullPhase::Done } else { PullPhase::Failed });
-            me.do_send(PullFinished { key, result });
+            let result = task.run(pulled).await;
+            if !matches!(&result, Ok(o) if o.pulled) {
+                task.progress.phase(if result.is_ok() { PullPhase::Done } else { PullPhase::Failed });
+                me.do_send(PullFinished { key, result });
+            }
         });
     }
 }
@@ -360,22 +373,20 @@ impl Handler<EnqueuePull> for PullQueueActor {
     }
 }
 
-impl Handler<SlotFreed> for PullQueueActor {
+impl Handler<PullSucceeded> for PullQueueActor {
     type Result = ();
 
-    /// A pull's CRI call ended: answer its waiters, start the next pull.
-    fn handle(&mut self, m: SlotFreed, ctx: &mut Self::Context) {
-        // The image is in the runtime now (the slot is freed only after a
-        // successful PullImage): requests checked before must re-check.
+    /// A pull's CRI call succeeded: answer its waiters, start the next pull.
+    fn handle(&mut self, m: PullSucceeded, ctx: &mut Self::Context) {
+        // The image is in the runtime now: requests checked before must
+        // re-check.
         let now = Instant::now();
         if self.finished.len() >= 4096 {
             self.finished.retain(|_, t| now.duration_since(*t) <= RECHECK_WINDOW);
         }
         self.finished.insert(m.key.image.clone(), now);
-        if let Some(s) = self.started.get(&m.key) {
-            s.stage.set(PullStage::Finishing);
-        }
-        for w in self.queue.release_slot(&m.key) {
+        self.started.remove(&m.key);
+        for w in self.queue.finish(&m.key) {
             let _ = w.result.send(Ok(m.outcome.clone()));
         }
         self.pump(ctx);
@@ -386,8 +397,8 @@ impl Handler<SlotFreed> for PullQueueActor {
 impl Handler<PullFinished> for PullQueueActor {
     type Result = ();
 
-    /// A pull ended: answer everyone who waited on it (since its slot
-    /// freed, when it pulled) and start the next.
+    /// A pull ended without pulling: answer everyone who waited on it and
+    /// start the next.
     fn handle(&mut self, m: PullFinished, ctx: &mut Self::Context) {
         self.started.remove(&m.key);
         for w in self.queue.finish(&m.key) {
@@ -435,7 +446,6 @@ impl Handler<ListPulls> for PullQueueActor {
                 let stage = match v.place {
                     Place::Parked(position) => PullStage::Parked { position },
                     Place::Queued(position) => PullStage::Queued { position },
-                    Place::Finishing => PullStage::Finishing,
                     Place::Running => started.map_or(PullStage::Starting, |s| s.stage.get()),
                 };
                 let first = v.waiters.iter().map(|w| w.since).min().unwrap_or(now);

@@ -329,8 +329,6 @@ pub enum PullStage {
     Throttled,
     /// The CRI pull is running.
     Pulling,
-    /// Pulled; its size is being looked up (its slot is already free).
-    Finishing,
 }
 
 impl PullStage {
@@ -342,7 +340,6 @@ impl PullStage {
             PullStage::Starting => "starting",
             PullStage::Throttled => "throttled",
             PullStage::Pulling => "pulling",
-            PullStage::Finishing => "finishing",
         }
     }
 
@@ -384,7 +381,7 @@ pub struct PullInfo {
     pub pods: Vec<PullPod>,
 }
 
-/// Lists every pull the queue holds: running and finishing first (in start
+/// Lists every pull the queue holds: running first (in start
 /// order), then queued (in the order they will start), then parked.
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "Vec<PullInfo>")]

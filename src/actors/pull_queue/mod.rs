@@ -7,6 +7,7 @@ mod actor;
 mod messages;
 mod pull_task;
 pub mod queue;
+mod size_offers;
 pub mod throttle;
 
 pub use actor::{PullQueueActor, PullQueueSettings};
@@ -15,6 +16,7 @@ pub use messages::{
     PullPod, PullRequest, PullResult, PullStage, PullTicket, QueueStatus, SizeSetter, SubscribePhases,
 };
 pub use queue::{Concurrency, registry_of};
+pub use size_offers::{OFFER_WAIT, SizeOffers, SizeWait};
 pub use throttle::ThrottleMode;
 
 /// The one text form of the mode (status, metrics labels, logs): `serial`,

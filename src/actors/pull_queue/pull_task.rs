@@ -18,6 +18,7 @@ use tracing::debug;
 use super::messages::{
     ImageSize, PullFailure, PullOutcome, PullPhase, PullPhaseChanged, PullPod, PullRequest, PullResult, PullStage,
 };
+use super::size_offers::{OFFER_WAIT, SizeOffers};
 use super::throttle::{PullThrottle, ThrottleMode};
 use crate::actors::cri_gateway::{CriReader, PullImage};
 use crate::cri::{CriError, CriErrorKind};
@@ -87,8 +88,7 @@ impl PullRuntime for CriReader {
 pub(super) struct StageCell(AtomicU8);
 
 impl StageCell {
-    const STAGES: [PullStage; 4] =
-        [PullStage::Starting, PullStage::Throttled, PullStage::Pulling, PullStage::Finishing];
+    const STAGES: [PullStage; 3] = [PullStage::Starting, PullStage::Throttled, PullStage::Pulling];
 
     pub(super) fn set(&self, stage: PullStage) {
         if let Some(i) = Self::STAGES.iter().position(|s| *s == stage) {
@@ -171,6 +171,9 @@ pub(super) struct PullTask<R> {
     pub throttle: Arc<PullThrottle>,
     pub progress: Progress,
     pub metrics: Metrics,
+    /// For a pull the CRI front made for a client: where the client's own
+    /// `ImageStatus` answer may offer the size (see [`SizeOffers`]).
+    pub offers: Option<SizeOffers>,
 }
 
 impl<R: PullRuntime> PullTask<R> {
@@ -199,8 +202,19 @@ impl<R: PullRuntime> PullTask<R> {
         let (size, setter) = ImageSize::pending();
         let outcome =
             PullOutcome { image_ref, size, pull_duration: started.elapsed(), pulled: true, credential, answer };
+        // Waited for from before the client is answered: its next call may
+        // be the ImageStatus that gives the size.
+        let offer = self.offers.as_ref().map(|o| o.expect(&outcome.image_ref));
         pulled(outcome.clone()).await;
-        setter.set(self.size_of(&outcome.image_ref).await);
+        let offered = match offer {
+            Some(wait) => wait.offered(OFFER_WAIT).await,
+            None => None,
+        };
+        let bytes = match offered {
+            Some(bytes) => bytes,
+            None => self.size_of(&outcome.image_ref).await,
+        };
+        setter.set(bytes);
         Ok(outcome)
     }
 

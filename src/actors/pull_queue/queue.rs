@@ -93,8 +93,6 @@ impl PullKey {
 pub enum Place {
     /// Running: its CRI call has not ended.
     Running,
-    /// Its CRI call ended well; the size lookup runs (its slot is free).
-    Finishing,
     /// Waiting to start: 1 = next.
     Queued(usize),
     /// Waiting for room in a full queue: 1 = first admitted.
@@ -130,8 +128,6 @@ struct Job<R, W> {
     request: Option<R>,
     waiters: Vec<W>,
     running: bool,
-    /// Its slot was released before it finished.
-    released: bool,
     /// When it started, counted in starts (0 = not yet).
     start: u64,
 }
@@ -245,18 +241,15 @@ impl<R, W> PullQueue<R, W> {
         self.jobs.values().map(|j| j.waiters.len()).sum()
     }
 
-    /// Every pull and parked request: running and finishing pulls first,
+    /// Every pull and parked request: running pulls first,
     /// in start order, then the queued ones in the order they will start
     /// (without a registry limit; with one, a pull may be passed over), then
     /// parked requests in arrival order.
     pub fn snapshot(&self) -> Vec<JobView<'_, W>> {
-        let mut active: Vec<(&PullKey, &Job<R, W>)> =
-            self.jobs.iter().filter(|(_, j)| j.running || j.released).collect();
+        let mut active: Vec<(&PullKey, &Job<R, W>)> = self.jobs.iter().filter(|(_, j)| j.running).collect();
         active.sort_by_key(|(_, j)| j.start);
-        let mut out: Vec<JobView<'_, W>> = active
-            .into_iter()
-            .map(|(key, job)| view(key, job, if job.running { Place::Running } else { Place::Finishing }))
-            .collect();
+        let mut out: Vec<JobView<'_, W>> =
+            active.into_iter().map(|(key, job)| view(key, job, Place::Running)).collect();
         for (i, key) in self.order.values().enumerate() {
             if let Some(job) = self.jobs.get(key) {
                 out.push(view(key, job, Place::Queued(i + 1)));
@@ -322,10 +315,7 @@ impl<R, W> PullQueue<R, W> {
         if self.registry_limit.is_some() {
             add(&mut self.waiting_by_registry, registry_of(&key.image));
         }
-        self.jobs.insert(
-            key,
-            Job { order, request: Some(request), waiters: vec![waiter], running: false, released: false, start: 0 },
-        );
+        self.jobs.insert(key, Job { order, request: Some(request), waiters: vec![waiter], running: false, start: 0 });
     }
 
     /// Moves parked requests into the queue while there is room, calling
@@ -453,7 +443,7 @@ impl<R, W> PullQueue<R, W> {
         Some((key, request))
     }
 
-    /// A running pull stopped running (slot released or pull finished).
+    /// A running pull stopped running (it finished).
     fn stopped_running(&mut self, key: &PullKey) {
         self.running = self.running.saturating_sub(1);
         if self.registry_limit.is_some() {
@@ -461,29 +451,15 @@ impl<R, W> PullQueue<R, W> {
         }
     }
 
-    /// The pull's CRI call succeeded: its slot is free for the next pull,
-    /// and everyone who waited on it is returned (to be answered now); the
-    /// job stays (later requests still join it) until [`finish`](Self::finish).
-    pub fn release_slot(&mut self, key: &PullKey) -> Vec<W> {
-        match self.jobs.get_mut(key) {
-            Some(job) if job.running => {
-                job.running = false;
-                job.released = true;
-                let waiters = std::mem::take(&mut job.waiters);
-                self.stopped_running(key);
-                waiters
-            }
-            _ => Vec::new(),
-        }
-    }
-
-    /// A pull ended: returns everyone who waited on it.
+    /// A pull ended (its CRI call succeeded, or it failed, or found its
+    /// image present): returns everyone who waited on it, and its slot is
+    /// free. A later request for the same key is a new pull.
     pub fn finish(&mut self, key: &PullKey) -> Vec<W> {
         match self.jobs.remove(key) {
             Some(job) => {
                 if job.running {
                     self.stopped_running(key);
-                } else if !job.released {
+                } else {
                     self.order.remove(&job.order);
                     if self.registry_limit.is_some() {
                         sub(&mut self.waiting_by_registry, registry_of(&key.image));

@@ -65,8 +65,8 @@ fn the_stage_cell_keeps_running_stages_only() {
     // A waiting stage is not a running one: ignored.
     cell.set(PullStage::Queued { position: 1 });
     assert_eq!(cell.get(), PullStage::Pulling);
-    cell.set(PullStage::Finishing);
-    assert_eq!(cell.get(), PullStage::Finishing);
+    cell.set(PullStage::Throttled);
+    assert_eq!(cell.get(), PullStage::Throttled);
 }
 
 // === whole pulls against a script ===
@@ -178,6 +178,7 @@ fn task(script: &Script, request: PullRequest) -> PullTask<&Script> {
             pod: None,
         },
         metrics: Metrics::default(),
+        offers: None,
     }
 }
 
@@ -320,6 +321,37 @@ async fn no_time_left_before_the_next_credential_ends_the_pull_without_trying_it
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_front_pull_takes_the_size_its_client_offers_and_looks_it_up_only_when_none_comes() {
+    use crate::actors::pull_queue::{OFFER_WAIT, SizeOffers};
+    let board = SizeOffers::default();
+    // Offered while the pull waits (as the front forwards the client's ImageStatus).
+    let script = Script::default().pull(SECOND, Ok("sha256:new".into()));
+    let mut t = task(&script, request());
+    t.offers = Some(board.clone());
+    let offering = async {
+        while !board.wanted() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        tokio::time::sleep(OFFER_WAIT / 2).await;
+        board.offer("sha256:new", 1234);
+    };
+    let (outcome, ()) = tokio::join!(run(&t, &script), offering);
+    assert_eq!(outcome.expect("pulled").size.bytes().await, 1234);
+    assert_eq!(script.calls(), vec![Call::Pull(String::new(), None), Call::SlotFreed(None)], "no lookup of its own");
+    assert!(!board.wanted(), "the wait is over");
+
+    // None offered: its own lookup once the wait ends.
+    let script = Script::default().pull(SECOND, Ok("sha256:new".into())).status(present("sha256:new", 7));
+    let mut t = task(&script, request());
+    t.offers = Some(board.clone());
+    let started = tokio::time::Instant::now();
+    let outcome = run(&t, &script).await.expect("pulled");
+    assert_eq!(outcome.size.bytes().await, 7);
+    assert_eq!(started.elapsed(), SECOND + OFFER_WAIT, "the lookup came after the whole wait");
+    assert_eq!(script.calls().last(), Some(&Call::Status("sha256:new".into())));
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_waiters_are_answered_before_the_size_lookup_and_a_failed_lookup_gives_size_zero() {
     let script = Script::default().pull(2 * SECOND, Ok("sha256:new".into()));
     script.statuses.borrow_mut().push_back(Err(CriError::new(CriErrorKind::RuntimeUnavailable, "down")));
@@ -334,7 +366,7 @@ async fn the_waiters_are_answered_before_the_size_lookup_and_a_failed_lookup_giv
     let answered = script.answered.borrow_mut().take().expect("the waiters were answered");
     assert_eq!(answered.size.now(), Some(0), "their size is set when the lookup ends, failed or not");
     assert_eq!((answered.image_ref, answered.pull_duration), (outcome.image_ref, outcome.pull_duration));
-    assert_eq!(t.progress.stage.get(), PullStage::Pulling, "Finishing is the actor's, when it frees the slot");
+    assert_eq!(t.progress.stage.get(), PullStage::Pulling, "the pull's last stage; the queue forgets it once pulled");
 }
 
 #[tokio::test(start_paused = true)]

@@ -127,20 +127,20 @@ fn parallel_limit_bounds_running_pulls() {
 }
 
 #[test]
-fn a_released_slot_starts_the_next_pull_while_the_first_still_takes_joiners() {
+fn a_finished_pull_frees_its_slot_and_a_later_request_is_a_new_pull() {
     let mut q: PullQueue<u32, u32> = PullQueue::new(Concurrency::Serial, None, true);
     q.submit(key("a"), 0, 0, 0);
     q.submit(key("b"), 0, 1, 1);
     let (a, _) = q.start_next().expect("a");
     assert!(q.start_next().is_none());
-    assert_eq!(q.release_slot(&a), vec![0], "a's waiters are answered when it pulled");
+    assert_eq!(q.submit(key("a"), 0, 2, 2), Submitted::Joined, "a takes joiners while it runs");
+    assert_eq!(q.finish(&a), vec![0, 2], "a's waiters are answered when it pulled");
     assert_eq!(q.running(), 0);
-    assert_eq!(q.submit(key("a"), 0, 2, 2), Submitted::Joined, "a still takes joiners until it finishes");
+    assert_eq!(q.submit(key("a"), 0, 3, 3), Submitted::Queued, "a pull that ended takes no joiners");
     let (b, _) = q.start_next().expect("b starts once a's slot is free");
     assert_eq!(b, key("b"));
-    assert_eq!(q.release_slot(&a), Vec::<u32>::new(), "a released slot is released once");
-    assert_eq!(q.finish(&a), vec![2], "who joined since");
-    assert_eq!(q.running(), 1, "finishing a released job frees nothing more");
+    assert_eq!(q.finish(&a), vec![3], "a's new pull, taken out unrun, answers its own waiter");
+    assert_eq!(q.running(), 1, "b runs");
     assert_eq!(q.finish(&b), vec![1]);
     assert_eq!(q.running(), 0);
 }
@@ -162,11 +162,11 @@ fn a_registry_at_its_limit_is_passed_over_and_keeps_its_place() {
     let started: Vec<_> = std::iter::from_fn(|| q.start_next()).map(|(_, r)| r).collect();
     assert_eq!(started, ["slow.io/a:1", "fast.io/c:1"], "one per registry, though a third slot is free");
     assert_eq!((q.running_from("slow.io"), q.running_from("fast.io")), (1, 1));
-    // The slow registry's first pull frees its slot: its next pull, in order, starts.
-    q.release_slot(&key("slow.io/a:1"));
+    // The slow registry's first pull ends: its next pull, in order, starts.
+    q.finish(&key("slow.io/a:1"));
     assert_eq!(q.start_next().map(|(_, r)| r), Some("slow.io/b:1"));
     assert_eq!(q.start_next(), None);
-    // A pull that fails (finishes without releasing) frees its registry too.
+    // A pull that fails frees its registry too.
     q.finish(&key("fast.io/c:1"));
     assert_eq!(q.running_from("fast.io"), 0);
     assert_eq!(q.start_next().map(|(_, r)| r), Some("fast.io/e:1"));
@@ -253,10 +253,6 @@ fn a_snapshot_lists_running_then_queued_in_start_order_then_parked_in_arrival_or
     assert_eq!(q.submit(key("run-a"), 0, "joins a running pull", 6), Submitted::Joined);
     assert_eq!(q.submit(key("late-1"), 9, "late-1", 7), Submitted::Parked);
     assert_eq!(q.submit(key("late-2"), 0, "late-2", 8), Submitted::Parked);
-    // run-b's CRI call ended: its slot is free, its waiters are answered,
-    // its size lookup runs, and it still takes joiners.
-    assert_eq!(q.release_slot(&key("run-b")), vec![2]);
-    assert_eq!(q.submit(key("run-b"), 0, "joins a finishing pull", 9), Submitted::Joined);
 
     let seen: Vec<(&str, i32, Place, Vec<u32>)> =
         q.snapshot().iter().map(|v| (v.key.image.as_str(), v.priority, v.place, v.waiters.to_vec())).collect();
@@ -264,14 +260,15 @@ fn a_snapshot_lists_running_then_queued_in_start_order_then_parked_in_arrival_or
         seen,
         [
             ("run-a", 1, Place::Running, vec![1, 6]),
-            ("run-b", 0, Place::Finishing, vec![9]),
+            ("run-b", 0, Place::Running, vec![2]),
             ("high", 7, Place::Queued(1), vec![4, 5]),
             ("low", -1, Place::Queued(2), vec![3]),
             ("late-1", 9, Place::Parked(1), vec![7]),
             ("late-2", 0, Place::Parked(2), vec![8]),
         ]
     );
-    // The positions are the start order: high starts next.
+    // The positions are the start order: high starts next, once a slot frees.
+    q.finish(&key("run-b"));
     assert_eq!(q.start_next().map(|(k, _)| k), Some(key("high")));
 }
 
