@@ -576,40 +576,47 @@ async fn in_a_registry_outage_a_configured_pull_falls_back_to_the_local_image_or
     );
 }
 
-#[actix::test]
-async fn a_pull_is_answered_before_imageds_size_lookup_ends_and_its_event_waits_for_the_size() {
+/// A front with `image` to pull, and what its node's events tell.
+async fn front_telling(image: &str) -> (Front, actix::Addr<Told>) {
     use actix::Actor;
-    use imaged::events::EventReason;
-    use imaged::fault::{FaultPlan, FaultRule};
     let f = Front::start("").await;
     let told = Told::default().start();
     f.node.subscribe_events(told.clone().recipient());
-    let image = "example.com/team/app:1";
     f.add(image, 0);
+    (f, told)
+}
+
+/// The message of the first `Pulled` event `told` gets within 5 s.
+async fn pulled_message(told: &actix::Addr<Told>) -> Option<String> {
+    for _ in 0..250 {
+        let (events, _) = told.send(TakeTold).await.expect("told");
+        if let Some(e) = events.into_iter().find(|e| e.reason == imaged::events::EventReason::Pulled) {
+            return Some(e.message);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
+#[actix::test]
+async fn a_pull_is_answered_before_imageds_size_lookup_ends_and_its_event_waits_for_the_size() {
+    use imaged::fault::{FaultPlan, FaultRule};
+    let image = "example.com/team/app:1";
+    let (f, told) = front_telling(image).await;
     // imaged's size lookup asks by the image's id; the caller's name-based
     // calls are not held back.
     let lookup = Duration::from_secs(2);
     f.embedded()
         .set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::ImageStatus).image("sha256:*").delay(lookup)));
-    let mut c = f.client.clone();
     let pulled_at = tokio::time::Instant::now();
-    c.pull_image(pull_for(image, pod("shop", "web-0", &[]))).await.expect("pulled");
-    let pulled_event = |events: &[imaged::events::ImageEvent]| {
-        events.iter().find(|e| e.reason == EventReason::Pulled).map(|e| e.message.clone())
-    };
+    f.client.clone().pull_image(pull_for(image, pod("shop", "web-0", &[]))).await.expect("pulled");
     let (events, _) = told.send(TakeTold).await.expect("told");
-    assert_eq!(pulled_event(&events), None, "answered while the size lookup runs: {events:#?}");
+    assert!(
+        !events.iter().any(|e| e.reason == imaged::events::EventReason::Pulled),
+        "answered while the size lookup runs: {events:#?}"
+    );
     assert!(pulled_at.elapsed() < lookup, "the answer did not wait for the lookup");
-    let mut message = None;
-    for _ in 0..100 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let (events, _) = told.send(TakeTold).await.expect("told");
-        message = message.or(pulled_event(&events));
-        if message.is_some() {
-            break;
-        }
-    }
-    let message = message.expect("the Pulled event follows the lookup");
+    let message = pulled_message(&told).await.expect("the Pulled event follows the lookup");
     assert!(message.starts_with(&format!("Successfully pulled image \"{image}\" in ")), "{message}");
     assert!(message.ends_with("Image size: 100 bytes."), "the event carries the size looked up: {message}");
     assert!(pulled_at.elapsed() >= lookup, "the event waited for the lookup");
@@ -617,13 +624,8 @@ async fn a_pull_is_answered_before_imageds_size_lookup_ends_and_its_event_waits_
 
 #[actix::test]
 async fn the_kubelets_own_size_lookup_gives_imageds_event_its_size_with_no_call_of_imageds() {
-    use actix::Actor;
-    use imaged::events::EventReason;
-    let f = Front::start("").await;
-    let told = Told::default().start();
-    f.node.subscribe_events(told.clone().recipient());
     let image = "example.com/team/app:1";
-    f.add(image, 0);
+    let (f, told) = front_telling(image).await;
     let statuses = || f.embedded().stats().calls(Rpc::ImageStatus);
     // The node's own start-up calls settle first.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -632,16 +634,7 @@ async fn the_kubelets_own_size_lookup_gives_imageds_event_its_size_with_no_call_
     let mut c = f.client.clone();
     let id = c.pull_image(pull_for(image, pod("shop", "web-0", &[]))).await.expect("pulled").into_inner().image_ref;
     let size = f.status(&id).await.expect("present").size;
-    let mut message = None;
-    for _ in 0..100 {
-        let (events, _) = told.send(TakeTold).await.expect("told");
-        message = message.or(events.into_iter().find(|e| e.reason == EventReason::Pulled).map(|e| e.message));
-        if message.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let message = message.expect("a Pulled event");
+    let message = pulled_message(&told).await.expect("a Pulled event");
     assert!(message.ends_with(&format!("Image size: {size} bytes.")), "{message}");
     // Past the wait for an offer: imaged never looked the size up itself.
     tokio::time::sleep(imaged::actors::pull_queue::OFFER_WAIT + Duration::from_millis(200)).await;
