@@ -253,6 +253,52 @@ async fn unknown_paths_and_other_methods_are_refused() {
     server.stop().await;
 }
 
+/// Polls `/readyz` until it answers `status` (bounded), returning the body.
+async fn readyz_until(server: &Server, status: u16) -> String {
+    let mut last = (0, String::new());
+    for _ in 0..200 {
+        let (s, _, body) = server.get("/readyz").await;
+        if s == status {
+            return body;
+        }
+        last = (s, body);
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("/readyz never answered {status}; last {last:?}");
+}
+
+#[actix::test]
+async fn a_call_finding_the_runtime_unavailable_brings_the_next_probe_forward() {
+    use imaged::actors::cri_gateway::{CriGatewayActor, CriSettings, GetImageStatus};
+    use imaged::domain::ImageSpec;
+    use imaged::embedded::EmbeddedRuntime;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut runtime = EmbeddedRuntime::start_in(dir.path()).expect("embedded runtime starts");
+    let cfg = CriSettings { startup_timeout: Duration::from_secs(5), ..CriSettings::default() };
+    let (gateway, _) = CriGatewayActor::connect(&runtime.endpoint(), &cfg).await.expect("gateway connects");
+    let health = Health::new();
+    health.set_ready();
+    let server = serve(Metrics::default(), health.clone()).await;
+    // Probes once at start (green once it answered), then not for an hour:
+    // only a failed call can bring the next one forward.
+    health.unreachable("cri_runtime", "not probed yet");
+    let probe = imaged::daemon::watch_runtime(gateway.clone(), health.clone(), Duration::from_secs(3600));
+    readyz_until(&server, 200).await;
+
+    runtime.stop();
+    tokio::time::sleep(imaged::daemon::RUNTIME_PROBE_SPACING + Duration::from_millis(200)).await;
+    let early = server.get("/readyz").await;
+    assert_eq!(early.0, 200, "no call, no probe: the outage is not seen yet: {early:?}");
+    let status = GetImageStatus { image: ImageSpec::new("example.com/app:1"), verbose: false };
+    let failed = gateway.send(status).await.expect("gateway");
+    assert!(failed.is_err(), "the runtime is down: {failed:?}");
+    let body = readyz_until(&server, 503).await;
+    assert!(body.contains("cri_runtime: unreachable"), "the probe it brought forward confirmed it: {body}");
+    probe.abort();
+    server.stop().await;
+}
+
 #[actix::test]
 async fn readyz_says_the_runtime_is_unreachable_while_it_is_down_and_healthz_stays_green() {
     use imaged::actors::cri_gateway::{CriGatewayActor, CriSettings};
@@ -266,22 +312,7 @@ async fn readyz_says_the_runtime_is_unreachable_while_it_is_down_and_healthz_sta
     health.set_ready();
     let server = serve(Metrics::default(), health.clone()).await;
     let probe = imaged::daemon::watch_runtime(gateway, health.clone(), Duration::from_millis(50));
-    // Polls /readyz until it answers `status` (bounded), returning the body.
-    let readyz_until = |status: u16| {
-        let server = &server;
-        async move {
-            let mut last = (0, String::new());
-            for _ in 0..200 {
-                let (s, _, body) = server.get("/readyz").await;
-                if s == status {
-                    return body;
-                }
-                last = (s, body);
-                tokio::time::sleep(Duration::from_millis(25)).await;
-            }
-            panic!("/readyz never answered {status}; last {last:?}");
-        }
-    };
+    let readyz_until = |status: u16| readyz_until(&server, status);
     readyz_until(200).await;
 
     runtime.stop();

@@ -41,6 +41,9 @@ pub(super) struct Core {
     /// Counts the `PullImage` and `RemoveImage` calls ended: an answer
     /// about images read before the count moved may be out of date.
     image_changes: Arc<AtomicU64>,
+    /// Told when a call finds the runtime unavailable (the daemon's
+    /// readiness probe then runs at once: see [`CriReader::runtime_lost`]).
+    lost: Arc<tokio::sync::Notify>,
 }
 
 /// The CRI gateway actor. See the module docs and `actors.md`.
@@ -73,6 +76,14 @@ impl CriReader {
     /// would say, but for changes made behind imaged's back.
     pub fn image_changes(&self) -> u64 {
         self.core.image_changes.load(Ordering::Acquire)
+    }
+
+    /// Notified (one permit kept) each time a call through this gateway,
+    /// by any caller, fails because the runtime is unavailable: a watcher
+    /// of the runtime's health learns of an outage from the traffic instead
+    /// of its next probe.
+    pub fn runtime_lost(&self) -> Arc<tokio::sync::Notify> {
+        self.core.lost.clone()
     }
 
     /// Whether a fault plan is set (every call must then reach it).
@@ -203,6 +214,7 @@ impl Core {
             metrics: cfg.metrics.clone(),
             streaming: super::streaming::Streaming::default(),
             image_changes: Arc::new(AtomicU64::new(0)),
+            lost: Arc::new(tokio::sync::Notify::new()),
         }
     }
 
@@ -240,6 +252,7 @@ impl Core {
         };
         let metrics = self.metrics.clone();
         let changes = matches!(rpc, Rpc::PullImage | Rpc::RemoveImage).then(|| self.image_changes.clone());
+        let lost = self.lost.clone();
         async move {
             let started = Instant::now();
             let result = match fault {
@@ -285,6 +298,9 @@ impl Core {
                 changes.fetch_add(1, Ordering::AcqRel);
             }
             if let Err(e) = &result {
+                if e.kind() == CriErrorKind::RuntimeUnavailable {
+                    lost.notify_one();
+                }
                 debug!(rpc = rpc.name(), image = image.as_deref().unwrap_or(""), kind = ?e.kind(),
                     elapsed_ms = crate::domain::limits::millis(started.elapsed()), error = %e, "CRI call failed");
             }
