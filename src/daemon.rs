@@ -282,29 +282,27 @@ pub const RUNTIME_PROBE_SPACING: Duration = Duration::from_secs(1);
 /// Asks the runtime for `Version` through `gateway` every `period` (one
 /// probe at a time, each bounded by [`RUNTIME_PROBE_DEADLINE`]), and at
 /// once (at most every [`RUNTIME_PROBE_SPACING`]) when any call through
-/// the gateway fails because the runtime is unavailable: a failure or no
-/// answer makes `/readyz` answer 503 with `cri_runtime: unreachable:
-/// <error>` until a probe succeeds again. On a busy node an outage shows
-/// within about a second, on an idle one within `period`; a failed call
-/// alone never turns it red. Ends when the gateway stops (the actor watch
+/// the gateway fails because the runtime is unavailable or succeeds after
+/// such a failure: a failure or no answer makes `/readyz` answer 503 with
+/// `cri_runtime: unreachable: <error>` until a probe succeeds again. On a
+/// busy node an outage and its end show within about a second, on an idle
+/// one within `period`; a call alone never changes readiness. Ends when the gateway stops (the actor watch
 /// reports that) or when the caller aborts the task.
 pub fn watch_runtime(
     gateway: actix::Addr<crate::actors::cri_gateway::CriGatewayActor>,
     health: Health,
     period: Duration,
 ) -> JoinHandle<()> {
-    use futures_util::FutureExt as _;
     const DEPENDENCY: &str = "cri_runtime";
     tokio::spawn(async move {
         let Ok(reader) = gateway.send(crate::actors::cri_gateway::GetReader).await else { return };
-        let lost = reader.runtime_lost();
         let mut every = tokio::time::interval(period);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
                 _ = every.tick() => {}
-                () = lost.notified() => {
+                () = reader.runtime_changed() => {
                     if let Some(last) = last {
                         tokio::time::sleep_until(last + RUNTIME_PROBE_SPACING).await;
                     }
@@ -321,9 +319,9 @@ pub fn watch_runtime(
                     format!("unreachable: no Version answer within {}s", RUNTIME_PROBE_DEADLINE.as_secs()),
                 ),
             }
-            // The probe's own failure, and calls that failed while it ran,
-            // are what it just found out.
-            let _ = lost.notified().now_or_never();
+            // The probe's own failure or success, and calls that ended
+            // while it ran, are what it just found out.
+            reader.forget_runtime_change();
         }
     })
 }

@@ -268,7 +268,7 @@ async fn readyz_until(server: &Server, status: u16) -> String {
 }
 
 #[actix::test]
-async fn a_call_finding_the_runtime_unavailable_brings_the_next_probe_forward() {
+async fn calls_finding_the_runtime_gone_and_back_bring_the_next_probe_forward() {
     use imaged::actors::cri_gateway::{CriGatewayActor, CriSettings, GetImageStatus};
     use imaged::domain::ImageSpec;
     use imaged::embedded::EmbeddedRuntime;
@@ -290,11 +290,27 @@ async fn a_call_finding_the_runtime_unavailable_brings_the_next_probe_forward() 
     tokio::time::sleep(imaged::daemon::RUNTIME_PROBE_SPACING + Duration::from_millis(200)).await;
     let early = server.get("/readyz").await;
     assert_eq!(early.0, 200, "no call, no probe: the outage is not seen yet: {early:?}");
-    let status = GetImageStatus { image: ImageSpec::new("example.com/app:1"), verbose: false };
-    let failed = gateway.send(status).await.expect("gateway");
+    let status = || GetImageStatus { image: ImageSpec::new("example.com/app:1"), verbose: false };
+    let failed = gateway.send(status()).await.expect("gateway");
     assert!(failed.is_err(), "the runtime is down: {failed:?}");
     let body = readyz_until(&server, 503).await;
     assert!(body.contains("cri_runtime: unreachable"), "the probe it brought forward confirmed it: {body}");
+
+    // Back: the first call that succeeds brings the next probe forward too.
+    runtime.resume().expect("runtime resumes");
+    tokio::time::sleep(imaged::daemon::RUNTIME_PROBE_SPACING + Duration::from_millis(200)).await;
+    assert_eq!(server.get("/readyz").await.0, 503, "no call, no probe: the return is not seen yet");
+    let mut answered = false;
+    for _ in 0..100 {
+        if gateway.send(status()).await.expect("gateway").is_ok() {
+            answered = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(answered, "the runtime answers again");
+    let body = readyz_until(&server, 200).await;
+    assert!(!body.contains("cri_runtime"), "{body}");
     probe.abort();
     server.stop().await;
 }

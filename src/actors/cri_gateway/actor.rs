@@ -41,9 +41,35 @@ pub(super) struct Core {
     /// Counts the `PullImage` and `RemoveImage` calls ended: an answer
     /// about images read before the count moved may be out of date.
     image_changes: Arc<AtomicU64>,
-    /// Told when a call finds the runtime unavailable (the daemon's
-    /// readiness probe then runs at once: see [`CriReader::runtime_lost`]).
-    lost: Arc<tokio::sync::Notify>,
+    /// Told when a call finds the runtime unavailable, and when one
+    /// succeeds after that (the daemon's readiness probe then runs at
+    /// once: see [`CriReader::runtime_changed`]).
+    lost: Arc<RuntimeSignal>,
+}
+
+/// See [`Core::lost`].
+#[derive(Debug, Default)]
+struct RuntimeSignal {
+    changed: tokio::sync::Notify,
+    /// A call found the runtime unavailable and none has succeeded since.
+    down: AtomicBool,
+}
+
+impl RuntimeSignal {
+    /// One call's end: `Some(unavailable)` for a failure, `None` for a
+    /// success. A success costs one relaxed load while nothing failed.
+    fn call_ended(&self, unavailable: Option<bool>) {
+        match unavailable {
+            Some(true) => {
+                self.down.store(true, Ordering::Relaxed);
+                self.changed.notify_one();
+            }
+            None if self.down.load(Ordering::Relaxed) && self.down.swap(false, Ordering::Relaxed) => {
+                self.changed.notify_one();
+            }
+            _ => {}
+        }
+    }
 }
 
 /// The CRI gateway actor. See the module docs and `actors.md`.
@@ -78,12 +104,19 @@ impl CriReader {
         self.core.image_changes.load(Ordering::Acquire)
     }
 
-    /// Notified (one permit kept) each time a call through this gateway,
-    /// by any caller, fails because the runtime is unavailable: a watcher
-    /// of the runtime's health learns of an outage from the traffic instead
-    /// of its next probe.
-    pub fn runtime_lost(&self) -> Arc<tokio::sync::Notify> {
-        self.core.lost.clone()
+    /// Waits (one permit kept) until a call through this gateway, by any
+    /// caller, fails because the runtime is unavailable, or succeeds after
+    /// such a failure: a watcher of the runtime's health learns of an
+    /// outage, and of its end, from the traffic instead of its next probe.
+    pub async fn runtime_changed(&self) {
+        self.core.lost.changed.notified().await;
+    }
+
+    /// Takes a kept permit of [`runtime_changed`](Self::runtime_changed)
+    /// (what a probe that just ran has found out already).
+    pub fn forget_runtime_change(&self) {
+        use futures_util::FutureExt as _;
+        let _ = self.core.lost.changed.notified().now_or_never();
     }
 
     /// Whether a fault plan is set (every call must then reach it).
@@ -214,7 +247,7 @@ impl Core {
             metrics: cfg.metrics.clone(),
             streaming: super::streaming::Streaming::default(),
             image_changes: Arc::new(AtomicU64::new(0)),
-            lost: Arc::new(tokio::sync::Notify::new()),
+            lost: Arc::default(),
         }
     }
 
@@ -297,10 +330,8 @@ impl Core {
             if let Some(changes) = changes {
                 changes.fetch_add(1, Ordering::AcqRel);
             }
+            lost.call_ended(result.as_ref().err().map(|e| e.kind() == CriErrorKind::RuntimeUnavailable));
             if let Err(e) = &result {
-                if e.kind() == CriErrorKind::RuntimeUnavailable {
-                    lost.notify_one();
-                }
                 debug!(rpc = rpc.name(), image = image.as_deref().unwrap_or(""), kind = ?e.kind(),
                     elapsed_ms = crate::domain::limits::millis(started.elapsed()), error = %e, "CRI call failed");
             }
