@@ -253,6 +253,21 @@ async fn unknown_paths_and_other_methods_are_refused() {
     server.stop().await;
 }
 
+/// An embedded runtime in `dir`, a gateway connected to it, and a ready
+/// `Health` served over HTTP (for a runtime watch to keep).
+async fn runtime_watched(
+    dir: &std::path::Path,
+) -> (imaged::embedded::EmbeddedRuntime, actix::Addr<imaged::actors::cri_gateway::CriGatewayActor>, Health, Server) {
+    use imaged::actors::cri_gateway::{CriGatewayActor, CriSettings};
+    let runtime = imaged::embedded::EmbeddedRuntime::start_in(dir).expect("embedded runtime starts");
+    let cfg = CriSettings { startup_timeout: Duration::from_secs(5), ..CriSettings::default() };
+    let (gateway, _) = CriGatewayActor::connect(&runtime.endpoint(), &cfg).await.expect("gateway connects");
+    let health = Health::new();
+    health.set_ready();
+    let server = serve(Metrics::default(), health.clone()).await;
+    (runtime, gateway, health, server)
+}
+
 /// Polls `/readyz` until it answers `status` (bounded), returning the body.
 async fn readyz_until(server: &Server, status: u16) -> String {
     let mut last = (0, String::new());
@@ -269,17 +284,11 @@ async fn readyz_until(server: &Server, status: u16) -> String {
 
 #[actix::test]
 async fn calls_finding_the_runtime_gone_and_back_bring_the_next_probe_forward() {
-    use imaged::actors::cri_gateway::{CriGatewayActor, CriSettings, GetImageStatus};
+    use imaged::actors::cri_gateway::GetImageStatus;
     use imaged::domain::ImageSpec;
-    use imaged::embedded::EmbeddedRuntime;
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut runtime = EmbeddedRuntime::start_in(dir.path()).expect("embedded runtime starts");
-    let cfg = CriSettings { startup_timeout: Duration::from_secs(5), ..CriSettings::default() };
-    let (gateway, _) = CriGatewayActor::connect(&runtime.endpoint(), &cfg).await.expect("gateway connects");
-    let health = Health::new();
-    health.set_ready();
-    let server = serve(Metrics::default(), health.clone()).await;
+    let (mut runtime, gateway, health, server) = runtime_watched(dir.path()).await;
     // Probes once at start (green once it answered), then not for an hour:
     // only a failed call can bring the next one forward.
     health.unreachable("cri_runtime", "not probed yet");
@@ -317,16 +326,8 @@ async fn calls_finding_the_runtime_gone_and_back_bring_the_next_probe_forward() 
 
 #[actix::test]
 async fn readyz_says_the_runtime_is_unreachable_while_it_is_down_and_healthz_stays_green() {
-    use imaged::actors::cri_gateway::{CriGatewayActor, CriSettings};
-    use imaged::embedded::EmbeddedRuntime;
-
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut runtime = EmbeddedRuntime::start_in(dir.path()).expect("embedded runtime starts");
-    let cfg = CriSettings { startup_timeout: Duration::from_secs(5), ..CriSettings::default() };
-    let (gateway, _) = CriGatewayActor::connect(&runtime.endpoint(), &cfg).await.expect("gateway connects");
-    let health = Health::new();
-    health.set_ready();
-    let server = serve(Metrics::default(), health.clone()).await;
+    let (mut runtime, gateway, health, server) = runtime_watched(dir.path()).await;
     let probe = imaged::daemon::watch_runtime(gateway, health.clone(), Duration::from_millis(50));
     let readyz_until = |status: u16| readyz_until(&server, status);
     readyz_until(200).await;
