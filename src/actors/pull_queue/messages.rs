@@ -121,7 +121,7 @@ pub struct ImageSize(tokio::sync::watch::Receiver<Option<u64>>);
 
 /// Sets an [`ImageSize`] (dropped unset: the size reads 0).
 #[derive(Debug)]
-pub struct SizeSetter(tokio::sync::watch::Sender<Option<u64>>);
+pub(crate) struct SizeSetter(tokio::sync::watch::Sender<Option<u64>>);
 
 impl ImageSize {
     /// A size known already.
@@ -130,7 +130,7 @@ impl ImageSize {
     }
 
     /// A size to be looked up, and what sets it.
-    pub fn pending() -> (Self, SizeSetter) {
+    pub(crate) fn pending() -> (Self, SizeSetter) {
         let (tx, rx) = tokio::sync::watch::channel(None);
         (Self(rx), SizeSetter(tx))
     }
@@ -158,7 +158,7 @@ impl Eq for ImageSize {}
 
 impl SizeSetter {
     /// Sets the size; every waiter's [`ImageSize::bytes`] returns it.
-    pub fn set(self, bytes: u64) {
+    pub(crate) fn set(self, bytes: u64) {
         self.0.send_replace(Some(bytes));
     }
 }

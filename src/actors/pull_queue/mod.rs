@@ -13,10 +13,10 @@ pub mod throttle;
 pub use actor::{PullQueueActor, PullQueueSettings};
 pub use messages::{
     EnqueuePull, GetQueueStatus, ImageSize, ListPulls, PullFailure, PullInfo, PullOutcome, PullPhase, PullPhaseChanged,
-    PullPod, PullRequest, PullResult, PullStage, PullTicket, QueueStatus, SizeSetter, SubscribePhases,
+    PullPod, PullRequest, PullResult, PullStage, PullTicket, QueueStatus, SubscribePhases,
 };
 pub use queue::{Concurrency, registry_of};
-pub use size_offers::{OFFER_WAIT, SizeOffers, SizeWait};
+pub use size_offers::{OFFER_WAIT, SizeOffers};
 pub use throttle::ThrottleMode;
 
 /// The one text form of the mode (status, metrics labels, logs): `serial`,

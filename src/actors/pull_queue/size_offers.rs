@@ -37,7 +37,7 @@ struct Board {
 /// One pull's wait for its size, registered before its caller is answered
 /// (so the caller's own `ImageStatus` cannot pass first).
 #[derive(Debug)]
-pub struct SizeWait {
+pub(crate) struct SizeWait {
     board: SizeOffers,
     id: String,
     offered: oneshot::Receiver<u64>,
@@ -68,7 +68,7 @@ impl SizeOffers {
     }
 
     /// Starts waiting for the size of image `id`.
-    pub fn expect(&self, id: &str) -> SizeWait {
+    pub(crate) fn expect(&self, id: &str) -> SizeWait {
         let (tx, offered) = oneshot::channel();
         self.lock().entry(id.to_string()).or_default().push(tx);
         self.0.waiting.fetch_add(1, Ordering::AcqRel);
@@ -92,7 +92,7 @@ impl SizeOffers {
 
 impl SizeWait {
     /// The size offered within `within`, or `None`.
-    pub async fn offered(mut self, within: Duration) -> Option<u64> {
+    pub(crate) async fn offered(mut self, within: Duration) -> Option<u64> {
         tokio::time::timeout(within, &mut self.offered).await.ok().and_then(Result::ok)
     }
 }
