@@ -33,6 +33,7 @@ use crate::actors::cache_refresher::ImageRemoved;
 use crate::actors::cri_gateway::{CriReader, GetReader};
 use crate::actors::pull_queue::{EnqueuePull, PullFailure, PullRequest, SizeOffers};
 use crate::api::server::ApiSocket;
+use crate::clock::Clock;
 pub use crate::config::PRIORITY_NAMESPACE_PULL;
 use crate::config::{CriServerSettings, PriorityRule};
 use crate::cri::proto as pb;
@@ -42,6 +43,7 @@ use crate::domain::{ImageSpec, SandboxConfig};
 use crate::ensure::{class_of_pull, failed_to_pull, pulling, successfully_pulled, using_local_image};
 use crate::error::AppError;
 use crate::events::{EventReason, EventSink, EventType, ImageEvent, ObjectRef};
+use crate::gc::in_use_hints::InUseHints;
 use crate::gc::policy::pattern_matches;
 use crate::metrics::Metrics;
 use crate::node::Node;
@@ -81,6 +83,44 @@ pub struct CriFront {
     /// Where the sizes in forwarded `ImageStatus` answers go to the
     /// front's pulls waiting for them (attached by [`with_size_offers`](Self::with_size_offers)).
     offers: SizeOffers,
+    /// imaged's GC's in-use hints, told of the kubelet's image checks and
+    /// pulls (attached by [`with_in_use_hints`](Self::with_in_use_hints)).
+    hints: Option<FrontHints>,
+}
+
+/// The in-use hints a front tells, and the clock their times are read on
+/// (the pull records', as `ImageManager` marks them).
+#[derive(Clone)]
+struct FrontHints {
+    hints: InUseHints,
+    clock: Clock,
+}
+
+/// Looks of one `ImageStatus` while GC removes the image it finds: after a
+/// removal ends the runtime is asked again; the last look answers as it
+/// finds (as an ensure's presence check does).
+const STATUS_LOOKS: u32 = 3;
+
+/// The two fields of an `ImageStatusResponse` the front reads: the image's
+/// id and size (field numbers as in `runtime.v1`; the rest is skipped
+/// undecoded, so a kept answer costs no decode of its tags and digests).
+#[derive(Clone, PartialEq, prost::Message)]
+struct StatusFound {
+    #[prost(message, optional, tag = "1")]
+    image: Option<ImageFound>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ImageFound {
+    #[prost(string, tag = "1")]
+    id: String,
+    #[prost(uint64, tag = "4")]
+    size: u64,
+}
+
+/// The image an encoded `ImageStatusResponse` names, if any.
+fn image_found(answer: &[u8]) -> Option<ImageFound> {
+    crate::cri::wire::peek::<StatusFound>(answer).ok()?.image.filter(|i| !i.id.is_empty())
 }
 
 /// Answers to `ImageStatus` and `ListImages`, by request bytes, served
@@ -245,7 +285,19 @@ impl CriFront {
             fs_info_answered: Arc::default(),
             reads: ReadCache::new(settings.read_cache_ttl),
             offers: SizeOffers::default(),
+            hints: None,
         }
+    }
+
+    /// The same front telling `hints` (imaged's GC's) what the kubelet
+    /// uses, at times read on `clock`: an image an `ImageStatus` finds, or
+    /// a pull brings, counts as ensured (in use for GC for its minimum
+    /// age, as an API ensure does); a pull in flight keeps the image it
+    /// replaces; and an `ImageStatus` that finds an image GC is removing
+    /// waits for the removal and asks again, so the kubelet is not told
+    /// of an image about to go.
+    pub fn with_in_use_hints(self, hints: InUseHints, clock: Clock) -> Self {
+        Self { hints: Some(FrontHints { hints, clock }), ..self }
     }
 
     /// The same front offering the sizes its clients' `ImageStatus` answers
@@ -257,20 +309,46 @@ impl CriFront {
         Self { offers, ..self }
     }
 
-    /// `ImageStatus` or `ListImages` ([`read_kept`](Self::read_kept)); an
-    /// `ImageStatus` answer's size offered to a pull waiting for it.
+    /// `ImageStatus` or `ListImages` ([`read_kept`](Self::read_kept)). An
+    /// image an `ImageStatus` answer names is marked ensured in the in-use
+    /// hints (after any GC removal of it in flight, and a new look), and
+    /// its size offered to a pull waiting for it.
     fn read(&self, rpc: Rpc, body: Bytes, deadline: Option<Duration>) -> FrontFuture<Bytes> {
-        let answer = self.read_kept(rpc, body, deadline);
-        if rpc != Rpc::ImageStatus || !self.offers.wanted() {
-            return answer;
+        let hints = self.hints.clone().filter(|_| rpc == Rpc::ImageStatus);
+        let offers = (rpc == Rpc::ImageStatus && self.offers.wanted()).then(|| self.offers.clone());
+        if hints.is_none() && offers.is_none() {
+            return self.read_kept(rpc, body, deadline);
         }
-        let offers = self.offers.clone();
+        let again = hints.as_ref().map(|_| (self.reader.clone(), body.clone()));
+        let answer = self.read_kept(rpc, body, deadline);
         Box::pin(async move {
-            let answer = answer.await?;
-            if let Ok(pb::ImageStatusResponse { image: Some(image), .. }) = crate::cri::wire::peek(&answer) {
-                offers.offer(&image.id, image.size);
+            let mut answer = answer.await?;
+            let mut looks = 1;
+            loop {
+                let Some(found) = image_found(&answer) else { return Ok(answer) };
+                if let Some(offers) = &offers {
+                    offers.offer(&found.id, found.size);
+                }
+                let (Some(h), Some((reader, body))) = (&hints, &again) else { return Ok(answer) };
+                let now = h.clock.now();
+                if looks >= STATUS_LOOKS {
+                    h.hints.ensured(&found.id, now);
+                    return Ok(answer);
+                }
+                match h.hints.ensured_unless_removing(&found.id, now) {
+                    Ok(()) => return Ok(answer),
+                    Err(removal) => {
+                        tracing::debug!(
+                            image = found.id,
+                            "GC is removing the image an ImageStatus found; asking again"
+                        );
+                        removal.ended().await;
+                        looks += 1;
+                        let image = if reader.has_faults() { image_read(rpc, body) } else { None };
+                        answer = reader.forward(rpc, image.as_deref(), body.clone(), deadline).await?;
+                    }
+                }
             }
-            Ok(answer)
         })
     }
 
@@ -363,11 +441,11 @@ impl CriFront {
     }
 
     /// Whether a failed pull of this call falls back to the local image in
-    /// a registry outage.
-    fn falls_back(&self, call: &PullCall) -> bool {
-        let image = crate::domain::reference::parse_normalized_named(&call.image.image)
-            .map_or_else(|_| call.image.image.clone(), |n| n.docker_ref());
-        self.fallback_images.iter().any(|p| pattern_matches(p, &image))
+    /// a registry outage (`normalized`: its image's name normalised, if it
+    /// parses).
+    fn falls_back(&self, call: &PullCall, normalized: Option<&str>) -> bool {
+        let image = normalized.unwrap_or(&call.image.image);
+        self.fallback_images.iter().any(|p| pattern_matches(p, image))
             || call.sandbox.as_ref().is_some_and(|s| self.fallback_namespaces.contains(&s.namespace))
     }
 
@@ -537,7 +615,14 @@ impl ImageFront for CriFront {
         // now (not kept in the future beside the send), and only a call
         // with a deadline carries its timer.
         let deadline = call.deadline;
-        let fallback = self.falls_back(&call).then(|| Box::new((self.reader.clone(), call.image.clone())));
+        let normalized = crate::domain::reference::parse_normalized_named(&call.image.image).map(|n| n.docker_ref());
+        let fallback = self
+            .falls_back(&call, normalized.as_deref().ok())
+            .then(|| Box::new((self.reader.clone(), call.image.clone())));
+        // While the pull runs, an image it would replace counts as in use
+        // for GC; what it brings is marked ensured (as an ensure's pull).
+        let hints = self.hints.clone();
+        let in_flight = hints.as_ref().zip(normalized.ok()).map(|(h, r)| h.hints.pull_started(&r));
         let request = self.request(call);
         let told = Told::new(&request, self.events.clone());
         let metrics = self.metrics.clone();
@@ -550,7 +635,12 @@ impl ImageFront for CriFront {
                 told.emit(EventReason::Failed, failed_to_pull(&told.image, &failure.to_string()), Some(&failure));
                 return Err(CriError::new(CriErrorKind::RuntimeUnavailable, "imaged's pull queue has stopped"));
             };
-            match ticket.await {
+            let result = ticket.await;
+            if let (Some(h), Ok(o)) = (&hints, &result) {
+                h.hints.ensured(&o.image_ref, h.clock.now());
+            }
+            drop(in_flight);
+            match result {
                 Ok(o) => {
                     let total = start.elapsed();
                     let answer = o.answer.clone().unwrap_or_else(|| pull_answer(o.image_ref.clone()));
@@ -587,6 +677,9 @@ impl ImageFront for CriFront {
                     };
                     let text = failure.to_string();
                     if let Some(img) = present {
+                        if let Some(h) = &hints {
+                            h.hints.ensured(&img.id, h.clock.now());
+                        }
                         let msg = using_local_image(&told.image, &text);
                         told.emit_as(EventType::Warning, EventReason::Pulled, msg, Some(&failure));
                         return Ok(pull_answer(img.id));
@@ -634,6 +727,7 @@ impl CriFront {
         Ok(Self::new(reader, node.queue().clone().recipient(), pins, settings)
             .with_events(node.manager().events().clone(), node.config().pull.metrics.clone())
             .with_size_offers(node.config().pull.size_offers.clone())
+            .with_in_use_hints(node.manager().hints().clone(), node.manager().pull_records().clock())
             .with_remove_followers(RemoveFollowers {
                 records: Some(node.manager().pull_records().clone()),
                 image_list: Some(node.gc().refresher.clone().recipient()),

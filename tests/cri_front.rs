@@ -893,3 +893,94 @@ async fn without_a_ttl_or_with_a_fault_plan_every_read_reaches_the_runtime() {
     assert_eq!(first.expect_err("the plan's fault").code(), Code::Unavailable);
     assert!(f.client.clone().image_status(req()).await.is_ok(), "the rule is spent; the runtime answers");
 }
+
+/// A node whose GC runs only when asked, with `min_age` its minimum age
+/// (also the window an ensure counts as in use), and `old` on its runtime,
+/// put there outside imaged and never used.
+async fn front_over_gc(old: &str, min_age: &str) -> (Front, String) {
+    let f = Front::start(&format!("{QUIET}image_minimum_gc_age = \"{min_age}\"\n")).await;
+    let id = f.embedded().preload(imaged::embedded::RemoteImage::new(old, 100)).expect("preload");
+    f.settled().await;
+    (f, id)
+}
+
+impl Front {
+    /// What the next detection says uses the image `id`, if anything.
+    async fn used_by(&self, id: &str) -> Option<String> {
+        let d = self.node.gc().detector.send(imaged::actors::detector::DetectImages).await;
+        d.expect("detector").expect("detection").in_use.get(id).map(|w| w.join(","))
+    }
+
+    /// Waits (bounded) until the runtime has been asked for `n` calls of `rpc`.
+    async fn until_runtime_calls(&self, rpc: Rpc, n: u64) {
+        for _ in 0..400 {
+            if self.embedded().stats().calls(rpc) >= n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("the runtime never got {n} {rpc:?} calls");
+    }
+}
+
+#[actix::test]
+async fn an_image_the_kubelet_finds_through_the_front_counts_as_in_use_for_gc_kept_answers_too() {
+    let image = "example.com/team/app:1";
+    let (f, id) = front_over_gc(image, "2m").await;
+    assert_eq!(f.used_by(&id).await, None, "put there outside imaged and never asked for");
+    let (hints, clock) = (f.node.manager().hints(), f.node.manager().pull_records().clock());
+
+    let before = clock.now();
+    assert_eq!(f.status(image).await.map(|i| i.id).as_deref(), Some(id.as_str()));
+    assert_eq!(hints.ensured_since(before), std::slice::from_ref(&id), "the runtime's answer marks the image");
+    // The same call again is served the kept answer (read_cache_ttl 1 s):
+    // it marks the image all the same.
+    let statuses = f.embedded().stats().calls(Rpc::ImageStatus);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let again = clock.now();
+    assert!(f.status(image).await.is_some());
+    assert_eq!(f.embedded().stats().calls(Rpc::ImageStatus), statuses, "a kept answer");
+    assert_eq!(hints.ensured_since(again), std::slice::from_ref(&id), "a kept answer marks the image too");
+    // An absent image marks nothing.
+    let absent = clock.now();
+    assert!(f.status("example.com/team/none:1").await.is_none());
+    assert!(hints.ensured_since(absent).is_empty());
+
+    assert_eq!(f.used_by(&id).await.as_deref(), Some("ensured recently"), "as an API ensure's image");
+}
+
+#[actix::test]
+async fn an_image_status_during_a_gc_removal_of_its_image_waits_for_it_and_answers_absent() {
+    use imaged::fault::{FaultPlan, FaultRule};
+    let image = "example.com/team/app:1";
+    let (f, _id) = front_over_gc(image, "0s").await;
+    let removal = Duration::from_millis(800);
+    f.embedded().set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::RemoveImage).delay(removal)));
+    let node = f.node.clone();
+    let gc = tokio::spawn(async move { node.delete_unused_images(false).await.map(|r| r.removed.len()) });
+    f.until_runtime_calls(Rpc::RemoveImage, 1).await;
+    let asked = tokio::time::Instant::now();
+
+    let found = f.status(image).await;
+    assert!(found.is_none(), "the kubelet is not told of an image being removed: {found:?}");
+    assert!(asked.elapsed() >= removal / 2, "answered after the removal ended, not before");
+    assert_eq!(gc.await.expect("task").expect("GC run"), 1, "the removal went on");
+}
+
+#[actix::test]
+async fn a_pull_through_the_front_keeps_the_image_it_replaces_and_marks_what_it_brings() {
+    let image = "example.com/team/app:1";
+    let (f, id) = front_over_gc(image, "0s").await;
+    let (hints, clock) = (f.node.manager().hints(), f.node.manager().pull_records().clock());
+    // The kubelet pulls the present image again (policy Always), slowly.
+    f.add(image, 800);
+    let pulling = f.spawn_pull(pull(image));
+    f.until_queue_holds(1).await;
+    let started = clock.now();
+    let report = f.node.delete_unused_images(false).await.expect("GC run");
+    assert!(report.removed.is_empty(), "a pull of its name is in flight: {report:#?}");
+    assert!(hints.ensured_since(started).is_empty(), "not marked before the pull ends");
+    let pulled = pulling.await.expect("task").expect("pulled");
+    assert_eq!(pulled, id, "the same content");
+    assert_eq!(hints.ensured_since(started), [id], "the pull marks what it brings");
+}
