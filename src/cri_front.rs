@@ -61,7 +61,9 @@ const FS_INFO_RETRY: Duration = Duration::from_millis(200);
 pub struct CriFront {
     reader: CriReader,
     pulls: Recipient<EnqueuePull>,
-    pins: Pins,
+    /// Which images are reported pinned: `gc.pinned_images` as the node
+    /// has them now (a SIGHUP reload changes them: see [`CriFront::over`]).
+    pins: LivePins,
     priorities: Priorities,
     /// Where the kubelet's pulls are told (`Pulling`, `Pulled`, `Failed`,
     /// with the pod), as ensure's are.
@@ -184,7 +186,32 @@ impl ReadCache {
 
 impl std::fmt::Debug for CriFront {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CriFront").field("pins", &self.pins).finish_non_exhaustive()
+        f.debug_struct("CriFront").field("pins", &*self.pins.now()).finish_non_exhaustive()
+    }
+}
+
+/// The front's [`Pins`], replaced whole when the node's pinned images change.
+#[derive(Debug, Clone, Default)]
+struct LivePins(Arc<std::sync::RwLock<Arc<Pins>>>);
+
+impl LivePins {
+    fn new(pins: Pins) -> Self {
+        Self(Arc::new(std::sync::RwLock::new(Arc::new(pins))))
+    }
+
+    /// The pins in force.
+    fn now(&self) -> Arc<Pins> {
+        self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Puts `pins` in force; false when they are the ones in force already.
+    fn set(&self, pins: Pins) -> bool {
+        let mut now = self.0.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if **now == pins {
+            return false;
+        }
+        *now = Arc::new(pins);
+        true
     }
 }
 
@@ -274,7 +301,7 @@ impl CriFront {
         Self {
             reader,
             pulls,
-            pins,
+            pins: LivePins::new(pins),
             priorities: Priorities::new(settings),
             events: EventSink::default(),
             metrics: Metrics::default(),
@@ -401,7 +428,7 @@ impl CriFront {
             }
         };
         let reader = self.reader.clone();
-        let refuse = self.refuse_remove_pinned.then(|| self.pins.clone());
+        let refuse = self.refuse_remove_pinned.then(|| self.pins.now());
         let removed = self.removed.clone();
         Box::pin(async move {
             let image = match reader.image_status(spec.clone(), false).await {
@@ -709,29 +736,44 @@ impl ImageFront for CriFront {
     }
 
     fn pins(&self, _id: &str, repo_tags: &[String], repo_digests: &[String]) -> bool {
-        self.pins.pins(repo_tags, repo_digests)
+        self.pins.0.read().unwrap_or_else(std::sync::PoisonError::into_inner).pins(repo_tags, repo_digests)
     }
 
     fn may_pin(&self, answer: &[u8]) -> bool {
-        self.pins.may_pin(answer)
+        self.pins.0.read().unwrap_or_else(std::sync::PoisonError::into_inner).may_pin(answer)
     }
 }
 
 impl CriFront {
     /// The front over `node`: its gateway's reader, its pull queue, and
-    /// the pins of its GC settings.
+    /// the pins of its GC settings, which follow the node's (a SIGHUP
+    /// reload of `gc.pinned_images` reaches the kubelet's next call).
     pub async fn over(node: &Node, settings: &CriServerSettings) -> Result<Self, AppError> {
         let reader = node.gateway().send(GetReader).await.map_err(|_| AppError::Mailbox("CRI gateway".into()))?;
-        let gc = node.gc_settings();
-        let pins = Pins::new(gc.pinned_images.clone(), &gc.sandbox_image, settings.pin_sandbox_image);
-        Ok(Self::new(reader, node.queue().clone().recipient(), pins, settings)
+        let pin_sandbox = settings.pin_sandbox_image;
+        let pins_of =
+            move |gc: &crate::config::GcSettings| Pins::new(gc.pinned_images.clone(), &gc.sandbox_image, pin_sandbox);
+        let mut gc = node.watch_gc_settings();
+        let pins = pins_of(&gc.borrow_and_update());
+        let front = Self::new(reader, node.queue().clone().recipient(), pins, settings)
             .with_events(node.manager().events().clone(), node.config().pull.metrics.clone())
             .with_size_offers(node.config().pull.size_offers.clone())
             .with_in_use_hints(node.manager().hints().clone(), node.manager().pull_records().clock())
             .with_remove_followers(RemoveFollowers {
                 records: Some(node.manager().pull_records().clone()),
                 image_list: Some(node.gc().refresher.clone().recipient()),
-            }))
+            });
+        // Ends when the node is dropped.
+        let live = front.pins.clone();
+        tokio::spawn(async move {
+            while gc.changed().await.is_ok() {
+                let pins = pins_of(&gc.borrow_and_update());
+                if live.set(pins) {
+                    tracing::info!("CRI front: pinned images updated");
+                }
+            }
+        });
+        Ok(front)
     }
 }
 

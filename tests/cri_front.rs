@@ -334,6 +334,42 @@ async fn the_sandbox_image_and_pinned_patterns_are_reported_pinned() {
 }
 
 #[actix::test]
+async fn pinned_images_changed_by_a_reload_reach_the_next_calls() {
+    let f = Front::start("[gc]\npinned_images = [\"docker.io/library/redis:*\"]").await;
+    let mut c = f.client.clone();
+    for image in ["docker.io/library/redis:7", "docker.io/library/busybox:1.36"] {
+        c.pull_image(pull(image)).await.expect("pulled");
+    }
+    let pinned = |f: &Front| {
+        let mut c = f.client.clone();
+        async move {
+            let list = c.list_images(pb::ListImagesRequest::default()).await.expect("list").into_inner().images;
+            let of = |tag: &str| list.iter().find(|i| i.repo_tags.iter().any(|t| t == tag)).map(|i| i.pinned);
+            (of("docker.io/library/redis:7"), of("docker.io/library/busybox:1.36"))
+        }
+    };
+    assert_eq!(pinned(&f).await, (Some(true), Some(false)));
+    assert_eq!(f.status("docker.io/library/busybox:1.36").await.map(|i| i.pinned), Some(false));
+
+    // What a SIGHUP reload applies.
+    let reloaded = imaged::config::GcSettings {
+        pinned_images: vec!["docker.io/library/busybox:*".into()],
+        ..f.node.gc_settings()
+    };
+    assert!(f.node.update_gc_policy(&reloaded));
+    let mut now = pinned(&f).await;
+    for _ in 0..100 {
+        if now == (Some(false), Some(true)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        now = pinned(&f).await;
+    }
+    assert_eq!(now, (Some(false), Some(true)), "the reloaded pins, not the start's");
+    assert_eq!(f.status("docker.io/library/busybox:1.36").await.map(|i| i.pinned), Some(true), "ImageStatus too");
+}
+
+#[actix::test]
 async fn a_callers_deadline_ends_its_wait_but_not_the_shared_pull() {
     let f = Front::start("").await;
     // The deadline as it travels (grpc-timeout). imaged answers a little

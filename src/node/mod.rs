@@ -110,7 +110,7 @@ pub struct Node {
     accepting: Arc<AtomicBool>,
     /// The GC settings in force: those at start, with the live-changeable
     /// part replaced by each [`update_gc_policy`](Self::update_gc_policy).
-    live_gc: std::sync::Mutex<GcSettings>,
+    live_gc: tokio::sync::watch::Sender<GcSettings>,
 }
 
 impl std::fmt::Debug for Node {
@@ -154,7 +154,7 @@ impl Node {
 
     /// The GC settings in force now.
     pub fn gc_settings(&self) -> GcSettings {
-        self.live_gc.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.live_gc.borrow().clone()
     }
 
     /// Applies `gc`'s policy live: thresholds, min and max age, pinned
@@ -163,18 +163,26 @@ impl Node {
     /// from its next detection (`SetRecentWindow`). Periods, the sandbox image and the node-status size keep their
     /// start values (they need a restart). Returns whether anything changed.
     pub fn update_gc_policy(&self, gc: &GcSettings) -> bool {
-        let mut live = self.live_gc.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let next = live.with_policy_of(gc);
-        if next == *live {
-            return false;
-        }
-        self.gc.executor.do_send(UpdateGcPolicy { policy: next.policy(), rules: next.rules() });
-        if next.min_age != live.min_age {
-            // The detector's "ensured recently" window is the min age too.
-            self.gc.detector.do_send(SetRecentWindow(next.min_age));
-        }
-        *live = next;
-        true
+        self.live_gc.send_if_modified(|live| {
+            let next = live.with_policy_of(gc);
+            if next == *live {
+                return false;
+            }
+            self.gc.executor.do_send(UpdateGcPolicy { policy: next.policy(), rules: next.rules() });
+            if next.min_age != live.min_age {
+                // The detector's "ensured recently" window is the min age too.
+                self.gc.detector.do_send(SetRecentWindow(next.min_age));
+            }
+            *live = next;
+            true
+        })
+    }
+
+    /// The GC settings in force, told again at each change
+    /// [`update_gc_policy`](Self::update_gc_policy) applies (the CRI front's
+    /// pins follow `pinned_images` so).
+    pub fn watch_gc_settings(&self) -> tokio::sync::watch::Receiver<GcSettings> {
+        self.live_gc.subscribe()
     }
 
     /// The `imaged_config_info` labels of the settings in force: the start

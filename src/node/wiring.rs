@@ -97,7 +97,7 @@ pub(super) async fn start(
     };
     let gc = GcService::start(gateway, &cfg.gc, capacity, parts);
 
-    let live_gc = std::sync::Mutex::new(cfg.gc.clone());
+    let live_gc = tokio::sync::watch::Sender::new(cfg.gc.clone());
     Ok(Node { cfg, runtime, manager, queue, backoff, gc, store, accepting: Arc::new(AtomicBool::new(true)), live_gc })
 }
 
