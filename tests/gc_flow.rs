@@ -97,3 +97,60 @@ async fn the_node_status_image_list_comes_from_the_cache() {
     assert!(status[0].names.iter().any(|n| n == "example.com/big:1"));
     assert!(status[0].names[0].contains('@'), "digests first: {:?}", status[0].names);
 }
+
+#[actix::test]
+async fn the_max_age_counts_from_the_first_start_on_durable_state_not_from_each_restart() {
+    use imaged::actors::Stop;
+    use imaged::clock::Clock;
+    use imaged::pull_records::{PullRecords, VerifyPolicy};
+    use imaged::store::Store;
+    use std::sync::Arc;
+    use std::time::SystemTime;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime().await;
+    let old = rt.runtime.preload(RemoteImage::new("example.com/app/old:1", 100)).expect("preload");
+    let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let hour = Duration::from_secs(3_600);
+    // imaged starting at `at` on the state in `dir`; its GC's dry-run
+    // verdict on the never-used image; then it stops.
+    let (rt, state, old) = (&rt, dir.path(), &old);
+    let verdict_at = move |at: SystemTime, survives: bool| {
+        async move {
+            let toml = format!(
+                "[gc]\nimage_minimum_gc_age = \"0s\"\nimage_maximum_gc_age = \"1h\"\nmax_age_survives_restarts = {survives}"
+            );
+            let settings = Config::from_toml(&toml).expect("config").gc;
+            // The previous start's actors let go of the database as they stop.
+            let mut store = None;
+            for _ in 0..200 {
+                if let Ok(s) = Store::open(state) {
+                    store = Some(Arc::new(s));
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let parts = GcParts {
+                store: Some(store.expect("the state opens")),
+                pull_records: Some(PullRecords::in_memory(VerifyPolicy::default()).with_clock(Clock::starting_at(at))),
+                ..GcParts::default()
+            };
+            let svc = GcService::start(&rt.gateway, &settings, rt.runtime.capacity_source(), parts);
+            let plan = svc.executor.send(RunGc { dry_run: true }).await.unwrap().expect("plan");
+            for stop in [svc.executor.recipient::<Stop>(), svc.detector.recipient(), svc.refresher.recipient()] {
+                let _ = stop.send(Stop).await;
+            }
+            plan.entries.iter().find(|e| e.id == *old).map(|e| e.verdict.clone())
+        }
+    };
+    let kept = Some(Verdict::Keep(KeepReason::NotNeeded));
+    let by_age = Some(Verdict::Delete(DeleteReason::Age));
+    assert_eq!(verdict_at(t0, true).await, kept, "the loop has just begun");
+    assert_eq!(verdict_at(t0 + 2 * hour, true).await, by_age, "began at the first start, 2 h ago: unused for longer");
+    assert_eq!(
+        verdict_at(t0 + 3 * hour, false).await,
+        kept,
+        "as the kubelet: the loop begins at each start and waits max age again"
+    );
+    assert_eq!(verdict_at(t0 + 4 * hour, true).await, by_age, "the kept start was not replaced");
+}

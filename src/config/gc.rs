@@ -19,6 +19,10 @@ pub struct GcSettings {
     pub min_age: Duration,
     /// `image_maximum_gc_age` (zero = off).
     pub max_age: Duration,
+    /// With durable records, the max-age pass counts from the GC loop's
+    /// first start on the state (kept in it), not from this start (false:
+    /// the kubelet, which waits max age again after every restart).
+    pub max_age_survives_restarts: bool,
     /// Detector period.
     pub detect_period: Duration,
     /// GC period.
@@ -158,6 +162,7 @@ pub(super) fn gc_from_raw(g: RawGc) -> Result<GcSettings, ConfigError> {
         low_threshold_percent: low,
         min_age,
         max_age,
+        max_age_survives_restarts: g.max_age_survives_restarts,
         detect_period: period("gc.detect_period", &g.detect_period)?,
         gc_period: period("gc.gc_period", &g.gc_period)?,
         cache_refresh_period: period("gc.cache_refresh_period", &g.cache_refresh_period)?,

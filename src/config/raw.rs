@@ -47,6 +47,7 @@ pub(super) struct RawGc {
     pub(super) image_gc_low_threshold_percent: i64,
     pub(super) image_minimum_gc_age: String,
     pub(super) image_maximum_gc_age: String,
+    pub(super) max_age_survives_restarts: bool,
     pub(super) detect_period: String,
     pub(super) gc_period: String,
     pub(super) cache_refresh_period: String,

@@ -199,6 +199,15 @@ impl GcService {
             list_sandboxes: gateway.clone().recipient(),
             image_status: gateway.clone().recipient(),
         };
+        // The kubelet's `beganGC` is this start; with durable records and
+        // `max_age_survives_restarts`, the first start's, kept in the state.
+        let began = store.as_ref().filter(|_| settings.max_age_survives_restarts).and_then(|s| {
+            s.gc_began_once(clock.now())
+                .inspect_err(|e| {
+                    tracing::warn!(error = %e, "the GC loop's first start could not be read or kept; max age counts from now");
+                })
+                .ok()
+        });
         let dcfg = DetectorSettings {
             period: settings.detect_period,
             sandbox_image: settings.sandbox_image.clone(),
@@ -226,6 +235,9 @@ impl GcService {
         .with_status_check(gateway.clone().recipient());
         if let Some(records) = pull_records {
             executor = executor.with_pull_records(records);
+        }
+        if let Some(began) = began {
+            executor = executor.with_began(began);
         }
         let executor = executor.start();
         let rcfg = CacheRefresherSettings {

@@ -52,6 +52,7 @@ use std::cell::Cell;
 use std::fs::{DirBuilder, File, OpenOptions, Permissions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redb::backends::FileBackend;
 use redb::{Database, DatabaseError, Durability, ReadableDatabase, ReadableTable, TableDefinition};
@@ -77,6 +78,11 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
 /// Key of the schema version in [`META`].
 const SCHEMA_VERSION_KEY: &str = "schema_version";
+
+/// Key in [`META`] of when the GC loop first began on this database (Unix
+/// milliseconds): the kubelet's `beganGC`, kept across restarts
+/// ([`Store::gc_began_once`]).
+const GC_BEGAN_KEY: &str = "gc_began_unix_ms";
 
 /// `image_records_v1`: `"<id>\0<runtime_handler>"` → [`ImageRecord`](crate::gc::record::ImageRecord) as JSON.
 const IMAGE_RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("image_records_v1");
@@ -249,6 +255,40 @@ impl Store {
             let _ = (key.value(), value.value());
         }
         Ok(())
+    }
+
+    /// When the GC loop first began on this database: the time kept by
+    /// the first call (on any start), else `now`, kept from then on (one
+    /// durable write). Before the Unix epoch counts as the epoch.
+    pub fn gc_began_once(&self, now: SystemTime) -> Result<SystemTime, StoreError> {
+        let op = "recording when GC began";
+        let ms = |t: SystemTime| {
+            t.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        };
+        let at = |ms: u64| UNIX_EPOCH + Duration::from_millis(ms);
+        {
+            let txn = self.db.begin_read().map_err(|e| self.tx_error(op, e))?;
+            let meta = txn.open_table(META).map_err(|e| self.tx_error(op, e))?;
+            if let Some(kept) = meta.get(GC_BEGAN_KEY).map_err(|e| self.tx_error(op, e))? {
+                return Ok(at(kept.value()));
+            }
+        }
+        let mut txn = self.begin_write(op)?;
+        txn.set_durability(Durability::Immediate).map_err(|e| self.tx_error(op, e))?;
+        let began = {
+            let mut meta = txn.open_table(META).map_err(|e| self.tx_error(op, e))?;
+            // Another handle may have written it since the read.
+            let kept = meta.get(GC_BEGAN_KEY).map_err(|e| self.tx_error(op, e))?.map(|v| v.value());
+            match kept {
+                Some(kept) => kept,
+                None => {
+                    meta.insert(GC_BEGAN_KEY, ms(now)).map_err(|e| self.tx_error(op, e))?;
+                    ms(now)
+                }
+            }
+        };
+        txn.commit().map_err(|e| self.tx_error(op, e))?;
+        Ok(at(began))
     }
 
     /// Refuses every write from now on ([`StoreError::Fenced`]); reads go

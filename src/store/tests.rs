@@ -614,3 +614,20 @@ fn touching_records_sets_last_used_and_names_those_the_store_lacks() {
     b2.last_used = Some(at);
     assert_eq!(sorted(store.image_records().unwrap()), sorted(vec![b2, c]), "b touched, c added, a deleted");
 }
+
+#[test]
+fn the_gc_loops_first_start_is_kept_once_and_read_back_after_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+    {
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.gc_began_once(t0).unwrap(), t0, "nothing kept: now is kept");
+        assert_eq!(store.gc_began_once(t0 + Duration::from_secs(60)).unwrap(), t0, "the kept one, not now");
+    }
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.gc_began_once(t0 + Duration::from_secs(3_600)).unwrap(), t0, "after a reopen too");
+    let other = tempfile::tempdir().unwrap();
+    let fresh = Store::open(other.path()).unwrap();
+    fresh.fence();
+    assert!(fresh.gc_began_once(t0).is_err(), "a fenced store writes nothing, and says so");
+}

@@ -60,6 +60,15 @@ impl GcExecutorActor {
         Self { gc: GcExecutor::new(cfg, clock.now()), ports, events, clock, waiting: Vec::new() }
     }
 
+    /// The same executor, its GC loop begun at `began` (the kubelet's
+    /// `beganGC`) rather than now: the first start's, kept in the state,
+    /// so the max-age pass does not wait max age again after a restart.
+    #[must_use]
+    pub fn with_began(mut self, began: std::time::SystemTime) -> Self {
+        self.gc.set_began(began);
+        self
+    }
+
     /// The executor reporting removals, bytes freed and runs to `metrics`.
     #[must_use]
     pub fn with_metrics(mut self, metrics: Metrics) -> Self {

@@ -112,6 +112,11 @@ impl GcExecutor {
         Self { cfg, began, running: false, consecutive_failures: 0, last: None, metrics: Metrics::default() }
     }
 
+    /// The GC loop began at `began` instead (a start kept across restarts).
+    pub fn set_began(&mut self, began: SystemTime) {
+        self.began = began;
+    }
+
     /// Counts runs in `metrics` (`imaged_image_gc_runs_total{result}`).
     pub fn set_metrics(&mut self, metrics: Metrics) {
         self.metrics = metrics;
