@@ -81,11 +81,24 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
 
     // The kubelet's socket before the API's: once imagectl (or a test, or
     // a readiness check) can reach the API, the CRI socket is there too.
-    let cri = serve_cri(&node, &stop_rx, &sources).await?;
-    let socket = ApiSocket::bind(&daemon).await?;
+    let serving = async {
+        let cri = serve_cri(&node, &stop_rx, &sources).await?;
+        let socket = ApiSocket::bind(&daemon).await?;
+        let service =
+            ImagedService::start(node.clone(), stop_rx.clone()).await.map_err(|e| AppError::Other(e.to_string()))?;
+        Ok::<_, AppError>((cri, socket, service))
+    };
+    let (cri, socket, service) = match serving.await {
+        Ok(s) => s,
+        Err(e) => {
+            // Stopped, not dropped with the System: an actor not yet
+            // started would start while the runtime is torn down (and
+            // panic there, hiding this error).
+            node.shutdown(Duration::ZERO).await;
+            return Err(e);
+        }
+    };
     info!(socket = %socket.path().display(), "imaged API serving");
-    let service =
-        ImagedService::start(node.clone(), stop_rx.clone()).await.map_err(|e| AppError::Other(e.to_string()))?;
     let service = service.with_health(health.clone());
     let mut server_stop = stop_rx.clone();
     let server = socket.serve(service, daemon.max_request_bytes, async move {

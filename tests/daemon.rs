@@ -1068,3 +1068,36 @@ fn a_private_image_stays_private_across_a_restart_with_durable_records() {
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
     assert!(memory.log().contains("state.dir = \"memory\": pull records are forgotten on restart"), "{}", memory.log());
 }
+
+#[test]
+fn a_socket_path_that_cannot_be_bound_is_an_error_naming_it_not_a_panic() {
+    let dir = tempfile::tempdir().expect("dir");
+    let taken = dir.path().join("a-directory");
+    std::fs::create_dir(&taken).expect("dir");
+    for key in ["daemon.socket", "cri_server.socket"] {
+        let api = dir.path().join(format!("{key}.api.sock"));
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_imaged"))
+            .env_remove("RUST_LOG")
+            .args(["--set", &format!("daemon.socket={}", api.display())])
+            .args(["--set", &format!("{key}={}", taken.display())])
+            .args(["--set", &format!("state.dir={}", dir.path().join("state").display())])
+            .args(["--set", "daemon.metrics_address=", "run"])
+            .output()
+            .expect("run");
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{key}: {err}");
+        let name = if key == "daemon.socket" { "API socket" } else { "CRI socket" };
+        let want = format!("{name} {}: the path exists and is not a socket", taken.display());
+        assert!(err.contains(&want) && !err.contains("panic"), "{key}: {err}");
+    }
+    // Stopped, not aborted: the state was closed cleanly.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_imaged"))
+        .env_remove("RUST_LOG")
+        .args(["--set", &format!("daemon.socket={}", taken.display())])
+        .args(["--set", &format!("state.dir={}", dir.path().join("state").display())])
+        .args(["--set", "daemon.metrics_address=", "--set", "log.filter=info", "run"])
+        .output()
+        .expect("run");
+    let err = stderr(&out);
+    assert!(!err.contains("not closed cleanly"), "{err}");
+}
