@@ -93,47 +93,42 @@ pub fn run(
                 .map_err(|err| AppError::Usage(format!("--image-endpoint {e:?}: {err}")))
         })
         .transpose()?;
-    if image_endpoint.is_some()
-        && matches!(command, Command::Version | Command::Ps { .. } | Command::Rmi { prune: true, .. })
-    {
-        return Err(AppError::Usage(
-            "--image-endpoint serves image calls only; `version`, `ps` and `rmi --prune` talk to the runtime \
-             (--runtime-endpoint)"
-                .into(),
-        ));
-    }
+    // As crictl: `version`, `ps` and the containers `rmi --prune` keeps
+    // go to the runtime endpoint, whatever the image endpoint.
+    let needs_runtime = matches!(command, Command::Version | Command::Ps { .. } | Command::Rmi { prune: true, .. });
     // The password is read before connecting to the runtime.
     let password = match &command {
         Command::Pull { username: Some(_), .. } => Some(read_password()?),
         _ => None,
     };
     actix::System::new().block_on(async move {
+        let runtime =
+            if image_endpoint.is_none() || needs_runtime { Some(imaged::connect::runtime(&cfg).await?) } else { None };
         // An image endpoint answers no `Version`: the gateway is started
         // over it without the runtime's start-up check.
-        let (gateway, _runtime) = match &image_endpoint {
-            Some(e) => {
+        let gateway = match (&image_endpoint, &runtime) {
+            (Some(e), _) => {
                 let client = imaged::cri::CriClient::new(e, cfg.cri.connect_timeout)
                     .map_err(|err| AppError::Usage(format!("--image-endpoint {e}: {err}")))?;
-                (actix::Actor::start(CriGatewayActor::new(client, &cfg.cri)), None)
+                actix::Actor::start(CriGatewayActor::new(client, &cfg.cri))
             }
-            None => {
-                let rt = imaged::connect::runtime(&cfg).await?;
-                (rt.gateway.clone(), Some(rt))
-            }
+            (None, Some(rt)) => rt.gateway.clone(),
+            (None, None) => return Err(AppError::Other("no CRI endpoint to talk to".into())),
         };
+        let r = runtime.as_ref().map_or(&gateway, |rt| &rt.gateway);
         let g = &gateway;
         let mut o = std::io::stdout().lock();
         match command {
-            Command::Version => version(g, format, &mut o).await,
+            Command::Version => version(r, format, &mut o).await,
             Command::Images { quiet, digests, pinned, no_trunc } => {
                 let view = (!quiet).then_some(ImagesView { digests, pinned, no_trunc });
                 images(g, view, format, &mut o).await
             }
             Command::Inspecti { images } => inspecti(g, images, format, &mut o).await,
             Command::Pull { image, username } => pull(g, image, username, password, &mut o).await,
-            Command::Rmi { images, all, prune } => rmi(g, images, all, prune, &mut o).await,
+            Command::Rmi { images, all, prune } => rmi(g, r, images, all, prune, &mut o).await,
             Command::Imagefsinfo => imagefsinfo(g, format, &mut o).await,
-            Command::Ps { all } => ps(g, all, format, &mut o).await,
+            Command::Ps { all } => ps(r, all, format, &mut o).await,
         }
     })
 }
@@ -313,7 +308,16 @@ async fn pull(
 /// `cri rmi`: as crictl, each image is looked up first: one that is not
 /// there is an error ("no such image"), never "Deleted"; each removed one
 /// prints `Deleted: ` with its tags (or digests, or id).
-async fn rmi(g: &Gateway, images: Vec<String>, all: bool, prune: bool, o: &mut impl Write) -> Result<u8, AppError> {
+/// `rmi`: images through `g`, the containers `--prune` keeps images for
+/// through `runtime`.
+async fn rmi(
+    g: &Gateway,
+    runtime: &Gateway,
+    images: Vec<String>,
+    all: bool,
+    prune: bool,
+    o: &mut impl Write,
+) -> Result<u8, AppError> {
     let mut targets: Vec<String> = Vec::new();
     let mut seen = BTreeSet::new();
     for i in images {
@@ -323,7 +327,7 @@ async fn rmi(g: &Gateway, images: Vec<String>, all: bool, prune: bool, o: &mut i
     }
     if all || prune {
         let listed = call(g, ListImages::default(), || "ListImages".into()).await?;
-        let in_use = if prune { images_in_use(g).await? } else { BTreeSet::new() };
+        let in_use = if prune { images_in_use(runtime).await? } else { BTreeSet::new() };
         for i in listed {
             if prune && (i.pinned || in_use.contains(&i.id)) {
                 continue;

@@ -93,7 +93,8 @@ enum Command {
         /// Send the image calls to this CRI ImageService endpoint instead
         /// (`unix:///path`), as crictl's `--image-endpoint`: e.g. imaged's
         /// own CRI socket (`cri_server.socket`), which serves no
-        /// RuntimeService (so `version` and `ps` need the runtime).
+        /// RuntimeService: `version`, `ps` and the containers `rmi --prune`
+        /// keeps images for still go to the runtime (`--runtime-endpoint`).
         #[arg(short = 'i', long, value_name = "ENDPOINT")]
         image_endpoint: Option<String>,
         #[command(subcommand)]
