@@ -116,7 +116,16 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
     }
     // The API keeps serving (and its socket stays) while pulls drain: a new
     // call gets `Unavailable` "imaged is shutting down", not "no daemon".
-    let (report, served) = drain_while_serving(node.shutdown(daemon.shutdown_grace), server.as_mut()).await;
+    // A second SIGTERM or Ctrl-C: no more waiting for pulls.
+    let hurry = async {
+        tokio::select! {
+            _ = signals.term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        warn!("second stop signal: no more waiting for pulls in flight");
+    };
+    let drain = node.shutdown_unless(daemon.shutdown_grace, hurry);
+    let (report, served) = drain_while_serving(drain, server.as_mut()).await;
     let _ = stop_tx.send(true);
     if let Some(h) = http {
         let _ = tokio::time::timeout(Duration::from_secs(5), h).await;

@@ -1105,3 +1105,32 @@ fn a_socket_path_that_cannot_be_bound_is_an_error_naming_it_not_a_panic() {
     let err = stderr(&out);
     assert!(!err.contains("not closed cleanly"), "{err}");
 }
+
+#[test]
+fn a_second_stop_signal_ends_the_wait_for_pulls_in_flight() {
+    let dir = tempfile::tempdir().expect("dir");
+    let plan = dir.path().join("faults.toml");
+    std::fs::write(&plan, "[[rule]]\nrpc = \"PullImage\"\nimage = \"*nginx:*\"\naction = \"hang\"\n").expect("plan");
+    let plan_arg = format!("runtime.fault_plan={}", plan.display());
+    let mut d = Daemon::start(&["--set", &plan_arg, "--set", "daemon.shutdown_grace=10m"]);
+    let socket = d.socket.clone();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("rt");
+    let ensure = runtime.spawn(async move {
+        let mut c = imaged::api::client(&socket).expect("client");
+        c.ensure_image(ensure_req("p1", "nginx:1.27", "IfNotPresent")).await
+    });
+    d.wait_for_log("Pulling image \"nginx:1.27\"", Duration::from_secs(10), "pull never started");
+    d.signal(Signal::SIGTERM);
+    d.wait_for_log("shutting down", Duration::from_secs(10), "no shutdown");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(d.running(), "the first signal waits for the hung pull (grace 10m)");
+    d.signal(Signal::SIGTERM);
+    assert_eq!(d.wait_exit(Duration::from_secs(15)), Some(0), "{}", d.log());
+    let log = d.log();
+    assert!(log.contains("second stop signal") && log.contains("abandoned_pulls=1"), "{log}");
+    let r = runtime.block_on(ensure).expect("task").expect("answered").into_inner();
+    assert!(
+        matches!(r.result, Some(proto::ensure_image_response::Result::Failure(_))),
+        "told, not left hanging: {r:?}"
+    );
+}

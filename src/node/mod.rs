@@ -335,18 +335,33 @@ impl Node {
     /// closes when the last handle drops. The embedded runtime, if any,
     /// stops with the node.
     pub async fn shutdown(&self, grace: Duration) -> ShutdownReport {
+        self.shutdown_unless(grace, std::future::pending()).await
+    }
+
+    /// [`shutdown`](Self::shutdown), waiting for pulls no longer once
+    /// `hurry` resolves (a daemon's second SIGTERM or Ctrl-C): the grace
+    /// ends there, and the rest (the last detection, the actors' stop)
+    /// goes on as at its end.
+    pub async fn shutdown_unless(&self, grace: Duration, hurry: impl Future<Output = ()>) -> ShutdownReport {
         self.stop_accepting();
         let deadline = tokio::time::Instant::now() + grace;
+        tokio::pin!(hurry);
+        let mut hurried = false;
         let abandoned_pulls = loop {
             let left = match self.queue.send(GetQueueStatus).await {
                 Ok(s) => s.queued + s.running,
                 Err(_) => 0,
             };
-            if left == 0 || tokio::time::Instant::now() >= deadline {
+            if left == 0 || hurried || tokio::time::Instant::now() >= deadline {
                 break left;
             }
-            tokio::time::sleep(DRAIN_POLL).await;
+            tokio::select! {
+                () = tokio::time::sleep(DRAIN_POLL) => {}
+                () = &mut hurry, if !hurried => hurried = true,
+            }
         };
+        // The last detection's wait is cut short too.
+        let deadline = if hurried { tokio::time::Instant::now() } else { deadline };
         if abandoned_pulls > 0 {
             tracing::warn!(abandoned_pulls, ?grace, "shutdown grace period ended with pulls still in flight");
         }

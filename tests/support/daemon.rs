@@ -132,6 +132,12 @@ impl Daemon {
         nix::sys::signal::kill(pid, signal).expect("kill");
     }
 
+    /// Whether the daemon is still running.
+    #[allow(dead_code)] // not every test binary that shares this module asks
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// Waits (bounded) for the daemon to exit; returns its exit code.
     pub fn wait_exit(&mut self, within: Duration) -> Option<i32> {
         self.wait_status(within).code()
