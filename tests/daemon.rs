@@ -338,7 +338,7 @@ fn imagectl_pulls_shows_the_running_pull_and_the_queue_behind_it() {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let table = loop {
         let out = stdout(&d.imagectl(&["pulls"]));
-        let line = |image: &str| out.lines().find(|l| l.ends_with(image)).map(str::split_whitespace);
+        let line = |image: &str| out.lines().find(|l| l.contains(image)).map(str::split_whitespace);
         let nginx: Option<Vec<&str>> = line("docker.io/library/nginx:1.27").map(Iterator::collect);
         let redis: Option<Vec<&str>> = line("docker.io/library/redis:7").map(Iterator::collect);
         if let (Some(n), Some(r)) = (nginx, redis)
@@ -347,6 +347,14 @@ fn imagectl_pulls_shows_the_running_pull_and_the_queue_behind_it() {
             // STATE POS PRIO WAITERS WAITING RUNNING CREDS MUST IMAGE
             assert_eq!((n[1], n[3], n[6], n[7]), ("-", "1", "no", "no"), "{out}");
             assert_eq!((r[0], r[1], r[3], r[5]), ("queued", "1", "1", "-"), "{out}");
+            // Each pull with the pod an API ensure names (no sandbox).
+            assert!(out.contains("docker.io/library/nginx:1.27  (ns/p1)"), "{out}");
+            assert!(out.contains("docker.io/library/redis:7  (ns/p2)"), "{out}");
+            let status = stdout(&d.imagectl(&["status"]));
+            assert!(
+                status.contains("1 running, 1 queued, 0 waiting for room, 0 joined another request's pull"),
+                "two pulls, one request each: none joined\n{status}"
+            );
             break out;
         }
         assert!(std::time::Instant::now() < deadline, "never saw nginx pulling with redis queued:\n{out}");

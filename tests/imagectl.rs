@@ -167,7 +167,11 @@ fn json_and_yaml_are_the_apis_messages_with_stable_field_names() {
     // events: one JSON object per line; YAML documents separated by `---`.
     let o = d.imagectl(&["-o", "json", "events", "--pod-uid", "j1"]);
     let lines: Vec<Value> = stdout(&o).lines().map(|l| serde_json::from_str(l).expect("json line")).collect();
-    assert!(lines.iter().all(|e| e["time_ms"].is_i64() && e["image_event"]["pod_uid"] == "j1"), "{lines:?}");
+    // The pod's image events, and its pulls' phases (an API ensure's pulls
+    // carry the pod it names).
+    let of_j1 = |e: &Value| e["image_event"]["pod_uid"] == "j1" || e["pull_phase"]["pod"]["uid"] == "j1";
+    assert!(lines.iter().all(|e| e["time_ms"].is_i64() && of_j1(e)), "{lines:?}");
+    assert!(lines.iter().any(|e| e["pull_phase"]["phase"] == "done"), "{lines:?}");
     let o = d.imagectl(&["-o", "yaml", "events", "--pod-uid", "j1"]);
     let docs: Vec<Value> = serde_yaml_ng::Deserializer::from_slice(&o.stdout)
         .map(|doc| serde::Deserialize::deserialize(doc).expect("a YAML document"))

@@ -128,6 +128,7 @@ impl ImageManager {
             image: spec.clone(),
             credentials,
             sandbox: None,
+            pod: None,
             priority: req.priority,
             skip_if_present: true,
             absent_at: Some(absent_at),

@@ -11,7 +11,7 @@ use super::{EnsureError, EnsureImageRequest, EnsureOk, ImageManager, class_of_pu
 use crate::actors::backoff_registry::{
     BackoffKey, BeginAttempt, CheckBackoff, RecordFailure, RecordSuccess, RegistryRecovered,
 };
-use crate::actors::pull_queue::{EnqueuePull, PullFailure, PullOutcome, PullRequest};
+use crate::actors::pull_queue::{EnqueuePull, PullFailure, PullOutcome, PullPod, PullRequest};
 use crate::domain::pull_policy::PullPolicy;
 use crate::domain::pull_record::ImagePullCredentials;
 use crate::domain::{AuthConfig, ErrorClass, ImageErrorKind, ImageSpec, eval_cri_pull_err};
@@ -157,6 +157,11 @@ impl ImageManager {
                 image: spec.clone(),
                 credentials: credentials.to_vec(),
                 sandbox: req.sandbox.clone(),
+                pod: (!(req.pod.name.is_empty() && req.pod.uid.is_empty())).then(|| PullPod {
+                    namespace: req.pod.namespace.clone(),
+                    name: req.pod.name.clone(),
+                    uid: req.pod.uid.clone(),
+                }),
                 priority: req.pod.priority,
                 skip_if_present,
                 absent_at,

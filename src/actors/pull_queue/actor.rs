@@ -226,7 +226,7 @@ impl PullQueueActor {
         let now = Instant::now();
         let stage = Arc::new(StageCell::default());
         self.started.insert(key.clone(), Started { at: now, stage: stage.clone(), warned: false });
-        let pod = PullPod::of(request.sandbox.as_ref());
+        let pod = PullPod::of(request.sandbox.as_ref()).or_else(|| request.pod.clone());
         // A client's own pull through the front: it may offer the size.
         let offers = (request.wire.is_some() && self.cfg.size_offers.attached()).then(|| self.cfg.size_offers.clone());
         let task = PullTask {
@@ -345,7 +345,7 @@ impl Handler<EnqueuePull> for PullQueueActor {
         let (tx, rx) = oneshot::channel();
         let (admitted_tx, admitted_rx) = oneshot::channel();
         let image = key.image.clone();
-        let pod = PullPod::of(request.sandbox.as_ref());
+        let pod = PullPod::of(request.sandbox.as_ref()).or_else(|| request.pod.clone());
         let waiter = Waiter { result: tx, admitted: Some(admitted_tx), since: Instant::now(), pod: pod.clone() };
         let how = self.queue.submit(key, request.priority, Box::new(request), waiter);
         if how == Submitted::Joined {

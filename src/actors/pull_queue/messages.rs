@@ -21,6 +21,10 @@ pub struct PullRequest {
     pub credentials: Vec<AuthConfig>,
     /// The pod sandbox the pull is for.
     pub sandbox: Option<SandboxConfig>,
+    /// The pod the pull is for when no sandbox names one (an API ensure
+    /// names its pod without a sandbox): what `ListPulls` shows of it.
+    /// Never sent to the runtime.
+    pub pod: Option<PullPod>,
     /// Higher pulls first; FIFO within a priority.
     pub priority: i32,
     /// When its turn comes, check the image is still absent before pulling
@@ -79,6 +83,7 @@ impl PullRequest {
             image,
             credentials: Vec::new(),
             sandbox: None,
+            pod: None,
             priority: 0,
             skip_if_present: false,
             absent_at: None,

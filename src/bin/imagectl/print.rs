@@ -320,8 +320,13 @@ pub fn print_status(s: &proto::StatusResponse, f: Format, o: &mut impl Write) ->
     }
     writeln!(
         o,
-        "pulls:   {} — {} running, {} queued, {} waiting for room, {} sharing a pull",
-        s.pull_mode, s.running, s.queued, s.parked, s.waiters
+        "pulls:   {} — {} running, {} queued, {} waiting for room, {} joined another request's pull",
+        s.pull_mode,
+        s.running,
+        s.queued,
+        s.parked,
+        // Each running or queued pull's first request is not a join.
+        s.waiters.saturating_sub(s.running.saturating_add(s.queued))
     )
     .map_err(out)?;
     writeln!(o, "backoff: {} key(s)", s.backoffs.len()).map_err(out)?;
