@@ -307,9 +307,11 @@ fn imagectl_drives_the_daemon_with_tables_json_and_exit_codes() {
         "{v}"
     );
 
-    // No daemon on a socket: 69.
-    let o = support::daemon::imagectl(&d.dir.path().join("nobody.sock"), &["status"]);
+    // No daemon on a socket: 69, naming the socket.
+    let nobody = d.dir.path().join("nobody.sock");
+    let o = support::daemon::imagectl(&nobody, &["status"]);
     assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+    assert!(stderr(&o).contains(&format!("(imaged's API socket {})", nobody.display())), "{}", stderr(&o));
 }
 
 #[test]

@@ -20,6 +20,11 @@ pub fn rpc(what: &str, s: tonic::Status) -> AppError {
             AppError::Usage(format!("{what}: the daemon rejected the request: {}", s.message()))
         }
         tonic::Code::Unavailable => AppError::Unavailable(format!("{what}: {}", s.message())),
+        // tonic's word for a connection that broke under the call (the
+        // daemon killed or gone): no answer came, as with no daemon.
+        tonic::Code::Unknown if s.message().starts_with("transport error") => {
+            AppError::Unavailable(format!("{what}: the connection to imaged was lost: {}", s.message()))
+        }
         _ => AppError::Other(format!("{what}: {}: {}", s.code(), s.message())),
     }
 }
@@ -229,6 +234,19 @@ impl<W: Write> Session<W> {
 #[allow(clippy::pedantic)] // test code: pedantic lints are for what ships
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_broken_connection_is_no_daemon_answering_and_other_errors_keep_their_code() {
+        let lost = rpc("EnsureImage", tonic::Status::unknown("transport error"));
+        assert!(
+            matches!(&lost, AppError::Unavailable(m) if m == "EnsureImage: the connection to imaged was lost: transport error"),
+            "{lost:?}"
+        );
+        let other = rpc("EnsureImage", tonic::Status::unknown("something else"));
+        assert!(matches!(&other, AppError::Other(m) if m.starts_with("EnsureImage: ")), "{other:?}");
+        let bad = rpc("EnsureImage", tonic::Status::invalid_argument("image: must not be empty"));
+        assert!(matches!(bad, AppError::Usage(_)));
+    }
 
     #[test]
     fn secret_files_are_bounded_and_must_be_regular() {

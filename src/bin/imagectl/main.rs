@@ -251,7 +251,8 @@ fn run(cli: Cli) -> Result<u8, AppError> {
         .enable_all()
         .build()
         .map_err(|e| AppError::Other(format!("starting the client runtime: {e}")))?;
-    rt.block_on(async move {
+    let at = socket.clone();
+    let result = rt.block_on(async move {
         let client = imaged::api::client(&socket)?;
         let mut session = Session { client, format, o: std::io::stdout().lock() };
         match command {
@@ -270,6 +271,12 @@ fn run(cli: Cli) -> Result<u8, AppError> {
             Command::Status => session.status().await,
             Command::Cri { .. } | Command::Completion { .. } => Ok(0),
         }
+    });
+    // No daemon answering: say where imagectl looked (`--socket`, or the
+    // configuration's `daemon.socket`).
+    result.map_err(|e| match e {
+        AppError::Unavailable(m) => AppError::Unavailable(format!("{m} (imaged's API socket {})", at.display())),
+        e => e,
     })
 }
 
