@@ -61,7 +61,8 @@ enum Command {
         #[arg(long)]
         delete_unused: bool,
     },
-    /// Image events and pull phases the daemon saw (all, or one pod's or image's).
+    /// Image events and pull phases: the last 256 the daemon saw (all
+    /// pods', then filtered: one pod's or image's), then, with `-f`, new ones.
     Events {
         /// Keep printing new events until interrupted.
         #[arg(long, short = 'f')]
