@@ -214,6 +214,40 @@ async fn single_flight_never_hands_a_private_image_to_a_pod_without_credentials(
     }
 }
 
+#[actix::test]
+async fn a_pod_that_finds_the_image_while_its_pull_is_being_recorded_waits_for_the_record_instead_of_pulling() {
+    let rt = runtime().await;
+    rt.runtime.add_remote(private_remote()).expect("add");
+    let state = tempfile::tempdir().expect("tempdir");
+    let metrics = Metrics::default();
+    let m = counting_manager(
+        &rt,
+        state.path(),
+        VerificationPolicy::NeverVerifyPreloadedImages,
+        Concurrency::Serial,
+        &metrics,
+    )
+    .await;
+    // Another request's pull: the runtime has answered it (the image is
+    // present) and its record is not written yet.
+    let records = m.pull_records().clone();
+    let intent = records.begin_pull(PRIVATE).await.expect("intent");
+    let id = rt.runtime.preload(private_remote()).expect("preload");
+    let before = pulls(&rt);
+    let m2 = m.clone();
+    let b = tokio::spawn(async move { m2.ensure_image_exists(&req("b", PullPolicy::IfNotPresent, vec![])).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!b.is_finished(), "waiting for the pull in flight to be recorded");
+    // Pulled with the node's credentials: any pod may use it.
+    let creds = imaged::domain::pull_record::ImagePullCredentials::node_accessible();
+    records.record_image_pulled(PRIVATE, &id, &creds).await.expect("recorded");
+    intent.disarm();
+    let rb = b.await.expect("task");
+    assert!(served(&rb), "the record lets it use the image: {rb:?}");
+    assert_eq!(pulls(&rt), before, "no second pull of an image whose pull was ending");
+    assert_eq!(mustpull_checks(&metrics, "credentialRecordFound"), Some(1.0), "checked again once the record came");
+}
+
 // === crash between intent and record ===
 
 const CHILD_DIR_ENV: &str = "IMAGED_KEP_TEST_CHILD_DIR";

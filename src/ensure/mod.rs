@@ -56,6 +56,12 @@ use credentials::LazyLookup;
 /// removal failed); the last look answers as it finds.
 const MAX_LOOKS: u32 = 3;
 
+/// How long a pod that finds a present image it must pull waits for a pull
+/// of it in flight here to end (`PullRecords::pulls_ended`): the request
+/// that started that pull writes its record just after the runtime's
+/// answer, a commit's time; a longer pull is not waited for.
+const PULL_END_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// The handle embedders call. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct ImageManager {
@@ -310,10 +316,18 @@ impl ImageManager {
                 match image_ref {
                     Some(image_ref) => {
                         // KEP-2535: may this pod use the image without pulling it?
-                        let must_pull = Box::pin(
-                            self.records.must_attempt_pull_with(&spec.image, &image_ref, || lookup.pod_credentials()),
-                        )
-                        .await?;
+                        let check = || {
+                            Box::pin(
+                                self.records
+                                    .must_attempt_pull_with(&spec.image, &image_ref, || lookup.pod_credentials()),
+                            )
+                        };
+                        let mut must_pull = check().await?;
+                        // A pull of it by imaged may be just ending, its
+                        // record not yet written: that record decides.
+                        if must_pull && Box::pin(self.records.pulls_ended(&spec.image, PULL_END_WAIT)).await {
+                            must_pull = check().await?;
+                        }
                         if !must_pull {
                             if looks < MAX_LOOKS {
                                 // Marks it (one lock), unless GC is removing it.

@@ -108,6 +108,9 @@ struct Inner {
     /// over and parsing is the costliest step of a present-image check.
     /// Bounded; cleared when full.
     names: Mutex<HashMap<String, Arc<ImageNames>>>,
+    /// Told when a pull in flight ends (its record written, or its intent
+    /// ended): see [`PullRecords::pulls_ended`].
+    pull_ended: tokio::sync::Notify,
 }
 
 /// An image's normalised repository (`None` if it does not parse) and its
@@ -181,6 +184,7 @@ impl PullRecords {
                 state: Mutex::new(state),
                 writes: tokio::sync::Mutex::new(()),
                 names: Mutex::default(),
+                pull_ended: tokio::sync::Notify::new(),
             }),
         }
     }
@@ -408,6 +412,8 @@ impl PullRecords {
                 st.in_flight.remove(&key);
             }
         }
+        drop(st);
+        self.inner.pull_ended.notify_waiters();
     }
 
     /// The kubelet's `RecordImagePullFailed` (also used when a pull turned
@@ -426,6 +432,8 @@ impl PullRecords {
                     st.in_flight.remove(&key);
                 }
             }
+            drop(st);
+            self.inner.pull_ended.notify_waiters();
             return;
         }
         if let Err(e) = self.commit(PullRecordsWrite { delete_intents: vec![key.clone()], ..Default::default() }).await
@@ -436,6 +444,8 @@ impl PullRecords {
         let mut st = self.state();
         st.stored_intents.remove(&key);
         st.in_flight.remove(&key);
+        drop(st);
+        self.inner.pull_ended.notify_waiters();
     }
 
     /// Merges `creds` into the record of `image_ref` for `repo` and, when
@@ -485,8 +495,39 @@ impl PullRecords {
                     st.in_flight.remove(key);
                 }
             }
+            drop(st);
+            self.inner.pull_ended.notify_waiters();
         }
         Ok(())
+    }
+
+    /// Waits, for at most `within`, until no pull of `image` is in flight in
+    /// this process (each has written its record or ended its intent).
+    /// True when some were and all ended in time: a must-pull check made
+    /// meanwhile ("pulled by imaged, no record yet") is worth making again.
+    /// The queue answers a pull's requests when the runtime's `PullImage`
+    /// does, and the request that started it writes the record after that,
+    /// so a pod that finds the image present in between would otherwise
+    /// pull it again.
+    pub async fn pulls_ended(&self, image: &str, within: std::time::Duration) -> bool {
+        let key = image_key(image);
+        let in_flight = || self.state().in_flight.get(&key).is_some_and(|n| *n > 0);
+        if !in_flight() {
+            return false;
+        }
+        let ended = async {
+            loop {
+                let told = self.inner.pull_ended.notified();
+                tokio::pin!(told);
+                // Registered before the look: an end between the two is not missed.
+                told.as_mut().enable();
+                if !in_flight() {
+                    return;
+                }
+                told.await;
+            }
+        };
+        tokio::time::timeout(within, ended).await.is_ok()
     }
 
     /// Writes `w` to the store on the blocking pool, or inline under the

@@ -580,3 +580,27 @@ async fn a_pull_whose_outcome_is_unknown_keeps_its_intent_and_the_image_is_never
     r.record_image_pull_failed(OTHER).await;
     assert_eq!(r.stored_intents(), vec![image_key(IMAGE)]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn pulls_ended_waits_for_the_pulls_in_flight_of_the_image_and_no_longer_than_told() {
+    let records = PullRecords::in_memory(VerifyPolicy::default());
+    let wait = Duration::from_millis(500);
+    assert!(!records.pulls_ended("busybox:1.36", wait).await, "none in flight: nothing to wait for");
+
+    let intent = records.begin_pull("busybox:1.36").await.unwrap();
+    let started = tokio::time::Instant::now();
+    assert!(!records.pulls_ended("docker.io/library/busybox:1.36", wait).await, "still in flight");
+    assert_eq!(started.elapsed(), wait, "given up after the wait");
+    assert!(!records.pulls_ended("nginx:1.27", wait).await, "another image's pull is not waited for");
+
+    let ending = records.clone();
+    let recorder = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        ending.record_image_pulled("busybox:1.36", "sha256:a", &ImagePullCredentials::node_accessible()).await.unwrap();
+        intent.disarm();
+    });
+    let started = tokio::time::Instant::now();
+    assert!(records.pulls_ended("busybox:1.36", wait).await, "ended when its record was written");
+    assert_eq!(started.elapsed(), Duration::from_millis(100));
+    recorder.await.unwrap();
+}
