@@ -60,6 +60,7 @@ pub(super) fn pull_from_raw(p: RawPull) -> Result<(PullQueueSettings, EnsureSett
             slow_pull_warning: if slow.is_zero() { None } else { Some(slow) },
             metrics: Metrics::default(),
             size_offers: SizeOffers::default(),
+            records_due: crate::actors::pull_queue::RecordsDue::default(),
         },
         EnsureSettings {
             annotate_error_class: p.annotate_error_class,

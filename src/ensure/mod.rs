@@ -56,11 +56,17 @@ use credentials::LazyLookup;
 /// removal failed); the last look answers as it finds.
 const MAX_LOOKS: u32 = 3;
 
-/// How long a pod that finds a present image it must pull waits for a pull
-/// of it in flight here to end (`PullRecords::pulls_ended`): the request
-/// that started that pull writes its record just after the runtime's
-/// answer, a commit's time; a longer pull is not waited for.
-const PULL_END_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+/// How long an ensure that must pull a present image only because a pull
+/// of it is in flight here, not yet recorded (`PullRecords::pulls_ended`),
+/// waits for that pull: the runtime shows an image a little before its
+/// `PullImage` returns (much more under a burst), and the record follows
+/// the answer by a commit. Waiting for the pull in flight beats starting
+/// another of the same image, which would take as long.
+const PULL_END_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long a pull found present at its turn waits for the records an
+/// earlier pull of the image owes (`RecordsDue::written`): commits only.
+const RECORDS_DUE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The handle embedders call. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -87,6 +93,8 @@ pub struct ImageManager {
     node_credentials: Option<Arc<crate::credentials::NodeCredentials>>,
     /// Turns for presence checks (`EnsureSettings::presence_window`).
     presence_checks: Option<presence::PresenceGate>,
+    /// The pull queue's records due (`PullQueueSettings::records_due`).
+    records_due: crate::actors::pull_queue::RecordsDue,
 }
 
 /// Most remembered `applyDefaultImageTag` results.
@@ -126,7 +134,17 @@ impl ImageManager {
             cfg,
             metrics: crate::metrics::Metrics::default(),
             node_credentials: None,
+            records_due: crate::actors::pull_queue::RecordsDue::default(),
         }
+    }
+
+    /// The same manager waiting on `due` (the queue's
+    /// `PullQueueSettings::records_due`) when its pull finds the image an
+    /// earlier pull just brought, before that pull's records are written.
+    #[must_use]
+    pub fn with_records_due(mut self, due: crate::actors::pull_queue::RecordsDue) -> Self {
+        self.records_due = due;
+        self
     }
 
     /// The manager reporting its requests and pull durations to `metrics`,

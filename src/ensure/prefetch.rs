@@ -124,6 +124,7 @@ impl ImageManager {
             let msg = super::failed_to_record_pull_intent(requested, &e.to_string());
             self.fail(ImageErrorKind::ErrImagePull, msg, ErrorClass::Transient)
         })?;
+        let began = self.records.clock().now();
         let request = PullRequest {
             image: spec.clone(),
             credentials,
@@ -152,7 +153,7 @@ impl ImageManager {
                     // Pulled for a pod to come: GC keeps it as if just used
                     // (marked before its record is written, which GC then keeps).
                     manager.mark_ensured_after_removals(&outcome.image_ref).await;
-                    manager.record_pull_end(&spec.image, &requested, Ok(&outcome), &proves).await;
+                    manager.record_pull_end(&spec.image, &requested, Ok(&outcome), &proves, began).await;
                     tracing::info!(
                         image = requested,
                         image_ref = outcome.image_ref,
@@ -162,7 +163,7 @@ impl ImageManager {
                     Ok(outcome.image_ref)
                 }
                 Err(failure) => {
-                    manager.record_pull_end(&spec.image, &requested, Err(&failure), &proves).await;
+                    manager.record_pull_end(&spec.image, &requested, Err(&failure), &proves, began).await;
                     let text = format!("Failed to pull image {}: {failure}", quote(&requested));
                     tracing::warn!(image = requested, error = %failure, "prefetch failed");
                     Err(text)

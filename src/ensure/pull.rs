@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use super::credentials::{LazyLookup, credentials_used};
 use super::kubelet_messages::*;
-use super::{EnsureError, EnsureImageRequest, EnsureOk, ImageManager, class_of_pull};
+use super::{EnsureError, EnsureImageRequest, EnsureOk, ImageManager, RECORDS_DUE_WAIT, class_of_pull};
 use crate::actors::backoff_registry::{
     BackoffKey, BeginAttempt, CheckBackoff, RecordFailure, RecordSuccess, RegistryRecovered,
 };
@@ -53,6 +53,7 @@ impl ImageManager {
             }
         };
         let start = Instant::now();
+        let began = self.records.clock().now();
         self.recorder.started(&req.pod.uid, start);
         self.emit(req, EventReason::Pulling, &pulling(requested), None);
         let skip_if_present =
@@ -64,7 +65,7 @@ impl ImageManager {
             .filter(|_| self.cfg.reset_backoff_on_registry_recovery)
             .map(|r| crate::actors::pull_queue::registry_of(r).to_string());
         let in_flight = normalized.map(|r| self.hints.pull_started(&r));
-        let (result, joined) = self.queue_pull(req, spec, lookup, credentials, skip_if_present, absent_at).await;
+        let (mut result, joined) = self.queue_pull(req, spec, lookup, credentials, skip_if_present, absent_at).await;
         // Marked ensured before its record is written (GC keeps the records
         // of images ensured during its run); a pull that ended while GC was
         // removing its image waits for the removal, then pulls once more.
@@ -73,8 +74,11 @@ impl ImageManager {
             Err(_) => false,
         };
         // The record is written while the pull task looks the size up.
-        Box::pin(self.record_pull_end(&spec.image, requested, result.as_ref(), proves)).await;
+        Box::pin(self.record_pull_end(&spec.image, requested, result.as_ref(), proves, began)).await;
         intent.disarm();
+        if let Ok(o) = &mut result {
+            o.record_due = None;
+        }
         let size = match &result {
             Ok(outcome) if outcome.pulled => outcome.size.bytes().await,
             _ => 0,
@@ -177,12 +181,28 @@ impl ImageManager {
             };
             if let Ok(o) = &result
                 && !o.pulled
-                && Box::pin(self.records.must_attempt_pull_with(&spec.image, &o.image_ref, || lookup.pod_credentials()))
-                    .await
-                    .unwrap_or(true)
             {
-                skip_if_present = false;
-                continue;
+                let check = || {
+                    Box::pin(
+                        self.records.must_attempt_pull_with(&spec.image, &o.image_ref, || lookup.pod_credentials()),
+                    )
+                };
+                let mut must_pull = check().await.unwrap_or(true);
+                // The pull that brought it may have just been answered, its
+                // records a commit away: they decide (never this pull's own:
+                // it pulled nothing).
+                if must_pull
+                    && Box::pin(
+                        self.records_due.written(&crate::pull_records::image_key(&spec.image), RECORDS_DUE_WAIT),
+                    )
+                    .await
+                {
+                    must_pull = check().await.unwrap_or(true);
+                }
+                if must_pull {
+                    skip_if_present = false;
+                    continue;
+                }
             }
             return (result, joined);
         }
@@ -244,17 +264,21 @@ impl ImageManager {
     /// (`proves`, one per credential tried); failed, or found present: the
     /// pull only ends its intent; failed in a way that leaves the runtime's
     /// pull unknown ([`PullFailure::outcome_unknown`]): the intent stays.
+    /// `began`: when this request's pull began (its intent recorded), on
+    /// the records' clock: another request of the same pull that already
+    /// wrote the same record spares this one its write.
     pub(super) async fn record_pull_end(
         &self,
         image: &str,
         requested: &str,
         result: Result<&PullOutcome, &PullFailure>,
         proves: &[ImagePullCredentials],
+        began: std::time::SystemTime,
     ) {
         match result {
             Ok(o) if o.pulled => {
                 let used = credentials_used(proves, o.credential, requested);
-                if let Err(e) = self.records.record_image_pulled(image, &o.image_ref, &used).await {
+                if let Err(e) = self.records.record_image_pulled_since(image, &o.image_ref, &used, began).await {
                     tracing::warn!(image = requested, error = %e, "failed to record an image pulled record");
                 }
             }
@@ -284,5 +308,68 @@ impl ImageManager {
         let msg = successfully_pulled(requested, outcome.pull_duration, now.duration_since(start), size);
         self.emit(req, EventReason::Pulled, &msg, None);
         EnsureOk { image_ref: outcome.image_ref.clone(), message: String::new() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+    use std::time::Duration;
+
+    use crate::actors::backoff_registry::BackoffSettings;
+    use crate::actors::cri_gateway::{CriGatewayActor, CriSettings};
+    use crate::actors::pull_queue::PullQueueSettings;
+    use crate::cri::Rpc;
+    use crate::domain::pull_policy::PullPolicy;
+    use crate::embedded::{EmbeddedRuntime, RemoteImage};
+    use crate::ensure::{EnsureImageRequest, EnsureSettings};
+    use crate::testing::start_manager;
+
+    #[actix::test]
+    async fn a_pull_found_present_at_its_turn_waits_for_the_records_an_earlier_pull_owes() {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = EmbeddedRuntime::start_in(dir.path()).unwrap();
+        let (gateway, _) = CriGatewayActor::connect(&runtime.endpoint(), &CriSettings::default()).await.unwrap();
+        // Serial pulls: the one for `wanted` waits behind a slow one, long
+        // enough that its turn looks at the runtime again.
+        let pull = PullQueueSettings { qps: 0.0, ..PullQueueSettings::default() };
+        let m = start_manager(&gateway, &pull, &BackoffSettings::default(), EnsureSettings::default())
+            .await
+            .unwrap()
+            .manager;
+        let (slow, wanted) = ("example.com/team/slow:1", "example.com/team/wanted:1");
+        runtime.add_remote(RemoteImage::new(slow, 10).latency(Duration::from_millis(1_300))).unwrap();
+        runtime.add_remote(RemoteImage::new(wanted, 10)).unwrap();
+        let first = m.clone();
+        let slow_pull = tokio::spawn(async move {
+            first.ensure_image_exists(&EnsureImageRequest::new("a", slow, PullPolicy::IfNotPresent)).await
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let second = m.clone();
+        let mine = tokio::spawn(async move {
+            second.ensure_image_exists(&EnsureImageRequest::new("b", wanted, PullPolicy::IfNotPresent)).await
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Meanwhile another pull brings `wanted`: the runtime has answered
+        // it, its request has still to write its record (node-wide).
+        let id = runtime.preload(RemoteImage::new(wanted, 10)).unwrap();
+        let due = pull.records_due.owe(&crate::pull_records::image_key(wanted));
+        slow_pull.await.unwrap().expect("the slow pull");
+        // `mine`'s turn found the image present and waits for that record.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!mine.is_finished(), "waiting for the record due");
+        // That other pull's intent, then its record (which ends the intent).
+        let records = m.pull_records();
+        records.begin_pull(wanted).await.unwrap().disarm();
+        let creds = crate::domain::pull_record::ImagePullCredentials::node_accessible();
+        records.record_image_pulled(wanted, &id, &creds).await.unwrap();
+        drop(due);
+        let ok = mine.await.unwrap().expect("served");
+        assert_eq!(ok.image_ref, id);
+        assert_eq!(
+            runtime.stats().calls(Rpc::PullImage),
+            1,
+            "only the slow image was pulled: no second pull of `wanted`"
+        );
     }
 }

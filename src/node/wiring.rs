@@ -78,6 +78,7 @@ pub(super) async fn start(
     let queue = PullQueueActor::new(cfg.pull.clone(), reader.clone()).start();
     let backoff = BackoffRegistryActor::from_settings(&cfg.backoff).start();
     let manager = ImageManager::new(reader, queue.clone().recipient(), (&backoff).into(), cfg.ensure.clone())
+        .with_records_due(cfg.pull.records_due.clone())
         .with_metrics(cfg.pull.metrics.clone())
         .with_pull_records(records.clone())
         .with_node_credentials(node_credentials);

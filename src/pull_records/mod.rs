@@ -113,6 +113,18 @@ struct Inner {
     pull_ended: tokio::sync::Notify,
 }
 
+/// When [`PullRecords::write_pulled`] refreshes a record the merge left
+/// unchanged.
+#[derive(Debug, Clone, Copy)]
+enum Refresh {
+    /// Never (a must-pull check's secret, not a pull).
+    No,
+    /// Always: a pull (see [`PullRecords::record_image_pulled`]).
+    Always,
+    /// Unless it was refreshed at or after this time (the pull's start).
+    UnlessSince(std::time::SystemTime),
+}
+
 /// An image's normalised repository (`None` if it does not parse) and its
 /// intent key.
 #[derive(Debug)]
@@ -333,7 +345,7 @@ impl PullRecords {
         self.metrics.mustpull_check(decision.result);
         if let (Some(repo), false) = (repo, decision.record_secrets.is_empty()) {
             let creds = ImagePullCredentials { kubernetes_secrets: decision.record_secrets, ..Default::default() };
-            if let Err(e) = self.write_pulled(image_ref, repo, &creds, None, false).await {
+            if let Err(e) = self.write_pulled(image_ref, repo, &creds, None, Refresh::No).await {
                 tracing::warn!(image, image_ref, error = %e, "failed to record a matching pull secret");
             }
         }
@@ -388,7 +400,28 @@ impl PullRecords {
             self.record_image_pull_failed(image).await;
             return Ok(());
         };
-        self.write_pulled(image_ref, &repo, creds, Some(&key), true).await
+        self.write_pulled(image_ref, &repo, creds, Some(&key), Refresh::Always).await
+    }
+
+    /// [`PullRecords::record_image_pulled`] for a request of a pull that
+    /// began at `began` (on [`PullRecords::clock`]): when the merge changes
+    /// nothing and the record was refreshed since `began` (by another
+    /// request of the same shared pull), it is not written again; only the
+    /// intent ends. A burst of pods sharing one pull then costs one durable
+    /// write, not one each, and the record the others wait for comes sooner.
+    pub async fn record_image_pulled_since(
+        &self,
+        image: &str,
+        image_ref: &str,
+        creds: &ImagePullCredentials,
+        began: std::time::SystemTime,
+    ) -> Result<(), StoreError> {
+        let key = image_key(image);
+        let Some(repo) = image_repo(image) else {
+            self.record_image_pull_failed(image).await;
+            return Ok(());
+        };
+        self.write_pulled(image_ref, &repo, creds, Some(&key), Refresh::UnlessSince(began)).await
     }
 
     /// One pull of `image` ended and imaged does not know how: its reply
@@ -450,15 +483,15 @@ impl PullRecords {
 
     /// Merges `creds` into the record of `image_ref` for `repo` and, when
     /// `intent` is given, ends one pull of that image key, in one transaction.
-    /// With `refresh` the record's time becomes now even when the merge
-    /// changed nothing (see [`PullRecords::record_image_pulled`]).
+    /// `refresh` says when the record's time becomes now even though the
+    /// merge changed nothing (see [`PullRecords::record_image_pulled`]).
     async fn write_pulled(
         &self,
         image_ref: &str,
         repo: &str,
         creds: &ImagePullCredentials,
         intent: Option<&str>,
-        refresh: bool,
+        refresh: Refresh,
     ) -> Result<(), StoreError> {
         let _w = self.inner.writes.lock().await;
         let (existing, last_intent) = {
@@ -468,6 +501,11 @@ impl PullRecords {
         };
         let now = self.inner.clock.now();
         let (mut record, mut changed) = merge_pulled(existing.as_deref(), image_ref, repo, creds, now);
+        let refresh = match refresh {
+            Refresh::No => false,
+            Refresh::Always => true,
+            Refresh::UnlessSince(began) => existing.as_deref().is_none_or(|r| r.last_updated_time < began),
+        };
         if refresh && !changed {
             record.last_updated_time = now;
             changed = true;
@@ -503,8 +541,9 @@ impl PullRecords {
 
     /// Waits, for at most `within`, until no pull of `image` is in flight in
     /// this process (each has written its record or ended its intent).
-    /// True when some were and all ended in time: a must-pull check made
-    /// meanwhile ("pulled by imaged, no record yet") is worth making again.
+    /// True when some were: a must-pull check made before ("pulled by
+    /// imaged, no record yet") is worth making again, whether they all
+    /// ended or the wait ran out (a record may have come meanwhile).
     /// The queue answers a pull's requests when the runtime's `PullImage`
     /// does, and the request that started it writes the record after that,
     /// so a pod that finds the image present in between would otherwise
@@ -527,7 +566,8 @@ impl PullRecords {
                 told.await;
             }
         };
-        tokio::time::timeout(within, ended).await.is_ok()
+        let _ = tokio::time::timeout(within, ended).await;
+        true
     }
 
     /// Writes `w` to the store on the blocking pool, or inline under the

@@ -32,7 +32,8 @@ pub async fn start_manager(
     let reader = gateway.send(GetReader).await?;
     let queue = PullQueueActor::new(pull.clone(), reader.clone()).start();
     let backoff = BackoffRegistryActor::from_settings(backoff).start();
-    let manager =
-        ImageManager::new(reader, queue.clone().recipient(), (&backoff).into(), cfg).with_metrics(pull.metrics.clone());
+    let manager = ImageManager::new(reader, queue.clone().recipient(), (&backoff).into(), cfg)
+        .with_metrics(pull.metrics.clone())
+        .with_records_due(pull.records_due.clone());
     Ok(StartedManager { manager, queue, backoff })
 }

@@ -14,6 +14,7 @@ use tracing::warn;
 use super::messages::*;
 use super::pull_task::{self, Progress, PullTask, RECHECK_WINDOW, StageCell};
 use super::queue::{Concurrency, Place, PullKey, PullQueue, Submitted};
+use super::records_due::RecordsDue;
 use super::size_offers::SizeOffers;
 use super::throttle::{PullThrottle, ThrottleMode};
 use crate::actors::cri_gateway::CriReader;
@@ -50,6 +51,8 @@ pub struct PullQueueSettings {
     pub metrics: Metrics,
     /// Sizes the CRI front offers its pulls (shared with the front).
     pub size_offers: SizeOffers,
+    /// The records due of pulls answered (shared with the ensure flow).
+    pub records_due: RecordsDue,
 }
 
 impl Default for PullQueueSettings {
@@ -66,6 +69,7 @@ impl Default for PullQueueSettings {
             slow_pull_warning: Some(DEFAULT_SLOW_PULL_WARNING),
             metrics: Metrics::default(),
             size_offers: SizeOffers::default(),
+            records_due: RecordsDue::default(),
         }
     }
 }
@@ -81,6 +85,9 @@ struct Waiter {
     since: Instant,
     /// The pod it is for, when it named one.
     pod: Option<PullPod>,
+    /// It writes a pulled record when answered (an ensure's or a
+    /// prefetch's; a CRI front's pull records nothing).
+    records: bool,
 }
 
 /// A pull that started: when, its stage, and whether it was warned slow.
@@ -346,7 +353,9 @@ impl Handler<EnqueuePull> for PullQueueActor {
         let (admitted_tx, admitted_rx) = oneshot::channel();
         let image = key.image.clone();
         let pod = PullPod::of(request.sandbox.as_ref()).or_else(|| request.pod.clone());
-        let waiter = Waiter { result: tx, admitted: Some(admitted_tx), since: Instant::now(), pod: pod.clone() };
+        let records = request.wire.is_none();
+        let waiter =
+            Waiter { result: tx, admitted: Some(admitted_tx), since: Instant::now(), pod: pod.clone(), records };
         let how = self.queue.submit(key, request.priority, Box::new(request), waiter);
         if how == Submitted::Joined {
             self.cfg.metrics.single_flight_joined();
@@ -387,7 +396,13 @@ impl Handler<PullSucceeded> for PullQueueActor {
         self.finished.insert(m.key.image.clone(), now);
         self.started.remove(&m.key);
         for w in self.queue.finish(&m.key) {
-            let _ = w.result.send(Ok(m.outcome.clone()));
+            let mut outcome = m.outcome.clone();
+            // Due before it is answered: a check for the image made after
+            // this sees it (see `RecordsDue`).
+            if w.records {
+                outcome.record_due = Some(self.cfg.records_due.owe(&m.key.image));
+            }
+            let _ = w.result.send(Ok(outcome));
         }
         self.pump(ctx);
         let _ = m.done.send(());

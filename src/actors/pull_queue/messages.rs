@@ -115,6 +115,9 @@ pub struct PullOutcome {
     /// The runtime's `PullImageResponse` as it sent it, for a pull made
     /// from a client's bytes ([`PullRequest::wire`]).
     pub answer: Option<prost::bytes::Bytes>,
+    /// This request's pulled record, due until dropped ([`super::RecordsDue`]):
+    /// set by the queue for a request that records (not a CRI front's).
+    pub record_due: Option<std::sync::Arc<super::RecordDue>>,
 }
 
 /// A pulled image's size in bytes, known once the `ImageStatus` after the

@@ -7,6 +7,7 @@ mod actor;
 mod messages;
 mod pull_task;
 pub mod queue;
+mod records_due;
 mod size_offers;
 pub mod throttle;
 
@@ -16,6 +17,7 @@ pub use messages::{
     PullPod, PullRequest, PullResult, PullStage, PullTicket, QueueStatus, SubscribePhases,
 };
 pub use queue::{Concurrency, registry_of};
+pub use records_due::{RecordDue, RecordsDue};
 pub use size_offers::{OFFER_WAIT, SizeOffers};
 pub use throttle::ThrottleMode;
 

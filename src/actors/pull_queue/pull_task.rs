@@ -200,8 +200,15 @@ impl<R: PullRuntime> PullTask<R> {
             }
         };
         let (size, setter) = ImageSize::pending();
-        let outcome =
-            PullOutcome { image_ref, size, pull_duration: started.elapsed(), pulled: true, credential, answer };
+        let outcome = PullOutcome {
+            image_ref,
+            size,
+            pull_duration: started.elapsed(),
+            pulled: true,
+            credential,
+            answer,
+            record_due: None,
+        };
         // Waited for from before the client is answered: its next call may
         // be the ImageStatus that gives the size.
         let offer = self.offers.as_ref().map(|o| o.expect(&outcome.image_ref));
@@ -229,6 +236,7 @@ impl<R: PullRuntime> PullTask<R> {
                 pulled: false,
                 credential: None,
                 answer: None,
+                record_due: None,
             }),
             Err(e) => {
                 debug!(image = self.progress.image, error = %e, "re-check before pulling failed; pulling");

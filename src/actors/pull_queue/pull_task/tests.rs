@@ -221,7 +221,8 @@ async fn an_image_present_at_its_turn_is_not_pulled_and_takes_no_token() {
             pull_duration: Duration::ZERO,
             pulled: false,
             credential: None,
-            answer: None
+            answer: None,
+            record_due: None
         }
     );
     assert_eq!(script.calls(), vec![Call::Status("example.com/a:1".into())]);
