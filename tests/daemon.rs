@@ -996,22 +996,39 @@ fn a_gc_that_misses_its_target_still_reports_what_it_removed_and_why() {
     assert!(line.contains("target missed: Insufficient free disk space"), "{status}");
 }
 
+/// A daemon whose pull of nginx a fault plan holds (`action`: the rule's
+/// action lines), and one ensure of it under way (its pull started).
+struct HeldPull {
+    _dir: tempfile::TempDir,
+    daemon: Daemon,
+    runtime: tokio::runtime::Runtime,
+    ensure: tokio::task::JoinHandle<Result<tonic::Response<proto::EnsureImageResponse>, tonic::Status>>,
+}
+
+impl HeldPull {
+    fn start(action: &str, args: &[&str]) -> Self {
+        let dir = tempfile::tempdir().expect("dir");
+        let plan = dir.path().join("faults.toml");
+        std::fs::write(&plan, format!("[[rule]]\nrpc = \"PullImage\"\nimage = \"*nginx:*\"\n{action}\n"))
+            .expect("plan");
+        let plan_arg = format!("runtime.fault_plan={}", plan.display());
+        let daemon = Daemon::start(&[&["--set", plan_arg.as_str()], args].concat());
+        let socket = daemon.socket.clone();
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("rt");
+        let ensure = runtime.spawn(async move {
+            let mut c = imaged::api::client(&socket).expect("client");
+            c.ensure_image(ensure_req("p1", "nginx:1.27", "IfNotPresent")).await
+        });
+        daemon.wait_for_log("Pulling image \"nginx:1.27\"", Duration::from_secs(10), "pull never started");
+        HeldPull { _dir: dir, daemon, runtime, ensure }
+    }
+}
+
 #[test]
 fn a_call_during_the_drain_gets_unavailable_with_the_reason_not_no_daemon() {
-    let dir = tempfile::tempdir().expect("dir");
-    let plan = dir.path().join("faults.toml");
     // nginx's pull is held 3 s: the drain lasts that long.
-    std::fs::write(&plan, "[[rule]]\nrpc = \"PullImage\"\nimage = \"*nginx:*\"\naction = \"delay\"\ndelay = \"3s\"\n")
-        .expect("write plan");
-    let plan_arg = format!("runtime.fault_plan={}", plan.display());
-    let mut d = Daemon::start(&["--set", &plan_arg]);
-    let socket = d.socket.clone();
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("rt");
-    let slow = runtime.spawn(async move {
-        let mut c = imaged::api::client(&socket).expect("client");
-        c.ensure_image(ensure_req("p1", "nginx:1.27", "IfNotPresent")).await
-    });
-    d.wait_for_log("Pulling image \"nginx:1.27\"", Duration::from_secs(10), "pull never started");
+    let held = HeldPull::start("action = \"delay\"\ndelay = \"3s\"", &[]);
+    let (mut d, runtime, slow) = (held.daemon, held.runtime, held.ensure);
     d.signal(Signal::SIGTERM);
     d.wait_for_log("shutting down: no new requests", Duration::from_secs(10), "no shutdown");
     // Draining: the socket is there and a new call is refused with the reason.
@@ -1118,18 +1135,8 @@ fn a_socket_path_that_cannot_be_bound_is_an_error_naming_it_not_a_panic() {
 
 #[test]
 fn a_second_stop_signal_ends_the_wait_for_pulls_in_flight() {
-    let dir = tempfile::tempdir().expect("dir");
-    let plan = dir.path().join("faults.toml");
-    std::fs::write(&plan, "[[rule]]\nrpc = \"PullImage\"\nimage = \"*nginx:*\"\naction = \"hang\"\n").expect("plan");
-    let plan_arg = format!("runtime.fault_plan={}", plan.display());
-    let mut d = Daemon::start(&["--set", &plan_arg, "--set", "daemon.shutdown_grace=10m"]);
-    let socket = d.socket.clone();
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("rt");
-    let ensure = runtime.spawn(async move {
-        let mut c = imaged::api::client(&socket).expect("client");
-        c.ensure_image(ensure_req("p1", "nginx:1.27", "IfNotPresent")).await
-    });
-    d.wait_for_log("Pulling image \"nginx:1.27\"", Duration::from_secs(10), "pull never started");
+    let held = HeldPull::start("action = \"hang\"", &["--set", "daemon.shutdown_grace=10m"]);
+    let (mut d, runtime, ensure) = (held.daemon, held.runtime, held.ensure);
     d.signal(Signal::SIGTERM);
     d.wait_for_log("shutting down", Duration::from_secs(10), "no shutdown");
     std::thread::sleep(Duration::from_millis(300));
