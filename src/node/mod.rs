@@ -356,8 +356,11 @@ impl Node {
                 break left;
             }
             tokio::select! {
-                () = tokio::time::sleep(DRAIN_POLL) => {}
+                // Biased: no random branch order in a module the simulator
+                // runs (actors.md, "Determinism").
+                biased;
                 () = &mut hurry, if !hurried => hurried = true,
+                () = tokio::time::sleep(DRAIN_POLL) => {}
             }
         };
         // The last detection's wait is cut short too.
