@@ -79,6 +79,7 @@ pub mod kubelet_config;
 pub mod metrics;
 pub mod node;
 pub mod pull_records;
+mod settle;
 pub mod sim;
 pub mod store;
 pub mod telemetry;

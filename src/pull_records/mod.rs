@@ -551,23 +551,7 @@ impl PullRecords {
     pub async fn pulls_ended(&self, image: &str, within: std::time::Duration) -> bool {
         let key = image_key(image);
         let in_flight = || self.state().in_flight.get(&key).is_some_and(|n| *n > 0);
-        if !in_flight() {
-            return false;
-        }
-        let ended = async {
-            loop {
-                let told = self.inner.pull_ended.notified();
-                tokio::pin!(told);
-                // Registered before the look: an end between the two is not missed.
-                told.as_mut().enable();
-                if !in_flight() {
-                    return;
-                }
-                told.await;
-            }
-        };
-        let _ = tokio::time::timeout(within, ended).await;
-        true
+        crate::settle::settled(&self.inner.pull_ended, within, in_flight).await
     }
 
     /// Writes `w` to the store on the blocking pool, or inline under the

@@ -84,23 +84,7 @@ impl RecordsDue {
     /// due; true when some were (a must-pull check made before is worth
     /// making again, whether they were all written or the wait ran out).
     pub async fn written(&self, key: &str, within: Duration) -> bool {
-        if !self.any_due(key) {
-            return false;
-        }
-        let all = async {
-            loop {
-                let told = self.0.written.notified();
-                tokio::pin!(told);
-                // Registered before the look: a write between the two is not missed.
-                told.as_mut().enable();
-                if !self.any_due(key) {
-                    return;
-                }
-                told.await;
-            }
-        };
-        let _ = tokio::time::timeout(within, all).await;
-        true
+        crate::settle::settled(&self.0.written, within, || self.any_due(key)).await
     }
 }
 
