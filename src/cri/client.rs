@@ -75,6 +75,31 @@ fn request<T>(msg: T, deadline: Option<Duration>) -> tonic::Request<T> {
     req
 }
 
+/// A read's call, its deadline kept here rather than sent as
+/// `grpc-timeout`. A read (`ImageStatus` on every ensure, `ListImages`, …)
+/// starts no work on the runtime that could outlive it: when the deadline
+/// passes, dropping the call resets its stream and the runtime's handler is
+/// cancelled as it would be at its own deadline. The header would add, per
+/// call, a timer on each side of the socket (tonic's client enforces it with
+/// one, and a tonic server — the embedded runtime — arms another): 3–5 % of
+/// a present-image ensure on the embedded runtime (`benches/ensure.rs`).
+/// Calls that do work (`PullImage`, `RemoveImage`) and calls forwarded for
+/// the kubelet still send it, so the runtime stops a pull nobody waits for
+/// even when imaged's connection to it is wedged.
+async fn read<T>(
+    deadline: Option<Duration>,
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, CriError> {
+    let answer = match deadline {
+        Some(d) => {
+            let d = crate::domain::limits::clamp_duration(d);
+            tokio::time::timeout(d, call).await.map_err(|_| CriError::deadline_exceeded())?
+        }
+        None => call.await,
+    };
+    Ok(answer?.into_inner())
+}
+
 impl CriClient {
     /// A client for `endpoint`; connects on first call, reconnects after failures.
     pub fn new(endpoint: &CriEndpoint, connect_timeout: Duration) -> Result<Self, InvalidEndpoint> {
@@ -130,8 +155,8 @@ impl CriClient {
     pub async fn version(&self, deadline: Option<Duration>) -> Result<RuntimeVersion, CriError> {
         let (_slot, deadline) = self.slots.take(Rpc::Version, deadline).await?;
         let req = pb::VersionRequest { version: KUBE_RUNTIME_API_VERSION.to_string() };
-        let resp = self.runtime.clone().version(request(req, deadline)).await?;
-        Ok(resp.into_inner().into())
+        let mut runtime = self.runtime.clone();
+        Ok(read(deadline, runtime.version(tonic::Request::new(req))).await?.into())
     }
 
     /// `ListImages`, optionally filtered by an image spec.
@@ -142,8 +167,9 @@ impl CriClient {
     ) -> Result<Vec<Image>, CriError> {
         let (_slot, deadline) = self.slots.take(Rpc::ListImages, deadline).await?;
         let req = pb::ListImagesRequest { filter: filter.map(|s| pb::ImageFilter { image: Some(s.into()) }) };
-        let resp = self.images.clone().list_images(request(req, deadline)).await?;
-        Ok(resp.into_inner().images.into_iter().map(Image::from).collect())
+        let mut images = self.images.clone();
+        let resp = read(deadline, images.list_images(tonic::Request::new(req))).await?;
+        Ok(resp.images.into_iter().map(Image::from).collect())
     }
 
     /// `StreamImages` (KEP-5825), optionally filtered: every batch the
@@ -177,7 +203,7 @@ impl CriClient {
         // burst's calls waiting for a slot (or up the stack, for a pull)
         // should not each hold one.
         let mut images = self.images.clone();
-        let resp = Box::pin(images.image_status(request(req, deadline))).await?.into_inner();
+        let resp = read(deadline, Box::pin(images.image_status(tonic::Request::new(req)))).await?;
         Ok(ImageStatus { image: resp.image.map(Image::from), info: resp.info.into_iter().collect() })
     }
 
@@ -215,8 +241,8 @@ impl CriClient {
     /// `ImageFsInfo`.
     pub async fn image_fs_info(&self, deadline: Option<Duration>) -> Result<ImageFsInfo, CriError> {
         let (_slot, deadline) = self.slots.take(Rpc::ImageFsInfo, deadline).await?;
-        let resp = self.images.clone().image_fs_info(request(pb::ImageFsInfoRequest {}, deadline)).await?;
-        Ok(resp.into_inner().into())
+        let mut images = self.images.clone();
+        Ok(read(deadline, images.image_fs_info(tonic::Request::new(pb::ImageFsInfoRequest {}))).await?.into())
     }
 
     /// `ListContainers` (all states unless the filter says otherwise).
@@ -227,8 +253,9 @@ impl CriClient {
     ) -> Result<Vec<Container>, CriError> {
         let (_slot, deadline) = self.slots.take(Rpc::ListContainers, deadline).await?;
         let req = pb::ListContainersRequest { filter: Some(filter.into()) };
-        let resp = self.runtime.clone().list_containers(request(req, deadline)).await?;
-        Ok(resp.into_inner().containers.into_iter().map(Container::from).collect())
+        let mut runtime = self.runtime.clone();
+        let resp = read(deadline, runtime.list_containers(tonic::Request::new(req))).await?;
+        Ok(resp.containers.into_iter().map(Container::from).collect())
     }
 
     /// `ListPodSandbox`.
@@ -239,8 +266,9 @@ impl CriClient {
     ) -> Result<Vec<PodSandbox>, CriError> {
         let (_slot, deadline) = self.slots.take(Rpc::ListPodSandbox, deadline).await?;
         let req = pb::ListPodSandboxRequest { filter: Some(filter.into()) };
-        let resp = self.runtime.clone().list_pod_sandbox(request(req, deadline)).await?;
-        Ok(resp.into_inner().items.into_iter().map(PodSandbox::from).collect())
+        let mut runtime = self.runtime.clone();
+        let resp = read(deadline, runtime.list_pod_sandbox(tonic::Request::new(req))).await?;
+        Ok(resp.items.into_iter().map(PodSandbox::from).collect())
     }
 
     /// `ContainerStatus`.
@@ -252,7 +280,8 @@ impl CriClient {
     ) -> Result<ContainerStatus, CriError> {
         let (_slot, deadline) = self.slots.take(Rpc::ContainerStatus, deadline).await?;
         let req = pb::ContainerStatusRequest { container_id: id.clone(), verbose };
-        let resp = self.runtime.clone().container_status(request(req, deadline)).await?.into_inner();
+        let mut runtime = self.runtime.clone();
+        let resp = read(deadline, runtime.container_status(tonic::Request::new(req))).await?;
         resp.status.map(ContainerStatus::from).ok_or_else(|| {
             CriError::new(CriErrorKind::InvalidResponse, format!("ContainerStatus for {id:?} returned no status"))
         })
@@ -262,6 +291,45 @@ impl CriClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A runtime that never answers `Rpc::*`'s it is told to hold.
+    fn holding(dir: &std::path::Path, rpcs: &[Rpc]) -> crate::embedded::EmbeddedRuntime {
+        #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+        let rt = crate::embedded::EmbeddedRuntime::start_in(dir).unwrap();
+        let mut plan = crate::fault::FaultPlan::new(1);
+        for rpc in rpcs {
+            plan = plan.rule(crate::fault::FaultRule::on(*rpc).hang());
+        }
+        rt.set_fault_plan(plan);
+        rt
+    }
+
+    #[tokio::test]
+    async fn a_read_that_gets_no_answer_ends_at_its_deadline_as_deadline_exceeded() {
+        #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+        let dir = tempfile::tempdir().unwrap();
+        let reads = [Rpc::ImageStatus, Rpc::ListImages, Rpc::ImageFsInfo, Rpc::Version];
+        let rt = holding(dir.path(), &reads);
+        let client = CriClient::new(&rt.endpoint(), Duration::from_secs(5)).unwrap();
+        let d = Some(Duration::from_millis(150));
+        let outer = Duration::from_secs(5);
+        let t = std::time::Instant::now();
+        let status = tokio::time::timeout(outer, client.image_status(ImageSpec::new("a:1"), false, d)).await;
+        let list = tokio::time::timeout(outer, client.list_images(None, d)).await;
+        let fs = tokio::time::timeout(outer, client.image_fs_info(d)).await;
+        let version = tokio::time::timeout(outer, client.version(d)).await;
+        let kinds = [status.map(|r| r.err().map(|e| e.kind())), list.map(|r| r.err().map(|e| e.kind()))];
+        let kinds2 = [fs.map(|r| r.err().map(|e| e.kind())), version.map(|r| r.err().map(|e| e.kind()))];
+        for k in kinds.into_iter().chain(kinds2) {
+            assert_eq!(k, Ok(Some(CriErrorKind::DeadlineExceeded)), "each read ends at its own deadline");
+        }
+        let spent = t.elapsed();
+        assert!(spent >= Duration::from_millis(600) && spent < Duration::from_secs(4), "{spent:?}");
+        // Nothing held it: the runtime still answers a read with no rule.
+        rt.set_fault_plan(crate::fault::FaultPlan::new(1));
+        let found = client.image_status(ImageSpec::new("a:1"), false, Some(Duration::MAX)).await.unwrap();
+        assert!(found.image.is_none(), "an unbounded deadline is clamped, not a panic");
+    }
 
     #[test]
     fn a_deadline_tonic_cannot_encode_is_clamped_not_a_panic() {

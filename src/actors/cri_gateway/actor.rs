@@ -289,9 +289,10 @@ impl Core {
         async move {
             let started = Instant::now();
             let result = match fault {
-                // No fault: the request carries its deadline as grpc-timeout and
-                // tonic's client enforces it (mapped to DeadlineExceeded by
-                // CriError); a second timer here would only cost time.
+                // No fault: the client enforces the deadline (a read with its
+                // own timer, a call that does work by sending grpc-timeout,
+                // which tonic's client enforces; both DeadlineExceeded); a
+                // second timer here would only cost time.
                 None => f(client, deadline).await,
                 // Boxed: only calls a fault fires on pay for its timer.
                 Some(fault) => {
