@@ -88,9 +88,21 @@ fn pod_means_namespace_and_name_and_pod_uid_the_uid_in_every_command() {
     assert!(stderr(&o).contains("a similar argument exists: '--pod-uid'"), "{}", stderr(&o));
     let listed = json_of(&d.imagectl(&["-o", "json", "backoff", "list"]));
     assert_eq!(listed["backoffs"][0]["pod_uid"], "u2", "{listed}");
+    // Neither --pod-uid nor --image: a usage error that clears nothing
+    // (an empty `--pod-uid "$UID"` is an error too), unless --all says so.
+    for args in [&["backoff", "clear"][..], &["backoff", "clear", "--pod-uid", ""]] {
+        let o = d.imagectl(args);
+        assert_eq!(o.status.code(), Some(64), "{args:?}: {}", stderr(&o));
+    }
+    let o = d.imagectl(&["backoff", "clear", "--all", "--image", "x"]);
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+    let listed = json_of(&d.imagectl(&["-o", "json", "backoff", "list"]));
+    assert_eq!(listed["backoffs"][0]["pod_uid"], "u2", "{listed}");
     let o = d.imagectl(&["-o", "json", "backoff", "clear", "--pod-uid", "u2"]);
     assert_eq!(json_of(&o), json!({"cleared": 1}));
     assert_eq!(json_of(&d.imagectl(&["-o", "json", "backoff", "list"])), json!({"backoffs": []}));
+    let o = d.imagectl(&["-o", "json", "backoff", "clear", "--all"]);
+    assert_eq!(json_of(&o), json!({"cleared": 0}));
 }
 
 #[test]
@@ -115,6 +127,19 @@ fn each_error_is_printed_once_on_stderr_with_the_documented_exit_code() {
     let o = d.imagectl(&["ensure", "busybox", "--deadline", "soon"]);
     assert_eq!(o.status.code(), Some(64));
     assert_eq!(stderr(&o).matches("error:").count(), 1, "{}", stderr(&o));
+}
+
+#[test]
+fn a_listener_that_never_speaks_is_no_daemon_after_the_connect_timeout_not_a_hang() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("silent.sock");
+    // Bound and listening: connections complete (the backlog) and nothing is said.
+    let _silent = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+    let started = std::time::Instant::now();
+    let o = support::daemon::imagectl(&socket, &["status"]);
+    fails_once(&o, 69, "GetStatus: no answer within 5s: something accepted the connection but does not speak gRPC");
+    assert!(stderr(&o).contains("silent.sock"), "{}", stderr(&o));
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "{:?}", started.elapsed());
 }
 
 #[test]

@@ -16,7 +16,7 @@ use tonic::{Request, Response, Status};
 use actix::Actor as _;
 
 use crate::actors::event_hub::{EventHub, HubFeed};
-use crate::cri::{CriEndpoint, CriErrorKind};
+use crate::cri::CriErrorKind;
 use crate::node::{Node, NodeError};
 
 /// The generated API types (`imaged.v1`).
@@ -391,11 +391,28 @@ impl Imaged for ImagedService {
     }
 }
 
+/// How long [`client`] waits for the daemon to speak once connected.
+pub const CLIENT_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A client of the daemon at `socket` (connects lazily: the first call
-/// fails with `Unavailable` if no daemon is there).
+/// fails with `Unavailable` if no daemon is there). A connection counts
+/// once the other end speaks: an HTTP/2 server (the daemon's, as every
+/// gRPC server) sends its settings as soon as it accepts, so a listener
+/// that accepts and stays silent (a hung process, not imaged) fails the
+/// first call after [`CLIENT_CONNECT_TIMEOUT`] instead of hanging it.
 pub fn client(socket: &std::path::Path) -> Result<ImagedClient<tonic::transport::Channel>, crate::error::AppError> {
-    let channel = CriEndpoint::Unix(socket.to_path_buf())
-        .channel(std::time::Duration::from_secs(5))
-        .map_err(|e| crate::error::AppError::Usage(format!("socket {}: {}", socket.display(), e.reason)))?;
+    let path = socket.to_path_buf();
+    // The URI is required by tonic but unused: the connector dials the socket.
+    let channel = tonic::transport::Endpoint::from_static("http://imaged.sock")
+        .connect_timeout(CLIENT_CONNECT_TIMEOUT)
+        .connect_with_connector_lazy(tower::service_fn(move |_| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(&path).await?;
+                // Readable: the server's first bytes are there (not read).
+                stream.readable().await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        }));
     Ok(ImagedClient::new(channel).max_decoding_message_size(64 << 20))
 }

@@ -22,11 +22,30 @@ pub fn rpc(what: &str, s: tonic::Status) -> AppError {
         tonic::Code::Unavailable => AppError::Unavailable(format!("{what}: {}", s.message())),
         // tonic's word for a connection that broke under the call (the
         // daemon killed or gone): no answer came, as with no daemon.
+        // The connection's first bytes never came (see `imaged::api::client`).
+        tonic::Code::Unknown if s.message().starts_with("transport error") && timed_out(&s) => {
+            AppError::Unavailable(format!(
+                "{what}: no answer within {:?}: something accepted the connection but does not speak gRPC (a hung process?)",
+                imaged::api::CLIENT_CONNECT_TIMEOUT
+            ))
+        }
         tonic::Code::Unknown if s.message().starts_with("transport error") => {
             AppError::Unavailable(format!("{what}: the connection to imaged was lost: {}", s.message()))
         }
         _ => AppError::Other(format!("{what}: {}: {}", s.code(), s.message())),
     }
+}
+
+/// Whether `s` comes of an I/O timeout (the connect timeout).
+fn timed_out(s: &tonic::Status) -> bool {
+    let mut e = std::error::Error::source(s);
+    while let Some(cause) = e {
+        if cause.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut) {
+            return true;
+        }
+        e = cause.source();
+    }
+    false
 }
 
 /// The largest `--secret` manifest read: Kubernetes' limit on a Secret

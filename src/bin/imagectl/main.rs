@@ -182,14 +182,19 @@ struct PrefetchArgs {
 
 #[derive(Debug, Subcommand)]
 enum BackoffCommand {
-    /// Clear back-off: for a pod, an image, one pod's image, or (neither) everything.
+    /// Clear back-off: for a pod, an image, one pod's image, or with `--all` everything.
     Clear {
         /// The pod's UID (back-off is kept per pod UID and image).
-        #[arg(long, value_name = "UID")]
+        #[arg(long, value_name = "UID", value_parser = clap::builder::NonEmptyStringValueParser::new())]
         pod_uid: Option<String>,
         /// The image, as the pod named it.
-        #[arg(long, value_name = "IMAGE")]
+        #[arg(long, value_name = "IMAGE", value_parser = clap::builder::NonEmptyStringValueParser::new())]
         image: Option<String>,
+        /// Every back-off on the node: said outright, so that a command
+        /// whose `--pod-uid` or `--image` was left out (an empty shell
+        /// variable) is a usage error, not a node-wide clear.
+        #[arg(long, conflicts_with_all = ["pod_uid", "image"], required_unless_present_any = ["pod_uid", "image"])]
+        all: bool,
         // `--pod UID` was this command's spelling; `--pod` now means
         // NAMESPACE/NAME everywhere, and back-off is kept by UID, so `--pod`
         // is unknown here (clap's error points to `--pod-uid`).
@@ -263,7 +268,7 @@ fn run(cli: Cli) -> Result<u8, AppError> {
             Command::Events { follow, pod, pod_uid, image } => {
                 session.events(follow, &EventFilter { pod, pod_uid, image }).await
             }
-            Command::Backoff { command: BackoffCommand::Clear { pod_uid, image } } => {
+            Command::Backoff { command: BackoffCommand::Clear { pod_uid, image, all: _ } } => {
                 session.backoff_clear(pod_uid, image).await
             }
             Command::Backoff { command: BackoffCommand::List } => session.backoff_list().await,
