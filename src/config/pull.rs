@@ -90,7 +90,17 @@ pub(super) fn backoff_from_raw(b: RawBackoff) -> Result<BackoffSettings, ConfigE
 /// `maxParallelImagePulls` and `serializeImagePulls` (its texts), and its
 /// defaulting: whether pulls are serial.
 fn kubelet_pull_mode(p: &RawPull) -> Result<bool, ConfigError> {
-    if p.registry_pull_qps < 0.0 || !p.registry_pull_qps.is_finite() {
+    if !p.registry_pull_qps.is_finite() {
+        // NaN and infinities are neither negative nor a rate: the kubelet's
+        // "must not be a negative number" would mislead.
+        let v = p.registry_pull_qps.to_string();
+        return Err(invalid(
+            "pull.registry_pull_qps",
+            &v,
+            format!("invalid configuration: registryPullQPS (--registry-qps) {v} must be a finite number"),
+        ));
+    }
+    if p.registry_pull_qps < 0.0 {
         let v = p.registry_pull_qps.to_string();
         return Err(invalid(
             "pull.registry_pull_qps",

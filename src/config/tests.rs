@@ -767,3 +767,20 @@ fn each_key_names_the_layer_its_value_came_from() {
         assert!(shown.lines().any(|l| l == line), "no line {line:?} in:\n{shown}");
     }
 }
+
+// === input errors: each names the key (and the file), in the user's terms ===
+
+fn set(overrides: &[&str]) -> Result<Config, ConfigError> {
+    Config::load(&Sources { overrides: overrides.iter().map(|o| o.to_string()).collect(), ..Sources::default() })
+}
+
+#[test]
+fn a_qps_that_is_not_a_finite_number_is_refused_as_such() {
+    for v in ["nan", "NaN", "inf", "-inf", "infinity", "1e999"] {
+        let err = set(&[&format!("pull.registry_pull_qps={v}")]).expect_err(v).to_string();
+        assert!(err.contains("pull.registry_pull_qps") && err.contains("must be a finite number"), "{v}: {err}");
+        assert!(!err.contains("negative"), "{v}: {err}");
+    }
+    let err = Config::from_toml("[pull]\nregistry_pull_qps = nan").unwrap_err().to_string();
+    assert!(err.contains("must be a finite number"), "{err}");
+}
