@@ -140,7 +140,12 @@ impl fmt::Display for KeepReason {
             KeepReason::TooYoung { age, min_age } => write!(
                 f,
                 "too young (first detected {} ago, minimum age {})",
-                go_text::duration(*age),
+                // Whole seconds (below one, milliseconds): "51s", not "51.465672002s".
+                go_text::duration(if *age >= Duration::from_secs(1) {
+                    Duration::from_secs(age.as_secs())
+                } else {
+                    Duration::from_millis(u64::from(age.subsec_millis()))
+                }),
                 go_text::duration(*min_age)
             ),
             KeepReason::UsedSinceRunBegan => f.write_str("used since the run began"),

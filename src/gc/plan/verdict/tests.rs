@@ -31,6 +31,14 @@ fn verdicts_explain_themselves() {
             keep(KeepReason::TooYoung { age: Duration::from_secs(61), min_age: 2 * MIN }),
             "keep: too young (first detected 1m1s ago, minimum age 2m0s)",
         ),
+        (
+            keep(KeepReason::TooYoung { age: Duration::from_nanos(51_465_672_002), min_age: 2 * MIN }),
+            "keep: too young (first detected 51s ago, minimum age 2m0s)",
+        ),
+        (
+            keep(KeepReason::TooYoung { age: Duration::from_nanos(465_672_002), min_age: 2 * MIN }),
+            "keep: too young (first detected 465ms ago, minimum age 2m0s)",
+        ),
         (keep(UsedSinceRunBegan), "keep: used since the run began"),
         (keep(NotNeeded), "keep: not needed (target already met)"),
     ];
