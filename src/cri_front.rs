@@ -57,6 +57,11 @@ pub const FIRST_FS_INFO_WAIT: Duration = Duration::from_secs(110);
 /// Pause between tries of that first `ImageFsInfo`.
 const FS_INFO_RETRY: Duration = Duration::from_millis(200);
 
+/// The reads the front answers from what it keeps for
+/// `cri_server.read_cache_ttl` (the kubelet's most frequent calls), and the
+/// methods of `imaged_cri_front_cached_answers_total`.
+pub const KEPT_READS: [Rpc; 2] = [Rpc::ImageStatus, Rpc::ListImages];
+
 /// What the kubelet's pulls and image calls go through.
 pub struct CriFront {
     reader: CriReader,
@@ -604,7 +609,7 @@ impl ImageFront for CriFront {
         if rpc == Rpc::RemoveImage {
             return self.remove(body, deadline);
         }
-        if matches!(rpc, Rpc::ImageStatus | Rpc::ListImages) {
+        if KEPT_READS.contains(&rpc) {
             return self.read(rpc, body, deadline);
         }
         if rpc != Rpc::ImageFsInfo || self.fs_info_answered.load(Ordering::Acquire) {

@@ -220,7 +220,9 @@ impl Metrics {
 
     /// A call to the CRI front answered from a kept answer.
     pub fn front_answer_cached(&self, rpc: Rpc) {
-        self.inner.cri.front_cached[rpc as usize].inc();
+        if let Some(i) = crate::cri_front::KEPT_READS.iter().position(|r| *r == rpc) {
+            self.inner.cri.front_cached[i].inc();
+        }
     }
 
     /// A request joined a pull already queued or running.

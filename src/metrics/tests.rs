@@ -151,6 +151,21 @@ fn cri_calls_are_timed_per_method_and_errors_counted_by_code() {
 }
 
 #[test]
+fn the_fronts_kept_answers_have_a_series_only_for_the_methods_it_keeps() {
+    let m = Metrics::default();
+    m.front_answer_cached(Rpc::ImageStatus);
+    m.front_answer_cached(Rpc::ImageStatus);
+    m.front_answer_cached(Rpc::PullImage);
+    let s = scrape(&m);
+    let kept = |method| s.value("imaged_cri_front_cached_answers_total", &[("method", method)]);
+    assert_eq!(kept("ImageStatus"), Some(2.0));
+    assert_eq!(kept("ListImages"), Some(0.0), "present from the start");
+    for never in ["PullImage", "RemoveImage", "ImageFsInfo", "Version"] {
+        assert_eq!(kept(never), None, "{never}: never kept, no series");
+    }
+}
+
+#[test]
 fn cri_calls_feed_the_kubelets_runtime_operations_by_operation_type() {
     let m = Metrics::default();
     m.cri_call(Rpc::PullImage, Duration::from_secs(2), None);
