@@ -15,6 +15,7 @@ mod gc;
 mod pull;
 mod raw;
 mod runtime;
+mod schema;
 mod state;
 mod values;
 
@@ -53,6 +54,16 @@ pub enum ConfigError {
         value: String,
         /// What is allowed.
         reason: String,
+    },
+    /// A key imaged does not have.
+    #[error("configuration: unknown key {key} ({origin}); {hint}")]
+    UnknownKey {
+        /// Dotted key as given (`gc.bogus`).
+        key: String,
+        /// Where: `FILE, line N`, `--set k=v`, `environment IMAGED_K`.
+        origin: String,
+        /// The keys that exist there.
+        hint: String,
     },
     /// A `--set` override is not `key=value`.
     #[error("configuration: override {0:?} is not key=value")]
@@ -231,7 +242,7 @@ impl Config {
             // reads it; a missing one is the config crate's to report.
             match crate::files::read_to_string(path, crate::files::CONFIG_FILE_LIMIT) {
                 Ok(text) => {
-                    values::check_toml(&text, &path.display().to_string())?;
+                    values::check_toml(&text, &path.display().to_string(), true)?;
                     file_text = Some(text);
                 }
                 Err(e) if e.is_not_found() => {}
@@ -271,7 +282,7 @@ impl Config {
 
     /// Loads from a TOML string layered over the defaults (for tests).
     pub fn from_toml(toml: &str) -> Result<Self, ConfigError> {
-        values::check_toml(toml, "TOML")?;
+        values::check_toml(toml, "TOML", false)?;
         let raw: RawConfig = config::Config::builder()
             .add_source(config::File::from_str(DEFAULT_TOML, config::FileFormat::Toml))
             .add_source(config::File::from_str(toml, config::FileFormat::Toml))

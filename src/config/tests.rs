@@ -784,3 +784,91 @@ fn a_qps_that_is_not_a_finite_number_is_refused_as_such() {
     let err = Config::from_toml("[pull]\nregistry_pull_qps = nan").unwrap_err().to_string();
     assert!(err.contains("must be a finite number"), "{err}");
 }
+
+#[test]
+fn an_unknown_key_names_its_file_its_dotted_path_and_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    for (text, key, line) in [
+        ("[gc]\nimage_gc_high_threshold_percent = 90\nbogus = 1\n", "gc.bogus", 3),
+        ("# top\n\n[runtime.deadlines]\nbogus = \"1s\"\n", "runtime.deadlines.bogus", 4),
+        ("bogus = 1\n", "bogus", 1),
+        ("[pull.nested]\nx = 1\n", "pull.nested", 1),
+        ("[[cri_server.priority]]\nnamespce = \"a\"\npriority = 1\n", "cri_server.priority.namespce", 2),
+    ] {
+        let file = dir.path().join("imaged.toml");
+        std::fs::write(&file, text).unwrap();
+        let err = Config::load(&Sources { file: Some(file.clone()), ..Sources::default() }).expect_err(text);
+        let msg = err.to_string();
+        assert!(matches!(err, ConfigError::UnknownKey { .. }), "{text}: {msg}");
+        assert!(msg.contains(&format!("unknown key {key} ({}, line {line})", file.display())), "{text}: {msg}");
+    }
+}
+
+#[test]
+fn a_quoted_number_in_a_file_is_refused_but_text_from_set_and_the_environment_parses() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("imaged.toml");
+    for (text, key, reason) in [
+        (
+            "[gc]\nimage_gc_high_threshold_percent = \"85\"\n",
+            "gc.image_gc_high_threshold_percent",
+            "must be a number, not a string",
+        ),
+        ("[pull]\nregistry_pull_qps = \"5\"\n", "pull.registry_pull_qps", "must be a number, not a string"),
+        ("[pull]\nsingle_flight = \"true\"\n", "pull.single_flight", "must be true or false, not a string"),
+    ] {
+        std::fs::write(&file, text).unwrap();
+        match Config::load(&Sources { file: Some(file.clone()), ..Sources::default() }) {
+            Err(ConfigError::Invalid { key: k, reason: r, .. }) => {
+                assert_eq!(k, key, "{text}");
+                assert!(r.contains(reason) && r.contains(&format!("({}, line 2)", file.display())), "{text}: {r}");
+            }
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+    let c = Config::load(&Sources {
+        env: env(&[("IMAGED_PULL__REGISTRY_PULL_QPS", "2.5"), ("IMAGED_PULL__SINGLE_FLIGHT", "false")]),
+        overrides: vec!["gc.image_gc_high_threshold_percent=90".into(), "pull.registry_burst=7".into()],
+        ..Sources::default()
+    })
+    .expect("text from --set and the environment");
+    assert_eq!((c.pull.qps, c.pull.single_flight, c.gc.high_threshold_percent, c.pull.burst), (2.5, false, 90, 7));
+}
+
+#[test]
+fn the_key_schema_has_every_key_of_the_raw_configuration() {
+    // Every key the schema knows deserializes (none is unknown to the raw
+    // structs), and each section's fields, as serde lists them, are the
+    // schema's: an optional key added to a Raw struct must be added to
+    // `schema::OPTIONAL_KEYS` too.
+    let schema = super::schema::schema().expect("schema");
+    let _: raw::RawConfig = toml::Value::Table(schema.clone()).try_into().expect("the schema deserializes");
+    fn fields(err: &str) -> Vec<String> {
+        // "expected one of `a`, `b`", or "expected `a`" for one field.
+        let list = err.split("expected ").nth(1).expect("a field list");
+        let list = list.strip_prefix("one of ").unwrap_or(list);
+        let list = list.lines().next().unwrap_or_default();
+        list.split([',', '`']).map(str::trim).filter(|f| !f.is_empty() && *f != "or").map(str::to_string).collect()
+    }
+    for section in [
+        "runtime",
+        "pull",
+        "backoff",
+        "gc",
+        "credential_verification",
+        "state",
+        "daemon",
+        "cri_server",
+        "log",
+        "credentials",
+    ] {
+        let mut t = schema.clone();
+        t.get_mut(section).and_then(|s| s.as_table_mut()).expect(section).insert("zz_unknown".into(), 1.into());
+        let err = toml::Value::Table(t).try_into::<raw::RawConfig>().expect_err(section).to_string();
+        let mut want: Vec<String> = schema[section].as_table().unwrap().keys().cloned().collect();
+        let mut got = fields(&err);
+        want.sort();
+        got.sort();
+        assert_eq!(got, want, "{section}");
+    }
+}

@@ -88,10 +88,16 @@ fn duration_hint(text: &str) -> String {
 /// Parses `text` as TOML only to report a syntax error well: the key (with
 /// its section) and the line, which the config crate's message lacks (an
 /// integer past 64 bits says only "number too large to fit in target
-/// type"). `origin` names the file.
-pub(super) fn check_toml(text: &str, origin: &str) -> Result<(), ConfigError> {
+/// type"). `origin` names the file. A document that parses has its keys
+/// and value types checked (`super::schema`); `locate_types` adds the
+/// file and line to a type error's reason (the unknown-key error always
+/// has them).
+pub(super) fn check_toml(text: &str, origin: &str, locate_types: bool) -> Result<(), ConfigError> {
     let e = match toml::from_str::<toml::Table>(text) {
-        Ok(table) => return check_scalar_types(&table),
+        Ok(table) => {
+            let place = super::schema::Place { origin, text: Some(text), locate_types };
+            return super::schema::check_file(&table, &place);
+        }
         Err(e) => e,
     };
     let Some(at) = e.span().map(|s| s.start.min(text.len())) else {
@@ -125,43 +131,5 @@ pub(super) fn check_toml(text: &str, origin: &str) -> Result<(), ConfigError> {
             Err(invalid(&key, value.trim(), reason))
         }
         None => Err(ConfigError::Load(format!("{} ({origin}, line {line_no}): {}", e.message().trim(), line.trim()))),
-    }
-}
-
-/// Refuses a float (`nan`, `inf`, `1e30`, `85.7`) or a boolean given for a
-/// key whose default is an integer, and a number for a boolean key: the
-/// config crate would convert it (`nan` and `false` to 0, `1e30` to
-/// `i64::MAX`, 2 to `true`) and the wrong value would pass, or fail naming
-/// another key.
-fn check_scalar_types(table: &toml::Table) -> Result<(), ConfigError> {
-    match toml::from_str::<toml::Table>(super::DEFAULT_TOML) {
-        Ok(defaults) => scalars_keep_their_type(table, &defaults, ""),
-        Err(_) => Ok(()),
-    }
-}
-
-fn scalars_keep_their_type(table: &toml::Table, defaults: &toml::Table, prefix: &str) -> Result<(), ConfigError> {
-    for (name, value) in table {
-        let key = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
-        match (defaults.get(name), value) {
-            (Some(toml::Value::Table(d)), toml::Value::Table(t)) => scalars_keep_their_type(t, d, &key)?,
-            (Some(toml::Value::Integer(_)), toml::Value::Float(_) | toml::Value::Boolean(_)) => {
-                return Err(invalid(&key, &scalar_text(value), "must be an integer"));
-            }
-            (Some(toml::Value::Boolean(_)), toml::Value::Integer(_) | toml::Value::Float(_)) => {
-                return Err(invalid(&key, &scalar_text(value), "must be true or false"));
-            }
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
-fn scalar_text(v: &toml::Value) -> String {
-    match v {
-        toml::Value::Float(f) => f.to_string(),
-        toml::Value::Boolean(b) => b.to_string(),
-        toml::Value::Integer(n) => n.to_string(),
-        other => other.type_str().to_string(),
     }
 }

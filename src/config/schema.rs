@@ -1,0 +1,218 @@
+//! The type of every key, taken from the documented defaults (and the few
+//! optional keys they leave unset), to refuse a value of the wrong type in
+//! the user's terms before the config crate converts it or serde names a
+//! Rust type:
+//!
+//! - a `--config` file's values must have their key's type (`"85"` for a
+//!   percent is refused, not read as 85), and an unknown key is named with
+//!   its dotted path, the file and the line.
+
+use std::fmt::Write as _;
+
+use super::values::invalid;
+use super::{ConfigError, DEFAULT_TOML};
+
+/// Keys `config/default.toml` leaves unset (unset has a meaning: the
+/// kubelet's defaulting, the kubelet's search path), with a value of
+/// their type; and the full `[[cri_server.priority]]` rule, of which the
+/// defaults use only some keys. An optional key added to a `Raw*` struct
+/// belongs here (`the_key_schema_has_every_key_of_the_raw_configuration`
+/// checks it).
+const OPTIONAL_KEYS: &str = r#"
+[pull]
+serialize_image_pulls = true
+max_parallel_image_pulls = 1
+
+[credentials]
+config_json_dirs = [""]
+dockercfg_dirs = [""]
+
+[[cri_server.priority]]
+namespace = ""
+label = ""
+annotation = ""
+priority = 0
+"#;
+
+/// How to write a list, for the errors that ask for one.
+const LIST_SYNTAX: &str = r#"write a list as ["a", "b"] (quoted strings, comma-separated; [] for none)"#;
+/// How to write a list of tables (`cri_server.priority`).
+const TABLE_LIST_SYNTAX: &str = r#"write a list of tables as [{ key = "value", other = 1 }, …]"#;
+
+/// How to write a value of the list key whose schema value is `expected`.
+fn list_syntax(expected: &toml::Value) -> &'static str {
+    if list_item(expected).is_some_and(toml::Value::is_table) { TABLE_LIST_SYNTAX } else { LIST_SYNTAX }
+}
+
+/// Every key with a value of its type: the defaults with [`OPTIONAL_KEYS`]
+/// merged in (a list of tables is replaced by its full form).
+pub(super) fn schema() -> Result<toml::Table, ConfigError> {
+    let parse = |text: &str| {
+        toml::from_str::<toml::Table>(text)
+            .map_err(|e| ConfigError::Load(format!("the built-in defaults do not parse: {}", e.message())))
+    };
+    let mut schema = parse(DEFAULT_TOML)?;
+    merge(&mut schema, parse(OPTIONAL_KEYS)?);
+    Ok(schema)
+}
+
+fn merge(into: &mut toml::Table, from: toml::Table) {
+    for (name, value) in from {
+        match (into.get_mut(&name), value) {
+            (Some(toml::Value::Table(inner)), toml::Value::Table(more)) => merge(inner, more),
+            (_, value) => {
+                into.insert(name, value);
+            }
+        }
+    }
+}
+
+/// Where a value was given, for the errors that name it.
+pub(super) struct Place<'a> {
+    /// The file (its path, or `TOML` for a string), `--set k=v` or
+    /// `environment IMAGED_K`.
+    pub(super) origin: &'a str,
+    /// The file's text, to find a key's line.
+    pub(super) text: Option<&'a str>,
+    /// Whether type errors name the file and line too (a real file; the
+    /// strings tests load keep the reasons bare).
+    pub(super) locate_types: bool,
+}
+
+impl Place<'_> {
+    /// `(FILE, line N)` for the key at `path`, when it can be found.
+    fn line_of(&self, path: &[&str]) -> Option<String> {
+        let (origin, text) = (self.origin, self.text?);
+        let doc = toml::de::DeTable::parse(text).ok()?;
+        let mut table = doc.get_ref();
+        let mut start = None;
+        for (i, name) in path.iter().enumerate() {
+            let (key, value) = table.iter().find(|(k, _)| k.get_ref().as_ref() == *name)?;
+            start = Some(key.span().start);
+            match value.get_ref() {
+                toml::de::DeValue::Table(inner) => table = inner,
+                // A key inside `[[a.b]]`: the first item that has it.
+                toml::de::DeValue::Array(items) if i + 1 < path.len() => {
+                    let next = path[i + 1];
+                    let found = items.iter().find_map(|item| match item.get_ref() {
+                        toml::de::DeValue::Table(t) if t.iter().any(|(k, _)| k.get_ref().as_ref() == next) => Some(t),
+                        _ => None,
+                    });
+                    table = found?;
+                }
+                _ => break,
+            }
+        }
+        let at = start?.min(text.len());
+        Some(format!("{origin}, line {}", text[..at].matches('\n').count() + 1))
+    }
+
+    /// Where the key at `path` was given: `FILE, line N`, or the origin.
+    fn at(&self, path: &[&str]) -> String {
+        self.line_of(path).unwrap_or_else(|| self.origin.to_string())
+    }
+
+    /// ` (FILE, line N)` after a type error's reason, for a real file.
+    fn suffix(&self, path: &[&str]) -> String {
+        match self.line_of(path) {
+            Some(at) if self.locate_types => format!(" ({at})"),
+            _ => String::new(),
+        }
+    }
+}
+
+/// Checks a parsed file's keys and value types against the schema.
+pub(super) fn check_file(table: &toml::Table, place: &Place<'_>) -> Result<(), ConfigError> {
+    let schema = schema()?;
+    check_table(table, &schema, &mut Vec::new(), place)
+}
+
+fn check_table<'a>(
+    table: &'a toml::Table,
+    schema: &toml::Table,
+    path: &mut Vec<&'a str>,
+    place: &Place<'_>,
+) -> Result<(), ConfigError> {
+    for (name, value) in table {
+        path.push(name);
+        let Some(expected) = schema.get(name) else {
+            return Err(unknown(&path.join("."), place.at(path), schema, &path[..path.len() - 1]));
+        };
+        check_value(expected, value, path, place)?;
+        path.pop();
+    }
+    Ok(())
+}
+
+/// Checks `value` against its key's `expected` (a value of the key's type).
+fn check_value<'a>(
+    expected: &toml::Value,
+    value: &'a toml::Value,
+    path: &mut Vec<&'a str>,
+    place: &Place<'_>,
+) -> Result<(), ConfigError> {
+    use toml::Value as V;
+    let wrong = |path: &[&str], reason: &str| {
+        let text = match value {
+            V::String(s) => s.clone(),
+            V::Float(f) => f.to_string(),
+            other => other.to_string(),
+        };
+        Err(invalid(&path.join("."), &text, format!("{reason}{}", place.suffix(path))))
+    };
+    match (expected, value) {
+        (V::Table(schema), V::Table(t)) => check_table(t, schema, path, place),
+        (V::Table(_), _) => {
+            let key = path.join(".");
+            wrong(
+                path,
+                &format!("expected a table of settings, got a single value; set its keys one at a time ({key}.<key>)"),
+            )
+        }
+        (V::Integer(_), V::Float(_) | V::Boolean(_)) => wrong(path, "must be an integer"),
+        (V::Integer(_) | V::Float(_), V::String(_)) => wrong(path, "must be a number, not a string"),
+        (V::Float(_), V::Boolean(_)) | (V::Integer(_) | V::Float(_), V::Array(_) | V::Table(_)) => {
+            wrong(path, "must be a number")
+        }
+        (V::Boolean(_), V::Integer(_) | V::Float(_) | V::Array(_) | V::Table(_)) => {
+            wrong(path, "must be true or false")
+        }
+        (V::Boolean(_), V::String(_)) => wrong(path, "must be true or false, not a string"),
+        (V::Array(_), V::Array(items)) => match list_item(expected) {
+            Some(V::Table(rule)) => {
+                for item in items {
+                    match item {
+                        V::Table(t) => check_table(t, rule, path, place)?,
+                        _ => return wrong(path, &format!("must be a list of tables: {TABLE_LIST_SYNTAX}")),
+                    }
+                }
+                Ok(())
+            }
+            _ if items.iter().all(toml::Value::is_str) => Ok(()),
+            _ => wrong(path, &format!("must be a list of strings: {LIST_SYNTAX}")),
+        },
+        (V::Array(_), _) => wrong(path, &format!("must be a list: {}", list_syntax(expected))),
+        (V::String(_), V::Array(_) | V::Table(_)) => wrong(path, "must be a string"),
+        _ => Ok(()),
+    }
+}
+
+/// The item of a list key, as the schema shows it (`None`: an empty list
+/// in the defaults, which are all lists of strings).
+fn list_item(expected: &toml::Value) -> Option<&toml::Value> {
+    expected.as_array().and_then(|items| items.first())
+}
+
+/// An unknown key, with the keys its table has.
+fn unknown(key: &str, origin: String, schema: &toml::Table, parent: &[&str]) -> ConfigError {
+    let mut known = String::new();
+    for (i, name) in schema.keys().enumerate() {
+        let _ = write!(known, "{}{name}", if i == 0 { "" } else { ", " });
+    }
+    let hint = if parent.is_empty() {
+        format!("the sections are {known}")
+    } else {
+        format!("the keys of [{}] are {known}", parent.join("."))
+    };
+    ConfigError::UnknownKey { key: key.to_string(), origin, hint }
+}
