@@ -171,7 +171,7 @@ impl EventSink {
             ),
             EventType::Warning => tracing::warn!(
                 target: "imaged::events", reason = %event.reason, pod = %format!("{}/{}", o.namespace, o.pod_name),
-                pod_uid = %o.pod_uid, image = %event.image, class = ?event.class, "{}", event.message
+                pod_uid = %o.pod_uid, image = %event.image, class = event.class.map(tracing::field::display), "{}", event.message
             ),
         }
         let mut subs = self.subscribers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -40,6 +40,21 @@ impl Default for GcPolicy {
     }
 }
 
+/// As operators read it in the logs: `high 85%, low 80%, min age 2m0s,
+/// max age off` (Go duration text, as the kubelet's configuration).
+impl std::fmt::Display for GcPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "high {}%, low {}%, min age {}, max age ",
+            self.high_threshold_percent,
+            self.low_threshold_percent,
+            go_text::duration(self.min_age)
+        )?;
+        if self.max_age.is_zero() { f.write_str("off") } else { f.write_str(&go_text::duration(self.max_age)) }
+    }
+}
+
 impl GcPolicy {
     /// Checks the policy as the kubelet's configuration validation does,
     /// returning every failure with its exact text, in the kubelet's order.

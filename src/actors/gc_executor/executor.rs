@@ -303,7 +303,7 @@ impl GcExecutor {
         self.cfg.policy = policy;
         let sandbox = self.cfg.rules.sandbox_image_id.take();
         self.cfg.rules = ProtectionRules { sandbox_image_id: sandbox, ..rules };
-        info!(policy = ?self.cfg.policy, "image GC policy updated");
+        info!(policy = %self.cfg.policy, "image GC policy updated");
         was_disabled && !self.cfg.policy.is_disabled()
     }
 }

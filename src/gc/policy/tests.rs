@@ -133,3 +133,10 @@ fn repository_of_strips_tag_and_digest_but_not_a_port() {
         assert_eq!(repository_of(reference), repo, "{reference}");
     }
 }
+
+#[test]
+fn a_policy_reads_in_the_logs_as_operators_configure_it() {
+    assert_eq!(GcPolicy::default().to_string(), "high 85%, low 80%, min age 2m0s, max age off");
+    let p = policy(90, 70, Duration::from_secs(30), Duration::from_secs(7 * 24 * 3600));
+    assert_eq!(p.to_string(), "high 90%, low 70%, min age 30s, max age 168h0m0s");
+}
