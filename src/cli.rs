@@ -18,7 +18,9 @@ pub struct ConfigArgs {
     /// is none (for manifests that fill it from a variable that may be empty).
     #[arg(long, global = true, value_name = "FILE", value_parser = path_or_empty)]
     pub kubelet_config: Option<PathBuf>,
-    /// Override one key, e.g. `--set runtime.deadlines.pull_image=5m` (repeatable).
+    /// Override one key, e.g. `--set runtime.deadlines.pull_image=5m` (repeatable). A list key
+    /// takes a TOML list: `--set 'gc.pinned_images=["registry.k8s.io/*", "quay.io/team/*"]'`
+    /// (quoted strings; `[]` for none).
     #[arg(long = "set", global = true, value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
     /// CRI endpoint (`embedded`, `unix:///path`, `tcp://host:port`); same as `--set runtime.endpoint=…`.

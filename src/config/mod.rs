@@ -261,15 +261,13 @@ impl Config {
         if sources.env.is_some() {
             // Only IMAGED_<SECTION>__<KEY> variables are configuration; other
             // IMAGED_* variables (used by tests and tools) are left alone.
-            let vars: HashMap<String, String> =
-                env_vars(sources).map(|(k, v)| (k.to_string(), v.to_string())).collect();
-            b = b.add_source(
-                config::Environment::with_prefix("IMAGED").prefix_separator("_").separator("__").source(Some(vars)),
-            );
+            // Each value is text, read as its key's type.
+            b = b.add_source(schema::EnvSource::new(&env_settings(sources))?);
         }
         for o in &sources.overrides {
             let (k, v) = o.split_once('=').ok_or_else(|| ConfigError::BadOverride(o.clone()))?;
-            b = b.set_override(k.trim(), v.trim())?;
+            let (k, v) = (k.trim(), v.trim());
+            b = b.set_override(k, schema::typed(k, v, &format!("--set {k}={v}"))?)?;
         }
         let raw: RawConfig = b.build()?.try_deserialize()?;
         let effective = Effective::new(&raw, sources, file_text.as_deref(), kubelet.as_ref())?;
@@ -372,6 +370,19 @@ fn env_vars(sources: &Sources) -> impl Iterator<Item = (&str, &str)> {
         .flatten()
         .filter(|(k, _)| k.starts_with("IMAGED_") && k.contains("__"))
         .map(|(k, v)| (k.as_str(), v.as_str()))
+}
+
+/// Each configuration variable of `sources`, the dotted key it sets and
+/// its value.
+fn env_settings(sources: &Sources) -> Vec<(String, String, String)> {
+    let values: HashMap<&str, &str> = env_vars(sources).collect();
+    env_keys(sources)
+        .into_iter()
+        .map(|(var, key)| {
+            let value = values.get(var.as_str()).map(|v| (*v).to_string()).unwrap_or_default();
+            (var, key, value)
+        })
+        .collect()
 }
 
 /// Each configuration variable of `sources` with the dotted key it sets

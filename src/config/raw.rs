@@ -1,10 +1,11 @@
 //! The configuration as read: every section and key of `config/default.toml`,
-//! unknown keys refused, before validation.
+//! unknown keys refused, before validation. `expecting` keeps the structs'
+//! Rust names out of serde's messages.
 
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table of sections")]
 pub(super) struct RawConfig {
     pub(super) runtime: RawRuntime,
     pub(super) pull: RawPull,
@@ -19,7 +20,7 @@ pub(super) struct RawConfig {
 }
 
 #[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table of settings")]
 pub(super) struct RawCredentials {
     pub(super) root_dir: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -34,14 +35,14 @@ pub(super) struct RawCredentials {
 }
 
 #[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table of settings")]
 pub(super) struct RawCredentialVerification {
     pub(super) policy: String,
     pub(super) allowlist: Vec<String>,
 }
 
 #[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table of settings")]
 pub(super) struct RawGc {
     pub(super) image_gc_high_threshold_percent: i64,
     pub(super) image_gc_low_threshold_percent: i64,
@@ -62,7 +63,7 @@ pub(super) struct RawGc {
 }
 
 #[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table of settings")]
 pub(super) struct RawDaemon {
     pub(super) socket: String,
     pub(super) socket_group: String,
@@ -74,13 +75,13 @@ pub(super) struct RawDaemon {
 }
 
 #[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table of settings")]
 pub(super) struct RawState {
     pub(super) dir: String,
 }
 
 #[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table of settings")]
 pub(super) struct RawPull {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) serialize_image_pulls: Option<bool>,
@@ -100,7 +101,7 @@ pub(super) struct RawPull {
 }
 
 #[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table of settings")]
 pub(super) struct RawBackoff {
     pub(super) initial: String,
     pub(super) max: String,
@@ -111,7 +112,7 @@ pub(super) struct RawBackoff {
 }
 
 #[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table of settings")]
 pub(super) struct RawRuntime {
     pub(super) endpoint: String,
     pub(super) fault_plan: String,
@@ -124,7 +125,7 @@ pub(super) struct RawRuntime {
 }
 
 #[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table of settings")]
 pub(super) struct RawDeadlines {
     pub(super) version: String,
     pub(super) list_images: String,
@@ -138,14 +139,14 @@ pub(super) struct RawDeadlines {
 }
 
 #[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table of settings")]
 pub(super) struct RawLog {
     pub(super) format: String,
     pub(super) filter: String,
 }
 
 #[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table of settings")]
 pub(super) struct RawCriServer {
     pub(super) socket: String,
     pub(super) socket_group: String,
@@ -160,7 +161,7 @@ pub(super) struct RawCriServer {
 
 /// One `[[cri_server.priority]]` rule.
 #[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a [[cri_server.priority]] rule (a table of settings)")]
 pub(super) struct RawPriorityRule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) namespace: Option<String>,

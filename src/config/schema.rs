@@ -5,7 +5,10 @@
 //!
 //! - a `--config` file's values must have their key's type (`"85"` for a
 //!   percent is refused, not read as 85), and an unknown key is named with
-//!   its dotted path, the file and the line.
+//!   its dotted path, the file and the line;
+//! - `--set` and `IMAGED_*` values are text: each is read as its key's type
+//!   (`90`, `2.5`, `true`, a list literal `["a", "b"]`), and text that is
+//!   not one is refused naming the key.
 
 use std::fmt::Write as _;
 
@@ -215,4 +218,128 @@ fn unknown(key: &str, origin: String, schema: &toml::Table, parent: &[&str]) -> 
         format!("the keys of [{}] are {known}", parent.join("."))
     };
     ConfigError::UnknownKey { key: key.to_string(), origin, hint }
+}
+
+/// A `--set` or `IMAGED_*` value (`text`, for the dotted `key`) as the type
+/// its key takes; `origin` says where it was given (`--set k=v`,
+/// `environment IMAGED_K`). A key with the config crate's index syntax
+/// (`a.b[0].c`) is handed on as text.
+pub(super) fn typed(key: &str, text: &str, origin: &str) -> Result<config::Value, ConfigError> {
+    let schema = schema()?;
+    if key.contains('[') {
+        return Ok(config::Value::new(Some(&origin.to_string()), text));
+    }
+    let path: Vec<&str> = key.split('.').collect();
+    let mut table = &schema;
+    let mut expected = None;
+    for (i, name) in path.iter().enumerate() {
+        let Some(v) = table.get(*name) else {
+            return Err(unknown(key, origin.to_string(), table, &path[..i]));
+        };
+        match v {
+            toml::Value::Table(inner) if i + 1 < path.len() => table = inner,
+            _ if i + 1 < path.len() => {
+                let parent = path[..=i].join(".");
+                return Err(ConfigError::UnknownKey {
+                    key: key.to_string(),
+                    origin: origin.to_string(),
+                    hint: format!("{parent} is a single value, with no keys under it"),
+                });
+            }
+            _ => expected = Some(v),
+        }
+    }
+    let Some(expected) = expected else {
+        return Err(unknown(key, origin.to_string(), table, &[]));
+    };
+    let value = from_text(key, text, expected)?;
+    let mut p: Vec<&str> = path.clone();
+    check_value(expected, &value, &mut p, &Place { origin, text: None, locate_types: false })?;
+    Ok(to_config(value, &origin.to_string()))
+}
+
+/// `text` read as the type of `expected`.
+fn from_text(key: &str, text: &str, expected: &toml::Value) -> Result<toml::Value, ConfigError> {
+    use toml::Value as V;
+    let literal = |what: &str| {
+        text.parse::<V>().map_err(|e| {
+            let syntax = if what == "a list" { list_syntax(expected) } else { "" };
+            let reason = format!("not {what} ({})", e.message().trim().trim_end_matches('.'));
+            invalid(key, text, if syntax.is_empty() { reason } else { format!("{reason}: {syntax}") })
+        })
+    };
+    match expected {
+        V::String(_) | V::Datetime(_) => Ok(V::String(text.to_string())),
+        V::Integer(_) => integer(key, text).map(V::Integer),
+        V::Float(_) => text.parse::<f64>().map(V::Float).map_err(|_| invalid(key, text, "must be a number")),
+        V::Boolean(_) => match text.to_ascii_lowercase().as_str() {
+            // The words the config crate took from the environment before.
+            "true" | "1" | "on" | "yes" => Ok(V::Boolean(true)),
+            "false" | "0" | "off" | "no" => Ok(V::Boolean(false)),
+            _ => Err(invalid(key, text, "must be true or false")),
+        },
+        V::Array(_) if text.trim_start().starts_with('[') => literal("a list"),
+        V::Array(_) => Err(invalid(key, text, format!("must be a list: {}", list_syntax(expected)))),
+        V::Table(_) if text.trim_start().starts_with('{') => literal("a table"),
+        V::Table(_) => Err(invalid(
+            key,
+            text,
+            format!("expected a table of settings, got a single value; set its keys one at a time ({key}.<key>)"),
+        )),
+    }
+}
+
+/// `text` as a 64-bit integer: digits past its range are "out of range",
+/// anything else (`2.5`, `true`, `ten`) "must be an integer".
+fn integer(key: &str, text: &str) -> Result<i64, ConfigError> {
+    text.parse::<i64>().map_err(|e| {
+        use std::num::IntErrorKind;
+        match e.kind() {
+            IntErrorKind::PosOverflow => {
+                invalid(key, text, format!("out of range: an integer can be at most {}", i64::MAX))
+            }
+            IntErrorKind::NegOverflow => {
+                invalid(key, text, format!("out of range: an integer can be at least {}", i64::MIN))
+            }
+            _ => invalid(key, text, "must be an integer"),
+        }
+    })
+}
+
+fn to_config(value: toml::Value, origin: &String) -> config::Value {
+    use config::ValueKind as K;
+    let kind = match value {
+        toml::Value::String(s) => K::String(s),
+        toml::Value::Integer(n) => K::I64(n),
+        toml::Value::Float(f) => K::Float(f),
+        toml::Value::Boolean(b) => K::Boolean(b),
+        toml::Value::Datetime(d) => K::String(d.to_string()),
+        toml::Value::Array(items) => K::Array(items.into_iter().map(|v| to_config(v, origin)).collect()),
+        toml::Value::Table(t) => K::Table(t.into_iter().map(|(k, v)| (k, to_config(v, origin))).collect()),
+    };
+    config::Value::new(Some(origin), kind)
+}
+
+/// The `IMAGED_<SECTION>__<KEY>` variables, each as its key's type.
+#[derive(Debug, Clone)]
+pub(super) struct EnvSource(config::Map<String, config::Value>);
+
+impl EnvSource {
+    pub(super) fn new(vars: &[(String, String, String)]) -> Result<Self, ConfigError> {
+        let mut map = config::Map::new();
+        for (var, key, text) in vars {
+            map.insert(key.clone(), typed(key, text, &format!("environment {var}"))?);
+        }
+        Ok(Self(map))
+    }
+}
+
+impl config::Source for EnvSource {
+    fn clone_into_box(&self) -> Box<dyn config::Source + Send + Sync> {
+        Box::new(self.clone())
+    }
+
+    fn collect(&self) -> Result<config::Map<String, config::Value>, config::ConfigError> {
+        Ok(self.0.clone())
+    }
 }

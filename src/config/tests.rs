@@ -872,3 +872,84 @@ fn the_key_schema_has_every_key_of_the_raw_configuration() {
         assert_eq!(got, want, "{section}");
     }
 }
+
+#[test]
+fn a_list_key_takes_a_list_literal_from_set_and_the_environment() {
+    let c = set(&[r#"gc.pinned_images=["registry.k8s.io/*", "quay.io/team/*"]"#]).expect("a list literal");
+    assert_eq!(c.gc.pinned_images, ["registry.k8s.io/*", "quay.io/team/*"]);
+    assert!(set(&["gc.pinned_images=[]"]).expect("the empty list").gc.pinned_images.is_empty());
+    let c = set(&[r#"credentials.config_json_dirs=["/etc/imaged"]"#]).expect("an optional list key");
+    assert_eq!(c.credentials.search.config_json_dirs, [PathBuf::from("/etc/imaged")]);
+    let c = set(&[r#"cri_server.priority=[{ namespace = "team-a", priority = 7 }]"#]).expect("a list of tables");
+    assert_eq!(c.cri_server.priority.len(), 1);
+    let c = Config::load(&Sources {
+        env: env(&[("IMAGED_CRED_IGNORED", "x"), ("IMAGED_GC__PINNED_IMAGES", r#"["docker.io/library/*"]"#)]),
+        ..Sources::default()
+    })
+    .expect("from the environment");
+    assert_eq!(c.gc.pinned_images, ["docker.io/library/*"]);
+    // Not a list, or not a list of strings: named, with the syntax to use.
+    for (o, reason) in [
+        ("gc.pinned_images=registry.k8s.io/*", "must be a list"),
+        ("gc.pinned_images=[registry.k8s.io/*]", "not a list"),
+        ("gc.pinned_images=[1, 2]", "must be a list of strings"),
+    ] {
+        match set(&[o]) {
+            Err(ConfigError::Invalid { key, reason: r, .. }) => {
+                assert_eq!(key, "gc.pinned_images", "{o}");
+                assert!(r.contains(reason) && r.contains(r#"["a", "b"]"#), "{o}: {r}");
+            }
+            other => panic!("{o}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_table_key_given_a_single_value_says_so_without_internal_names() {
+    for key in ["gc", "pull", "runtime", "runtime.deadlines", "credentials", "cri_server", "state", "log"] {
+        let err = set(&[&format!("{key}=5")]).expect_err(key).to_string();
+        assert!(err.contains(&format!("for {key}: expected a table of settings, got a single value")), "{key}: {err}");
+        assert!(!err.contains("Raw") && !err.contains("struct"), "{key}: {err}");
+    }
+    for toml in ["gc = 5", "[runtime]\ndeadlines = \"2m\"", "[cri_server]\npriority = [5]", "cri_server = [1]"] {
+        let err = Config::from_toml(toml).expect_err(toml).to_string();
+        assert!(!err.contains("Raw") && !err.contains("struct") && err.contains("table"), "{toml}: {err}");
+    }
+}
+
+#[test]
+fn an_integer_past_64_bits_from_set_or_the_environment_is_out_of_range_for_its_key() {
+    let key = "gc.image_gc_high_threshold_percent";
+    for v in ["99999999999999999999999", "-99999999999999999999999"] {
+        match set(&[&format!("{key}={v}")]) {
+            Err(ConfigError::Invalid { key: k, value, reason }) => {
+                assert_eq!((k.as_str(), value.as_str()), (key, v));
+                assert!(reason.contains("out of range"), "{reason}");
+            }
+            other => panic!("{v}: {other:?}"),
+        }
+    }
+    let err = Config::load(&Sources {
+        env: env(&[("IMAGED_PULL__QUEUE_CAPACITY", "18446744073709551616")]),
+        ..Sources::default()
+    })
+    .expect_err("past 64 bits")
+    .to_string();
+    assert!(err.contains("pull.queue_capacity") && err.contains("out of range"), "{err}");
+    // Text that is no integer at all says so (the config crate read "true" as 1).
+    for v in ["abc", "2.5", "true"] {
+        let err = set(&[&format!("{key}={v}")]).expect_err(v).to_string();
+        assert!(err.contains(key) && err.contains("must be an integer"), "{v}: {err}");
+        assert!(!err.contains("invalid type"), "{v}: {err}");
+    }
+}
+
+#[test]
+fn an_unknown_key_from_set_or_the_environment_names_where_it_was_given() {
+    let err = set(&["gc.bogus=1"]).expect_err("unknown").to_string();
+    assert!(err.contains("unknown key gc.bogus (--set gc.bogus=1)"), "{err}");
+    let err = Config::load(&Sources { env: env(&[("IMAGED_GC__BOGUS", "1")]), ..Sources::default() })
+        .expect_err("unknown")
+        .to_string();
+    assert!(err.contains("unknown key gc.bogus (environment IMAGED_GC__BOGUS)"), "{err}");
+}
