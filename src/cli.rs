@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::config::{Config, Sources};
+use crate::config::{Config, ConfigError, Sources};
 use crate::error::AppError;
 
 /// Flags every binary takes to build its configuration.
@@ -23,10 +23,12 @@ pub struct ConfigArgs {
     /// (quoted strings; `[]` for none).
     #[arg(long = "set", global = true, value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
-    /// CRI endpoint (`embedded`, `unix:///path`, `tcp://host:port`); same as `--set runtime.endpoint=…`.
+    /// CRI endpoint (`embedded`, `unix:///path`, `tcp://host:port`); same as `--set runtime.endpoint=…`
+    /// (giving both with different values is an error).
     #[arg(long, global = true, value_name = "ENDPOINT")]
     pub runtime_endpoint: Option<String>,
-    /// Log format (`text` or `json`); same as `--set log.format=…`.
+    /// Log format (`text` or `json`); same as `--set log.format=…` (giving both with different
+    /// values is an error).
     #[arg(long, global = true, value_name = "FORMAT")]
     pub log_format: Option<String>,
 }
@@ -40,21 +42,42 @@ fn path_or_empty(s: &str) -> Result<PathBuf, std::convert::Infallible> {
 impl ConfigArgs {
     /// Loads the configuration: defaults, file, `IMAGED_*` environment, flags.
     pub fn load(&self) -> Result<Config, AppError> {
-        Ok(Config::load(&self.sources())?)
+        Ok(Config::load(&self.sources()?)?)
     }
 
-    /// Where the configuration comes from (for reloads).
-    pub fn sources(&self) -> Sources {
+    /// Where the configuration comes from (for reloads). A flag that is a
+    /// key's short form (`--runtime-endpoint`, `--log-format`) given with a
+    /// `--set` of that key to another value is refused: neither silently wins.
+    pub fn sources(&self) -> Result<Sources, ConfigError> {
         let mut overrides = self.overrides.clone();
-        if let Some(e) = &self.runtime_endpoint {
-            overrides.push(format!("runtime.endpoint={e}"));
+        for (flag, key, value) in [
+            ("--runtime-endpoint", "runtime.endpoint", &self.runtime_endpoint),
+            ("--log-format", "log.format", &self.log_format),
+        ] {
+            if let Some(value) = value {
+                agrees(flag, key, value, &self.overrides)?;
+                overrides.push(format!("{key}={value}"));
+            }
         }
-        if let Some(f) = &self.log_format {
-            overrides.push(format!("log.format={f}"));
-        }
-        Sources::from_process(self.config.clone(), overrides)
-            .with_kubelet_config(self.kubelet_config.clone().filter(|p| !p.as_os_str().is_empty()))
+        Ok(Sources::from_process(self.config.clone(), overrides)
+            .with_kubelet_config(self.kubelet_config.clone().filter(|p| !p.as_os_str().is_empty())))
     }
+}
+
+/// Whether every `--set key=…` in `overrides` gives `value`, as `flag` does.
+fn agrees(flag: &str, key: &str, value: &str, overrides: &[String]) -> Result<(), ConfigError> {
+    for o in overrides {
+        if let Some((k, v)) = o.split_once('=')
+            && k.trim() == key
+            && v.trim() != value.trim()
+        {
+            return Err(ConfigError::Conflict(format!(
+                "{flag} {value} and --set {key}={} set {key} to different values: give one of them",
+                v.trim()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Resolves when the process gets SIGINT or SIGTERM.
@@ -136,5 +159,34 @@ mod tests {
             text,
             "imaged: error: embedded runtime: cannot listen on /run/x.sock: reading the reply\n  caused by: socket closed\n"
         );
+    }
+
+    fn args(endpoint: Option<&str>, log_format: Option<&str>, overrides: &[&str]) -> ConfigArgs {
+        ConfigArgs {
+            runtime_endpoint: endpoint.map(str::to_string),
+            log_format: log_format.map(str::to_string),
+            overrides: overrides.iter().map(ToString::to_string).collect(),
+            ..ConfigArgs::default()
+        }
+    }
+
+    #[test]
+    fn a_flag_and_a_set_of_its_key_with_another_value_are_refused_naming_both() {
+        let a = args(Some("unix:///a.sock"), None, &["gc.gc_period=1m", "runtime.endpoint=unix:///b.sock"]);
+        let err = a.sources().expect_err("two endpoints").to_string();
+        assert!(
+            err.contains("--runtime-endpoint unix:///a.sock")
+                && err.contains("--set runtime.endpoint=unix:///b.sock")
+                && err.contains("runtime.endpoint"),
+            "{err}"
+        );
+        let err = args(None, Some("json"), &["log.format=text"]).sources().expect_err("two formats").to_string();
+        assert!(err.contains("--log-format json") && err.contains("--set log.format=text"), "{err}");
+        // The same value twice is no conflict; either alone is none.
+        let same =
+            args(Some("unix:///a.sock"), Some("json"), &["runtime.endpoint = unix:///a.sock", "log.format=json"]);
+        assert!(same.sources().is_ok());
+        assert!(args(Some("unix:///a.sock"), None, &[]).sources().is_ok());
+        assert!(args(None, None, &["runtime.endpoint=unix:///b.sock"]).sources().is_ok());
     }
 }

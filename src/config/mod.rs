@@ -65,6 +65,9 @@ pub enum ConfigError {
         /// The keys that exist there.
         hint: String,
     },
+    /// Two flags set one key to different values.
+    #[error("configuration: {0}")]
+    Conflict(String),
     /// A `--set` override is not `key=value`.
     #[error("configuration: override {0:?} is not key=value")]
     BadOverride(String),
