@@ -143,6 +143,32 @@ fn a_listener_that_never_speaks_is_no_daemon_after_the_connect_timeout_not_a_han
 }
 
 #[test]
+fn images_pinned_by_a_gc_rule_show_pinned_naming_the_rule_in_json() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("pins.toml");
+    std::fs::write(&config, "[gc]\npinned_images = [\"docker.io/library/busybox:*\"]\n").expect("write");
+    let d = Daemon::start(&["--config", config.to_str().expect("utf-8")]);
+    for image in ["busybox:1.36", "redis:7"] {
+        assert_eq!(d.imagectl(&["ensure", image]).status.code(), Some(0), "{image}");
+    }
+    let v = json_of(&d.imagectl(&["-o", "json", "images"]));
+    let of = |tag: &str| {
+        v["images"].as_array().and_then(|a| a.iter().find(|i| i["repo_tags"] == json!([tag])).cloned()).expect(tag)
+    };
+    let (busybox, redis) = (of("docker.io/library/busybox:1.36"), of("docker.io/library/redis:7"));
+    assert_eq!(
+        (&busybox["pinned"], &busybox["pinned_by_rule"]),
+        (&json!(false), &json!("docker.io/library/busybox:*"))
+    );
+    assert_eq!((&redis["pinned"], &redis["pinned_by_rule"]), (&json!(false), &json!("")), "{v}");
+    // The table says PINNED true for the rule's image, false for the other.
+    let table = stdout(&d.imagectl(&["images"]));
+    let row = |tag: &str| table.lines().find(|l| l.ends_with(tag)).map(str::to_string).expect(tag);
+    assert!(row("docker.io/library/busybox:1.36").contains(" true "), "{table}");
+    assert!(row("docker.io/library/redis:7").contains(" false "), "{table}");
+}
+
+#[test]
 fn json_and_yaml_are_the_apis_messages_with_stable_field_names() {
     let d = Daemon::start(&[]);
     assert_eq!(d.imagectl(&["ensure", "busybox:1.36", "--pod-uid", "j1"]).status.code(), Some(0));

@@ -143,9 +143,14 @@ pub fn clear_scope(r: proto::ClearBackoffRequest) -> ClearScope {
     }
 }
 
-/// An image with its node-status names.
-pub fn image(i: &Image) -> proto::Image {
+/// An image with its node-status names and the first of `pins` (the
+/// `gc.pinned_images` patterns in force) that matches it.
+pub fn image(i: &Image, pins: &[String]) -> proto::Image {
+    let names = || i.repo_tags.iter().chain(&i.repo_digests);
+    let pinned_by_rule =
+        pins.iter().find(|p| names().any(|n| crate::gc::policy::pattern_matches(p, n))).cloned().unwrap_or_default();
     proto::Image {
+        pinned_by_rule,
         id: i.id.clone(),
         repo_tags: i.repo_tags.clone(),
         repo_digests: i.repo_digests.clone(),

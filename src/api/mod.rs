@@ -241,7 +241,10 @@ impl Imaged for ImagedService {
         _: Request<proto::ListImagesRequest>,
     ) -> Result<Response<proto::ListImagesResponse>, Status> {
         let images = self.node.list_images().await.map_err(status_of)?;
-        Ok(Response::new(proto::ListImagesResponse { images: images.iter().map(convert::image).collect() }))
+        let pins = self.node.gc_settings().pinned_images;
+        Ok(Response::new(proto::ListImagesResponse {
+            images: images.iter().map(|i| convert::image(i, &pins)).collect(),
+        }))
     }
 
     type StreamImagesStream = ImageBatches;
@@ -253,16 +256,15 @@ impl Imaged for ImagedService {
         _: Request<proto::ListImagesRequest>,
     ) -> Result<Response<Self::StreamImagesStream>, Status> {
         let mut images = self.node.list_images().await.map_err(status_of)?;
+        let pins = self.node.gc_settings().pinned_images;
         let mut batches = Vec::with_capacity(images.len().div_ceil(IMAGE_BATCH));
         while !images.is_empty() {
             let rest = images.split_off(images.len().min(IMAGE_BATCH));
             batches.push(std::mem::replace(&mut images, rest));
         }
-        let stream = tokio_stream::iter(
-            batches
-                .into_iter()
-                .map(|batch| Ok(proto::ListImagesResponse { images: batch.iter().map(convert::image).collect() })),
-        );
+        let stream = tokio_stream::iter(batches.into_iter().map(move |batch| {
+            Ok(proto::ListImagesResponse { images: batch.iter().map(|i| convert::image(i, &pins)).collect() })
+        }));
         Ok(Response::new(Box::pin(stream)))
     }
 

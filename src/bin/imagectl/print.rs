@@ -46,7 +46,10 @@ pub fn print_images(r: &proto::ListImagesResponse, f: Format, o: &mut impl Write
     let mut t = Plain::new(&["IMAGE ID", "SIZE", "PINNED", "TAGS"]).right(&[1]);
     for i in &r.images {
         let tags = if i.repo_tags.is_empty() { "<none>".to_string() } else { i.repo_tags.join(",") };
-        t.row([short(&i.id).to_string(), human_bytes(i.size), i.pinned.to_string(), tags]);
+        // Pinned by the runtime or by a gc.pinned_images rule: either way
+        // GC never removes it (as the CRI front reports it to the kubelet).
+        let pinned = i.pinned || !i.pinned_by_rule.is_empty();
+        t.row([short(&i.id).to_string(), human_bytes(i.size), pinned.to_string(), tags]);
     }
     t.write(o)
 }
