@@ -320,6 +320,14 @@ impl Config {
                  point runtime.endpoint at the runtime (containerd) and the kubelet's imageServiceEndpoint here",
             ));
         }
+        if cri_server.socket.as_ref().is_some_and(|front| *front == daemon.socket) {
+            return Err(values::invalid(
+                "cri_server.socket",
+                &daemon.socket.display().to_string(),
+                "is also daemon.socket: the CRI socket (the kubelet's imageServiceEndpoint) and imaged's API \
+                 (imagectl's) need two paths",
+            ));
+        }
         let fault_plan = runtime::fault_plan_from_raw(&fault_plan)?;
         // One registry for every component (see `with_metrics` to use the daemon's).
         Ok(Config {

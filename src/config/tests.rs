@@ -439,6 +439,13 @@ fn the_cri_front_is_off_by_default_and_never_its_own_runtime() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("cri_server.socket") && e.contains("imaged would call itself"), "{e}");
+    // The CRI socket on the API's path: said as such, not found at bind
+    // time as "another process is serving on it".
+    let e =
+        Config::from_toml("[daemon]\nsocket = \"/run/imaged/x.sock\"\n[cri_server]\nsocket = \"/run/imaged/x.sock\"")
+            .unwrap_err()
+            .to_string();
+    assert!(e.contains("cri_server.socket") && e.contains("is also daemon.socket"), "{e}");
     let e = Config::from_toml("[cri_server]\nsocket_group = \"a b\"").unwrap_err().to_string();
     assert!(e.contains("cri_server.socket_group"), "{e}");
 }
