@@ -419,6 +419,12 @@ fn reload(node: &Node, sources: &Sources, current: &mut Config, log: Option<&Log
         ("runtime.fault_plan", new.fault_plan != current.fault_plan),
         ("daemon", new.daemon != current.daemon),
         ("log.format", new.log.format != current.log.format),
+        // The list's pins are in gc.pinned_images (applied above); its
+        // prefetching follows the list imaged started with.
+        (
+            "prefetch (images, refresh)",
+            new.prefetch.images != current.prefetch.images || new.prefetch.refresh != current.prefetch.refresh,
+        ),
     ] {
         if changed {
             needs_restart.push(name);

@@ -169,6 +169,33 @@ fn images_pinned_by_a_gc_rule_show_pinned_naming_the_rule_in_json() {
 }
 
 #[test]
+fn a_declared_prefetch_image_is_pulled_at_start_without_a_pod_and_shown_pinned() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("prefetch.toml");
+    std::fs::write(&config, "[prefetch]\nimages = [\"nginx:1.27\"]\n").expect("write");
+    let d = Daemon::start(&["--config", config.to_str().expect("utf-8")]);
+    let nginx = || {
+        let v = json_of(&d.imagectl(&["-o", "json", "images"]));
+        v["images"]
+            .as_array()
+            .and_then(|a| a.iter().find(|i| i["repo_tags"] == json!(["docker.io/library/nginx:1.27"])).cloned())
+    };
+    let mut found = None;
+    for _ in 0..100 {
+        found = nginx();
+        if found.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let found = found.expect("nginx:1.27 prefetched at start, no ensure asked for it");
+    assert_eq!(found["pinned_by_rule"], "docker.io/library/nginx:1.27", "{found}");
+    // The settings in force say so.
+    let status = json_of(&d.imagectl(&["-o", "json", "status"]));
+    assert_eq!(status["settings"]["gc"]["pinned_images"], json!(["docker.io/library/nginx:1.27"]), "{status}");
+}
+
+#[test]
 fn json_and_yaml_are_the_apis_messages_with_stable_field_names() {
     let d = Daemon::start(&[]);
     assert_eq!(d.imagectl(&["ensure", "busybox:1.36", "--pod-uid", "j1"]).status.code(), Some(0));

@@ -147,3 +147,66 @@ async fn a_prefetch_with_a_pull_secret_serves_pods_with_that_secret_only() {
     assert!(e.message.contains("401 Unauthorized"), "{e:?}");
     assert_eq!(pulls(&rt), 2);
 }
+
+/// Waits (at most 10 s) until `done` holds.
+async fn eventually(what: &str, done: impl Fn() -> bool) {
+    for _ in 0..200 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{what}: not within 10 s");
+}
+
+#[actix::test]
+async fn declared_images_are_pulled_at_start_and_again_at_a_refresh_after_they_went() {
+    use imaged::actors::prefetch_ticker::PrefetchTickerActor;
+    const DECLARED: &str = "example.com/declared:1";
+    let rt = runtime().await;
+    let m = manager(&rt, VerificationPolicy::NeverVerifyPreloadedImages).await;
+    rt.runtime.add_remote(RemoteImage::new(DECLARED, 500)).expect("add");
+    let named = |image: &str| rt.runtime.images().iter().any(|i| i.repo_tags.iter().any(|t| t == image));
+    let refresh = Duration::from_millis(300);
+    let ticker = PrefetchTickerActor::new(m.clone(), vec![DECLARED.into(), PRESENT.into()], Some(refresh)).start();
+
+    // At start: the absent one is pulled, the present one is not.
+    eventually("the declared image pulled", || named(DECLARED)).await;
+    assert_eq!(pulls(&rt), 1);
+    // Refreshes of present images pull nothing.
+    tokio::time::sleep(refresh * 3).await;
+    assert_eq!(pulls(&rt), 1, "present images are checked, not pulled");
+
+    // Removed behind imaged's back: the next refresh brings it back.
+    let removed =
+        rt.gateway.send(imaged::actors::cri_gateway::RemoveImage { image: imaged::domain::ImageSpec::new(DECLARED) });
+    removed.await.expect("mailbox").expect("removed");
+    assert!(!named(DECLARED));
+    eventually("the declared image pulled again", || named(DECLARED)).await;
+    assert_eq!(pulls(&rt), 2);
+
+    // Stopped, it pulls no more.
+    ticker.send(imaged::actors::Stop).await.expect("stop");
+    let removed =
+        rt.gateway.send(imaged::actors::cri_gateway::RemoveImage { image: imaged::domain::ImageSpec::new(DECLARED) });
+    removed.await.expect("mailbox").expect("removed");
+    tokio::time::sleep(refresh * 3).await;
+    assert_eq!((pulls(&rt), named(DECLARED)), (2, false));
+}
+
+#[actix::test]
+async fn a_declared_image_that_fails_is_tried_again_at_the_next_refresh() {
+    use imaged::actors::prefetch_ticker::PrefetchTickerActor;
+    let rt = runtime().await;
+    let m = manager(&rt, VerificationPolicy::NeverVerifyPreloadedImages).await;
+    let refresh = Duration::from_millis(200);
+    let _ticker = PrefetchTickerActor::new(m.clone(), vec![MISSING.into()], Some(refresh)).start();
+    // Not in any registry: each refresh tries it once (no back-off: no pod).
+    eventually("three attempts", || pulls(&rt) >= 3).await;
+    // It now appears upstream: the next refresh pulls it.
+    rt.runtime.add_remote(RemoteImage::new(MISSING, 700)).expect("add");
+    eventually("pulled once it exists", || {
+        rt.runtime.images().iter().any(|i| i.repo_tags.iter().any(|t| t == MISSING))
+    })
+    .await;
+}

@@ -12,6 +12,7 @@ mod credentials;
 mod daemon;
 mod effective;
 mod gc;
+mod prefetch;
 mod pull;
 mod raw;
 mod runtime;
@@ -22,6 +23,7 @@ mod values;
 pub use daemon::{CriServerSettings, DaemonSettings, PRIORITY_NAMESPACE_PULL, PriorityRule};
 pub use effective::{Effective, Origin};
 pub use gc::GcSettings;
+pub use prefetch::PrefetchSettings;
 pub use runtime::{LogFormat, LogSettings, RuntimeEndpoint};
 pub use state::{MEMORY as STATE_IN_MEMORY, SYSTEM_DIR as DEFAULT_STATE_DIR};
 pub use values::duration;
@@ -124,6 +126,9 @@ pub struct Config {
     pub log: LogSettings,
     /// Node credentials: docker config files and credential-provider plugins.
     pub credentials: NodeCredentialSettings,
+    /// The declared prefetch list (`[prefetch]`); with `keep`, its images
+    /// are also in `gc.pinned_images`.
+    pub prefetch: PrefetchSettings,
 }
 
 /// Where configuration comes from, besides the built-in defaults.
@@ -302,7 +307,15 @@ impl Config {
         ensure.reset_backoff_on_credential_change = raw.backoff.reset_on_credential_change;
         ensure.reset_backoff_on_registry_recovery = raw.backoff.reset_on_registry_recovery;
         let backoff = pull::backoff_from_raw(raw.backoff)?;
-        let gc = gc::gc_from_raw(raw.gc)?;
+        let mut gc = gc::gc_from_raw(raw.gc)?;
+        let prefetch = prefetch::prefetch_from_raw(raw.prefetch)?;
+        if prefetch.keep {
+            for image in &prefetch.images {
+                if !gc.pinned_images.contains(image) {
+                    gc.pinned_images.push(image.clone());
+                }
+            }
+        }
         let verification = credentials::verification_from_raw(raw.credential_verification)?;
         let credentials = credentials::credentials_from_raw(raw.credentials)?;
         let state_dir =
@@ -345,6 +358,7 @@ impl Config {
             cri_server,
             log,
             credentials,
+            prefetch,
         }
         .with_metrics(&Metrics::default()))
     }

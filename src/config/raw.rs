@@ -17,6 +17,15 @@ pub(super) struct RawConfig {
     pub(super) cri_server: RawCriServer,
     pub(super) log: RawLog,
     pub(super) credentials: RawCredentials,
+    pub(super) prefetch: RawPrefetch,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a table of settings")]
+pub(super) struct RawPrefetch {
+    pub(super) images: Vec<String>,
+    pub(super) refresh: String,
+    pub(super) keep: bool,
 }
 
 #[derive(Debug, Deserialize, Serialize)]

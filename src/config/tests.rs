@@ -960,3 +960,27 @@ fn an_unknown_key_from_set_or_the_environment_names_where_it_was_given() {
         .to_string();
     assert!(err.contains("unknown key gc.bogus (environment IMAGED_GC__BOGUS)"), "{err}");
 }
+
+#[test]
+fn the_prefetch_list_is_normalised_deduplicated_and_kept_from_gc_unless_told_not_to() {
+    let c = Config::defaults().expect("defaults load");
+    assert_eq!(
+        c.prefetch,
+        PrefetchSettings { images: vec![], refresh: Some(Duration::from_secs(15 * 60)), keep: true },
+        "nothing declared by default"
+    );
+    let c = Config::from_toml(
+        "[gc]\npinned_images = [\"registry.k8s.io/*\"]\n\
+         [prefetch]\nimages = [\"redis:7\", \"docker.io/library/redis:7\", \"quay.io/a/b\"]\nrefresh = \"0s\"",
+    )
+    .expect("loads");
+    assert_eq!(c.prefetch.images, ["docker.io/library/redis:7", "quay.io/a/b:latest"], "as the runtime names them");
+    assert_eq!(c.prefetch.refresh, None, "0s: only at start");
+    assert_eq!(c.gc.pinned_images, ["registry.k8s.io/*", "docker.io/library/redis:7", "quay.io/a/b:latest"]);
+    let c = Config::from_toml("[prefetch]\nimages = [\"redis:7\"]\nkeep = false").expect("loads");
+    assert_eq!((c.prefetch.images.len(), c.gc.pinned_images.len()), (1, 0), "keep = false: prefetched only");
+    let e = Config::from_toml("[prefetch]\nimages = [\"Redis:7\"]").unwrap_err().to_string();
+    assert!(e.contains("prefetch.images") && e.contains("Redis:7") && e.contains("not an image reference"), "{e}");
+    let e = Config::from_toml("[prefetch]\nrefresh = \"15min\"").unwrap_err().to_string();
+    assert!(e.contains("prefetch.refresh"), "{e}");
+}

@@ -35,6 +35,7 @@ use crate::actors::cache_refresher::ImageListReader;
 use crate::actors::cri_gateway::{CriGatewayActor, ListImages};
 use crate::actors::detector::{DetectImages, SetRecentWindow};
 use crate::actors::gc_executor::{DeleteUnusedImages, GcError, GcReport, GetLastGcReport, RunGc, UpdateGcPolicy};
+use crate::actors::prefetch_ticker::PrefetchTickerActor;
 use crate::actors::pull_queue::{
     GetQueueStatus, ListPulls, PullInfo, PullPhaseChanged, PullQueueActor, QueueStatus, SubscribePhases,
 };
@@ -111,6 +112,8 @@ pub struct Node {
     /// The GC settings in force: those at start, with the live-changeable
     /// part replaced by each [`update_gc_policy`](Self::update_gc_policy).
     live_gc: tokio::sync::watch::Sender<GcSettings>,
+    /// The declared prefetch list's ticker (`[prefetch] images`), if any.
+    prefetch: Option<Addr<PrefetchTickerActor>>,
 }
 
 impl std::fmt::Debug for Node {
@@ -344,6 +347,9 @@ impl Node {
     /// goes on as at its end.
     pub async fn shutdown_unless(&self, grace: Duration, hurry: impl Future<Output = ()>) -> ShutdownReport {
         self.stop_accepting();
+        if let Some(ticker) = &self.prefetch {
+            ticker.do_send(Stop);
+        }
         let deadline = tokio::time::Instant::now() + grace;
         tokio::pin!(hurry);
         let mut hurried = false;

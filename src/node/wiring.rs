@@ -18,6 +18,7 @@ use crate::actors::cache_refresher::{CacheRefresherActor, CacheRefresherSettings
 use crate::actors::cri_gateway::{CriGatewayActor, GetReader, ListImages, SetFaultPlan};
 use crate::actors::detector::{DetectorActor, DetectorCri, DetectorSettings};
 use crate::actors::gc_executor::{GcExecutorActor, GcExecutorSettings};
+use crate::actors::prefetch_ticker::PrefetchTickerActor;
 use crate::actors::pull_queue::PullQueueActor;
 use crate::clock::Clock;
 use crate::config::{Config, GcSettings};
@@ -98,8 +99,23 @@ pub(super) async fn start(
     };
     let gc = GcService::start(gateway, &cfg.gc, capacity, parts);
 
+    // The declared prefetch list, once the rest is up (none: no actor).
+    let prefetch = (!cfg.prefetch.images.is_empty())
+        .then(|| PrefetchTickerActor::new(manager.clone(), cfg.prefetch.images.clone(), cfg.prefetch.refresh).start());
+
     let live_gc = tokio::sync::watch::Sender::new(cfg.gc.clone());
-    Ok(Node { cfg, runtime, manager, queue, backoff, gc, store, accepting: Arc::new(AtomicBool::new(true)), live_gc })
+    Ok(Node {
+        cfg,
+        runtime,
+        manager,
+        queue,
+        backoff,
+        gc,
+        store,
+        accepting: Arc::new(AtomicBool::new(true)),
+        live_gc,
+        prefetch,
+    })
 }
 
 /// Opens the durable state in `dir`. A damaged database does not fail the

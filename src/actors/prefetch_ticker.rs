@@ -1,0 +1,78 @@
+//! The prefetch ticker: keeps the declared images (`[prefetch] images`)
+//! pulled. At start and every `prefetch.refresh` it prefetches each in
+//! turn through the image manager ([`ImageManager::prefetch`]): a present
+//! image costs one presence check; an absent one is queued at
+//! [`PRIORITY`] with the node's credentials, and its pull goes on without
+//! the ticker (the prefetch's own task records and logs its end). A round
+//! that is still being admitted when the next tick comes (a full pull
+//! queue) is not doubled: that tick is skipped.
+//!
+//! The actor is a shell: what to prefetch comes from the configuration,
+//! and everything a prefetch does is the manager's.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use tracing::{debug, info, warn};
+
+use crate::ensure::{ImageManager, Prefetch, PrefetchRequest};
+
+/// The declared images' pull priority: below pods' (0), so a pod's pull
+/// queued meanwhile goes first.
+pub const PRIORITY: i32 = -1;
+
+/// See the module docs.
+pub struct PrefetchTickerActor {
+    manager: ImageManager,
+    images: Arc<[String]>,
+    refresh: Option<Duration>,
+    /// A round is being admitted.
+    busy: bool,
+}
+
+impl PrefetchTickerActor {
+    /// A ticker for `images` (fully qualified), every `refresh` (`None`:
+    /// once, at start).
+    pub fn new(manager: ImageManager, images: Vec<String>, refresh: Option<Duration>) -> Self {
+        Self { manager, images: images.into(), refresh, busy: false }
+    }
+
+    fn round(&mut self, ctx: &mut Context<Self>) {
+        if self.busy {
+            debug!("prefetch: the last round is still being admitted; this tick is skipped");
+            return;
+        }
+        self.busy = true;
+        let (manager, images) = (self.manager.clone(), self.images.clone());
+        let round = async move {
+            for image in images.iter() {
+                prefetch_one(&manager, image).await;
+            }
+        };
+        ctx.spawn(round.into_actor(self).map(|(), actor, _| actor.busy = false));
+    }
+}
+
+/// Prefetches one declared image, saying what came of it.
+async fn prefetch_one(manager: &ImageManager, image: &str) {
+    let req = PrefetchRequest { priority: PRIORITY, ..PrefetchRequest::new(image) };
+    match manager.prefetch(&req).await {
+        Ok(Prefetch::Present { .. }) => debug!(image, "prefetch: declared image present"),
+        Ok(Prefetch::Pulling { joined, .. }) => info!(image, joined, "prefetch: pulling a declared image"),
+        Err(e) => {
+            warn!(image, reason = %e.kind, error = %e.message, "prefetch: declared image not queued; trying again at the next refresh");
+        }
+    }
+}
+
+impl Actor for PrefetchTickerActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        self.round(ctx);
+        if let Some(every) = self.refresh {
+            ctx.run_interval(every, Self::round);
+        }
+    }
+}
