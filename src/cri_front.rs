@@ -57,10 +57,8 @@ pub const FIRST_FS_INFO_WAIT: Duration = Duration::from_secs(110);
 /// Pause between tries of that first `ImageFsInfo`.
 const FS_INFO_RETRY: Duration = Duration::from_millis(200);
 
-/// The reads the front answers from what it keeps for
-/// `cri_server.read_cache_ttl` (the kubelet's most frequent calls), and the
-/// methods of `imaged_cri_front_cached_answers_total`.
-pub const KEPT_READS: [Rpc; 2] = [Rpc::ImageStatus, Rpc::ListImages];
+/// The reads the front answers from what it keeps (see [`Rpc::KEPT_BY_FRONT`]).
+pub const KEPT_READS: [Rpc; 2] = Rpc::KEPT_BY_FRONT;
 
 /// What the kubelet's pulls and image calls go through.
 pub struct CriFront {

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 /// Lowest first. Edges may go down or sideways, never up.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("pure types, bounded reads of outside files", &["domain", "clock", "files", "blocking"]),
+    ("pure types, bounded reads of outside files", &["domain", "clock", "files", "blocking", "settle"]),
     ("protocols and pure logic", &["cri", "events", "gc", "kubelet_config"]),
     ("handles: faults, metrics, the store", &["fault", "metrics", "store"]),
     ("node-side logic", &["credentials", "pull_records", "embedded"]),

@@ -161,7 +161,7 @@ async fn eventually(what: &str, done: impl Fn() -> bool) {
 
 #[actix::test]
 async fn declared_images_are_pulled_at_start_and_again_at_a_refresh_after_they_went() {
-    use imaged::actors::prefetch_ticker::PrefetchTickerActor;
+    use imaged::node::prefetch_ticker::PrefetchTickerActor;
     const DECLARED: &str = "example.com/declared:1";
     let rt = runtime().await;
     let m = manager(&rt, VerificationPolicy::NeverVerifyPreloadedImages).await;
@@ -196,7 +196,7 @@ async fn declared_images_are_pulled_at_start_and_again_at_a_refresh_after_they_w
 
 #[actix::test]
 async fn a_declared_image_that_fails_is_tried_again_at_the_next_refresh() {
-    use imaged::actors::prefetch_ticker::PrefetchTickerActor;
+    use imaged::node::prefetch_ticker::PrefetchTickerActor;
     let rt = runtime().await;
     let m = manager(&rt, VerificationPolicy::NeverVerifyPreloadedImages).await;
     let refresh = Duration::from_millis(200);

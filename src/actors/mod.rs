@@ -7,7 +7,6 @@ pub mod cri_gateway;
 pub mod detector;
 pub mod event_hub;
 pub mod gc_executor;
-pub mod prefetch_ticker;
 pub mod pull_queue;
 
 /// Asks an actor with timers to stop (its timers keep it alive otherwise).
@@ -34,6 +33,5 @@ impl_stop!(
     cache_refresher::CacheRefresherActor,
     detector::DetectorActor,
     gc_executor::GcExecutorActor,
-    prefetch_ticker::PrefetchTickerActor,
     pull_queue::PullQueueActor,
 );

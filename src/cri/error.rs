@@ -32,6 +32,11 @@ pub enum Rpc {
 }
 
 impl Rpc {
+    /// The reads imaged's CRI front answers from what it keeps for
+    /// `cri_server.read_cache_ttl` (the kubelet's most frequent calls): the
+    /// methods of `imaged_cri_front_cached_answers_total`.
+    pub const KEPT_BY_FRONT: [Rpc; 2] = [Rpc::ImageStatus, Rpc::ListImages];
+
     /// Every RPC, in declaration order.
     pub const ALL: [Rpc; 9] = [
         Rpc::Version,

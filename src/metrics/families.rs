@@ -192,9 +192,9 @@ pub(super) struct CriFamilies {
     pub(super) operation_errors: [Counter; Rpc::ALL.len()],
     pub(super) operation_duration: [Histogram; Rpc::ALL.len()],
     /// The CRI front's reads answered from what it kept, by method (index:
-    /// the method's place in [`crate::cri_front::KEPT_READS`]; no series for
+    /// the method's place in [`Rpc::KEPT_BY_FRONT`]; no series for
     /// a method the front never keeps).
-    pub(super) front_cached: [Counter; crate::cri_front::KEPT_READS.len()],
+    pub(super) front_cached: [Counter; Rpc::KEPT_BY_FRONT.len()],
 }
 
 impl CriFamilies {
@@ -240,8 +240,7 @@ impl CriFamilies {
             "Calls to imaged's CRI socket answered from a kept answer (cri_server.read_cache_ttl), by method",
             cached_family.clone(),
         );
-        let front_cached =
-            crate::cri_front::KEPT_READS.map(|rpc| cached_family.get_or_create_owned(&[("method", rpc.name())]));
+        let front_cached = Rpc::KEPT_BY_FRONT.map(|rpc| cached_family.get_or_create_owned(&[("method", rpc.name())]));
         Self { duration, errors, operations, operation_errors, operation_duration, front_cached }
     }
 }

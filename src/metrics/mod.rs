@@ -220,7 +220,7 @@ impl Metrics {
 
     /// A call to the CRI front answered from a kept answer.
     pub fn front_answer_cached(&self, rpc: Rpc) {
-        if let Some(i) = crate::cri_front::KEPT_READS.iter().position(|r| *r == rpc) {
+        if let Some(i) = Rpc::KEPT_BY_FRONT.iter().position(|r| *r == rpc) {
             self.inner.cri.front_cached[i].inc();
         }
     }

@@ -19,6 +19,7 @@
 //! The daemon (`imaged run`) is this handle behind a gRPC API; embedders get
 //! the same behaviour without the socket.
 
+pub mod prefetch_ticker;
 mod wiring;
 
 pub use wiring::{GcParts, GcService, recover_intents_from_runtime};
@@ -35,7 +36,6 @@ use crate::actors::cache_refresher::ImageListReader;
 use crate::actors::cri_gateway::{CriGatewayActor, ListImages};
 use crate::actors::detector::{DetectImages, SetRecentWindow};
 use crate::actors::gc_executor::{DeleteUnusedImages, GcError, GcReport, GetLastGcReport, RunGc, UpdateGcPolicy};
-use crate::actors::prefetch_ticker::PrefetchTickerActor;
 use crate::actors::pull_queue::{
     GetQueueStatus, ListPulls, PullInfo, PullPhaseChanged, PullQueueActor, QueueStatus, SubscribePhases,
 };
@@ -113,7 +113,7 @@ pub struct Node {
     /// part replaced by each [`update_gc_policy`](Self::update_gc_policy).
     live_gc: tokio::sync::watch::Sender<GcSettings>,
     /// The declared prefetch list's ticker (`[prefetch] images`), if any.
-    prefetch: Option<Addr<PrefetchTickerActor>>,
+    prefetch: Option<Addr<prefetch_ticker::PrefetchTickerActor>>,
 }
 
 impl std::fmt::Debug for Node {

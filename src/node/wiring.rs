@@ -18,7 +18,6 @@ use crate::actors::cache_refresher::{CacheRefresherActor, CacheRefresherSettings
 use crate::actors::cri_gateway::{CriGatewayActor, GetReader, ListImages, SetFaultPlan};
 use crate::actors::detector::{DetectorActor, DetectorCri, DetectorSettings};
 use crate::actors::gc_executor::{GcExecutorActor, GcExecutorSettings};
-use crate::actors::prefetch_ticker::PrefetchTickerActor;
 use crate::actors::pull_queue::PullQueueActor;
 use crate::clock::Clock;
 use crate::config::{Config, GcSettings};
@@ -100,8 +99,14 @@ pub(super) async fn start(
     let gc = GcService::start(gateway, &cfg.gc, capacity, parts);
 
     // The declared prefetch list, once the rest is up (none: no actor).
-    let prefetch = (!cfg.prefetch.images.is_empty())
-        .then(|| PrefetchTickerActor::new(manager.clone(), cfg.prefetch.images.clone(), cfg.prefetch.refresh).start());
+    let prefetch = (!cfg.prefetch.images.is_empty()).then(|| {
+        super::prefetch_ticker::PrefetchTickerActor::new(
+            manager.clone(),
+            cfg.prefetch.images.clone(),
+            cfg.prefetch.refresh,
+        )
+        .start()
+    });
 
     let live_gc = tokio::sync::watch::Sender::new(cfg.gc.clone());
     Ok(Node {

@@ -8,7 +8,8 @@
 //! queue) is not doubled: that tick is skipped.
 //!
 //! The actor is a shell: what to prefetch comes from the configuration,
-//! and everything a prefetch does is the manager's.
+//! and everything a prefetch does is the manager's. It lives with the
+//! node's wiring, above the ensure flow it drives (`tests/layering.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,6 +64,13 @@ async fn prefetch_one(manager: &ImageManager, image: &str) {
         Err(e) => {
             warn!(image, reason = %e.kind, error = %e.message, "prefetch: declared image not queued; trying again at the next refresh");
         }
+    }
+}
+
+impl Handler<crate::actors::Stop> for PrefetchTickerActor {
+    type Result = ();
+    fn handle(&mut self, _: crate::actors::Stop, ctx: &mut Self::Context) {
+        ctx.stop();
     }
 }
 
