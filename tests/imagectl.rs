@@ -146,9 +146,10 @@ fn a_listener_that_never_speaks_is_no_daemon_after_the_connect_timeout_not_a_han
 fn images_pinned_by_a_gc_rule_show_pinned_naming_the_rule_in_json() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("pins.toml");
-    std::fs::write(&config, "[gc]\npinned_images = [\"docker.io/library/busybox:*\"]\n").expect("write");
+    let gc = "[gc]\npinned_images = [\"docker.io/library/busybox:*\"]\nsandbox_image = \"nginx:1.27\"\n";
+    std::fs::write(&config, gc).expect("write");
     let d = Daemon::start(&["--config", config.to_str().expect("utf-8")]);
-    for image in ["busybox:1.36", "redis:7"] {
+    for image in ["busybox:1.36", "redis:7", "nginx:1.27"] {
         assert_eq!(d.imagectl(&["ensure", image]).status.code(), Some(0), "{image}");
     }
     let v = json_of(&d.imagectl(&["-o", "json", "images"]));
@@ -161,6 +162,8 @@ fn images_pinned_by_a_gc_rule_show_pinned_naming_the_rule_in_json() {
         (&json!(false), &json!("docker.io/library/busybox:*"))
     );
     assert_eq!((&redis["pinned"], &redis["pinned_by_rule"]), (&json!(false), &json!("")), "{v}");
+    // The sandbox image, which GC always keeps, by its reference.
+    assert_eq!(of("docker.io/library/nginx:1.27")["pinned_by_rule"], "docker.io/library/nginx:1.27", "{v}");
     // The table says PINNED true for the rule's image, false for the other.
     let table = stdout(&d.imagectl(&["images"]));
     let row = |tag: &str| table.lines().find(|l| l.ends_with(tag)).map(str::to_string).expect(tag);

@@ -143,12 +143,35 @@ pub fn clear_scope(r: proto::ClearBackoffRequest) -> ClearScope {
     }
 }
 
-/// An image with its node-status names and the first of `pins` (the
-/// `gc.pinned_images` patterns in force) that matches it.
-pub fn image(i: &Image, pins: &[String]) -> proto::Image {
+/// What GC keeps by configuration: `gc.sandbox_image` (normalised as the
+/// runtime names it) and the `gc.pinned_images` patterns.
+#[derive(Debug, Default)]
+pub struct Keeps {
+    /// The sandbox image's reference, if one parses.
+    pub sandbox_image: Option<String>,
+    /// The patterns.
+    pub patterns: Vec<String>,
+}
+
+impl Keeps {
+    /// From the GC settings in force.
+    pub fn of(gc: &crate::config::GcSettings) -> Self {
+        let sandbox_image =
+            crate::domain::reference::parse_normalized_named(gc.sandbox_image.trim()).ok().map(|n| n.docker_ref());
+        Self { sandbox_image, patterns: gc.pinned_images.clone() }
+    }
+}
+
+/// An image with its node-status names, and what keeps it from GC besides
+/// the runtime's pin: `keeps`' sandbox image when it is that, else the
+/// first of its `gc.pinned_images` patterns that matches it.
+pub fn image(i: &Image, keeps: &Keeps) -> proto::Image {
     let names = || i.repo_tags.iter().chain(&i.repo_digests);
-    let pinned_by_rule =
-        pins.iter().find(|p| names().any(|n| crate::gc::policy::pattern_matches(p, n))).cloned().unwrap_or_default();
+    let sandbox = keeps.sandbox_image.as_ref().filter(|s| names().any(|n| n == *s));
+    let pinned_by_rule = sandbox
+        .or_else(|| keeps.patterns.iter().find(|p| names().any(|n| crate::gc::policy::pattern_matches(p, n))))
+        .cloned()
+        .unwrap_or_default();
     proto::Image {
         pinned_by_rule,
         id: i.id.clone(),

@@ -241,9 +241,9 @@ impl Imaged for ImagedService {
         _: Request<proto::ListImagesRequest>,
     ) -> Result<Response<proto::ListImagesResponse>, Status> {
         let images = self.node.list_images().await.map_err(status_of)?;
-        let pins = self.node.gc_settings().pinned_images;
+        let keeps = convert::Keeps::of(&self.node.gc_settings());
         Ok(Response::new(proto::ListImagesResponse {
-            images: images.iter().map(|i| convert::image(i, &pins)).collect(),
+            images: images.iter().map(|i| convert::image(i, &keeps)).collect(),
         }))
     }
 
@@ -256,14 +256,14 @@ impl Imaged for ImagedService {
         _: Request<proto::ListImagesRequest>,
     ) -> Result<Response<Self::StreamImagesStream>, Status> {
         let mut images = self.node.list_images().await.map_err(status_of)?;
-        let pins = self.node.gc_settings().pinned_images;
+        let keeps = convert::Keeps::of(&self.node.gc_settings());
         let mut batches = Vec::with_capacity(images.len().div_ceil(IMAGE_BATCH));
         while !images.is_empty() {
             let rest = images.split_off(images.len().min(IMAGE_BATCH));
             batches.push(std::mem::replace(&mut images, rest));
         }
         let stream = tokio_stream::iter(batches.into_iter().map(move |batch| {
-            Ok(proto::ListImagesResponse { images: batch.iter().map(|i| convert::image(i, &pins)).collect() })
+            Ok(proto::ListImagesResponse { images: batch.iter().map(|i| convert::image(i, &keeps)).collect() })
         }));
         Ok(Response::new(Box::pin(stream)))
     }
@@ -405,8 +405,13 @@ pub const CLIENT_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::fro
 pub fn client(socket: &std::path::Path) -> Result<ImagedClient<tonic::transport::Channel>, crate::error::AppError> {
     let path = socket.to_path_buf();
     // The URI is required by tonic but unused: the connector dials the socket.
+    // Keep-alive as the CRI client's: a daemon that hangs (not dies) under
+    // `imagectl events -f` is noticed.
     let channel = tonic::transport::Endpoint::from_static("http://imaged.sock")
         .connect_timeout(CLIENT_CONNECT_TIMEOUT)
+        .initial_connection_window_size(crate::cri::transport::CONNECTION_WINDOW)
+        .http2_keep_alive_interval(std::time::Duration::from_secs(30))
+        .keep_alive_while_idle(false)
         .connect_with_connector_lazy(tower::service_fn(move |_| {
             let path = path.clone();
             async move {
