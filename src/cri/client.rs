@@ -81,8 +81,8 @@ fn request<T>(msg: T, deadline: Option<Duration>) -> tonic::Request<T> {
 /// passes, dropping the call resets its stream and the runtime's handler is
 /// cancelled as it would be at its own deadline. The header would add, per
 /// call, a timer on each side of the socket (tonic's client enforces it with
-/// one, and a tonic server — the embedded runtime — arms another): 3–5 % of
-/// a present-image ensure on the embedded runtime (`benches/ensure.rs`).
+/// one, and a tonic server — the embedded runtime — arms another): 4–5 % of
+/// a bare `ImageStatus` on the embedded runtime (`benches/ensure.rs`).
 /// Calls that do work (`PullImage`, `RemoveImage`) and calls forwarded for
 /// the kubelet still send it, so the runtime stops a pull nobody waits for
 /// even when imaged's connection to it is wedged.
