@@ -195,7 +195,10 @@ fn check_value<'a>(
             _ => wrong(path, &format!("must be a list of strings: {LIST_SYNTAX}")),
         },
         (V::Array(_), _) => wrong(path, &format!("must be a list: {}", list_syntax(expected))),
-        (V::String(_), V::Array(_) | V::Table(_)) => wrong(path, "must be a string"),
+        // A string key: text. An integer reads as its digits (a group id for
+        // `socket_group`, "0" for a duration); true, false or a fraction
+        // is never meant.
+        (V::String(_), V::Array(_) | V::Table(_) | V::Boolean(_) | V::Float(_)) => wrong(path, "must be a string"),
         _ => Ok(()),
     }
 }

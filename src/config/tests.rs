@@ -823,6 +823,9 @@ fn a_quoted_number_in_a_file_is_refused_but_text_from_set_and_the_environment_pa
         ),
         ("[pull]\nregistry_pull_qps = \"5\"\n", "pull.registry_pull_qps", "must be a number, not a string"),
         ("[pull]\nsingle_flight = \"true\"\n", "pull.single_flight", "must be true or false, not a string"),
+        // And the other way: true or a fraction for a string key.
+        ("[gc]\nsandbox_image = true\n", "gc.sandbox_image", "must be a string"),
+        ("[gc]\ngc_period = 1.5\n", "gc.gc_period", "must be a string"),
     ] {
         std::fs::write(&file, text).unwrap();
         match Config::load(&Sources { file: Some(file.clone()), ..Sources::default() }) {
