@@ -27,6 +27,9 @@ pub struct GcSettings {
     pub detect_period: Duration,
     /// GC period.
     pub gc_period: Duration,
+    /// How often the image filesystem is measured between runs, a run
+    /// starting when it is at or above the high threshold (`None`: off).
+    pub pressure_check_period: Option<Duration>,
     /// Node-status image list refresh period.
     pub cache_refresh_period: Duration,
     /// Images in node status (`None` = all).
@@ -165,6 +168,10 @@ pub(super) fn gc_from_raw(g: RawGc) -> Result<GcSettings, ConfigError> {
         max_age_survives_restarts: g.max_age_survives_restarts,
         detect_period: period("gc.detect_period", &g.detect_period)?,
         gc_period: period("gc.gc_period", &g.gc_period)?,
+        pressure_check_period: {
+            let every = duration("gc.pressure_check_period", &g.pressure_check_period)?;
+            (!every.is_zero()).then_some(every)
+        },
         cache_refresh_period: period("gc.cache_refresh_period", &g.cache_refresh_period)?,
         node_status_max_images,
         sandbox_image: g.sandbox_image,

@@ -242,6 +242,7 @@ impl GcService {
             rules: settings.rules(),
             period: settings.gc_period,
             capacity,
+            pressure_check: settings.pressure_check_period,
             mailbox_capacity: settings.executor_mailbox_capacity,
         };
         let mut executor = GcExecutorActor::new(

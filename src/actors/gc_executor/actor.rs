@@ -11,7 +11,7 @@ use tracing::info;
 use super::executor::{GcExecutor, GcExecutorSettings, RunSpec};
 use super::messages::{DeleteUnusedImages, GetLastGcReport, RunGc, UpdateGcPolicy};
 use super::report::{GcError, GcReport};
-use super::run::{GcPorts, run_gc};
+use super::run::{GcPorts, measure, run_gc};
 use crate::actors::cri_gateway::{GetImageFsInfo, GetImageStatus, RemoveImage};
 use crate::actors::detector::DetectImages;
 use crate::clock::Clock;
@@ -163,6 +163,37 @@ impl Actor for GcExecutorActor {
         if self.gc.runs_at_start() {
             ctx.notify(Tick);
         }
+        if let Some(every) = self.gc.config().pressure_check {
+            ctx.run_interval(every, Self::check_pressure);
+        }
+    }
+}
+
+impl GcExecutorActor {
+    /// Measures the image filesystem (one `ImageFsInfo`) and starts a run
+    /// at once when [`GcExecutor::pressure_runs`] says so: a node filling
+    /// up between two periodic runs (5 minutes apart, the kubelet's) is
+    /// cleaned within a check period, not after the kubelet's eviction
+    /// manager (every 10 s, at the same 15 % by default) has evicted pods.
+    fn check_pressure(&mut self, ctx: &mut Context<Self>) {
+        if self.gc.is_running() {
+            return;
+        }
+        let (fs_info, capacity) = (self.ports.fs_info.clone(), self.gc.config().capacity.clone());
+        let probe = async move { measure(&fs_info, &capacity).await };
+        ctx.spawn(probe.into_actor(self).map(|measured, act, ctx| match measured {
+            Ok((fs, _)) if act.gc.pressure_runs(fs) => {
+                info!(
+                    usage_percent = crate::gc::plan::usage_percent(fs),
+                    high_threshold_percent = act.gc.config().policy.high_threshold_percent,
+                    "image filesystem at or above the high threshold: GC runs now, not at its period"
+                );
+                ctx.notify(Tick);
+            }
+            Ok(_) => {}
+            // The periodic run reports a measuring failure; a check only notes it.
+            Err(e) => tracing::debug!(error = %e, "GC pressure check: the image filesystem was not measured"),
+        }));
     }
 }
 

@@ -15,7 +15,7 @@ use tracing::{debug, info, warn};
 
 use super::report::{GcError, GcReport, KEPT_LISTED_PER_REASON};
 use crate::events::{EventReason, ImageEvent, ObjectRef};
-use crate::gc::capacity::CapacitySource;
+use crate::gc::capacity::{CapacitySource, FsCapacity};
 use crate::gc::plan::{DeleteReason, GcMode, free_disk_space_failed_message};
 use crate::gc::policy::{GcPolicy, ProtectionRules};
 use crate::metrics::Metrics;
@@ -31,6 +31,11 @@ pub struct GcExecutorSettings {
     pub period: Duration,
     /// Where capacity and free space come from.
     pub capacity: CapacitySource,
+    /// How often the image filesystem is measured between runs, a run
+    /// starting at once when it is at or above the high threshold
+    /// (`gc.pressure_check_period`; `None`: only every `period`, the
+    /// kubelet).
+    pub pressure_check: Option<Duration>,
     /// Mailbox capacity, set in `started()`
     /// (`gc.executor_mailbox_capacity`,
     /// [`DEFAULT_MAILBOX_CAPACITY`](super::DEFAULT_MAILBOX_CAPACITY) by default).
@@ -104,12 +109,23 @@ pub struct GcExecutor {
     last: Option<Arc<GcReport>>,
     /// Counts non-dry runs by result.
     metrics: Metrics,
+    /// The bytes used when the last pressure check started a run, while
+    /// usage has stayed at or above the high threshold since.
+    pressure_seen: Option<u64>,
 }
 
 impl GcExecutor {
     /// An executor whose GC loop began at `began`.
     pub fn new(cfg: GcExecutorSettings, began: SystemTime) -> Self {
-        Self { cfg, began, running: false, consecutive_failures: 0, last: None, metrics: Metrics::default() }
+        Self {
+            cfg,
+            began,
+            running: false,
+            consecutive_failures: 0,
+            last: None,
+            metrics: Metrics::default(),
+            pressure_seen: None,
+        }
     }
 
     /// The GC loop began at `began` instead (a start kept across restarts).
@@ -165,6 +181,29 @@ impl GcExecutor {
             debug!("image GC still running; tick skipped");
             return false;
         }
+        true
+    }
+
+    /// Whether a pressure check that measured `fs` starts a run now: usage
+    /// at or above the high threshold, GC enabled and not running, and not
+    /// already answered — a run the last check started left usage above
+    /// the threshold (every image in use, say) and nothing was added since,
+    /// so another run would free nothing and repeat its events. Usage
+    /// below the threshold clears that memory.
+    pub fn pressure_runs(&mut self, fs: FsCapacity) -> bool {
+        if self.cfg.policy.is_disabled() || self.running {
+            return false;
+        }
+        let Some(usage) = crate::gc::plan::usage_percent(fs) else { return false };
+        let used = fs.capacity.saturating_sub(fs.available);
+        if i64::from(usage) < self.cfg.policy.high_threshold_percent {
+            self.pressure_seen = None;
+            return false;
+        }
+        if self.pressure_seen.is_some_and(|seen| used <= seen) {
+            return false;
+        }
+        self.pressure_seen = Some(used);
         true
     }
 

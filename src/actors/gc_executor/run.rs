@@ -131,7 +131,7 @@ fn listed_refs(refs: &HashSet<String>, detection: &Detection) -> HashSet<String>
 
 /// The image filesystem's capacity and free space: `ImageFsInfo`, then the
 /// capacity source (on the blocking pool: `statvfs` may block).
-async fn measure(
+pub(super) async fn measure(
     fs_info: &Recipient<GetImageFsInfo>,
     capacity: &CapacitySource,
 ) -> Result<(FsCapacity, MeasuredBy), GcError> {

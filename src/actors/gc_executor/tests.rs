@@ -25,6 +25,7 @@ fn settings(policy: GcPolicy, capacity: u64) -> GcExecutorSettings {
         rules: ProtectionRules::default(),
         period: Duration::from_secs(300),
         capacity: CapacitySource::fixed(capacity),
+        pressure_check: None,
         mailbox_capacity: DEFAULT_MAILBOX_CAPACITY,
     }
 }
@@ -518,4 +519,83 @@ async fn the_periodic_runs_report_is_bounded_from_the_start_and_a_requested_run_
     assert!(!Arc::ptr_eq(&kept, &asked), "the executor keeps its bounded copy");
     assert_eq!(kept.entries.len(), KEPT_LISTED_PER_REASON);
     assert_eq!(kept.started, asked.started);
+}
+
+/// [`rig`]'s images on a disk whose other data is set later, GC every
+/// 5 min, the filesystem checked every `pressure` between runs.
+async fn pressure_rig(pressure: Option<Duration>) -> Rig {
+    let images = ["a", "b", "c", "d", "e"].map(|n| img(&format!("sha256:{n}"), 10 * GB)).to_vec();
+    let fake = FakeCri::new(images, 100 * GB).start();
+    fake.send(SetFakeFs { capacity: 100 * GB, other_used: 0 }).await.unwrap();
+    let clock = Clock::starting_at(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000));
+    let detector = detector(&fake, GcPolicy::default().min_age, &clock);
+    let sink = EventSink::default();
+    let events = EventLog::default().start();
+    sink.subscribe(events.clone().recipient());
+    let cfg = GcExecutorSettings { pressure_check: pressure, ..settings(GcPolicy::default(), 100 * GB) };
+    let gc = executor(cfg, detector.recipient(), &fake, sink, clock).start();
+    Rig { fake, gc, events }
+}
+
+#[actix::test]
+async fn a_disk_that_fills_between_runs_is_cleaned_within_a_pressure_check_not_at_the_next_period() {
+    tokio::time::pause();
+    for pressure in [Some(Duration::from_secs(10)), None] {
+        let r = pressure_rig(pressure).await;
+        // The run at start (50 % used) removes nothing; three minutes on,
+        // every image is past the minimum age.
+        tokio::time::sleep(Duration::from_secs(180)).await;
+        assert!(r.fake.send(GetFakeCalls).await.unwrap().removed.is_empty());
+        // Other data fills the disk to 90 %, two minutes before the next run.
+        r.fake.send(SetFakeFs { capacity: 100 * GB, other_used: 40 * GB }).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let removed = r.fake.send(GetFakeCalls).await.unwrap().removed.len();
+        match pressure {
+            Some(_) => assert_eq!(removed, 1, "cleaned down to the low threshold within one check"),
+            None => assert_eq!(removed, 0, "off: the kubelet's wait for the period"),
+        }
+        // Off, the periodic run at 5 minutes does it.
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(r.fake.send(GetFakeCalls).await.unwrap().removed.len(), 1);
+    }
+}
+
+#[actix::test]
+async fn a_pressure_gc_cannot_fix_is_not_run_again_until_more_is_used() {
+    tokio::time::pause();
+    let r = pressure_rig(Some(Duration::from_secs(10))).await;
+    tokio::time::sleep(Duration::from_secs(180)).await;
+    // Every image in use: no run can free anything.
+    let containers = ["a", "b", "c", "d", "e"]
+        .map(|n| Container {
+            id: format!("c-{n}"),
+            name: n.into(),
+            pod_sandbox_id: "sb1".into(),
+            image_ref: format!("sha256:{n}"),
+            state: ContainerState::Running,
+            ..Container::default()
+        })
+        .to_vec();
+    r.fake.send(SetFakeContainers(containers, vec![])).await.unwrap();
+    r.fake.send(SetFakeFs { capacity: 100 * GB, other_used: 40 * GB }).await.unwrap();
+    let failed = |r: &Rig| {
+        let r = r.events.clone();
+        async move {
+            let events = r.send(crate::testing::TakeEvents).await.unwrap();
+            events.iter().filter(|e| e.reason == EventReason::FreeDiskSpaceFailed).count()
+        }
+    };
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(failed(&r).await, 1, "one run, at the first check above the threshold");
+    // Checks every 10 s for a minute, nothing added: no more runs, no more events.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(failed(&r).await, 0, "the same usage is not run again");
+    // More is used: the next check runs again.
+    r.fake.send(SetFakeFs { capacity: 100 * GB, other_used: 41 * GB }).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(failed(&r).await, 1, "usage grew: run again");
 }

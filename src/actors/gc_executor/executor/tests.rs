@@ -24,6 +24,7 @@ fn cfg(policy: GcPolicy) -> GcExecutorSettings {
         rules: ProtectionRules::default(),
         period: Duration::from_secs(300),
         capacity: CapacitySource::fixed(100 * GB),
+        pressure_check: None,
         mailbox_capacity: DEFAULT_MAILBOX_CAPACITY,
     }
 }
