@@ -80,6 +80,9 @@ pub(super) struct Place<'a> {
     /// Whether type errors name the file and line too (a real file; the
     /// strings tests load keep the reasons bare).
     pub(super) locate_types: bool,
+    /// Inside a list of tables (`[[cri_server.priority]]`): which item is
+    /// being checked, so its line is the one named.
+    pub(super) item: Option<usize>,
 }
 
 impl Place<'_> {
@@ -94,14 +97,13 @@ impl Place<'_> {
             start = Some(key.span().start);
             match value.get_ref() {
                 toml::de::DeValue::Table(inner) => table = inner,
-                // A key inside `[[a.b]]`: the first item that has it.
+                // A key inside `[[a.b]]`: the item being checked, else the
+                // first item that has it.
                 toml::de::DeValue::Array(items) if i + 1 < path.len() => {
                     let next = path[i + 1];
-                    let found = items.iter().find_map(|item| match item.get_ref() {
-                        toml::de::DeValue::Table(t) if t.iter().any(|(k, _)| k.get_ref().as_ref() == next) => Some(t),
-                        _ => None,
-                    });
-                    table = found?;
+                    let checked =
+                        self.item.and_then(|n| items.get(n)).and_then(|item| table_with(item.get_ref(), next));
+                    table = checked.or_else(|| items.iter().find_map(|item| table_with(item.get_ref(), next)))?;
                 }
                 _ => break,
             }
@@ -121,6 +123,14 @@ impl Place<'_> {
             Some(at) if self.locate_types => format!(" ({at})"),
             _ => String::new(),
         }
+    }
+}
+
+/// `item` when it is a table holding `key`.
+fn table_with<'t, 'd>(item: &'t toml::de::DeValue<'d>, key: &str) -> Option<&'t toml::de::DeTable<'d>> {
+    match item {
+        toml::de::DeValue::Table(t) if t.iter().any(|(k, _)| k.get_ref().as_ref() == key) => Some(t),
+        _ => None,
     }
 }
 
@@ -183,9 +193,9 @@ fn check_value<'a>(
         (V::Boolean(_), V::String(_)) => wrong(path, "must be true or false, not a string"),
         (V::Array(_), V::Array(items)) => match list_item(expected) {
             Some(V::Table(rule)) => {
-                for item in items {
+                for (n, item) in items.iter().enumerate() {
                     match item {
-                        V::Table(t) => check_table(t, rule, path, place)?,
+                        V::Table(t) => check_table(t, rule, path, &Place { item: Some(n), ..*place })?,
                         _ => return wrong(path, &format!("must be a list of tables: {TABLE_LIST_SYNTAX}")),
                     }
                 }
@@ -257,7 +267,7 @@ pub(super) fn typed(key: &str, text: &str, origin: &str) -> Result<config::Value
     };
     let value = from_text(key, text, expected)?;
     let mut p: Vec<&str> = path.clone();
-    check_value(expected, &value, &mut p, &Place { origin, text: None, locate_types: false })?;
+    check_value(expected, &value, &mut p, &Place { origin, text: None, locate_types: false, item: None })?;
     Ok(to_config(value, &origin.to_string()))
 }
 

@@ -987,3 +987,18 @@ fn the_prefetch_list_is_normalised_deduplicated_and_kept_from_gc_unless_told_not
     let e = Config::from_toml("[prefetch]\nrefresh = \"15min\"").unwrap_err().to_string();
     assert!(e.contains("prefetch.refresh"), "{e}");
 }
+
+#[test]
+fn a_bad_value_in_a_later_list_table_names_that_tables_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("imaged.toml");
+    let text = "[[cri_server.priority]]\nnamespace = \"a\"\npriority = 5\n\n[[cri_server.priority]]\nnamespace = \"b\"\npriority = \"x\"\n";
+    std::fs::write(&file, text).unwrap();
+    match Config::load(&Sources { file: Some(file.clone()), ..Sources::default() }) {
+        Err(ConfigError::Invalid { key, reason, .. }) => {
+            assert_eq!(key, "cri_server.priority.priority");
+            assert!(reason.contains(&format!("({}, line 7)", file.display())), "the second rule's line: {reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+}

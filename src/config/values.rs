@@ -95,7 +95,7 @@ fn duration_hint(text: &str) -> String {
 pub(super) fn check_toml(text: &str, origin: &str, locate_types: bool) -> Result<(), ConfigError> {
     let e = match toml::from_str::<toml::Table>(text) {
         Ok(table) => {
-            let place = super::schema::Place { origin, text: Some(text), locate_types };
+            let place = super::schema::Place { origin, text: Some(text), locate_types, item: None };
             return super::schema::check_file(&table, &place);
         }
         Err(e) => e,
