@@ -64,16 +64,26 @@ impl ConfigArgs {
     }
 }
 
-/// Whether every `--set key=…` in `overrides` gives `value`, as `flag` does.
+/// Whether every `--set key=…` in `overrides` gives `value`, as `flag` does
+/// (also a `--set section={ key = … }` of the key's section).
 fn agrees(flag: &str, key: &str, value: &str, overrides: &[String]) -> Result<(), ConfigError> {
+    let (section, name) = key.split_once('.').unwrap_or(("", key));
     for o in overrides {
-        if let Some((k, v)) = o.split_once('=')
-            && k.trim() == key
-            && v.trim() != value.trim()
-        {
+        let Some((k, v)) = o.split_once('=') else { continue };
+        let given = if k.trim() == key {
+            Some(v.trim().to_string())
+        } else if k.trim() == section {
+            // An inline table: its `name`, if it sets one.
+            toml::from_str::<toml::Table>(&format!("t = {}", v.trim()))
+                .ok()
+                .and_then(|t| t.get("t").and_then(|t| t.get(name)).and_then(|x| x.as_str().map(str::to_string)))
+        } else {
+            None
+        };
+        if given.is_some_and(|g| g.trim() != value.trim()) {
             return Err(ConfigError::Conflict(format!(
-                "{flag} {value} and --set {key}={} set {key} to different values: give one of them",
-                v.trim()
+                "{flag} {value} and --set {} set {key} to different values: give one of them",
+                o.trim()
             )));
         }
     }
@@ -188,5 +198,11 @@ mod tests {
         assert!(same.sources().is_ok());
         assert!(args(Some("unix:///a.sock"), None, &[]).sources().is_ok());
         assert!(args(None, None, &["runtime.endpoint=unix:///b.sock"]).sources().is_ok());
+        // The key set through its section's table is the same key.
+        let table = args(Some("unix:///a.sock"), None, &[r#"runtime={endpoint="unix:///b.sock"}"#]);
+        let err = table.sources().expect_err("two endpoints, one in a table").to_string();
+        assert!(err.contains("--runtime-endpoint unix:///a.sock") && err.contains("runtime={endpoint="), "{err}");
+        assert!(args(Some("unix:///a.sock"), None, &[r#"runtime={endpoint="unix:///a.sock"}"#]).sources().is_ok());
+        assert!(args(Some("unix:///a.sock"), None, &[r#"runtime={startup_timeout="5s"}"#]).sources().is_ok());
     }
 }
