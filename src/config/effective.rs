@@ -82,8 +82,16 @@ impl Effective {
             origins.insert(key, Origin::Environment(var));
         }
         for o in &sources.overrides {
-            if let Some((key, _)) = o.split_once('=') {
-                origins.insert(key.trim().to_string(), Origin::Flag);
+            if let Some((key, value)) = o.split_once('=') {
+                let key = key.trim();
+                // A table value (`--set 'runtime.deadlines={version="1m"}'`)
+                // sets the keys inside it: they are the ones looked up.
+                if let Ok(t) = toml::from_str::<toml::Table>(&format!("v = {}", value.trim()))
+                    && let Some(toml::Value::Table(inner)) = t.get("v")
+                {
+                    set_all(&mut origins, inner, key, &Origin::Flag);
+                }
+                origins.insert(key.to_string(), Origin::Flag);
             }
         }
         Ok(Self { table, origins })

@@ -1002,3 +1002,18 @@ fn a_bad_value_in_a_later_list_table_names_that_tables_line() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn keys_set_through_a_table_value_name_the_flag_as_their_origin() {
+    let sources = Sources {
+        overrides: vec![r#"runtime.deadlines={version="1m"}"#.into(), r#"gc={gc_period="7m"}"#.into()],
+        ..Sources::default()
+    };
+    let loaded = Config::load_full(&sources).expect("loads");
+    assert_eq!(loaded.config.gc.gc_period, Duration::from_secs(420));
+    let e = loaded.effective;
+    assert_eq!(e.origin("runtime.deadlines.version"), Origin::Flag);
+    assert_eq!(e.origin("gc.gc_period"), Origin::Flag);
+    assert_eq!(e.origin("runtime.deadlines.image_status"), Origin::Default, "a key the table did not set");
+    assert!(e.to_toml(true).contains("version = \"1m\"  # flag"), "{}", e.to_toml(true));
+}
