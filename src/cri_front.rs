@@ -57,9 +57,6 @@ pub const FIRST_FS_INFO_WAIT: Duration = Duration::from_secs(110);
 /// Pause between tries of that first `ImageFsInfo`.
 const FS_INFO_RETRY: Duration = Duration::from_millis(200);
 
-/// The reads the front answers from what it keeps (see [`Rpc::KEPT_BY_FRONT`]).
-pub const KEPT_READS: [Rpc; 2] = Rpc::KEPT_BY_FRONT;
-
 /// What the kubelet's pulls and image calls go through.
 pub struct CriFront {
     reader: CriReader,
@@ -607,7 +604,7 @@ impl ImageFront for CriFront {
         if rpc == Rpc::RemoveImage {
             return self.remove(body, deadline);
         }
-        if KEPT_READS.contains(&rpc) {
+        if Rpc::KEPT_BY_FRONT.contains(&rpc) {
             return self.read(rpc, body, deadline);
         }
         if rpc != Rpc::ImageFsInfo || self.fs_info_answered.load(Ordering::Acquire) {

@@ -243,11 +243,18 @@ pub(super) fn typed(key: &str, text: &str, origin: &str) -> Result<config::Value
         return Ok(config::Value::new(Some(&origin.to_string()), text));
     }
     let path: Vec<&str> = key.split('.').collect();
+    // An unknown key's value is not echoed: a mistyped key may hold what
+    // should not reach a terminal's scrollback or a log (a password given
+    // under the wrong name).
+    let unknown_origin = || match origin.strip_prefix("--set ") {
+        Some(_) => format!("--set {key}=…"),
+        None => origin.to_string(),
+    };
     let mut table = &schema;
     let mut expected = None;
     for (i, name) in path.iter().enumerate() {
         let Some(v) = table.get(*name) else {
-            return Err(unknown(key, origin.to_string(), table, &path[..i]));
+            return Err(unknown(key, unknown_origin(), table, &path[..i]));
         };
         match v {
             toml::Value::Table(inner) if i + 1 < path.len() => table = inner,
@@ -255,7 +262,7 @@ pub(super) fn typed(key: &str, text: &str, origin: &str) -> Result<config::Value
                 let parent = path[..=i].join(".");
                 return Err(ConfigError::UnknownKey {
                     key: key.to_string(),
-                    origin: origin.to_string(),
+                    origin: unknown_origin(),
                     hint: format!("{parent} is a single value, with no keys under it"),
                 });
             }
@@ -263,7 +270,7 @@ pub(super) fn typed(key: &str, text: &str, origin: &str) -> Result<config::Value
         }
     }
     let Some(expected) = expected else {
-        return Err(unknown(key, origin.to_string(), table, &[]));
+        return Err(unknown(key, unknown_origin(), table, &[]));
     };
     let value = from_text(key, text, expected)?;
     let mut p: Vec<&str> = path.clone();
