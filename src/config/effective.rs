@@ -78,19 +78,15 @@ impl Effective {
                 origins.insert(key.to_string(), Origin::Kubelet { file: k.file.clone(), field });
             }
         }
-        for (var, key) in super::env_keys(sources) {
-            origins.insert(key, Origin::Environment(var));
+        for (var, key, value) in super::env_settings(sources) {
+            let origin = Origin::Environment(var);
+            set_inner(&mut origins, &key, &value, &origin);
+            origins.insert(key, origin);
         }
         for o in &sources.overrides {
             if let Some((key, value)) = o.split_once('=') {
                 let key = key.trim();
-                // A table value (`--set 'runtime.deadlines={version="1m"}'`)
-                // sets the keys inside it: they are the ones looked up.
-                if let Ok(t) = toml::from_str::<toml::Table>(&format!("v = {}", value.trim()))
-                    && let Some(toml::Value::Table(inner)) = t.get("v")
-                {
-                    set_all(&mut origins, inner, key, &Origin::Flag);
-                }
+                set_inner(&mut origins, key, value, &Origin::Flag);
                 origins.insert(key.to_string(), Origin::Flag);
             }
         }
@@ -175,6 +171,17 @@ fn bare_or_quoted(name: &str) -> String {
 
 /// Marks every leaf of `table` (a value that is not a table; a list is one
 /// leaf) as coming from `origin`.
+/// A table value (`--set 'runtime.deadlines={version="1m"}'`, or the same
+/// in `IMAGED_RUNTIME__DEADLINES`) sets the keys inside it: they are the
+/// ones looked up, so each gets `origin`.
+fn set_inner(origins: &mut HashMap<String, Origin>, key: &str, value: &str, origin: &Origin) {
+    if let Ok(t) = toml::from_str::<toml::Table>(&format!("v = {}", value.trim()))
+        && let Some(toml::Value::Table(inner)) = t.get("v")
+    {
+        set_all(origins, inner, key, origin);
+    }
+}
+
 fn set_all(origins: &mut HashMap<String, Origin>, table: &toml::Table, prefix: &str, origin: &Origin) {
     for (name, value) in table {
         let key = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };

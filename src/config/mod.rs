@@ -399,7 +399,7 @@ fn env_vars(sources: &Sources) -> impl Iterator<Item = (&str, &str)> {
 
 /// Each configuration variable of `sources`, the dotted key it sets and
 /// its value.
-fn env_settings(sources: &Sources) -> Vec<(String, String, String)> {
+pub(super) fn env_settings(sources: &Sources) -> Vec<(String, String, String)> {
     let values: HashMap<&str, &str> = env_vars(sources).collect();
     env_keys(sources)
         .into_iter()

@@ -1023,3 +1023,13 @@ fn keys_set_through_a_table_value_name_the_flag_as_their_origin() {
     assert_eq!(e.origin("runtime.deadlines.image_status"), Origin::Default, "a key the table did not set");
     assert!(e.to_toml(true).contains("version = \"1m\"  # flag"), "{}", e.to_toml(true));
 }
+
+#[test]
+fn keys_set_through_a_table_value_in_the_environment_name_the_variable() {
+    let sources = Sources { env: env(&[("IMAGED_RUNTIME__DEADLINES", r#"{version="1m"}"#)]), ..Sources::default() };
+    let loaded = Config::load_full(&sources).expect("loads");
+    let e = loaded.effective;
+    let var = Origin::Environment("IMAGED_RUNTIME__DEADLINES".into());
+    assert_eq!(e.origin("runtime.deadlines.version"), var);
+    assert_eq!(e.origin("runtime.deadlines.image_status"), Origin::Default, "a key the table did not set");
+}
