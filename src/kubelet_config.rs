@@ -66,7 +66,19 @@ struct RawKubeletConfiguration {
     pod_sandbox_image: Option<serde_yaml_ng::Value>,
     container_runtime_endpoint: Option<serde_yaml_ng::Value>,
     image_service_endpoint: Option<serde_yaml_ng::Value>,
+    eviction_hard: Option<serde_yaml_ng::Value>,
+    eviction_soft: Option<serde_yaml_ng::Value>,
+    merge_default_eviction_settings: Option<serde_yaml_ng::Value>,
 }
+
+/// The kubelet's default `evictionHard` thresholds for the filesystems
+/// images live on (Linux).
+const DEFAULT_EVICTION_HARD: [(&str, &str); 2] = [("imagefs.available", "15%"), ("nodefs.available", "10%")];
+
+/// The eviction signals whose thresholds bound the image filesystem: its
+/// own, and the node filesystem's (the same disk on most nodes, where the
+/// kubelet's reclaim for either deletes images).
+const IMAGE_FS_SIGNALS: [&str; 2] = ["imagefs.available", "nodefs.available"];
 
 /// The image fields a KubeletConfiguration sets (`None` = not in the file).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -100,6 +112,12 @@ pub struct KubeletImageFields {
     pub container_runtime_endpoint: Option<String>,
     /// `imageServiceEndpoint`.
     pub image_service_endpoint: Option<String>,
+    /// The available-space thresholds below which the kubelet evicts, for
+    /// the image and node filesystems (`evictionHard`, with the kubelet's
+    /// defaults as it applies them, then `evictionSoft`), as written
+    /// (`"15%"`, `"2Gi"`), zeros left out; and whether `evictionSoft`
+    /// gave any.
+    pub eviction_available: (Vec<String>, bool),
     /// Fields the kubelet does not know (misspelled, or from another
     /// version), as its strict decoding names them (`imageMinimumGCAg`,
     /// `authentication.x509.foo`): ignored, and logged as a warning
@@ -145,6 +163,8 @@ impl KubeletImageFields {
         )?;
         let allowlist = f.allowlist(raw.preloaded_images_verification_allowlist)?;
         let (runtime, image) = f.endpoints(raw.container_runtime_endpoint, raw.image_service_endpoint)?;
+        let eviction_available =
+            f.eviction_available(raw.eviction_hard, raw.eviction_soft, raw.merge_default_eviction_settings)?;
         Ok(Self {
             file: file.to_path_buf(),
             serialize_image_pulls,
@@ -161,6 +181,7 @@ impl KubeletImageFields {
             pod_sandbox_image: f.string("podSandboxImage", raw.pod_sandbox_image)?.filter(|s| !s.is_empty()),
             container_runtime_endpoint: runtime,
             image_service_endpoint: image,
+            eviction_available,
             unknown_fields,
         })
     }
@@ -228,6 +249,12 @@ impl KubeletImageFields {
             "runtime.endpoint",
             self.container_runtime_endpoint.clone().or_else(|| self.image_service_endpoint.clone()).map(KeyValue::Str),
             if self.container_runtime_endpoint.is_some() { "containerRuntimeEndpoint" } else { "imageServiceEndpoint" },
+        );
+        let (lines, soft) = &self.eviction_available;
+        put(
+            "gc.eviction_available",
+            Some(KeyValue::List(lines.clone())),
+            if *soft { "evictionHard, evictionSoft" } else { "evictionHard" },
         );
         out
     }
@@ -339,6 +366,74 @@ impl Fields<'_> {
             Some(serde_yaml_ng::Value::String(s)) => Ok(Some(s)),
             Some(other) => Err(self.err(field, format!("{} is not a string", show(&other)))),
         }
+    }
+
+    /// A map of signal names to thresholds (`evictionHard`), `None` when
+    /// not set.
+    fn signal_map(
+        &self,
+        field: &str,
+        v: Option<serde_yaml_ng::Value>,
+    ) -> Result<Option<Vec<(String, String)>>, KubeletConfigError> {
+        let map = match v {
+            None | Some(serde_yaml_ng::Value::Null) => return Ok(None),
+            Some(serde_yaml_ng::Value::Mapping(m)) => m,
+            Some(other) => {
+                return Err(self.err(field, format!("{} is not a map of signals to thresholds", show(&other))));
+            }
+        };
+        let mut out = Vec::new();
+        for (k, v) in map {
+            match (k, v) {
+                (serde_yaml_ng::Value::String(k), serde_yaml_ng::Value::String(v)) => out.push((k, v)),
+                (k, v) => {
+                    return Err(self
+                        .err(field, format!("{}: {} is not a signal name and a threshold text", show(&k), show(&v))));
+                }
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// See [`KubeletImageFields::eviction_available`]. As the kubelet: no
+    /// `evictionHard` takes its defaults; one that is set replaces them
+    /// (signals it leaves out have no threshold) unless
+    /// `mergeDefaultEvictionSettings` is true.
+    fn eviction_available(
+        &self,
+        hard: Option<serde_yaml_ng::Value>,
+        soft: Option<serde_yaml_ng::Value>,
+        merge: Option<serde_yaml_ng::Value>,
+    ) -> Result<(Vec<String>, bool), KubeletConfigError> {
+        let merge = self.bool("mergeDefaultEvictionSettings", merge)?.unwrap_or(false);
+        let defaults = || DEFAULT_EVICTION_HARD.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect();
+        let hard = match self.signal_map("evictionHard", hard)? {
+            None => defaults(),
+            Some(set) if merge => {
+                let mut all: Vec<(String, String)> = defaults();
+                all.retain(|(k, _)| !set.iter().any(|(s, _)| s == k));
+                all.extend(set);
+                all
+            }
+            Some(set) => set,
+        };
+        let soft = self.signal_map("evictionSoft", soft)?.unwrap_or_default();
+        let mut lines = Vec::new();
+        let mut from_soft = false;
+        for (field, map) in [("evictionHard", &hard), ("evictionSoft", &soft)] {
+            for signal in IMAGE_FS_SIGNALS {
+                let Some((_, text)) = map.iter().find(|(k, _)| k == signal) else { continue };
+                match crate::gc::eviction::AvailableThreshold::parse(text) {
+                    Ok(Some(_)) if !lines.contains(text) => {
+                        lines.push(text.clone());
+                        from_soft |= field == "evictionSoft";
+                    }
+                    Ok(_) => {}
+                    Err(reason) => return Err(self.err(field, format!("{signal}: {reason}"))),
+                }
+            }
+        }
+        Ok((lines, from_soft))
     }
 
     fn duration(&self, field: &str, v: Option<serde_yaml_ng::Value>) -> Result<Option<Duration>, KubeletConfigError> {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::ConfigError;
 use super::raw::RawGc;
 use super::values::{duration, invalid, mailbox_capacity, zero_is_off};
+use crate::gc::eviction::AvailableThreshold;
 use crate::metrics::Metrics;
 
 /// Image garbage collection settings (validated with the kubelet's rules).
@@ -30,6 +31,10 @@ pub struct GcSettings {
     /// How often the image filesystem is measured between runs, a run
     /// starting when it is at or above the high threshold (`None`: off).
     pub pressure_check_period: Option<Duration>,
+    /// The kubelet's eviction thresholds for the image filesystem
+    /// (`gc.eviction_available`): the pressure check's run starts before
+    /// the first of them (see [`crate::gc::eviction`]).
+    pub eviction_available: Vec<AvailableThreshold>,
     /// Node-status image list refresh period.
     pub cache_refresh_period: Duration,
     /// Images in node status (`None` = all).
@@ -139,6 +144,14 @@ pub(super) fn gc_from_raw(g: RawGc) -> Result<GcSettings, ConfigError> {
         }
         n => Some(usize::try_from(n).unwrap_or(usize::MAX)),
     };
+    let mut eviction_available = Vec::new();
+    for t in &g.eviction_available {
+        match AvailableThreshold::parse(t) {
+            Ok(Some(t)) => eviction_available.push(t),
+            Ok(None) => {}
+            Err(reason) => return Err(invalid("gc.eviction_available", t, &reason)),
+        }
+    }
     for p in &g.pinned_images {
         if p.trim().is_empty() || p.contains(char::is_whitespace) {
             return Err(invalid(
@@ -172,6 +185,7 @@ pub(super) fn gc_from_raw(g: RawGc) -> Result<GcSettings, ConfigError> {
             let every = duration("gc.pressure_check_period", &g.pressure_check_period)?;
             (!every.is_zero()).then_some(every)
         },
+        eviction_available,
         cache_refresh_period: period("gc.cache_refresh_period", &g.cache_refresh_period)?,
         node_status_max_images,
         sandbox_image: g.sandbox_image,

@@ -61,6 +61,7 @@ pub(super) struct RawGc {
     pub(super) detect_period: String,
     pub(super) gc_period: String,
     pub(super) pressure_check_period: String,
+    pub(super) eviction_available: Vec<String>,
     pub(super) cache_refresh_period: String,
     pub(super) node_status_max_images: i64,
     pub(super) sandbox_image: String,

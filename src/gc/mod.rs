@@ -4,6 +4,7 @@
 
 pub mod capacity;
 pub mod detect;
+pub mod eviction;
 pub mod in_use;
 pub mod in_use_hints;
 pub mod plan;

@@ -218,7 +218,10 @@ fn an_empty_endpoint_is_not_set_and_pod_sandbox_image_maps() {
     let o = k.overrides();
     assert!(o.contains(&("gc.sandbox_image", KeyValue::Str("registry.k8s.io/pause:3.9".into()), "podSandboxImage")));
     assert!(o.contains(&("runtime.endpoint", KeyValue::Str("unix:///x.sock".into()), "imageServiceEndpoint")));
-    assert_eq!(o.len(), 2);
+    // And the kubelet's default eviction thresholds (no evictionHard set).
+    let defaults = KeyValue::List(vec!["15%".into(), "10%".into()]);
+    assert!(o.contains(&("gc.eviction_available", defaults, "evictionHard")));
+    assert_eq!(o.len(), 3);
     assert_eq!(k.unknown_fields, Vec::<String>::new(), "podSandboxImage is read by imaged");
 }
 
@@ -324,4 +327,47 @@ mod props {
             prop_assert_eq!(if max { k.image_maximum_gc_age } else { k.image_minimum_gc_age }, Some(d));
         }
     }
+}
+
+#[test]
+fn eviction_thresholds_for_the_image_filesystem_follow_the_kubelets_defaulting() {
+    let lines = |extra: &str| {
+        let k = KubeletImageFields::parse(Path::new("k.yaml"), &minimal(extra)).expect(extra);
+        k.eviction_available
+    };
+    let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    // No evictionHard: the kubelet's defaults.
+    assert_eq!(lines(""), (owned(&["15%", "10%"]), false));
+    // One set: it replaces the defaults (signals left out have none).
+    assert_eq!(lines("evictionHard:\n  memory.available: 100Mi\n  imagefs.available: 20%\n"), (owned(&["20%"]), false));
+    assert_eq!(lines("evictionHard:\n  memory.available: 100Mi\n"), (owned(&[]), false));
+    // Unless merged with them.
+    assert_eq!(
+        lines("mergeDefaultEvictionSettings: true\nevictionHard:\n  nodefs.available: 5Gi\n"),
+        (owned(&["15%", "5Gi"]), false)
+    );
+    // Soft thresholds come on top; zero is no threshold.
+    assert_eq!(
+        lines(
+            "evictionHard:\n  imagefs.available: 0%\n  nodefs.available: 10%\nevictionSoft:\n  imagefs.available: 25%\n"
+        ),
+        (owned(&["10%", "25%"]), true)
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (yaml, field, says) in [
+        ("evictionHard:\n  imagefs.available: lots\n", "evictionHard", "imagefs.available: \"lots\" is neither"),
+        ("evictionSoft:\n  nodefs.available: 120%\n", "evictionSoft", "nodefs.available: \"120%\" must be between"),
+        ("evictionHard: 15%\n", "evictionHard", "is not a map"),
+        ("mergeDefaultEvictionSettings: often\n", "mergeDefaultEvictionSettings", "is not true or false"),
+    ] {
+        let path = write(&dir, "kubelet.yaml", &minimal(yaml));
+        let err = Config::load(&Sources { kubelet_config: Some(path), ..Sources::default() }).expect_err(yaml);
+        let text = err.to_string();
+        assert!(text.contains(&format!("field {field}:")) && text.contains(says), "{yaml}: {text}");
+    }
+    // Layered onto gc.eviction_available, the kubelet's fields named as its origin.
+    let path = write(&dir, "kubelet.yaml", &minimal("evictionHard:\n  imagefs.available: 2Gi\n"));
+    let loaded = Config::load_full(&Sources { kubelet_config: Some(path), ..Sources::default() }).expect("loads");
+    assert_eq!(loaded.config.gc.eviction_available, [crate::gc::eviction::AvailableThreshold::Bytes(2 << 30)]);
+    assert!(loaded.effective.to_toml(true).contains("evictionHard"), "{}", loaded.effective.to_toml(true));
 }

@@ -243,6 +243,7 @@ impl GcService {
             period: settings.gc_period,
             capacity,
             pressure_check: settings.pressure_check_period,
+            eviction: settings.eviction_available.clone(),
             mailbox_capacity: settings.executor_mailbox_capacity,
         };
         let mut executor = GcExecutorActor::new(

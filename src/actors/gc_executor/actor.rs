@@ -112,8 +112,20 @@ impl GcExecutorActor {
         dry_run: bool,
         requested: bool,
     ) -> ResponseActFuture<Self, Result<Arc<GcReport>, GcError>> {
+        self.run_with(mode, dry_run, requested, None)
+    }
+
+    /// [`run`](Self::run) with `policy` instead of the configured one (a
+    /// pressure check's run before the kubelet's eviction line).
+    fn run_with(
+        &mut self,
+        mode: GcMode,
+        dry_run: bool,
+        requested: bool,
+        policy: Option<crate::gc::policy::GcPolicy>,
+    ) -> ResponseActFuture<Self, Result<Arc<GcReport>, GcError>> {
         let spec = match self.gc.begin(mode, dry_run) {
-            Ok(spec) => RunSpec { whole_report: requested, ..spec },
+            Ok(spec) => RunSpec { whole_report: requested, policy: policy.unwrap_or(spec.policy), ..spec },
             Err(e) => return Box::pin(actix::fut::ready(Err(e))),
         };
         let work = run_gc(self.ports.clone(), spec, self.clock.clone());
@@ -182,15 +194,28 @@ impl GcExecutorActor {
         let (fs_info, capacity) = (self.ports.fs_info.clone(), self.gc.config().capacity.clone());
         let probe = async move { measure(&fs_info, &capacity).await };
         ctx.spawn(probe.into_actor(self).map(|measured, act, ctx| match measured {
-            Ok((fs, _)) if act.gc.pressure_runs(fs) => {
-                info!(
-                    usage_percent = crate::gc::plan::usage_percent(fs),
-                    high_threshold_percent = act.gc.config().policy.high_threshold_percent,
-                    "image filesystem at or above the high threshold: GC runs now, not at its period"
-                );
-                ctx.notify(Tick);
+            Ok((fs, _)) => {
+                let Some(policy) = act.gc.pressure_runs(fs) else { return };
+                let configured = act.gc.config().policy.high_threshold_percent;
+                if policy.high_threshold_percent < configured {
+                    info!(
+                        usage_percent = crate::gc::plan::usage_percent(fs),
+                        high_threshold_percent = policy.high_threshold_percent,
+                        low_threshold_percent = policy.low_threshold_percent,
+                        eviction_usage_percent =
+                            crate::gc::eviction::eviction_usage_percent(&act.gc.config().eviction, fs.capacity),
+                        "image filesystem near the kubelet's eviction line: GC runs now, with thresholds below it"
+                    );
+                } else {
+                    info!(
+                        usage_percent = crate::gc::plan::usage_percent(fs),
+                        high_threshold_percent = configured,
+                        "image filesystem at or above the high threshold: GC runs now, not at its period"
+                    );
+                }
+                let run = act.run_with(GcMode::Threshold, false, false, Some(policy)).map(|_, _, _| ());
+                ctx.spawn(run);
             }
-            Ok(_) => {}
             // The periodic run reports a measuring failure; a check only notes it.
             Err(e) => tracing::debug!(error = %e, "GC pressure check: the image filesystem was not measured"),
         }));

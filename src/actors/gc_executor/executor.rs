@@ -16,6 +16,7 @@ use tracing::{debug, info, warn};
 use super::report::{GcError, GcReport, KEPT_LISTED_PER_REASON};
 use crate::events::{EventReason, ImageEvent, ObjectRef};
 use crate::gc::capacity::{CapacitySource, FsCapacity};
+use crate::gc::eviction::AvailableThreshold;
 use crate::gc::plan::{DeleteReason, GcMode, free_disk_space_failed_message};
 use crate::gc::policy::{GcPolicy, ProtectionRules};
 use crate::metrics::Metrics;
@@ -36,6 +37,10 @@ pub struct GcExecutorSettings {
     /// (`gc.pressure_check_period`; `None`: only every `period`, the
     /// kubelet).
     pub pressure_check: Option<Duration>,
+    /// The kubelet's eviction thresholds for the image filesystem
+    /// (`gc.eviction_available`): a pressure check's run starts before the
+    /// first of them ([`crate::gc::eviction::pressure_policy`]).
+    pub eviction: Vec<AvailableThreshold>,
     /// Mailbox capacity, set in `started()`
     /// (`gc.executor_mailbox_capacity`,
     /// [`DEFAULT_MAILBOX_CAPACITY`](super::DEFAULT_MAILBOX_CAPACITY) by default).
@@ -184,27 +189,32 @@ impl GcExecutor {
         true
     }
 
-    /// Whether a pressure check that measured `fs` starts a run now: usage
-    /// at or above the high threshold, GC enabled and not running, and not
-    /// already answered — a run the last check started left usage above
-    /// the threshold (every image in use, say) and nothing was added since,
-    /// so another run would free nothing and repeat its events. Usage
-    /// below the threshold clears that memory.
-    pub fn pressure_runs(&mut self, fs: FsCapacity) -> bool {
+    /// Whether a pressure check that measured `fs` starts a run now, and
+    /// with which thresholds: the policy's, or lower ones when the
+    /// kubelet's eviction line comes first
+    /// ([`crate::gc::eviction::pressure_policy`]). It runs when usage is at
+    /// or above that high threshold, GC is enabled and not running, and the
+    /// check was not already answered — a run the last check started left
+    /// usage above the threshold (every image in use, say) and nothing was
+    /// added since, so another run would free nothing and repeat its
+    /// events. Usage below the threshold clears that memory.
+    pub fn pressure_runs(&mut self, fs: FsCapacity) -> Option<GcPolicy> {
         if self.cfg.policy.is_disabled() || self.running {
-            return false;
+            return None;
         }
-        let Some(usage) = crate::gc::plan::usage_percent(fs) else { return false };
+        let usage = crate::gc::plan::usage_percent(fs)?;
+        let policy = crate::gc::eviction::pressure_policy(&self.cfg.policy, &self.cfg.eviction, fs.capacity)
+            .unwrap_or_else(|| self.cfg.policy.clone());
         let used = fs.capacity.saturating_sub(fs.available);
-        if i64::from(usage) < self.cfg.policy.high_threshold_percent {
+        if i64::from(usage) < policy.high_threshold_percent {
             self.pressure_seen = None;
-            return false;
+            return None;
         }
         if self.pressure_seen.is_some_and(|seen| used <= seen) {
-            return false;
+            return None;
         }
         self.pressure_seen = Some(used);
-        true
+        Some(policy)
     }
 
     /// Begins a run: what it works with, or [`GcError::Busy`] when one is

@@ -26,6 +26,7 @@ fn settings(policy: GcPolicy, capacity: u64) -> GcExecutorSettings {
         period: Duration::from_secs(300),
         capacity: CapacitySource::fixed(capacity),
         pressure_check: None,
+        eviction: Vec::new(),
         mailbox_capacity: DEFAULT_MAILBOX_CAPACITY,
     }
 }
@@ -524,6 +525,14 @@ async fn the_periodic_runs_report_is_bounded_from_the_start_and_a_requested_run_
 /// [`rig`]'s images on a disk whose other data is set later, GC every
 /// 5 min, the filesystem checked every `pressure` between runs.
 async fn pressure_rig(pressure: Option<Duration>) -> Rig {
+    pressure_rig_evicting(pressure, Vec::new()).await
+}
+
+/// [`pressure_rig`] on a node whose kubelet evicts below `eviction`.
+async fn pressure_rig_evicting(
+    pressure: Option<Duration>,
+    eviction: Vec<crate::gc::eviction::AvailableThreshold>,
+) -> Rig {
     let images = ["a", "b", "c", "d", "e"].map(|n| img(&format!("sha256:{n}"), 10 * GB)).to_vec();
     let fake = FakeCri::new(images, 100 * GB).start();
     fake.send(SetFakeFs { capacity: 100 * GB, other_used: 0 }).await.unwrap();
@@ -532,7 +541,7 @@ async fn pressure_rig(pressure: Option<Duration>) -> Rig {
     let sink = EventSink::default();
     let events = EventLog::default().start();
     sink.subscribe(events.clone().recipient());
-    let cfg = GcExecutorSettings { pressure_check: pressure, ..settings(GcPolicy::default(), 100 * GB) };
+    let cfg = GcExecutorSettings { pressure_check: pressure, eviction, ..settings(GcPolicy::default(), 100 * GB) };
     let gc = executor(cfg, detector.recipient(), &fake, sink, clock).start();
     Rig { fake, gc, events }
 }
@@ -598,4 +607,26 @@ async fn a_pressure_gc_cannot_fix_is_not_run_again_until_more_is_used() {
     tokio::time::sleep(Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_millis(1)).await;
     assert_eq!(failed(&r).await, 1, "usage grew: run again");
+}
+
+#[actix::test]
+async fn a_pressure_check_runs_gc_before_a_looser_kubelet_eviction_line_than_the_high_threshold() {
+    tokio::time::pause();
+    use crate::gc::eviction::AvailableThreshold;
+    // The kubelet evicts below 20 % free (usage above 80 %); GC's high
+    // threshold is 85 %. Other data brings usage to 82 %.
+    for (eviction, removed) in [(vec![AvailableThreshold::Percent(2000)], 1), (Vec::new(), 0)] {
+        let r = pressure_rig_evicting(Some(Duration::from_secs(10)), eviction.clone()).await;
+        tokio::time::sleep(Duration::from_secs(180)).await;
+        r.fake.send(SetFakeFs { capacity: 100 * GB, other_used: 32 * GB }).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let calls = r.fake.send(GetFakeCalls).await.unwrap();
+        assert_eq!(calls.removed.len(), removed, "eviction lines {eviction:?}");
+        if removed > 0 {
+            let report = r.gc.send(GetLastGcReport).await.unwrap().expect("a run");
+            // A run at 79 %, down to 74 %: 8 GB, one 10 GB image.
+            assert_eq!(report.amount_to_free, 8 * GB, "{report:?}");
+        }
+    }
 }

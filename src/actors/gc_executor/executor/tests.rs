@@ -25,6 +25,7 @@ fn cfg(policy: GcPolicy) -> GcExecutorSettings {
         period: Duration::from_secs(300),
         capacity: CapacitySource::fixed(100 * GB),
         pressure_check: None,
+        eviction: Vec::new(),
         mailbox_capacity: DEFAULT_MAILBOX_CAPACITY,
     }
 }
