@@ -176,18 +176,34 @@ impl CriClient {
     /// runtime sends, each converted as it arrives and dropped, so at most
     /// one batch is held beside the list being built. A runtime without it
     /// answers `Unimplemented` (see the gateway's fallback).
+    ///
+    /// The deadline goes to the runtime (`grpc-timeout`) and bounds the
+    /// whole stream here too: tonic's own bound ends with the headers, so a
+    /// runtime that stalled between two batches would hold the listing,
+    /// and the GC run or refresh waiting on it, for as long as it stalls.
     pub async fn stream_images(
         &self,
         filter: Option<ImageSpec>,
         deadline: Option<Duration>,
     ) -> Result<Vec<Image>, CriError> {
         let req = pb::StreamImagesRequest { filter: filter.map(|s| pb::ImageFilter { image: Some(s.into()) }) };
-        let mut stream = self.images.clone().stream_images(request(req, deadline)).await?.into_inner();
-        let mut images = Vec::new();
-        while let Some(batch) = stream.message().await? {
-            images.extend(batch.images.into_iter().map(Image::from));
-        }
-        Ok(images)
+        let mut client = self.images.clone();
+        let whole = async move {
+            let mut stream = client.stream_images(request(req, deadline)).await?.into_inner();
+            let mut images = Vec::new();
+            while let Some(batch) = stream.message().await? {
+                images.extend(batch.images.into_iter().map(Image::from));
+            }
+            Ok::<_, tonic::Status>(images)
+        };
+        let images = match deadline {
+            Some(d) => {
+                let d = crate::domain::limits::clamp_duration(d);
+                tokio::time::timeout(d, whole).await.map_err(|_| CriError::deadline_exceeded())?
+            }
+            None => whole.await,
+        };
+        Ok(images?)
     }
 
     /// `ImageStatus`; an absent image is `image: None`, not an error.
@@ -356,5 +372,80 @@ mod tests {
         assert_eq!(timeout(None), None, "no deadline, no header");
         let req = request((), Some(Duration::from_millis(7)));
         assert_eq!(req.metadata().get_all("grpc-timeout").iter().count(), 1, "one header, never two");
+    }
+
+    /// An image service whose `StreamImages` sends one batch, then nothing
+    /// more and never ends; every other call is `Unimplemented`.
+    struct StallsMidStream;
+
+    type Batches = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<pb::StreamImagesResponse, tonic::Status>> + Send + 'static>,
+    >;
+
+    #[tonic::async_trait]
+    impl pb::image_service_server::ImageService for StallsMidStream {
+        type StreamImagesStream = Batches;
+
+        async fn stream_images(
+            &self,
+            _: tonic::Request<pb::StreamImagesRequest>,
+        ) -> Result<tonic::Response<Batches>, tonic::Status> {
+            let first =
+                pb::StreamImagesResponse { images: vec![pb::Image { id: "sha256:a".into(), ..pb::Image::default() }] };
+            let stream = tokio_stream::StreamExt::chain(tokio_stream::iter([Ok(first)]), tokio_stream::pending());
+            Ok(tonic::Response::new(Box::pin(stream)))
+        }
+        async fn list_images(
+            &self,
+            _: tonic::Request<pb::ListImagesRequest>,
+        ) -> Result<tonic::Response<pb::ListImagesResponse>, tonic::Status> {
+            Err(tonic::Status::unimplemented("ListImages"))
+        }
+        async fn image_status(
+            &self,
+            _: tonic::Request<pb::ImageStatusRequest>,
+        ) -> Result<tonic::Response<pb::ImageStatusResponse>, tonic::Status> {
+            Err(tonic::Status::unimplemented("ImageStatus"))
+        }
+        async fn pull_image(
+            &self,
+            _: tonic::Request<pb::PullImageRequest>,
+        ) -> Result<tonic::Response<pb::PullImageResponse>, tonic::Status> {
+            Err(tonic::Status::unimplemented("PullImage"))
+        }
+        async fn remove_image(
+            &self,
+            _: tonic::Request<pb::RemoveImageRequest>,
+        ) -> Result<tonic::Response<pb::RemoveImageResponse>, tonic::Status> {
+            Err(tonic::Status::unimplemented("RemoveImage"))
+        }
+        async fn image_fs_info(
+            &self,
+            _: tonic::Request<pb::ImageFsInfoRequest>,
+        ) -> Result<tonic::Response<pb::ImageFsInfoResponse>, tonic::Status> {
+            Err(tonic::Status::unimplemented("ImageFsInfo"))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_stalls_between_batches_ends_at_its_deadline() {
+        #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stalls.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(pb::image_service_server::ImageServiceServer::new(StallsMidStream))
+                .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
+        );
+        let client = CriClient::new(&CriEndpoint::Unix(path), Duration::from_secs(5)).unwrap();
+        let t = std::time::Instant::now();
+        let listed =
+            tokio::time::timeout(Duration::from_secs(5), client.stream_images(None, Some(Duration::from_millis(200))))
+                .await
+                .expect("bounded by its own deadline, not the outer one");
+        assert_eq!(listed.map_err(|e| e.kind()), Err(CriErrorKind::DeadlineExceeded));
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        server.abort();
     }
 }
