@@ -397,12 +397,17 @@ fn reload(node: &Node, sources: &Sources, current: &mut Config, log: Option<&Log
         // imaged_config_info shows the settings in force, as GetStatus does.
         node.config().pull.metrics.set_config_info(&node.info_labels());
     }
+    if new.backoff.delays != current.backoff.delays {
+        node.update_backoff_delays(new.backoff.delays);
+        current.backoff.delays = new.backoff.delays;
+        applied.push("backoff (initial, max)");
+    }
     let mut needs_restart = Vec::new();
     // Changed GC settings beyond the live part need a restart.
     let live_gc = node.gc_settings();
     let restart_gc = new.gc.with_policy_of(&live_gc);
     if restart_gc != live_gc {
-        needs_restart.push("gc (periods, sandbox_image, node_status_max_images)");
+        needs_restart.push("gc (periods, sandbox_image, node_status_max_images, eviction_available)");
     }
     for (name, changed) in [
         (
@@ -412,7 +417,7 @@ fn reload(node: &Node, sources: &Sources, current: &mut Config, log: Option<&Log
                 || new.embedded_state_dir != current.embedded_state_dir,
         ),
         ("pull", new.pull != current.pull || new.ensure != current.ensure),
-        ("backoff", new.backoff != current.backoff),
+        ("backoff (gc_interval, mailbox_capacity)", new.backoff != current.backoff),
         ("state", new.state_dir != current.state_dir),
         ("credentials", new.credentials != current.credentials),
         ("credential_verification", new.verification != current.verification),

@@ -458,8 +458,12 @@ fn sighup_reloads_the_log_filter_and_a_stopped_daemon_means_exit_69() {
     assert_eq!(before["image_gc_high_threshold_percent"], 85, "{before}");
 
     // The log filter and the GC policy are applied live.
-    std::fs::write(&cfg, "[log]\nfilter = \"info\"\n[gc]\nimage_gc_high_threshold_percent = 90\npinned_images = [\"registry.k8s.io/*\"]\n")
-        .expect("write");
+    std::fs::write(
+        &cfg,
+        "[log]\nfilter = \"info\"\n[gc]\nimage_gc_high_threshold_percent = 90\npinned_images = [\"registry.k8s.io/*\"]\n\
+         [backoff]\ninitial = \"2s\"\nmax = \"30s\"\n",
+    )
+    .expect("write");
     d.signal(Signal::SIGHUP);
     d.wait_for_log("SIGHUP: configuration reloaded", Duration::from_secs(10), "no reload");
     let ok = d.imagectl(&["ensure", "redis:7", "--pod-uid", "after"]);
@@ -467,6 +471,9 @@ fn sighup_reloads_the_log_filter_and_a_stopped_daemon_means_exit_69() {
     assert!(d.log().contains("Pulling image \"redis:7\""), "info lines appear after the reload: {}", d.log());
     assert!(!d.log().contains("only after a restart"), "nothing else changed: {}", d.log());
     assert!(d.log().contains("gc (thresholds"), "the GC policy was applied: {}", d.log());
+    assert!(d.log().contains("backoff (initial, max)"), "the back-off delays were applied: {}", d.log());
+    assert!(d.log().contains("back-off delays replaced"), "by the registry: {}", d.log());
+    assert!(d.log().contains("initial_ms=2000"), "{}", d.log());
     // GetStatus shows the settings in force, not those at start.
     let after = gc_settings(&d.imagectl(&["status", "-o", "json"]));
     assert_eq!(after["image_gc_high_threshold_percent"], 90, "{after}");

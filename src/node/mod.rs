@@ -31,7 +31,9 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use crate::actors::Stop;
-use crate::actors::backoff_registry::{BackoffRegistryActor, BackoffView, ClearBackoff, ClearScope, ListBackoffs};
+use crate::actors::backoff_registry::{
+    BackoffRegistryActor, BackoffView, ClearBackoff, ClearScope, ListBackoffs, UpdateBackoffDelays,
+};
 use crate::actors::cache_refresher::ImageListReader;
 use crate::actors::cri_gateway::{CriGatewayActor, ListImages};
 use crate::actors::detector::{DetectImages, SetRecentWindow};
@@ -214,6 +216,12 @@ impl Node {
     /// The pull queue the ensure flow pulls through.
     pub fn queue(&self) -> &Addr<PullQueueActor> {
         &self.queue
+    }
+
+    /// Replaces the back-off delays live (a reload of `[backoff] initial`
+    /// and `max`): see [`UpdateBackoffDelays`].
+    pub fn update_backoff_delays(&self, delays: crate::actors::backoff_registry::BackoffDelays) {
+        self.backoff.do_send(UpdateBackoffDelays(delays));
     }
 
     /// The backoff registry the ensure flow consults (send it `ClearBackoff` to retry now).

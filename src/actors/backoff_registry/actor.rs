@@ -174,6 +174,22 @@ impl Handler<ClearBackoff> for BackoffRegistryActor {
     }
 }
 
+impl Handler<UpdateBackoffDelays> for BackoffRegistryActor {
+    type Result = ();
+    /// Replaces the delays; see the message.
+    fn handle(&mut self, m: UpdateBackoffDelays, _: &mut Self::Context) {
+        let (old, new) = (self.table.config(), m.0);
+        self.table.set_config(new);
+        info!(
+            initial_ms = crate::domain::limits::millis(new.initial),
+            max_ms = crate::domain::limits::millis(new.max),
+            was_initial_ms = crate::domain::limits::millis(old.initial),
+            was_max_ms = crate::domain::limits::millis(old.max),
+            "back-off delays replaced"
+        );
+    }
+}
+
 impl Handler<ListBackoffs> for BackoffRegistryActor {
     type Result = MessageResult<ListBackoffs>;
     /// Lists every entry.

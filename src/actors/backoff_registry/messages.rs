@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use actix::{Actor, Addr, Context, Handler, Message, Recipient};
 
-use super::table::{BackoffKey, BackoffView, ClearScope};
+use super::table::{BackoffDelays, BackoffKey, BackoffView, ClearScope};
 
 /// Step 8.2: is this key in back-off now? Read-only.
 #[derive(Debug, Clone, Message)]
@@ -108,6 +108,14 @@ pub struct ClearBackoff {
     /// Which back-offs.
     pub scope: ClearScope,
 }
+
+/// Replaces the delays (a configuration reload): failures from now on
+/// double from the new initial period up to the new cap; a key backing off
+/// longer than the new cap waits no longer than it from its last failure,
+/// and entries expire after twice the new cap.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct UpdateBackoffDelays(pub BackoffDelays);
 
 /// Every entry, sorted by pod UID then image, for status display.
 #[derive(Debug, Clone, Copy, Default, Message)]

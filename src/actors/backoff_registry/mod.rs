@@ -23,7 +23,7 @@ mod tests;
 pub use actor::BackoffRegistryActor;
 pub use messages::{
     BackoffCheck, BackoffPort, BeginAttempt, CheckBackoff, ClearBackoff, ListBackoffs, RecordFailure, RecordSuccess,
-    RegistryRecovered,
+    RegistryRecovered, UpdateBackoffDelays,
 };
 pub use settings::BackoffSettings;
 pub use table::{

@@ -223,6 +223,17 @@ impl BackoffTable {
         self.cfg
     }
 
+    /// Replaces the periods (see
+    /// [`UpdateBackoffDelays`](super::UpdateBackoffDelays)): each stored
+    /// period is capped at the new maximum, so no key waits longer than it
+    /// from its last failure; the next failure doubles from there.
+    pub fn set_config(&mut self, cfg: BackoffDelays) {
+        self.cfg = cfg;
+        for e in self.entries.values_mut() {
+            e.backoff = e.backoff.min(cfg.max);
+        }
+    }
+
     /// Number of entries (expired ones included until GC).
     pub fn len(&self) -> usize {
         self.entries.len()

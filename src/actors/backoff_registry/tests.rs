@@ -497,3 +497,33 @@ async fn early_ends_of_back_offs_are_counted_by_reason() {
         ]
     );
 }
+
+#[actix::test]
+async fn new_delays_apply_to_the_next_failure_and_cap_a_long_back_off_at_once() {
+    tokio::time::pause();
+    let addr = start(None);
+    let (long, fresh) = (key("p", "long"), key("p", "fresh"));
+    for _ in 0..6 {
+        fail(&addr, &long, "ErrImagePull: boom").await;
+    }
+    assert_eq!(check(&addr, &long).await.backoff, Some(secs(300)));
+    let delays = BackoffDelays::try_new(secs(2), secs(30)).unwrap();
+    addr.send(UpdateBackoffDelays(delays)).await.expect("registry answers");
+    // The key at 300 s waits no longer than the new cap from its last failure.
+    let c = check(&addr, &long).await;
+    assert_eq!((c.backoff, c.retry_in), (Some(secs(30)), Some(secs(30))));
+    tokio::time::advance(secs(30)).await;
+    assert!(!check(&addr, &long).await.in_backoff, "free at the new cap");
+    // New keys double from the new initial period to the new cap.
+    let seen: Vec<u64> = {
+        let mut v = Vec::new();
+        for _ in 0..6 {
+            v.push(fail(&addr, &fresh, "ErrImagePull: boom").await.as_secs());
+        }
+        v
+    };
+    assert_eq!(seen, [2, 4, 8, 16, 30, 30]);
+    // Entries expire after twice the new cap.
+    tokio::time::advance(secs(61)).await;
+    assert_eq!(fail(&addr, &fresh, "ErrImagePull: boom").await, secs(2), "expired: from the initial period");
+}
