@@ -115,9 +115,9 @@ pub struct KubeletImageFields {
     /// The available-space thresholds below which the kubelet evicts, for
     /// the image and node filesystems (`evictionHard`, with the kubelet's
     /// defaults as it applies them, then `evictionSoft`), as written
-    /// (`"15%"`, `"2Gi"`), zeros left out; and whether `evictionSoft`
-    /// gave any.
-    pub eviction_available: (Vec<String>, bool),
+    /// (`"15%"`, `"2Gi"`), those the kubelet ignores left out; and the
+    /// fields they come from, as `--show-origin` names them.
+    pub eviction_available: (Vec<String>, &'static str),
     /// Fields the kubelet does not know (misspelled, or from another
     /// version), as its strict decoding names them (`imageMinimumGCAg`,
     /// `authentication.x509.foo`): ignored, and logged as a warning
@@ -250,12 +250,8 @@ impl KubeletImageFields {
             self.container_runtime_endpoint.clone().or_else(|| self.image_service_endpoint.clone()).map(KeyValue::Str),
             if self.container_runtime_endpoint.is_some() { "containerRuntimeEndpoint" } else { "imageServiceEndpoint" },
         );
-        let (lines, soft) = &self.eviction_available;
-        put(
-            "gc.eviction_available",
-            Some(KeyValue::List(lines.clone())),
-            if *soft { "evictionHard, evictionSoft" } else { "evictionHard" },
-        );
+        let (lines, fields) = &self.eviction_available;
+        put("gc.eviction_available", Some(KeyValue::List(lines.clone())), fields);
         out
     }
 }
@@ -404,10 +400,12 @@ impl Fields<'_> {
         hard: Option<serde_yaml_ng::Value>,
         soft: Option<serde_yaml_ng::Value>,
         merge: Option<serde_yaml_ng::Value>,
-    ) -> Result<(Vec<String>, bool), KubeletConfigError> {
+    ) -> Result<(Vec<String>, &'static str), KubeletConfigError> {
         let merge = self.bool("mergeDefaultEvictionSettings", merge)?.unwrap_or(false);
         let defaults = || DEFAULT_EVICTION_HARD.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect();
-        let hard = match self.signal_map("evictionHard", hard)? {
+        let hard = self.signal_map("evictionHard", hard)?;
+        let defaulted = hard.is_none();
+        let hard = match hard {
             None => defaults(),
             Some(set) if merge => {
                 let mut all: Vec<(String, String)> = defaults();
@@ -433,7 +431,13 @@ impl Fields<'_> {
                 }
             }
         }
-        Ok((lines, from_soft))
+        let fields = match (defaulted, from_soft) {
+            (true, false) => "evictionHard (unset: the kubelet's defaults)",
+            (true, true) => "evictionHard (unset: the kubelet's defaults), evictionSoft",
+            (false, false) => "evictionHard",
+            (false, true) => "evictionHard, evictionSoft",
+        };
+        Ok((lines, fields))
     }
 
     fn duration(&self, field: &str, v: Option<serde_yaml_ng::Value>) -> Result<Option<Duration>, KubeletConfigError> {

@@ -220,7 +220,7 @@ fn an_empty_endpoint_is_not_set_and_pod_sandbox_image_maps() {
     assert!(o.contains(&("runtime.endpoint", KeyValue::Str("unix:///x.sock".into()), "imageServiceEndpoint")));
     // And the kubelet's default eviction thresholds (no evictionHard set).
     let defaults = KeyValue::List(vec!["15%".into(), "10%".into()]);
-    assert!(o.contains(&("gc.eviction_available", defaults, "evictionHard")));
+    assert!(o.contains(&("gc.eviction_available", defaults, "evictionHard (unset: the kubelet's defaults)")));
     assert_eq!(o.len(), 3);
     assert_eq!(k.unknown_fields, Vec::<String>::new(), "podSandboxImage is read by imaged");
 }
@@ -337,21 +337,25 @@ fn eviction_thresholds_for_the_image_filesystem_follow_the_kubelets_defaulting()
     };
     let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     // No evictionHard: the kubelet's defaults.
-    assert_eq!(lines(""), (owned(&["15%", "10%"]), false));
+    assert_eq!(lines(""), (owned(&["15%", "10%"]), "evictionHard (unset: the kubelet's defaults)"));
     // One set: it replaces the defaults (signals left out have none).
-    assert_eq!(lines("evictionHard:\n  memory.available: 100Mi\n  imagefs.available: 20%\n"), (owned(&["20%"]), false));
-    assert_eq!(lines("evictionHard:\n  memory.available: 100Mi\n"), (owned(&[]), false));
+    assert_eq!(
+        lines("evictionHard:\n  memory.available: 100Mi\n  imagefs.available: 20%\n"),
+        (owned(&["20%"]), "evictionHard")
+    );
+    assert_eq!(lines("evictionHard:\n  memory.available: 100Mi\n"), (owned(&[]), "evictionHard"));
     // Unless merged with them.
     assert_eq!(
         lines("mergeDefaultEvictionSettings: true\nevictionHard:\n  nodefs.available: 5Gi\n"),
-        (owned(&["15%", "5Gi"]), false)
+        (owned(&["15%", "5Gi"]), "evictionHard")
     );
-    // Soft thresholds come on top; zero is no threshold.
+    // Soft thresholds come on top; 0% and 100% are no threshold.
     assert_eq!(
         lines(
-            "evictionHard:\n  imagefs.available: 0%\n  nodefs.available: 10%\nevictionSoft:\n  imagefs.available: 25%\n"
+            "evictionHard:\n  imagefs.available: 0%\n  nodefs.available: 10%\n\
+             evictionSoft:\n  imagefs.available: 25%\n  nodefs.available: 100%\n"
         ),
-        (owned(&["10%", "25%"]), true)
+        (owned(&["10%", "25%"]), "evictionHard, evictionSoft")
     );
     let dir = tempfile::tempdir().expect("tempdir");
     for (yaml, field, says) in [
