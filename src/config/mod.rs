@@ -70,9 +70,10 @@ pub enum ConfigError {
     /// Two flags set one key to different values.
     #[error("configuration: {0}")]
     Conflict(String),
-    /// A `--set` override is not `key=value`.
-    #[error("configuration: override {0:?} is not key=value")]
-    BadOverride(String),
+    /// The n-th `--set` override (from 1) is not `key=value`; its text is
+    /// not echoed (it may be a secret given without its key).
+    #[error("configuration: --set number {0} has no \"=\": give key=value")]
+    BadOverride(usize),
     /// The `--kubelet-config` file cannot be used (names the file and field).
     #[error("configuration: {0}")]
     Kubelet(#[from] crate::kubelet_config::KubeletConfigError),
@@ -272,10 +273,14 @@ impl Config {
             // Each value is text, read as its key's type.
             b = b.add_source(schema::EnvSource::new(&env_settings(sources))?);
         }
-        for o in &sources.overrides {
-            let (k, v) = o.split_once('=').ok_or_else(|| ConfigError::BadOverride(o.clone()))?;
+        for (i, o) in sources.overrides.iter().enumerate() {
+            let (k, v) = o.split_once('=').ok_or(ConfigError::BadOverride(i + 1))?;
             let (k, v) = (k.trim(), v.trim());
-            b = b.set_override(k, schema::typed(k, v, &format!("--set {k}={v}"))?)?;
+            // Where it was given, without the value: a mistyped key, or one
+            // inside a table value, may carry what should not reach a
+            // terminal or a log (a password given under the wrong name).
+            // A known key's bad value is named by its own error.
+            b = b.set_override(k, schema::typed(k, v, &format!("--set {k}=…"))?)?;
         }
         let raw: RawConfig = b.build()?.try_deserialize()?;
         let effective = Effective::new(&raw, sources, file_text.as_deref(), kubelet.as_ref())?;

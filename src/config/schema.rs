@@ -243,18 +243,11 @@ pub(super) fn typed(key: &str, text: &str, origin: &str) -> Result<config::Value
         return Ok(config::Value::new(Some(&origin.to_string()), text));
     }
     let path: Vec<&str> = key.split('.').collect();
-    // An unknown key's value is not echoed: a mistyped key may hold what
-    // should not reach a terminal's scrollback or a log (a password given
-    // under the wrong name).
-    let unknown_origin = || match origin.strip_prefix("--set ") {
-        Some(_) => format!("--set {key}=…"),
-        None => origin.to_string(),
-    };
     let mut table = &schema;
     let mut expected = None;
     for (i, name) in path.iter().enumerate() {
         let Some(v) = table.get(*name) else {
-            return Err(unknown(key, unknown_origin(), table, &path[..i]));
+            return Err(unknown(key, origin.to_string(), table, &path[..i]));
         };
         match v {
             toml::Value::Table(inner) if i + 1 < path.len() => table = inner,
@@ -262,7 +255,7 @@ pub(super) fn typed(key: &str, text: &str, origin: &str) -> Result<config::Value
                 let parent = path[..=i].join(".");
                 return Err(ConfigError::UnknownKey {
                     key: key.to_string(),
-                    origin: unknown_origin(),
+                    origin: origin.to_string(),
                     hint: format!("{parent} is a single value, with no keys under it"),
                 });
             }
@@ -270,7 +263,7 @@ pub(super) fn typed(key: &str, text: &str, origin: &str) -> Result<config::Value
         }
     }
     let Some(expected) = expected else {
-        return Err(unknown(key, unknown_origin(), table, &[]));
+        return Err(unknown(key, origin.to_string(), table, &[]));
     };
     let value = from_text(key, text, expected)?;
     let mut p: Vec<&str> = path.clone();
@@ -285,7 +278,9 @@ fn from_text(key: &str, text: &str, expected: &toml::Value) -> Result<toml::Valu
         text.parse::<V>().map_err(|e| {
             let syntax = if what == "a list" { list_syntax(expected) } else { "" };
             let reason = format!("not {what} ({})", e.message().trim().trim_end_matches('.'));
-            invalid(key, text, if syntax.is_empty() { reason } else { format!("{reason}: {syntax}") })
+            // A table's text is not echoed: it may hold a mistyped key's secret.
+            let shown = if what == "a table" { "{…}" } else { text };
+            invalid(key, shown, if syntax.is_empty() { reason } else { format!("{reason}: {syntax}") })
         })
     };
     match expected {
