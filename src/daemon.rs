@@ -397,6 +397,13 @@ fn reload(node: &Node, sources: &Sources, current: &mut Config, log: Option<&Log
         // imaged_config_info shows the settings in force, as GetStatus does.
         node.config().pull.metrics.set_config_info(&node.info_labels());
     }
+    let throttle = |c: &Config| (c.pull.qps.to_bits(), c.pull.burst, c.pull.throttle_mode);
+    if throttle(&new) != throttle(current) {
+        node.update_pull_throttle(new.pull.qps, new.pull.burst, new.pull.throttle_mode);
+        (current.pull.qps, current.pull.burst, current.pull.throttle_mode) =
+            (new.pull.qps, new.pull.burst, new.pull.throttle_mode);
+        applied.push("pull (registry_pull_qps, registry_burst, throttle_mode)");
+    }
     if new.backoff.delays != current.backoff.delays {
         node.update_backoff_delays(new.backoff.delays);
         current.backoff.delays = new.backoff.delays;

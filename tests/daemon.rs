@@ -461,7 +461,7 @@ fn sighup_reloads_the_log_filter_and_a_stopped_daemon_means_exit_69() {
     std::fs::write(
         &cfg,
         "[log]\nfilter = \"info\"\n[gc]\nimage_gc_high_threshold_percent = 90\npinned_images = [\"registry.k8s.io/*\"]\n\
-         [backoff]\ninitial = \"2s\"\nmax = \"30s\"\n",
+         [backoff]\ninitial = \"2s\"\nmax = \"30s\"\n[pull]\nregistry_pull_qps = 50\nregistry_burst = 100\n",
     )
     .expect("write");
     d.signal(Signal::SIGHUP);
@@ -474,6 +474,8 @@ fn sighup_reloads_the_log_filter_and_a_stopped_daemon_means_exit_69() {
     assert!(d.log().contains("backoff (initial, max)"), "the back-off delays were applied: {}", d.log());
     assert!(d.log().contains("back-off delays replaced"), "by the registry: {}", d.log());
     assert!(d.log().contains("initial_ms=2000"), "{}", d.log());
+    assert!(d.log().contains("pull (registry_pull_qps"), "the throttle was applied: {}", d.log());
+    assert!(d.log().contains("registry pull throttle replaced qps=50.0 burst=100"), "by the queue: {}", d.log());
     // GetStatus shows the settings in force, not those at start.
     let after = gc_settings(&d.imagectl(&["status", "-o", "json"]));
     assert_eq!(after["image_gc_high_threshold_percent"], 90, "{after}");

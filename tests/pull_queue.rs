@@ -198,6 +198,34 @@ async fn throttle_fails_fast_like_the_kubelet() {
 }
 
 #[actix::test]
+async fn a_new_throttle_applies_to_the_next_pull() {
+    let rt = runtime().await;
+    for i in 0..4 {
+        add(&rt, &format!("example.com/r{i}:1"), 0);
+    }
+    let cfg = PullQueueSettings {
+        qps: 0.01,
+        burst: 1,
+        throttle_mode: ThrottleMode::Fail,
+        ..no_throttle(Concurrency::Serial)
+    };
+    let q = queue(&rt, cfg).await;
+    let pull = |i: usize| {
+        let q = q.clone();
+        async move { q.send(EnqueuePull(req(&format!("example.com/r{i}:1")))).await.expect("admitted").await }
+    };
+    assert!(pull(0).await.is_ok());
+    assert_eq!(pull(1).await, Err(PullFailure::QpsExceeded), "one token per 100 s");
+    // A reload: a burst of two at a high rate.
+    q.send(UpdatePullThrottle { qps: 1000.0, burst: 2, mode: ThrottleMode::Fail }).await.expect("updated");
+    assert!(pull(1).await.is_ok() && pull(2).await.is_ok(), "a full bucket of the new burst");
+    // Off.
+    q.send(UpdatePullThrottle { qps: 0.0, burst: 0, mode: ThrottleMode::Fail }).await.expect("updated");
+    assert!(pull(3).await.is_ok());
+    assert_eq!(rt.runtime.stats().calls(Rpc::PullImage), 4);
+}
+
+#[actix::test]
 async fn throttle_in_wait_mode_queues_instead_of_failing() {
     let rt = runtime().await;
     for i in 0..3 {

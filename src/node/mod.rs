@@ -218,6 +218,13 @@ impl Node {
         &self.queue
     }
 
+    /// Replaces the registry pull throttle live (a reload of
+    /// `pull.registry_pull_qps`, `registry_burst`, `throttle_mode`): see
+    /// [`UpdatePullThrottle`](crate::actors::pull_queue::UpdatePullThrottle).
+    pub fn update_pull_throttle(&self, qps: f64, burst: u32, mode: crate::actors::pull_queue::ThrottleMode) {
+        self.queue.do_send(crate::actors::pull_queue::UpdatePullThrottle { qps, burst, mode });
+    }
+
     /// Replaces the back-off delays live (a reload of `[backoff] initial`
     /// and `max`): see [`UpdateBackoffDelays`].
     pub fn update_backoff_delays(&self, delays: crate::actors::backoff_registry::BackoffDelays) {

@@ -423,6 +423,17 @@ impl Handler<PullFinished> for PullQueueActor {
     }
 }
 
+impl Handler<UpdatePullThrottle> for PullQueueActor {
+    type Result = ();
+
+    /// Replaces the throttle for the queue and its pull tasks.
+    fn handle(&mut self, m: UpdatePullThrottle, _: &mut Self::Context) {
+        self.throttle.set(m.qps, m.burst, m.mode);
+        (self.cfg.qps, self.cfg.burst, self.cfg.throttle_mode) = (m.qps, m.burst, m.mode);
+        tracing::info!(qps = m.qps, burst = m.burst, mode = ?m.mode, "registry pull throttle replaced");
+    }
+}
+
 impl Handler<GetQueueStatus> for PullQueueActor {
     type Result = MessageResult<GetQueueStatus>;
 

@@ -313,6 +313,21 @@ pub struct QueueStatus {
     pub waiters: usize,
 }
 
+/// Replaces the registry pull throttle (a reload of `pull.registry_pull_qps`,
+/// `registry_burst`, `throttle_mode`): a full bucket of the new burst at the
+/// new rate, for every pull that takes a token from now on (those waiting
+/// for one too).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct UpdatePullThrottle {
+    /// Pulls per second (0 = no throttle).
+    pub qps: f64,
+    /// Bucket size.
+    pub burst: u32,
+    /// What a pull does when no token is free.
+    pub mode: super::ThrottleMode,
+}
+
 /// Asks for the queue's [`QueueStatus`].
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "QueueStatus")]

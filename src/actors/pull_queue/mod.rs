@@ -14,7 +14,7 @@ pub mod throttle;
 pub use actor::{PullQueueActor, PullQueueSettings};
 pub use messages::{
     EnqueuePull, GetQueueStatus, ImageSize, ListPulls, PullFailure, PullInfo, PullOutcome, PullPhase, PullPhaseChanged,
-    PullPod, PullRequest, PullResult, PullStage, PullTicket, QueueStatus, SubscribePhases,
+    PullPod, PullRequest, PullResult, PullStage, PullTicket, QueueStatus, SubscribePhases, UpdatePullThrottle,
 };
 pub use queue::{Concurrency, registry_of};
 pub use records_due::{RecordDue, RecordsDue};

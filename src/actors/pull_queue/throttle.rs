@@ -35,15 +35,22 @@ impl Clock for TokioClock {
 
 type Limiter = RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<Duration>>;
 
-/// The throttle; `disabled` when `registry_pull_qps` is 0.
+/// The throttle; `disabled` when `registry_pull_qps` is 0. Shared by the
+/// queue and its pull tasks; [`PullThrottle::set`] replaces its bucket for
+/// all of them (a reload).
 pub struct PullThrottle {
+    state: std::sync::RwLock<State>,
+}
+
+struct State {
     limiter: Option<(Limiter, TokioClock)>,
     mode: ThrottleMode,
 }
 
 impl std::fmt::Debug for PullThrottle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PullThrottle").field("enabled", &self.limiter.is_some()).field("mode", &self.mode).finish()
+        let st = self.state();
+        f.debug_struct("PullThrottle").field("enabled", &st.limiter.is_some()).field("mode", &st.mode).finish()
     }
 }
 
@@ -54,35 +61,44 @@ impl PullThrottle {
     /// A throttle of `qps` pulls per second with bursts of `burst` (0 QPS =
     /// no throttle; a burst of 0 is treated as 1).
     pub fn new(qps: f64, burst: u32, mode: ThrottleMode) -> Self {
-        let Some(period) = crate::domain::limits::period_of_rate(qps) else {
-            return Self { limiter: None, mode };
-        };
-        let burst = NonZeroU32::new(burst.max(1)).unwrap_or(NonZeroU32::MIN);
-        // governor multiplies the period by the burst in u64 nanoseconds: a
-        // vanishing rate must not overflow it.
-        let period = period.min(Duration::from_nanos(u64::MAX / u64::from(burst.get())));
-        let quota = Quota::with_period(period).map(|q| q.allow_burst(burst));
-        match quota {
-            Some(q) => {
-                let clock = TokioClock { origin: Instant::now() };
-                Self { limiter: Some((RateLimiter::direct_with_clock(q, clock.clone()), clock)), mode }
-            }
-            None => Self { limiter: None, mode },
-        }
+        Self { state: std::sync::RwLock::new(State { limiter: limiter(qps, burst), mode }) }
+    }
+
+    /// Replaces the bucket (full, `burst` tokens) and the mode: the pulls
+    /// that take a token from now on, waiting ones included, take it here.
+    pub fn set(&self, qps: f64, burst: u32, mode: ThrottleMode) {
+        let mut st = self.state.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *st = State { limiter: limiter(qps, burst), mode };
+    }
+
+    fn state(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The mode.
     pub fn mode(&self) -> ThrottleMode {
-        self.mode
+        self.state().mode
     }
 
     /// Takes a token, or says how long until one is free.
     pub fn try_acquire(&self) -> Result<(), Duration> {
-        match &self.limiter {
+        match &self.state().limiter {
             None => Ok(()),
             Some((l, clock)) => l.check().map_err(|not_until| not_until.wait_time_from(clock.now())),
         }
     }
+}
+
+/// A bucket of `qps` tokens per second holding `burst` (none at 0 QPS).
+fn limiter(qps: f64, burst: u32) -> Option<(Limiter, TokioClock)> {
+    let period = crate::domain::limits::period_of_rate(qps)?;
+    let burst = NonZeroU32::new(burst.max(1)).unwrap_or(NonZeroU32::MIN);
+    // governor multiplies the period by the burst in u64 nanoseconds: a
+    // vanishing rate must not overflow it.
+    let period = period.min(Duration::from_nanos(u64::MAX / u64::from(burst.get())));
+    let quota = Quota::with_period(period)?.allow_burst(burst);
+    let clock = TokioClock { origin: Instant::now() };
+    Some((RateLimiter::direct_with_clock(quota, clock.clone()), clock))
 }
 
 #[cfg(test)]
@@ -119,6 +135,25 @@ mod tests {
         let t = PullThrottle::new(0.0, 10, ThrottleMode::Fail);
         for _ in 0..1000 {
             assert!(t.try_acquire().is_ok());
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_rate_replaces_the_bucket_for_every_holder() {
+        let t = std::sync::Arc::new(PullThrottle::new(1.0, 1, ThrottleMode::Fail));
+        let task = t.clone();
+        assert!(task.try_acquire().is_ok());
+        assert!(task.try_acquire().is_err(), "one token a second");
+        t.set(100.0, 3, ThrottleMode::Wait);
+        assert_eq!(task.mode(), ThrottleMode::Wait);
+        for _ in 0..3 {
+            assert!(task.try_acquire().is_ok(), "a full bucket of the new burst");
+        }
+        let wait = task.try_acquire().expect_err("empty");
+        assert!(wait <= Duration::from_millis(10), "the new rate: {wait:?}");
+        t.set(0.0, 0, ThrottleMode::Fail);
+        for _ in 0..1000 {
+            assert!(task.try_acquire().is_ok(), "0 QPS: off");
         }
     }
 }
