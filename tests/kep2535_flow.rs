@@ -246,6 +246,11 @@ async fn a_pod_that_finds_the_image_while_its_pull_is_being_recorded_waits_for_t
     assert!(served(&rb), "the record lets it use the image: {rb:?}");
     assert_eq!(pulls(&rt), before, "no second pull of an image whose pull was ending");
     assert_eq!(mustpull_checks(&metrics, "credentialRecordFound"), Some(1.0), "checked again once the record came");
+    assert_eq!(
+        mustpull_checks(&metrics, "mustAuthenticate"),
+        None,
+        "the look before the wait is not counted: one pod's check is one in the metric"
+    );
 }
 
 // === crash between intent and record ===

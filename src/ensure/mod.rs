@@ -337,15 +337,18 @@ impl ImageManager {
                         let check = || {
                             Box::pin(
                                 self.records
-                                    .must_attempt_pull_with(&spec.image, &image_ref, || lookup.pod_credentials()),
+                                    .must_attempt_pull_uncounted(&spec.image, &image_ref, || lookup.pod_credentials()),
                             )
                         };
-                        let mut must_pull = check().await?;
+                        let mut checked = check().await?;
                         // A pull of it by imaged may be just ending, its
-                        // record not yet written: that record decides.
-                        if must_pull && Box::pin(self.records.pulls_ended(&spec.image, PULL_END_WAIT)).await {
-                            must_pull = check().await?;
+                        // record not yet written: that record decides (and
+                        // only the check acted on is counted).
+                        if checked.must_pull && Box::pin(self.records.pulls_ended(&spec.image, PULL_END_WAIT)).await {
+                            checked = check().await?;
                         }
+                        self.records.count(checked);
+                        let must_pull = checked.must_pull;
                         if !must_pull {
                             if looks < MAX_LOOKS {
                                 // Marks it (one lock), unless GC is removing it.

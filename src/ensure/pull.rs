@@ -184,21 +184,25 @@ impl ImageManager {
             {
                 let check = || {
                     Box::pin(
-                        self.records.must_attempt_pull_with(&spec.image, &o.image_ref, || lookup.pod_credentials()),
+                        self.records
+                            .must_attempt_pull_uncounted(&spec.image, &o.image_ref, || lookup.pod_credentials()),
                     )
                 };
-                let mut must_pull = check().await.unwrap_or(true);
+                let unsure = crate::pull_records::MustPullCheck { must_pull: true, result: None };
+                let mut checked = check().await.unwrap_or(unsure);
                 // The pull that brought it may have just been answered, its
                 // records a commit away: they decide (never this pull's own:
-                // it pulled nothing).
-                if must_pull
+                // it pulled nothing), and only the check acted on is counted.
+                if checked.must_pull
                     && Box::pin(
                         self.records_due.written(&crate::pull_records::image_key(&spec.image), RECORDS_DUE_WAIT),
                     )
                     .await
                 {
-                    must_pull = check().await.unwrap_or(true);
+                    checked = check().await.unwrap_or(unsure);
                 }
+                self.records.count(checked);
+                let must_pull = checked.must_pull;
                 if must_pull {
                     skip_if_present = false;
                     continue;

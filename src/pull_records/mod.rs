@@ -113,6 +113,16 @@ struct Inner {
     pull_ended: tokio::sync::Notify,
 }
 
+/// A must-pull check's answer, not yet counted (see
+/// [`PullRecords::must_attempt_pull_uncounted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MustPullCheck {
+    /// The pod must pull the image (show its credentials to the registry).
+    pub must_pull: bool,
+    /// The metric's result label; `None`: not counted (no image ref).
+    pub result: Option<MustPullResult>,
+}
+
 /// When [`PullRecords::write_pulled`] refreshes a record the merge left
 /// unchanged.
 #[derive(Debug, Clone, Copy)]
@@ -310,14 +320,33 @@ impl PullRecords {
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = Result<PodCredentials, E>>,
     {
+        let check = self.must_attempt_pull_uncounted(image, image_ref, pod_credentials).await?;
+        self.count(check);
+        Ok(check.must_pull)
+    }
+
+    /// [`PullRecords::must_attempt_pull_with`] without counting the check in
+    /// `imaged_imagemanager_image_mustpull_checks_total` (an error is
+    /// counted: it is the check's end): a caller that may look again (a
+    /// record a commit away) counts only the answer it acts on, with
+    /// [`PullRecords::count`], so one pod's check is one in the metric.
+    pub async fn must_attempt_pull_uncounted<E, F, Fut>(
+        &self,
+        image: &str,
+        image_ref: &str,
+        pod_credentials: F,
+    ) -> Result<MustPullCheck, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<PodCredentials, E>>,
+    {
         // As the kubelet: no image ref means the image must be pulled, under
         // every policy, and this return is not counted in the metric.
         if image_ref.is_empty() {
-            return Ok(true);
+            return Ok(MustPullCheck { must_pull: true, result: None });
         }
         if self.inner.policy.policy == VerificationPolicy::NeverVerify {
-            self.metrics.mustpull_check(MustPullResult::CredentialPolicyAllowed);
-            return Ok(false);
+            return Ok(MustPullCheck { must_pull: false, result: Some(MustPullResult::CredentialPolicyAllowed) });
         }
         let names = self.names(image);
         let repo = &names.repo;
@@ -342,14 +371,21 @@ impl PullRecords {
                 }
             },
         };
-        self.metrics.mustpull_check(decision.result);
         if let (Some(repo), false) = (repo, decision.record_secrets.is_empty()) {
             let creds = ImagePullCredentials { kubernetes_secrets: decision.record_secrets, ..Default::default() };
             if let Err(e) = self.write_pulled(image_ref, repo, &creds, None, Refresh::No).await {
                 tracing::warn!(image, image_ref, error = %e, "failed to record a matching pull secret");
             }
         }
-        Ok(decision.must_pull)
+        Ok(MustPullCheck { must_pull: decision.must_pull, result: Some(decision.result) })
+    }
+
+    /// Counts `check` in `imaged_imagemanager_image_mustpull_checks_total`
+    /// (nothing for one the kubelet does not count).
+    pub fn count(&self, check: MustPullCheck) {
+        if let Some(result) = check.result {
+            self.metrics.mustpull_check(result);
+        }
     }
 
     /// The kubelet's `RecordPullIntent`: a pull of `image` is about to start.
