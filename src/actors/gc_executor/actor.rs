@@ -16,6 +16,7 @@ use crate::actors::cri_gateway::{GetImageFsInfo, GetImageStatus, RemoveImage};
 use crate::actors::detector::DetectImages;
 use crate::clock::Clock;
 use crate::events::EventSink;
+use crate::gc::capacity::{FsCapacity, MeasuredBy};
 use crate::gc::in_use_hints::InUseHints;
 use crate::gc::plan::GcMode;
 use crate::metrics::Metrics;
@@ -115,18 +116,22 @@ impl GcExecutorActor {
         self.run_with(mode, dry_run, requested, None)
     }
 
-    /// [`run`](Self::run) with `policy` instead of the configured one (a
-    /// pressure check's run before the kubelet's eviction line).
+    /// [`run`](Self::run) for a pressure check: with `policy` instead of
+    /// the configured one (before the kubelet's eviction line) and the
+    /// check's own measurement of the filesystem.
     fn run_with(
         &mut self,
         mode: GcMode,
         dry_run: bool,
         requested: bool,
-        policy: Option<crate::gc::policy::GcPolicy>,
+        pressure: Option<(crate::gc::policy::GcPolicy, (FsCapacity, MeasuredBy))>,
     ) -> ResponseActFuture<Self, Result<Arc<GcReport>, GcError>> {
-        let spec = match self.gc.begin(mode, dry_run) {
-            Ok(spec) => RunSpec { whole_report: requested, policy: policy.unwrap_or(spec.policy), ..spec },
-            Err(e) => return Box::pin(actix::fut::ready(Err(e))),
+        let spec = match (self.gc.begin(mode, dry_run), pressure) {
+            (Ok(spec), Some((policy, measured))) => {
+                RunSpec { whole_report: requested, policy, measured: Some(measured), ..spec }
+            }
+            (Ok(spec), None) => RunSpec { whole_report: requested, ..spec },
+            (Err(e), _) => return Box::pin(actix::fut::ready(Err(e))),
         };
         let work = run_gc(self.ports.clone(), spec, self.clock.clone());
         Box::pin(work.into_actor(self).map(move |outcome, act, _| {
@@ -194,7 +199,7 @@ impl GcExecutorActor {
         let (fs_info, capacity) = (self.ports.fs_info.clone(), self.gc.config().capacity.clone());
         let probe = async move { measure(&fs_info, &capacity).await };
         ctx.spawn(probe.into_actor(self).map(|measured, act, ctx| match measured {
-            Ok((fs, _)) => {
+            Ok((fs, measured_by)) => {
                 let Some(policy) = act.gc.pressure_runs(fs) else { return };
                 let configured = act.gc.config().policy.high_threshold_percent;
                 if policy.high_threshold_percent < configured {
@@ -213,7 +218,8 @@ impl GcExecutorActor {
                         "image filesystem at or above the high threshold: GC runs now, not at its period"
                     );
                 }
-                let run = act.run_with(GcMode::Threshold, false, false, Some(policy)).map(|_, _, _| ());
+                let run =
+                    act.run_with(GcMode::Threshold, false, false, Some((policy, (fs, measured_by)))).map(|_, _, _| ());
                 ctx.spawn(run);
             }
             // The periodic run reports a measuring failure; a check only notes it.

@@ -15,7 +15,7 @@ use tracing::{debug, info, warn};
 
 use super::report::{GcError, GcReport, KEPT_LISTED_PER_REASON};
 use crate::events::{EventReason, ImageEvent, ObjectRef};
-use crate::gc::capacity::{CapacitySource, FsCapacity};
+use crate::gc::capacity::{CapacitySource, FsCapacity, MeasuredBy};
 use crate::gc::eviction::AvailableThreshold;
 use crate::gc::plan::{DeleteReason, GcMode, free_disk_space_failed_message};
 use crate::gc::policy::{GcPolicy, ProtectionRules};
@@ -67,6 +67,10 @@ pub struct RunSpec {
     /// otherwise (the periodic run) it lists from the start only what the
     /// executor keeps of it ([`GcReport::from_plan_listing`]).
     pub whole_report: bool,
+    /// The image filesystem as the pressure check that started this run
+    /// measured it a moment ago: the run's first step takes it instead of
+    /// asking the runtime again (`None`: the run measures).
+    pub measured: Option<(FsCapacity, MeasuredBy)>,
 }
 
 /// A node event of image GC (`InvalidDiskCapacity`, `FreeDiskSpaceFailed`,
@@ -237,6 +241,7 @@ impl GcExecutor {
             capacity: self.cfg.capacity.clone(),
             began: self.began,
             whole_report: true,
+            measured: None,
         })
     }
 

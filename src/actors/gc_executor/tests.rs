@@ -617,12 +617,16 @@ async fn a_pressure_check_runs_gc_before_a_looser_kubelet_eviction_line_than_the
     // threshold is 85 %. Other data brings usage to 82 %.
     for (eviction, removed) in [(vec![AvailableThreshold::Percent(2000)], 1), (Vec::new(), 0)] {
         let r = pressure_rig_evicting(Some(Duration::from_secs(10)), eviction.clone()).await;
-        tokio::time::sleep(Duration::from_secs(180)).await;
+        tokio::time::sleep(Duration::from_secs(185)).await;
+        let measured = r.fake.send(GetFakeCalls).await.unwrap().of(crate::cri::Rpc::ImageFsInfo);
         r.fake.send(SetFakeFs { capacity: 100 * GB, other_used: 32 * GB }).await.unwrap();
-        tokio::time::sleep(Duration::from_secs(11)).await;
+        tokio::time::sleep(Duration::from_secs(6)).await;
         tokio::time::sleep(Duration::from_millis(1)).await;
         let calls = r.fake.send(GetFakeCalls).await.unwrap();
         assert_eq!(calls.removed.len(), removed, "eviction lines {eviction:?}");
+        // One check (at 190 s); a run it starts takes its measurement and
+        // measures once more, after its removals.
+        assert_eq!(calls.of(crate::cri::Rpc::ImageFsInfo) - measured, 1 + removed as u64, "{eviction:?}");
         if removed > 0 {
             let report = r.gc.send(GetLastGcReport).await.unwrap().expect("a run");
             // A run at 80 % (the last usage before 81 %, where the
