@@ -404,6 +404,13 @@ fn reload(node: &Node, sources: &Sources, current: &mut Config, log: Option<&Log
             (new.pull.qps, new.pull.burst, new.pull.throttle_mode);
         applied.push("pull (registry_pull_qps, registry_burst, throttle_mode)");
     }
+    if (new.prefetch.images != current.prefetch.images || new.prefetch.refresh != current.prefetch.refresh)
+        && node.update_prefetch_list(new.prefetch.images.clone(), new.prefetch.refresh)
+    {
+        current.prefetch.images.clone_from(&new.prefetch.images);
+        current.prefetch.refresh = new.prefetch.refresh;
+        applied.push("prefetch (images, refresh)");
+    }
     if new.backoff.delays != current.backoff.delays {
         node.update_backoff_delays(new.backoff.delays);
         current.backoff.delays = new.backoff.delays;
@@ -431,10 +438,10 @@ fn reload(node: &Node, sources: &Sources, current: &mut Config, log: Option<&Log
         ("runtime.fault_plan", new.fault_plan != current.fault_plan),
         ("daemon", new.daemon != current.daemon),
         ("log.format", new.log.format != current.log.format),
-        // The list's pins are in gc.pinned_images (applied above); its
-        // prefetching follows the list imaged started with.
+        // The list's pins are in gc.pinned_images (applied above); the
+        // list itself, above, when imaged started with one.
         (
-            "prefetch (images, refresh)",
+            "prefetch (images, refresh: imaged started with no list)",
             new.prefetch.images != current.prefetch.images || new.prefetch.refresh != current.prefetch.refresh,
         ),
     ] {

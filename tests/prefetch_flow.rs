@@ -210,3 +210,39 @@ async fn a_declared_image_that_fails_is_tried_again_at_the_next_refresh() {
     })
     .await;
 }
+
+#[actix::test]
+async fn a_reloaded_list_is_prefetched_at_once_and_refreshed_at_its_new_period() {
+    use imaged::node::prefetch_ticker::{PrefetchTickerActor, UpdatePrefetchList};
+    const FIRST: &str = "example.com/first:1";
+    const ADDED: &str = "example.com/added:1";
+    let rt = runtime().await;
+    let m = manager(&rt, VerificationPolicy::NeverVerifyPreloadedImages).await;
+    rt.runtime.add_remote(RemoteImage::new(FIRST, 100)).expect("add");
+    rt.runtime.add_remote(RemoteImage::new(ADDED, 100)).expect("add");
+    let named = |image: &str| rt.runtime.images().iter().any(|i| i.repo_tags.iter().any(|t| t == image));
+    // Started with one image and no refresh.
+    let ticker = PrefetchTickerActor::new(m.clone(), vec![FIRST.into()], None).start();
+    eventually("the first image pulled", || named(FIRST)).await;
+    // A reload adds one and sets a refresh: the new image comes at once.
+    let refresh = Duration::from_millis(300);
+    let update = UpdatePrefetchList { images: vec![FIRST.into(), ADDED.into()], refresh: Some(refresh) };
+    ticker.send(update).await.expect("updated");
+    eventually("the added image pulled without waiting for a refresh", || named(ADDED)).await;
+    assert_eq!(pulls(&rt), 2);
+    // And the new period refreshes: removed, it comes back.
+    let removed =
+        rt.gateway.send(imaged::actors::cri_gateway::RemoveImage { image: imaged::domain::ImageSpec::new(FIRST) });
+    removed.await.expect("mailbox").expect("removed");
+    eventually("brought back by the new refresh", || named(FIRST)).await;
+    assert_eq!(pulls(&rt), 3);
+    // A list without it: no longer kept pulled.
+    let update = UpdatePrefetchList { images: vec![ADDED.into()], refresh: Some(refresh) };
+    ticker.send(update).await.expect("updated");
+    let removed =
+        rt.gateway.send(imaged::actors::cri_gateway::RemoveImage { image: imaged::domain::ImageSpec::new(FIRST) });
+    removed.await.expect("mailbox").expect("removed");
+    tokio::time::sleep(refresh * 3).await;
+    assert!(!named(FIRST), "dropped from the list: not pulled again");
+    assert_eq!(pulls(&rt), 3);
+}

@@ -218,6 +218,21 @@ impl Node {
         &self.queue
     }
 
+    /// Replaces the declared prefetch list and its refresh live (a reload
+    /// of `[prefetch] images`, `refresh`; see
+    /// [`UpdatePrefetchList`](prefetch_ticker::UpdatePrefetchList)). False
+    /// when the node started with no list, so it has no ticker: that takes
+    /// a restart.
+    pub fn update_prefetch_list(&self, images: Vec<String>, refresh: Option<Duration>) -> bool {
+        match &self.prefetch {
+            Some(ticker) => {
+                ticker.do_send(prefetch_ticker::UpdatePrefetchList { images, refresh });
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Replaces the registry pull throttle live (a reload of
     /// `pull.registry_pull_qps`, `registry_burst`, `throttle_mode`): see
     /// [`UpdatePullThrottle`](crate::actors::pull_queue::UpdatePullThrottle).

@@ -28,15 +28,38 @@ pub struct PrefetchTickerActor {
     manager: ImageManager,
     images: Arc<[String]>,
     refresh: Option<Duration>,
+    /// The refresh timer, replaced when a reload changes the period.
+    timer: Option<SpawnHandle>,
     /// A round is being admitted.
     busy: bool,
+}
+
+/// Replaces the declared list and its refresh period (a SIGHUP reload of
+/// `[prefetch] images`, `refresh`): a round of the new list runs at once
+/// when the list changed (an image added is pulled now, not at the next
+/// refresh), and the timer restarts when the period changed. A round
+/// being admitted finishes with the list it began with.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct UpdatePrefetchList {
+    /// The images, fully qualified.
+    pub images: Vec<String>,
+    /// The refresh period (`None`: no refresh).
+    pub refresh: Option<Duration>,
 }
 
 impl PrefetchTickerActor {
     /// A ticker for `images` (fully qualified), every `refresh` (`None`:
     /// once, at start).
     pub fn new(manager: ImageManager, images: Vec<String>, refresh: Option<Duration>) -> Self {
-        Self { manager, images: images.into(), refresh, busy: false }
+        Self { manager, images: images.into(), refresh, timer: None, busy: false }
+    }
+
+    fn start_timer(&mut self, ctx: &mut Context<Self>) {
+        if let Some(timer) = self.timer.take() {
+            ctx.cancel_future(timer);
+        }
+        self.timer = self.refresh.map(|every| ctx.run_interval(every, Self::round));
     }
 
     fn round(&mut self, ctx: &mut Context<Self>) {
@@ -74,13 +97,28 @@ impl Handler<crate::actors::Stop> for PrefetchTickerActor {
     }
 }
 
+impl Handler<UpdatePrefetchList> for PrefetchTickerActor {
+    type Result = ();
+    fn handle(&mut self, m: UpdatePrefetchList, ctx: &mut Self::Context) {
+        let changed_list = *self.images != *m.images;
+        let changed_period = self.refresh != m.refresh;
+        info!(images = m.images.len(), refresh = ?m.refresh, "prefetch: declared list replaced");
+        self.images = m.images.into();
+        self.refresh = m.refresh;
+        if changed_period {
+            self.start_timer(ctx);
+        }
+        if changed_list {
+            self.round(ctx);
+        }
+    }
+}
+
 impl Actor for PrefetchTickerActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
         self.round(ctx);
-        if let Some(every) = self.refresh {
-            ctx.run_interval(every, Self::round);
-        }
+        self.start_timer(ctx);
     }
 }
