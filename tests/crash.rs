@@ -48,6 +48,14 @@ const REGRESSIONS: &[(&str, u64, usize)] = &[
     // the process, and durable first-detected times no longer made it too
     // young. Fixed by the detector's restart grace (ENSURED_BEFORE_RESTART).
     ("embedded", 1_719_362_431, 5),
+    // Trial 4 (about one run in five, at other seeds too): an image pulled
+    // and ensured just before the kill, before any detection recorded it,
+    // was removed by the max-age pass of the first GC after the restart
+    // ("unused for longer than the maximum age": never used, and the loop's
+    // durable start long past): the restart grace covered only the images
+    // of loaded records. It covers every image now. Timing-dependent: a
+    // replay does not always reach the window.
+    ("embedded", 1_968_560_079, 4),
 ];
 
 /// How long a trial's workload is scheduled over.
@@ -412,8 +420,9 @@ async fn ensure(c: &mut Client, req: proto::EnsureImageRequest) -> proto::ensure
 /// kill still count as in use: a GC that removes every unused image keeps
 /// them (a container may be about to start from each; the kubelet was told
 /// the image is there).
-async fn check_ensured_stay_in_use(socket: &Path, plan: &Plan, acks: &[Ack], trial: &str) {
+async fn check_ensured_stay_in_use(socket: &Path, plan: &Plan, acks: &[Ack], trial: &str, log: &dyn Fn() -> String) {
     let mut c = imaged::api::client(socket).unwrap();
+    let before: Vec<String> = list(&mut c).await.into_iter().map(|i| i.id).collect();
     let gc_at = std::time::Instant::now();
     let mut report = None;
     // The periodic GC may be running: try again, for a bounded time.
@@ -435,13 +444,15 @@ async fn check_ensured_stay_in_use(socket: &Path, plan: &Plan, acks: &[Ack], tri
         assert!(
             present.iter().any(|i| i.id == a.image_ref),
             "{trial}: {} ({}) was ensured for {} {:?} before a GC after the restart, within the {:?} it counts \
-             as in use, and that GC removed it: {:?}",
+             as in use, and that GC removed it: {:?}; present before that GC: {}; the restarted daemon's log:\n{}",
             a.image,
             a.image_ref,
             a.uid,
             gc_at.duration_since(a.at),
             plan.min_age,
-            report.removed
+            report.removed,
+            before.contains(&a.image_ref),
+            log()
         );
     }
 }
@@ -536,7 +547,7 @@ fn trial(node: &Arc<Node>, rt: &tokio::runtime::Runtime, seed: u64, label: &str)
 
     let again = node.start(plan.gc_on, plan.min_age);
     if !plan.min_age.is_zero() {
-        rt.block_on(check_ensured_stay_in_use(&again.socket, &plan, &acks, &trial));
+        rt.block_on(check_ensured_stay_in_use(&again.socket, &plan, &acks, &trial, &|| again.log()));
     }
     assert!(!again.log().contains("damaged"), "{trial}: {}", again.log());
     rt.block_on(check_after_restart(node, &again.socket, &acks, &trial));

@@ -217,10 +217,9 @@ pub struct Checker {
     busy_until: BTreeMap<String, Duration>,
     /// Prefetches in flight per image key.
     prefetching: BTreeMap<String, usize>,
-    /// The image ids of the records the next process loads, and then until
-    /// when they count as in use ("maybe ensured before the restart": one
-    /// minimum-age window from the start).
-    restart_grace: (BTreeSet<String>, Option<Duration>),
+    /// Until when every image counts as in use after a start ("maybe
+    /// ensured before the restart": one minimum-age window from the start).
+    restart_grace: Option<Duration>,
     /// Containers (running or exited) on each image id now.
     containers: BTreeMap<String, usize>,
     /// GC reports seen (by start time).
@@ -319,7 +318,7 @@ impl Checker {
             used: BTreeMap::new(),
             busy_until: BTreeMap::new(),
             prefetching: BTreeMap::new(),
-            restart_grace: (BTreeSet::new(), None),
+            restart_grace: None,
             containers: BTreeMap::new(),
             reports: BTreeSet::new(),
             hash: 0xcbf2_9ce4_8422_2325,
@@ -460,7 +459,7 @@ impl Checker {
             Life::Started => {
                 self.inc = inc;
                 self.stats.starts += 1;
-                self.restart_grace.1 = Some(self.now + self.facts.min_age);
+                self.restart_grace = Some(self.now + self.facts.min_age);
             }
             Life::Stopping => {
                 self.stopping.insert(inc);
@@ -775,14 +774,13 @@ impl Checker {
     /// `started`: a container on it since shortly before, an ensure of it
     /// within the minimum age, or a pull of one of its names in flight
     /// (now, or until shortly before: the report is checked after the run),
-    /// or, for one minimum-age window after a start, a record the process
-    /// loaded (it may have been ensured just before the restart).
+    /// or, for one minimum-age window after a start, any image (it may
+    /// have been ensured just before the restart, recorded or not).
     fn in_use_since(&self, id: &str, tags: &[String], started: Duration) -> bool {
         let slack = Duration::from_secs(1);
         let window = started.saturating_sub(self.facts.min_age + slack);
-        let grace = &self.restart_grace;
         if self.containers.contains_key(id)
-            || grace.1.is_some_and(|until| started <= until + slack && grace.0.contains(id))
+            || self.restart_grace.is_some_and(|until| started <= until + slack)
             || self.used.get(id).is_some_and(|t| *t + slack >= started)
             || self.ensured.get(id).is_some_and(|t| *t >= window)
         {
@@ -989,7 +987,6 @@ impl Checker {
             }
         }
         self.removed.clear();
-        self.restart_grace = (snapshot.images.keys().map(|(id, _)| id.clone()).collect(), None);
         self.last_snapshot = Some((snapshot, present.clone()));
         Ok(())
     }

@@ -77,28 +77,24 @@ pub struct Detector {
     restart_grace: Option<Arc<RestartGrace>>,
 }
 
-/// The ids loaded records knew, until when they count as in use. Kept as
-/// 64-bit hashes (9 bytes an id where the ids themselves took 110), and
-/// shared with each detection in the grace rather than copied into its
-/// `in_use` (at 100,000 images that copy took 23 MB): a collision can only
-/// protect one more image for the grace, never expose one.
+/// Until when every image counts as in use after a start on durable
+/// records ("maybe ensured before the restart"). Shared with each detection
+/// in the grace rather than copied into its `in_use` (at 100,000 images that
+/// copy took 23 MB).
 #[derive(Debug)]
 pub(super) struct RestartGrace {
     until: std::time::SystemTime,
-    hasher: std::hash::RandomState,
-    known: std::collections::HashSet<u64>,
 }
 
 impl RestartGrace {
-    fn new(until: std::time::SystemTime, records: &[ImageRecord]) -> Self {
-        let hasher = std::hash::RandomState::new();
-        let known = records.iter().map(|r| std::hash::BuildHasher::hash_one(&hasher, r.key.id.as_str())).collect();
-        Self { until, hasher, known }
-    }
-
-    /// Whether a loaded record knew image `id`.
-    pub(super) fn knows(&self, id: &str) -> bool {
-        self.known.contains(&std::hash::BuildHasher::hash_one(&self.hasher, id))
+    /// Whether the grace keeps image `id`: every image, those the loaded
+    /// records did not know too — an image pulled and ensured just before
+    /// a crash, before any detection recorded it, was told to a pod as
+    /// much as one the records knew (and, never used, the max-age pass
+    /// would take it at once: the loop's durable start is long past).
+    #[allow(clippy::unused_self)] // the question is the grace's; the answer is the same for every id
+    pub(super) fn knows(&self, _id: &str) -> bool {
+        true
     }
 }
 
@@ -146,17 +142,19 @@ impl Detector {
 
     /// Records loaded from the store replace the ones in memory.
     ///
-    /// Their images also count as in use for one "ensured recently" window
+    /// Every image also counts as in use for one "ensured recently" window
     /// from now ([`ENSURED_BEFORE_RESTART`](crate::gc::in_use::ENSURED_BEFORE_RESTART)): the hints of which images were
     /// ensured just before a restart (or a crash) died with the process, and
-    /// durable first-detected times no longer make every image too young
+    /// durable first-detected times (and the GC loop's durable start, which
+    /// lets the max-age pass run at once) no longer make every image safe
     /// after a restart, as they do in the kubelet (whose records live in
     /// memory). An image the kubelet was just told is present is not
-    /// collected before its container starts. The grace does not count as a
-    /// use: last-used times stay as they were.
+    /// collected before its container starts, whether a detection recorded
+    /// it before the crash or not, and whether there were records at all.
+    /// The grace does not count as a use: last-used times stay as they were.
     pub fn load(&mut self, records: Vec<ImageRecord>) {
-        self.restart_grace = (!records.is_empty() && !self.recent_window.is_zero())
-            .then(|| Arc::new(RestartGrace::new(self.clock.now() + self.recent_window, &records)));
+        self.restart_grace = (!self.recent_window.is_zero())
+            .then(|| Arc::new(RestartGrace { until: self.clock.now() + self.recent_window }));
         self.records = Arc::new(records.into_iter().collect());
     }
 

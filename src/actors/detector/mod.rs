@@ -75,8 +75,8 @@ pub struct Detection {
     pub in_use: InUse,
     /// The sandbox image's id, when it is present.
     pub sandbox_image_id: Option<String>,
-    /// While the restart grace lasts: the ids loaded records knew, each in
-    /// use ([`ENSURED_BEFORE_RESTART`]; see [`Detector::load`]).
+    /// While the restart grace lasts: every image in use
+    /// ([`ENSURED_BEFORE_RESTART`]; see [`Detector::load`]).
     restart_grace: Option<Arc<detection::RestartGrace>>,
 }
 
@@ -105,8 +105,8 @@ impl Detection {
         ids
     }
 
-    /// Whether the restart grace keeps image `id` (one of the records'
-    /// images): a record of it was loaded.
+    /// Whether the restart grace keeps image `id` (while it lasts, every
+    /// image).
     fn in_grace(&self, id: &str) -> bool {
         self.restart_grace.as_ref().is_some_and(|g| g.knows(id))
     }
