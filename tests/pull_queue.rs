@@ -226,6 +226,33 @@ async fn a_new_throttle_applies_to_the_next_pull() {
 }
 
 #[actix::test]
+async fn a_reload_frees_a_pull_waiting_for_the_old_buckets_token() {
+    let rt = runtime().await;
+    for i in 0..2 {
+        add(&rt, &format!("example.com/v{i}:1"), 0);
+    }
+    let cfg = PullQueueSettings {
+        qps: 0.01,
+        burst: 1,
+        throttle_mode: ThrottleMode::Wait,
+        ..no_throttle(Concurrency::Serial)
+    };
+    let q = queue(&rt, cfg).await;
+    let pull = |i: usize| {
+        let q = q.clone();
+        async move { q.send(EnqueuePull(req(&format!("example.com/v{i}:1")))).await.expect("admitted").await }
+    };
+    assert!(pull(0).await.is_ok());
+    // The next token of the old bucket is 100 s away.
+    let mut waiting = Box::pin(pull(1));
+    assert!(tokio::time::timeout(Duration::from_millis(200), &mut waiting).await.is_err(), "no token yet");
+    q.send(UpdatePullThrottle { qps: 0.0, burst: 0, mode: ThrottleMode::Wait }).await.expect("updated");
+    let done = tokio::time::timeout(Duration::from_secs(5), waiting).await;
+    assert!(matches!(done, Ok(Ok(_))), "the waiting pull takes the new (absent) throttle at once: {done:?}");
+    assert_eq!(rt.runtime.stats().calls(Rpc::PullImage), 2);
+}
+
+#[actix::test]
 async fn throttle_in_wait_mode_queues_instead_of_failing() {
     let rt = runtime().await;
     for i in 0..3 {

@@ -250,6 +250,9 @@ impl<R: PullRuntime> PullTask<R> {
     async fn take_token(&self) -> Result<(), PullFailure> {
         let mut waited = false;
         loop {
+            // A reload replaces the bucket: a waiter asks the new one then,
+            // not after the old one's wait.
+            let replaced = self.throttle.replaced();
             let Err(wait) = self.throttle.try_acquire() else { return Ok(()) };
             match self.throttle.mode() {
                 ThrottleMode::Fail => {
@@ -262,7 +265,11 @@ impl<R: PullRuntime> PullTask<R> {
                         self.metrics.throttle_waited();
                     }
                     self.progress.phase(PullPhase::Throttled);
-                    tokio::time::sleep(wait).await;
+                    tokio::select! {
+                        biased;
+                        () = replaced => {}
+                        () = tokio::time::sleep(wait) => {}
+                    }
                 }
             }
         }

@@ -40,6 +40,9 @@ type Limiter = RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<D
 /// all of them (a reload).
 pub struct PullThrottle {
     state: std::sync::RwLock<State>,
+    /// Woken by [`PullThrottle::set`]: a pull waiting for a token of the
+    /// old bucket asks the new one.
+    replaced: tokio::sync::Notify,
 }
 
 struct State {
@@ -61,7 +64,10 @@ impl PullThrottle {
     /// A throttle of `qps` pulls per second with bursts of `burst` (0 QPS =
     /// no throttle; a burst of 0 is treated as 1).
     pub fn new(qps: f64, burst: u32, mode: ThrottleMode) -> Self {
-        Self { state: std::sync::RwLock::new(State { limiter: limiter(qps, burst), mode }) }
+        Self {
+            state: std::sync::RwLock::new(State { limiter: limiter(qps, burst), mode }),
+            replaced: tokio::sync::Notify::new(),
+        }
     }
 
     /// Replaces the bucket (full, `burst` tokens) and the mode: the pulls
@@ -69,6 +75,15 @@ impl PullThrottle {
     pub fn set(&self, qps: f64, burst: u32, mode: ThrottleMode) {
         let mut st = self.state.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         *st = State { limiter: limiter(qps, burst), mode };
+        drop(st);
+        self.replaced.notify_waiters();
+    }
+
+    /// Resolves when [`PullThrottle::set`] replaces the bucket after this
+    /// call: taken before [`PullThrottle::try_acquire`], it misses no
+    /// replacement between the two.
+    pub fn replaced(&self) -> tokio::sync::futures::Notified<'_> {
+        self.replaced.notified()
     }
 
     fn state(&self) -> std::sync::RwLockReadGuard<'_, State> {
@@ -155,5 +170,16 @@ mod tests {
         for _ in 0..1000 {
             assert!(task.try_acquire().is_ok(), "0 QPS: off");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_replacement_wakes_whoever_waits_on_the_old_bucket() {
+        let t = PullThrottle::new(1.0, 1, ThrottleMode::Wait);
+        let replaced = t.replaced();
+        assert!(t.try_acquire().is_ok());
+        t.set(0.0, 0, ThrottleMode::Wait);
+        tokio::time::timeout(Duration::from_millis(1), replaced).await.expect("taken before set: woken");
+        let later = t.replaced();
+        assert!(tokio::time::timeout(Duration::from_secs(60), later).await.is_err(), "no replacement since: not woken");
     }
 }
