@@ -246,3 +246,28 @@ async fn a_reloaded_list_is_prefetched_at_once_and_refreshed_at_its_new_period()
     assert!(!named(FIRST), "dropped from the list: not pulled again");
     assert_eq!(pulls(&rt), 3);
 }
+
+#[actix::test]
+async fn a_list_reloaded_while_a_round_is_being_admitted_is_prefetched_after_it() {
+    use imaged::fault::{FaultPlan, FaultRule};
+    use imaged::node::prefetch_ticker::{PrefetchTickerActor, UpdatePrefetchList};
+    const FIRST: &str = "example.com/first:1";
+    const ADDED: &str = "example.com/added:1";
+    let rt = runtime().await;
+    let m = manager(&rt, VerificationPolicy::NeverVerifyPreloadedImages).await;
+    rt.runtime.add_remote(RemoteImage::new(FIRST, 100)).expect("add");
+    rt.runtime.add_remote(RemoteImage::new(ADDED, 100)).expect("add");
+    // The first round's presence check is slow: the round is still being
+    // admitted when the reload comes.
+    let slow = FaultRule::on(Rpc::ImageStatus).image(FIRST).times(1).delay(Duration::from_millis(400));
+    rt.runtime.set_fault_plan(FaultPlan::new(1).rule(slow));
+    let named = |image: &str| rt.runtime.images().iter().any(|i| i.repo_tags.iter().any(|t| t == image));
+    // No refresh: without the follow-up round the added image would wait forever.
+    let ticker = PrefetchTickerActor::new(m.clone(), vec![FIRST.into()], None).start();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!named(FIRST), "the first round is still checking");
+    let update = UpdatePrefetchList { images: vec![FIRST.into(), ADDED.into()], refresh: None };
+    ticker.send(update).await.expect("updated");
+    eventually("the added image pulled after the busy round", || named(ADDED)).await;
+    assert!(named(FIRST));
+}

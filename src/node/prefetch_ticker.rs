@@ -32,13 +32,17 @@ pub struct PrefetchTickerActor {
     timer: Option<SpawnHandle>,
     /// A round is being admitted.
     busy: bool,
+    /// The list changed while a round was being admitted: a round of the
+    /// new list runs when that one ends.
+    again: bool,
 }
 
 /// Replaces the declared list and its refresh period (a SIGHUP reload of
 /// `[prefetch] images`, `refresh`): a round of the new list runs at once
 /// when the list changed (an image added is pulled now, not at the next
 /// refresh), and the timer restarts when the period changed. A round
-/// being admitted finishes with the list it began with.
+/// being admitted finishes with the list it began with, and the new list's
+/// round follows it.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct UpdatePrefetchList {
@@ -52,7 +56,7 @@ impl PrefetchTickerActor {
     /// A ticker for `images` (fully qualified), every `refresh` (`None`:
     /// once, at start).
     pub fn new(manager: ImageManager, images: Vec<String>, refresh: Option<Duration>) -> Self {
-        Self { manager, images: images.into(), refresh, timer: None, busy: false }
+        Self { manager, images: images.into(), refresh, timer: None, busy: false, again: false }
     }
 
     fn start_timer(&mut self, ctx: &mut Context<Self>) {
@@ -74,7 +78,12 @@ impl PrefetchTickerActor {
                 prefetch_one(&manager, image).await;
             }
         };
-        ctx.spawn(round.into_actor(self).map(|(), actor, _| actor.busy = false));
+        ctx.spawn(round.into_actor(self).map(|(), actor, ctx| {
+            actor.busy = false;
+            if std::mem::take(&mut actor.again) {
+                actor.round(ctx);
+            }
+        }));
     }
 }
 
@@ -108,7 +117,10 @@ impl Handler<UpdatePrefetchList> for PrefetchTickerActor {
         if changed_period {
             self.start_timer(ctx);
         }
-        if changed_list {
+        if changed_list && self.busy {
+            debug!("prefetch: a round is being admitted; the new list's round follows it");
+            self.again = true;
+        } else if changed_list {
             self.round(ctx);
         }
     }
