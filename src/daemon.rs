@@ -394,8 +394,6 @@ fn reload(node: &Node, sources: &Sources, current: &mut Config, log: Option<&Log
     }
     if node.update_gc_policy(&new.gc) {
         applied.push("gc (thresholds, ages, pinned_images, keep_newest_tags_per_repo)");
-        // imaged_config_info shows the settings in force, as GetStatus does.
-        node.config().pull.metrics.set_config_info(&node.info_labels());
     }
     let throttle = |c: &Config| (c.pull.qps.to_bits(), c.pull.burst, c.pull.throttle_mode);
     if throttle(&new) != throttle(current) {
@@ -448,6 +446,10 @@ fn reload(node: &Node, sources: &Sources, current: &mut Config, log: Option<&Log
         if changed {
             needs_restart.push(name);
         }
+    }
+    if applied.iter().any(|a| *a != "log.filter") {
+        // imaged_config_info shows the settings in force, as GetStatus does.
+        node.config().pull.metrics.set_config_info(&node.info_labels());
     }
     info!(applied = ?applied, "SIGHUP: configuration reloaded");
     if !needs_restart.is_empty() {

@@ -477,9 +477,16 @@ fn sighup_reloads_the_log_filter_and_a_stopped_daemon_means_exit_69() {
     assert!(d.log().contains("pull (registry_pull_qps"), "the throttle was applied: {}", d.log());
     assert!(d.log().contains("registry pull throttle replaced qps=50.0 burst=100"), "by the queue: {}", d.log());
     // GetStatus shows the settings in force, not those at start.
-    let after = gc_settings(&d.imagectl(&["status", "-o", "json"]));
+    let status = d.imagectl(&["status", "-o", "json"]);
+    let after = gc_settings(&status);
     assert_eq!(after["image_gc_high_threshold_percent"], 90, "{after}");
     assert_eq!(after["pinned_images"], serde_json::json!(["registry.k8s.io/*"]), "{after}");
+    // The throttle and back-off delays too.
+    let settings = serde_json::from_slice::<serde_json::Value>(&status.stdout).expect("json")["settings"].clone();
+    assert_eq!(settings["pull"]["registry_pull_qps"], 50.0, "{settings}");
+    assert_eq!(settings["pull"]["registry_burst"], 100, "{settings}");
+    assert_eq!(settings["backoff"]["initial"], "2s", "{settings}");
+    assert_eq!(settings["backoff"]["max"], "30s", "{settings}");
 
     d.signal(Signal::SIGTERM);
     assert_eq!(d.wait_exit(Duration::from_secs(20)), Some(0), "{}", d.log());
@@ -510,6 +517,18 @@ fn sighup_shows_the_new_gc_thresholds_in_config_info() {
     let after = config_info();
     assert!(after.contains("image_gc_high_threshold_percent=\"70\""), "{after}");
     assert!(after.contains("image_gc_low_threshold_percent=\"60\""), "{after}");
+    // A reload of the throttle alone shows in it too.
+    std::fs::write(
+        &cfg,
+        "[gc]\nimage_gc_high_threshold_percent = 70\nimage_gc_low_threshold_percent = 60\n\
+         [pull]\nregistry_pull_qps = 7\nregistry_burst = 3\n",
+    )
+    .expect("write");
+    d.signal(Signal::SIGHUP);
+    d.wait_for_log_count("SIGHUP: configuration reloaded", 2, Duration::from_secs(10), "no second reload");
+    let throttled = config_info();
+    assert!(throttled.contains("registry_pull_qps=\"7\""), "{throttled}");
+    assert!(throttled.contains("registry_burst=\"3\""), "{throttled}");
     d.signal(Signal::SIGTERM);
     assert_eq!(d.wait_exit(Duration::from_secs(20)), Some(0), "{}", d.log());
 }

@@ -104,10 +104,10 @@ impl ImagedService {
         self.node.config().pull.concurrency.to_string()
     }
 
-    /// The settings in force (the GC policy as a SIGHUP last applied it).
+    /// The settings in force (what a SIGHUP last applied included).
     fn config_summary(&self) -> Vec<String> {
-        let c = self.node.config();
-        let gc = self.node.gc_settings();
+        let c = self.node.settings_in_force();
+        let gc = &c.gc;
         vec![
             format!("pull.mode = {}", self.pull_mode()),
             format!(
@@ -130,6 +130,7 @@ impl ImagedService {
                 "pull.slow_pull_warning = {}",
                 c.pull.slow_pull_warning.map_or_else(|| "off".to_string(), crate::domain::go_text::duration)
             ),
+            format!("backoff.initial = {}", crate::domain::go_text::duration(c.backoff.delays.initial)),
             format!("backoff.max = {}", crate::domain::go_text::duration(c.backoff.delays.max)),
             format!("backoff.reset_on_credential_change = {}", c.ensure.reset_backoff_on_credential_change),
             format!("backoff.reset_on_registry_recovery = {}", c.ensure.reset_backoff_on_registry_recovery),
@@ -152,7 +153,8 @@ impl ImagedService {
 
 /// The settings in force as the API's typed [`proto::Settings`]: what
 /// `config_summary` says, named and valued as in the configuration file.
-fn settings(c: &crate::config::Config, gc: &crate::config::GcSettings) -> proto::Settings {
+fn settings(c: &crate::config::Config) -> proto::Settings {
+    let gc = &c.gc;
     use crate::actors::pull_queue::{Concurrency, ThrottleMode};
     use crate::domain::go_text::duration;
     let n = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
@@ -387,7 +389,7 @@ impl Imaged for ImagedService {
             last_gc: s.last_gc.as_deref().map(convert::gc_report),
             accepting: s.accepting,
             config: self.config_summary(),
-            settings: Some(settings(self.node.config(), &self.node.gc_settings())),
+            settings: Some(settings(&self.node.settings_in_force())),
             health: self.health.as_ref().map(convert::daemon_health),
         }))
     }

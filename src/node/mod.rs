@@ -114,6 +114,10 @@ pub struct Node {
     /// The GC settings in force: those at start, with the live-changeable
     /// part replaced by each [`update_gc_policy`](Self::update_gc_policy).
     live_gc: tokio::sync::watch::Sender<GcSettings>,
+    /// The configuration in force but for GC (in `live_gc`): the start one
+    /// with the throttle, back-off delays and prefetch list of the last
+    /// reload.
+    in_force: std::sync::Mutex<Config>,
     /// The declared prefetch list's ticker (`[prefetch] images`), if any.
     prefetch: Option<Addr<prefetch_ticker::PrefetchTickerActor>>,
 }
@@ -152,9 +156,23 @@ impl Node {
     }
 
     /// The configuration the node started with (see
-    /// [`gc_settings`](Self::gc_settings) for the GC settings in force).
+    /// [`settings_in_force`](Self::settings_in_force) for what reloads
+    /// changed since).
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+
+    /// The configuration in force: the start one with what each live
+    /// update (a SIGHUP reload) replaced — the GC policy, the registry pull
+    /// throttle, the back-off delays and the prefetch list.
+    pub fn settings_in_force(&self) -> Config {
+        let mut cfg = self.in_force().clone();
+        cfg.gc = self.gc_settings();
+        cfg
+    }
+
+    fn in_force(&self) -> std::sync::MutexGuard<'_, Config> {
+        self.in_force.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The GC settings in force now.
@@ -190,12 +208,10 @@ impl Node {
         self.live_gc.subscribe()
     }
 
-    /// The `imaged_config_info` labels of the settings in force: the start
-    /// configuration with the GC settings of the last reload.
+    /// The `imaged_config_info` labels of the settings in force
+    /// ([`settings_in_force`](Self::settings_in_force)).
     pub fn info_labels(&self) -> Vec<(&'static str, String)> {
-        let mut cfg = self.cfg.clone();
-        cfg.gc = self.gc_settings();
-        cfg.info_labels()
+        self.settings_in_force().info_labels()
     }
 
     /// The runtime: gateway, version, endpoint, embedded runtime.
@@ -226,6 +242,9 @@ impl Node {
     pub fn update_prefetch_list(&self, images: Vec<String>, refresh: Option<Duration>) -> bool {
         match &self.prefetch {
             Some(ticker) => {
+                let mut in_force = self.in_force();
+                in_force.prefetch.images.clone_from(&images);
+                in_force.prefetch.refresh = refresh;
                 ticker.do_send(prefetch_ticker::UpdatePrefetchList { images, refresh });
                 true
             }
@@ -237,12 +256,15 @@ impl Node {
     /// `pull.registry_pull_qps`, `registry_burst`, `throttle_mode`): see
     /// [`UpdatePullThrottle`](crate::actors::pull_queue::UpdatePullThrottle).
     pub fn update_pull_throttle(&self, qps: f64, burst: u32, mode: crate::actors::pull_queue::ThrottleMode) {
+        let mut in_force = self.in_force();
+        (in_force.pull.qps, in_force.pull.burst, in_force.pull.throttle_mode) = (qps, burst, mode);
         self.queue.do_send(crate::actors::pull_queue::UpdatePullThrottle { qps, burst, mode });
     }
 
     /// Replaces the back-off delays live (a reload of `[backoff] initial`
     /// and `max`): see [`UpdateBackoffDelays`].
     pub fn update_backoff_delays(&self, delays: crate::actors::backoff_registry::BackoffDelays) {
+        self.in_force().backoff.delays = delays;
         self.backoff.do_send(UpdateBackoffDelays(delays));
     }
 

@@ -110,6 +110,7 @@ pub(super) async fn start(
 
     let live_gc = tokio::sync::watch::Sender::new(cfg.gc.clone());
     Ok(Node {
+        in_force: std::sync::Mutex::new(cfg.clone()),
         cfg,
         runtime,
         manager,

@@ -108,6 +108,15 @@ impl Daemon {
         }
     }
 
+    /// Waits until `text` appears `times` times in the log.
+    pub fn wait_for_log_count(&self, text: &str, times: usize, within: Duration, what: &str) {
+        let deadline = Instant::now() + within;
+        while self.log().matches(text).count() < times {
+            assert!(Instant::now() < deadline, "{what}: {}", self.log());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// The daemon's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
