@@ -97,7 +97,7 @@ fn run(cli: Cli) -> Result<(), AppError> {
         return imaged::sim::cli::simulate(args);
     }
     let sources = match &cli.command {
-        Command::Demo { .. } => imaged::demo::sources(cli.config.sources()?),
+        Command::Demo { .. } => imaged::demo::sources(cli.config.sources()?)?,
         _ => cli.config.sources()?,
     };
     let loaded = Config::load_full(&sources)?;

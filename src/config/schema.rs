@@ -176,11 +176,12 @@ fn check_value<'a>(
     match (expected, value) {
         (V::Table(schema), V::Table(t)) => check_table(t, schema, path, place),
         (V::Table(_), _) => {
+            // Not echoed: a table's key given one value may be that table's
+            // secret (`credentials = "…"`).
             let key = path.join(".");
-            wrong(
-                path,
-                &format!("expected a table of settings, got a single value; set its keys one at a time ({key}.<key>)"),
-            )
+            let reason =
+                format!("expected a table of settings, got a single value; set its keys one at a time ({key}.<key>)");
+            Err(invalid(&key, "…", format!("{reason}{}", place.suffix(path))))
         }
         (V::Integer(_), V::Float(_) | V::Boolean(_)) => wrong(path, "must be an integer"),
         (V::Integer(_) | V::Float(_), V::String(_)) => wrong(path, "must be a number, not a string"),
@@ -296,9 +297,11 @@ fn from_text(key: &str, text: &str, expected: &toml::Value) -> Result<toml::Valu
         V::Array(_) if text.trim_start().starts_with('[') => literal("a list"),
         V::Array(_) => Err(invalid(key, text, format!("must be a list: {}", list_syntax(expected)))),
         V::Table(_) if text.trim_start().starts_with('{') => literal("a table"),
+        // Not echoed either: a table's key given one value may be that
+        // table's secret (`credentials=…`).
         V::Table(_) => Err(invalid(
             key,
-            text,
+            "…",
             format!("expected a table of settings, got a single value; set its keys one at a time ({key}.<key>)"),
         )),
     }

@@ -918,13 +918,21 @@ fn a_list_key_takes_a_list_literal_from_set_and_the_environment() {
 #[test]
 fn a_table_key_given_a_single_value_says_so_without_internal_names() {
     for key in ["gc", "pull", "runtime", "runtime.deadlines", "credentials", "cri_server", "state", "log"] {
-        let err = set(&[&format!("{key}=5")]).expect_err(key).to_string();
+        let err = set(&[&format!("{key}=hunter2")]).expect_err(key).to_string();
         assert!(err.contains(&format!("for {key}: expected a table of settings, got a single value")), "{key}: {err}");
         assert!(!err.contains("Raw") && !err.contains("struct"), "{key}: {err}");
+        assert!(!err.contains("hunter2"), "the value may be a secret: not echoed: {err}");
     }
-    for toml in ["gc = 5", "[runtime]\ndeadlines = \"2m\"", "[cri_server]\npriority = [5]", "cri_server = [1]"] {
+    for toml in [
+        "gc = 5",
+        "[runtime]\ndeadlines = \"2m\"",
+        "[cri_server]\npriority = [5]",
+        "cri_server = [1]",
+        "credentials = \"hunter2\"",
+    ] {
         let err = Config::from_toml(toml).expect_err(toml).to_string();
         assert!(!err.contains("Raw") && !err.contains("struct") && err.contains("table"), "{toml}: {err}");
+        assert!(!err.contains("hunter2"), "{toml}: {err}");
     }
 }
 

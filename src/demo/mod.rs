@@ -81,12 +81,17 @@ const GRACE: Duration = Duration::from_secs(15);
 /// The private registry's password (made up; it never leaves the process).
 const PRIVATE_PASSWORD: &str = "demo-billing-token";
 
-/// `sources` with the demo's settings put before the command line's overrides.
-pub fn sources(mut sources: Sources) -> Sources {
+/// `sources` with the demo's settings put before the command line's
+/// overrides. A `--set` without `=` is refused here, numbered as the
+/// operator gave it (the demo's own settings would shift the number).
+pub fn sources(mut sources: Sources) -> Result<Sources, crate::config::ConfigError> {
+    if let Some(bad) = sources.overrides.iter().position(|o| !o.contains('=')) {
+        return Err(crate::config::ConfigError::BadOverride(bad + 1));
+    }
     let mut overrides: Vec<String> = SETTINGS.iter().map(|(k, v)| format!("{k}={v}")).collect();
     overrides.append(&mut sources.overrides);
     sources.overrides = overrides;
-    sources
+    Ok(sources)
 }
 
 /// Options of the main job.
@@ -348,11 +353,18 @@ mod tests {
 
     #[test]
     fn the_demo_settings_come_before_the_command_line() {
-        let s = sources(Sources { overrides: vec!["gc.gc_period=5s".into()], ..Sources::default() });
+        let s = sources(Sources { overrides: vec!["gc.gc_period=5s".into()], ..Sources::default() }).expect("valid");
         assert_eq!(s.overrides.len(), SETTINGS.len() + 1);
         assert_eq!(s.overrides.last().map(String::as_str), Some("gc.gc_period=5s"));
         let cfg = Config::load(&s).expect("the demo's settings are valid");
         assert_eq!(cfg.gc.gc_period, Duration::from_secs(5), "the command line wins");
         assert_eq!(cfg.gc.min_age, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn a_set_without_equals_is_numbered_as_the_operator_gave_it() {
+        let given = Sources { overrides: vec!["gc.gc_period=5s".into(), "oops".into()], ..Sources::default() };
+        let err = sources(given).expect_err("no =").to_string();
+        assert!(err.contains("--set number 2 "), "{err}");
     }
 }
