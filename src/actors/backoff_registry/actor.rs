@@ -179,7 +179,7 @@ impl Handler<UpdateBackoffDelays> for BackoffRegistryActor {
     /// Replaces the delays; see the message.
     fn handle(&mut self, m: UpdateBackoffDelays, _: &mut Self::Context) {
         let (old, new) = (self.table.config(), m.0);
-        self.table.set_config(new);
+        self.table.set_config(new, Instant::now());
         info!(
             initial_ms = crate::domain::limits::millis(new.initial),
             max_ms = crate::domain::limits::millis(new.max),

@@ -223,14 +223,18 @@ impl BackoffTable {
         self.cfg
     }
 
-    /// Replaces the periods (see
-    /// [`UpdateBackoffDelays`](super::UpdateBackoffDelays)): each stored
-    /// period is capped at the new maximum, so no key waits longer than it
-    /// from its last failure; the next failure doubles from there.
-    pub fn set_config(&mut self, cfg: BackoffDelays) {
+    /// Replaces the periods at `now` (see
+    /// [`UpdateBackoffDelays`](super::UpdateBackoffDelays)): entries
+    /// already expired under the old periods go (a longer cap must not
+    /// revive them), and each stored period is brought within the new
+    /// initial..=maximum, so a key waits at least the new initial period
+    /// and at most the new cap from its last failure; the next failure
+    /// doubles from there.
+    pub fn set_config(&mut self, cfg: BackoffDelays, now: Instant) {
+        self.gc(now);
         self.cfg = cfg;
         for e in self.entries.values_mut() {
-            e.backoff = e.backoff.min(cfg.max);
+            e.backoff = e.backoff.max(cfg.initial).min(cfg.max);
         }
     }
 

@@ -527,3 +527,23 @@ async fn new_delays_apply_to_the_next_failure_and_cap_a_long_back_off_at_once() 
     tokio::time::advance(secs(61)).await;
     assert_eq!(fail(&addr, &fresh, "ErrImagePull: boom").await, secs(2), "expired: from the initial period");
 }
+
+#[actix::test]
+async fn a_longer_initial_period_lifts_a_short_back_off_and_a_longer_cap_revives_nothing() {
+    tokio::time::pause();
+    let addr = start(None);
+    let (short, old) = (key("p", "short"), key("p", "old"));
+    // Expired under the default delays (twice the 300 s cap), not yet collected.
+    fail(&addr, &old, "ErrImagePull: boom").await;
+    tokio::time::advance(secs(601)).await;
+    assert_eq!(fail(&addr, &short, "ErrImagePull: boom").await, secs(10));
+    let delays = BackoffDelays::try_new(secs(60), secs(3600)).unwrap();
+    addr.send(UpdateBackoffDelays(delays)).await.expect("registry answers");
+    // The 10 s back-off is lifted to the new initial period.
+    let c = check(&addr, &short).await;
+    assert_eq!((c.backoff, c.retry_in), (Some(secs(60)), Some(secs(60))));
+    // The expired key starts again from the new initial period, not from
+    // its old period doubled (the new cap's expiry would have kept it).
+    assert!(!check(&addr, &old).await.in_backoff);
+    assert_eq!(fail(&addr, &old, "ErrImagePull: boom").await, secs(60));
+}
