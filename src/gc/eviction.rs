@@ -55,7 +55,10 @@ impl AvailableThreshold {
             }
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
             let hundredths = (p * 100.0).round() as u32;
-            return Ok((hundredths > 0 && hundredths < 10_000).then_some(Self::Percent(hundredths)));
+            // Only the two texts above are ignored: the kubelet keeps
+            // `100.0%` (always under the line: no room for GC's band, see
+            // `pressure_policy`) and `0.0%` (never) as written.
+            return Ok(Some(Self::Percent(hundredths)));
         }
         if t.starts_with('-') {
             return Err(format!("{text:?} must be positive"));
@@ -91,7 +94,7 @@ impl fmt::Display for AvailableThreshold {
 
 /// A resource quantity in bytes: digits with an optional fraction, then an
 /// optional binary (`Ki` … `Ei`), decimal (`m`, `k` … `E`) or exponent
-/// (`e9`, `E9`) suffix; rounded up to a whole byte, as the kubelet's
+/// (`e9`, `E9`, `e-3`) suffix; rounded up to a whole byte, as the kubelet's
 /// `Value()`. `None` for anything else or past 64 bits.
 fn quantity_bytes(t: &str) -> Option<u64> {
     // (suffix, numerator, denominator)
@@ -112,8 +115,13 @@ fn quantity_bytes(t: &str) -> Option<u64> {
     ];
     let exponent = t.find(['e', 'E']).and_then(|at| {
         let (number, exp) = (&t[..at], &t[at + 1..]);
-        let exp: u32 = exp.strip_prefix('+').unwrap_or(exp).parse().ok().filter(|e| *e <= 18)?;
-        Some((number, 10u128.pow(exp), 1))
+        // `1e-3` is a thousandth of a byte, rounded up to one.
+        let (negative, exp) = match exp.strip_prefix('-') {
+            Some(e) => (true, e),
+            None => (false, exp.strip_prefix('+').unwrap_or(exp)),
+        };
+        let exp: u32 = exp.parse().ok().filter(|e| *e <= 18)?;
+        Some(if negative { (number, 1, 10u128.pow(exp)) } else { (number, 10u128.pow(exp), 1) })
     });
     let (number, num, den) = exponent
         .or_else(|| SUFFIXES.iter().find_map(|(s, n, d)| t.strip_suffix(s).map(|rest| (rest, *n, *d))))
@@ -201,6 +209,14 @@ mod tests {
         // The kubelet ignores 0% and 100%.
         assert_eq!(p("0%"), Ok(None));
         assert_eq!(p("100%"), Ok(None));
+        // Only those two texts: other spellings are kept, as the kubelet keeps them.
+        assert_eq!(p("100.0%"), Ok(Some(AvailableThreshold::Percent(10_000))));
+        assert_eq!(p("99.995%"), Ok(Some(AvailableThreshold::Percent(10_000))));
+        assert_eq!(p("0.0%"), Ok(Some(AvailableThreshold::Percent(0))));
+        // A negative exponent: a fraction of a byte, rounded up.
+        assert_eq!(p("1e-3"), Ok(Some(AvailableThreshold::Bytes(1))));
+        assert_eq!(p("15e-1"), Ok(Some(AvailableThreshold::Bytes(2))));
+        assert_eq!(p("2000E-3"), Ok(Some(AvailableThreshold::Bytes(2))));
         assert_eq!(p("15%").unwrap().unwrap().to_string(), "15%");
         assert_eq!(p("7.5%").unwrap().unwrap().to_string(), "7.5%");
         for bad in [
@@ -261,6 +277,9 @@ mod tests {
         // A threshold that leaves no room is not acted on.
         assert_eq!(pressure_policy(&policy, &[AvailableThreshold::Bytes(200 * GIB)], 100 * GIB), None);
         assert_eq!(pressure_policy(&policy, &[AvailableThreshold::Percent(9950)], 100 * GIB), None);
+        // 100.0% (always under the line) and 0.0% (never): no room, and no line.
+        assert_eq!(pressure_policy(&policy, &[AvailableThreshold::Percent(10_000)], 100 * GIB), None);
+        assert_eq!(pressure_policy(&policy, &[AvailableThreshold::Percent(0)], 100 * GIB), None);
         // A narrow room keeps low below high.
         let run = pressure_policy(&policy, &[AvailableThreshold::Percent(9700)], 100 * GIB).unwrap();
         assert_eq!((run.high_threshold_percent, run.low_threshold_percent), (3, 0));
