@@ -756,6 +756,12 @@ impl Checker {
             if e.verdict != Verdict::Keep(KeepReason::InUse) || self.in_use_since(&e.id, &e.repo_tags, started) {
                 continue;
             }
+            // Kept by the restart grace alone: then that must be all GC
+            // says (a container or ensure it names must be real).
+            let grace_only = e.used_by.iter().all(|u| u == crate::gc::in_use::ENSURED_BEFORE_RESTART);
+            if grace_only && !e.used_by.is_empty() && self.in_restart_grace(started) {
+                continue;
+            }
             return Err(self.fail(
                 "gc-reasons",
                 format!(
@@ -770,17 +776,21 @@ impl Checker {
         Ok(())
     }
 
+    /// Whether a GC run that began at `started` is within one minimum-age
+    /// window of a start, when every image may have been ensured just
+    /// before the restart, recorded or not.
+    fn in_restart_grace(&self, started: Duration) -> bool {
+        self.restart_grace.is_some_and(|until| started <= until + Duration::from_secs(1))
+    }
+
     /// Whether something used image `id` around a GC run that began at
     /// `started`: a container on it since shortly before, an ensure of it
     /// within the minimum age, or a pull of one of its names in flight
-    /// (now, or until shortly before: the report is checked after the run),
-    /// or, for one minimum-age window after a start, any image (it may
-    /// have been ensured just before the restart, recorded or not).
+    /// (now, or until shortly before: the report is checked after the run).
     fn in_use_since(&self, id: &str, tags: &[String], started: Duration) -> bool {
         let slack = Duration::from_secs(1);
         let window = started.saturating_sub(self.facts.min_age + slack);
         if self.containers.contains_key(id)
-            || self.restart_grace.is_some_and(|until| started <= until + slack)
             || self.used.get(id).is_some_and(|t| *t + slack >= started)
             || self.ensured.get(id).is_some_and(|t| *t >= window)
         {
