@@ -357,15 +357,25 @@ fn gc_reasons_lets_a_restarted_process_keep_every_image_for_one_window() {
     c.restarted(snap, &BTreeSet::new()).unwrap();
     c.absorb(vec![at(101, What::Life { inc: 2, what: Life::Started })]).unwrap();
     let in_use = Verdict::Keep(KeepReason::InUse);
-    assert_eq!(broke(c.gc_report(&report(vec![("sha256:known", 10, in_use.clone())], 0, 150))), "nothing");
+    let grace = crate::gc::in_use::ENSURED_BEFORE_RESTART;
+    // The report as GC gives it: each entry's reasons.
+    let said = |r: Arc<GcReport>, who: &[&str]| {
+        let mut r = Arc::unwrap_or_clone(r);
+        for e in &mut r.entries {
+            e.used_by = who.iter().map(ToString::to_string).collect();
+        }
+        Arc::new(r)
+    };
+    let kept = |id: &'static str, at: u64, who: &[&str]| said(report(vec![(id, 10, in_use.clone())], 0, at), who);
+    assert_eq!(broke(c.gc_report(&kept("sha256:known", 150, &[grace]))), "nothing");
     // One its records did not know too: pulled and ensured just before the
     // kill, before a detection recorded it.
-    assert_eq!(broke(c.gc_report(&report(vec![("sha256:other", 10, in_use.clone())], 0, 160))), "nothing");
-    assert_eq!(
-        broke(c.gc_report(&report(vec![("sha256:known", 10, in_use)], 0, 300))),
-        "gc-reasons",
-        "after the window"
-    );
+    assert_eq!(broke(c.gc_report(&kept("sha256:other", 160, &[grace]))), "nothing");
+    // Within the window, a reason besides the grace must still hold, and
+    // an in-use verdict must give a reason.
+    assert_eq!(broke(c.gc_report(&kept("sha256:other", 170, &[grace, "default/p/c"]))), "gc-reasons");
+    assert_eq!(broke(c.gc_report(&kept("sha256:other", 180, &[]))), "gc-reasons", "no reason given");
+    assert_eq!(broke(c.gc_report(&kept("sha256:known", 300, &[grace]))), "gc-reasons", "after the window");
 }
 
 #[test]
