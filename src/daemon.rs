@@ -396,11 +396,17 @@ fn reload(node: &Node, sources: &Sources, current: &mut Config, log: Option<&Log
         applied.push("gc (thresholds, ages, pinned_images, keep_newest_tags_per_repo)");
     }
     let throttle = |c: &Config| (c.pull.qps.to_bits(), c.pull.burst, c.pull.throttle_mode);
-    if throttle(&new) != throttle(current) {
-        node.update_pull_throttle(new.pull.qps, new.pull.burst, new.pull.throttle_mode);
+    if throttle(&new) != throttle(current) || new.pull.registry_rates != current.pull.registry_rates {
+        node.update_pull_throttle(
+            new.pull.qps,
+            new.pull.burst,
+            new.pull.throttle_mode,
+            new.pull.registry_rates.clone(),
+        );
         (current.pull.qps, current.pull.burst, current.pull.throttle_mode) =
             (new.pull.qps, new.pull.burst, new.pull.throttle_mode);
-        applied.push("pull (registry_pull_qps, registry_burst, throttle_mode)");
+        current.pull.registry_rates.clone_from(&new.pull.registry_rates);
+        applied.push("pull (registry_pull_qps, registry_burst, throttle_mode, registries' qps and burst)");
     }
     if (new.prefetch.images != current.prefetch.images || new.prefetch.refresh != current.prefetch.refresh)
         && node.update_prefetch_list(new.prefetch.images.clone(), new.prefetch.refresh)

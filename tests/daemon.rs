@@ -461,7 +461,8 @@ fn sighup_reloads_the_log_filter_and_a_stopped_daemon_means_exit_69() {
     std::fs::write(
         &cfg,
         "[log]\nfilter = \"info\"\n[gc]\nimage_gc_high_threshold_percent = 90\npinned_images = [\"registry.k8s.io/*\"]\n\
-         [backoff]\ninitial = \"2s\"\nmax = \"30s\"\n[pull]\nregistry_pull_qps = 50\nregistry_burst = 100\n",
+         [backoff]\ninitial = \"2s\"\nmax = \"30s\"\n[pull]\nregistry_pull_qps = 50\nregistry_burst = 100\n\
+         [[pull.registries]]\nregistry = \"docker.io\"\nqps = 0.5\nburst = 4\n",
     )
     .expect("write");
     d.signal(Signal::SIGHUP);
@@ -487,6 +488,9 @@ fn sighup_reloads_the_log_filter_and_a_stopped_daemon_means_exit_69() {
     assert_eq!(settings["pull"]["registry_burst"], 100, "{settings}");
     assert_eq!(settings["backoff"]["initial"], "2s", "{settings}");
     assert_eq!(settings["backoff"]["max"], "30s", "{settings}");
+    let hub = &settings["pull"]["registries"][0];
+    assert_eq!((&hub["registry"], &hub["qps"], &hub["burst"]), (&"docker.io".into(), &0.5.into(), &4.into()), "{hub}");
+    assert!(d.log().contains("registries=1"), "the registry's own rate was applied: {}", d.log());
 
     d.signal(Signal::SIGTERM);
     assert_eq!(d.wait_exit(Duration::from_secs(20)), Some(0), "{}", d.log());

@@ -217,10 +217,14 @@ async fn a_new_throttle_applies_to_the_next_pull() {
     assert!(pull(0).await.is_ok());
     assert_eq!(pull(1).await, Err(PullFailure::QpsExceeded), "one token per 100 s");
     // A reload: a burst of two at a high rate.
-    q.send(UpdatePullThrottle { qps: 1000.0, burst: 2, mode: ThrottleMode::Fail }).await.expect("updated");
+    q.send(UpdatePullThrottle { qps: 1000.0, burst: 2, mode: ThrottleMode::Fail, registries: Vec::new() })
+        .await
+        .expect("updated");
     assert!(pull(1).await.is_ok() && pull(2).await.is_ok(), "a full bucket of the new burst");
     // Off.
-    q.send(UpdatePullThrottle { qps: 0.0, burst: 0, mode: ThrottleMode::Fail }).await.expect("updated");
+    q.send(UpdatePullThrottle { qps: 0.0, burst: 0, mode: ThrottleMode::Fail, registries: Vec::new() })
+        .await
+        .expect("updated");
     assert!(pull(3).await.is_ok());
     assert_eq!(rt.runtime.stats().calls(Rpc::PullImage), 4);
 }
@@ -246,10 +250,63 @@ async fn a_reload_frees_a_pull_waiting_for_the_old_buckets_token() {
     // The next token of the old bucket is 100 s away.
     let mut waiting = Box::pin(pull(1));
     assert!(tokio::time::timeout(Duration::from_millis(200), &mut waiting).await.is_err(), "no token yet");
-    q.send(UpdatePullThrottle { qps: 0.0, burst: 0, mode: ThrottleMode::Wait }).await.expect("updated");
+    q.send(UpdatePullThrottle { qps: 0.0, burst: 0, mode: ThrottleMode::Wait, registries: Vec::new() })
+        .await
+        .expect("updated");
     let done = tokio::time::timeout(Duration::from_secs(5), waiting).await;
     assert!(matches!(done, Ok(Ok(_))), "the waiting pull takes the new (absent) throttle at once: {done:?}");
     assert_eq!(rt.runtime.stats().calls(Rpc::PullImage), 2);
+}
+
+#[actix::test]
+async fn a_registry_with_its_own_rate_is_held_to_it_while_others_pull_freely() {
+    let rt = runtime().await;
+    for i in 0..3 {
+        add(&rt, &format!("hub.example/h{i}:1"), 0);
+        add(&rt, &format!("fast.example/f{i}:1"), 0);
+    }
+    let cfg = PullQueueSettings {
+        qps: 0.0,
+        throttle_mode: ThrottleMode::Fail,
+        registry_rates: vec![RegistryRate { registry: "hub.example".into(), qps: 0.01, burst: 1 }],
+        ..no_throttle(Concurrency::Parallel(None))
+    };
+    let q = queue(&rt, cfg).await;
+    let pull = |image: String| {
+        let q = q.clone();
+        async move { q.send(EnqueuePull(req(&image))).await.expect("admitted").await }
+    };
+    assert!(pull("hub.example/h0:1".into()).await.is_ok(), "its burst of one");
+    assert_eq!(pull("hub.example/h1:1".into()).await, Err(PullFailure::QpsExceeded), "one per 100 s");
+    for i in 0..3 {
+        assert!(pull(format!("fast.example/f{i}:1")).await.is_ok(), "another registry is not held to it");
+    }
+    // A reload lifts it; in wait mode a pull waits for its registry's token.
+    let lifted = RegistryRate { registry: "hub.example".into(), qps: 20.0, burst: 1 };
+    let reload = UpdatePullThrottle { qps: 0.0, burst: 0, mode: ThrottleMode::Wait, registries: vec![lifted] };
+    q.send(reload).await.expect("updated");
+    let both = join_all([pull("hub.example/h1:1".into()), pull("hub.example/h2:1".into())]).await;
+    assert!(both.iter().all(Result::is_ok), "{both:?}");
+    assert_eq!(rt.runtime.stats().calls(Rpc::PullImage), 6);
+}
+
+#[actix::test]
+async fn a_registry_with_its_own_limit_runs_that_many_at_once() {
+    let rt = runtime().await;
+    for i in 0..4 {
+        add(&rt, &format!("hub.example/h{i}:1"), 100);
+    }
+    let cfg = PullQueueSettings {
+        registry_limits: std::collections::HashMap::from([("hub.example".to_string(), 1)]),
+        ..no_throttle(Concurrency::Parallel(None))
+    };
+    let q = queue(&rt, cfg).await;
+    let sends = (0..4).map(|i| q.send(EnqueuePull(req(&format!("hub.example/h{i}:1")))));
+    let tickets: Vec<PullTicket> = join_all(sends).await.into_iter().map(|t| t.expect("admitted")).collect();
+    for r in join_all(tickets).await {
+        r.expect("pulled");
+    }
+    assert_eq!(rt.runtime.stats().max_pulls_in_flight, 1, "one at a time from it");
 }
 
 #[actix::test]

@@ -122,6 +122,7 @@ impl ImagedService {
                 "pull.presence_check_window = {}",
                 c.ensure.presence_check_window.map_or_else(|| "off".to_string(), |n| n.to_string())
             ),
+            format!("pull.registries = {}", registries_text(&c.pull)),
             format!("pull.registry_pull_qps = {}", c.pull.qps),
             format!("pull.registry_burst = {}", c.pull.burst),
             format!("pull.throttle_mode = {:?}", c.pull.throttle_mode),
@@ -149,6 +150,44 @@ impl ImagedService {
             ),
         ]
     }
+}
+
+/// The registries with limits of their own, by name: each one's rate and
+/// its limit on pulls at once, when it has them.
+fn registries(
+    pull: &crate::actors::pull_queue::PullQueueSettings,
+) -> Vec<(&str, Option<&crate::actors::pull_queue::RegistryRate>, Option<usize>)> {
+    let mut names: Vec<&str> = pull.registry_rates.iter().map(|r| r.registry.as_str()).collect();
+    names.extend(pull.registry_limits.keys().map(String::as_str));
+    names.sort_unstable();
+    names.dedup();
+    names
+        .into_iter()
+        .map(|name| {
+            let rate = pull.registry_rates.iter().find(|r| r.registry == name);
+            (name, rate, pull.registry_limits.get(name).copied())
+        })
+        .collect()
+}
+
+/// [`registries`] as the status text says it (`none`, or
+/// `docker.io (qps 0.05, burst 20), quay.io (max_parallel 2)`).
+fn registries_text(pull: &crate::actors::pull_queue::PullQueueSettings) -> String {
+    let all = registries(pull);
+    if all.is_empty() {
+        return "none".to_string();
+    }
+    let one = |(name, rate, limit): (&str, Option<&crate::actors::pull_queue::RegistryRate>, Option<usize>)| {
+        let mut parts = Vec::new();
+        if let Some(r) = rate {
+            parts.push(format!("qps {}, burst {}", r.qps, r.burst));
+        }
+        if let Some(n) = limit {
+            parts.push(format!("max_parallel {n}"));
+        }
+        format!("{name} ({})", parts.join(", "))
+    };
+    all.into_iter().map(one).collect::<Vec<_>>().join(", ")
 }
 
 /// The settings in force as the API's typed [`proto::Settings`]: what
@@ -180,6 +219,15 @@ fn settings(c: &crate::config::Config) -> proto::Settings {
             .to_string(),
             single_flight: c.pull.single_flight,
             slow_pull_warning: duration(c.pull.slow_pull_warning.unwrap_or_default()),
+            registries: registries(&c.pull)
+                .into_iter()
+                .map(|(registry, rate, limit)| proto::RegistrySettings {
+                    registry: registry.to_string(),
+                    qps: rate.map_or(0.0, |r| r.qps),
+                    burst: rate.map_or(0, |r| r.burst),
+                    max_parallel: limit.map_or(0, n),
+                })
+                .collect(),
         }),
         backoff: Some(proto::BackoffSettings {
             initial: duration(c.backoff.delays.initial),

@@ -3,10 +3,12 @@
 //! flow and the backoff registry.
 
 use super::ConfigError;
-use super::raw::{RawBackoff, RawPull};
+use std::collections::HashMap;
+
+use super::raw::{RawBackoff, RawPull, RawRegistryRule};
 use super::values::{duration, invalid, mailbox_capacity, zero_is_off};
 use crate::actors::backoff_registry::{BackoffDelays, BackoffSettings};
-use crate::actors::pull_queue::{Concurrency, PullQueueSettings, SizeOffers, ThrottleMode};
+use crate::actors::pull_queue::{Concurrency, PullQueueSettings, RegistryRate, SizeOffers, ThrottleMode};
 use crate::ensure::EnsureSettings;
 use crate::metrics::Metrics;
 
@@ -44,6 +46,7 @@ pub(super) fn pull_from_raw(p: RawPull) -> Result<(PullQueueSettings, EnsureSett
     };
     let burst = u32::try_from(p.registry_burst)
         .map_err(|_| invalid("pull.registry_burst", &p.registry_burst.to_string(), "must be at most 4294967295"))?;
+    let (registry_rates, registry_limits) = registry_rules(&p.registries, serialize)?;
     let deadline = duration("pull.pull_deadline", &p.pull_deadline)?;
     let slow = duration("pull.slow_pull_warning", &p.slow_pull_warning)?;
     Ok((
@@ -56,6 +59,8 @@ pub(super) fn pull_from_raw(p: RawPull) -> Result<(PullQueueSettings, EnsureSett
             // The kubelet's v1beta1 defaulting turns a zero burst into 10.
             burst: if burst == 0 { 10 } else { burst },
             throttle_mode,
+            registry_rates,
+            registry_limits,
             pull_deadline: if deadline.is_zero() { None } else { Some(deadline) },
             slow_pull_warning: if slow.is_zero() { None } else { Some(slow) },
             metrics: Metrics::default(),
@@ -69,6 +74,56 @@ pub(super) fn pull_from_raw(p: RawPull) -> Result<(PullQueueSettings, EnsureSett
             ..EnsureSettings::default()
         },
     ))
+}
+
+/// `[[pull.registries]]`: each registry's own rate (those with one) and
+/// its own limit on pulls at once (those with one).
+fn registry_rules(
+    rules: &[RawRegistryRule],
+    serialize: bool,
+) -> Result<(Vec<RegistryRate>, HashMap<String, usize>), ConfigError> {
+    let mut rates = Vec::new();
+    let mut limits = HashMap::new();
+    let mut seen = std::collections::HashSet::new();
+    for (i, r) in rules.iter().enumerate() {
+        let key = |field: &str| format!("pull.registries[{i}].{field}");
+        let registry = r.registry.trim();
+        if registry.is_empty() || registry.contains(char::is_whitespace) || registry.contains('/') {
+            return Err(invalid(
+                &key("registry"),
+                &r.registry,
+                "must be a registry host as an image names it (\"docker.io\", \"registry.example.com:5000\"), \
+                 without a scheme or path",
+            ));
+        }
+        if matches!(registry, "index.docker.io" | "registry-1.docker.io") {
+            return Err(invalid(&key("registry"), registry, "imaged names Docker Hub \"docker.io\": write that"));
+        }
+        if !seen.insert(registry.to_string()) {
+            return Err(invalid(&key("registry"), registry, "is named by an earlier rule: one rule per registry"));
+        }
+        if !r.qps.is_finite() || r.qps < 0.0 {
+            return Err(invalid(&key("qps"), &r.qps.to_string(), "must be a finite number, 0 or more"));
+        }
+        let burst = u32::try_from(r.burst)
+            .map_err(|_| invalid(&key("burst"), &r.burst.to_string(), "must be between 0 and 4294967295"))?;
+        let max_parallel = usize::try_from(r.max_parallel)
+            .map_err(|_| invalid(&key("max_parallel"), &r.max_parallel.to_string(), "must be 0 or more"))?;
+        if serialize && max_parallel > 1 {
+            return Err(invalid(
+                &key("max_parallel"),
+                &max_parallel.to_string(),
+                "cannot be larger than 1 while pulls are serial (pull.serialize_image_pulls)",
+            ));
+        }
+        if r.qps > 0.0 {
+            rates.push(RegistryRate { registry: registry.to_string(), qps: r.qps, burst: burst.max(1) });
+        }
+        if max_parallel > 0 {
+            limits.insert(registry.to_string(), max_parallel);
+        }
+    }
+    Ok((rates, limits))
 }
 
 pub(super) fn backoff_from_raw(b: RawBackoff) -> Result<BackoffSettings, ConfigError> {

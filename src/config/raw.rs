@@ -109,6 +109,20 @@ pub(super) struct RawPull {
     pub(super) pull_deadline: String,
     pub(super) slow_pull_warning: String,
     pub(super) annotate_error_class: bool,
+    pub(super) registries: Vec<RawRegistryRule>,
+}
+
+/// One `[[pull.registries]]` rule.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a [[pull.registries]] rule (a table of settings)")]
+pub(super) struct RawRegistryRule {
+    pub(super) registry: String,
+    #[serde(default)]
+    pub(super) qps: f64,
+    #[serde(default)]
+    pub(super) burst: i64,
+    #[serde(default)]
+    pub(super) max_parallel: i64,
 }
 
 #[derive(Debug, Deserialize, Serialize)]

@@ -18,7 +18,8 @@ use super::{ConfigError, DEFAULT_TOML};
 /// Keys `config/default.toml` leaves unset (unset has a meaning: the
 /// kubelet's defaulting, the kubelet's search path), with a value of
 /// their type; and the full `[[cri_server.priority]]` rule, of which the
-/// defaults use only some keys. An optional key added to a `Raw*` struct
+/// defaults use only some keys, and the `[[pull.registries]]` rule, of
+/// which they have none. An optional key added to a `Raw*` struct
 /// belongs here (`the_key_schema_has_every_key_of_the_raw_configuration`
 /// checks it).
 const OPTIONAL_KEYS: &str = r#"
@@ -35,6 +36,12 @@ namespace = ""
 label = ""
 annotation = ""
 priority = 0
+
+[[pull.registries]]
+registry = ""
+qps = 0.0
+burst = 0
+max_parallel = 0
 "#;
 
 /// How to write a list, for the errors that ask for one.

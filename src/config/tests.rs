@@ -171,6 +171,54 @@ fn the_per_registry_limit_is_off_by_default_and_validated() {
 }
 
 #[test]
+fn registries_own_rates_and_limits_are_read_and_validated() {
+    use crate::actors::pull_queue::RegistryRate;
+    let pull = |toml: &str| Config::from_toml(toml).map(|c| c.pull);
+    let none = pull("").unwrap();
+    assert!(none.registry_rates.is_empty() && none.registry_limits.is_empty(), "none: the kubelet");
+    let p = pull(
+        "[pull]\nserialize_image_pulls = false\n\
+         [[pull.registries]]\nregistry = \"docker.io\"\nqps = 0.05\nburst = 20\n\
+         [[pull.registries]]\nregistry = \" registry.example.com:5000 \"\nmax_parallel = 3\n\
+         [[pull.registries]]\nregistry = \"quay.io\"\nqps = 2\n",
+    )
+    .unwrap();
+    assert_eq!(
+        p.registry_rates,
+        [
+            RegistryRate { registry: "docker.io".into(), qps: 0.05, burst: 20 },
+            RegistryRate { registry: "quay.io".into(), qps: 2.0, burst: 1 },
+        ],
+        "only registries with a rate; burst 0 is 1"
+    );
+    assert_eq!(p.registry_limits, std::collections::HashMap::from([("registry.example.com:5000".to_string(), 3)]));
+    // From --set too, as a list of tables.
+    let c = set(&[r#"pull.registries=[{ registry = "docker.io", qps = 1.5 }]"#]).unwrap();
+    assert_eq!(c.pull.registry_rates, [RegistryRate { registry: "docker.io".into(), qps: 1.5, burst: 1 }]);
+    for (toml, key, says) in [
+        ("registry = \"\"", "pull.registries[0].registry", "registry host"),
+        ("registry = \"https://docker.io\"", "pull.registries[0].registry", "without a scheme"),
+        ("registry = \"docker.io/library\"", "pull.registries[0].registry", "without a scheme or path"),
+        ("registry = \"index.docker.io\"", "pull.registries[0].registry", "write that"),
+        ("registry = \"a.io\"\nqps = -1", "pull.registries[0].qps", "0 or more"),
+        ("registry = \"a.io\"\nqps = nan", "pull.registries[0].qps", "finite"),
+        ("registry = \"a.io\"\nburst = -2", "pull.registries[0].burst", "between 0"),
+        ("registry = \"a.io\"\nmax_parallel = -1", "pull.registries[0].max_parallel", "0 or more"),
+        ("registry = \"a.io\"\nmax_parallel = 2", "pull.registries[0].max_parallel", "serial"),
+        ("registry = \"a.io\"\nqps = \"fast\"", "pull.registries.qps", "number"),
+        ("registry = \"a.io\"\ntoken = \"x\"", "pull.registries.token", "unknown"),
+        ("qps = 1", "registry", "missing"),
+    ] {
+        let err = pull(&format!("[[pull.registries]]\n{toml}")).unwrap_err().to_string();
+        assert!(err.contains(key) && err.contains(says), "{toml}: {err}");
+    }
+    let err = pull("[[pull.registries]]\nregistry = \"a.io\"\n[[pull.registries]]\nregistry = \"a.io\"\nqps = 1")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("pull.registries[1].registry") && err.contains("one rule per registry"), "{err}");
+}
+
+#[test]
 fn resetting_back_off_on_new_credentials_or_registry_recovery_is_opt_in() {
     let reset = |toml: &str| Config::from_toml(toml).map(|c| c.ensure.reset_backoff_on_credential_change);
     assert!(!reset("").unwrap(), "off: the kubelet waits out the back-off");

@@ -253,12 +253,20 @@ impl Node {
     }
 
     /// Replaces the registry pull throttle live (a reload of
-    /// `pull.registry_pull_qps`, `registry_burst`, `throttle_mode`): see
+    /// `pull.registry_pull_qps`, `registry_burst`, `throttle_mode` and the
+    /// `[[pull.registries]]` rates): see
     /// [`UpdatePullThrottle`](crate::actors::pull_queue::UpdatePullThrottle).
-    pub fn update_pull_throttle(&self, qps: f64, burst: u32, mode: crate::actors::pull_queue::ThrottleMode) {
+    pub fn update_pull_throttle(
+        &self,
+        qps: f64,
+        burst: u32,
+        mode: crate::actors::pull_queue::ThrottleMode,
+        registries: Vec<crate::actors::pull_queue::RegistryRate>,
+    ) {
         let mut in_force = self.in_force();
         (in_force.pull.qps, in_force.pull.burst, in_force.pull.throttle_mode) = (qps, burst, mode);
-        self.queue.do_send(crate::actors::pull_queue::UpdatePullThrottle { qps, burst, mode });
+        in_force.pull.registry_rates.clone_from(&registries);
+        self.queue.do_send(crate::actors::pull_queue::UpdatePullThrottle { qps, burst, mode, registries });
     }
 
     /// Replaces the back-off delays live (a reload of `[backoff] initial`

@@ -16,7 +16,7 @@ use super::pull_task::{self, Progress, PullTask, RECHECK_WINDOW, StageCell};
 use super::queue::{Concurrency, Place, PullKey, PullQueue, Submitted};
 use super::records_due::RecordsDue;
 use super::size_offers::SizeOffers;
-use super::throttle::{PullThrottle, ThrottleMode};
+use super::throttle::{PullThrottle, RegistryRate, ThrottleMode};
 use crate::actors::cri_gateway::CriReader;
 use crate::domain::AuthConfig;
 use crate::metrics::Metrics;
@@ -39,6 +39,12 @@ pub struct PullQueueSettings {
     pub qps: f64,
     /// `registry_burst`.
     pub burst: u32,
+    /// Registries' own rates (`[[pull.registries]]` `qps`, `burst`), under
+    /// the node's.
+    pub registry_rates: Vec<RegistryRate>,
+    /// Registries' own limits on pulls at once (`[[pull.registries]]`
+    /// `max_parallel`), in place of `registry_limit` for them.
+    pub registry_limits: HashMap<String, usize>,
     /// What a pull does when the throttle has no token.
     pub throttle_mode: ThrottleMode,
     /// Overall deadline of one pull, from its start (None = none).
@@ -64,6 +70,8 @@ impl Default for PullQueueSettings {
             single_flight: true,
             qps: 5.0,
             burst: 10,
+            registry_rates: Vec::new(),
+            registry_limits: HashMap::new(),
             throttle_mode: ThrottleMode::Fail,
             pull_deadline: None,
             slow_pull_warning: Some(DEFAULT_SLOW_PULL_WARNING),
@@ -154,8 +162,14 @@ impl PullQueueActor {
         Self {
             reader,
             queue: PullQueue::new(cfg.concurrency, cfg.capacity, cfg.single_flight)
-                .with_registry_limit(cfg.registry_limit),
-            throttle: Arc::new(PullThrottle::new(cfg.qps, cfg.burst, cfg.throttle_mode)),
+                .with_registry_limit(cfg.registry_limit)
+                .with_registry_limits(cfg.registry_limits.clone()),
+            throttle: Arc::new(PullThrottle::with_registries(
+                cfg.qps,
+                cfg.burst,
+                cfg.throttle_mode,
+                &cfg.registry_rates,
+            )),
             cfg,
             subscribers: Vec::new(),
             finished: HashMap::new(),
@@ -428,9 +442,11 @@ impl Handler<UpdatePullThrottle> for PullQueueActor {
 
     /// Replaces the throttle for the queue and its pull tasks.
     fn handle(&mut self, m: UpdatePullThrottle, _: &mut Self::Context) {
-        self.throttle.set(m.qps, m.burst, m.mode);
+        self.throttle.set(m.qps, m.burst, m.mode, &m.registries);
         (self.cfg.qps, self.cfg.burst, self.cfg.throttle_mode) = (m.qps, m.burst, m.mode);
-        tracing::info!(qps = m.qps, burst = m.burst, mode = ?m.mode, "registry pull throttle replaced");
+        let registries = m.registries.iter().filter(|r| r.qps > 0.0).count();
+        self.cfg.registry_rates = m.registries;
+        tracing::info!(qps = m.qps, burst = m.burst, mode = ?m.mode, registries, "registry pull throttle replaced");
     }
 }
 

@@ -314,10 +314,10 @@ pub struct QueueStatus {
 }
 
 /// Replaces the registry pull throttle (a reload of `pull.registry_pull_qps`,
-/// `registry_burst`, `throttle_mode`): a full bucket of the new burst at the
-/// new rate, for every pull that takes a token from now on (those waiting
-/// for one too).
-#[derive(Debug, Clone, Copy, Message)]
+/// `registry_burst`, `throttle_mode` and the `[[pull.registries]]` rates):
+/// full buckets of the new bursts at the new rates, for every pull that
+/// takes a token from now on (those waiting for one too).
+#[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct UpdatePullThrottle {
     /// Pulls per second (0 = no throttle).
@@ -326,6 +326,8 @@ pub struct UpdatePullThrottle {
     pub burst: u32,
     /// What a pull does when no token is free.
     pub mode: super::ThrottleMode,
+    /// Registries' own rates.
+    pub registries: Vec<super::throttle::RegistryRate>,
 }
 
 /// Asks for the queue's [`QueueStatus`].

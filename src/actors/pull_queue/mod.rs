@@ -19,7 +19,7 @@ pub use messages::{
 pub use queue::{Concurrency, registry_of};
 pub use records_due::{RecordDue, RecordsDue};
 pub use size_offers::{OFFER_WAIT, SizeOffers};
-pub use throttle::ThrottleMode;
+pub use throttle::{RegistryRate, ThrottleMode};
 
 /// The one text form of the mode (status, metrics labels, logs): `serial`,
 /// `parallel(N)`, `parallel(unlimited)`.

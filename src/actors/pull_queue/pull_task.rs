@@ -245,34 +245,45 @@ impl<R: PullRuntime> PullTask<R> {
         }
     }
 
-    /// A throttle token: at once, or after waiting for one (`Wait`, counted
-    /// once per pull), or `QpsExceeded` (`Fail`).
+    /// The node's throttle token, then the registry's (when it has a rate
+    /// of its own): each at once, or after waiting for it (`Wait`, counted
+    /// once per pull), or `QpsExceeded` (`Fail`). A pull waiting for its
+    /// registry's token keeps the node's it took.
     async fn take_token(&self) -> Result<(), PullFailure> {
+        let registry = super::registry_of(&self.progress.image);
         let mut waited = false;
-        loop {
-            // A reload replaces the bucket: a waiter asks the new one then,
-            // not after the old one's wait.
-            let replaced = self.throttle.replaced();
-            let Err(wait) = self.throttle.try_acquire() else { return Ok(()) };
-            match self.throttle.mode() {
-                ThrottleMode::Fail => {
-                    self.metrics.throttle_rejected();
-                    return Err(PullFailure::QpsExceeded);
-                }
-                ThrottleMode::Wait => {
-                    if !waited {
-                        waited = true;
-                        self.metrics.throttle_waited();
+        for of_registry in [false, true] {
+            loop {
+                // A reload replaces the buckets: a waiter asks the new ones
+                // then, not after the old one's wait.
+                let replaced = self.throttle.replaced();
+                let taken = if of_registry {
+                    self.throttle.try_acquire_registry(registry)
+                } else {
+                    self.throttle.try_acquire()
+                };
+                let Err(wait) = taken else { break };
+                match self.throttle.mode() {
+                    ThrottleMode::Fail => {
+                        self.metrics.throttle_rejected();
+                        return Err(PullFailure::QpsExceeded);
                     }
-                    self.progress.phase(PullPhase::Throttled);
-                    tokio::select! {
-                        biased;
-                        () = replaced => {}
-                        () = tokio::time::sleep(wait) => {}
+                    ThrottleMode::Wait => {
+                        if !waited {
+                            waited = true;
+                            self.metrics.throttle_waited();
+                        }
+                        self.progress.phase(PullPhase::Throttled);
+                        tokio::select! {
+                            biased;
+                            () = replaced => {}
+                            () = tokio::time::sleep(wait) => {}
+                        }
                     }
                 }
             }
         }
+        Ok(())
     }
 
     /// `PullImage` with each credential in order (anonymous when there are

@@ -25,6 +25,11 @@
 //! the capacity bounds the waiting pulls of each registry, and parked
 //! requests are admitted in arrival order within their registry, so a
 //! backlog for one registry does not hold up requests for another either.
+//! A registry may have a limit of its own
+//! ([`PullQueue::with_registry_limits`], `[[pull.registries]]`
+//! `max_parallel`), in place of the node-wide one for it; with only such
+//! limits, other registries have none, and the capacity still bounds each
+//! registry's waiting pulls.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -153,6 +158,8 @@ pub struct PullQueue<R, W> {
     parked_keys: HashMap<PullKey, usize>,
     /// Most pulls running at once per registry (`None` = no such limit).
     registry_limit: Option<usize>,
+    /// Registries' own limits, in place of `registry_limit` for them.
+    registry_limits: HashMap<String, usize>,
     /// Pulls running per registry (kept only with a registry limit).
     running_by_registry: HashMap<String, usize>,
     /// Pulls waiting to start per registry (kept only with a registry limit).
@@ -204,6 +211,7 @@ impl<R, W> PullQueue<R, W> {
             parked: VecDeque::new(),
             parked_keys: HashMap::new(),
             registry_limit: None,
+            registry_limits: HashMap::new(),
             running_by_registry: HashMap::new(),
             waiting_by_registry: HashMap::new(),
         }
@@ -214,6 +222,25 @@ impl<R, W> PullQueue<R, W> {
     pub fn with_registry_limit(mut self, limit: Option<usize>) -> Self {
         self.registry_limit = limit.map(|n| n.max(1));
         self
+    }
+
+    /// Registries' own limits on pulls at once, in place of
+    /// [`with_registry_limit`](Self::with_registry_limit)'s for them (a
+    /// limit of 0 is taken as 1).
+    pub fn with_registry_limits(mut self, limits: HashMap<String, usize>) -> Self {
+        self.registry_limits = limits.into_iter().map(|(r, n)| (r, n.max(1))).collect();
+        self
+    }
+
+    /// Whether any registry has a limit: pulls are then counted per
+    /// registry.
+    fn by_registry(&self) -> bool {
+        self.registry_limit.is_some() || !self.registry_limits.is_empty()
+    }
+
+    /// The most pulls from `registry` at once.
+    fn limit_of(&self, registry: &str) -> usize {
+        self.registry_limits.get(registry).copied().or(self.registry_limit).unwrap_or(usize::MAX)
     }
 
     /// Pulls running now from `registry`.
@@ -270,13 +297,12 @@ impl<R, W> PullQueue<R, W> {
     /// limit: its registry's share) is full, or requests parked before it
     /// (with a registry limit: for its registry) are still waiting.
     fn must_park(&self, key: &PullKey) -> bool {
-        match self.registry_limit {
-            None => self.full(self.order.len()) || !self.parked.is_empty(),
-            Some(_) => {
-                let registry = registry_of(&key.image);
-                self.full(self.waiting_by_registry.get(registry).copied().unwrap_or(0))
-                    || self.parked.iter().any(|(k, ..)| registry_of(&k.image) == registry)
-            }
+        if self.by_registry() {
+            let registry = registry_of(&key.image);
+            self.full(self.waiting_by_registry.get(registry).copied().unwrap_or(0))
+                || self.parked.iter().any(|(k, ..)| registry_of(&k.image) == registry)
+        } else {
+            self.full(self.order.len()) || !self.parked.is_empty()
         }
     }
 
@@ -312,7 +338,7 @@ impl<R, W> PullQueue<R, W> {
         self.seq += 1;
         let order = (-i64::from(priority), self.seq);
         self.order.insert(order, key.clone());
-        if self.registry_limit.is_some() {
+        if self.by_registry() {
             add(&mut self.waiting_by_registry, registry_of(&key.image));
         }
         self.jobs.insert(key, Job { order, request: Some(request), waiters: vec![waiter], running: false, start: 0 });
@@ -334,16 +360,16 @@ impl<R, W> PullQueue<R, W> {
         let mut kept = VecDeque::new();
         while let Some((key, ..)) = self.parked.front() {
             let joins = self.jobs.contains_key(key);
+            let by_registry = self.by_registry();
             let room = joins
-                || match self.registry_limit {
-                    None => !self.full(self.order.len()),
-                    Some(_) => {
-                        let registry = registry_of(&key.image);
-                        !held.iter().any(|h| *h == registry)
-                            && !self.full(self.waiting_by_registry.get(registry).copied().unwrap_or(0))
-                    }
+                || if by_registry {
+                    let registry = registry_of(&key.image);
+                    !held.iter().any(|h| *h == registry)
+                        && !self.full(self.waiting_by_registry.get(registry).copied().unwrap_or(0))
+                } else {
+                    !self.full(self.order.len())
                 };
-            if !room && self.registry_limit.is_none() {
+            if !room && !by_registry {
                 break;
             }
             let Some((key, priority, request, mut waiter)) = self.parked.pop_front() else { break };
@@ -423,16 +449,22 @@ impl<R, W> PullQueue<R, W> {
         if self.running >= self.concurrency.limit() {
             return None;
         }
-        let key = match self.registry_limit {
-            None => self.order.pop_first()?.1,
-            Some(limit) => {
-                let order = *self.order.iter().find(|(_, k)| self.running_from(registry_of(&k.image)) < limit)?.0;
-                let key = self.order.remove(&order)?;
-                let registry = registry_of(&key.image);
-                sub(&mut self.waiting_by_registry, registry);
-                add(&mut self.running_by_registry, registry);
-                key
-            }
+        let key = if self.by_registry() {
+            let order = *self
+                .order
+                .iter()
+                .find(|(_, k)| {
+                    let registry = registry_of(&k.image);
+                    self.running_from(registry) < self.limit_of(registry)
+                })?
+                .0;
+            let key = self.order.remove(&order)?;
+            let registry = registry_of(&key.image);
+            sub(&mut self.waiting_by_registry, registry);
+            add(&mut self.running_by_registry, registry);
+            key
+        } else {
+            self.order.pop_first()?.1
         };
         let job = self.jobs.get_mut(&key)?;
         job.running = true;
@@ -446,7 +478,7 @@ impl<R, W> PullQueue<R, W> {
     /// A running pull stopped running (it finished).
     fn stopped_running(&mut self, key: &PullKey) {
         self.running = self.running.saturating_sub(1);
-        if self.registry_limit.is_some() {
+        if self.by_registry() {
             sub(&mut self.running_by_registry, registry_of(&key.image));
         }
     }
@@ -461,7 +493,7 @@ impl<R, W> PullQueue<R, W> {
                     self.stopped_running(key);
                 } else {
                     self.order.remove(&job.order);
-                    if self.registry_limit.is_some() {
+                    if self.by_registry() {
                         sub(&mut self.waiting_by_registry, registry_of(&key.image));
                     }
                 }

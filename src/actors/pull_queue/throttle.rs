@@ -1,6 +1,11 @@
 //! The registry pull throttle: a token bucket (`registry_pull_qps`,
-//! `registry_burst`) on `PullImage` calls, on tokio's clock so paused-time
-//! tests drive it.
+//! `registry_burst`) on `PullImage` calls, and optionally one per registry
+//! (`[[pull.registries]]` `qps`, `burst`), on tokio's clock so paused-time
+//! tests drive it. A pull takes the node's token first, then its
+//! registry's: a pull waiting for its registry holds its node token, so
+//! each pull spends exactly one of each.
+
+use std::collections::HashMap;
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -48,6 +53,23 @@ pub struct PullThrottle {
 struct State {
     limiter: Option<(Limiter, TokioClock)>,
     mode: ThrottleMode,
+    /// Each registry's own bucket (registries without a rate have none).
+    registries: HashMap<String, (Limiter, TokioClock)>,
+}
+
+/// One registry's own rate (`[[pull.registries]]`), under the node's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RegistryRate {
+    /// The registry as imaged names an image's domain (`docker.io`).
+    pub registry: String,
+    /// Pulls per second from it (0 = none of its own: only the node's).
+    pub qps: f64,
+    /// Its bucket (0 is taken as 1).
+    pub burst: u32,
+}
+
+fn registry_buckets(rates: &[RegistryRate]) -> HashMap<String, (Limiter, TokioClock)> {
+    rates.iter().filter_map(|r| Some((r.registry.clone(), limiter(r.qps, r.burst)?))).collect()
 }
 
 impl std::fmt::Debug for PullThrottle {
@@ -64,17 +86,26 @@ impl PullThrottle {
     /// A throttle of `qps` pulls per second with bursts of `burst` (0 QPS =
     /// no throttle; a burst of 0 is treated as 1).
     pub fn new(qps: f64, burst: u32, mode: ThrottleMode) -> Self {
+        Self::with_registries(qps, burst, mode, &[])
+    }
+
+    /// [`PullThrottle::new`] with each of `registries`' own bucket.
+    pub fn with_registries(qps: f64, burst: u32, mode: ThrottleMode, registries: &[RegistryRate]) -> Self {
         Self {
-            state: std::sync::RwLock::new(State { limiter: limiter(qps, burst), mode }),
+            state: std::sync::RwLock::new(State {
+                limiter: limiter(qps, burst),
+                mode,
+                registries: registry_buckets(registries),
+            }),
             replaced: tokio::sync::Notify::new(),
         }
     }
 
     /// Replaces the bucket (full, `burst` tokens) and the mode: the pulls
     /// that take a token from now on, waiting ones included, take it here.
-    pub fn set(&self, qps: f64, burst: u32, mode: ThrottleMode) {
+    pub fn set(&self, qps: f64, burst: u32, mode: ThrottleMode, registries: &[RegistryRate]) {
         let mut st = self.state.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        *st = State { limiter: limiter(qps, burst), mode };
+        *st = State { limiter: limiter(qps, burst), mode, registries: registry_buckets(registries) };
         drop(st);
         self.replaced.notify_waiters();
     }
@@ -95,12 +126,28 @@ impl PullThrottle {
         self.state().mode
     }
 
-    /// Takes a token, or says how long until one is free.
+    /// Takes a token of the node's bucket, or says how long until one is
+    /// free.
     pub fn try_acquire(&self) -> Result<(), Duration> {
-        match &self.state().limiter {
-            None => Ok(()),
-            Some((l, clock)) => l.check().map_err(|not_until| not_until.wait_time_from(clock.now())),
-        }
+        take(self.state().limiter.as_ref())
+    }
+
+    /// Takes a token of `registry`'s own bucket (at once when it has none),
+    /// or says how long until one is free.
+    pub fn try_acquire_registry(&self, registry: &str) -> Result<(), Duration> {
+        take(self.state().registries.get(registry))
+    }
+
+    /// Whether `registry` has a bucket of its own.
+    pub fn limits_registry(&self, registry: &str) -> bool {
+        self.state().registries.contains_key(registry)
+    }
+}
+
+fn take(bucket: Option<&(Limiter, TokioClock)>) -> Result<(), Duration> {
+    match bucket {
+        None => Ok(()),
+        Some((l, clock)) => l.check().map_err(|not_until| not_until.wait_time_from(clock.now())),
     }
 }
 
@@ -159,14 +206,14 @@ mod tests {
         let task = t.clone();
         assert!(task.try_acquire().is_ok());
         assert!(task.try_acquire().is_err(), "one token a second");
-        t.set(100.0, 3, ThrottleMode::Wait);
+        t.set(100.0, 3, ThrottleMode::Wait, &[]);
         assert_eq!(task.mode(), ThrottleMode::Wait);
         for _ in 0..3 {
             assert!(task.try_acquire().is_ok(), "a full bucket of the new burst");
         }
         let wait = task.try_acquire().expect_err("empty");
         assert!(wait <= Duration::from_millis(10), "the new rate: {wait:?}");
-        t.set(0.0, 0, ThrottleMode::Fail);
+        t.set(0.0, 0, ThrottleMode::Fail, &[]);
         for _ in 0..1000 {
             assert!(task.try_acquire().is_ok(), "0 QPS: off");
         }
@@ -177,9 +224,33 @@ mod tests {
         let t = PullThrottle::new(1.0, 1, ThrottleMode::Wait);
         let replaced = t.replaced();
         assert!(t.try_acquire().is_ok());
-        t.set(0.0, 0, ThrottleMode::Wait);
+        t.set(0.0, 0, ThrottleMode::Wait, &[]);
         tokio::time::timeout(Duration::from_millis(1), replaced).await.expect("taken before set: woken");
         let later = t.replaced();
         assert!(tokio::time::timeout(Duration::from_secs(60), later).await.is_err(), "no replacement since: not woken");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_registry_with_a_rate_has_its_own_bucket_under_the_nodes() {
+        let hub = RegistryRate { registry: "docker.io".into(), qps: 0.5, burst: 2 };
+        let idle = RegistryRate { registry: "quay.io".into(), qps: 0.0, burst: 5 };
+        let t = PullThrottle::with_registries(0.0, 10, ThrottleMode::Wait, &[hub.clone(), idle]);
+        assert!(t.limits_registry("docker.io") && !t.limits_registry("quay.io"), "0 QPS: no bucket");
+        for _ in 0..2 {
+            assert!(t.try_acquire_registry("docker.io").is_ok());
+        }
+        let wait = t.try_acquire_registry("docker.io").expect_err("its burst of two spent");
+        assert!(wait > Duration::from_millis(1900) && wait <= Duration::from_secs(2), "{wait:?}");
+        for _ in 0..100 {
+            assert!(t.try_acquire_registry("quay.io").is_ok() && t.try_acquire_registry("ghcr.io").is_ok());
+        }
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(t.try_acquire_registry("docker.io").is_ok(), "one more every two seconds");
+        // A reload replaces the registries' buckets too.
+        t.set(0.0, 10, ThrottleMode::Wait, &[RegistryRate { burst: 1, ..hub }]);
+        assert!(t.try_acquire_registry("docker.io").is_ok());
+        assert!(t.try_acquire_registry("docker.io").is_err(), "the new burst of one");
+        t.set(0.0, 10, ThrottleMode::Wait, &[]);
+        assert!(!t.limits_registry("docker.io"));
     }
 }

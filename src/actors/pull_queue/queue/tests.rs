@@ -191,6 +191,35 @@ fn the_registry_limit_keeps_priority_order_among_registries_with_room() {
 }
 
 #[test]
+fn a_registry_of_its_own_limit_is_held_to_it_and_the_others_to_the_nodes() {
+    let own = HashMap::from([("hub.io".to_string(), 1), ("big.io".to_string(), 3)]);
+    let mut q: PullQueue<&str, ()> =
+        PullQueue::new(Concurrency::Parallel(None), None, true).with_registry_limit(Some(2)).with_registry_limits(own);
+    for img in ["hub.io/a:1", "hub.io/b:1", "big.io/c:1", "big.io/d:1", "big.io/e:1", "big.io/f:1"] {
+        q.submit(key(img), 0, img, ());
+    }
+    for img in ["other.io/g:1", "other.io/h:1", "other.io/i:1"] {
+        q.submit(key(img), 0, img, ());
+    }
+    let started: Vec<_> = std::iter::from_fn(|| q.start_next()).map(|(_, r)| r).collect();
+    assert_eq!(
+        started,
+        ["hub.io/a:1", "big.io/c:1", "big.io/d:1", "big.io/e:1", "other.io/g:1", "other.io/h:1"],
+        "hub.io one at a time, big.io three, the rest the node's two"
+    );
+    // With only registries' own limits, the others have none.
+    let mut q: PullQueue<&str, ()> = PullQueue::new(Concurrency::Parallel(None), None, true)
+        .with_registry_limits(HashMap::from([("hub.io".to_string(), 1)]));
+    for img in ["hub.io/a:1", "hub.io/b:1", "other.io/c:1", "other.io/d:1", "other.io/e:1"] {
+        q.submit(key(img), 0, img, ());
+    }
+    let started: Vec<_> = std::iter::from_fn(|| q.start_next()).map(|(_, r)| r).collect();
+    assert_eq!(started, ["hub.io/a:1", "other.io/c:1", "other.io/d:1", "other.io/e:1"]);
+    q.finish(&key("hub.io/a:1"));
+    assert_eq!(q.start_next().map(|(_, r)| r), Some("hub.io/b:1"));
+}
+
+#[test]
 fn without_a_registry_limit_one_registry_may_take_every_slot() {
     let mut q: PullQueue<&str, ()> = PullQueue::new(Concurrency::Parallel(Some(2)), None, true);
     for img in ["slow.io/a:1", "slow.io/b:1", "fast.io/c:1"] {
