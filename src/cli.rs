@@ -70,7 +70,8 @@ fn agrees(flag: &str, key: &str, value: &str, overrides: &[String]) -> Result<()
     let (section, name) = key.split_once('.').unwrap_or(("", key));
     for o in overrides {
         let Some((k, v)) = o.split_once('=') else { continue };
-        let given = if k.trim() == key {
+        let whole_key = k.trim() == key;
+        let given = if whole_key {
             Some(v.trim().to_string())
         } else if k.trim() == section {
             // An inline table: its `name`, if it sets one.
@@ -80,10 +81,12 @@ fn agrees(flag: &str, key: &str, value: &str, overrides: &[String]) -> Result<()
         } else {
             None
         };
-        if given.is_some_and(|g| g.trim() != value.trim()) {
+        if let Some(g) = given.filter(|g| g.trim() != value.trim()) {
+            // The key's own value, not the rest of a section's table (it
+            // may hold a mistyped key's secret).
+            let shown = if whole_key { format!("{key}={g}") } else { format!("{}={{{name} = {g:?}, …}}", k.trim()) };
             return Err(ConfigError::Conflict(format!(
-                "{flag} {value} and --set {} set {key} to different values: give one of them",
-                o.trim()
+                "{flag} {value} and --set {shown} set {key} to different values: give one of them"
             )));
         }
     }
@@ -199,9 +202,14 @@ mod tests {
         assert!(args(Some("unix:///a.sock"), None, &[]).sources().is_ok());
         assert!(args(None, None, &["runtime.endpoint=unix:///b.sock"]).sources().is_ok());
         // The key set through its section's table is the same key.
-        let table = args(Some("unix:///a.sock"), None, &[r#"runtime={endpoint="unix:///b.sock"}"#]);
+        let table = args(Some("unix:///a.sock"), None, &[r#"runtime={endpoint="unix:///b.sock", tokn="hunter2"}"#]);
         let err = table.sources().expect_err("two endpoints, one in a table").to_string();
-        assert!(err.contains("--runtime-endpoint unix:///a.sock") && err.contains("runtime={endpoint="), "{err}");
+        assert!(
+            err.contains("--runtime-endpoint unix:///a.sock")
+                && err.contains(r#"--set runtime={endpoint = "unix:///b.sock", …}"#),
+            "{err}"
+        );
+        assert!(!err.contains("hunter2"), "the rest of the table is not shown: {err}");
         assert!(args(Some("unix:///a.sock"), None, &[r#"runtime={endpoint="unix:///a.sock"}"#]).sources().is_ok());
         assert!(args(Some("unix:///a.sock"), None, &[r#"runtime={startup_timeout="5s"}"#]).sources().is_ok());
     }

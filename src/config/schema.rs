@@ -176,6 +176,9 @@ fn check_value<'a>(
         let text = match value {
             V::String(s) => s.clone(),
             V::Float(f) => f.to_string(),
+            // A table where none belongs may hold a mistyped key's secret.
+            V::Table(_) => "{…}".to_string(),
+            V::Array(items) if items.iter().any(holds_table) => "[…]".to_string(),
             other => other.to_string(),
         };
         Err(invalid(&path.join("."), &text, format!("{reason}{}", place.suffix(path))))
@@ -219,6 +222,21 @@ fn check_value<'a>(
         (V::String(_), V::Array(_) | V::Table(_) | V::Boolean(_) | V::Float(_)) => wrong(path, "must be a string"),
         _ => Ok(()),
     }
+}
+
+/// Whether `v` is or holds a table.
+fn holds_table(v: &toml::Value) -> bool {
+    match v {
+        toml::Value::Table(_) => true,
+        toml::Value::Array(items) => items.iter().any(holds_table),
+        _ => false,
+    }
+}
+
+/// `--set` text as an error may show it: a table's text is not shown (it
+/// may hold a mistyped key's secret).
+fn shown(text: &str) -> &str {
+    if text.contains('{') { "{…}" } else { text }
 }
 
 /// The item of a list key, as the schema shows it (`None`: an empty list
@@ -286,23 +304,21 @@ fn from_text(key: &str, text: &str, expected: &toml::Value) -> Result<toml::Valu
         text.parse::<V>().map_err(|e| {
             let syntax = if what == "a list" { list_syntax(expected) } else { "" };
             let reason = format!("not {what} ({})", e.message().trim().trim_end_matches('.'));
-            // A table's text is not echoed: it may hold a mistyped key's secret.
-            let shown = if what == "a table" { "{…}" } else { text };
-            invalid(key, shown, if syntax.is_empty() { reason } else { format!("{reason}: {syntax}") })
+            invalid(key, shown(text), if syntax.is_empty() { reason } else { format!("{reason}: {syntax}") })
         })
     };
     match expected {
         V::String(_) | V::Datetime(_) => Ok(V::String(text.to_string())),
         V::Integer(_) => integer(key, text).map(V::Integer),
-        V::Float(_) => text.parse::<f64>().map(V::Float).map_err(|_| invalid(key, text, "must be a number")),
+        V::Float(_) => text.parse::<f64>().map(V::Float).map_err(|_| invalid(key, shown(text), "must be a number")),
         V::Boolean(_) => match text.to_ascii_lowercase().as_str() {
             // The words the config crate took from the environment before.
             "true" | "1" | "on" | "yes" => Ok(V::Boolean(true)),
             "false" | "0" | "off" | "no" => Ok(V::Boolean(false)),
-            _ => Err(invalid(key, text, "must be true or false")),
+            _ => Err(invalid(key, shown(text), "must be true or false")),
         },
         V::Array(_) if text.trim_start().starts_with('[') => literal("a list"),
-        V::Array(_) => Err(invalid(key, text, format!("must be a list: {}", list_syntax(expected)))),
+        V::Array(_) => Err(invalid(key, shown(text), format!("must be a list: {}", list_syntax(expected)))),
         V::Table(_) if text.trim_start().starts_with('{') => literal("a table"),
         // Not echoed either: a table's key given one value may be that
         // table's secret (`credentials=…`).
@@ -326,7 +342,7 @@ fn integer(key: &str, text: &str) -> Result<i64, ConfigError> {
             IntErrorKind::NegOverflow => {
                 invalid(key, text, format!("out of range: an integer can be at least {}", i64::MIN))
             }
-            _ => invalid(key, text, "must be an integer"),
+            _ => invalid(key, shown(text), "must be an integer"),
         }
     })
 }

@@ -964,6 +964,30 @@ fn a_list_key_takes_a_list_literal_from_set_and_the_environment() {
 }
 
 #[test]
+fn a_table_given_where_none_belongs_is_refused_without_showing_it() {
+    for o in [
+        r#"gc.image_gc_high_threshold_percent={password="hunter2"}"#,
+        r#"pull.registry_pull_qps={password="hunter2"}"#,
+        r#"pull.single_flight={password="hunter2"}"#,
+        r#"gc.pinned_images=[{password="hunter2"}]"#,
+        r#"gc.pinned_images={password="hunter2"}"#,
+    ] {
+        let err = set(&[o]).expect_err(o).to_string();
+        let key = o.split_once('=').map_or(o, |(k, _)| k);
+        assert!(err.contains(key), "the key is named: {o}: {err}");
+        assert!(!err.contains("hunter2"), "{o}: {err}");
+    }
+    for toml in [
+        "[gc]\nimage_gc_high_threshold_percent = { password = \"hunter2\" }",
+        "[gc]\npinned_images = [{ password = \"hunter2\" }]",
+        "[pull]\nsingle_flight = { password = \"hunter2\" }",
+    ] {
+        let err = Config::from_toml(toml).expect_err(toml).to_string();
+        assert!(!err.contains("hunter2"), "{toml}: {err}");
+    }
+}
+
+#[test]
 fn a_table_key_given_a_single_value_says_so_without_internal_names() {
     for key in ["gc", "pull", "runtime", "runtime.deadlines", "credentials", "cri_server", "state", "log"] {
         let err = set(&[&format!("{key}=hunter2")]).expect_err(key).to_string();
