@@ -179,7 +179,11 @@ impl Handler<UpdateBackoffDelays> for BackoffRegistryActor {
     /// Replaces the delays; see the message.
     fn handle(&mut self, m: UpdateBackoffDelays, _: &mut Self::Context) {
         let (old, new) = (self.table.config(), m.0);
-        self.table.set_config(new, Instant::now());
+        let now = Instant::now();
+        // Expired under the old delays: gone before the new cap could
+        // revive them (and the entries gauge follows).
+        self.gc(now, "delays replaced");
+        self.table.set_config(new, now);
         info!(
             initial_ms = crate::domain::limits::millis(new.initial),
             max_ms = crate::domain::limits::millis(new.max),

@@ -110,11 +110,12 @@ pub struct ClearBackoff {
 }
 
 /// Replaces the delays (a configuration reload): failures from now on
-/// double from the new initial period up to the new cap; a key backing off
-/// waits, from its last failure, no longer than the new cap and no less
-/// than the new initial period; entries already expired under the old
-/// delays are dropped (a longer cap does not revive them), and the rest
-/// expire after twice the new cap.
+/// double from the new initial period up to the new cap; a key still
+/// backing off waits, from its last failure, no longer than the new cap and
+/// no less than the new initial period (a key whose wait is over stays
+/// free); entries already expired under the old delays are dropped (a
+/// longer cap does not revive them), and the rest expire after twice the
+/// new cap.
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "()")]
 pub struct UpdateBackoffDelays(pub BackoffDelays);

@@ -224,17 +224,20 @@ impl BackoffTable {
     }
 
     /// Replaces the periods at `now` (see
-    /// [`UpdateBackoffDelays`](super::UpdateBackoffDelays)): entries
-    /// already expired under the old periods go (a longer cap must not
-    /// revive them), and each stored period is brought within the new
-    /// initial..=maximum, so a key waits at least the new initial period
-    /// and at most the new cap from its last failure; the next failure
-    /// doubles from there.
+    /// [`UpdateBackoffDelays`](super::UpdateBackoffDelays)); the caller
+    /// collects entries expired under the old periods first (a longer cap
+    /// must not revive them). Each stored period is capped at the new
+    /// maximum; a key still backing off at `now` is lifted to at least the
+    /// new initial period (a key whose wait is over stays free). The next
+    /// failure doubles from there, never below the initial period.
     pub fn set_config(&mut self, cfg: BackoffDelays, now: Instant) {
-        self.gc(now);
         self.cfg = cfg;
         for e in self.entries.values_mut() {
-            e.backoff = e.backoff.max(cfg.initial).min(cfg.max);
+            let backing_off = now.saturating_duration_since(e.last_update) < e.backoff;
+            if backing_off {
+                e.backoff = e.backoff.max(cfg.initial);
+            }
+            e.backoff = e.backoff.min(cfg.max);
         }
     }
 
@@ -257,7 +260,9 @@ impl BackoffTable {
     /// current one, capped at the maximum.
     pub fn next(&mut self, key: &BackoffKey, now: Instant) -> Duration {
         let backoff = match self.entries.get(key) {
-            Some(e) if !self.expired(e, now) => e.backoff.saturating_mul(2).min(self.cfg.max),
+            // Never below the initial period: a reload may have raised it
+            // over a free key's stored one.
+            Some(e) if !self.expired(e, now) => e.backoff.saturating_mul(2).min(self.cfg.max).max(self.cfg.initial),
             _ => self.cfg.initial,
         };
         self.entries.insert(key.clone(), Entry { backoff, last_update: now });

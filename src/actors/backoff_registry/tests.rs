@@ -547,3 +547,32 @@ async fn a_longer_initial_period_lifts_a_short_back_off_and_a_longer_cap_revives
     assert!(!check(&addr, &old).await.in_backoff);
     assert_eq!(fail(&addr, &old, "ErrImagePull: boom").await, secs(60));
 }
+
+#[actix::test]
+async fn a_longer_initial_period_leaves_a_key_whose_wait_is_over_free() {
+    tokio::time::pause();
+    let addr = start(None);
+    let free = key("p", "free");
+    assert_eq!(fail(&addr, &free, "ErrImagePull: boom").await, secs(10));
+    tokio::time::advance(secs(30)).await;
+    assert!(!check(&addr, &free).await.in_backoff, "its 10 s are over");
+    let delays = BackoffDelays::try_new(secs(60), secs(3600)).unwrap();
+    addr.send(UpdateBackoffDelays(delays)).await.expect("registry answers");
+    assert!(!check(&addr, &free).await.in_backoff, "a reload does not put it back");
+    // Its next failure is never below the new initial period.
+    assert_eq!(fail(&addr, &free, "ErrImagePull: boom").await, secs(60));
+}
+
+#[actix::test]
+async fn a_reload_that_drops_expired_entries_updates_the_entries_gauge() {
+    tokio::time::pause();
+    let metrics = crate::metrics::Metrics::default();
+    let addr = BackoffRegistryActor::new(BackoffDelays::default(), 64, None).with_metrics(metrics.clone()).start();
+    fail(&addr, &key("p", "old"), "ErrImagePull: boom").await;
+    let entries = || crate::testing::Scrape::parse(&metrics.encode()).unwrap().value("imaged_backoff_entries", &[]);
+    assert_eq!(entries(), Some(1.0));
+    tokio::time::advance(secs(601)).await;
+    let delays = BackoffDelays::try_new(secs(10), secs(3600)).unwrap();
+    addr.send(UpdateBackoffDelays(delays)).await.expect("registry answers");
+    assert_eq!(entries(), Some(0.0), "expired under the old delays: collected, and counted so");
+}
