@@ -257,13 +257,8 @@ impl<R: PullRuntime> PullTask<R> {
                 // A reload replaces the buckets: a waiter asks the new ones
                 // then, not after the old one's wait.
                 let replaced = self.throttle.replaced();
-                let taken = if of_registry {
-                    self.throttle.try_acquire_registry(registry)
-                } else {
-                    self.throttle.try_acquire()
-                };
-                let Err(wait) = taken else { break };
-                match self.throttle.mode() {
+                let Err((wait, mode)) = self.throttle.acquire(of_registry.then_some(registry)) else { break };
+                match mode {
                     ThrottleMode::Fail => {
                         self.metrics.throttle_rejected();
                         return Err(PullFailure::QpsExceeded);

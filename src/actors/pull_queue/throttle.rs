@@ -138,6 +138,19 @@ impl PullThrottle {
         take(self.state().registries.get(registry))
     }
 
+    /// A token of the node's bucket (`registry` `None`) or of a registry's,
+    /// or how long until one is free with the mode in force — read under
+    /// one lock, so a reload between the two cannot pair the old bucket's
+    /// answer with the new mode.
+    pub fn acquire(&self, registry: Option<&str>) -> Result<(), (Duration, ThrottleMode)> {
+        let st = self.state();
+        let bucket = match registry {
+            None => st.limiter.as_ref(),
+            Some(r) => st.registries.get(r),
+        };
+        take(bucket).map_err(|wait| (wait, st.mode))
+    }
+
     /// Whether `registry` has a bucket of its own.
     pub fn limits_registry(&self, registry: &str) -> bool {
         self.state().registries.contains_key(registry)
