@@ -120,8 +120,14 @@ fn quantity_bytes(t: &str) -> Option<u64> {
             Some(e) => (true, e),
             None => (false, exp.strip_prefix('+').unwrap_or(exp)),
         };
-        let exp: u32 = exp.parse().ok().filter(|e| *e <= 18)?;
-        Some(if negative { (number, 1, 10u128.pow(exp)) } else { (number, 10u128.pow(exp), 1) })
+        let exp: u32 = exp.parse().ok()?;
+        if negative {
+            // A divisor past u128 (10^39 and up) is larger than any amount
+            // written here: the result rounds up to one byte (the
+            // kubelet's `Value()` of `1e-19`), and 0 stays 0.
+            return Some((number, 1, 10u128.checked_pow(exp).unwrap_or(u128::MAX)));
+        }
+        Some((number, 10u128.checked_pow(exp).filter(|_| exp <= 18)?, 1))
     });
     let (number, num, den) = exponent
         .or_else(|| SUFFIXES.iter().find_map(|(s, n, d)| t.strip_suffix(s).map(|rest| (rest, *n, *d))))
@@ -136,7 +142,11 @@ fn quantity_bytes(t: &str) -> Option<u64> {
     let frac_scale = 10u128.checked_pow(u32::try_from(frac.len()).ok()?)?;
     // (whole + frac / frac_scale) × num / den, rounded up.
     let numerator = whole.checked_mul(frac_scale)?.checked_add(frac_value)?.checked_mul(num)?;
-    let bytes = numerator.div_ceil(frac_scale.checked_mul(den)?);
+    let bytes = match frac_scale.checked_mul(den) {
+        Some(d) => numerator.div_ceil(d),
+        // A divisor past u128: the amount is below a byte.
+        None => u128::from(numerator > 0),
+    };
     u64::try_from(bytes).ok()
 }
 
@@ -217,6 +227,11 @@ mod tests {
         assert_eq!(p("1e-3"), Ok(Some(AvailableThreshold::Bytes(1))));
         assert_eq!(p("15e-1"), Ok(Some(AvailableThreshold::Bytes(2))));
         assert_eq!(p("2000E-3"), Ok(Some(AvailableThreshold::Bytes(2))));
+        assert_eq!(p("1e-19"), Ok(Some(AvailableThreshold::Bytes(1))));
+        assert_eq!(p("5e-400"), Ok(Some(AvailableThreshold::Bytes(1))));
+        assert_eq!(p("12345678901234567890e-19"), Ok(Some(AvailableThreshold::Bytes(2))), "exact past 10^-18");
+        assert_eq!(p("1.5e-39"), Ok(Some(AvailableThreshold::Bytes(1))));
+        assert!(p("0e-30").unwrap_err().contains("must be positive"));
         assert_eq!(p("15%").unwrap().unwrap().to_string(), "15%");
         assert_eq!(p("7.5%").unwrap().unwrap().to_string(), "7.5%");
         for bad in [
