@@ -561,6 +561,25 @@ async fn a_full_serial_queue_parks_the_kubelets_pulls_and_never_refuses_them() {
 }
 
 #[actix::test]
+async fn a_transient_failure_is_retried_inside_the_kubelets_pull() {
+    use imaged::cri::{CriError, StatusCode};
+    use imaged::fault::{FaultPlan, FaultRule};
+    let f = Front::start("[pull]\ntransient_retries = 2\ntransient_retry_delay = \"20ms\"").await;
+    let reset = CriError::from_status(StatusCode::Unknown, "failed to pull and unpack image: connection reset by peer");
+    f.embedded().set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::PullImage).times(1).fail(reset)));
+    let mut c = f.client.clone();
+    let got = c.pull_image(pull("docker.io/library/busybox:1.36")).await.expect("the retry pulled it");
+    assert!(got.into_inner().image_ref.starts_with("sha256:"));
+    assert_eq!(f.runtime_pulls(), 2, "one failed call, one retry");
+    // A permanent failure reaches the kubelet at once.
+    let missing = CriError::from_status(StatusCode::NotFound, "docker.io/library/nope:1: not found");
+    f.embedded().set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::PullImage).fail(missing)));
+    let err = c.pull_image(pull("docker.io/library/redis:7")).await.expect_err("not found");
+    assert!(err.message().contains("not found"), "{err:?}");
+    assert_eq!(f.runtime_pulls(), 3, "not retried");
+}
+
+#[actix::test]
 async fn in_a_registry_outage_a_configured_pull_falls_back_to_the_local_image_or_says_registry_unavailable() {
     use actix::Actor;
     use imaged::cri::{CriError, CriErrorKind};

@@ -128,6 +128,11 @@ impl ImagedService {
             format!("pull.throttle_mode = {:?}", c.pull.throttle_mode),
             format!("pull.single_flight = {}", c.pull.single_flight),
             format!(
+                "pull.transient_retries = {} (first after {})",
+                c.pull.retries.times,
+                crate::domain::go_text::duration(c.pull.retries.delay)
+            ),
+            format!(
                 "pull.slow_pull_warning = {}",
                 c.pull.slow_pull_warning.map_or_else(|| "off".to_string(), crate::domain::go_text::duration)
             ),
@@ -228,6 +233,8 @@ fn settings(c: &crate::config::Config) -> proto::Settings {
                     max_parallel: limit.map_or(0, n),
                 })
                 .collect(),
+            transient_retries: c.pull.retries.times,
+            transient_retry_delay: duration(c.pull.retries.delay),
         }),
         backoff: Some(proto::BackoffSettings {
             initial: duration(c.backoff.delays.initial),

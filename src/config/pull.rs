@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use super::raw::{RawBackoff, RawPull, RawRegistryRule};
 use super::values::{duration, invalid, mailbox_capacity, zero_is_off};
 use crate::actors::backoff_registry::{BackoffDelays, BackoffSettings};
-use crate::actors::pull_queue::{Concurrency, PullQueueSettings, RegistryRate, SizeOffers, ThrottleMode};
+use crate::actors::pull_queue::{Concurrency, PullQueueSettings, RegistryRate, Retries, SizeOffers, ThrottleMode};
 use crate::ensure::EnsureSettings;
 use crate::metrics::Metrics;
 
@@ -47,6 +47,14 @@ pub(super) fn pull_from_raw(p: RawPull) -> Result<(PullQueueSettings, EnsureSett
     let burst = u32::try_from(p.registry_burst)
         .map_err(|_| invalid("pull.registry_burst", &p.registry_burst.to_string(), "must be at most 4294967295"))?;
     let (registry_rates, registry_limits) = registry_rules(&p.registries, serialize)?;
+    let times = u32::try_from(p.transient_retries).ok().filter(|n| *n <= MAX_TRANSIENT_RETRIES).ok_or_else(|| {
+        invalid(
+            "pull.transient_retries",
+            &p.transient_retries.to_string(),
+            format!("must be between 0 and {MAX_TRANSIENT_RETRIES}"),
+        )
+    })?;
+    let retries = Retries { times, delay: duration("pull.transient_retry_delay", &p.transient_retry_delay)? };
     let deadline = duration("pull.pull_deadline", &p.pull_deadline)?;
     let slow = duration("pull.slow_pull_warning", &p.slow_pull_warning)?;
     Ok((
@@ -61,6 +69,7 @@ pub(super) fn pull_from_raw(p: RawPull) -> Result<(PullQueueSettings, EnsureSett
             throttle_mode,
             registry_rates,
             registry_limits,
+            retries,
             pull_deadline: if deadline.is_zero() { None } else { Some(deadline) },
             slow_pull_warning: if slow.is_zero() { None } else { Some(slow) },
             metrics: Metrics::default(),
@@ -75,6 +84,10 @@ pub(super) fn pull_from_raw(p: RawPull) -> Result<(PullQueueSettings, EnsureSett
         },
     ))
 }
+
+/// The most `pull.transient_retries`: with the delay doubling, ten from
+/// one second already wait 17 minutes in all.
+const MAX_TRANSIENT_RETRIES: u32 = 10;
 
 /// `[[pull.registries]]`: each registry's own rate (those with one) and
 /// its own limit on pulls at once (those with one).

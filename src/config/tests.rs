@@ -171,6 +171,25 @@ fn the_per_registry_limit_is_off_by_default_and_validated() {
 }
 
 #[test]
+fn transient_retries_are_off_by_default_and_bounded() {
+    use crate::actors::pull_queue::Retries;
+    let retries = |toml: &str| Config::from_toml(toml).map(|c| c.pull.retries);
+    assert_eq!(retries("").unwrap().times, 0, "off: the kubelet");
+    assert_eq!(
+        retries("[pull]\ntransient_retries = 3\ntransient_retry_delay = \"500ms\"").unwrap(),
+        Retries { times: 3, delay: Duration::from_millis(500) }
+    );
+    for (toml, key) in [
+        ("transient_retries = -1", "pull.transient_retries"),
+        ("transient_retries = 11", "pull.transient_retries"),
+        ("transient_retry_delay = \"1d\"", "pull.transient_retry_delay"),
+    ] {
+        let err = retries(&format!("[pull]\n{toml}")).unwrap_err().to_string();
+        assert!(err.contains(key), "{toml}: {err}");
+    }
+}
+
+#[test]
 fn registries_own_rates_and_limits_are_read_and_validated() {
     use crate::actors::pull_queue::RegistryRate;
     let pull = |toml: &str| Config::from_toml(toml).map(|c| c.pull);

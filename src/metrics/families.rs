@@ -123,6 +123,7 @@ pub(super) struct PullQueueFamilies {
     pub(super) throttle_waits: Counter,
     pub(super) throttle_rejections: Counter,
     pub(super) slow_pulls: Counter,
+    pub(super) transient_retries: Counter,
 }
 
 impl PullQueueFamilies {
@@ -157,7 +158,22 @@ impl PullQueueFamilies {
             "Pulls still running after pull.slow_pull_warning while other pulls waited (warned once per pull)",
             slow_pulls.clone(),
         );
-        Self { depth, parked, in_flight, single_flight_joins, throttle_waits, throttle_rejections, slow_pulls }
+        let transient_retries = Counter::default();
+        r.register(
+            "pull_transient_retries",
+            "PullImage calls made again after a transient failure (pull.transient_retries)",
+            transient_retries.clone(),
+        );
+        Self {
+            depth,
+            parked,
+            in_flight,
+            single_flight_joins,
+            throttle_waits,
+            throttle_rejections,
+            slow_pulls,
+            transient_retries,
+        }
     }
 }
 

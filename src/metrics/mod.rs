@@ -240,6 +240,11 @@ impl Metrics {
         self.inner.queue.slow_pulls.inc();
     }
 
+    /// A pull is tried again after a transient failure.
+    pub fn pull_retried(&self) {
+        self.inner.queue.transient_retries.inc();
+    }
+
     /// A pull was failed by the throttle.
     pub fn throttle_rejected(&self) {
         self.inner.queue.throttle_rejections.inc();

@@ -62,6 +62,7 @@ fn every_family_is_prefixed_and_typed() {
         ("imaged_pull_single_flight_joins", "counter"),
         ("imaged_pull_throttle_waits", "counter"),
         ("imaged_pull_throttle_rejections", "counter"),
+        ("imaged_pull_transient_retries", "counter"),
         ("imaged_backoff_entries", "gauge"),
         ("imaged_backoff_resets", "counter"),
         ("imaged_cri_request_duration_seconds", "histogram"),

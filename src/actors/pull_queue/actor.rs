@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use super::messages::*;
-use super::pull_task::{self, Progress, PullTask, RECHECK_WINDOW, StageCell};
+use super::pull_task::{self, Progress, PullTask, RECHECK_WINDOW, Retries, StageCell};
 use super::queue::{Concurrency, Place, PullKey, PullQueue, Submitted};
 use super::records_due::RecordsDue;
 use super::size_offers::SizeOffers;
@@ -49,6 +49,9 @@ pub struct PullQueueSettings {
     pub throttle_mode: ThrottleMode,
     /// Overall deadline of one pull, from its start (None = none).
     pub pull_deadline: Option<Duration>,
+    /// A pull that failed transiently is made again (`pull.transient_retries`,
+    /// `transient_retry_delay`; none by default, as the kubelet).
+    pub retries: Retries,
     /// Warn (once per pull) when a pull is still running this long after
     /// its start while other pulls wait behind it (None = never).
     pub slow_pull_warning: Option<Duration>,
@@ -74,6 +77,7 @@ impl Default for PullQueueSettings {
             registry_limits: HashMap::new(),
             throttle_mode: ThrottleMode::Fail,
             pull_deadline: None,
+            retries: Retries::default(),
             slow_pull_warning: Some(DEFAULT_SLOW_PULL_WARNING),
             metrics: Metrics::default(),
             size_offers: SizeOffers::default(),
@@ -264,6 +268,7 @@ impl PullQueueActor {
             progress: Progress { image: key.image.clone(), subscribers: self.subscribers.clone(), stage, pod },
             metrics: self.cfg.metrics.clone(),
             offers,
+            retries: self.cfg.retries,
         };
         // A task of its own (not ctx.spawn): actix polls every context future
         // on each wake-up, which would make many parallel pulls quadratic.

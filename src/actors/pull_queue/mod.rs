@@ -16,6 +16,7 @@ pub use messages::{
     EnqueuePull, GetQueueStatus, ImageSize, ListPulls, PullFailure, PullInfo, PullOutcome, PullPhase, PullPhaseChanged,
     PullPod, PullRequest, PullResult, PullStage, PullTicket, QueueStatus, SubscribePhases, UpdatePullThrottle,
 };
+pub use pull_task::Retries;
 pub use queue::{Concurrency, registry_of};
 pub use records_due::{RecordDue, RecordsDue};
 pub use size_offers::{OFFER_WAIT, SizeOffers};

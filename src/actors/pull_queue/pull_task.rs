@@ -174,6 +174,27 @@ pub(super) struct PullTask<R> {
     /// For a pull the CRI front made for a client: where the client's own
     /// `ImageStatus` answer may offer the size (see [`SizeOffers`]).
     pub offers: Option<SizeOffers>,
+    /// Tries again after a transient failure (`pull.transient_retries`).
+    pub retries: Retries,
+}
+
+/// `pull.transient_retries` and `pull.transient_retry_delay`: how many
+/// times a pull that failed transiently is made again, and the first wait
+/// (doubled each time). `times` 0: never (the kubelet, which leaves it to
+/// the pod's back-off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retries {
+    /// Times a pull is made again at most.
+    pub times: u32,
+    /// The wait before the first retry.
+    pub delay: Duration,
+}
+
+impl Default for Retries {
+    /// None, with the configuration's first wait (1s) should they be set.
+    fn default() -> Self {
+        Self { times: 0, delay: Duration::from_secs(1) }
+    }
 }
 
 impl<R: PullRuntime> PullTask<R> {
@@ -192,13 +213,7 @@ impl<R: PullRuntime> PullTask<R> {
         self.take_token().await?;
         self.progress.phase(PullPhase::Pulling);
         let started = Instant::now();
-        let (image_ref, credential, answer) = match &self.request.wire {
-            Some(body) => self.pull_wire(body.clone(), started).await?,
-            None => {
-                let (image_ref, credential) = self.pull_with_credentials(started).await?;
-                (image_ref, credential, None)
-            }
-        };
+        let (image_ref, credential, answer) = self.pull_retrying(started).await?;
         let (size, setter) = ImageSize::pending();
         let outcome = PullOutcome {
             image_ref,
@@ -223,6 +238,46 @@ impl<R: PullRuntime> PullTask<R> {
         };
         setter.set(bytes);
         Ok(outcome)
+    }
+
+    /// The pull, made again after a transient failure (any attempt's error
+    /// retryable: the runtime or registry unreachable, a reset, a call
+    /// deadline) up to `retries.times` times, waiting `retries.delay`
+    /// doubled each time, while the pull's deadline leaves room for the
+    /// wait. A retry takes no throttle token: its wait spaces it.
+    async fn pull_retrying(&self, started: Instant) -> Result<(String, Option<usize>, Option<Bytes>), PullFailure> {
+        let mut delay = self.retries.delay;
+        let mut attempt = 0;
+        loop {
+            let result = match &self.request.wire {
+                Some(body) => self.pull_wire(body.clone(), started).await,
+                None => self.pull_with_credentials(started).await.map(|(image_ref, c)| (image_ref, c, None)),
+            };
+            let errors = match result {
+                Err(PullFailure::Cri(errors))
+                    if attempt < self.retries.times && errors.iter().any(CriError::is_retryable) =>
+                {
+                    errors
+                }
+                other => return other,
+            };
+            if self.deadline.is_some_and(|d| started.elapsed() + delay >= d) {
+                return Err(PullFailure::Cri(errors));
+            }
+            attempt += 1;
+            self.metrics.pull_retried();
+            let error = errors.iter().find(|e| e.is_retryable()).map(ToString::to_string).unwrap_or_default();
+            tracing::info!(
+                image = self.progress.image,
+                attempt,
+                of = self.retries.times,
+                delay_ms = crate::domain::limits::millis(delay),
+                error,
+                "pull failed transiently; trying again"
+            );
+            tokio::time::sleep(delay).await;
+            delay = delay.saturating_mul(2);
+        }
     }
 
     /// The re-check: the image found present (no pull to make), or `None`

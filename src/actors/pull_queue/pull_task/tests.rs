@@ -179,6 +179,7 @@ fn task(script: &Script, request: PullRequest) -> PullTask<&Script> {
         },
         metrics: Metrics::default(),
         offers: None,
+        retries: Retries::default(),
     }
 }
 
@@ -437,4 +438,72 @@ async fn a_clients_request_that_fails_fails_with_the_runtimes_error() {
         matches!(&failure, PullFailure::Cri(e) if e.len() == 1 && e[0].kind() == CriErrorKind::Unauthorized),
         "{failure:?}"
     );
+}
+
+fn reset() -> CriError {
+    CriError::from_status(
+        crate::cri::StatusCode::Unknown,
+        "failed to pull and unpack image: read: connection reset by peer",
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_transient_failure_is_tried_again_after_a_doubling_wait_and_counted() {
+    let script = Script::default().pull(SECOND, Err(reset())).pull(SECOND, Err(reset()));
+    let mut t = task(&script, request());
+    t.retries = Retries { times: 3, delay: 2 * SECOND };
+    let start = Instant::now();
+    let outcome = run(&t, &script).await.expect("the third attempt works");
+    assert!(outcome.pulled);
+    assert_eq!(start.elapsed(), SECOND + 2 * SECOND + SECOND + 4 * SECOND, "waits of 2 s, then 4 s");
+    assert_eq!(script.calls().iter().filter(|c| matches!(c, Call::Pull(..))).count(), 3);
+    assert_eq!(scrape(&t.metrics).value("imaged_pull_transient_retries_total", &[]), Some(2.0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_stop_at_their_number_a_permanent_failure_and_the_deadline() {
+    // Out of retries: the last failure.
+    let script = Script::default().pull(SECOND, Err(reset())).pull(SECOND, Err(reset()));
+    let mut t = task(&script, request());
+    t.retries = Retries { times: 1, delay: SECOND };
+    assert_eq!(run(&t, &script).await, Err(PullFailure::Cri(vec![reset()])));
+    assert_eq!(script.calls().iter().filter(|c| matches!(c, Call::Pull(..))).count(), 2);
+    // Refused credentials are not retried.
+    let script = Script::default().pull(SECOND, Err(denied("anonymous")));
+    let mut t = task(&script, request());
+    t.retries = Retries { times: 3, delay: SECOND };
+    assert_eq!(run(&t, &script).await, Err(PullFailure::Cri(vec![denied("anonymous")])));
+    assert_eq!(script.calls().len(), 1);
+    // No retry whose wait would reach the pull's deadline.
+    let script = Script::default().pull(3 * SECOND, Err(reset()));
+    let mut r = request();
+    r.deadline = Some(4 * SECOND);
+    let mut t = task(&script, r);
+    t.retries = Retries { times: 3, delay: SECOND };
+    let start = Instant::now();
+    assert_eq!(run(&t, &script).await, Err(PullFailure::Cri(vec![reset()])));
+    assert_eq!(start.elapsed(), 3 * SECOND, "failed at once, not after waiting out the deadline");
+    // Off (the default): one attempt.
+    let script = Script::default().pull(SECOND, Err(reset()));
+    let t = task(&script, request());
+    assert_eq!(run(&t, &script).await, Err(PullFailure::Cri(vec![reset()])));
+    assert_eq!(scrape(&t.metrics).value("imaged_pull_transient_retries_total", &[]), Some(0.0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_clients_request_is_sent_again_as_its_bytes_after_a_transient_failure() {
+    use prost::Message as _;
+    let script = Script::default().pull(SECOND, Err(reset()));
+    let mut r = request();
+    let body = crate::cri::proto::PullImageRequest {
+        image: Some(crate::cri::proto::ImageSpec { image: "example.com/a:1".into(), ..Default::default() }),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    r.wire = Some(body.clone().into());
+    let mut t = task(&script, r);
+    t.retries = Retries { times: 1, delay: SECOND };
+    assert!(run(&t, &script).await.expect("the retry works").answer.is_some());
+    let wires: Vec<Call> = script.calls().into_iter().filter(|c| matches!(c, Call::Wire(_))).collect();
+    assert_eq!(wires, vec![Call::Wire(body.clone().into()), Call::Wire(body.into())], "the same bytes twice");
 }
