@@ -289,7 +289,7 @@ fn seed_205_an_ensure_asked_just_before_the_end_may_still_wait() {
     assert_held(&run(205, &v1(1_000)));
 }
 
-/// Seed 126 (the current shape; and seeds 11, 12, 35 and 45 of `Shape::V1`,
+/// Seed 126 (`Shape::V2`; and seeds 11, 12, 35 and 45 of `Shape::V1`,
 /// below): an `imagectl gc --delete-unused` whose removals came late (its
 /// detection's `ListImages` hung to its deadline) removed an image a pod's
 /// ensure had just found present, under the container the kubelet created
@@ -300,12 +300,7 @@ fn seed_205_an_ensure_asked_just_before_the_end_may_still_wait() {
 /// waits for the removal and looks again (`gc::in_use_hints`).
 #[test]
 fn seed_126_gc_does_not_remove_an_image_ensured_since_its_run_began() {
-    regression(
-        126,
-        1722,
-        &[1443, 1456, 1463, 1672, 1674, 1680, 1683, 1694, 1699, 1702, 1715, 1717, 1721],
-        &Shape::CURRENT,
-    );
+    regression(126, 1722, &[1443, 1456, 1463, 1672, 1674, 1680, 1683, 1694, 1699, 1702, 1715, 1717, 1721], &Shape::V2);
 }
 
 /// Seeds 11 and 35 (`Shape::V1`): the same race as seed 126, with a

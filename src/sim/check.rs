@@ -72,6 +72,11 @@ struct Facts {
     single_flight: bool,
     parallel: usize,
     registry_limit: Option<usize>,
+    /// Registries' own limits, in place of `registry_limit` for them.
+    registry_limits: std::collections::HashMap<String, usize>,
+    /// The longest a registry's own bucket may make a pull wait for a
+    /// token (zero without registries' rates).
+    registry_token: Duration,
     queue_capacity: Option<usize>,
     pull_deadline: Option<Duration>,
     cri: Duration,
@@ -263,6 +268,15 @@ impl Checker {
             single_flight: cfg.pull.single_flight,
             parallel: cfg.pull.concurrency.limit(),
             registry_limit: cfg.pull.registry_limit,
+            registry_limits: cfg.pull.registry_limits.clone(),
+            registry_token: cfg
+                .pull
+                .registry_rates
+                .iter()
+                .filter(|r| r.qps > 0.0)
+                .map(|r| Duration::from_secs_f64(1.0 / r.qps))
+                .max()
+                .unwrap_or(Duration::ZERO),
             queue_capacity: cfg.pull.capacity,
             pull_deadline: cfg.pull.pull_deadline,
             cri: cfg.cri.deadlines.get(Rpc::ImageStatus).unwrap_or(Duration::from_secs(120)),
@@ -835,7 +849,10 @@ impl Checker {
     /// own, each a re-check, a throttle token and the pull, then the size.
     fn ensure_bound(&self, outstanding: usize) -> Option<Duration> {
         let pull = self.facts.pull_deadline?;
-        let token = if self.facts.qps > 0.0 { Duration::from_secs_f64(1.0 / self.facts.qps) } else { Duration::ZERO };
+        // The node's token, then the registry's (held one after the other).
+        let node_token =
+            if self.facts.qps > 0.0 { Duration::from_secs_f64(1.0 / self.facts.qps) } else { Duration::ZERO };
+        let token = node_token + self.facts.registry_token;
         let slot = self.facts.cri + token + pull;
         let n = u32::try_from(outstanding + 1).unwrap_or(u32::MAX);
         Some(3 * self.facts.cri + 2 * slot.saturating_mul(n) + Duration::from_secs(1))
@@ -874,8 +891,8 @@ impl Checker {
                 format!("{} PullImage calls in flight, more than the {} allowed", mine.len(), self.facts.parallel),
             ));
         }
-        if let Some(limit) = self.facts.registry_limit {
-            for r in REGISTRIES {
+        for r in REGISTRIES {
+            if let Some(limit) = self.facts.registry_limits.get(r).copied().or(self.facts.registry_limit) {
                 let n = mine.iter().filter(|p| registry_of(&p.image) == r).count();
                 if n > limit {
                     return Err(
@@ -888,7 +905,8 @@ impl Checker {
             return Ok(());
         }
         if let (Some(q), Some(cap)) = (&view.queue, self.facts.queue_capacity) {
-            let per = if self.facts.registry_limit.is_some() { REGISTRIES.len() } else { 1 };
+            let by_registry = self.facts.registry_limit.is_some() || !self.facts.registry_limits.is_empty();
+            let per = if by_registry { REGISTRIES.len() } else { 1 };
             if q.queued > cap * per {
                 return Err(self.fail(
                     "bounded",

@@ -79,6 +79,8 @@ pub enum ShapeArg {
     Current,
     /// `Shape::V1`.
     V1,
+    /// `Shape::V2`.
+    V2,
 }
 
 impl ShapeArg {
@@ -86,6 +88,7 @@ impl ShapeArg {
         match self {
             Self::Current => Shape::CURRENT,
             Self::V1 => Shape::V1,
+            Self::V2 => Shape::V2,
         }
     }
 }

@@ -459,6 +459,9 @@ pub struct Shape {
     pub preloadable: &'static [usize],
     /// The kubelet's retry of a pod that did not start, ms.
     pub retry_ms: std::ops::Range<u64>,
+    /// Draws the pull knobs beyond the kubelet's too: transient retries
+    /// and registries' own rates and limits (`[[pull.registries]]`).
+    pub pull_knobs: bool,
 }
 
 use PullPolicy::{Always, AlwaysWithLocalFallback as Fallback, IfNotPresent, Never};
@@ -512,10 +515,11 @@ impl Shape {
         relief_mb: 3_500..8_000,
         preloadable: &[1, 2, 9],
         retry_ms: 1_000..15_000,
+        pull_knobs: false,
     };
 
-    /// The shape seeds are drawn with now: a node that mostly works, so
-    /// that a run exercises the success paths as much as the failures
+    /// The second shape (seed 126's regression test was found under it):
+    /// a node that mostly works, so that a run exercises the success paths as much as the failures
     /// (about two ensures in three succeed; under `V1` one in seventy did).
     /// Its faults come in windows that mostly do not overlap, with smaller
     /// chances per call; the disk holds most of what the pods use; pods
@@ -523,8 +527,8 @@ impl Shape {
     /// secrets, `Never` only on pinned images) and deleted within a few
     /// steps; the kubelet retries a pod every 10 to 15 s (its
     /// `backOffPeriod` with jitter); the plugin is on 90% of nodes.
-    pub const CURRENT: Shape = Shape {
-        name: "current",
+    pub const V2: Shape = Shape {
+        name: "v2",
         images: IMAGES.len(),
         // pause; busybox, nginx, redis, python, postgres; web v1, v2, api;
         // ledger, invoicer; the slow two; nginx:latest; the missing one;
@@ -569,7 +573,13 @@ impl Shape {
         relief_mb: 12_000..24_000,
         preloadable: &[1, 2, 9, 15],
         retry_ms: 10_000..15_000,
+        pull_knobs: false,
     };
+
+    /// The shape seeds are drawn with now: [`Shape::V2`] with the pull
+    /// knobs beyond the kubelet's drawn too (transient retries, registries'
+    /// own rates and limits).
+    pub const CURRENT: Shape = Shape { name: "current", pull_knobs: true, ..Shape::V2 };
 }
 
 impl Default for Shape {
@@ -736,6 +746,22 @@ fn settings(g: &mut StdRng, shape: &Shape) -> Vec<String> {
     }
     let policy = one(g, &["NeverVerify", "NeverVerifyPreloadedImages", "NeverVerifyAllowlistedImages", "AlwaysVerify"]);
     set("credential_verification.policy", &quoted(policy));
+    if shape.pull_knobs {
+        if g.random_bool(0.4) {
+            set("pull.transient_retries", one(g, &["1", "2"]));
+            set("pull.transient_retry_delay", &quoted(one(g, &["1s", "5s"])));
+        }
+        let mut rules = Vec::new();
+        if g.random_bool(0.3) {
+            rules.push(r#"{ registry = "docker.io", qps = 1.0, burst = 2 }"#);
+        }
+        if g.random_bool(0.3) {
+            rules.push(r#"{ registry = "slow.example", max_parallel = 1 }"#);
+        }
+        if !rules.is_empty() {
+            set("pull.registries", &format!("[{}]", rules.join(", ")));
+        }
+    }
     s
 }
 
@@ -1173,6 +1199,22 @@ mod tests {
                 }
                 assert!(alive.len() <= MAX_PODS);
             }
+        }
+    }
+
+    #[test]
+    fn only_the_current_shape_draws_the_pull_knobs_beyond_the_kubelets() {
+        let has = |p: &Plan, key: &str| p.settings.iter().any(|s| s.starts_with(key));
+        let current: Vec<Plan> = (0..40).map(|seed| Plan::generate(seed, 10)).collect();
+        for key in ["pull.transient_retries", "pull.registries"] {
+            let n = current.iter().filter(|p| has(p, key)).count();
+            assert!((4..36).contains(&n), "{key}: {n} of 40 seeds");
+            assert!((0..40).all(|seed| !has(&Plan::generate_shaped(seed, 10, &Shape::V2), key)), "{key} in V2");
+        }
+        // V2's plans are CURRENT's without the knobs: the same settings before them.
+        for seed in 0..10 {
+            let v2 = Plan::generate_shaped(seed, 10, &Shape::V2);
+            assert_eq!(current[seed as usize].settings[..v2.settings.len()], v2.settings[..], "seed {seed}");
         }
     }
 
