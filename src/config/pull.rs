@@ -55,6 +55,13 @@ pub(super) fn pull_from_raw(p: RawPull) -> Result<(PullQueueSettings, EnsureSett
         )
     })?;
     let retries = Retries { times, delay: duration("pull.transient_retry_delay", &p.transient_retry_delay)? };
+    if retries.times > 0 && retries.delay.is_zero() {
+        return Err(invalid(
+            "pull.transient_retry_delay",
+            &p.transient_retry_delay,
+            "must be more than 0s while pull.transient_retries is set (retries at once would hammer the registry)",
+        ));
+    }
     let deadline = duration("pull.pull_deadline", &p.pull_deadline)?;
     let slow = duration("pull.slow_pull_warning", &p.slow_pull_warning)?;
     Ok((
@@ -101,6 +108,14 @@ fn registry_rules(
     for (i, r) in rules.iter().enumerate() {
         let key = |field: &str| format!("pull.registries[{i}].{field}");
         let registry = r.registry.trim();
+        if registry.contains('@') {
+            // user:token@host: not shown.
+            return Err(invalid(
+                &key("registry"),
+                "…",
+                "must be a registry host without credentials (they belong in [credentials])",
+            ));
+        }
         if registry.is_empty() || registry.contains(char::is_whitespace) || registry.contains('/') {
             return Err(invalid(
                 &key("registry"),

@@ -183,6 +183,7 @@ fn transient_retries_are_off_by_default_and_bounded() {
         ("transient_retries = -1", "pull.transient_retries"),
         ("transient_retries = 11", "pull.transient_retries"),
         ("transient_retry_delay = \"1d\"", "pull.transient_retry_delay"),
+        ("transient_retries = 2\ntransient_retry_delay = \"0s\"", "pull.transient_retry_delay"),
     ] {
         let err = retries(&format!("[pull]\n{toml}")).unwrap_err().to_string();
         assert!(err.contains(key), "{toml}: {err}");
@@ -227,9 +228,11 @@ fn registries_own_rates_and_limits_are_read_and_validated() {
         ("registry = \"a.io\"\nqps = \"fast\"", "pull.registries.qps", "number"),
         ("registry = \"a.io\"\ntoken = \"x\"", "pull.registries.token", "unknown"),
         ("qps = 1", "registry", "missing"),
+        ("registry = \"https://robot:hunter2@quay.io\"", "pull.registries[0].registry", "without credentials"),
     ] {
         let err = pull(&format!("[[pull.registries]]\n{toml}")).unwrap_err().to_string();
         assert!(err.contains(key) && err.contains(says), "{toml}: {err}");
+        assert!(!err.contains("hunter2"), "{toml}: {err}");
     }
     let err = pull("[[pull.registries]]\nregistry = \"a.io\"\n[[pull.registries]]\nregistry = \"a.io\"\nqps = 1")
         .unwrap_err()

@@ -161,7 +161,7 @@ impl PullQueueFamilies {
         let transient_retries = Counter::default();
         r.register(
             "pull_transient_retries",
-            "PullImage calls made again after a transient failure (pull.transient_retries)",
+            "Pulls made again after a transient failure (pull.transient_retries), one per retry",
             transient_retries.clone(),
         );
         Self {

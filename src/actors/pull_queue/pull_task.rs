@@ -178,6 +178,45 @@ pub(super) struct PullTask<R> {
     pub retries: Retries,
 }
 
+/// Texts of failures that may pass by themselves, as containerd and Go's
+/// network stack word them (lower case): the network, not the image or the
+/// credentials. Docker Hub's `429 Too Many Requests` is not among them:
+/// retrying sooner only prolongs the rate limit.
+const TRANSIENT_TEXTS: [&str; 12] = [
+    "connection reset",
+    "connection refused",
+    "broken pipe",
+    "i/o timeout",
+    "unexpected eof",
+    "tls handshake timeout",
+    "no route to host",
+    "network is unreachable",
+    "temporary failure in name resolution",
+    "502 bad gateway",
+    "503 service unavailable",
+    "504 gateway timeout",
+];
+
+/// Texts that say the image, the credentials or a rate limit is at fault,
+/// whatever network words come with them.
+const REFUSED_TEXTS: [&str; 5] = ["429", "toomanyrequests", "denied", "not found", "unknown"];
+
+/// Whether a pull's failure may pass by itself, so making the same call
+/// again soon may work: the runtime unreachable, the registry unreachable
+/// (`RegistryUnavailable`), a call deadline of the runtime's, or a network
+/// failure the runtime reports as text ([`TRANSIENT_TEXTS`]). Never an
+/// image not found, credentials refused, a bad name or a rate limit.
+pub(super) fn is_transient(e: &CriError) -> bool {
+    match e.kind() {
+        CriErrorKind::RuntimeUnavailable | CriErrorKind::RegistryUnavailable | CriErrorKind::DeadlineExceeded => true,
+        CriErrorKind::Other => {
+            let text = e.message().to_ascii_lowercase();
+            !REFUSED_TEXTS.iter().any(|t| text.contains(t)) && TRANSIENT_TEXTS.iter().any(|t| text.contains(t))
+        }
+        _ => false,
+    }
+}
+
 /// `pull.transient_retries` and `pull.transient_retry_delay`: how many
 /// times a pull that failed transiently is made again, and the first wait
 /// (doubled each time). `times` 0: never (the kubelet, which leaves it to
@@ -240,11 +279,11 @@ impl<R: PullRuntime> PullTask<R> {
         Ok(outcome)
     }
 
-    /// The pull, made again after a transient failure (any attempt's error
-    /// retryable: the runtime or registry unreachable, a reset, a call
-    /// deadline) up to `retries.times` times, waiting `retries.delay`
-    /// doubled each time, while the pull's deadline leaves room for the
-    /// wait. A retry takes no throttle token: its wait spaces it.
+    /// The pull, made again after a transient failure (every attempt's
+    /// error [`is_transient`]) up to `retries.times` times, waiting
+    /// `retries.delay` doubled each time, while the pull's deadline leaves
+    /// room for the wait. A retry takes no throttle token: its wait spaces
+    /// it.
     async fn pull_retrying(&self, started: Instant) -> Result<(String, Option<usize>, Option<Bytes>), PullFailure> {
         let mut delay = self.retries.delay;
         let mut attempt = 0;
@@ -255,7 +294,7 @@ impl<R: PullRuntime> PullTask<R> {
             };
             let errors = match result {
                 Err(PullFailure::Cri(errors))
-                    if attempt < self.retries.times && errors.iter().any(CriError::is_retryable) =>
+                    if attempt < self.retries.times && !errors.is_empty() && errors.iter().all(is_transient) =>
                 {
                     errors
                 }
@@ -266,7 +305,7 @@ impl<R: PullRuntime> PullTask<R> {
             }
             attempt += 1;
             self.metrics.pull_retried();
-            let error = errors.iter().find(|e| e.is_retryable()).map(ToString::to_string).unwrap_or_default();
+            let error = errors.last().map(ToString::to_string).unwrap_or_default();
             tracing::info!(
                 image = self.progress.image,
                 attempt,

@@ -507,3 +507,40 @@ async fn a_clients_request_is_sent_again_as_its_bytes_after_a_transient_failure(
     let wires: Vec<Call> = script.calls().into_iter().filter(|c| matches!(c, Call::Wire(_))).collect();
     assert_eq!(wires, vec![Call::Wire(body.clone().into()), Call::Wire(body.into())], "the same bytes twice");
 }
+
+#[test]
+fn only_network_and_unreachable_failures_are_transient() {
+    use crate::cri::StatusCode::{NotFound, Unavailable, Unknown};
+    for (code, text) in [
+        (
+            Unknown,
+            "failed to pull and unpack image \"x\": failed to copy: read tcp 10.0.0.2:443: connection reset by peer",
+        ),
+        (Unknown, "failed to resolve reference \"x\": dial tcp 1.2.3.4:443: i/o timeout"),
+        (Unknown, "failed to do request: Head \"https://r/v2/\": net/http: TLS handshake timeout"),
+        (Unknown, "unexpected status: 503 Service Unavailable"),
+        (Unavailable, "connection error: desc = \"transport: Error while dialing\""),
+        (Unknown, "RegistryUnavailable: dial tcp: lookup r: no such host"),
+    ] {
+        assert!(is_transient(&CriError::from_status(code, text)), "{text}");
+    }
+    for (code, text) in [
+        (NotFound, "failed to resolve reference \"x\": x: not found"),
+        (Unknown, "pull access denied, repository does not exist or may require authorization"),
+        (Unknown, "unexpected status from HEAD request: 429 Too Many Requests: toomanyrequests"),
+        (Unknown, "failed to authorize: failed to fetch anonymous token: unexpected status: 401 Unauthorized"),
+        (Unknown, "failed to unpack image: failed to extract layer: no space left on device"),
+        (Unknown, "manifest unknown; connection reset by peer"),
+    ] {
+        assert!(!is_transient(&CriError::from_status(code, text)), "{text}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_credential_beside_a_transient_failure_is_not_sent_again() {
+    let script = Script::default().pull(SECOND, Err(denied("ann"))).pull(SECOND, Err(reset()));
+    let mut t = task(&script, with_users(&["ann", "bob"]));
+    t.retries = Retries { times: 3, delay: SECOND };
+    assert_eq!(run(&t, &script).await, Err(PullFailure::Cri(vec![denied("ann"), reset()])));
+    assert_eq!(script.calls().iter().filter(|c| matches!(c, Call::Pull(..))).count(), 2, "no retry");
+}
