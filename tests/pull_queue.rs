@@ -291,6 +291,70 @@ async fn a_registry_with_its_own_rate_is_held_to_it_while_others_pull_freely() {
 }
 
 #[actix::test]
+async fn waiting_for_a_registrys_token_holds_up_no_other_registry() {
+    let rt = runtime().await;
+    for i in 0..2 {
+        add(&rt, &format!("hub.example/h{i}:1"), 0);
+        add(&rt, &format!("fast.example/f{i}:1"), 0);
+    }
+    // Serial: one slot, which a pull waiting for the hub's token must not hold.
+    let cfg = PullQueueSettings {
+        qps: 0.0,
+        throttle_mode: ThrottleMode::Wait,
+        registry_rates: vec![RegistryRate { registry: "hub.example".into(), qps: 0.01, burst: 1 }],
+        ..no_throttle(Concurrency::Serial)
+    };
+    let q = queue(&rt, cfg).await;
+    let admit = |image: &str| q.send(EnqueuePull(req(image)));
+    admit("hub.example/h0:1").await.expect("admitted").await.expect("its token");
+    let mut hub = Box::pin(admit("hub.example/h1:1").await.expect("admitted"));
+    let fast = admit("fast.example/f0:1").await.expect("admitted");
+    tokio::time::timeout(Duration::from_secs(5), fast).await.expect("not held behind the hub").expect("pulled");
+    assert!(tokio::time::timeout(Duration::from_millis(100), &mut hub).await.is_err(), "the hub's next token: 100 s");
+    assert_eq!(status(&q).await.queued, 1, "it keeps its place in the queue");
+    // A reload that lifts the hub's rate starts it.
+    let reload = UpdatePullThrottle { qps: 0.0, burst: 0, mode: ThrottleMode::Wait, registries: Vec::new() };
+    q.send(reload).await.expect("updated");
+    tokio::time::timeout(Duration::from_secs(5), hub).await.expect("started by the reload").expect("pulled");
+    // And without a reload, the pump comes when the token does.
+    let cfg = PullQueueSettings {
+        throttle_mode: ThrottleMode::Wait,
+        registry_rates: vec![RegistryRate { registry: "fast.example".into(), qps: 10.0, burst: 1 }],
+        ..no_throttle(Concurrency::Serial)
+    };
+    let q = queue(&rt, cfg).await;
+    let first = q.send(EnqueuePull(req("fast.example/f0:1"))).await.expect("admitted");
+    let second = q.send(EnqueuePull(req("fast.example/f1:1"))).await.expect("admitted");
+    first.await.expect("pulled");
+    tokio::time::timeout(Duration::from_secs(5), second).await.expect("started when its token came").expect("pulled");
+}
+
+#[actix::test]
+async fn in_fail_mode_a_registry_without_a_token_spends_none_of_the_nodes() {
+    let rt = runtime().await;
+    for i in 0..2 {
+        add(&rt, &format!("hub.example/h{i}:1"), 0);
+    }
+    add(&rt, "fast.example/f0:1", 0);
+    let cfg = PullQueueSettings {
+        qps: 0.01,
+        burst: 2,
+        throttle_mode: ThrottleMode::Fail,
+        registry_rates: vec![RegistryRate { registry: "hub.example".into(), qps: 0.01, burst: 1 }],
+        ..no_throttle(Concurrency::Parallel(None))
+    };
+    let q = queue(&rt, cfg).await;
+    let pull = |image: &str| {
+        let q = q.clone();
+        let image = image.to_string();
+        async move { q.send(EnqueuePull(req(&image))).await.expect("admitted").await }
+    };
+    assert!(pull("hub.example/h0:1").await.is_ok(), "one of the hub's, one of the node's two");
+    assert_eq!(pull("hub.example/h1:1").await, Err(PullFailure::QpsExceeded), "the hub's are spent");
+    assert!(pull("fast.example/f0:1").await.is_ok(), "the node's second token is still there");
+}
+
+#[actix::test]
 async fn a_registry_with_its_own_limit_runs_that_many_at_once() {
     let rt = runtime().await;
     for i in 0..4 {

@@ -153,6 +153,9 @@ pub struct PullQueueActor {
     /// The pulls that started and have not finished (in key order: the
     /// slow-pull warnings come in it).
     started: BTreeMap<PullKey, Started>,
+    /// A pump when the soonest registry token passed over comes (wait
+    /// mode with registries' own rates).
+    token_timer: Option<SpawnHandle>,
 }
 
 /// Bounds of the slow-pull check's period (a quarter of the warning time).
@@ -178,14 +181,34 @@ impl PullQueueActor {
             subscribers: Vec::new(),
             finished: HashMap::new(),
             started: BTreeMap::new(),
+            token_timer: None,
         }
     }
 
     /// Starts every pull a slot allows, admitting parked requests as room frees.
+    ///
+    /// In wait mode with registries' own rates, a pull starts only with its
+    /// registry's token (taken here): one whose registry has none keeps its
+    /// place while pulls from other registries start, and a pump comes
+    /// when the soonest token does. (In fail mode the pull's task takes it
+    /// and fails without one, as with the node's.)
     fn pump(&mut self, ctx: &mut Context<Self>) {
+        let by_token = self.throttle.mode() == ThrottleMode::Wait && self.throttle.has_registry_rates();
+        let mut soonest: Option<Duration> = None;
         loop {
-            while let Some((key, request)) = self.queue.start_next() {
-                self.spawn_pull(key, *request, ctx);
+            loop {
+                let throttle = self.throttle.clone();
+                let mut ready = |registry: &str| match throttle.acquire(Some(registry)) {
+                    Ok(()) => true,
+                    Err((wait, _)) => {
+                        soonest = Some(soonest.map_or(wait, |s| s.min(wait)));
+                        false
+                    }
+                };
+                let next =
+                    if by_token { self.queue.start_next_where(Some(&mut ready)) } else { self.queue.start_next() };
+                let Some((key, request)) = next else { break };
+                self.spawn_pull(key, *request, by_token, ctx);
             }
             let subscribers = &self.subscribers;
             let metrics = &self.cfg.metrics;
@@ -205,6 +228,15 @@ impl PullQueueActor {
             if admitted.is_empty() || self.queue.running() >= self.cfg.concurrency.limit() {
                 break;
             }
+        }
+        if let Some(timer) = self.token_timer.take() {
+            ctx.cancel_future(timer);
+        }
+        if let Some(wait) = soonest {
+            self.token_timer = Some(ctx.run_later(wait, |act, ctx| {
+                act.token_timer = None;
+                act.pump(ctx);
+            }));
         }
         self.report_depths();
     }
@@ -246,7 +278,7 @@ impl PullQueueActor {
 
     /// Spawns the task that runs one pull ([`PullTask`]); it tells the
     /// actor when its slot frees and when it ends.
-    fn spawn_pull(&mut self, key: PullKey, request: PullRequest, ctx: &mut Context<Self>) {
+    fn spawn_pull(&mut self, key: PullKey, request: PullRequest, registry_token: bool, ctx: &mut Context<Self>) {
         let me = ctx.address();
         let now = Instant::now();
         let stage = Arc::new(StageCell::default());
@@ -269,6 +301,7 @@ impl PullQueueActor {
             metrics: self.cfg.metrics.clone(),
             offers,
             retries: self.cfg.retries,
+            registry_token,
         };
         // A task of its own (not ctx.spawn): actix polls every context future
         // on each wake-up, which would make many parallel pulls quadratic.
@@ -446,12 +479,14 @@ impl Handler<UpdatePullThrottle> for PullQueueActor {
     type Result = ();
 
     /// Replaces the throttle for the queue and its pull tasks.
-    fn handle(&mut self, m: UpdatePullThrottle, _: &mut Self::Context) {
+    fn handle(&mut self, m: UpdatePullThrottle, ctx: &mut Self::Context) {
         self.throttle.set(m.qps, m.burst, m.mode, &m.registries);
         (self.cfg.qps, self.cfg.burst, self.cfg.throttle_mode) = (m.qps, m.burst, m.mode);
         let registries = m.registries.iter().filter(|r| r.qps > 0.0).count();
         self.cfg.registry_rates = m.registries;
         tracing::info!(qps = m.qps, burst = m.burst, mode = ?m.mode, registries, "registry pull throttle replaced");
+        // Pulls passed over for an old bucket's token may start now.
+        self.pump(ctx);
     }
 }
 

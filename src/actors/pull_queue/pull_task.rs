@@ -176,6 +176,8 @@ pub(super) struct PullTask<R> {
     pub offers: Option<SizeOffers>,
     /// Tries again after a transient failure (`pull.transient_retries`).
     pub retries: Retries,
+    /// The queue took the registry's token as it started the pull.
+    pub registry_token: bool,
 }
 
 /// Texts of failures that may pass by themselves, as containerd and Go's
@@ -339,14 +341,18 @@ impl<R: PullRuntime> PullTask<R> {
         }
     }
 
-    /// The node's throttle token, then the registry's (when it has a rate
-    /// of its own): each at once, or after waiting for it (`Wait`, counted
-    /// once per pull), or `QpsExceeded` (`Fail`). A pull waiting for its
-    /// registry's token keeps the node's it took.
+    /// The registry's throttle token (when it has a rate of its own and
+    /// the queue did not take it), then the node's: each at once, or after
+    /// waiting for it (`Wait`, counted once per pull), or `QpsExceeded`
+    /// (`Fail`; a registry without a token fails the pull before the
+    /// node's is spent).
     async fn take_token(&self) -> Result<(), PullFailure> {
         let registry = super::registry_of(&self.progress.image);
         let mut waited = false;
-        for of_registry in [false, true] {
+        for of_registry in [true, false] {
+            if of_registry && self.registry_token {
+                continue;
+            }
             loop {
                 // A reload replaces the buckets: a waiter asks the new ones
                 // then, not after the old one's wait.

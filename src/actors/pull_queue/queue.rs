@@ -446,16 +446,25 @@ impl<R, W> PullQueue<R, W> {
     /// order and marked running. Its request is handed over.
     /// With a registry limit, the first in order whose registry has room.
     pub fn start_next(&mut self) -> Option<(PullKey, R)> {
+        self.start_next_where(None)
+    }
+
+    /// [`start_next`](Self::start_next), passing over pulls whose registry
+    /// `ready` refuses (asked only of the pull that would start, in order:
+    /// it may take that registry's throttle token). `None`: every registry
+    /// is ready.
+    pub fn start_next_where(&mut self, mut ready: Option<&mut dyn FnMut(&str) -> bool>) -> Option<(PullKey, R)> {
         if self.running >= self.concurrency.limit() {
             return None;
         }
+        let mut ready = |registry: &str| ready.as_mut().is_none_or(|r| r(registry));
         let key = if self.by_registry() {
             let order = *self
                 .order
                 .iter()
                 .find(|(_, k)| {
                     let registry = registry_of(&k.image);
-                    self.running_from(registry) < self.limit_of(registry)
+                    self.running_from(registry) < self.limit_of(registry) && ready(registry)
                 })?
                 .0;
             let key = self.order.remove(&order)?;
@@ -463,8 +472,10 @@ impl<R, W> PullQueue<R, W> {
             sub(&mut self.waiting_by_registry, registry);
             add(&mut self.running_by_registry, registry);
             key
+        } else if let Some(order) = self.order.iter().find(|(_, k)| ready(registry_of(&k.image))).map(|(o, _)| *o) {
+            self.order.remove(&order)?
         } else {
-            self.order.pop_first()?.1
+            return None;
         };
         let job = self.jobs.get_mut(&key)?;
         job.running = true;

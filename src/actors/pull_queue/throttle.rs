@@ -1,9 +1,10 @@
 //! The registry pull throttle: a token bucket (`registry_pull_qps`,
 //! `registry_burst`) on `PullImage` calls, and optionally one per registry
 //! (`[[pull.registries]]` `qps`, `burst`), on tokio's clock so paused-time
-//! tests drive it. A pull takes the node's token first, then its
-//! registry's: a pull waiting for its registry holds its node token, so
-//! each pull spends exactly one of each.
+//! tests drive it. A pull takes its registry's token first, then the
+//! node's: in fail mode a registry without a token fails the pull before
+//! the node's is spent; in wait mode the pull queue takes the registry's
+//! token as it starts a pull, passing over pulls whose registry has none.
 
 use std::collections::HashMap;
 
@@ -149,6 +150,11 @@ impl PullThrottle {
             Some(r) => st.registries.get(r),
         };
         take(bucket).map_err(|wait| (wait, st.mode))
+    }
+
+    /// Whether any registry has a bucket of its own.
+    pub fn has_registry_rates(&self) -> bool {
+        !self.state().registries.is_empty()
     }
 
     /// Whether `registry` has a bucket of its own.

@@ -180,6 +180,7 @@ fn task(script: &Script, request: PullRequest) -> PullTask<&Script> {
         metrics: Metrics::default(),
         offers: None,
         retries: Retries::default(),
+        registry_token: false,
     }
 }
 
