@@ -315,8 +315,9 @@ pub struct QueueStatus {
 
 /// Replaces the registry pull throttle (a reload of `pull.registry_pull_qps`,
 /// `registry_burst`, `throttle_mode` and the `[[pull.registries]]` rates):
-/// full buckets of the new bursts at the new rates, for every pull that
-/// takes a token from now on (those waiting for one too).
+/// full buckets of the new bursts at the new rates where a rate or burst
+/// changed (unchanged buckets are kept), for every pull that takes a token
+/// from now on (those waiting for one too).
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct UpdatePullThrottle {

@@ -52,10 +52,18 @@ pub struct PullThrottle {
 }
 
 struct State {
-    limiter: Option<(Limiter, TokioClock)>,
+    limiter: Option<Bucket>,
     mode: ThrottleMode,
     /// Each registry's own bucket (registries without a rate have none).
-    registries: HashMap<String, (Limiter, TokioClock)>,
+    registries: HashMap<String, Bucket>,
+}
+
+/// A token bucket and the rate it was made for (`qps` bits, burst): a
+/// reload keeps a bucket whose rate it does not change.
+struct Bucket {
+    limiter: Limiter,
+    clock: TokioClock,
+    rate: (u64, u32),
 }
 
 /// One registry's own rate (`[[pull.registries]]`), under the node's.
@@ -69,7 +77,7 @@ pub struct RegistryRate {
     pub burst: u32,
 }
 
-fn registry_buckets(rates: &[RegistryRate]) -> HashMap<String, (Limiter, TokioClock)> {
+fn registry_buckets(rates: &[RegistryRate]) -> HashMap<String, Bucket> {
     rates.iter().filter_map(|r| Some((r.registry.clone(), limiter(r.qps, r.burst)?))).collect()
 }
 
@@ -106,7 +114,22 @@ impl PullThrottle {
     /// that take a token from now on, waiting ones included, take it here.
     pub fn set(&self, qps: f64, burst: u32, mode: ThrottleMode, registries: &[RegistryRate]) {
         let mut st = self.state.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        *st = State { limiter: limiter(qps, burst), mode, registries: registry_buckets(registries) };
+        // A bucket whose rate is unchanged is kept as it is (a reload that
+        // changes one registry's rate gives no other a fresh burst).
+        let same = |b: &Bucket, qps: f64, burst: u32| b.rate == (qps.to_bits(), burst);
+        let node = match st.limiter.take() {
+            Some(b) if same(&b, qps, burst) => Some(b),
+            _ => limiter(qps, burst),
+        };
+        let mut old = std::mem::take(&mut st.registries);
+        let registries = registries
+            .iter()
+            .filter_map(|r| {
+                let kept = old.remove(&r.registry).filter(|b| same(b, r.qps, r.burst));
+                Some((r.registry.clone(), kept.or_else(|| limiter(r.qps, r.burst))?))
+            })
+            .collect();
+        *st = State { limiter: node, mode, registries };
         drop(st);
         self.replaced.notify_waiters();
     }
@@ -163,23 +186,24 @@ impl PullThrottle {
     }
 }
 
-fn take(bucket: Option<&(Limiter, TokioClock)>) -> Result<(), Duration> {
+fn take(bucket: Option<&Bucket>) -> Result<(), Duration> {
     match bucket {
         None => Ok(()),
-        Some((l, clock)) => l.check().map_err(|not_until| not_until.wait_time_from(clock.now())),
+        Some(b) => b.limiter.check().map_err(|not_until| not_until.wait_time_from(b.clock.now())),
     }
 }
 
 /// A bucket of `qps` tokens per second holding `burst` (none at 0 QPS).
-fn limiter(qps: f64, burst: u32) -> Option<(Limiter, TokioClock)> {
+fn limiter(qps: f64, given_burst: u32) -> Option<Bucket> {
     let period = crate::domain::limits::period_of_rate(qps)?;
-    let burst = NonZeroU32::new(burst.max(1)).unwrap_or(NonZeroU32::MIN);
+    let burst = NonZeroU32::new(given_burst.max(1)).unwrap_or(NonZeroU32::MIN);
     // governor multiplies the period by the burst in u64 nanoseconds: a
     // vanishing rate must not overflow it.
     let period = period.min(Duration::from_nanos(u64::MAX / u64::from(burst.get())));
     let quota = Quota::with_period(period)?.allow_burst(burst);
     let clock = TokioClock { origin: Instant::now() };
-    Some((RateLimiter::direct_with_clock(quota, clock.clone()), clock))
+    let limiter = RateLimiter::direct_with_clock(quota, clock.clone());
+    Some(Bucket { limiter, clock, rate: (qps.to_bits(), given_burst) })
 }
 
 #[cfg(test)]
@@ -265,7 +289,13 @@ mod tests {
         }
         tokio::time::advance(Duration::from_secs(2)).await;
         assert!(t.try_acquire_registry("docker.io").is_ok(), "one more every two seconds");
-        // A reload replaces the registries' buckets too.
+        // A reload that leaves a registry's rate as it was keeps its bucket
+        // (no fresh burst), while another registry's changes.
+        let quay = RegistryRate { registry: "quay.io".into(), qps: 1.0, burst: 1 };
+        t.set(0.0, 10, ThrottleMode::Wait, &[hub.clone(), quay]);
+        assert!(t.try_acquire_registry("docker.io").is_err(), "still empty");
+        assert!(t.try_acquire_registry("quay.io").is_ok(), "the new one's burst");
+        // A reload that changes it replaces it.
         t.set(0.0, 10, ThrottleMode::Wait, &[RegistryRate { burst: 1, ..hub }]);
         assert!(t.try_acquire_registry("docker.io").is_ok());
         assert!(t.try_acquire_registry("docker.io").is_err(), "the new burst of one");
