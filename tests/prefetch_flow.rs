@@ -211,15 +211,23 @@ async fn a_declared_image_that_fails_is_tried_again_at_the_next_refresh() {
     .await;
 }
 
+/// The image a reloaded list starts with, and the one a reload adds.
+const FIRST: &str = "example.com/first:1";
+const ADDED: &str = "example.com/added:1";
+
+/// [`manager`], with [`FIRST`] and [`ADDED`] in the registry.
+async fn manager_for_a_reloaded_list(rt: &Runtime) -> ImageManager {
+    let m = manager(rt, VerificationPolicy::NeverVerifyPreloadedImages).await;
+    rt.runtime.add_remote(RemoteImage::new(FIRST, 100)).expect("add");
+    rt.runtime.add_remote(RemoteImage::new(ADDED, 100)).expect("add");
+    m
+}
+
 #[actix::test]
 async fn a_reloaded_list_is_prefetched_at_once_and_refreshed_at_its_new_period() {
     use imaged::node::prefetch_ticker::{PrefetchTickerActor, UpdatePrefetchList};
-    const FIRST: &str = "example.com/first:1";
-    const ADDED: &str = "example.com/added:1";
     let rt = runtime().await;
-    let m = manager(&rt, VerificationPolicy::NeverVerifyPreloadedImages).await;
-    rt.runtime.add_remote(RemoteImage::new(FIRST, 100)).expect("add");
-    rt.runtime.add_remote(RemoteImage::new(ADDED, 100)).expect("add");
+    let m = manager_for_a_reloaded_list(&rt).await;
     let named = |image: &str| rt.runtime.images().iter().any(|i| i.repo_tags.iter().any(|t| t == image));
     // Started with one image and no refresh.
     let ticker = PrefetchTickerActor::new(m.clone(), vec![FIRST.into()], None).start();
@@ -251,12 +259,8 @@ async fn a_reloaded_list_is_prefetched_at_once_and_refreshed_at_its_new_period()
 async fn a_list_reloaded_while_a_round_is_being_admitted_is_prefetched_after_it() {
     use imaged::fault::{FaultPlan, FaultRule};
     use imaged::node::prefetch_ticker::{PrefetchTickerActor, UpdatePrefetchList};
-    const FIRST: &str = "example.com/first:1";
-    const ADDED: &str = "example.com/added:1";
     let rt = runtime().await;
-    let m = manager(&rt, VerificationPolicy::NeverVerifyPreloadedImages).await;
-    rt.runtime.add_remote(RemoteImage::new(FIRST, 100)).expect("add");
-    rt.runtime.add_remote(RemoteImage::new(ADDED, 100)).expect("add");
+    let m = manager_for_a_reloaded_list(&rt).await;
     // The first round's presence check is slow: the round is still being
     // admitted when the reload comes.
     let slow = FaultRule::on(Rpc::ImageStatus).image(FIRST).times(1).delay(Duration::from_millis(400));

@@ -33,6 +33,21 @@ fn req(image: &str) -> PullRequest {
     PullRequest::new(ImageSpec::new(image))
 }
 
+/// A serial queue whose throttle holds one token per 100 s, and `n` images
+/// `example.com/{name}{i}:1` to pull.
+async fn one_token_per_100_s(rt: &Runtime, name: &str, n: usize, mode: ThrottleMode) -> Addr<PullQueueActor> {
+    for i in 0..n {
+        add(rt, &format!("example.com/{name}{i}:1"), 0);
+    }
+    let cfg = PullQueueSettings { qps: 0.01, burst: 1, throttle_mode: mode, ..no_throttle(Concurrency::Serial) };
+    queue(rt, cfg).await
+}
+
+/// Enqueues a pull of `image` and waits for its result.
+async fn pull(q: &Addr<PullQueueActor>, image: String) -> PullResult {
+    q.send(EnqueuePull(req(&image))).await.expect("admitted").await
+}
+
 async fn status(q: &Addr<PullQueueActor>) -> QueueStatus {
     q.send(GetQueueStatus).await.expect("status")
 }
@@ -200,20 +215,8 @@ async fn throttle_fails_fast_like_the_kubelet() {
 #[actix::test]
 async fn a_new_throttle_applies_to_the_next_pull() {
     let rt = runtime().await;
-    for i in 0..4 {
-        add(&rt, &format!("example.com/r{i}:1"), 0);
-    }
-    let cfg = PullQueueSettings {
-        qps: 0.01,
-        burst: 1,
-        throttle_mode: ThrottleMode::Fail,
-        ..no_throttle(Concurrency::Serial)
-    };
-    let q = queue(&rt, cfg).await;
-    let pull = |i: usize| {
-        let q = q.clone();
-        async move { q.send(EnqueuePull(req(&format!("example.com/r{i}:1")))).await.expect("admitted").await }
-    };
+    let q = one_token_per_100_s(&rt, "r", 4, ThrottleMode::Fail).await;
+    let pull = |i: usize| pull(&q, format!("example.com/r{i}:1"));
     assert!(pull(0).await.is_ok());
     assert_eq!(pull(1).await, Err(PullFailure::QpsExceeded), "one token per 100 s");
     // A reload: a burst of two at a high rate.
@@ -232,20 +235,8 @@ async fn a_new_throttle_applies_to_the_next_pull() {
 #[actix::test]
 async fn a_reload_frees_a_pull_waiting_for_the_old_buckets_token() {
     let rt = runtime().await;
-    for i in 0..2 {
-        add(&rt, &format!("example.com/v{i}:1"), 0);
-    }
-    let cfg = PullQueueSettings {
-        qps: 0.01,
-        burst: 1,
-        throttle_mode: ThrottleMode::Wait,
-        ..no_throttle(Concurrency::Serial)
-    };
-    let q = queue(&rt, cfg).await;
-    let pull = |i: usize| {
-        let q = q.clone();
-        async move { q.send(EnqueuePull(req(&format!("example.com/v{i}:1")))).await.expect("admitted").await }
-    };
+    let q = one_token_per_100_s(&rt, "v", 2, ThrottleMode::Wait).await;
+    let pull = |i: usize| pull(&q, format!("example.com/v{i}:1"));
     assert!(pull(0).await.is_ok());
     // The next token of the old bucket is 100 s away.
     let mut waiting = Box::pin(pull(1));
@@ -272,10 +263,7 @@ async fn a_registry_with_its_own_rate_is_held_to_it_while_others_pull_freely() {
         ..no_throttle(Concurrency::Parallel(None))
     };
     let q = queue(&rt, cfg).await;
-    let pull = |image: String| {
-        let q = q.clone();
-        async move { q.send(EnqueuePull(req(&image))).await.expect("admitted").await }
-    };
+    let pull = |image: String| pull(&q, image);
     assert!(pull("hub.example/h0:1".into()).await.is_ok(), "its burst of one");
     assert_eq!(pull("hub.example/h1:1".into()).await, Err(PullFailure::QpsExceeded), "one per 100 s");
     for i in 0..3 {
@@ -344,11 +332,7 @@ async fn in_fail_mode_a_registry_without_a_token_spends_none_of_the_nodes() {
         ..no_throttle(Concurrency::Parallel(None))
     };
     let q = queue(&rt, cfg).await;
-    let pull = |image: &str| {
-        let q = q.clone();
-        let image = image.to_string();
-        async move { q.send(EnqueuePull(req(&image))).await.expect("admitted").await }
-    };
+    let pull = |image: &str| pull(&q, image.to_string());
     assert!(pull("hub.example/h0:1").await.is_ok(), "one of the hub's, one of the node's two");
     assert_eq!(pull("hub.example/h1:1").await, Err(PullFailure::QpsExceeded), "the hub's are spent");
     assert!(pull("fast.example/f0:1").await.is_ok(), "the node's second token is still there");
