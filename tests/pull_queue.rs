@@ -358,6 +358,32 @@ async fn a_registry_with_its_own_limit_runs_that_many_at_once() {
 }
 
 #[actix::test]
+async fn a_transient_failure_is_retried_only_while_someone_waits() {
+    use imaged::cri::{CriError, StatusCode};
+    use imaged::fault::{FaultPlan, FaultRule};
+    let rt = runtime().await;
+    add(&rt, "example.com/t0:1", 0);
+    add(&rt, "example.com/t1:1", 0);
+    let reset = CriError::from_status(StatusCode::Unknown, "read tcp: connection reset by peer");
+    rt.runtime.set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::PullImage).fail(reset)));
+    let cfg = PullQueueSettings {
+        retries: Retries { times: 3, delay: Duration::from_millis(50) },
+        ..no_throttle(Concurrency::Parallel(None))
+    };
+    let q = queue(&rt, cfg).await;
+    // Someone waits: every retry is made, then the failure.
+    let failed = pull(&q, "example.com/t0:1".into()).await;
+    assert!(matches!(failed, Err(PullFailure::Cri(_))), "{failed:?}");
+    assert_eq!(rt.runtime.stats().calls(Rpc::PullImage), 4, "one call and three retries");
+    // Its caller gone, a pull is not made again.
+    let ticket = q.send(EnqueuePull(req("example.com/t1:1"))).await.expect("admitted");
+    drop(ticket);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(rt.runtime.stats().calls(Rpc::PullImage), 5, "its first call only");
+    assert_eq!(status(&q).await.running, 0, "and it ended");
+}
+
+#[actix::test]
 async fn throttle_in_wait_mode_queues_instead_of_failing() {
     let rt = runtime().await;
     for i in 0..3 {

@@ -302,6 +302,7 @@ impl PullQueueActor {
             offers,
             retries: self.cfg.retries,
             registry_token,
+            wanted: (self.cfg.retries.times > 0).then(|| (me.clone().recipient(), key.clone())),
         };
         // A task of its own (not ctx.spawn): actix polls every context future
         // on each wake-up, which would make many parallel pulls quadratic.
@@ -458,6 +459,16 @@ impl Handler<PullSucceeded> for PullQueueActor {
         }
         self.pump(ctx);
         let _ = m.done.send(());
+    }
+}
+
+impl Handler<pull_task::StillWanted> for PullQueueActor {
+    type Result = bool;
+
+    /// Whether a waiter of the pull still listens (a kubelet whose call was
+    /// cancelled, an ensure whose caller went away: no longer).
+    fn handle(&mut self, m: pull_task::StillWanted, _: &mut Self::Context) -> bool {
+        self.queue.waiters_of(&m.0).iter().any(|w| !w.result.is_closed())
     }
 }
 

@@ -18,6 +18,7 @@ use tracing::debug;
 use super::messages::{
     ImageSize, PullFailure, PullOutcome, PullPhase, PullPhaseChanged, PullPod, PullRequest, PullResult, PullStage,
 };
+use super::queue::PullKey;
 use super::size_offers::{OFFER_WAIT, SizeOffers};
 use super::throttle::{PullThrottle, ThrottleMode};
 use crate::actors::cri_gateway::{CriReader, PullImage};
@@ -178,7 +179,16 @@ pub(super) struct PullTask<R> {
     pub retries: Retries,
     /// The queue took the registry's token as it started the pull.
     pub registry_token: bool,
+    /// Asks the queue whether anyone still waits on this pull, before a
+    /// retry (`None`: someone always does).
+    pub wanted: Option<(Recipient<StillWanted>, PullKey)>,
 }
+
+/// Whether anyone still waits on the pull of this key (a retry is made
+/// only for someone).
+#[derive(Debug, actix::Message)]
+#[rtype(result = "bool")]
+pub struct StillWanted(pub PullKey);
 
 /// Texts of failures that may pass by themselves, as containerd and Go's
 /// network stack word them (lower case): the network, not the image or the
@@ -302,7 +312,7 @@ impl<R: PullRuntime> PullTask<R> {
                 }
                 other => return other,
             };
-            if self.deadline.is_some_and(|d| started.elapsed() + delay >= d) {
+            if self.deadline.is_some_and(|d| started.elapsed() + delay >= d) || !self.still_wanted().await {
                 return Err(PullFailure::Cri(errors));
             }
             attempt += 1;
@@ -318,6 +328,19 @@ impl<R: PullRuntime> PullTask<R> {
             );
             tokio::time::sleep(delay).await;
             delay = delay.saturating_mul(2);
+            if !self.still_wanted().await {
+                debug!(image = self.progress.image, "nobody waits on the pull any more; no retry");
+                return Err(PullFailure::Cri(errors));
+            }
+        }
+    }
+
+    /// Whether anyone still waits on the pull (the queue says; a queue
+    /// that cannot answer is stopping: nobody).
+    async fn still_wanted(&self) -> bool {
+        match &self.wanted {
+            None => true,
+            Some((queue, key)) => queue.send(StillWanted(key.clone())).await.unwrap_or(false),
         }
     }
 

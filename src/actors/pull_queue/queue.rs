@@ -263,6 +263,11 @@ impl<R, W> PullQueue<R, W> {
         self.parked.len()
     }
 
+    /// Who waits on the pull of `key` (none when there is no such pull).
+    pub fn waiters_of(&self, key: &PullKey) -> &[W] {
+        self.jobs.get(key).map_or(&[], |j| j.waiters.as_slice())
+    }
+
     /// Requests waiting on queued or running pulls (including the first).
     pub fn waiters(&self) -> usize {
         self.jobs.values().map(|j| j.waiters.len()).sum()

@@ -181,6 +181,7 @@ fn task(script: &Script, request: PullRequest) -> PullTask<&Script> {
         offers: None,
         retries: Retries::default(),
         registry_token: false,
+        wanted: None,
     }
 }
 
