@@ -849,7 +849,7 @@ impl Checker {
     /// own, each a re-check, a throttle token and the pull, then the size.
     fn ensure_bound(&self, outstanding: usize) -> Option<Duration> {
         let pull = self.facts.pull_deadline?;
-        // The node's token, then the registry's (held one after the other).
+        // The registry's token, then the node's (one after the other).
         let node_token =
             if self.facts.qps > 0.0 { Duration::from_secs_f64(1.0 / self.facts.qps) } else { Duration::ZERO };
         let token = node_token + self.facts.registry_token;
@@ -905,7 +905,10 @@ impl Checker {
             return Ok(());
         }
         if let (Some(q), Some(cap)) = (&view.queue, self.facts.queue_capacity) {
-            let by_registry = self.facts.registry_limit.is_some() || !self.facts.registry_limits.is_empty();
+            // Registries' own rates or limits bound each registry's waiting pulls.
+            let by_registry = self.facts.registry_limit.is_some()
+                || !self.facts.registry_limits.is_empty()
+                || !self.facts.registry_token.is_zero();
             let per = if by_registry { REGISTRIES.len() } else { 1 };
             if q.queued > cap * per {
                 return Err(self.fail(

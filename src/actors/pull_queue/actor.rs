@@ -154,8 +154,8 @@ pub struct PullQueueActor {
     /// slow-pull warnings come in it).
     started: BTreeMap<PullKey, Started>,
     /// A pump when the soonest registry token passed over comes (wait
-    /// mode with registries' own rates).
-    token_timer: Option<SpawnHandle>,
+    /// mode with registries' own rates), and when it fires.
+    token_timer: Option<(SpawnHandle, Instant)>,
 }
 
 /// Bounds of the slow-pull check's period (a quarter of the warning time).
@@ -170,7 +170,8 @@ impl PullQueueActor {
             reader,
             queue: PullQueue::new(cfg.concurrency, cfg.capacity, cfg.single_flight)
                 .with_registry_limit(cfg.registry_limit)
-                .with_registry_limits(cfg.registry_limits.clone()),
+                .with_registry_limits(cfg.registry_limits.clone())
+                .with_per_registry_capacity(!cfg.registry_rates.is_empty()),
             throttle: Arc::new(PullThrottle::with_registries(
                 cfg.qps,
                 cfg.burst,
@@ -195,14 +196,24 @@ impl PullQueueActor {
     fn pump(&mut self, ctx: &mut Context<Self>) {
         let by_token = self.throttle.mode() == ThrottleMode::Wait && self.throttle.has_registry_rates();
         let mut soonest: Option<Duration> = None;
+        // Registries that refused during this pump: not asked again (a
+        // token coming mid-scan must not let a later pull of theirs start
+        // before an earlier one).
+        let mut refused: Vec<String> = Vec::new();
         loop {
             loop {
                 let throttle = self.throttle.clone();
-                let mut ready = |registry: &str| match throttle.acquire(Some(registry)) {
-                    Ok(()) => true,
-                    Err((wait, _)) => {
-                        soonest = Some(soonest.map_or(wait, |s| s.min(wait)));
-                        false
+                let mut ready = |registry: &str| {
+                    if refused.iter().any(|r| r == registry) {
+                        return false;
+                    }
+                    match throttle.acquire(Some(registry)) {
+                        Ok(()) => true,
+                        Err((wait, _)) => {
+                            soonest = Some(soonest.map_or(wait, |s| s.min(wait)));
+                            refused.push(registry.to_string());
+                            false
+                        }
                     }
                 };
                 let next =
@@ -229,14 +240,20 @@ impl PullQueueActor {
                 break;
             }
         }
-        if let Some(timer) = self.token_timer.take() {
-            ctx.cancel_future(timer);
-        }
         if let Some(wait) = soonest {
-            self.token_timer = Some(ctx.run_later(wait, |act, ctx| {
-                act.token_timer = None;
-                act.pump(ctx);
-            }));
+            let due = Instant::now() + wait;
+            // A timer due no later is kept (no churn on every message).
+            let keep = self.token_timer.as_ref().is_some_and(|(_, at)| *at <= due);
+            if !keep {
+                if let Some((timer, _)) = self.token_timer.take() {
+                    ctx.cancel_future(timer);
+                }
+                let timer = ctx.run_later(wait, |act, ctx| {
+                    act.token_timer = None;
+                    act.pump(ctx);
+                });
+                self.token_timer = Some((timer, due));
+            }
         }
         self.report_depths();
     }

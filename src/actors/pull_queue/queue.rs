@@ -160,6 +160,10 @@ pub struct PullQueue<R, W> {
     registry_limit: Option<usize>,
     /// Registries' own limits, in place of `registry_limit` for them.
     registry_limits: HashMap<String, usize>,
+    /// Count and bound waiting pulls per registry even without a limit
+    /// (registries' own rates: a registry out of tokens must not fill the
+    /// queue for the others).
+    per_registry: bool,
     /// Pulls running per registry (kept only with a registry limit).
     running_by_registry: HashMap<String, usize>,
     /// Pulls waiting to start per registry (kept only with a registry limit).
@@ -212,6 +216,7 @@ impl<R, W> PullQueue<R, W> {
             parked_keys: HashMap::new(),
             registry_limit: None,
             registry_limits: HashMap::new(),
+            per_registry: false,
             running_by_registry: HashMap::new(),
             waiting_by_registry: HashMap::new(),
         }
@@ -232,10 +237,17 @@ impl<R, W> PullQueue<R, W> {
         self
     }
 
-    /// Whether any registry has a limit: pulls are then counted per
-    /// registry.
+    /// Counts and bounds waiting pulls per registry even when no registry
+    /// has a limit (set once, at the start: the counts begin empty).
+    pub fn with_per_registry_capacity(mut self, on: bool) -> Self {
+        self.per_registry = on;
+        self
+    }
+
+    /// Whether pulls are counted per registry: any registry has a limit,
+    /// or [`with_per_registry_capacity`](Self::with_per_registry_capacity).
     fn by_registry(&self) -> bool {
-        self.registry_limit.is_some() || !self.registry_limits.is_empty()
+        self.per_registry || self.registry_limit.is_some() || !self.registry_limits.is_empty()
     }
 
     /// The most pulls from `registry` at once.
@@ -275,8 +287,8 @@ impl<R, W> PullQueue<R, W> {
 
     /// Every pull and parked request: running pulls first,
     /// in start order, then the queued ones in the order they will start
-    /// (without a registry limit; with one, a pull may be passed over), then
-    /// parked requests in arrival order.
+    /// (without a registry's limit or rate; with one, a pull may be passed
+    /// over), then parked requests in arrival order.
     pub fn snapshot(&self) -> Vec<JobView<'_, W>> {
         let mut active: Vec<(&PullKey, &Job<R, W>)> = self.jobs.iter().filter(|(_, j)| j.running).collect();
         active.sort_by_key(|(_, j)| j.start);
