@@ -152,12 +152,14 @@ impl PullThrottle {
 
     /// Takes a token of the node's bucket, or says how long until one is
     /// free.
+    #[cfg(test)] // the pull path uses `acquire` (token and mode under one lock)
     pub fn try_acquire(&self) -> Result<(), Duration> {
         take(self.state().limiter.as_ref())
     }
 
     /// Takes a token of `registry`'s own bucket (at once when it has none),
     /// or says how long until one is free.
+    #[cfg(test)] // the pull path uses `acquire` (token and mode under one lock)
     pub fn try_acquire_registry(&self, registry: &str) -> Result<(), Duration> {
         take(self.state().registries.get(registry))
     }
@@ -181,6 +183,7 @@ impl PullThrottle {
     }
 
     /// Whether `registry` has a bucket of its own.
+    #[cfg(test)] // the pull path uses `acquire` (token and mode under one lock)
     pub fn limits_registry(&self, registry: &str) -> bool {
         self.state().registries.contains_key(registry)
     }
