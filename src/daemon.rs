@@ -272,7 +272,7 @@ async fn serve_until_stop_signal(
     sources: &Sources,
     log: Option<&LogReload>,
 ) -> Result<&'static str, AppError> {
-    let mut current = node.config().clone();
+    let mut filter = node.config().log.filter.clone();
     loop {
         tokio::select! {
             r = &mut server => {
@@ -281,7 +281,7 @@ async fn serve_until_stop_signal(
             }
             _ = signals.term.recv() => return Ok("SIGTERM"),
             _ = tokio::signal::ctrl_c() => return Ok("SIGINT"),
-            _ = signals.hup.recv() => reload(node, sources, &mut current, log),
+            _ = signals.hup.recv() => reload(node, sources, &mut filter, log),
         }
     }
 }
@@ -370,8 +370,9 @@ fn watch_actors(node: &Node, health: &Health) -> Vec<tokio::task::JoinHandle<()>
     vec![watch_runtime(probed, health.clone(), RUNTIME_PROBE_PERIOD), health.watch_all(ACTOR_CHECK_PERIOD, actors)]
 }
 
-/// SIGHUP: reloads what is safe to change live; names the rest.
-fn reload(node: &Node, sources: &Sources, current: &mut Config, log: Option<&LogReload>) {
+/// SIGHUP: reloads what is safe to change live; names the rest. `filter`:
+/// the log filter in force (the process's; the node keeps the rest).
+fn reload(node: &Node, sources: &Sources, filter: &mut String, log: Option<&LogReload>) {
     let sources = Sources { env: Some(std::env::vars().collect()), ..sources.clone() };
     let new = match Config::load_full(&sources) {
         Ok(loaded) => {
@@ -384,84 +385,20 @@ fn reload(node: &Node, sources: &Sources, current: &mut Config, log: Option<&Log
         }
     };
     let mut applied = Vec::new();
-    if new.log.filter != current.log.filter {
+    if new.log.filter != *filter {
         match log.map(|l| l.set_filter(&new.log.filter)) {
             Some(Ok(true)) => applied.push("log.filter"),
             Some(Ok(false)) => warn!("SIGHUP: log.filter not applied: RUST_LOG is set and takes precedence"),
             Some(Err(e)) => warn!(error = %e, "SIGHUP: log.filter not applied"),
             None => {}
         }
+        // Asked for once: a later SIGHUP with the same filter says nothing.
+        filter.clone_from(&new.log.filter);
     }
-    if node.update_gc_policy(&new.gc) {
-        applied.push("gc (thresholds, ages, pinned_images, keep_newest_tags_per_repo)");
-    }
-    let throttle = |c: &Config| (c.pull.qps.to_bits(), c.pull.burst, c.pull.throttle_mode);
-    if throttle(&new) != throttle(current) || new.pull.registry_rates != current.pull.registry_rates {
-        node.update_pull_throttle(
-            new.pull.qps,
-            new.pull.burst,
-            new.pull.throttle_mode,
-            new.pull.registry_rates.clone(),
-        );
-        (current.pull.qps, current.pull.burst, current.pull.throttle_mode) =
-            (new.pull.qps, new.pull.burst, new.pull.throttle_mode);
-        current.pull.registry_rates.clone_from(&new.pull.registry_rates);
-        applied.push("pull (registry_pull_qps, registry_burst, throttle_mode, registries' qps and burst)");
-    }
-    if (new.prefetch.images != current.prefetch.images || new.prefetch.refresh != current.prefetch.refresh)
-        && node.update_prefetch_list(new.prefetch.images.clone(), new.prefetch.refresh)
-    {
-        current.prefetch.images.clone_from(&new.prefetch.images);
-        current.prefetch.refresh = new.prefetch.refresh;
-        applied.push("prefetch (images, refresh)");
-    }
-    if new.backoff.delays != current.backoff.delays {
-        node.update_backoff_delays(new.backoff.delays);
-        current.backoff.delays = new.backoff.delays;
-        applied.push("backoff (initial, max)");
-    }
-    let mut needs_restart = Vec::new();
-    // Changed GC settings beyond the live part need a restart.
-    let live_gc = node.gc_settings();
-    let restart_gc = new.gc.with_policy_of(&live_gc);
-    if restart_gc != live_gc {
-        needs_restart.push("gc (periods, sandbox_image, node_status_max_images, eviction_available)");
-    }
-    for (name, changed) in [
-        (
-            "runtime",
-            new.endpoint != current.endpoint
-                || new.cri != current.cri
-                || new.embedded_state_dir != current.embedded_state_dir,
-        ),
-        ("pull", new.pull != current.pull || new.ensure != current.ensure),
-        ("backoff (gc_interval, mailbox_capacity)", new.backoff != current.backoff),
-        ("state", new.state_dir != current.state_dir),
-        ("credentials", new.credentials != current.credentials),
-        ("credential_verification", new.verification != current.verification),
-        ("runtime.fault_plan", new.fault_plan != current.fault_plan),
-        ("daemon", new.daemon != current.daemon),
-        ("log.format", new.log.format != current.log.format),
-        // The list's pins are in gc.pinned_images (applied above); the
-        // list itself, above, when imaged started with one.
-        (
-            "prefetch (images, refresh: imaged started with no list)",
-            new.prefetch.images != current.prefetch.images || new.prefetch.refresh != current.prefetch.refresh,
-        ),
-    ] {
-        if changed {
-            needs_restart.push(name);
-        }
-    }
-    if applied.iter().any(|a| *a != "log.filter") {
-        // imaged_config_info shows the settings in force, as GetStatus does.
-        node.config().pull.metrics.set_config_info(&node.info_labels());
-    }
+    let r = node.reload(&new);
+    applied.extend(r.applied);
     info!(applied = ?applied, "SIGHUP: configuration reloaded");
-    if !needs_restart.is_empty() {
-        warn!(keys = ?needs_restart, "SIGHUP: these changed settings take effect only after a restart");
+    if !r.needs_restart.is_empty() {
+        warn!(keys = ?r.needs_restart, "SIGHUP: these changed settings take effect only after a restart");
     }
-    // Remember what runs now: the applied parts are new, the rest stays
-    // (the node keeps the GC settings in force).
-    current.log.filter.clone_from(&new.log.filter);
 }

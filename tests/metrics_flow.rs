@@ -254,3 +254,51 @@ async fn a_node_counts_must_pull_checks_in_its_registry() {
     assert_eq!(checks("credentialRecordFound"), Some(1.0));
     assert_eq!(checks("mustAuthenticate"), None);
 }
+
+#[actix::test]
+async fn a_reload_applies_the_live_parts_and_names_the_rest() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let metrics = Metrics::default();
+    let mut cfg = Config::defaults().expect("defaults").with_metrics(&metrics);
+    cfg.endpoint = imaged::config::RuntimeEndpoint::Embedded { socket: Some(dir.path().join("cri.sock")) };
+    let node = imaged::node::Node::start(cfg.clone()).await.expect("node starts");
+    // The same configuration again: nothing to do.
+    assert_eq!(node.reload(&cfg), imaged::node::Reloaded::default());
+
+    let mut new = cfg.clone();
+    new.pull.qps = 0.5;
+    new.pull.burst = 2;
+    new.gc.high_threshold_percent = 70;
+    new.gc.low_threshold_percent = 60;
+    new.backoff.delays.initial = Duration::from_secs(3);
+    new.pull.capacity = Some(4);
+    new.prefetch.images = vec!["busybox:1.36".into()];
+    let r = node.reload(&new);
+    assert_eq!(
+        r.applied,
+        [
+            "gc (thresholds, ages, pinned_images, keep_newest_tags_per_repo)",
+            "pull (registry_pull_qps, registry_burst, throttle_mode, registries' qps and burst)",
+            "backoff (initial, max)",
+        ]
+    );
+    // The queue's capacity needs a restart, and so does a prefetch list on
+    // a node started without one.
+    assert_eq!(r.needs_restart, ["pull", "prefetch (images, refresh: imaged started with no list)"]);
+    let in_force = node.settings_in_force();
+    assert_eq!((in_force.pull.qps, in_force.pull.burst), (0.5, 2));
+    assert_eq!(in_force.gc.high_threshold_percent, 70);
+    assert_eq!(in_force.backoff.delays.initial, Duration::from_secs(3));
+    assert_eq!(in_force.pull.capacity, cfg.pull.capacity, "kept until a restart");
+    let s = scrape(&metrics);
+    let info = s.value(
+        "imaged_config_info",
+        &[("registry_pull_qps", "0.5"), ("registry_burst", "2"), ("image_gc_high_threshold_percent", "70")],
+    );
+    assert_eq!(info, Some(1.0), "config_info shows the settings in force");
+
+    // Again: what was applied is in force; only the restart-bound changes remain.
+    let again = node.reload(&new);
+    assert!(again.applied.is_empty(), "{again:?}");
+    assert_eq!(again.needs_restart, r.needs_restart);
+}

@@ -20,8 +20,10 @@
 //! the same behaviour without the socket.
 
 pub mod prefetch_ticker;
+mod reload;
 mod wiring;
 
+pub use reload::Reloaded;
 pub use wiring::{GcParts, GcService, recover_intents_from_runtime};
 
 use std::sync::Arc;

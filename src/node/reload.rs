@@ -1,0 +1,85 @@
+//! A reload of the configuration into a running node (the daemon's SIGHUP,
+//! an embedder's own, the simulator's): what may change live is applied,
+//! what needs a restart is named. The comparison is with the settings in
+//! force ([`Node::settings_in_force`]), so the node keeps the only copy of
+//! what runs.
+
+use super::Node;
+use crate::config::Config;
+
+/// What a [`Node::reload`] did with a new configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reloaded {
+    /// The live parts it applied (settings named for an operator's log).
+    pub applied: Vec<&'static str>,
+    /// The changed parts that take effect only after a restart.
+    pub needs_restart: Vec<&'static str>,
+}
+
+impl Node {
+    /// Applies what may change live in `new` — the GC policy, the registry
+    /// pull throttle (the node's and each registry's rate), the prefetch
+    /// list (when the node started with one) and the back-off delays — and
+    /// names the other changed sections, which keep their values until a
+    /// restart. `log` is the caller's: the log filter belongs to the
+    /// process, not the node. `imaged_config_info` follows whatever was
+    /// applied.
+    pub fn reload(&self, new: &Config) -> Reloaded {
+        let mut r = Reloaded::default();
+        let was = self.settings_in_force();
+        if self.update_gc_policy(&new.gc) {
+            r.applied.push("gc (thresholds, ages, pinned_images, keep_newest_tags_per_repo)");
+        }
+        let throttle = |c: &Config| (c.pull.qps.to_bits(), c.pull.burst, c.pull.throttle_mode);
+        if throttle(new) != throttle(&was) || new.pull.registry_rates != was.pull.registry_rates {
+            self.update_pull_throttle(
+                new.pull.qps,
+                new.pull.burst,
+                new.pull.throttle_mode,
+                new.pull.registry_rates.clone(),
+            );
+            r.applied.push("pull (registry_pull_qps, registry_burst, throttle_mode, registries' qps and burst)");
+        }
+        let prefetch = |c: &Config| (c.prefetch.images.clone(), c.prefetch.refresh);
+        if prefetch(new) != prefetch(&was)
+            && self.update_prefetch_list(new.prefetch.images.clone(), new.prefetch.refresh)
+        {
+            r.applied.push("prefetch (images, refresh)");
+        }
+        if new.backoff.delays != was.backoff.delays {
+            self.update_backoff_delays(new.backoff.delays);
+            r.applied.push("backoff (initial, max)");
+        }
+        // What runs now: anything still different needs a restart.
+        let now = self.settings_in_force();
+        if new.gc.with_policy_of(&now.gc) != now.gc {
+            r.needs_restart.push("gc (periods, sandbox_image, node_status_max_images, eviction_available)");
+        }
+        for (name, changed) in [
+            (
+                "runtime",
+                new.endpoint != now.endpoint || new.cri != now.cri || new.embedded_state_dir != now.embedded_state_dir,
+            ),
+            ("pull", new.pull != now.pull || new.ensure != now.ensure),
+            ("backoff (gc_interval, mailbox_capacity)", new.backoff != now.backoff),
+            ("state", new.state_dir != now.state_dir),
+            ("credentials", new.credentials != now.credentials),
+            ("credential_verification", new.verification != now.verification),
+            ("runtime.fault_plan", new.fault_plan != now.fault_plan),
+            ("daemon", new.daemon != now.daemon),
+            ("log.format", new.log.format != now.log.format),
+            // The list's pins are in gc.pinned_images (applied above); the
+            // list itself, above, when the node started with one.
+            ("prefetch (images, refresh: imaged started with no list)", prefetch(new) != prefetch(&now)),
+        ] {
+            if changed {
+                r.needs_restart.push(name);
+            }
+        }
+        if !r.applied.is_empty() {
+            // imaged_config_info shows the settings in force, as GetStatus does.
+            self.cfg.pull.metrics.set_config_info(&self.info_labels());
+        }
+        r
+    }
+}
