@@ -61,6 +61,7 @@ fn a_bounded_sweep_of_seeds_breaks_no_invariant() {
     assert!(sum(|o| o.stats.ensure_ok) > 0, "no ensure succeeded");
     assert!(sum(|o| o.stats.runtime_pulls) > 0, "nothing was pulled");
     assert!(sum(|o| o.stats.kills) > 0, "no process was killed");
+    assert!(sum(|o| o.stats.reloads) > 0, "no process was reloaded");
     assert!(sum(|o| o.stats.store_checks) > 0, "no restart was checked against the store");
     assert!(sum(|o| o.stats.gc_reports) > 0, "no GC report was checked");
     assert!(sum(|o| o.stats.plugin_runs) > 0, "the credential plugin never ran");

@@ -58,6 +58,7 @@ pub const INVARIANTS: &[(&str, &str)] = &[
     ("gc-reasons", "an image GC keeps as in use is in use (a container, a recent ensure, a pull in flight)"),
     ("durable", "the store after a restart holds every acknowledged record and intent and keeps image ages"),
     ("bounded", "pulls in flight, waiting pulls and back-off entries stay within their configured bounds"),
+    ("reload-live", "a reload of settings that apply live applies them, and names nothing as needing a restart"),
     ("actors-alive", "no actor stops while its process serves, and nothing panics"),
     ("secrets-hidden", "no password, token or plugin output appears in an event, an answer, a report or the trace"),
     (
@@ -90,6 +91,9 @@ struct Facts {
     allowlist_private: bool,
     registry_reset: bool,
     sandbox_id: Option<String>,
+    /// The longest back-off cap in force at any time of the run (how long
+    /// an entry may be kept).
+    max_ever: Duration,
     /// What the runtime sees of the plugin's credentials
     /// ([`AuthConfig::identity`](crate::domain::AuthConfig::identity)):
     /// node-level ones, every pod's.
@@ -172,6 +176,8 @@ pub struct Stats {
     pub gc_reports: u64,
     /// Restarts checked against the store.
     pub store_checks: u64,
+    /// Reloads applied to a serving process.
+    pub reloads: u64,
 }
 
 /// The checker's state: what it needs of the past.
@@ -197,6 +203,8 @@ pub struct Checker {
     /// credentials (ever): every pod on the node can pull them itself.
     node_pulled: BTreeSet<String>,
     backoff_inc: u32,
+    /// The last reload: when, and the back-off delays (initial, max) before it.
+    reload_at: Option<(Duration, (Duration, Duration))>,
     backoff: BTreeMap<(String, String), Backoff>,
     /// When an ensure's pull last succeeded, per registry.
     registry_ok: BTreeMap<String, Duration>,
@@ -261,6 +269,27 @@ fn registry_of(image: &str) -> &str {
     image.split('/').next().unwrap_or(image)
 }
 
+/// The longest a registry's own bucket may make a pull wait for a token
+/// under `cfg`.
+fn registry_token(cfg: &Config) -> Duration {
+    cfg.pull
+        .registry_rates
+        .iter()
+        .filter(|r| r.qps > 0.0)
+        .map(|r| Duration::from_secs_f64(1.0 / r.qps))
+        .max()
+        .unwrap_or(Duration::ZERO)
+}
+
+/// The slower of two node throttles' rates (0: none).
+fn slowest(a: f64, b: f64) -> f64 {
+    match (a > 0.0, b > 0.0) {
+        (true, true) => a.min(b),
+        (true, false) => a,
+        _ => b,
+    }
+}
+
 impl Checker {
     /// A checker of `plan` run with `cfg`.
     pub fn new(plan: Rc<Plan>, cfg: &Config, sandbox_id: Option<String>, full_trace: bool) -> Self {
@@ -269,14 +298,7 @@ impl Checker {
             parallel: cfg.pull.concurrency.limit(),
             registry_limit: cfg.pull.registry_limit,
             registry_limits: cfg.pull.registry_limits.clone(),
-            registry_token: cfg
-                .pull
-                .registry_rates
-                .iter()
-                .filter(|r| r.qps > 0.0)
-                .map(|r| Duration::from_secs_f64(1.0 / r.qps))
-                .max()
-                .unwrap_or(Duration::ZERO),
+            registry_token: registry_token(cfg),
             queue_capacity: cfg.pull.capacity,
             pull_deadline: cfg.pull.pull_deadline,
             cri: cfg.cri.deadlines.get(Rpc::ImageStatus).unwrap_or(Duration::from_secs(120)),
@@ -285,6 +307,7 @@ impl Checker {
             pinned: cfg.gc.pinned_images.iter().map(|p| wildmatch::WildMatch::new(p)).collect(),
             initial: cfg.backoff.delays.initial,
             max: cfg.backoff.delays.max,
+            max_ever: cfg.backoff.delays.max,
             backoff_gc: cfg.backoff.gc_interval.unwrap_or(Duration::ZERO),
             policy: cfg.verification.policy,
             allowlist_private: plan.allowlist_private,
@@ -321,6 +344,7 @@ impl Checker {
             pulled_ids: BTreeSet::new(),
             node_pulled: BTreeSet::new(),
             backoff_inc: 0,
+            reload_at: None,
             backoff: BTreeMap::new(),
             registry_ok: BTreeMap::new(),
             clears: Vec::new(),
@@ -398,6 +422,17 @@ impl Checker {
         match what {
             What::Step { index, .. } => self.step = index,
             What::Life { inc, what } => self.life(inc, &what),
+            What::Reloaded { outcome: Err(e), .. } => return Err(self.fail("reload-live", e)),
+            What::Reloaded { outcome: Ok((cfg, r)), .. } => {
+                if !r.needs_restart.is_empty() {
+                    return Err(self.fail(
+                        "reload-live",
+                        format!("a reload of live settings left {:?} needing a restart", r.needs_restart),
+                    ));
+                }
+                self.stats.reloads += 1;
+                self.reloaded(&cfg);
+            }
             What::Runtime(o) => self.runtime(o)?,
             What::Event { inc, event } => {
                 if event.reason == EventReason::Pulled && event.message.starts_with("Successfully pulled") {
@@ -582,19 +617,30 @@ impl Checker {
         let entry = self.backoff.get(&key).copied();
         match reason {
             EventReason::Failed => {
-                let (initial, max) = (self.facts.initial, self.facts.max);
                 // A recovery at this very instant may be handled after this failure.
                 let maybe_reset = self.registry_ok.get(registry_of(image)) == Some(&now);
-                let next = match entry {
+                let next = |(initial, max): (Duration, Duration)| match entry {
+                    // Never below the initial period: a reload may have raised it.
                     Some(b) if now.saturating_sub(b.last) <= 2 * max => Backoff {
                         last: now,
-                        lo: if b.maybe_reset { initial } else { (b.lo * 2).min(max) },
-                        hi: (b.hi * 2).min(max),
+                        lo: if b.maybe_reset { initial } else { (b.lo * 2).min(max).max(initial) },
+                        hi: (b.hi * 2).min(max).max(initial),
                         maybe_reset,
                     },
                     _ => Backoff { last: now, lo: initial, hi: initial, maybe_reset },
                 };
-                self.backoff.insert(key, next);
+                let mut b = next((self.facts.initial, self.facts.max));
+                // A reload at this very instant may be handled after this
+                // failure: then the old delays made its period, which the
+                // reload then moved (see `reloaded`).
+                if let Some((at, old)) = self.reload_at
+                    && at == now
+                {
+                    let o = next(old);
+                    b.lo = b.lo.min(o.lo.min(self.facts.max));
+                    b.hi = b.hi.max(o.hi.max(self.facts.initial));
+                }
+                self.backoff.insert(key, b);
             }
             EventReason::BackOff if entry.is_none_or(|b| now.saturating_sub(b.last) >= b.hi) => {
                 let why = match entry {
@@ -625,6 +671,37 @@ impl Checker {
             _ => {}
         }
         Ok(())
+    }
+
+    /// A reload applied `cfg` to the serving process now. Bounds on waits
+    /// keep the slowest rates seen (a pull may still wait on the old
+    /// bucket when the reload lands), the minimum age the longest (a GC run
+    /// may have begun under the old one); the back-off model follows the
+    /// registry's `UpdateBackoffDelays`: entries expired under the old cap
+    /// are gone, a period still running is raised to the new initial one,
+    /// and every period is cut to the new cap. The model keeps ranges, so
+    /// each bound moves the safe way (`lo` only down, `hi` only up).
+    /// Unchanged delays change nothing (the node sends none).
+    fn reloaded(&mut self, cfg: &Config) {
+        let now = self.now;
+        let old = (self.facts.initial, self.facts.max);
+        let f = &mut self.facts;
+        f.qps = slowest(f.qps, cfg.pull.qps);
+        f.registry_token = f.registry_token.max(registry_token(cfg));
+        f.min_age = f.min_age.max(cfg.gc.min_age);
+        (f.initial, f.max) = (cfg.backoff.delays.initial, cfg.backoff.delays.max);
+        f.max_ever = f.max_ever.max(f.max);
+        let (initial, max) = (f.initial, f.max);
+        if (initial, max) == old {
+            // Unchanged delays are not sent to the registry.
+            return;
+        }
+        self.backoff.retain(|_, b| now.saturating_sub(b.last) <= 2 * old.1);
+        for b in self.backoff.values_mut() {
+            b.lo = b.lo.min(max);
+            b.hi = b.hi.max(initial);
+        }
+        self.reload_at = Some((now, old));
     }
 
     /// A pull of `image` succeeded for an ensure (which then sends
@@ -918,7 +995,7 @@ impl Checker {
             }
         }
         if let Some(b) = &view.backoffs {
-            let window = 2 * self.facts.max + self.facts.backoff_gc + Duration::from_secs(1);
+            let window = 2 * self.facts.max_ever + self.facts.backoff_gc + Duration::from_secs(1);
             let recent = self.backoff.values().filter(|e| self.now.saturating_sub(e.last) <= window).count();
             if b.len() > recent {
                 return Err(self.fail(

@@ -66,8 +66,8 @@ pub struct SimulateArgs {
     /// Runs the shrinker may make per failing seed.
     #[arg(long, default_value_t = 150)]
     pub shrink_budget: usize,
-    /// The shape plans are drawn in: `current`, or `v1` (the first, for
-    /// the regression seeds found under it).
+    /// The shape plans are drawn in: `current`, or an earlier one (`v1`,
+    /// `v2`, `v3`) for the seeds found under it.
     #[arg(long, value_enum, default_value_t = ShapeArg::Current)]
     pub shape: ShapeArg,
 }
@@ -81,6 +81,8 @@ pub enum ShapeArg {
     V1,
     /// `Shape::V2`.
     V2,
+    /// `Shape::V3`.
+    V3,
 }
 
 impl ShapeArg {
@@ -89,6 +91,7 @@ impl ShapeArg {
             Self::Current => Shape::CURRENT,
             Self::V1 => Shape::V1,
             Self::V2 => Shape::V2,
+            Self::V3 => Shape::V3,
         }
     }
 }
@@ -128,7 +131,7 @@ fn summary_line(o: &Outcome, wall: Duration) -> String {
     let s = &o.stats;
     format!(
         "seed {}: {} steps, {} simulated in {:.1}s: {} ensures ({} ok, {} errors, {} lost), {} runtime pulls, {} removals, \
-         {} starts, {} kills, {} GC reports, {} store checks, {} plugin runs ({} failed), trace {:016x}: {}",
+         {} starts, {} kills, {} reloads, {} GC reports, {} store checks, {} plugin runs ({} failed), trace {:016x}: {}",
         o.seed,
         o.steps,
         humantime::format_duration(Duration::from_secs(o.simulated.as_secs())),
@@ -141,6 +144,7 @@ fn summary_line(o: &Outcome, wall: Duration) -> String {
         s.removals,
         s.starts,
         s.kills,
+        s.reloads,
         s.gc_reports,
         s.store_checks,
         s.plugin_runs,
@@ -165,6 +169,7 @@ fn add(total: &mut Stats, s: &Stats) {
     total.removals += s.removals;
     total.starts += s.starts;
     total.kills += s.kills;
+    total.reloads += s.reloads;
     total.gc_reports += s.gc_reports;
     total.store_checks += s.store_checks;
     total.plugin_runs += s.plugin_runs;
@@ -259,7 +264,7 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
         failed.len()
     );
     out!(
-        "  {} ensures ({} ok, {} errors, {} lost), {} runtime pulls, {} removals, {} starts, {} kills, {} GC reports, {} store checks, {} plugin runs ({} failed)",
+        "  {} ensures ({} ok, {} errors, {} lost), {} runtime pulls, {} removals, {} starts, {} kills, {} reloads, {} GC reports, {} store checks, {} plugin runs ({} failed)",
         total.ensures,
         total.ensure_ok,
         total.ensure_err,
@@ -268,6 +273,7 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
         total.removals,
         total.starts,
         total.kills,
+        total.reloads,
         total.gc_reports,
         total.store_checks,
         total.plugin_runs,

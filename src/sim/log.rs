@@ -62,6 +62,15 @@ pub enum PluginOutcome {
 /// One thing that happened.
 #[derive(Debug, Clone)]
 pub enum What {
+    /// A reload reached the serving process (`inc`): the configuration it
+    /// made and what `Node::reload` said of it, or why its settings did not
+    /// load.
+    Reloaded {
+        /// The incarnation reloaded.
+        inc: u32,
+        /// The new configuration and the node's answer, or the error.
+        outcome: Result<(Box<crate::config::Config>, crate::node::Reloaded), String>,
+    },
     /// A step's event is applied.
     Step {
         /// The step.
@@ -282,6 +291,10 @@ impl Entry {
                 PluginOutcome::CutOff => format!("  plugin: run #{run} cut off"),
             },
             What::Life { inc, what } => format!("imaged#{inc}: {what:?}"),
+            What::Reloaded { inc, outcome: Ok((_, r)) } => {
+                format!("imaged#{inc}: reloaded; applied {:?}, needs a restart {:?}", r.applied, r.needs_restart)
+            }
+            What::Reloaded { inc, outcome: Err(e) } => format!("imaged#{inc}: not reloaded: {e}"),
         }
     }
 }

@@ -268,7 +268,8 @@ fn present_ids(world: &World) -> BTreeSet<(String, String)> {
 /// Steps the plan, checking after each; then the quiet phase and liveness.
 async fn drive(world: &Rc<World>, full_trace: bool) -> Outcome {
     let plan = world.plan.clone();
-    let checker = Rc::new(RefCell::new(Checker::new(plan.clone(), &world.cfg, world.ids[SANDBOX].clone(), full_trace)));
+    let checker =
+        Rc::new(RefCell::new(Checker::new(plan.clone(), &world.cfg.borrow(), world.ids[SANDBOX].clone(), full_trace)));
     let slot: Slot = Rc::default();
     let (c, s, dir) = (checker.clone(), slot.clone(), world.dir.clone());
     let supervisor = tokio::task::spawn_local(world.clone().supervise(move |w, id| {

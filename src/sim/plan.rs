@@ -319,6 +319,10 @@ pub enum Event {
     Crash,
     /// The credential plugin behaves like this from now on.
     Plugin(PluginBehaviour),
+    /// The operator edits the settings (TOML lines, `section.key = value`,
+    /// each replacing the same key's line) and sends the serving imaged
+    /// SIGHUP: only settings that apply live are drawn.
+    Reload(Vec<String>),
 }
 
 /// One step: the event, then this much time.
@@ -395,6 +399,8 @@ pub struct Weights {
     pub crash: u32,
     /// The credential plugin fails or goes stale (with a plugin).
     pub plugin: u32,
+    /// A reload of the settings that apply live (drawn last).
+    pub reload: u32,
 }
 
 /// The shape of a seed's plan: what it draws from and how often. A seed
@@ -494,6 +500,7 @@ impl Shape {
             restart: 8,
             crash: 8,
             plugin: 0,
+            reload: 0,
         },
         pod_life: 10..400,
         doomed_life: 10..400,
@@ -552,6 +559,7 @@ impl Shape {
             restart: 8,
             crash: 8,
             plugin: 8,
+            reload: 0,
         },
         pod_life: 10..400,
         doomed_life: 2..10,
@@ -576,10 +584,16 @@ impl Shape {
         pull_knobs: false,
     };
 
-    /// The shape seeds are drawn with now: [`Shape::V2`] with the pull
-    /// knobs beyond the kubelet's drawn too (transient retries, registries'
-    /// own rates and limits).
-    pub const CURRENT: Shape = Shape { name: "current", pull_knobs: true, ..Shape::V2 };
+    /// The third shape: [`Shape::V2`] with the pull knobs beyond the
+    /// kubelet's drawn too (transient retries, registries' own rates and
+    /// limits).
+    pub const V3: Shape = Shape { name: "v3", pull_knobs: true, ..Shape::V2 };
+
+    /// The shape seeds are drawn with now: [`Shape::V3`] with reloads of
+    /// the settings that apply live (the throttle, registries' rates, the
+    /// back-off delays, the GC policy), about one in a hundred steps.
+    pub const CURRENT: Shape =
+        Shape { name: "current", weights: Weights { reload: 10, ..Shape::V3.weights }, ..Shape::V3 };
 }
 
 impl Default for Shape {
@@ -626,6 +640,7 @@ impl Plan {
             later: Vec::new(),
             alive: 0,
             pull_hangs,
+            registry_rules: registry_rules(&settings),
         };
         for i in 0..steps {
             s.step(i);
@@ -753,16 +768,43 @@ fn settings(g: &mut StdRng, shape: &Shape) -> Vec<String> {
         }
         let mut rules = Vec::new();
         if g.random_bool(0.3) {
-            rules.push(r#"{ registry = "docker.io", qps = 1.0, burst = 2 }"#);
+            rules.push(DOCKER_RULE);
         }
         if g.random_bool(0.3) {
-            rules.push(r#"{ registry = "slow.example", max_parallel = 1 }"#);
+            rules.push(SLOW_RULE);
         }
         if !rules.is_empty() {
             set("pull.registries", &format!("[{}]", rules.join(", ")));
         }
     }
     s
+}
+
+/// `base` settings lines with each of `over` in place of the line of the
+/// same key (appended when `base` has none): what a reload's lines make
+/// of the settings in force.
+pub fn merged_settings(base: &[String], over: &[String]) -> Vec<String> {
+    let key = |line: &str| line.split(" = ").next().unwrap_or(line).to_string();
+    let mut merged: Vec<String> = base.to_vec();
+    for line in over {
+        match merged.iter_mut().find(|l| key(l) == key(line)) {
+            Some(l) => l.clone_from(line),
+            None => merged.push(line.clone()),
+        }
+    }
+    merged
+}
+
+/// Docker Hub's own rate, when a plan draws one (a reload may change it).
+const DOCKER_RULE: &str = r#"{ registry = "docker.io", qps = 1.0, burst = 2 }"#;
+/// The slow registry's own limit, when a plan draws one (it needs a
+/// restart to change, so a reload restates it as it is).
+const SLOW_RULE: &str = r#"{ registry = "slow.example", max_parallel = 1 }"#;
+
+/// The `[[pull.registries]]` rules among `settings`.
+fn registry_rules(settings: &[String]) -> Vec<&'static str> {
+    let Some(line) = settings.iter().find(|l| l.starts_with("pull.registries = ")) else { return Vec::new() };
+    [DOCKER_RULE, SLOW_RULE].into_iter().filter(|r| line.contains(r)).collect()
 }
 
 /// The schedule as it is drawn: pods arrive and leave, faults come and go.
@@ -779,6 +821,8 @@ struct Schedule {
     alive: usize,
     /// PullImage may hang or lose its reply (a pull deadline ends it).
     pull_hangs: bool,
+    /// The plan's `[[pull.registries]]` rules (a reload restates them).
+    registry_rules: Vec<&'static str>,
 }
 
 /// The kinds of event [`Weights`] weighs, in the order they are drawn.
@@ -799,6 +843,7 @@ enum Kind {
     Restart,
     Crash,
     Plugin,
+    Reload,
 }
 
 impl Schedule {
@@ -851,6 +896,7 @@ impl Schedule {
             (Kind::Restart, w.restart),
             (Kind::Crash, w.crash),
             (Kind::Plugin, w.plugin),
+            (Kind::Reload, w.reload),
         ];
         let mut from = 0;
         let kind = table
@@ -913,7 +959,51 @@ impl Schedule {
                 Some(plugin) => self.plugin_trouble(i, plugin),
                 None => Event::Nothing,
             },
+            Kind::Reload => self.reload(),
         }
+    }
+
+    /// New values for some of the settings that apply live: the node's
+    /// pull throttle, Docker Hub's own rate (when the plan has one; the
+    /// other rules restated as they are), the back-off delays, the GC
+    /// thresholds and minimum age.
+    fn reload(&mut self) -> Event {
+        let g = &mut self.g;
+        let mut lines: Vec<String> = Vec::new();
+        let quoted = |v: &str| format!("{v:?}");
+        while lines.is_empty() {
+            let mut set = |k: &str, v: &str| lines.push(format!("{k} = {v}"));
+            if g.random_bool(0.5) {
+                let qps = one(g, &["0.0", "2.0", "0.5"]);
+                set("pull.registry_pull_qps", qps);
+                if qps != "0.0" {
+                    set("pull.registry_burst", one(g, &["4", "1"]));
+                    set("pull.throttle_mode", &quoted(one(g, &["wait", "fail"])));
+                }
+            }
+            if self.registry_rules.contains(&DOCKER_RULE) && g.random_bool(0.3) {
+                let (qps, burst) = (one(g, &["1.0", "0.2", "5.0"]), one(g, &["2", "1"]));
+                let docker = format!("{{ registry = \"docker.io\", qps = {qps}, burst = {burst} }}");
+                let rules: Vec<String> = self
+                    .registry_rules
+                    .iter()
+                    .map(|r| if *r == DOCKER_RULE { docker.clone() } else { (*r).to_string() })
+                    .collect();
+                set("pull.registries", &format!("[{}]", rules.join(", ")));
+            }
+            if g.random_bool(0.5) {
+                set("backoff.initial", &quoted(one(g, &["1s", "10s", "30s"])));
+                set("backoff.max", &quoted(one(g, &["1m", "5m", "10m"])));
+            }
+            if g.random_bool(0.5) {
+                let high = g.random_range(75..95);
+                let low = g.random_range(50..high);
+                set("gc.image_gc_high_threshold_percent", &high.to_string());
+                set("gc.image_gc_low_threshold_percent", &low.to_string());
+                set("gc.image_minimum_gc_age", &quoted(one(g, &["0s", "30s", "2m"])));
+            }
+        }
+        Event::Reload(lines)
     }
 
     /// The plugin fails or goes stale, and recovers some steps later
@@ -1171,6 +1261,7 @@ impl Event {
             Event::Restart => "imaged restarts gracefully".into(),
             Event::Crash => "imaged is killed (kill -9) and started again".into(),
             Event::Plugin(b) => format!("credential plugin: {b}"),
+            Event::Reload(lines) => format!("imaged reloads (SIGHUP): {}", lines.join("; ")),
         }
     }
 }
@@ -1216,6 +1307,62 @@ mod tests {
             let v2 = Plan::generate_shaped(seed, 10, &Shape::V2);
             assert_eq!(plan.settings[..v2.settings.len()], v2.settings[..], "seed {seed}");
         }
+    }
+
+    #[test]
+    fn a_reloads_lines_replace_the_same_keys_and_add_the_others() {
+        let base = vec!["pull.registry_pull_qps = 2.0".to_string(), "backoff.initial = \"10s\"".to_string()];
+        let over = vec!["backoff.initial = \"1s\"".to_string(), "gc.image_minimum_gc_age = \"0s\"".to_string()];
+        assert_eq!(
+            merged_settings(&base, &over),
+            ["pull.registry_pull_qps = 2.0", "backoff.initial = \"1s\"", "gc.image_minimum_gc_age = \"0s\""]
+        );
+    }
+
+    #[test]
+    fn only_the_current_shape_reloads_and_only_settings_that_apply_live() {
+        let live = [
+            "pull.registry_pull_qps",
+            "pull.registry_burst",
+            "pull.throttle_mode",
+            "pull.registries",
+            "backoff.initial",
+            "backoff.max",
+            "gc.image_gc_high_threshold_percent",
+            "gc.image_gc_low_threshold_percent",
+            "gc.image_minimum_gc_age",
+        ];
+        let mut reloads = 0;
+        let mut docker = 0;
+        for seed in 0..30 {
+            let v3 = Plan::generate_shaped(seed, 2_000, &Shape::V3);
+            assert!(v3.steps.iter().all(|s| !matches!(s.event, Event::Reload(_))), "seed {seed}");
+            let plan = Plan::generate(seed, 2_000);
+            assert_eq!(plan.settings, v3.settings, "seed {seed}: the settings are V3's");
+            let mut settings = plan.settings.clone();
+            for s in &plan.steps {
+                let Event::Reload(lines) = &s.event else { continue };
+                reloads += 1;
+                assert!(!lines.is_empty());
+                for l in lines {
+                    let key = l.split(" = ").next().unwrap_or_default();
+                    assert!(live.contains(&key), "seed {seed}: {l} does not apply live");
+                    if key == "pull.registries" {
+                        docker += 1;
+                        // The rules the plan has, Docker Hub's rate changed at most.
+                        let rules = registry_rules(&plan.settings);
+                        assert!(rules.contains(&DOCKER_RULE) && l.contains("\"docker.io\""), "{l}");
+                        assert_eq!(l.contains(SLOW_RULE), rules.contains(&SLOW_RULE), "{l}");
+                    }
+                }
+                settings = merged_settings(&settings, lines);
+                let parsed = crate::config::Config::from_toml(&settings.join("\n"));
+                assert!(parsed.is_ok(), "seed {seed}: {lines:?}: {:?}", parsed.err());
+            }
+        }
+        // About one step in a hundred, a few of them Docker Hub's rate.
+        assert!((300..900).contains(&reloads), "{reloads} reloads in 30 seeds");
+        assert!(docker > 0, "no reload changed Docker Hub's rate");
     }
 
     #[test]

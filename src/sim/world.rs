@@ -119,8 +119,12 @@ struct Faults {
 pub struct World {
     /// The plan.
     pub plan: Rc<Plan>,
-    /// imaged's configuration (every process starts with it).
-    pub cfg: Config,
+    /// imaged's configuration (every process starts with it; a reload
+    /// changes it, as the operator's edit of its file would).
+    pub cfg: RefCell<Config>,
+    /// The settings lines it was made from: the plan's, with each reload's
+    /// lines in place of the same keys'.
+    settings: RefCell<Vec<String>>,
     /// The runtime.
     pub runtime: InProcessRuntime,
     /// A handle on its state.
@@ -234,8 +238,9 @@ impl World {
             })
             .collect();
         Ok(Rc::new(Self {
+            settings: RefCell::new(plan.settings.clone()),
             plan,
-            cfg,
+            cfg: RefCell::new(cfg),
             runtime,
             rt,
             dir,
@@ -337,7 +342,7 @@ impl World {
 
     /// Starts a `Node` in `inc`, as `imaged run` does.
     async fn start_node(&self, inc: &Incarnation) -> Result<Rc<Node>, String> {
-        let cfg = self.cfg.clone();
+        let cfg = self.cfg.borrow().clone();
         let client = self.runtime.client(cfg.cri.connect_timeout);
         let handle = self.runtime.handle();
         let clock = Clock::starting_at(SystemTime::UNIX_EPOCH + SIM_EPOCH + self.now());
@@ -624,7 +629,35 @@ impl World {
                     p.set(*b);
                 }
             }
+            Event::Reload(lines) => self.reload(lines),
         }
+    }
+
+    /// The operator's edit of the settings and SIGHUP to the serving
+    /// process, through `Node::reload` as the daemon's. With no process
+    /// serving there is none to signal: nothing changes.
+    fn reload(&self, lines: &[String]) {
+        let Some((inc, node)) = self.node() else { return };
+        let settings = super::plan::merged_settings(&self.settings.borrow(), lines);
+        let parsed = match Config::from_toml(&settings.join("\n")) {
+            Ok(c) => c,
+            Err(e) => {
+                self.record(What::Reloaded { inc: inc.id, outcome: Err(format!("the reload's settings: {e}")) });
+                return;
+            }
+        };
+        // The world's own settings (state, plugin, allowlist) stay; the
+        // live parts come from the edited lines.
+        let mut next = self.cfg.borrow().clone();
+        (next.pull.qps, next.pull.burst, next.pull.throttle_mode) =
+            (parsed.pull.qps, parsed.pull.burst, parsed.pull.throttle_mode);
+        next.pull.registry_rates = parsed.pull.registry_rates;
+        next.backoff.delays = parsed.backoff.delays;
+        next.gc = next.gc.with_policy_of(&parsed.gc);
+        let reloaded = node.reload(&next);
+        *self.settings.borrow_mut() = settings;
+        *self.cfg.borrow_mut() = next.clone();
+        self.record(What::Reloaded { inc: inc.id, outcome: Ok((Box::new(next), reloaded)) });
     }
 
     /// The runtime's fault plan from the faults in force.

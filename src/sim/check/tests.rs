@@ -153,6 +153,7 @@ fn every_invariant_has_a_test_here() {
         "gc-reasons",
         "durable",
         "bounded",
+        "reload-live",
         "actors-alive",
         "secrets-hidden",
         "liveness",
@@ -282,6 +283,64 @@ fn single_flight_fails_on_a_third_pull_of_one_key_in_flight() {
     assert_eq!(broke(c.step_end(s(1), &StepView::default())), "nothing", "two kinds of request may share a key");
     c.absorb(vec![at(2, pull(3, PUBLIC))]).unwrap();
     assert_eq!(broke(c.step_end(s(2), &StepView::default())), "single-flight");
+}
+
+/// A reload of the serving process to `settings` (over the defaults), with
+/// `needs_restart` as `Node::reload` answered.
+fn reloaded(settings: &[&str], needs_restart: Vec<&'static str>) -> What {
+    let cfg = Config::from_toml(&settings.join("\n")).expect("settings");
+    let answer = crate::node::Reloaded { applied: Vec::new(), needs_restart };
+    What::Reloaded { inc: 1, outcome: Ok((Box::new(cfg), answer)) }
+}
+
+#[test]
+fn reload_live_fails_when_a_reload_needs_a_restart_or_its_settings_do_not_load() {
+    let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+    assert_eq!(broke(c.absorb(vec![at(1, reloaded(&["backoff.max = \"1m\""], Vec::new()))])), "nothing");
+    assert_eq!(broke(c.absorb(vec![at(2, reloaded(&[], vec!["pull"]))])), "reload-live");
+    let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+    let unloadable = What::Reloaded { inc: 1, outcome: Err("the reload's settings: bad".into()) };
+    assert_eq!(broke(c.absorb(vec![at(1, unloadable)])), "reload-live");
+}
+
+#[test]
+fn backoff_law_follows_a_reload_of_the_delays() {
+    let failed = |t| at(t, event(EventReason::Failed, PUBLIC));
+    let pulling = |t| at(t, event(EventReason::Pulling, PUBLIC));
+    // Periods 10, 20, 40 s; the cap cut to 20 s cuts the running one.
+    let cut = || {
+        let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+        let r = c.absorb(vec![failed(0), failed(10), failed(30), at(35, reloaded(&["backoff.max = \"20s\""], vec![]))]);
+        assert_eq!(broke(r), "nothing");
+        c
+    };
+    assert_eq!(broke(cut().absorb(vec![pulling(55)])), "nothing", "25 s after, past the cut period");
+    assert_eq!(broke(cut().absorb(vec![pulling(45)])), "backoff-law", "15 s after, inside it");
+    // A period still running rises to a longer initial one.
+    let raised = || {
+        let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+        let r = c.absorb(vec![failed(0), at(5, reloaded(&["backoff.initial = \"30s\""], vec![]))]);
+        assert_eq!(broke(r), "nothing");
+        c
+    };
+    assert_eq!(broke(raised().absorb(vec![at(20, event(EventReason::BackOff, PUBLIC))])), "nothing");
+    assert_eq!(broke(raised().absorb(vec![at(31, event(EventReason::BackOff, PUBLIC))])), "backoff-law");
+    // An entry expired under the old cap is gone: a longer cap does not
+    // revive it, so the next failure starts again at the initial period.
+    let revived = || {
+        let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+        let r = c.absorb(vec![
+            failed(0),
+            failed(10),
+            failed(30),
+            at(700, reloaded(&["backoff.max = \"10m\""], vec![])),
+            failed(710),
+        ]);
+        assert_eq!(broke(r), "nothing");
+        c
+    };
+    assert_eq!(broke(revived().absorb(vec![pulling(725)])), "nothing", "15 s after a first failure");
+    assert_eq!(broke(revived().absorb(vec![pulling(715)])), "backoff-law", "5 s after it");
 }
 
 #[test]
