@@ -115,6 +115,12 @@ async fn pulls_joins_failures_and_gc_show_in_the_scrape() {
     // Presence checks: 1 + 3, and the size lookup after the pull.
     assert_eq!(s.value("imaged_cri_request_duration_seconds_count", &[("method", "ImageStatus")]), Some(5.0));
     assert_eq!(s.value("imaged_backoff_entries", &[]), Some(1.0));
+    assert_eq!(
+        s.by_label("imaged_pull_failures_total", "reason"),
+        [("not_found".to_string(), 1.0)],
+        "the missing image's pull, and nothing else"
+    );
+    assert_eq!(s.value("imaged_pull_failures_total", &[("registry", "example.com")]), Some(1.0));
     assert_eq!(s.value("imaged_pulls_in_flight", &[]), Some(0.0));
     assert_eq!(s.value("imaged_pull_queue_depth", &[]), Some(0.0));
 
@@ -200,6 +206,8 @@ async fn throttle_rejections_are_counted() {
     let s = scrape(&st.metrics);
     assert_eq!(s.value("imaged_pull_throttle_rejections_total", &[]), Some(1.0));
     assert_eq!(s.value("imaged_pull_throttle_waits_total", &[]), Some(0.0));
+    let failures = [("registry", "example.com"), ("reason", "qps_exceeded")];
+    assert_eq!(s.value("imaged_pull_failures_total", &failures), Some(1.0));
     assert_eq!(s.value("imaged_backoff_entries", &[]), Some(1.0));
     // An operator clears the back-off: the gauge follows.
     let cleared = st.backoff.send(ClearBackoff { scope: ClearScope::All }).await.expect("registry");
@@ -301,4 +309,24 @@ async fn a_reload_applies_the_live_parts_and_names_the_rest() {
     let again = node.reload(&new);
     assert!(again.applied.is_empty(), "{again:?}");
     assert_eq!(again.needs_restart, r.needs_restart);
+}
+
+#[actix::test]
+async fn a_failed_pull_counts_once_however_many_wait_on_it() {
+    let st = stack(parallel()).await;
+    // The image is in no registry: the pull fails (not found) after 200 ms,
+    // while the other pods join it.
+    let slow = imaged::fault::FaultPlan::new(1)
+        .rule(imaged::fault::FaultRule::on(imaged::cri::Rpc::PullImage).delay(Duration::from_millis(200)));
+    st.runtime.set_fault_plan(slow);
+    let reqs: Vec<EnsureImageRequest> = (1..=3)
+        .map(|i| EnsureImageRequest::new(format!("p{i}"), "quay.example/team/app:1", PullPolicy::IfNotPresent))
+        .collect();
+    let results = futures_util::future::join_all(reqs.iter().map(|r| st.manager.ensure_image_exists(r))).await;
+    assert!(results.iter().all(Result::is_err), "{results:?}");
+    let pulls = st.runtime.stats().calls(imaged::cri::Rpc::PullImage);
+    assert_eq!(pulls, 1, "one pull for the three");
+    let s = scrape(&st.metrics);
+    let failures = [("registry", "quay.example"), ("reason", "not_found")];
+    assert_eq!(s.value("imaged_pull_failures_total", &failures), Some(1.0), "once per pull, not per pod");
 }

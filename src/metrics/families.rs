@@ -36,6 +36,7 @@ pub(super) type Labels1 = [(&'static str, &'static str); 1];
 pub(super) type Labels2 = [(&'static str, &'static str); 2];
 pub(super) type Labels3 = [(&'static str, &'static str); 3];
 pub(super) type OwnedLabels1 = [(&'static str, String); 1];
+pub(super) type MixedLabels2 = [(&'static str, std::borrow::Cow<'static, str>); 2];
 pub(super) type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// The kubelet's image metrics (same names, labels and buckets, under `imaged_`).
@@ -124,7 +125,15 @@ pub(super) struct PullQueueFamilies {
     pub(super) throttle_rejections: Counter,
     pub(super) slow_pulls: Counter,
     pub(super) transient_retries: Counter,
+    pub(super) failures: Family<MixedLabels2, Counter>,
+    /// The registries `failures` has a label value of its own for (at most
+    /// [`MAX_FAILURE_REGISTRIES`]; the others count as `other`).
+    pub(super) failure_registries: std::sync::Mutex<std::collections::HashSet<String>>,
 }
+
+/// Registries `pull_failures_total` names; past them, `registry="other"`:
+/// image names come from requests, so the label's values stay bounded.
+pub const MAX_FAILURE_REGISTRIES: usize = 64;
 
 impl PullQueueFamilies {
     pub(super) fn register(r: &mut Registry) -> Self {
@@ -164,6 +173,13 @@ impl PullQueueFamilies {
             "Pulls made again after a transient failure (pull.transient_retries), one per retry",
             transient_retries.clone(),
         );
+        let failures = Family::default();
+        r.register(
+            "pull_failures",
+            "Pulls that failed, once per pull (not per waiter), by registry and reason \
+             (the runtime's error kind, or qps_exceeded, pull_deadline)",
+            failures.clone(),
+        );
         Self {
             depth,
             parked,
@@ -173,6 +189,8 @@ impl PullQueueFamilies {
             throttle_rejections,
             slow_pulls,
             transient_retries,
+            failures,
+            failure_registries: std::sync::Mutex::default(),
         }
     }
 }

@@ -32,7 +32,7 @@ use crate::domain::pull_record::MustPullResult;
 use families::{
     BackoffFamilies, CriFamilies, GcFamilies, InfoFamilies, KubeletFamilies, PullQueueFamilies, StoreFamilies,
 };
-pub use families::{CRI_DURATION_BUCKETS, PLUGIN_DURATION_BUCKETS, PULL_DURATION_BUCKETS};
+pub use families::{CRI_DURATION_BUCKETS, MAX_FAILURE_REGISTRIES, PLUGIN_DURATION_BUCKETS, PULL_DURATION_BUCKETS};
 pub use labels::{BackoffResetReason, Tristate, image_size_bucket};
 use labels::{POLICY_LABELS, policy_index};
 
@@ -243,6 +243,21 @@ impl Metrics {
     /// A pull is tried again after a transient failure.
     pub fn pull_retried(&self) {
         self.inner.queue.transient_retries.inc();
+    }
+
+    /// A pull failed (counted once per pull): `registry` its image's
+    /// registry host, `reason` a short word for why (see
+    /// `PullFailure::reason`). Past [`MAX_FAILURE_REGISTRIES`] registries,
+    /// new ones count as `other`.
+    pub fn pull_failed(&self, registry: &str, reason: &'static str) {
+        let q = &self.inner.queue;
+        let named = {
+            let mut seen = q.failure_registries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            seen.contains(registry)
+                || (seen.len() < families::MAX_FAILURE_REGISTRIES && seen.insert(registry.to_string()))
+        };
+        let registry: std::borrow::Cow<'static, str> = if named { registry.to_string().into() } else { "other".into() };
+        q.failures.get_or_create(&[("registry", registry), ("reason", reason.into())]).inc();
     }
 
     /// A pull was failed by the throttle.

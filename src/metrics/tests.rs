@@ -269,3 +269,19 @@ fn handles_compare_equal_so_settings_stay_comparable() {
     assert_eq!(Metrics::default(), Metrics::default());
     assert_eq!(format!("{:?}", Metrics::default()), "Metrics { .. }");
 }
+
+#[test]
+fn pull_failures_name_a_bounded_number_of_registries() {
+    let m = Metrics::new();
+    for i in 0..MAX_FAILURE_REGISTRIES + 5 {
+        m.pull_failed(&format!("r{i}.example"), "not_found");
+    }
+    // A registry named before keeps its label past the bound.
+    m.pull_failed("r0.example", "network");
+    let s = scrape(&m);
+    let by_registry = s.by_label("imaged_pull_failures_total", "registry");
+    let named = by_registry.iter().filter(|(r, _)| r != "other").count();
+    assert_eq!(named, MAX_FAILURE_REGISTRIES + 1, "one registry with two reasons among them");
+    assert_eq!(s.value("imaged_pull_failures_total", &[("registry", "other")]), Some(5.0));
+    assert_eq!(s.value("imaged_pull_failures_total", &[("registry", "r0.example"), ("reason", "network")]), Some(1.0));
+}

@@ -200,6 +200,45 @@ impl PullFailure {
         }
     }
 
+    /// A short word for why the pull failed, for
+    /// `imaged_pull_failures_total{reason}`: the runtime's error kind (of
+    /// the last attempt) in snake case — a registry's rate limit
+    /// (`429`, `toomanyrequests`) as `rate_limited`, a network failure the
+    /// runtime reports as text as `network` — or `qps_exceeded` (the
+    /// throttle), `pull_deadline` (imaged's own deadline), `stopped`.
+    pub fn reason(&self) -> &'static str {
+        let e = match self {
+            PullFailure::Cri(errors) => match errors.last() {
+                Some(e) => e,
+                None => return "other",
+            },
+            PullFailure::QpsExceeded => return "qps_exceeded",
+            PullFailure::DeadlineExceeded(_) => return "pull_deadline",
+            PullFailure::Stopped => return "stopped",
+        };
+        match e.kind() {
+            CriErrorKind::NotFound => "not_found",
+            CriErrorKind::RuntimeUnavailable => "runtime_unavailable",
+            CriErrorKind::DeadlineExceeded => "deadline_exceeded",
+            CriErrorKind::Unauthorized => "unauthorized",
+            CriErrorKind::ResourceExhausted => "resource_exhausted",
+            CriErrorKind::RegistryUnavailable => "registry_unavailable",
+            CriErrorKind::SignatureValidationFailed => "signature_validation_failed",
+            CriErrorKind::InvalidArgument => "invalid_argument",
+            CriErrorKind::InvalidResponse => "invalid_response",
+            CriErrorKind::Other => {
+                let text = e.message().to_ascii_lowercase();
+                if text.contains("429") || text.contains("toomanyrequests") {
+                    "rate_limited"
+                } else if super::pull_task::is_transient(e) {
+                    "network"
+                } else {
+                    "other"
+                }
+            }
+        }
+    }
+
     /// True when the runtime may have pulled the image all the same (or
     /// may still): the reply was lost or cut short (a deadline, a dropped
     /// connection), or the queue stopped while the pull ran. False when the

@@ -255,6 +255,17 @@ impl<R: PullRuntime> PullTask<R> {
     /// lookup runs beside them; the outcome's [`ImageSize`] is set when it
     /// ends, and the outcome is returned for those who joined meanwhile.
     pub(super) async fn run(&self, pulled: impl AsyncFnOnce(PullOutcome)) -> PullResult {
+        let result = self.pull(pulled).await;
+        if let Err(f) = &result
+            && !matches!(f, PullFailure::Stopped)
+        {
+            self.metrics.pull_failed(super::registry_of(&self.progress.image), f.reason());
+        }
+        result
+    }
+
+    /// [`PullTask::run`] but for counting a failure.
+    async fn pull(&self, pulled: impl AsyncFnOnce(PullOutcome)) -> PullResult {
         if self.recheck
             && let Some(present) = self.still_present().await
         {

@@ -546,3 +546,28 @@ async fn a_refused_credential_beside_a_transient_failure_is_not_sent_again() {
     assert_eq!(run(&t, &script).await, Err(PullFailure::Cri(vec![denied("ann"), reset()])));
     assert_eq!(script.calls().iter().filter(|c| matches!(c, Call::Pull(..))).count(), 2, "no retry");
 }
+
+#[test]
+fn a_failed_pulls_reason_names_what_an_operator_acts_on() {
+    use crate::cri::StatusCode::{NotFound, Unavailable, Unknown};
+    let cri = |code, text: &str| PullFailure::Cri(vec![CriError::from_status(code, text)]);
+    for (failure, want) in [
+        (cri(NotFound, "failed to resolve reference \"x\": x: not found"), "not_found"),
+        (
+            cri(Unknown, "failed to authorize: failed to fetch anonymous token: unexpected status: 401 Unauthorized"),
+            "unauthorized",
+        ),
+        (cri(Unknown, "unexpected status from HEAD request: 429 Too Many Requests: toomanyrequests"), "rate_limited"),
+        (cri(Unknown, "failed to copy: read tcp 10.0.0.2:443: connection reset by peer"), "network"),
+        (cri(Unknown, "RegistryUnavailable: dial tcp: lookup r: no such host"), "registry_unavailable"),
+        (cri(Unavailable, "connection error"), "runtime_unavailable"),
+        (cri(Unknown, "failed to extract layer: no space left on device"), "other"),
+        (PullFailure::QpsExceeded, "qps_exceeded"),
+        (PullFailure::DeadlineExceeded(SECOND), "pull_deadline"),
+        (PullFailure::Cri(Vec::new()), "other"),
+        // Several credentials tried: the last one's error.
+        (PullFailure::Cri(vec![denied("ann"), CriError::from_status(NotFound, "x: not found")]), "not_found"),
+    ] {
+        assert_eq!(failure.reason(), want, "{failure:?}");
+    }
+}
