@@ -273,6 +273,7 @@ fn library(
         // work moves by ±3× either way: enough pairs that the median holds
         // still (each takes about 50 ms).
         let pairs = rounds.max(3) * 12 + 1;
+        let writes_before = store_writes(&node);
         let (mut ratios, mut memory_ratios, mut kubelet_ratios, mut over_kubelet) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let (mut via, mut via_memory, mut direct, mut kubelet) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -339,6 +340,15 @@ fn library(
             }
         }
         println!("real_pull_pairs: {pairs}");
+        // The durable records' writes during those pulls, as the node's own
+        // `imaged_store_write_duration_seconds` has them (an intent before
+        // each pull, the record after): what durability costs a pull.
+        let (sum, count) = store_writes(&node);
+        let (sum, count) = (sum - writes_before.0, count - writes_before.1);
+        if count > 0.0 {
+            println!("real_pull_store_writes_per_pull: {:.2}", count / (pairs + 2) as f64);
+            println!("real_pull_store_write_mean_ms: {:.3}", sum / count * 1e3);
+        }
         let (via_p50, memory_p50, direct_p50) =
             (median_d(via).as_secs_f64(), median_d(via_memory).as_secs_f64(), median_d(direct).as_secs_f64());
         let kubelet_p50 = median_d(kubelet).as_secs_f64();
@@ -364,6 +374,19 @@ fn library(
         println!("real_single_flight_pulls: {}", containerd_pulls(containerd_log, sf) - before);
         drop(node);
     });
+}
+
+/// The sum (seconds) and count of `node`'s durable writes of its pull
+/// records so far, from its metrics.
+fn store_writes(node: &Node) -> (f64, f64) {
+    let text = node.config().pull.metrics.encode();
+    let value = |name: &str| {
+        text.lines().find_map(|l| l.strip_prefix(name)).and_then(|rest| rest.trim().parse::<f64>().ok()).unwrap_or(0.0)
+    };
+    (
+        value("imaged_store_write_duration_seconds_sum{table=\"pull_records\"}"),
+        value("imaged_store_write_duration_seconds_count{table=\"pull_records\"}"),
+    )
 }
 
 /// A node on `endpoint` with periodic GC out of the way, no pull QPS limit,

@@ -330,3 +330,24 @@ async fn a_failed_pull_counts_once_however_many_wait_on_it() {
     let failures = [("registry", "quay.example"), ("reason", "not_found")];
     assert_eq!(s.value("imaged_pull_failures_total", &failures), Some(1.0), "once per pull, not per pod");
 }
+
+#[actix::test]
+async fn durable_writes_are_timed_by_table() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let metrics = Metrics::default();
+    let mut cfg = Config::defaults().expect("defaults").with_metrics(&metrics);
+    cfg.endpoint = imaged::config::RuntimeEndpoint::Embedded { socket: Some(dir.path().join("cri.sock")) };
+    cfg.state_dir = Some(dir.path().join("state"));
+    let node = imaged::node::Node::start(cfg).await.expect("node starts");
+    let req = EnsureImageRequest::new("a", "redis:7", PullPolicy::IfNotPresent);
+    node.ensure_image_exists(&req).await.expect("accepted").expect("pulled");
+    let s = scrape(&metrics);
+    let count = |table| s.value("imaged_store_write_duration_seconds_count", &[("table", table)]);
+    // The pull's intent, then its record (with the intent's end).
+    assert_eq!(count("pull_records"), Some(2.0));
+    let sum = s.value("imaged_store_write_duration_seconds_sum", &[("table", "pull_records")]);
+    assert!(sum.is_some_and(|t| t > 0.0), "{sum:?}");
+    // Image records are written by detections (none may have run yet).
+    assert!(count("image_records").is_some(), "the series exists from the start");
+    node.shutdown(Duration::from_secs(5)).await;
+}

@@ -32,7 +32,9 @@ use crate::domain::pull_record::MustPullResult;
 use families::{
     BackoffFamilies, CriFamilies, GcFamilies, InfoFamilies, KubeletFamilies, PullQueueFamilies, StoreFamilies,
 };
-pub use families::{CRI_DURATION_BUCKETS, MAX_FAILURE_REGISTRIES, PLUGIN_DURATION_BUCKETS, PULL_DURATION_BUCKETS};
+pub use families::{
+    CRI_DURATION_BUCKETS, MAX_FAILURE_REGISTRIES, PLUGIN_DURATION_BUCKETS, PULL_DURATION_BUCKETS, STORE_WRITE_BUCKETS,
+};
 pub use labels::{BackoffResetReason, Tristate, image_size_bucket};
 use labels::{POLICY_LABELS, policy_index};
 
@@ -304,6 +306,14 @@ impl Metrics {
     }
 
     // === store ===
+
+    /// A durable write to the state database's pull records (`pull`) or
+    /// image records took `took`.
+    pub fn store_written(&self, pull_records: bool, took: Duration) {
+        let s = &self.inner.store;
+        let h = if pull_records { &s.pull_records_writes } else { &s.image_records_writes };
+        h.observe(took.as_secs_f64());
+    }
 
     /// The state database was found damaged at start and replaced.
     pub fn store_recovered(&self) {

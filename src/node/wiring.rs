@@ -142,6 +142,7 @@ pub(crate) fn open_store(dir: &std::path::Path, metrics: &crate::metrics::Metric
     if store.recovery().is_some() {
         metrics.store_recovered();
     }
+    store.set_metrics(metrics);
     Ok(Arc::new(store))
 }
 

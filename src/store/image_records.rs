@@ -121,13 +121,14 @@ impl Store {
         op: &'static str,
         f: impl FnOnce(&mut redb::Table<'_, &'static str, &'static [u8]>) -> Result<(), redb::StorageError>,
     ) -> Result<(), StoreError> {
+        let began = std::time::Instant::now();
         let mut txn = self.begin_write(op)?;
         txn.set_durability(Durability::Immediate).map_err(|e| self.tx_error(op, e))?;
         {
             let mut table = txn.open_table(IMAGE_RECORDS).map_err(|e| self.tx_error(op, e))?;
             f(&mut table).map_err(|e| self.tx_error(op, e))?;
         }
-        txn.commit().map_err(|e| self.tx_error(op, e))
+        self.commit_timed(op, txn, began, false)
     }
 
     /// Encodes records before a write transaction starts, so the write lock

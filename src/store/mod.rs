@@ -115,6 +115,8 @@ pub struct Store {
     recovery: Option<Recovery>,
     /// Set by [`Store::fence`]: every write fails from then on.
     fenced: std::sync::atomic::AtomicBool,
+    /// Where durable writes' durations go ([`Store::set_metrics`]).
+    metrics: std::sync::OnceLock<crate::metrics::Metrics>,
 }
 
 /// What [`Store::open`] did with a damaged database.
@@ -300,6 +302,29 @@ impl Store {
     }
 
     /// A write transaction, unless the store is fenced.
+    /// Counts the durations of durable writes of the pull records and the
+    /// image records in `metrics` (`imaged_store_write_duration_seconds`)
+    /// from now on; the first handle given stays.
+    pub fn set_metrics(&self, metrics: &crate::metrics::Metrics) {
+        let _ = self.metrics.set(metrics.clone());
+    }
+
+    /// Commits `txn`, a durable write begun at `began` (of the pull records'
+    /// tables, or the image records'), and counts how long it took.
+    fn commit_timed(
+        &self,
+        op: &'static str,
+        txn: redb::WriteTransaction,
+        began: std::time::Instant,
+        pull_records: bool,
+    ) -> Result<(), StoreError> {
+        let r = txn.commit().map_err(|e| self.tx_error(op, e));
+        if let Some(m) = self.metrics.get() {
+            m.store_written(pull_records, began.elapsed());
+        }
+        r
+    }
+
     fn begin_write(&self, op: &'static str) -> Result<redb::WriteTransaction, StoreError> {
         if self.fenced.load(std::sync::atomic::Ordering::Acquire) {
             return Err(StoreError::Fenced { path: self.path.clone() });
@@ -412,8 +437,13 @@ fn open_database(file: File, path: &Path) -> Result<Store, StoreError> {
             "database failed its integrity check and was repaired (back to its last intact commit)"
         );
     }
-    let store =
-        Store { db, path: path.to_path_buf(), recovery: None, fenced: std::sync::atomic::AtomicBool::new(false) };
+    let store = Store {
+        db,
+        path: path.to_path_buf(),
+        recovery: None,
+        fenced: std::sync::atomic::AtomicBool::new(false),
+        metrics: std::sync::OnceLock::new(),
+    };
     store.init_schema()?;
     store.read_every_entry()?;
     tracing::debug!(db = %store.path.display(), "store opened");

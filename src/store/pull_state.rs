@@ -93,6 +93,7 @@ impl Store {
         let now =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default();
         let op = "committing pull records";
+        let began = std::time::Instant::now();
         let mut txn = self.begin_write(op)?;
         txn.set_durability(Durability::Immediate).map_err(|e| self.tx_error(op, e))?;
         {
@@ -111,6 +112,6 @@ impl Store {
                 intents.remove(key.as_str()).map_err(|e| self.tx_error(op, e))?;
             }
         }
-        txn.commit().map_err(|e| self.tx_error(op, e))
+        self.commit_timed(op, txn, began, true)
     }
 }
