@@ -281,6 +281,7 @@ async fn a_reload_applies_the_live_parts_and_names_the_rest() {
     new.backoff.delays.initial = Duration::from_secs(3);
     new.pull.capacity = Some(4);
     new.prefetch.images = vec!["busybox:1.36".into()];
+    new.cri_server.refuse_remove_pinned = !cfg.cri_server.refuse_remove_pinned;
     let r = node.reload(&new);
     assert_eq!(
         r.applied,
@@ -290,9 +291,9 @@ async fn a_reload_applies_the_live_parts_and_names_the_rest() {
             "backoff (initial, max)",
         ]
     );
-    // The queue's capacity needs a restart, and so does a prefetch list on
-    // a node started without one.
-    assert_eq!(r.needs_restart, ["pull", "prefetch (images, refresh: imaged started with no list)"]);
+    // The queue's capacity needs a restart, and so do the CRI front's
+    // settings and a prefetch list on a node started without one.
+    assert_eq!(r.needs_restart, ["pull", "cri_server", "prefetch (images, refresh: imaged started with no list)"]);
     let in_force = node.settings_in_force();
     assert_eq!((in_force.pull.qps, in_force.pull.burst), (0.5, 2));
     assert_eq!(in_force.gc.high_threshold_percent, 70);

@@ -21,9 +21,12 @@ impl Node {
     /// pull throttle (the node's and each registry's rate), the prefetch
     /// list (when the node started with one) and the back-off delays — and
     /// names the other changed sections, which keep their values until a
-    /// restart. `log` is the caller's: the log filter belongs to the
-    /// process, not the node. `imaged_config_info` follows whatever was
-    /// applied.
+    /// restart. The log filter is the caller's (it belongs to the process,
+    /// not the node). `imaged_config_info` follows whatever was applied.
+    ///
+    /// Handles compare by identity: an embedder that started the node with
+    /// [`Config::with_token_source`] or a plugin runner of its own gives
+    /// `new` the same ones, or `credentials` is named as changed.
     pub fn reload(&self, new: &Config) -> Reloaded {
         let mut r = Reloaded::default();
         let was = self.settings_in_force();
@@ -67,6 +70,7 @@ impl Node {
             ("credential_verification", new.verification != now.verification),
             ("runtime.fault_plan", new.fault_plan != now.fault_plan),
             ("daemon", new.daemon != now.daemon),
+            ("cri_server", new.cri_server != now.cri_server),
             ("log.format", new.log.format != now.log.format),
             // The list's pins are in gc.pinned_images (applied above); the
             // list itself, above, when the node started with one.
