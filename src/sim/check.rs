@@ -76,13 +76,15 @@ struct Facts {
     /// Registries' own limits, in place of `registry_limit` for them.
     registry_limits: std::collections::HashMap<String, usize>,
     /// The longest a registry's own bucket may make a pull wait for a
-    /// token (zero without registries' rates).
-    registry_token: Duration,
+    /// token (zero without registries' rates), as reloads set it.
+    registry_token: History<Duration>,
     queue_capacity: Option<usize>,
     pull_deadline: Option<Duration>,
     cri: Duration,
-    qps: f64,
-    min_age: Duration,
+    /// The node's throttle rate (0: none), as reloads set it.
+    qps: History<f64>,
+    /// The minimum age (GC's "recent ensure" window), as reloads set it.
+    min_age: History<Duration>,
     pinned: Vec<wildmatch::WildMatch>,
     initial: Duration,
     max: Duration,
@@ -91,9 +93,8 @@ struct Facts {
     allowlist_private: bool,
     registry_reset: bool,
     sandbox_id: Option<String>,
-    /// The longest back-off cap in force at any time of the run (how long
-    /// an entry may be kept).
-    max_ever: Duration,
+    /// The back-off cap, as reloads set it (how long an entry may be kept).
+    maxes: History<Duration>,
     /// What the runtime sees of the plugin's credentials
     /// ([`AuthConfig::identity`](crate::domain::AuthConfig::identity)):
     /// node-level ones, every pod's.
@@ -134,6 +135,9 @@ struct Backoff {
     lo: Duration,
     hi: Duration,
     maybe_reset: bool,
+    /// `hi` before the last reload (a check at the reload's very instant
+    /// may have been made before the registry took the new delays).
+    was_hi: Duration,
 }
 
 /// What the actors said at the end of a step.
@@ -205,6 +209,8 @@ pub struct Checker {
     backoff_inc: u32,
     /// The last reload: when, and the back-off delays (initial, max) before it.
     reload_at: Option<(Duration, (Duration, Duration))>,
+    /// The back-off model as it was just before that reload.
+    before_reload: BTreeMap<(String, String), Backoff>,
     backoff: BTreeMap<(String, String), Backoff>,
     /// When an ensure's pull last succeeded, per registry.
     registry_ok: BTreeMap<String, Duration>,
@@ -281,12 +287,41 @@ fn registry_token(cfg: &Config) -> Duration {
         .unwrap_or(Duration::ZERO)
 }
 
-/// The slower of two node throttles' rates (0: none).
-fn slowest(a: f64, b: f64) -> f64 {
-    match (a > 0.0, b > 0.0) {
-        (true, true) => a.min(b),
-        (true, false) => a,
-        _ => b,
+/// A setting's values over the run, each from the time a reload set it
+/// (the first from the start), oldest first: a check of something that
+/// spanned a reload allows what any value in force meanwhile allowed, and
+/// only meanwhile.
+#[derive(Debug, Clone)]
+struct History<T>(Vec<(Duration, T)>);
+
+impl<T: Copy + Default> History<T> {
+    fn new(value: T) -> Self {
+        Self(vec![(Duration::ZERO, value)])
+    }
+
+    fn set(&mut self, at: Duration, value: T) {
+        self.0.push((at, value));
+    }
+
+    /// The value in force now.
+    fn now(&self) -> T {
+        self.0.last().map(|(_, v)| *v).unwrap_or_default()
+    }
+
+    /// Each value in force at some time within `from..=to`, with the time
+    /// it stopped being in force (`Duration::MAX`: it still is).
+    fn during(&self, from: Duration, to: Duration) -> impl Iterator<Item = (T, Duration)> + '_ {
+        self.0.iter().enumerate().filter_map(move |(i, (since, v))| {
+            let until = self.0.get(i + 1).map_or(Duration::MAX, |n| n.0);
+            (*since <= to && until >= from).then_some((*v, until))
+        })
+    }
+}
+
+impl History<Duration> {
+    /// The longest value in force within `from..=to`.
+    fn longest(&self, from: Duration, to: Duration) -> Duration {
+        self.during(from, to).map(|(v, _)| v).max().unwrap_or_else(|| self.now())
     }
 }
 
@@ -298,16 +333,16 @@ impl Checker {
             parallel: cfg.pull.concurrency.limit(),
             registry_limit: cfg.pull.registry_limit,
             registry_limits: cfg.pull.registry_limits.clone(),
-            registry_token: registry_token(cfg),
+            registry_token: History::new(registry_token(cfg)),
             queue_capacity: cfg.pull.capacity,
             pull_deadline: cfg.pull.pull_deadline,
             cri: cfg.cri.deadlines.get(Rpc::ImageStatus).unwrap_or(Duration::from_secs(120)),
-            qps: cfg.pull.qps,
-            min_age: cfg.gc.min_age,
+            qps: History::new(cfg.pull.qps),
+            min_age: History::new(cfg.gc.min_age),
             pinned: cfg.gc.pinned_images.iter().map(|p| wildmatch::WildMatch::new(p)).collect(),
             initial: cfg.backoff.delays.initial,
             max: cfg.backoff.delays.max,
-            max_ever: cfg.backoff.delays.max,
+            maxes: History::new(cfg.backoff.delays.max),
             backoff_gc: cfg.backoff.gc_interval.unwrap_or(Duration::ZERO),
             policy: cfg.verification.policy,
             allowlist_private: plan.allowlist_private,
@@ -345,6 +380,7 @@ impl Checker {
             node_pulled: BTreeSet::new(),
             backoff_inc: 0,
             reload_at: None,
+            before_reload: BTreeMap::new(),
             backoff: BTreeMap::new(),
             registry_ok: BTreeMap::new(),
             clears: Vec::new(),
@@ -508,7 +544,7 @@ impl Checker {
             Life::Started => {
                 self.inc = inc;
                 self.stats.starts += 1;
-                self.restart_grace = Some(self.now + self.facts.min_age);
+                self.restart_grace = Some(self.now + self.facts.min_age.now());
             }
             Life::Stopping => {
                 self.stopping.insert(inc);
@@ -619,30 +655,41 @@ impl Checker {
             EventReason::Failed => {
                 // A recovery at this very instant may be handled after this failure.
                 let maybe_reset = self.registry_ok.get(registry_of(image)) == Some(&now);
-                let next = |(initial, max): (Duration, Duration)| match entry {
+                let next = |entry: Option<Backoff>, (initial, max): (Duration, Duration)| match entry {
                     // Never below the initial period: a reload may have raised it.
                     Some(b) if now.saturating_sub(b.last) <= 2 * max => Backoff {
                         last: now,
                         lo: if b.maybe_reset { initial } else { (b.lo * 2).min(max).max(initial) },
                         hi: (b.hi * 2).min(max).max(initial),
                         maybe_reset,
+                        was_hi: (b.hi * 2).min(max).max(initial),
                     },
-                    _ => Backoff { last: now, lo: initial, hi: initial, maybe_reset },
+                    _ => Backoff { last: now, lo: initial, hi: initial, maybe_reset, was_hi: initial },
                 };
-                let mut b = next((self.facts.initial, self.facts.max));
+                let (initial, max) = (self.facts.initial, self.facts.max);
+                let mut b = next(entry, (initial, max));
                 // A reload at this very instant may be handled after this
-                // failure: then the old delays made its period, which the
-                // reload then moved (see `reloaded`).
+                // failure: then the old delays made its period from the
+                // entry as it was, and the reload then raised the period
+                // (just begun, so running) and cut it (see `reloaded`).
                 if let Some((at, old)) = self.reload_at
                     && at == now
                 {
-                    let o = next(old);
-                    b.lo = b.lo.min(o.lo.min(self.facts.max));
-                    b.hi = b.hi.max(o.hi.max(self.facts.initial));
+                    let o = next(self.before_reload.get(&key).copied(), old);
+                    b.lo = b.lo.min(o.lo.max(initial).min(max));
+                    b.hi = b.hi.max(o.hi.max(initial).min(max));
+                    b.was_hi = b.hi;
                 }
                 self.backoff.insert(key, b);
             }
-            EventReason::BackOff if entry.is_none_or(|b| now.saturating_sub(b.last) >= b.hi) => {
+            // At a reload's very instant the registry may have answered
+            // before it took the new delays.
+            EventReason::BackOff
+                if entry.is_none_or(|b| {
+                    let hi = if self.reload_at.is_some_and(|(at, _)| at == now) { b.hi.max(b.was_hi) } else { b.hi };
+                    now.saturating_sub(b.last) >= hi
+                }) =>
+            {
                 let why = match entry {
                     None => "no failure is on record".to_string(),
                     Some(b) => format!(
@@ -686,20 +733,31 @@ impl Checker {
         let now = self.now;
         let old = (self.facts.initial, self.facts.max);
         let f = &mut self.facts;
-        f.qps = slowest(f.qps, cfg.pull.qps);
-        f.registry_token = f.registry_token.max(registry_token(cfg));
-        f.min_age = f.min_age.max(cfg.gc.min_age);
+        f.qps.set(now, cfg.pull.qps);
+        f.registry_token.set(now, registry_token(cfg));
+        f.min_age.set(now, cfg.gc.min_age);
         (f.initial, f.max) = (cfg.backoff.delays.initial, cfg.backoff.delays.max);
-        f.max_ever = f.max_ever.max(f.max);
+        f.maxes.set(now, f.max);
         let (initial, max) = (f.initial, f.max);
         if (initial, max) == old {
             // Unchanged delays are not sent to the registry.
             return;
         }
+        self.before_reload = self.backoff.clone();
         self.backoff.retain(|_, b| now.saturating_sub(b.last) <= 2 * old.1);
         for b in self.backoff.values_mut() {
-            b.lo = b.lo.min(max);
-            b.hi = b.hi.max(initial);
+            // The registry raises a period still running to the initial
+            // one, then cuts every period to the cap; the model knows the
+            // period within lo..=hi, so whether it still runs may be known.
+            let since = now.saturating_sub(b.last);
+            b.was_hi = b.hi;
+            if since < b.lo {
+                (b.lo, b.hi) = (b.lo.max(initial).min(max), b.hi.max(initial).min(max));
+            } else if since >= b.hi {
+                (b.lo, b.hi) = (b.lo.min(max), b.hi.min(max));
+            } else {
+                (b.lo, b.hi) = (b.lo.min(max), b.hi.max(initial).min(max));
+            }
         }
         self.reload_at = Some((now, old));
     }
@@ -880,7 +938,11 @@ impl Checker {
     /// (now, or until shortly before: the report is checked after the run).
     fn in_use_since(&self, id: &str, tags: &[String], started: Duration) -> bool {
         let slack = Duration::from_secs(1);
-        let window = started.saturating_sub(self.facts.min_age + slack);
+        // The detector's window is the minimum age in force at its last
+        // detection, which may be a while before the run: any value in
+        // force over the longest GC period (5 m, drawn) before it.
+        let min_age = self.facts.min_age.longest(started.saturating_sub(Duration::from_secs(600)), started);
+        let window = started.saturating_sub(min_age + slack);
         if self.containers.contains_key(id)
             || self.used.get(id).is_some_and(|t| *t + slack >= started)
             || self.ensured.get(id).is_some_and(|t| *t >= window)
@@ -924,12 +986,20 @@ impl Checker {
     /// presence check, then (twice: a present image a pod may not use is
     /// pulled again) a wait behind every pull outstanding meanwhile and its
     /// own, each a re-check, a throttle token and the pull, then the size.
-    fn ensure_bound(&self, outstanding: usize) -> Option<Duration> {
+    /// `since`: when the ensure began (the rates in force since count).
+    fn ensure_bound(&self, outstanding: usize, since: Duration) -> Option<Duration> {
         let pull = self.facts.pull_deadline?;
-        // The registry's token, then the node's (one after the other).
-        let node_token =
-            if self.facts.qps > 0.0 { Duration::from_secs_f64(1.0 / self.facts.qps) } else { Duration::ZERO };
-        let token = node_token + self.facts.registry_token;
+        // The registry's token, then the node's (one after the other), at
+        // the slowest rates in force since the ensure began.
+        let node_token = self
+            .facts
+            .qps
+            .during(since, self.now)
+            .filter(|(qps, _)| *qps > 0.0)
+            .map(|(qps, _)| Duration::from_secs_f64(1.0 / qps))
+            .max()
+            .unwrap_or(Duration::ZERO);
+        let token = node_token + self.facts.registry_token.longest(since, self.now);
         let slot = self.facts.cri + token + pull;
         let n = u32::try_from(outstanding + 1).unwrap_or(u32::MAX);
         Some(3 * self.facts.cri + 2 * slot.saturating_mul(n) + Duration::from_secs(1))
@@ -937,7 +1007,7 @@ impl Checker {
 
     fn ensure_bounds(&self) -> Result<(), Violation> {
         for (id, (at, inc, pod, c, n)) in &self.pending {
-            let Some(bound) = self.ensure_bound(*n) else { continue };
+            let Some(bound) = self.ensure_bound(*n, *at) else { continue };
             let waited = self.now.saturating_sub(*at);
             if waited > bound {
                 let p = &self.plan.pods[*pod];
@@ -985,7 +1055,7 @@ impl Checker {
             // Registries' own rates or limits bound each registry's waiting pulls.
             let by_registry = self.facts.registry_limit.is_some()
                 || !self.facts.registry_limits.is_empty()
-                || !self.facts.registry_token.is_zero();
+                || !self.facts.registry_token.now().is_zero();
             let per = if by_registry { REGISTRIES.len() } else { 1 };
             if q.queued > cap * per {
                 return Err(self.fail(
@@ -995,7 +1065,18 @@ impl Checker {
             }
         }
         if let Some(b) = &view.backoffs {
-            let window = 2 * self.facts.max_ever + self.facts.backoff_gc + Duration::from_secs(1);
+            // An entry stays while it has not expired under the cap in force
+            // (twice it) and until the next periodic GC: the longest such
+            // window of any cap in force within it.
+            let keep = |max: Duration| 2 * max + self.facts.backoff_gc + Duration::from_secs(1);
+            let window = self
+                .facts
+                .maxes
+                .during(Duration::ZERO, self.now)
+                .filter(|(max, until)| *until == Duration::MAX || self.now.saturating_sub(*until) <= keep(*max))
+                .map(|(max, _)| keep(max))
+                .max()
+                .unwrap_or_else(|| keep(self.facts.max));
             let recent = self.backoff.values().filter(|e| self.now.saturating_sub(e.last) <= window).count();
             if b.len() > recent {
                 return Err(self.fail(

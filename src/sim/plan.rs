@@ -993,7 +993,9 @@ impl Schedule {
             }
             if g.random_bool(0.5) {
                 set("backoff.initial", &quoted(one(g, &["1s", "10s", "30s"])));
-                set("backoff.max", &quoted(one(g, &["1m", "5m", "10m"])));
+                // No longer than the kubelet's 5 m: the quiet phase leaves
+                // room for a few refused tries at that cap (liveness).
+                set("backoff.max", &quoted(one(g, &["1m", "5m"])));
             }
             if g.random_bool(0.5) {
                 let high = g.random_range(75..95);

@@ -655,6 +655,31 @@ impl World {
         next.backoff.delays = parsed.backoff.delays;
         next.gc = next.gc.with_policy_of(&parsed.gc);
         let reloaded = node.reload(&next);
+        // What the node says is in force must be what it was given.
+        let in_force = node.settings_in_force();
+        let live = |c: &Config| {
+            (c.pull.qps.to_bits(), c.pull.burst, c.pull.throttle_mode, c.pull.registry_rates.clone(), c.backoff.delays)
+        };
+        if live(&in_force) != live(&next) || in_force.gc != next.gc {
+            let e = format!(
+                "after the reload the node has pull {}/{} {:?}, back-off {:?}, gc {}/{} {:?}; it was given {}/{} {:?}, {:?}, {}/{} {:?}",
+                in_force.pull.qps,
+                in_force.pull.burst,
+                in_force.pull.throttle_mode,
+                in_force.backoff.delays,
+                in_force.gc.high_threshold_percent,
+                in_force.gc.low_threshold_percent,
+                in_force.gc.min_age,
+                next.pull.qps,
+                next.pull.burst,
+                next.pull.throttle_mode,
+                next.backoff.delays,
+                next.gc.high_threshold_percent,
+                next.gc.low_threshold_percent,
+                next.gc.min_age,
+            );
+            self.record(What::Reloaded { inc: inc.id, outcome: Err(e) });
+        }
         *self.settings.borrow_mut() = settings;
         *self.cfg.borrow_mut() = next.clone();
         self.record(What::Reloaded { inc: inc.id, outcome: Ok((Box::new(next), reloaded)) });

@@ -316,6 +316,9 @@ fn backoff_law_follows_a_reload_of_the_delays() {
     };
     assert_eq!(broke(cut().absorb(vec![pulling(55)])), "nothing", "25 s after, past the cut period");
     assert_eq!(broke(cut().absorb(vec![pulling(45)])), "backoff-law", "15 s after, inside it");
+    let backoff = |t| at(t, event(EventReason::BackOff, PUBLIC));
+    assert_eq!(broke(cut().absorb(vec![backoff(45)])), "nothing");
+    assert_eq!(broke(cut().absorb(vec![backoff(55)])), "backoff-law", "the old 40 s period is over");
     // A period still running rises to a longer initial one.
     let raised = || {
         let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
@@ -325,6 +328,20 @@ fn backoff_law_follows_a_reload_of_the_delays() {
     };
     assert_eq!(broke(raised().absorb(vec![at(20, event(EventReason::BackOff, PUBLIC))])), "nothing");
     assert_eq!(broke(raised().absorb(vec![at(31, event(EventReason::BackOff, PUBLIC))])), "backoff-law");
+    assert_eq!(broke(raised().absorb(vec![pulling(20)])), "backoff-law", "inside the raised period");
+    // A failure at the reload's very instant: the registry may take either
+    // first, so the period is 30 s (failure first: 20 s, raised) to 60 s
+    // (reload first: 30 s, doubled).
+    let both = || {
+        let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+        let r = c.absorb(vec![failed(0), at(5, reloaded(&["backoff.initial = \"30s\""], vec![])), failed(5)]);
+        assert_eq!(broke(r), "nothing");
+        c
+    };
+    assert_eq!(broke(both().absorb(vec![pulling(40)])), "nothing", "35 s after");
+    assert_eq!(broke(both().absorb(vec![pulling(30)])), "backoff-law", "25 s after");
+    assert_eq!(broke(both().absorb(vec![backoff(55)])), "nothing", "50 s after: may still back off");
+    assert_eq!(broke(both().absorb(vec![backoff(66)])), "backoff-law", "61 s after");
     // An entry expired under the old cap is gone: a longer cap does not
     // revive it, so the next failure starts again at the initial period.
     let revived = || {
