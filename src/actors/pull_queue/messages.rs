@@ -203,8 +203,10 @@ impl PullFailure {
     /// A short word for why the pull failed, for
     /// `imaged_pull_failures_total{reason}`: the runtime's error kind (of
     /// the last attempt) in snake case — a registry's rate limit
-    /// (`429`, `toomanyrequests`) as `rate_limited`, a network failure the
-    /// runtime reports as text as `network` — or `qps_exceeded` (the
+    /// (`429 Too Many Requests`, `toomanyrequests`) as `rate_limited`, a
+    /// refusal worded `denied` or `insufficient_scope` as `unauthorized`, a
+    /// network failure the runtime reports as text as `network` — or
+    /// `qps_exceeded` (the
     /// throttle), `pull_deadline` (imaged's own deadline), `stopped`.
     pub fn reason(&self) -> &'static str {
         let e = match self {
@@ -228,8 +230,12 @@ impl PullFailure {
             CriErrorKind::InvalidResponse => "invalid_response",
             CriErrorKind::Other => {
                 let text = e.message().to_ascii_lowercase();
-                if text.contains("429") || text.contains("toomanyrequests") {
+                if super::pull_task::is_rate_limited(&text) {
                     "rate_limited"
+                } else if text.contains("denied") || text.contains("insufficient_scope") {
+                    // Registries that word a refusal of their own (GHCR,
+                    // ECR, Docker Hub) rather than answer 401 or 403.
+                    "unauthorized"
                 } else if super::pull_task::is_transient(e) {
                     "network"
                 } else {

@@ -211,7 +211,17 @@ const TRANSIENT_TEXTS: [&str; 12] = [
 
 /// Texts that say the image, the credentials or a rate limit is at fault,
 /// whatever network words come with them.
-const REFUSED_TEXTS: [&str; 5] = ["429", "toomanyrequests", "denied", "not found", "unknown"];
+const REFUSED_TEXTS: [&str; 3] = ["denied", "not found", "unknown"];
+
+/// Whether a runtime's error text is a registry's rate limit: HTTP 429 as
+/// registries and containerd word it (a bare "429" also comes in digests
+/// and port numbers).
+pub(super) fn is_rate_limited(text: &str) -> bool {
+    let text = text.to_ascii_lowercase();
+    ["429 too many requests", "toomanyrequests", "status: 429", "status 429", "status code 429"]
+        .iter()
+        .any(|t| text.contains(t))
+}
 
 /// Whether a pull's failure may pass by itself, so making the same call
 /// again soon may work: the runtime unreachable, the registry unreachable
@@ -223,7 +233,9 @@ pub(super) fn is_transient(e: &CriError) -> bool {
         CriErrorKind::RuntimeUnavailable | CriErrorKind::RegistryUnavailable | CriErrorKind::DeadlineExceeded => true,
         CriErrorKind::Other => {
             let text = e.message().to_ascii_lowercase();
-            !REFUSED_TEXTS.iter().any(|t| text.contains(t)) && TRANSIENT_TEXTS.iter().any(|t| text.contains(t))
+            !is_rate_limited(&text)
+                && !REFUSED_TEXTS.iter().any(|t| text.contains(t))
+                && TRANSIENT_TEXTS.iter().any(|t| text.contains(t))
         }
         _ => false,
     }
@@ -259,7 +271,12 @@ impl<R: PullRuntime> PullTask<R> {
         if let Err(f) = &result
             && !matches!(f, PullFailure::Stopped)
         {
-            self.metrics.pull_failed(super::registry_of(&self.progress.image), f.reason());
+            // Only a name that parses gives its registry: the CRI front
+            // passes others on as sent, and text before a '/' may be a
+            // user and password.
+            let named = crate::domain::reference::parse_normalized_named(&self.progress.image);
+            let registry = named.as_ref().map_or("invalid", |n| n.domain());
+            self.metrics.pull_failed(registry, f.reason());
         }
         result
     }

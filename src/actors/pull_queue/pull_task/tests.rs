@@ -571,3 +571,40 @@ fn a_failed_pulls_reason_names_what_an_operator_acts_on() {
         assert_eq!(failure.reason(), want, "{failure:?}");
     }
 }
+
+#[test]
+fn a_429_inside_a_digest_or_a_port_is_no_rate_limit() {
+    use crate::cri::StatusCode::Unknown;
+    let reset = "failed to copy: httpReadSeeker: failed open: failed to do request: Get \
+                 \"https://r/v2/a/blobs/sha256:0d4290a429c3\": read tcp 10.0.0.2:42917->1.2.3.4:443: connection reset by peer";
+    let e = CriError::from_status(Unknown, reset);
+    assert!(is_transient(&e), "a reset, whatever digits it carries");
+    assert_eq!(PullFailure::Cri(vec![e]).reason(), "network");
+    let limited = CriError::from_status(Unknown, "unexpected status from GET request: 429 Too Many Requests");
+    assert!(!is_transient(&limited));
+    assert_eq!(PullFailure::Cri(vec![limited]).reason(), "rate_limited");
+    let denied = CriError::from_status(Unknown, "denied: requested access to the resource is denied");
+    assert_eq!(PullFailure::Cri(vec![denied]).reason(), "unauthorized");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_pull_of_a_name_that_does_not_parse_is_counted_under_invalid() {
+    let script = Script::default().pull(SECOND, Err(CriError::new(CriErrorKind::InvalidArgument, "bad name")));
+    let mut t = task(&script, request());
+    t.progress.image = "user:s3cret@registry.example.com/app:1".into();
+    run(&t, &script).await.expect_err("failed");
+    let text = t.metrics.encode();
+    assert!(!text.contains("s3cret"), "{text}");
+    let s = scrape(&t.metrics);
+    let failures = [("registry", "invalid"), ("reason", "invalid_argument")];
+    assert_eq!(s.value("imaged_pull_failures_total", &failures), Some(1.0));
+    // A name that parses gives its registry.
+    let script = Script::default().pull(SECOND, Err(CriError::new(CriErrorKind::NotFound, "x: not found")));
+    let t = task(&script, request());
+    run(&t, &script).await.expect_err("failed");
+    let s = scrape(&t.metrics);
+    assert_eq!(
+        s.value("imaged_pull_failures_total", &[("registry", "example.com"), ("reason", "not_found")]),
+        Some(1.0)
+    );
+}
