@@ -383,6 +383,31 @@ async fn a_registry_with_its_own_limit_runs_that_many_at_once() {
 }
 
 #[actix::test]
+async fn a_reload_of_a_registrys_limit_starts_its_waiting_pulls() {
+    let rt = runtime().await;
+    for i in 0..3 {
+        add(&rt, &format!("hub.example/h{i}:1"), 300);
+    }
+    let cfg = PullQueueSettings {
+        registry_limits: std::collections::HashMap::from([("hub.example".to_string(), 1)]),
+        ..no_throttle(Concurrency::Parallel(None))
+    };
+    let q = queue(&rt, cfg).await;
+    let sends = (0..3).map(|i| q.send(EnqueuePull(req(&format!("hub.example/h{i}:1")))));
+    let tickets: Vec<PullTicket> = join_all(sends).await.into_iter().map(|t| t.expect("admitted")).collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(status(&q).await.running, 1, "one at a time from it");
+    let raised = std::collections::HashMap::from([("hub.example".to_string(), 3)]);
+    q.send(UpdateRegistryLimits { per_registry: None, registries: raised }).await.expect("updated");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(status(&q).await.running, 3, "the raised limit starts the two waiting at once");
+    for r in join_all(tickets).await {
+        r.expect("pulled");
+    }
+    assert_eq!(rt.runtime.stats().max_pulls_in_flight, 3);
+}
+
+#[actix::test]
 async fn a_transient_failure_is_retried_only_while_someone_waits() {
     use imaged::cri::{CriError, StatusCode};
     use imaged::fault::{FaultPlan, FaultRule};

@@ -26,6 +26,7 @@ mod wiring;
 pub use reload::Reloaded;
 pub use wiring::{GcParts, GcService, recover_intents_from_runtime};
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -269,6 +270,17 @@ impl Node {
         (in_force.pull.qps, in_force.pull.burst, in_force.pull.throttle_mode) = (qps, burst, mode);
         in_force.pull.registry_rates.clone_from(&registries);
         self.queue.do_send(crate::actors::pull_queue::UpdatePullThrottle { qps, burst, mode, registries });
+    }
+
+    /// Replaces the limits on pulls at once per registry live (a reload of
+    /// `pull.max_parallel_pulls_per_registry` and the `[[pull.registries]]`
+    /// `max_parallel`): see
+    /// [`UpdateRegistryLimits`](crate::actors::pull_queue::UpdateRegistryLimits).
+    pub fn update_registry_limits(&self, per_registry: Option<usize>, registries: HashMap<String, usize>) {
+        let mut in_force = self.in_force();
+        in_force.pull.registry_limit = per_registry;
+        in_force.pull.registry_limits.clone_from(&registries);
+        self.queue.do_send(crate::actors::pull_queue::UpdateRegistryLimits { per_registry, registries });
     }
 
     /// Replaces the back-off delays live (a reload of `[backoff] initial`

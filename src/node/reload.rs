@@ -18,7 +18,8 @@ pub struct Reloaded {
 
 impl Node {
     /// Applies what may change live in `new` — the GC policy, the registry
-    /// pull throttle (the node's and each registry's rate), the prefetch
+    /// pull throttle (the node's and each registry's rate), the limits on
+    /// pulls at once per registry, the prefetch
     /// list (when the node started with one) and the back-off delays — and
     /// names the other changed sections, which keep their values until a
     /// restart. The log filter is the caller's (it belongs to the process,
@@ -42,6 +43,11 @@ impl Node {
                 new.pull.registry_rates.clone(),
             );
             r.applied.push("pull (registry_pull_qps, registry_burst, throttle_mode, registries' qps and burst)");
+        }
+        let limits = |c: &Config| (c.pull.registry_limit, c.pull.registry_limits.clone());
+        if limits(new) != limits(&was) {
+            self.update_registry_limits(new.pull.registry_limit, new.pull.registry_limits.clone());
+            r.applied.push("pull (max_parallel_pulls_per_registry, registries' max_parallel)");
         }
         let prefetch = |c: &Config| (c.prefetch.images.clone(), c.prefetch.refresh);
         if prefetch(new) != prefetch(&was)

@@ -72,9 +72,9 @@ pub const INVARIANTS: &[(&str, &str)] = &[
 struct Facts {
     single_flight: bool,
     parallel: usize,
-    registry_limit: Option<usize>,
-    /// Registries' own limits, in place of `registry_limit` for them.
-    registry_limits: std::collections::HashMap<String, usize>,
+    /// Every registry's limit on pulls at once and registries' own in
+    /// place of it, as reloads set them.
+    registry_limits: History<RegistryLimits>,
     /// The longest a registry's own bucket may make a pull wait for a
     /// token (zero without registries' rates), as reloads set it.
     registry_token: History<Duration>,
@@ -120,6 +120,8 @@ pub struct Snapshot {
 #[derive(Debug, Clone)]
 struct OpenPull {
     inc: u32,
+    /// When the runtime's call began.
+    since: Duration,
     image: String,
     key: (String, String, Option<String>),
 }
@@ -287,6 +289,28 @@ fn registry_token(cfg: &Config) -> Duration {
         .unwrap_or(Duration::ZERO)
 }
 
+/// The limits on pulls at once per registry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct RegistryLimits {
+    every: Option<usize>,
+    own: std::collections::HashMap<String, usize>,
+}
+
+impl RegistryLimits {
+    fn of(cfg: &Config) -> Self {
+        Self { every: cfg.pull.registry_limit, own: cfg.pull.registry_limits.clone() }
+    }
+
+    /// `registry`'s limit (`None`: none but the overall one).
+    fn of_registry(&self, registry: &str) -> Option<usize> {
+        self.own.get(registry).copied().or(self.every)
+    }
+
+    fn any(&self) -> bool {
+        self.every.is_some() || !self.own.is_empty()
+    }
+}
+
 /// A setting's values over the run, each from the time a reload set it
 /// (the first from the start), oldest first: a check of something that
 /// spanned a reload allows what any value in force meanwhile allowed, and
@@ -294,7 +318,7 @@ fn registry_token(cfg: &Config) -> Duration {
 #[derive(Debug, Clone)]
 struct History<T>(Vec<(Duration, T)>);
 
-impl<T: Copy + Default> History<T> {
+impl<T: Clone + Default> History<T> {
     fn new(value: T) -> Self {
         Self(vec![(Duration::ZERO, value)])
     }
@@ -305,7 +329,7 @@ impl<T: Copy + Default> History<T> {
 
     /// The value in force now.
     fn now(&self) -> T {
-        self.0.last().map(|(_, v)| *v).unwrap_or_default()
+        self.0.last().map(|(_, v)| v.clone()).unwrap_or_default()
     }
 
     /// Each value in force at some time within `from..=to`, with the time
@@ -313,7 +337,7 @@ impl<T: Copy + Default> History<T> {
     fn during(&self, from: Duration, to: Duration) -> impl Iterator<Item = (T, Duration)> + '_ {
         self.0.iter().enumerate().filter_map(move |(i, (since, v))| {
             let until = self.0.get(i + 1).map_or(Duration::MAX, |n| n.0);
-            (*since <= to && until >= from).then_some((*v, until))
+            (*since <= to && until >= from).then(|| (v.clone(), until))
         })
     }
 }
@@ -331,8 +355,7 @@ impl Checker {
         let facts = Facts {
             single_flight: cfg.pull.single_flight,
             parallel: cfg.pull.concurrency.limit(),
-            registry_limit: cfg.pull.registry_limit,
-            registry_limits: cfg.pull.registry_limits.clone(),
+            registry_limits: History::new(RegistryLimits::of(cfg)),
             registry_token: History::new(registry_token(cfg)),
             queue_capacity: cfg.pull.capacity,
             pull_deadline: cfg.pull.pull_deadline,
@@ -586,7 +609,7 @@ impl Checker {
                 if self.facts.single_flight && same.len() >= 2 {
                     self.suspects.push((self.now, call, same));
                 }
-                self.open.insert(call, OpenPull { inc: self.inc, image, key });
+                self.open.insert(call, OpenPull { inc: self.inc, since: self.now, image, key });
             }
             Observed::PullEnded { call, image_id } => {
                 if let Some(p) = self.open.remove(&call) {
@@ -735,6 +758,7 @@ impl Checker {
         let f = &mut self.facts;
         f.qps.set(now, cfg.pull.qps);
         f.registry_token.set(now, registry_token(cfg));
+        f.registry_limits.set(now, RegistryLimits::of(cfg));
         f.min_age.set(now, cfg.gc.min_age);
         (f.initial, f.max) = (cfg.backoff.delays.initial, cfg.backoff.delays.max);
         f.maxes.set(now, f.max);
@@ -1039,8 +1063,17 @@ impl Checker {
             ));
         }
         for r in REGISTRIES {
-            if let Some(limit) = self.facts.registry_limits.get(r).copied().or(self.facts.registry_limit) {
-                let n = mine.iter().filter(|p| registry_of(&p.image) == r).count();
+            let from_r: Vec<&&OpenPull> = mine.iter().filter(|p| registry_of(&p.image) == r).collect();
+            let Some(first) = from_r.iter().map(|p| p.since).min() else { continue };
+            // Pulls that began under a higher limit (before a reload lowered
+            // it) keep running: the highest limit in force since the
+            // earliest of them began.
+            let limits: Vec<Option<usize>> =
+                self.facts.registry_limits.during(first, self.now).map(|(l, _)| l.of_registry(r)).collect();
+            if let Some(limit) =
+                limits.iter().copied().collect::<Option<Vec<usize>>>().and_then(|l| l.into_iter().max())
+            {
+                let n = from_r.len();
                 if n > limit {
                     return Err(
                         self.fail("bounded", format!("{n} pulls from {r} in flight, more than its limit of {limit}"))
@@ -1053,8 +1086,9 @@ impl Checker {
         }
         if let (Some(q), Some(cap)) = (&view.queue, self.facts.queue_capacity) {
             // Registries' own rates or limits bound each registry's waiting pulls.
-            let by_registry = self.facts.registry_limit.is_some()
-                || !self.facts.registry_limits.is_empty()
+            // Limits may come and go with reloads: pulls admitted under a
+            // registry's share of the queue stay when the shares go.
+            let by_registry = self.facts.registry_limits.during(Duration::ZERO, self.now).any(|(l, _)| l.any())
                 || !self.facts.registry_token.now().is_zero();
             let per = if by_registry { REGISTRIES.len() } else { 1 };
             if q.queued > cap * per {

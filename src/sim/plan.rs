@@ -641,6 +641,7 @@ impl Plan {
             alive: 0,
             pull_hangs,
             registry_rules: registry_rules(&settings),
+            serial: settings.iter().any(|l| l == "pull.serialize_image_pulls = true"),
         };
         for i in 0..steps {
             s.step(i);
@@ -823,6 +824,8 @@ struct Schedule {
     pull_hangs: bool,
     /// The plan's `[[pull.registries]]` rules (a reload restates them).
     registry_rules: Vec<&'static str>,
+    /// Pulls are serial (no registry may have a limit above 1).
+    serial: bool,
 }
 
 /// The kinds of event [`Weights`] weighs, in the order they are drawn.
@@ -964,9 +967,10 @@ impl Schedule {
     }
 
     /// New values for some of the settings that apply live: the node's
-    /// pull throttle, Docker Hub's own rate (when the plan has one; the
-    /// other rules restated as they are), the back-off delays, the GC
-    /// thresholds and minimum age.
+    /// pull throttle, the plan's `[[pull.registries]]` rules with other
+    /// values (Docker Hub's rate, the slow registry's limit), every
+    /// registry's limit, the back-off delays, the GC thresholds and
+    /// minimum age.
     fn reload(&mut self) -> Event {
         let g = &mut self.g;
         let mut lines: Vec<String> = Vec::new();
@@ -981,15 +985,26 @@ impl Schedule {
                     set("pull.throttle_mode", &quoted(one(g, &["wait", "fail"])));
                 }
             }
-            if self.registry_rules.contains(&DOCKER_RULE) && g.random_bool(0.3) {
-                let (qps, burst) = (one(g, &["1.0", "0.2", "5.0"]), one(g, &["2", "1"]));
-                let docker = format!("{{ registry = \"docker.io\", qps = {qps}, burst = {burst} }}");
+            if !self.registry_rules.is_empty() && g.random_bool(0.3) {
+                // The same rules with other values: Docker Hub's rate, the
+                // slow registry's limit (at most 1 while pulls are serial).
+                let slow: &[&str] = if self.serial { &["1"] } else { &["1", "2"] };
                 let rules: Vec<String> = self
                     .registry_rules
                     .iter()
-                    .map(|r| if *r == DOCKER_RULE { docker.clone() } else { (*r).to_string() })
+                    .map(|r| match *r {
+                        DOCKER_RULE => {
+                            let (qps, burst) = (one(g, &["1.0", "0.2", "5.0"]), one(g, &["2", "1"]));
+                            format!("{{ registry = \"docker.io\", qps = {qps}, burst = {burst} }}")
+                        }
+                        SLOW_RULE => format!("{{ registry = \"slow.example\", max_parallel = {} }}", one(g, slow)),
+                        other => other.to_string(),
+                    })
                     .collect();
                 set("pull.registries", &format!("[{}]", rules.join(", ")));
+            }
+            if !self.serial && g.random_bool(0.2) {
+                set("pull.max_parallel_pulls_per_registry", one(g, &["0", "2", "3"]));
             }
             if g.random_bool(0.5) {
                 set("backoff.initial", &quoted(one(g, &["1s", "10s", "30s"])));
@@ -1328,6 +1343,7 @@ mod tests {
             "pull.registry_burst",
             "pull.throttle_mode",
             "pull.registries",
+            "pull.max_parallel_pulls_per_registry",
             "backoff.initial",
             "backoff.max",
             "gc.image_gc_high_threshold_percent",
@@ -1335,7 +1351,7 @@ mod tests {
             "gc.image_minimum_gc_age",
         ];
         let mut reloads = 0;
-        let mut docker = 0;
+        let mut rules_reloaded = 0;
         for seed in 0..30 {
             let v3 = Plan::generate_shaped(seed, 2_000, &Shape::V3);
             assert!(v3.steps.iter().all(|s| !matches!(s.event, Event::Reload(_))), "seed {seed}");
@@ -1350,11 +1366,11 @@ mod tests {
                     let key = l.split(" = ").next().unwrap_or_default();
                     assert!(live.contains(&key), "seed {seed}: {l} does not apply live");
                     if key == "pull.registries" {
-                        docker += 1;
-                        // The rules the plan has, Docker Hub's rate changed at most.
+                        rules_reloaded += 1;
+                        // The rules the plan has, with other values at most.
                         let rules = registry_rules(&plan.settings);
-                        assert!(rules.contains(&DOCKER_RULE) && l.contains("\"docker.io\""), "{l}");
-                        assert_eq!(l.contains(SLOW_RULE), rules.contains(&SLOW_RULE), "{l}");
+                        assert_eq!(l.contains("\"docker.io\""), rules.contains(&DOCKER_RULE), "{l}");
+                        assert_eq!(l.contains("\"slow.example\""), rules.contains(&SLOW_RULE), "{l}");
                     }
                 }
                 settings = merged_settings(&settings, lines);
@@ -1362,9 +1378,9 @@ mod tests {
                 assert!(parsed.is_ok(), "seed {seed}: {lines:?}: {:?}", parsed.err());
             }
         }
-        // About one step in a hundred, a few of them Docker Hub's rate.
+        // About one step in a hundred, a few of them the registries' rules.
         assert!((300..900).contains(&reloads), "{reloads} reloads in 30 seeds");
-        assert!(docker > 0, "no reload changed Docker Hub's rate");
+        assert!(rules_reloaded > 0, "no reload changed the registries' rules");
     }
 
     #[test]

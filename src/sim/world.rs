@@ -652,13 +652,23 @@ impl World {
         (next.pull.qps, next.pull.burst, next.pull.throttle_mode) =
             (parsed.pull.qps, parsed.pull.burst, parsed.pull.throttle_mode);
         next.pull.registry_rates = parsed.pull.registry_rates;
+        (next.pull.registry_limit, next.pull.registry_limits) =
+            (parsed.pull.registry_limit, parsed.pull.registry_limits);
         next.backoff.delays = parsed.backoff.delays;
         next.gc = next.gc.with_policy_of(&parsed.gc);
         let reloaded = node.reload(&next);
         // What the node says is in force must be what it was given.
         let in_force = node.settings_in_force();
         let live = |c: &Config| {
-            (c.pull.qps.to_bits(), c.pull.burst, c.pull.throttle_mode, c.pull.registry_rates.clone(), c.backoff.delays)
+            (
+                c.pull.qps.to_bits(),
+                c.pull.burst,
+                c.pull.throttle_mode,
+                c.pull.registry_rates.clone(),
+                c.pull.registry_limit,
+                c.pull.registry_limits.clone(),
+                c.backoff.delays,
+            )
         };
         if live(&in_force) != live(&next) || in_force.gc != next.gc {
             let e = format!(

@@ -518,6 +518,19 @@ impl Handler<UpdatePullThrottle> for PullQueueActor {
     }
 }
 
+impl Handler<UpdateRegistryLimits> for PullQueueActor {
+    type Result = ();
+
+    /// Replaces the per-registry limits; see the message.
+    fn handle(&mut self, m: UpdateRegistryLimits, ctx: &mut Self::Context) {
+        self.queue.set_registry_limits(m.per_registry, m.registries.clone());
+        tracing::info!(per_registry = ?m.per_registry, registries = ?m.registries, "registry pull limits replaced");
+        (self.cfg.registry_limit, self.cfg.registry_limits) = (m.per_registry, m.registries);
+        // A raised limit lets waiting pulls start.
+        self.pump(ctx);
+    }
+}
+
 impl Handler<GetQueueStatus> for PullQueueActor {
     type Result = MessageResult<GetQueueStatus>;
 

@@ -376,6 +376,21 @@ pub struct UpdatePullThrottle {
     pub registries: Vec<super::throttle::RegistryRate>,
 }
 
+/// Replaces the limits on pulls at once per registry (a reload of
+/// `pull.max_parallel_pulls_per_registry` and the `[[pull.registries]]`
+/// `max_parallel`): pulls running keep running; a registry's pulls start
+/// while fewer than its new limit run (a raised limit starts waiting ones
+/// at once). With any limit, `queue_capacity` bounds each registry's
+/// waiting pulls from then on.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct UpdateRegistryLimits {
+    /// Every registry's limit (`None`: only the overall one).
+    pub per_registry: Option<usize>,
+    /// Registries' own limits, in place of `per_registry` for them.
+    pub registries: std::collections::HashMap<String, usize>,
+}
+
 /// Asks for the queue's [`QueueStatus`].
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "QueueStatus")]

@@ -15,6 +15,7 @@ pub use actor::{PullQueueActor, PullQueueSettings};
 pub use messages::{
     EnqueuePull, GetQueueStatus, ImageSize, ListPulls, PullFailure, PullInfo, PullOutcome, PullPhase, PullPhaseChanged,
     PullPod, PullRequest, PullResult, PullStage, PullTicket, QueueStatus, SubscribePhases, UpdatePullThrottle,
+    UpdateRegistryLimits,
 };
 pub use pull_task::Retries;
 pub use queue::{Concurrency, registry_of};

@@ -171,7 +171,12 @@ pub struct PullQueue<R, W> {
 }
 
 fn add(counts: &mut HashMap<String, usize>, registry: &str) {
-    *counts.entry(registry.to_string()).or_default() += 1;
+    match counts.get_mut(registry) {
+        Some(n) => *n += 1,
+        None => {
+            counts.insert(registry.to_string(), 1);
+        }
+    }
 }
 
 fn sub(counts: &mut HashMap<String, usize>, registry: &str) {
@@ -237,8 +242,17 @@ impl<R, W> PullQueue<R, W> {
         self
     }
 
+    /// Replaces the per-registry limits (a reload): pulls running keep
+    /// running; from now on a registry's pulls start while fewer than its
+    /// new limit run. The counts per registry are kept whatever the limits,
+    /// so limits may come and go.
+    pub fn set_registry_limits(&mut self, limit: Option<usize>, limits: HashMap<String, usize>) {
+        self.registry_limit = limit.map(|n| n.max(1));
+        self.registry_limits = limits.into_iter().map(|(r, n)| (r, n.max(1))).collect();
+    }
+
     /// Counts and bounds waiting pulls per registry even when no registry
-    /// has a limit (set once, at the start: the counts begin empty).
+    /// has a limit.
     pub fn with_per_registry_capacity(mut self, on: bool) -> Self {
         self.per_registry = on;
         self
@@ -355,9 +369,7 @@ impl<R, W> PullQueue<R, W> {
         self.seq += 1;
         let order = (-i64::from(priority), self.seq);
         self.order.insert(order, key.clone());
-        if self.by_registry() {
-            add(&mut self.waiting_by_registry, registry_of(&key.image));
-        }
+        add(&mut self.waiting_by_registry, registry_of(&key.image));
         self.jobs.insert(key, Job { order, request: Some(request), waiters: vec![waiter], running: false, start: 0 });
     }
 
@@ -494,6 +506,11 @@ impl<R, W> PullQueue<R, W> {
         } else {
             return None;
         };
+        if !self.by_registry() {
+            let registry = registry_of(&key.image);
+            sub(&mut self.waiting_by_registry, registry);
+            add(&mut self.running_by_registry, registry);
+        }
         let job = self.jobs.get_mut(&key)?;
         job.running = true;
         self.starts += 1;
@@ -506,9 +523,7 @@ impl<R, W> PullQueue<R, W> {
     /// A running pull stopped running (it finished).
     fn stopped_running(&mut self, key: &PullKey) {
         self.running = self.running.saturating_sub(1);
-        if self.by_registry() {
-            sub(&mut self.running_by_registry, registry_of(&key.image));
-        }
+        sub(&mut self.running_by_registry, registry_of(&key.image));
     }
 
     /// A pull ended (its CRI call succeeded, or it failed, or found its
@@ -521,9 +536,7 @@ impl<R, W> PullQueue<R, W> {
                     self.stopped_running(key);
                 } else {
                     self.order.remove(&job.order);
-                    if self.by_registry() {
-                        sub(&mut self.waiting_by_registry, registry_of(&key.image));
-                    }
+                    sub(&mut self.waiting_by_registry, registry_of(&key.image));
                 }
                 job.waiters
             }

@@ -317,3 +317,37 @@ fn a_key_says_whether_it_uses_credentials_and_must_pull_never_which() {
     let flags: Vec<(bool, bool)> = q.snapshot().iter().map(|v| (v.key.with_credentials(), v.key.must_pull())).collect();
     assert_eq!(flags, [(false, true), (false, false)]);
 }
+
+#[test]
+fn limits_set_while_pulls_run_count_the_pulls_already_running() {
+    // No limit at the start: hub.io takes three slots.
+    let mut q: PullQueue<&str, ()> = PullQueue::new(Concurrency::Parallel(None), Some(10), true);
+    for img in ["hub.io/a:1", "hub.io/b:1", "hub.io/c:1"] {
+        q.submit(key(img), 0, img, ());
+    }
+    assert_eq!(std::iter::from_fn(|| q.start_next()).count(), 3);
+    assert_eq!(q.running_from("hub.io"), 3, "counted without a limit");
+    // A limit of 2 from now on: the three keep running, a fourth waits
+    // until fewer than 2 run.
+    q.set_registry_limits(None, HashMap::from([("hub.io".to_string(), 2)]));
+    q.submit(key("hub.io/d:1"), 0, "hub.io/d:1", ());
+    q.submit(key("other.io/e:1"), 0, "other.io/e:1", ());
+    assert_eq!(q.start_next().map(|(_, r)| r), Some("other.io/e:1"), "another registry is not held");
+    q.finish(&key("hub.io/a:1"));
+    assert_eq!(q.start_next(), None, "two still run");
+    q.finish(&key("hub.io/b:1"));
+    assert_eq!(q.start_next().map(|(_, r)| r), Some("hub.io/d:1"));
+    // Raised: a waiting pull starts at once.
+    q.submit(key("hub.io/f:1"), 0, "hub.io/f:1", ());
+    assert_eq!(q.start_next(), None);
+    q.set_registry_limits(None, HashMap::from([("hub.io".to_string(), 3)]));
+    assert_eq!(q.start_next().map(|(_, r)| r), Some("hub.io/f:1"));
+    // Gone: no limit again.
+    q.set_registry_limits(None, HashMap::new());
+    q.submit(key("hub.io/g:1"), 0, "hub.io/g:1", ());
+    assert_eq!(q.start_next().map(|(_, r)| r), Some("hub.io/g:1"));
+    for img in ["hub.io/c:1", "hub.io/d:1", "hub.io/f:1", "hub.io/g:1", "other.io/e:1"] {
+        q.finish(&key(img));
+    }
+    assert_eq!((q.running_from("hub.io"), q.running_from("other.io"), q.running()), (0, 0, 0));
+}
