@@ -283,6 +283,7 @@ async fn a_reload_applies_the_live_parts_and_names_the_rest() {
     new.prefetch.images = vec!["busybox:1.36".into()];
     new.cri_server.refuse_remove_pinned = !cfg.cri_server.refuse_remove_pinned;
     new.pull.registry_limits = std::collections::HashMap::from([("docker.io".to_string(), 1)]);
+    new.pull.pull_deadline = Some(Duration::from_secs(90));
     let r = node.reload(&new);
     assert_eq!(
         r.applied,
@@ -290,6 +291,7 @@ async fn a_reload_applies_the_live_parts_and_names_the_rest() {
             "gc (thresholds, ages, pinned_images, keep_newest_tags_per_repo)",
             "pull (registry_pull_qps, registry_burst, throttle_mode, registries' qps and burst)",
             "pull (max_parallel_pulls_per_registry, registries' max_parallel)",
+            "pull (pull_deadline, transient_retries, transient_retry_delay)",
             "backoff (initial, max)",
         ]
     );
@@ -302,6 +304,7 @@ async fn a_reload_applies_the_live_parts_and_names_the_rest() {
     assert_eq!(in_force.backoff.delays.initial, Duration::from_secs(3));
     assert_eq!(in_force.pull.capacity, cfg.pull.capacity, "kept until a restart");
     assert_eq!(in_force.pull.registry_limits.get("docker.io"), Some(&1));
+    assert_eq!(in_force.pull.pull_deadline, Some(Duration::from_secs(90)));
     let s = scrape(&metrics);
     let info = s.value(
         "imaged_config_info",

@@ -408,6 +408,20 @@ async fn a_reload_of_a_registrys_limit_starts_its_waiting_pulls() {
 }
 
 #[actix::test]
+async fn a_reloaded_deadline_holds_the_pulls_that_start_after_it() {
+    let rt = runtime().await;
+    add(&rt, "example.com/d0:1", 300);
+    add(&rt, "example.com/d1:1", 300);
+    let q = queue(&rt, no_throttle(Concurrency::Parallel(None))).await;
+    let short = UpdatePullLimits { deadline: Some(Duration::from_millis(100)), retries: Retries::default() };
+    q.send(short).await.expect("updated");
+    let late = pull(&q, "example.com/d0:1".into()).await;
+    assert_eq!(late, Err(PullFailure::DeadlineExceeded(Duration::from_millis(100))));
+    q.send(UpdatePullLimits { deadline: None, retries: Retries::default() }).await.expect("updated");
+    assert!(pull(&q, "example.com/d1:1".into()).await.is_ok(), "no deadline again");
+}
+
+#[actix::test]
 async fn a_transient_failure_is_retried_only_while_someone_waits() {
     use imaged::cri::{CriError, StatusCode};
     use imaged::fault::{FaultPlan, FaultRule};

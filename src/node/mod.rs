@@ -283,6 +283,15 @@ impl Node {
         self.queue.do_send(crate::actors::pull_queue::UpdateRegistryLimits { per_registry, registries });
     }
 
+    /// Replaces the pull deadline and transient retries live (a reload of
+    /// `pull.pull_deadline`, `transient_retries`, `transient_retry_delay`):
+    /// see [`UpdatePullLimits`](crate::actors::pull_queue::UpdatePullLimits).
+    pub fn update_pull_limits(&self, deadline: Option<Duration>, retries: crate::actors::pull_queue::Retries) {
+        let mut in_force = self.in_force();
+        (in_force.pull.pull_deadline, in_force.pull.retries) = (deadline, retries);
+        self.queue.do_send(crate::actors::pull_queue::UpdatePullLimits { deadline, retries });
+    }
+
     /// Replaces the back-off delays live (a reload of `[backoff] initial`
     /// and `max`): see [`UpdateBackoffDelays`].
     pub fn update_backoff_delays(&self, delays: crate::actors::backoff_registry::BackoffDelays) {

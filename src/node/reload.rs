@@ -19,7 +19,8 @@ pub struct Reloaded {
 impl Node {
     /// Applies what may change live in `new` — the GC policy, the registry
     /// pull throttle (the node's and each registry's rate), the limits on
-    /// pulls at once per registry, the prefetch
+    /// pulls at once per registry, the pull deadline and transient retries
+    /// (for pulls that start from then on), the prefetch
     /// list (when the node started with one) and the back-off delays — and
     /// names the other changed sections, which keep their values until a
     /// restart. The log filter is the caller's (it belongs to the process,
@@ -48,6 +49,11 @@ impl Node {
         if limits(new) != limits(&was) {
             self.update_registry_limits(new.pull.registry_limit, new.pull.registry_limits.clone());
             r.applied.push("pull (max_parallel_pulls_per_registry, registries' max_parallel)");
+        }
+        let times = |c: &Config| (c.pull.pull_deadline, c.pull.retries);
+        if times(new) != times(&was) {
+            self.update_pull_limits(new.pull.pull_deadline, new.pull.retries);
+            r.applied.push("pull (pull_deadline, transient_retries, transient_retry_delay)");
         }
         let prefetch = |c: &Config| (c.prefetch.images.clone(), c.prefetch.refresh);
         if prefetch(new) != prefetch(&was)

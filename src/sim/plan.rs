@@ -969,8 +969,8 @@ impl Schedule {
     /// New values for some of the settings that apply live: the node's
     /// pull throttle, the plan's `[[pull.registries]]` rules with other
     /// values (Docker Hub's rate, the slow registry's limit), every
-    /// registry's limit, the back-off delays, the GC thresholds and
-    /// minimum age.
+    /// registry's limit, the transient retries, the back-off delays, the GC
+    /// thresholds and minimum age.
     fn reload(&mut self) -> Event {
         let g = &mut self.g;
         let mut lines: Vec<String> = Vec::new();
@@ -1005,6 +1005,10 @@ impl Schedule {
             }
             if !self.serial && g.random_bool(0.2) {
                 set("pull.max_parallel_pulls_per_registry", one(g, &["0", "2", "3"]));
+            }
+            if self.shape.pull_knobs && g.random_bool(0.2) {
+                set("pull.transient_retries", one(g, &["0", "1", "2"]));
+                set("pull.transient_retry_delay", &quoted(one(g, &["1s", "5s"])));
             }
             if g.random_bool(0.5) {
                 set("backoff.initial", &quoted(one(g, &["1s", "10s", "30s"])));
@@ -1344,6 +1348,8 @@ mod tests {
             "pull.throttle_mode",
             "pull.registries",
             "pull.max_parallel_pulls_per_registry",
+            "pull.transient_retries",
+            "pull.transient_retry_delay",
             "backoff.initial",
             "backoff.max",
             "gc.image_gc_high_threshold_percent",

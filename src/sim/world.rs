@@ -654,6 +654,7 @@ impl World {
         next.pull.registry_rates = parsed.pull.registry_rates;
         (next.pull.registry_limit, next.pull.registry_limits) =
             (parsed.pull.registry_limit, parsed.pull.registry_limits);
+        (next.pull.pull_deadline, next.pull.retries) = (parsed.pull.pull_deadline, parsed.pull.retries);
         next.backoff.delays = parsed.backoff.delays;
         next.gc = next.gc.with_policy_of(&parsed.gc);
         let reloaded = node.reload(&next);
@@ -667,6 +668,8 @@ impl World {
                 c.pull.registry_rates.clone(),
                 c.pull.registry_limit,
                 c.pull.registry_limits.clone(),
+                c.pull.pull_deadline,
+                c.pull.retries,
                 c.backoff.delays,
             )
         };

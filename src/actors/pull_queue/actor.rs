@@ -531,6 +531,21 @@ impl Handler<UpdateRegistryLimits> for PullQueueActor {
     }
 }
 
+impl Handler<UpdatePullLimits> for PullQueueActor {
+    type Result = ();
+
+    /// Replaces the deadline and retries of pulls that start from now on.
+    fn handle(&mut self, m: UpdatePullLimits, _: &mut Self::Context) {
+        (self.cfg.pull_deadline, self.cfg.retries) = (m.deadline, m.retries);
+        tracing::info!(
+            deadline_ms = m.deadline.map(crate::domain::limits::millis),
+            transient_retries = m.retries.times,
+            transient_retry_delay_ms = crate::domain::limits::millis(m.retries.delay),
+            "pull deadline and retries replaced"
+        );
+    }
+}
+
 impl Handler<GetQueueStatus> for PullQueueActor {
     type Result = MessageResult<GetQueueStatus>;
 

@@ -391,6 +391,18 @@ pub struct UpdateRegistryLimits {
     pub registries: std::collections::HashMap<String, usize>,
 }
 
+/// Replaces the pull deadline and the transient retries (a reload of
+/// `pull.pull_deadline`, `transient_retries` and `transient_retry_delay`)
+/// for the pulls that start from now on; pulls running keep theirs.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct UpdatePullLimits {
+    /// A pull's overall deadline when its request sets none (`None`: none).
+    pub deadline: Option<Duration>,
+    /// Retries of a pull that failed transiently.
+    pub retries: super::Retries,
+}
+
 /// Asks for the queue's [`QueueStatus`].
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "QueueStatus")]
