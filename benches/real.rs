@@ -223,8 +223,8 @@ fn library(
         let bare = cri_client(endpoint);
         let manager = node.manager().clone();
         // The same with its KEP-2535 records in memory: what the durable
-        // records' writes (an intent before the pull, the record after,
-        // each a synced commit) cost a pull.
+        // records' writes (a synced intent before the pull; the record
+        // after, unsynced for these anonymous pulls) cost a pull.
         let memory_node = Arc::new(node_on(endpoint, "", "memory").await);
         let pulls_of = |m: imaged::ensure::ImageManager, image: String, uid: String| async move {
             let req = EnsureImageRequest::new(&uid, &image, PullPolicy::IfNotPresent);
@@ -341,8 +341,9 @@ fn library(
         }
         println!("real_pull_pairs: {pairs}");
         // The durable records' writes during those pulls, as the node's own
-        // `imaged_store_write_duration_seconds` has them (an intent before
-        // each pull, the record after): what durability costs a pull.
+        // `imaged_store_write_duration_seconds` has them (the synced
+        // intent before each pull; these anonymous pulls' records are
+        // unsynced, uncounted): what durability costs a pull.
         let (sum, count) = store_writes(&node);
         let (sum, count) = (sum - writes_before.0, count - writes_before.1);
         if count > 0.0 {

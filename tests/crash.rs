@@ -3,7 +3,8 @@
 //! checks of what survived:
 //!
 //! - the state database opens, undamaged;
-//! - every pull answered OK before the kill has its KEP-2535 pulled record,
+//! - every pull answered OK before the kill has its KEP-2535 pulled record
+//!   (an anonymous pull's, written unsynced, or else its intent),
 //!   naming the credentials that pulled it (when no GC could have removed
 //!   the image since), and no image imaged pulled is left without a record
 //!   or an intent (which would make it count as preloaded: open to every pod);
@@ -362,6 +363,20 @@ fn check_records(
             continue;
         }
         let repo = imaged::pull_records::image_repo(&a.image).unwrap();
+        // An anonymous pull's record is written unsynced (it lets every pod
+        // use the image): a kill may lose it, leaving the pull's intent.
+        let every_pods = record(state, &a.image_ref)
+            .and_then(|r| r.credential_mapping.get(&repo))
+            .is_some_and(|c| c.node_pods_accessible);
+        if !a.secret && !every_pods {
+            let key = imaged::pull_records::image_key(&a.image);
+            assert!(
+                state.intents.contains(&key),
+                "{trial}: anonymous pull of {} answered OK, its record lost and no intent left: {state:?}",
+                a.image
+            );
+            continue;
+        }
         let Some(r) = record(state, &a.image_ref) else {
             panic!("{trial}: pull of {} by {} was answered OK but has no pulled record: {state:?}", a.image, a.uid)
         };

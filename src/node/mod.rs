@@ -416,10 +416,10 @@ impl Node {
 
     /// Graceful stop: stop taking requests, let queued and running pulls
     /// finish for up to `grace`, run a last image detection (so the durable
-    /// records include what those pulls brought), then stop every actor.
-    /// The store needs no flush (every write is a committed transaction); it
-    /// closes when the last handle drops. The embedded runtime, if any,
-    /// stops with the node.
+    /// records include what those pulls brought), put the pull records
+    /// written unsynced on disk (`crate::pull_records`, "Unsynced"), then
+    /// stop every actor. The store closes when the last handle drops. The
+    /// embedded runtime, if any, stops with the node.
     pub async fn shutdown(&self, grace: Duration) -> ShutdownReport {
         self.shutdown_unless(grace, std::future::pending()).await
     }
@@ -468,6 +468,9 @@ impl Node {
             Ok(Err(_)) | Err(_) => {
                 tracing::warn!("final image detection did not finish; records are as of the last one");
             }
+        }
+        if let Err(e) = self.manager.pull_records().sync().await {
+            tracing::warn!(error = %e, "could not sync the pull records at shutdown; the next start re-verifies those pulls");
         }
         self.gc.detector.do_send(Stop);
         self.gc.executor.do_send(Stop);

@@ -15,9 +15,25 @@
 //! it on the caller's task. It keeps every record and intent in memory
 //! (the hot path — a present image — reads memory only, and with
 //! `NeverVerify` touches nothing) and writes through to the [`Store`]
-//! (`pull_intents_v1`, `pulled_records_v1`), one durable transaction per
-//! change, on the blocking pool. Writes are serialised by an async mutex, so
+//! (`pull_intents_v1`, `pulled_records_v1`), one transaction per change,
+//! on the blocking pool. Writes are serialised by an async mutex, so
 //! read-merge-write is atomic. Without a store the state lives in memory only.
+//!
+//! # Unsynced
+//!
+//! Every write is synced before it returns (on disk, a crash keeps it)
+//! but one: the record of a pull whose credential proves that every pod
+//! may use the image (no credential, or the node's own: the kubelet's
+//! `nodePodsAccessible`), which ends the pull's intent in the same write.
+//! It is written unsynced ([`Store::apply_pull_records_unsynced`]) and
+//! reaches the disk with the next synced write — the next pull's intent,
+//! the next detection that records an image, [`PullRecords::sync`] at a
+//! graceful stop. A crash before loses it and leaves the intent, which is
+//! always synced before the pull starts; the next start then recovers the
+//! intent into a record without credentials, so every pod must pull the
+//! image to use it: the loss can only make pods pull again, never give one
+//! an image. In exchange the pull waits for one sync instead of two (the
+//! kubelet does not sync its files at all).
 //!
 //! At start, [`PullRecords::open`] loads the store, and
 //! [`PullRecords::recover_intents`] turns intents left by a crash into
@@ -553,7 +569,14 @@ impl PullRecords {
         if let (Some(key), Some(true)) = (intent, last_intent) {
             w.delete_intents.push(key.to_string());
         }
-        self.commit(w).await?;
+        // See "Unsynced" above: losing this write leaves the intent (or
+        // nothing, when another pull of the image still runs), never a
+        // record granting more than the one before.
+        if creds.node_pods_accessible && intent.is_some() {
+            self.commit_unsynced(w).await?;
+        } else {
+            self.commit(w).await?;
+        }
         let mut st = self.state();
         if changed {
             st.unreadable.remove(image_ref);
@@ -599,6 +622,28 @@ impl PullRecords {
         }
         match crate::blocking::unblock(move || store.apply_pull_records(&w)).await {
             Ok(r) => r,
+            Err(e) => Err(StoreError::Blocking(e.to_string())),
+        }
+    }
+
+    /// [`PullRecords::commit`], unsynced (see "Unsynced" above).
+    async fn commit_unsynced(&self, w: PullRecordsWrite) -> Result<(), StoreError> {
+        let Some(store) = self.inner.store.clone() else { return Ok(()) };
+        if w.is_empty() {
+            return Ok(());
+        }
+        match crate::blocking::unblock(move || store.apply_pull_records_unsynced(&w)).await {
+            Ok(r) => r,
+            Err(e) => Err(StoreError::Blocking(e.to_string())),
+        }
+    }
+
+    /// Puts the unsynced writes on disk (see "Unsynced" above); a graceful
+    /// stop calls it last. Nothing to do without a store or without one.
+    pub async fn sync(&self) -> Result<(), StoreError> {
+        let Some(store) = self.inner.store.clone() else { return Ok(()) };
+        match crate::blocking::unblock(move || store.sync()).await {
+            Ok(r) => r.map(|_| ()),
             Err(e) => Err(StoreError::Blocking(e.to_string())),
         }
     }

@@ -431,6 +431,43 @@ async fn intents_and_records_persist_and_reload() {
 }
 
 #[tokio::test]
+async fn every_pods_record_is_written_unsynced_a_secrets_synced_and_a_kill_leaves_the_intent() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = secret("ns", "a", "u1", "h1");
+    let other = "example.com/private:2";
+    let other_ref = "sha256:other";
+    {
+        let st = store(dir.path());
+        let r = PullRecords::open(VerifyPolicy::default(), Some(st.clone())).unwrap();
+        r.record_pull_intent(IMAGE).await.unwrap();
+        r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::secret(a.clone())).await.unwrap();
+        r.record_pull_intent(other).await.unwrap();
+        r.record_image_pulled(other, other_ref, &ImagePullCredentials::node_accessible()).await.unwrap();
+        // In force at once.
+        assert!(!r.must_attempt_pull(other, other_ref, pod(vec![])).await.unwrap());
+        assert!(r.stored_intents().is_empty());
+        st.fence(); // kill -9
+    }
+    let st = store(dir.path());
+    let r = PullRecords::open(VerifyPolicy::default(), Some(st.clone())).unwrap();
+    assert_eq!(r.record(REF).expect("synced").credential_mapping[REPO].kubernetes_secrets, [a]);
+    assert!(r.record(other_ref).is_none(), "written unsynced, lost");
+    assert_eq!(r.stored_intents(), [other], "the intent, synced before the pull, is left");
+    // So the image counts as pulled by imaged: a pod without credentials must pull.
+    assert!(r.must_attempt_pull(other, other_ref, pod(vec![])).await.unwrap());
+    // A graceful stop syncs: nothing is lost.
+    r.record_pull_intent(other).await.unwrap();
+    r.record_image_pulled(other, other_ref, &ImagePullCredentials::node_accessible()).await.unwrap();
+    r.sync().await.unwrap();
+    drop(r);
+    st.fence();
+    drop(st);
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    assert!(r.record(other_ref).is_some_and(|c| c.credential_mapping[REPO].node_pods_accessible));
+    assert!(r.stored_intents().is_empty());
+}
+
+#[tokio::test]
 async fn concurrent_intents_for_one_image_end_with_the_last_pull() {
     let dir = tempfile::tempdir().unwrap();
     let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();

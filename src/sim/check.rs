@@ -56,7 +56,10 @@ pub const INVARIANTS: &[(&str, &str)] = &[
     ("backoff-law", "back-off follows client-go's law: 10 s doubling to the cap, strict, expiry, clear and resets"),
     ("gc-target", "GC frees no more than it must below the low threshold, and down to it when eligible images allow"),
     ("gc-reasons", "an image GC keeps as in use is in use (a container, a recent ensure, a pull in flight)"),
-    ("durable", "the store after a restart holds every acknowledged record and intent and keeps image ages"),
+    (
+        "durable",
+        "the store after a restart holds every acknowledged record (or, for one every pod may use, its intent) and intent and keeps image ages",
+    ),
     ("bounded", "pulls in flight, waiting pulls and back-off entries stay within their configured bounds"),
     ("reload-live", "a reload of settings that apply live applies them, and names nothing as needing a restart"),
     ("actors-alive", "no actor stops while its process serves, and nothing panics"),
@@ -182,6 +185,9 @@ pub struct Stats {
     pub gc_reports: u64,
     /// Restarts checked against the store.
     pub store_checks: u64,
+    /// Acknowledged records written unsynced that a kill lost (their
+    /// intents on disk in their place).
+    pub unsynced_lost: u64,
     /// Reloads applied to a serving process.
     pub reloads: u64,
 }
@@ -218,8 +224,9 @@ pub struct Checker {
     registry_ok: BTreeMap<String, Duration>,
     /// Last clear per key scope: (pod uid or None, image or None) → when.
     clears: Vec<(Option<String>, Option<String>, Duration)>,
-    /// Acknowledged pulled records: image ref → (repository, the pod's secret).
-    acked: BTreeMap<String, Vec<(String, SecretKind)>>,
+    /// Acknowledged pulled records: image ref → (repository, the pod's
+    /// secret, the image's intent key).
+    acked: BTreeMap<String, Vec<(String, SecretKind, String)>>,
     /// Image keys of pulls in flight when a process was killed.
     in_flight_at_kill: BTreeSet<String>,
     /// Image ids removed since the last snapshot.
@@ -842,7 +849,8 @@ impl Checker {
                     && let Some(repo) = image_repo(image.name)
                 {
                     let secret = if image.access == Access::Secret { p.secret } else { SecretKind::None };
-                    self.acked.entry(ok.image_ref.clone()).or_default().push((repo, secret));
+                    let key = image_key(image.name);
+                    self.acked.entry(ok.image_ref.clone()).or_default().push((repo, secret, key));
                 }
             }
             Answer::Err(e) => {
@@ -1138,6 +1146,42 @@ impl Checker {
                 ));
             }
         }
+        // A record that lets every pod use the image is written unsynced
+        // (pull_records, "Unsynced"): a crash may lose it, and then the
+        // pull's intent must be on disk (so the next start makes every pod
+        // pull it), and it is no promise from then on.
+        let mut unguarded = None;
+        let dropped = &mut self.stats.unsynced_lost;
+        for (image_ref, acks) in &mut self.acked {
+            let record = snapshot.records.get(image_ref.as_str());
+            let mut lost = None;
+            acks.retain(|(repo, secret, key)| {
+                let kept = record
+                    .and_then(|r| r.credential_mapping.get(repo))
+                    .is_some_and(|c| c.node_pods_accessible || *secret != SecretKind::None);
+                if *secret != SecretKind::None || kept {
+                    return true;
+                }
+                if !snapshot.intents.contains(key) {
+                    lost.get_or_insert_with(|| key.clone());
+                }
+                *dropped += 1;
+                false
+            });
+            if let Some(key) = lost {
+                unguarded.get_or_insert((image_ref.clone(), key));
+            }
+        }
+        if let Some((image_ref, key)) = unguarded {
+            return Err(self.fail(
+                "durable",
+                format!(
+                    "the pulled record of {} (every pod's, acknowledged) was lost, and no intent for {key} is on disk",
+                    short(&image_ref)
+                ),
+            ));
+        }
+        self.acked.retain(|_, acks| !acks.is_empty());
         for (image_ref, acks) in &self.acked {
             let Some(record) = snapshot.records.get(image_ref) else {
                 return Err(self.fail(
@@ -1145,7 +1189,7 @@ impl Checker {
                     format!("the pulled record of {} (acknowledged) is not on disk", short(image_ref)),
                 ));
             };
-            for (repo, secret) in acks {
+            for (repo, secret, _) in acks {
                 let Some(creds) = record.credential_mapping.get(repo) else {
                     return Err(self.fail(
                         "durable",

@@ -131,7 +131,7 @@ fn summary_line(o: &Outcome, wall: Duration) -> String {
     let s = &o.stats;
     format!(
         "seed {}: {} steps, {} simulated in {:.1}s: {} ensures ({} ok, {} errors, {} lost), {} runtime pulls, {} removals, \
-         {} starts, {} kills, {} reloads, {} GC reports, {} store checks, {} plugin runs ({} failed), trace {:016x}: {}",
+         {} starts, {} kills, {} reloads, {} GC reports, {} store checks ({} unsynced records lost), {} plugin runs ({} failed), trace {:016x}: {}",
         o.seed,
         o.steps,
         humantime::format_duration(Duration::from_secs(o.simulated.as_secs())),
@@ -147,6 +147,7 @@ fn summary_line(o: &Outcome, wall: Duration) -> String {
         s.reloads,
         s.gc_reports,
         s.store_checks,
+        s.unsynced_lost,
         s.plugin_runs,
         s.plugin_failures,
         o.trace_hash,
@@ -172,6 +173,7 @@ fn add(total: &mut Stats, s: &Stats) {
     total.reloads += s.reloads;
     total.gc_reports += s.gc_reports;
     total.store_checks += s.store_checks;
+    total.unsynced_lost += s.unsynced_lost;
     total.plugin_runs += s.plugin_runs;
     total.plugin_failures += s.plugin_failures;
 }
@@ -264,7 +266,7 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
         failed.len()
     );
     out!(
-        "  {} ensures ({} ok, {} errors, {} lost), {} runtime pulls, {} removals, {} starts, {} kills, {} reloads, {} GC reports, {} store checks, {} plugin runs ({} failed)",
+        "  {} ensures ({} ok, {} errors, {} lost), {} runtime pulls, {} removals, {} starts, {} kills, {} reloads, {} GC reports, {} store checks ({} unsynced records lost), {} plugin runs ({} failed)",
         total.ensures,
         total.ensure_ok,
         total.ensure_err,
@@ -276,6 +278,7 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
         total.reloads,
         total.gc_reports,
         total.store_checks,
+        total.unsynced_lost,
         total.plugin_runs,
         total.plugin_failures
     );

@@ -12,7 +12,12 @@
 //! - Every write is one redb write transaction committed with
 //!   [`redb::Durability::Immediate`]: when a write method returns `Ok`, the
 //!   change is on disk; a crash (even `SIGKILL` or power loss) leaves each
-//!   transaction either fully applied or not at all.
+//!   transaction either fully applied or not at all. The one exception,
+//!   [`Store::apply_pull_records_unsynced`], is named so: its change is
+//!   visible at once and on disk after the next synced write or
+//!   [`Store::sync`]; a crash before loses it, and every unsynced write
+//!   after the last synced one (never one alone, never part of one: what
+//!   is on disk is always every write up to some point, in order).
 //! - The file is readable and writable only by its owner (0600), and a state
 //!   directory that [`Store::open`] creates is 0700.
 //! - One process at a time: redb locks the file, so a second open (from this
@@ -115,8 +120,22 @@ pub struct Store {
     recovery: Option<Recovery>,
     /// Set by [`Store::fence`]: every write fails from then on.
     fenced: std::sync::atomic::AtomicBool,
+    /// How to undo the unsynced writes ([`Store::apply_pull_records_unsynced`])
+    /// made since the last synced one, oldest first: [`Store::sync`] has
+    /// work to do while it is not empty, and [`Store::fence`] undoes them.
+    /// Changed only while holding redb's write lock (inside a write
+    /// transaction), so it orders with the commits.
+    unsynced: std::sync::Mutex<Vec<Undo>>,
     /// Where durable writes' durations go ([`Store::set_metrics`]).
     metrics: std::sync::OnceLock<crate::metrics::Metrics>,
+}
+
+/// The value a key of the KEP-2535 tables had before an unsynced write
+/// (`None`: absent).
+#[derive(Debug)]
+enum Undo {
+    Record(String, Option<Vec<u8>>),
+    Intent(String, Option<u64>),
 }
 
 /// What [`Store::open`] did with a damaged database.
@@ -289,6 +308,7 @@ impl Store {
                 }
             }
         };
+        self.synced_from_here();
         txn.commit().map_err(|e| self.tx_error(op, e))?;
         Ok(at(began))
     }
@@ -296,12 +316,46 @@ impl Store {
     /// Refuses every write from now on ([`StoreError::Fenced`]); reads go
     /// on. The simulator's `kill -9`: a killed process writes nothing more,
     /// but the tasks it left on a shared tokio runtime (an intent guard
-    /// dropped with its pull, a prefetch's end) still run and would.
+    /// dropped with its pull, a prefetch's end) still run and would. The
+    /// unsynced writes since the last synced one are undone (one synced
+    /// write): a `kill -9` loses them, but redb puts them on disk when a
+    /// store closes, as the simulator's killed process's does.
     pub fn fence(&self) {
         self.fenced.store(true, std::sync::atomic::Ordering::Release);
+        if let Err(e) = self.undo_unsynced() {
+            tracing::warn!(db = %self.path.display(), error = %e, "could not undo the unsynced writes of a fenced store");
+        }
     }
 
-    /// A write transaction, unless the store is fenced.
+    fn undo_unsynced(&self) -> Result<(), StoreError> {
+        let op = "undoing unsynced writes";
+        let txn = self.db.begin_write().map_err(|e| self.tx_error(op, e))?;
+        let undo = std::mem::take(&mut *self.unsynced.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        if undo.is_empty() {
+            return Ok(());
+        }
+        {
+            let mut records = txn.open_table(PULLED_RECORDS).map_err(|e| self.tx_error(op, e))?;
+            let mut intents = txn.open_table(PULL_INTENTS).map_err(|e| self.tx_error(op, e))?;
+            for u in undo.into_iter().rev() {
+                let r = match u {
+                    Undo::Record(key, Some(was)) => records.insert(key.as_str(), was.as_slice()).map(drop),
+                    Undo::Record(key, None) => records.remove(key.as_str()).map(drop),
+                    Undo::Intent(key, Some(was)) => intents.insert(key.as_str(), was).map(drop),
+                    Undo::Intent(key, None) => intents.remove(key.as_str()).map(drop),
+                };
+                r.map_err(|e| self.tx_error(op, e))?;
+            }
+        }
+        txn.commit().map_err(|e| self.tx_error(op, e))
+    }
+
+    /// A synced write is about to commit (under redb's write lock): the
+    /// unsynced writes before it will be on disk with it.
+    fn synced_from_here(&self) {
+        self.unsynced.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+    }
+
     /// Counts the durations of durable writes of the pull records and the
     /// image records in `metrics` (`imaged_store_write_duration_seconds`)
     /// from now on; the first handle given stays.
@@ -318,6 +372,7 @@ impl Store {
         began: std::time::Instant,
         pull_records: bool,
     ) -> Result<(), StoreError> {
+        self.synced_from_here();
         let r = txn.commit().map_err(|e| self.tx_error(op, e));
         if let Some(m) = self.metrics.get() {
             m.store_written(pull_records, began.elapsed());
@@ -325,6 +380,7 @@ impl Store {
         r
     }
 
+    /// A write transaction, unless the store is fenced.
     fn begin_write(&self, op: &'static str) -> Result<redb::WriteTransaction, StoreError> {
         if self.fenced.load(std::sync::atomic::Ordering::Acquire) {
             return Err(StoreError::Fenced { path: self.path.clone() });
@@ -442,6 +498,7 @@ fn open_database(file: File, path: &Path) -> Result<Store, StoreError> {
         path: path.to_path_buf(),
         recovery: None,
         fenced: std::sync::atomic::AtomicBool::new(false),
+        unsynced: std::sync::Mutex::default(),
         metrics: std::sync::OnceLock::new(),
     };
     store.init_schema()?;

@@ -1,9 +1,10 @@
 //! The KEP-2535 tables (`pull_intents_v1`, `pulled_records_v1`): the
-//! state read at start and one durable transaction per change.
+//! state read at start and one transaction per change (durable, or
+//! unsynced and made durable by the next sync).
 
 use redb::{Durability, ReadableDatabase, ReadableTable};
 
-use super::{PULL_INTENTS, PULLED_RECORDS, Store, StoreError};
+use super::{PULL_INTENTS, PULLED_RECORDS, Store, StoreError, Undo};
 use crate::domain::pull_record::PulledRecord;
 
 #[cfg(test)]
@@ -81,6 +82,34 @@ impl Store {
     /// record deletes, intent puts, intent deletes. When this returns `Ok`
     /// all of it is on disk; a crash applies all or none of it.
     pub fn apply_pull_records(&self, w: &PullRecordsWrite) -> Result<(), StoreError> {
+        self.apply_pull_records_as(w, true)
+    }
+
+    /// [`Store::apply_pull_records`] without waiting for the disk: the
+    /// change is visible to reads at once and on disk after the next synced
+    /// write or [`Store::sync`]; a crash before loses it (with every
+    /// unsynced write since the last synced one, all or none of each, in
+    /// order). For changes whose loss can only make a pod pull again (see
+    /// `crate::pull_records`, "Unsynced").
+    pub fn apply_pull_records_unsynced(&self, w: &PullRecordsWrite) -> Result<(), StoreError> {
+        self.apply_pull_records_as(w, false)
+    }
+
+    /// Puts every unsynced write on disk (one synced, empty commit); true
+    /// when there was one to put (a synced write since may already have).
+    pub fn sync(&self) -> Result<bool, StoreError> {
+        let op = "syncing pull records";
+        let began = std::time::Instant::now();
+        let mut txn = self.begin_write(op)?;
+        if self.unsynced.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_empty() {
+            // Dropped: aborted, nothing written.
+            return Ok(false);
+        }
+        txn.set_durability(Durability::Immediate).map_err(|e| self.tx_error(op, e))?;
+        self.commit_timed(op, txn, began, true).map(|()| true)
+    }
+
+    fn apply_pull_records_as(&self, w: &PullRecordsWrite, synced: bool) -> Result<(), StoreError> {
         let encoded =
             w.upsert_records
                 .iter()
@@ -95,9 +124,25 @@ impl Store {
         let op = "committing pull records";
         let began = std::time::Instant::now();
         let mut txn = self.begin_write(op)?;
-        txn.set_durability(Durability::Immediate).map_err(|e| self.tx_error(op, e))?;
+        let durability = if synced { Durability::Immediate } else { Durability::None };
+        txn.set_durability(durability).map_err(|e| self.tx_error(op, e))?;
         {
             let mut records = txn.open_table(PULLED_RECORDS).map_err(|e| self.tx_error(op, e))?;
+            if !synced {
+                // How to undo it, for a fence (see `Store::fence`).
+                let mut undo = Vec::new();
+                let keys = encoded.iter().map(|(k, _)| *k).chain(w.delete_records.iter().map(String::as_str));
+                for key in keys {
+                    let was = records.get(key).map_err(|e| self.tx_error(op, e))?.map(|v| v.value().to_vec());
+                    undo.push(Undo::Record(key.to_string(), was));
+                }
+                let intents = txn.open_table(PULL_INTENTS).map_err(|e| self.tx_error(op, e))?;
+                for key in w.put_intents.iter().chain(&w.delete_intents) {
+                    let was = intents.get(key.as_str()).map_err(|e| self.tx_error(op, e))?.map(|v| v.value());
+                    undo.push(Undo::Intent(key.clone(), was));
+                }
+                self.unsynced.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(undo);
+            }
             for (key, value) in &encoded {
                 records.insert(*key, value.as_slice()).map_err(|e| self.tx_error(op, e))?;
             }
@@ -112,6 +157,9 @@ impl Store {
                 intents.remove(key.as_str()).map_err(|e| self.tx_error(op, e))?;
             }
         }
-        self.commit_timed(op, txn, began, true)
+        if synced {
+            return self.commit_timed(op, txn, began, true);
+        }
+        txn.commit().map_err(|e| self.tx_error(op, e))
     }
 }

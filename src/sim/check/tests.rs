@@ -459,6 +459,20 @@ fn durable_fails_when_an_acknowledged_record_or_a_killed_pulls_intent_is_not_on_
     let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
     c.absorb(vec![at(1, started(1)), at(2, ok(1, "sha256:11"))]).unwrap();
     assert_eq!(broke(c.restarted(Snapshot::default(), &BTreeSet::new())), "durable");
+    // Every pod's record (written unsynced) may be lost, its intent left in
+    // its place; then it is no promise any more.
+    let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+    c.absorb(vec![at(1, started(1)), at(2, ok(1, "sha256:11"))]).unwrap();
+    let mut left = Snapshot::default();
+    left.intents.insert(image_key(IMAGES[PUBLIC].name));
+    assert_eq!(broke(c.restarted(left, &BTreeSet::new())), "nothing");
+    assert_eq!(broke(c.restarted(Snapshot::default(), &BTreeSet::new())), "nothing");
+    // A pod's own secret's record is synced: never lost, intent or not.
+    let mut c = checker(&[], pod(PRIVATE, SecretKind::Right));
+    c.absorb(vec![at(1, started(1)), at(2, ok(1, "sha256:19"))]).unwrap();
+    let mut left = Snapshot::default();
+    left.intents.insert(image_key(IMAGES[PRIVATE].name));
+    assert_eq!(broke(c.restarted(left, &BTreeSet::new())), "durable");
 
     let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
     c.absorb(vec![at(1, pull(1, PUBLIC)), at(2, What::Life { inc: 1, what: Life::Killed })]).unwrap();
