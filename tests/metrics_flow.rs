@@ -284,6 +284,7 @@ async fn a_reload_applies_the_live_parts_and_names_the_rest() {
     new.cri_server.refuse_remove_pinned = !cfg.cri_server.refuse_remove_pinned;
     new.pull.registry_limits = std::collections::HashMap::from([("docker.io".to_string(), 1)]);
     new.pull.pull_deadline = Some(Duration::from_secs(90));
+    new.pull.concurrency = imaged::actors::pull_queue::Concurrency::Parallel(Some(3));
     let r = node.reload(&new);
     assert_eq!(
         r.applied,
@@ -291,6 +292,7 @@ async fn a_reload_applies_the_live_parts_and_names_the_rest() {
             "gc (thresholds, ages, pinned_images, keep_newest_tags_per_repo)",
             "pull (registry_pull_qps, registry_burst, throttle_mode, registries' qps and burst)",
             "pull (max_parallel_pulls_per_registry, registries' max_parallel)",
+            "pull (serialize_image_pulls, max_parallel_image_pulls)",
             "pull (pull_deadline, transient_retries, transient_retry_delay)",
             "backoff (initial, max)",
         ]
@@ -305,6 +307,7 @@ async fn a_reload_applies_the_live_parts_and_names_the_rest() {
     assert_eq!(in_force.pull.capacity, cfg.pull.capacity, "kept until a restart");
     assert_eq!(in_force.pull.registry_limits.get("docker.io"), Some(&1));
     assert_eq!(in_force.pull.pull_deadline, Some(Duration::from_secs(90)));
+    assert_eq!(in_force.pull.concurrency, imaged::actors::pull_queue::Concurrency::Parallel(Some(3)));
     let s = scrape(&metrics);
     let info = s.value(
         "imaged_config_info",

@@ -408,6 +408,40 @@ async fn a_reload_of_a_registrys_limit_starts_its_waiting_pulls() {
 }
 
 #[actix::test]
+async fn a_reload_from_serial_to_parallel_and_back_keeps_the_running_pulls() {
+    let rt = runtime().await;
+    for i in 0..6 {
+        add(&rt, &format!("example.com/c{i}:1"), 300);
+    }
+    let q = queue(&rt, no_throttle(Concurrency::Serial)).await;
+    let enqueue = |range: std::ops::Range<usize>| {
+        let sends: Vec<_> = range.map(|i| q.send(EnqueuePull(req(&format!("example.com/c{i}:1"))))).collect();
+        join_all(sends)
+    };
+    let first: Vec<PullTicket> = enqueue(0..3).await.into_iter().map(|t| t.expect("admitted")).collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!((status(&q).await.running, status(&q).await.queued), (1, 2), "serial");
+    q.send(UpdateConcurrency(Concurrency::Parallel(Some(3)))).await.expect("updated");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(status(&q).await.running, 3, "the two waiting start at once");
+    // Back to serial while three run: they finish; the next starts alone
+    // once they have.
+    q.send(UpdateConcurrency(Concurrency::Serial)).await.expect("updated");
+    let second: Vec<PullTicket> = enqueue(3..6).await.into_iter().map(|t| t.expect("admitted")).collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!((status(&q).await.running, status(&q).await.queued), (3, 3), "none starts over the new limit");
+    for r in join_all(first).await {
+        r.expect("pulled");
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!((status(&q).await.running, status(&q).await.queued), (1, 2), "serial again");
+    for r in join_all(second).await {
+        r.expect("pulled");
+    }
+    assert_eq!(rt.runtime.stats().max_pulls_in_flight, 3);
+}
+
+#[actix::test]
 async fn a_reloaded_deadline_holds_the_pulls_that_start_after_it() {
     let rt = runtime().await;
     add(&rt, "example.com/d0:1", 300);

@@ -283,6 +283,14 @@ impl Node {
         self.queue.do_send(crate::actors::pull_queue::UpdateRegistryLimits { per_registry, registries });
     }
 
+    /// Replaces how many pulls run at once live (a reload of
+    /// `pull.serialize_image_pulls` and `max_parallel_image_pulls`): see
+    /// [`UpdateConcurrency`](crate::actors::pull_queue::UpdateConcurrency).
+    pub fn update_concurrency(&self, concurrency: crate::actors::pull_queue::Concurrency) {
+        self.in_force().pull.concurrency = concurrency;
+        self.queue.do_send(crate::actors::pull_queue::UpdateConcurrency(concurrency));
+    }
+
     /// Replaces the pull deadline and transient retries live (a reload of
     /// `pull.pull_deadline`, `transient_retries`, `transient_retry_delay`):
     /// see [`UpdatePullLimits`](crate::actors::pull_queue::UpdatePullLimits).

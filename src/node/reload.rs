@@ -19,7 +19,8 @@ pub struct Reloaded {
 impl Node {
     /// Applies what may change live in `new` — the GC policy, the registry
     /// pull throttle (the node's and each registry's rate), the limits on
-    /// pulls at once per registry, the pull deadline and transient retries
+    /// pulls at once (serial or parallel, the overall limit, per registry),
+    /// the pull deadline and transient retries
     /// (for pulls that start from then on), the prefetch
     /// list (when the node started with one) and the back-off delays — and
     /// names the other changed sections, which keep their values until a
@@ -49,6 +50,10 @@ impl Node {
         if limits(new) != limits(&was) {
             self.update_registry_limits(new.pull.registry_limit, new.pull.registry_limits.clone());
             r.applied.push("pull (max_parallel_pulls_per_registry, registries' max_parallel)");
+        }
+        if new.pull.concurrency != was.pull.concurrency {
+            self.update_concurrency(new.pull.concurrency);
+            r.applied.push("pull (serialize_image_pulls, max_parallel_image_pulls)");
         }
         let times = |c: &Config| (c.pull.pull_deadline, c.pull.retries);
         if times(new) != times(&was) {

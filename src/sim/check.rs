@@ -74,7 +74,8 @@ pub const INVARIANTS: &[(&str, &str)] = &[
 #[derive(Debug, Clone)]
 struct Facts {
     single_flight: bool,
-    parallel: usize,
+    /// The most pulls at once, as reloads set it.
+    parallel: History<usize>,
     /// Every registry's limit on pulls at once and registries' own in
     /// place of it, as reloads set them.
     registry_limits: History<RegistryLimits>,
@@ -361,7 +362,7 @@ impl Checker {
     pub fn new(plan: Rc<Plan>, cfg: &Config, sandbox_id: Option<String>, full_trace: bool) -> Self {
         let facts = Facts {
             single_flight: cfg.pull.single_flight,
-            parallel: cfg.pull.concurrency.limit(),
+            parallel: History::new(cfg.pull.concurrency.limit()),
             registry_limits: History::new(RegistryLimits::of(cfg)),
             registry_token: History::new(registry_token(cfg)),
             queue_capacity: cfg.pull.capacity,
@@ -764,6 +765,7 @@ impl Checker {
         let old = (self.facts.initial, self.facts.max);
         let f = &mut self.facts;
         f.qps.set(now, cfg.pull.qps);
+        f.parallel.set(now, cfg.pull.concurrency.limit());
         f.registry_token.set(now, registry_token(cfg));
         f.registry_limits.set(now, RegistryLimits::of(cfg));
         f.min_age.set(now, cfg.gc.min_age);
@@ -1064,11 +1066,16 @@ impl Checker {
     /// capacity; back-off entries within what failed recently.
     fn pull_bounds(&self, view: &StepView) -> Result<(), Violation> {
         let mine: Vec<&OpenPull> = self.open.values().filter(|p| p.inc == self.inc && self.inc != 0).collect();
-        if mine.len() > self.facts.parallel {
-            return Err(self.fail(
-                "bounded",
-                format!("{} PullImage calls in flight, more than the {} allowed", mine.len(), self.facts.parallel),
-            ));
+        // Pulls begun under a higher limit (before a reload lowered it)
+        // keep running: the highest limit in force since the earliest began.
+        if let Some(first) = mine.iter().map(|p| p.since).min() {
+            let allowed = self.facts.parallel.during(first, self.now).map(|(l, _)| l).max().unwrap_or(usize::MAX);
+            if mine.len() > allowed {
+                return Err(self.fail(
+                    "bounded",
+                    format!("{} PullImage calls in flight, more than the {allowed} allowed", mine.len()),
+                ));
+            }
         }
         for r in REGISTRIES {
             let from_r: Vec<&&OpenPull> = mine.iter().filter(|p| registry_of(&p.image) == r).collect();

@@ -969,7 +969,8 @@ impl Schedule {
     /// New values for some of the settings that apply live: the node's
     /// pull throttle, the plan's `[[pull.registries]]` rules with other
     /// values (Docker Hub's rate, the slow registry's limit), every
-    /// registry's limit, the transient retries, the back-off delays, the GC
+    /// registry's limit, the overall limit on pulls at once (parallel plans),
+    /// the transient retries, the back-off delays, the GC
     /// thresholds and minimum age.
     fn reload(&mut self) -> Event {
         let g = &mut self.g;
@@ -1005,6 +1006,9 @@ impl Schedule {
             }
             if !self.serial && g.random_bool(0.2) {
                 set("pull.max_parallel_pulls_per_registry", one(g, &["0", "2", "3"]));
+            }
+            if !self.serial && g.random_bool(0.2) {
+                set("pull.max_parallel_image_pulls", one(g, &["1", "2", "4"]));
             }
             if self.shape.pull_knobs && g.random_bool(0.2) {
                 set("pull.transient_retries", one(g, &["0", "1", "2"]));
@@ -1348,6 +1352,7 @@ mod tests {
             "pull.throttle_mode",
             "pull.registries",
             "pull.max_parallel_pulls_per_registry",
+            "pull.max_parallel_image_pulls",
             "pull.transient_retries",
             "pull.transient_retry_delay",
             "backoff.initial",

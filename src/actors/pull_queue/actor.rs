@@ -531,6 +531,19 @@ impl Handler<UpdateRegistryLimits> for PullQueueActor {
     }
 }
 
+impl Handler<UpdateConcurrency> for PullQueueActor {
+    type Result = ();
+
+    /// Replaces how many pulls run at once; see the message.
+    fn handle(&mut self, m: UpdateConcurrency, ctx: &mut Self::Context) {
+        self.queue.set_concurrency(m.0);
+        self.cfg.concurrency = m.0;
+        tracing::info!(concurrency = %m.0, "pulls at once replaced");
+        // A raised limit lets waiting pulls start.
+        self.pump(ctx);
+    }
+}
+
 impl Handler<UpdatePullLimits> for PullQueueActor {
     type Result = ();
 

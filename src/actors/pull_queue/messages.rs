@@ -391,6 +391,15 @@ pub struct UpdateRegistryLimits {
     pub registries: std::collections::HashMap<String, usize>,
 }
 
+/// Replaces how many pulls run at once (a reload of
+/// `pull.serialize_image_pulls` and `max_parallel_image_pulls`): pulls
+/// running keep running; pulls start while fewer than the new limit run
+/// (a raised limit starts waiting ones at once, a lowered one starts none
+/// until enough have ended). `queue_capacity` is unchanged.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct UpdateConcurrency(pub super::Concurrency);
+
 /// Replaces the pull deadline and the transient retries (a reload of
 /// `pull.pull_deadline`, `transient_retries` and `transient_retry_delay`)
 /// for the pulls that start from now on; pulls running keep theirs.

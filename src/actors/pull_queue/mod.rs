@@ -14,8 +14,8 @@ pub mod throttle;
 pub use actor::{PullQueueActor, PullQueueSettings};
 pub use messages::{
     EnqueuePull, GetQueueStatus, ImageSize, ListPulls, PullFailure, PullInfo, PullOutcome, PullPhase, PullPhaseChanged,
-    PullPod, PullRequest, PullResult, PullStage, PullTicket, QueueStatus, SubscribePhases, UpdatePullLimits,
-    UpdatePullThrottle, UpdateRegistryLimits,
+    PullPod, PullRequest, PullResult, PullStage, PullTicket, QueueStatus, SubscribePhases, UpdateConcurrency,
+    UpdatePullLimits, UpdatePullThrottle, UpdateRegistryLimits,
 };
 pub use pull_task::Retries;
 pub use queue::{Concurrency, registry_of};

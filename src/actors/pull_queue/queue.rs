@@ -251,6 +251,12 @@ impl<R, W> PullQueue<R, W> {
         self.registry_limits = limits.into_iter().map(|(r, n)| (r, n.max(1))).collect();
     }
 
+    /// Replaces how many pulls run at once (a reload): pulls running keep
+    /// running; from now on pulls start while fewer than the new limit run.
+    pub fn set_concurrency(&mut self, concurrency: Concurrency) {
+        self.concurrency = concurrency;
+    }
+
     /// Counts and bounds waiting pulls per registry even when no registry
     /// has a limit.
     pub fn with_per_registry_capacity(mut self, on: bool) -> Self {
