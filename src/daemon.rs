@@ -145,6 +145,11 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
             Err(_) => warn!("CRI calls still open 5s after shutdown; closing"),
         }
     }
+    // Records written since the drain's sync (pulls answered while the
+    // servers closed) go on disk too.
+    if let Err(e) = node.manager().pull_records().sync().await {
+        warn!(error = %e, "could not sync the pull records at exit; the next start re-verifies those pulls");
+    }
     info!(abandoned_pulls = report.abandoned_pulls, "imaged stopped");
     Ok(())
 }

@@ -100,8 +100,9 @@ impl ImagedService {
         self
     }
 
+    /// Serial or parallel and the limit, as a reload last set them.
     fn pull_mode(&self) -> String {
-        self.node.config().pull.concurrency.to_string()
+        self.node.settings_in_force().pull.concurrency.to_string()
     }
 
     /// The settings in force (what a SIGHUP last applied included).

@@ -167,7 +167,9 @@ impl Node {
 
     /// The configuration in force: the start one with what each live
     /// update (a SIGHUP reload) replaced — the GC policy, the registry pull
-    /// throttle, the back-off delays and the prefetch list.
+    /// throttle, the limits on pulls at once (overall and per registry),
+    /// the pull deadline and retries, the back-off delays and the prefetch
+    /// list.
     pub fn settings_in_force(&self) -> Config {
         let mut cfg = self.in_force().clone();
         cfg.gc = self.gc_settings();

@@ -29,11 +29,13 @@
 //! reaches the disk with the next synced write — the next pull's intent,
 //! the next detection that records an image, [`PullRecords::sync`] at a
 //! graceful stop. A crash before loses it and leaves the intent, which is
-//! always synced before the pull starts; the next start then recovers the
-//! intent into a record without credentials, so every pod must pull the
-//! image to use it: the loss can only make pods pull again, never give one
-//! an image. In exchange the pull waits for one sync instead of two (the
-//! kubelet does not sync its files at all).
+//! always synced before the pull starts, and the image's record as it was
+//! (or none): the next start recovers the intent (a record without
+//! credentials when there was none), so the image counts as pulled by
+//! imaged and a pod may use it only as that record allows, otherwise it
+//! pulls: the loss can only make pods pull again, never give one an image.
+//! In exchange the pull waits for one sync instead of two (the kubelet
+//! does not sync its files at all).
 //!
 //! At start, [`PullRecords::open`] loads the store, and
 //! [`PullRecords::recover_intents`] turns intents left by a crash into
@@ -616,23 +618,21 @@ impl PullRecords {
     /// Writes `w` to the store on the blocking pool, or inline under the
     /// simulator (`crate::blocking`); nothing without a store.
     async fn commit(&self, w: PullRecordsWrite) -> Result<(), StoreError> {
-        let Some(store) = self.inner.store.clone() else { return Ok(()) };
-        if w.is_empty() {
-            return Ok(());
-        }
-        match crate::blocking::unblock(move || store.apply_pull_records(&w)).await {
-            Ok(r) => r,
-            Err(e) => Err(StoreError::Blocking(e.to_string())),
-        }
+        self.commit_as(w, true).await
     }
 
     /// [`PullRecords::commit`], unsynced (see "Unsynced" above).
     async fn commit_unsynced(&self, w: PullRecordsWrite) -> Result<(), StoreError> {
+        self.commit_as(w, false).await
+    }
+
+    async fn commit_as(&self, w: PullRecordsWrite, synced: bool) -> Result<(), StoreError> {
         let Some(store) = self.inner.store.clone() else { return Ok(()) };
         if w.is_empty() {
             return Ok(());
         }
-        match crate::blocking::unblock(move || store.apply_pull_records_unsynced(&w)).await {
+        let write = move || if synced { store.apply_pull_records(&w) } else { store.apply_pull_records_unsynced(&w) };
+        match crate::blocking::unblock(write).await {
             Ok(r) => r,
             Err(e) => Err(StoreError::Blocking(e.to_string())),
         }

@@ -446,7 +446,7 @@ async fn every_pods_record_is_written_unsynced_a_secrets_synced_and_a_kill_leave
         // In force at once.
         assert!(!r.must_attempt_pull(other, other_ref, pod(vec![])).await.unwrap());
         assert!(r.stored_intents().is_empty());
-        st.fence(); // kill -9
+        st.fence_as_killed(); // kill -9
     }
     let st = store(dir.path());
     let r = PullRecords::open(VerifyPolicy::default(), Some(st.clone())).unwrap();
@@ -455,12 +455,12 @@ async fn every_pods_record_is_written_unsynced_a_secrets_synced_and_a_kill_leave
     assert_eq!(r.stored_intents(), [other], "the intent, synced before the pull, is left");
     // So the image counts as pulled by imaged: a pod without credentials must pull.
     assert!(r.must_attempt_pull(other, other_ref, pod(vec![])).await.unwrap());
-    // A graceful stop syncs: nothing is lost.
+    // Synced (as a graceful stop does), a kill loses nothing.
     r.record_pull_intent(other).await.unwrap();
     r.record_image_pulled(other, other_ref, &ImagePullCredentials::node_accessible()).await.unwrap();
     r.sync().await.unwrap();
     drop(r);
-    st.fence();
+    st.fence_as_killed();
     drop(st);
     let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
     assert!(r.record(other_ref).is_some_and(|c| c.credential_mapping[REPO].node_pods_accessible));

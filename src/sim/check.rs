@@ -120,6 +120,21 @@ pub struct Snapshot {
     pub images: BTreeMap<(String, String), ImageRecord>,
 }
 
+/// An acknowledged pulled record.
+#[derive(Debug, Clone)]
+struct Ack {
+    repo: String,
+    /// The pod's secret.
+    secret: SecretKind,
+    /// The image's intent key.
+    key: String,
+    /// The process that answered, while the record may have been written
+    /// unsynced (every pod's: no valid secret of the pod's own pulled it, or
+    /// the node's credentials may have) and not yet seen on disk; 0 once it
+    /// must be there.
+    unsynced_of: u32,
+}
+
 /// A runtime pull in flight.
 #[derive(Debug, Clone)]
 struct OpenPull {
@@ -225,9 +240,10 @@ pub struct Checker {
     registry_ok: BTreeMap<String, Duration>,
     /// Last clear per key scope: (pod uid or None, image or None) → when.
     clears: Vec<(Option<String>, Option<String>, Duration)>,
-    /// Acknowledged pulled records: image ref → (repository, the pod's
-    /// secret, the image's intent key).
-    acked: BTreeMap<String, Vec<(String, SecretKind, String)>>,
+    /// Acknowledged pulled records, by image ref.
+    acked: BTreeMap<String, Vec<Ack>>,
+    /// The process that ended last, and whether it was killed.
+    ended: Option<(u32, bool)>,
     /// Image keys of pulls in flight when a process was killed.
     in_flight_at_kill: BTreeSet<String>,
     /// Image ids removed since the last snapshot.
@@ -416,6 +432,7 @@ impl Checker {
             registry_ok: BTreeMap::new(),
             clears: Vec::new(),
             acked: BTreeMap::new(),
+            ended: None,
             in_flight_at_kill: BTreeSet::new(),
             removed: BTreeSet::new(),
             last_snapshot: None,
@@ -584,6 +601,7 @@ impl Checker {
                 if matches!(what, Life::Killed) {
                     self.stats.kills += 1;
                 }
+                self.ended = Some((inc, !matches!(what, Life::Exited)));
                 if self.inc == inc {
                     self.inc = 0;
                 }
@@ -851,8 +869,10 @@ impl Checker {
                     && let Some(repo) = image_repo(image.name)
                 {
                     let secret = if image.access == Access::Secret { p.secret } else { SecretKind::None };
-                    let key = image_key(image.name);
-                    self.acked.entry(ok.image_ref.clone()).or_default().push((repo, secret, key));
+                    let every_pods = !secret.valid() || self.node_pulled.contains(&ok.image_ref);
+                    let ack =
+                        Ack { repo, secret, key: image_key(image.name), unsynced_of: if every_pods { inc } else { 0 } };
+                    self.acked.entry(ok.image_ref.clone()).or_default().push(ack);
                 }
             }
             Answer::Err(e) => {
@@ -1154,23 +1174,33 @@ impl Checker {
             }
         }
         // A record that lets every pod use the image is written unsynced
-        // (pull_records, "Unsynced"): a crash may lose it, and then the
-        // pull's intent must be on disk (so the next start makes every pod
-        // pull it), and it is no promise from then on.
+        // (pull_records, "Unsynced"): a kill of the process that wrote it
+        // may lose it before anything synced it, and then the pull's
+        // intent must be on disk (so the next start makes pods pull it
+        // again), and it is no promise from then on. Seen on disk once, or
+        // after a graceful stop, it must stay.
+        let killed = match self.ended {
+            Some((inc, true)) => inc,
+            _ => 0,
+        };
         let mut unguarded = None;
         let dropped = &mut self.stats.unsynced_lost;
         for (image_ref, acks) in &mut self.acked {
             let record = snapshot.records.get(image_ref.as_str());
             let mut lost = None;
-            acks.retain(|(repo, secret, key)| {
-                let kept = record
-                    .and_then(|r| r.credential_mapping.get(repo))
-                    .is_some_and(|c| c.node_pods_accessible || *secret != SecretKind::None);
-                if *secret != SecretKind::None || kept {
+            acks.retain_mut(|a| {
+                if a.unsynced_of == 0 {
                     return true;
                 }
-                if !snapshot.intents.contains(key) {
-                    lost.get_or_insert_with(|| key.clone());
+                let kept = record
+                    .and_then(|r| r.credential_mapping.get(&a.repo))
+                    .is_some_and(|c| c.node_pods_accessible || (a.secret.valid() && !c.kubernetes_secrets.is_empty()));
+                if kept || a.unsynced_of != killed {
+                    a.unsynced_of = 0;
+                    return true;
+                }
+                if !snapshot.intents.contains(&a.key) {
+                    lost.get_or_insert_with(|| a.key.clone());
                 }
                 *dropped += 1;
                 false
@@ -1196,7 +1226,7 @@ impl Checker {
                     format!("the pulled record of {} (acknowledged) is not on disk", short(image_ref)),
                 ));
             };
-            for (repo, secret, _) in acks {
+            for Ack { repo, secret, .. } in acks {
                 let Some(creds) = record.credential_mapping.get(repo) else {
                     return Err(self.fail(
                         "durable",

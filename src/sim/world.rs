@@ -379,7 +379,8 @@ impl World {
         if let Some(node) = inc.node.borrow_mut().take()
             && let Some(store) = node.store()
         {
-            store.fence();
+            // Killed: its unsynced writes are lost; exited: its store closes.
+            if matches!(how, Life::Killed) { store.fence_as_killed() } else { store.fence() }
         }
         inc.runner.abort();
         self.record(What::Life { inc: inc.id, what: how });

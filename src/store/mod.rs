@@ -43,8 +43,8 @@
 //! version it does not know ([`StoreError::UnsupportedSchema`]), so a
 //! downgrade never misreads newer data.
 //!
-//! All methods block on disk I/O (including an `fsync` per write); call them
-//! from `tokio::task::spawn_blocking` in async code.
+//! All methods block on disk I/O (including an `fsync` per synced write);
+//! call them from `tokio::task::spawn_blocking` in async code.
 //!
 //! Here: opening, permissions and the schema. `image_records.rs`: the GC
 //! image records table; `pull_state.rs`: the KEP-2535 tables; `error.rs`:
@@ -122,7 +122,8 @@ pub struct Store {
     fenced: std::sync::atomic::AtomicBool,
     /// How to undo the unsynced writes ([`Store::apply_pull_records_unsynced`])
     /// made since the last synced one, oldest first: [`Store::sync`] has
-    /// work to do while it is not empty, and [`Store::fence`] undoes them.
+    /// work to do while it is not empty, and [`Store::fence_as_killed`]
+    /// undoes them.
     /// Changed only while holding redb's write lock (inside a write
     /// transaction), so it orders with the commits.
     unsynced: std::sync::Mutex<Vec<Undo>>,
@@ -132,7 +133,7 @@ pub struct Store {
 
 /// The value a key of the KEP-2535 tables had before an unsynced write
 /// (`None`: absent).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Undo {
     Record(String, Option<Vec<u8>>),
     Intent(String, Option<u64>),
@@ -308,29 +309,34 @@ impl Store {
                 }
             }
         };
-        self.synced_from_here();
-        txn.commit().map_err(|e| self.tx_error(op, e))?;
+        let carried = self.synced_from_here();
+        txn.commit().map_err(|e| self.tx_error(op, e)).inspect_err(|_| self.not_synced(carried))?;
         Ok(at(began))
     }
 
     /// Refuses every write from now on ([`StoreError::Fenced`]); reads go
-    /// on. The simulator's `kill -9`: a killed process writes nothing more,
-    /// but the tasks it left on a shared tokio runtime (an intent guard
-    /// dropped with its pull, a prefetch's end) still run and would. The
-    /// unsynced writes since the last synced one are undone (one synced
-    /// write): a `kill -9` loses them, but redb puts them on disk when a
-    /// store closes, as the simulator's killed process's does.
+    /// on. The simulator's end of a process: a dead process writes nothing
+    /// more, but the tasks it left on a shared tokio runtime (an intent
+    /// guard dropped with its pull, a prefetch's end) still run and would.
     pub fn fence(&self) {
         self.fenced.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// [`Store::fence`], then undoes the unsynced writes since the last
+    /// synced one (one synced write): the simulator's `kill -9`, which loses
+    /// them, where redb would put them on disk when the dead process's store
+    /// closes in the simulator's process.
+    pub fn fence_as_killed(&self) {
+        self.fence();
         if let Err(e) = self.undo_unsynced() {
-            tracing::warn!(db = %self.path.display(), error = %e, "could not undo the unsynced writes of a fenced store");
+            tracing::warn!(db = %self.path.display(), error = %e, "could not undo the unsynced writes of a killed store");
         }
     }
 
     fn undo_unsynced(&self) -> Result<(), StoreError> {
         let op = "undoing unsynced writes";
         let txn = self.db.begin_write().map_err(|e| self.tx_error(op, e))?;
-        let undo = std::mem::take(&mut *self.unsynced.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        let undo = self.journal().clone();
         if undo.is_empty() {
             return Ok(());
         }
@@ -347,13 +353,27 @@ impl Store {
                 r.map_err(|e| self.tx_error(op, e))?;
             }
         }
-        txn.commit().map_err(|e| self.tx_error(op, e))
+        txn.commit().map_err(|e| self.tx_error(op, e))?;
+        self.journal().clear();
+        Ok(())
+    }
+
+    fn journal(&self) -> std::sync::MutexGuard<'_, Vec<Undo>> {
+        self.unsynced.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// A synced write is about to commit (under redb's write lock): the
-    /// unsynced writes before it will be on disk with it.
-    fn synced_from_here(&self) {
-        self.unsynced.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+    /// unsynced writes before it will be on disk with it. Returns them,
+    /// for [`Store::not_synced`] should the commit fail.
+    fn synced_from_here(&self) -> Vec<Undo> {
+        std::mem::take(&mut *self.journal())
+    }
+
+    /// A synced commit failed: the unsynced writes before it are not on disk.
+    fn not_synced(&self, carried: Vec<Undo>) {
+        let mut journal = self.journal();
+        let later = std::mem::replace(&mut *journal, carried);
+        journal.extend(later);
     }
 
     /// Counts the durations of durable writes of the pull records and the
@@ -372,8 +392,11 @@ impl Store {
         began: std::time::Instant,
         pull_records: bool,
     ) -> Result<(), StoreError> {
-        self.synced_from_here();
+        let carried = self.synced_from_here();
         let r = txn.commit().map_err(|e| self.tx_error(op, e));
+        if r.is_err() {
+            self.not_synced(carried);
+        }
         if let Some(m) = self.metrics.get() {
             m.store_written(pull_records, began.elapsed());
         }

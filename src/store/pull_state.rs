@@ -101,7 +101,7 @@ impl Store {
         let op = "syncing pull records";
         let began = std::time::Instant::now();
         let mut txn = self.begin_write(op)?;
-        if self.unsynced.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_empty() {
+        if self.journal().is_empty() {
             // Dropped: aborted, nothing written.
             return Ok(false);
         }
@@ -129,7 +129,7 @@ impl Store {
         {
             let mut records = txn.open_table(PULLED_RECORDS).map_err(|e| self.tx_error(op, e))?;
             if !synced {
-                // How to undo it, for a fence (see `Store::fence`).
+                // How to undo it, for a kill (see `Store::fence_as_killed`).
                 let mut undo = Vec::new();
                 let keys = encoded.iter().map(|(k, _)| *k).chain(w.delete_records.iter().map(String::as_str));
                 for key in keys {
@@ -141,7 +141,7 @@ impl Store {
                     let was = intents.get(key.as_str()).map_err(|e| self.tx_error(op, e))?.map(|v| v.value());
                     undo.push(Undo::Intent(key.clone(), was));
                 }
-                self.unsynced.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(undo);
+                self.journal().extend(undo);
             }
             for (key, value) in &encoded {
                 records.insert(*key, value.as_slice()).map_err(|e| self.tx_error(op, e))?;

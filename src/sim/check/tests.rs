@@ -459,17 +459,41 @@ fn durable_fails_when_an_acknowledged_record_or_a_killed_pulls_intent_is_not_on_
     let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
     c.absorb(vec![at(1, started(1)), at(2, ok(1, "sha256:11"))]).unwrap();
     assert_eq!(broke(c.restarted(Snapshot::default(), &BTreeSet::new())), "durable");
-    // Every pod's record (written unsynced) may be lost, its intent left in
-    // its place; then it is no promise any more.
-    let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
-    c.absorb(vec![at(1, started(1)), at(2, ok(1, "sha256:11"))]).unwrap();
+    // Every pod's record (written unsynced) may be lost to a kill of the
+    // process that wrote it, its intent left in its place; then it is no
+    // promise any more.
+    let killed = || at(3, What::Life { inc: 1, what: Life::Killed });
+    let exited = || at(3, What::Life { inc: 1, what: Life::Exited });
     let mut left = Snapshot::default();
     left.intents.insert(image_key(IMAGES[PUBLIC].name));
-    assert_eq!(broke(c.restarted(left, &BTreeSet::new())), "nothing");
+    let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+    c.absorb(vec![at(1, started(1)), at(2, ok(1, "sha256:11")), killed()]).unwrap();
+    assert_eq!(broke(c.restarted(left.clone(), &BTreeSet::new())), "nothing");
     assert_eq!(broke(c.restarted(Snapshot::default(), &BTreeSet::new())), "nothing");
+    // Not after a graceful stop (which syncs).
+    let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+    c.absorb(vec![at(1, started(1)), at(2, ok(1, "sha256:11")), exited()]).unwrap();
+    assert_eq!(broke(c.restarted(left.clone(), &BTreeSet::new())), "durable");
+    // Nor once seen on disk.
+    let mut c = checker(&[], pod(PUBLIC, SecretKind::None));
+    c.absorb(vec![at(1, started(1)), at(2, ok(1, "sha256:11")), exited()]).unwrap();
+    let mut on_disk = left.clone();
+    let every_pod = [(
+        image_repo(IMAGES[PUBLIC].name).unwrap(),
+        crate::domain::pull_record::ImagePullCredentials::node_accessible(),
+    )];
+    let record = PulledRecord {
+        last_updated_time: SystemTime::UNIX_EPOCH,
+        image_ref: "sha256:11".into(),
+        credential_mapping: every_pod.into(),
+    };
+    on_disk.records.insert("sha256:11".into(), record);
+    c.restarted(on_disk, &BTreeSet::new()).unwrap();
+    c.absorb(vec![at(4, started(2)), at(5, What::Life { inc: 2, what: Life::Killed })]).unwrap();
+    assert_eq!(broke(c.restarted(left.clone(), &BTreeSet::new())), "durable");
     // A pod's own secret's record is synced: never lost, intent or not.
     let mut c = checker(&[], pod(PRIVATE, SecretKind::Right));
-    c.absorb(vec![at(1, started(1)), at(2, ok(1, "sha256:19"))]).unwrap();
+    c.absorb(vec![at(1, started(1)), at(2, ok(1, "sha256:19")), killed()]).unwrap();
     let mut left = Snapshot::default();
     left.intents.insert(image_key(IMAGES[PRIVATE].name));
     assert_eq!(broke(c.restarted(left, &BTreeSet::new())), "durable");

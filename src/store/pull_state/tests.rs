@@ -95,7 +95,7 @@ fn an_unsynced_write_is_read_at_once_and_on_disk_only_after_a_sync_or_a_synced_w
         // Left unsynced when the process is killed (the simulator's fence):
         // lost whole, its record and the end of its intent, and only it.
         store.apply_pull_records_unsynced(&write("sha256:c")).unwrap();
-        store.fence();
+        store.fence_as_killed();
         assert!(store.sync().is_err(), "a fenced store writes nothing");
     }
     let store = Store::open(dir.path()).unwrap();
@@ -137,7 +137,7 @@ fn a_store_closed_with_unsynced_writes_keeps_them_and_a_fence_undoes_each_in_ord
     };
     store.apply_pull_records_unsynced(&w1).unwrap();
     store.apply_pull_records_unsynced(&w2).unwrap();
-    store.fence();
+    store.fence_as_killed();
     drop(store);
     let state = Store::open(dir.path()).unwrap().pull_records_state().unwrap();
     assert_eq!(state.records, [older, pulled("sha256:b")]);
