@@ -962,7 +962,7 @@ impl Schedule {
                 Some(plugin) => self.plugin_trouble(i, plugin),
                 None => Event::Nothing,
             },
-            Kind::Reload => self.reload(),
+            Kind::Reload => self.reload(i),
         }
     }
 
@@ -971,13 +971,32 @@ impl Schedule {
     /// values (Docker Hub's rate, the slow registry's limit), every
     /// registry's limit, the overall limit on pulls at once (parallel plans),
     /// the transient retries, the back-off delays, the GC
-    /// thresholds and minimum age.
-    fn reload(&mut self) -> Event {
+    /// thresholds and minimum age. A new overall limit is put to the test:
+    /// unused images go, then a burst of prefetches of several images
+    /// (steps apart mostly well within a pull's length) wants more pulls at
+    /// once than the lowest limit allows. Now and then pulls turn serial or
+    /// parallel (serial: every registry's limit back to at most 1).
+    fn reload(&mut self, i: usize) -> Event {
         let g = &mut self.g;
         let mut lines: Vec<String> = Vec::new();
+        let mut new_limit = false;
         let quoted = |v: &str| format!("{v:?}");
         while lines.is_empty() {
             let mut set = |k: &str, v: &str| lines.push(format!("{k} = {v}"));
+            let mut to_serial = false;
+            if g.random_bool(0.05) {
+                if self.serial {
+                    set("pull.serialize_image_pulls", "false");
+                    set("pull.max_parallel_image_pulls", one(g, &["2", "4"]));
+                } else {
+                    set("pull.serialize_image_pulls", "true");
+                    set("pull.max_parallel_image_pulls", "1");
+                    set("pull.max_parallel_pulls_per_registry", "0");
+                    to_serial = true;
+                }
+                self.serial = !self.serial;
+                new_limit = true;
+            }
             if g.random_bool(0.5) {
                 let qps = one(g, &["0.0", "2.0", "0.5"]);
                 set("pull.registry_pull_qps", qps);
@@ -986,7 +1005,7 @@ impl Schedule {
                     set("pull.throttle_mode", &quoted(one(g, &["wait", "fail"])));
                 }
             }
-            if !self.registry_rules.is_empty() && g.random_bool(0.3) {
+            if !self.registry_rules.is_empty() && (to_serial || g.random_bool(0.3)) {
                 // The same rules with other values: Docker Hub's rate, the
                 // slow registry's limit (at most 1 while pulls are serial).
                 let slow: &[&str] = if self.serial { &["1"] } else { &["1", "2"] };
@@ -1009,6 +1028,7 @@ impl Schedule {
             }
             if !self.serial && g.random_bool(0.2) {
                 set("pull.max_parallel_image_pulls", one(g, &["1", "2", "4"]));
+                new_limit = true;
             }
             if self.shape.pull_knobs && g.random_bool(0.2) {
                 set("pull.transient_retries", one(g, &["0", "1", "2"]));
@@ -1026,6 +1046,15 @@ impl Schedule {
                 set("gc.image_gc_high_threshold_percent", &high.to_string());
                 set("gc.image_gc_low_threshold_percent", &low.to_string());
                 set("gc.image_minimum_gc_age", &quoted(one(g, &["0s", "30s", "2m"])));
+            }
+        }
+        if new_limit {
+            self.later(i, 1..2, Event::DeleteUnused);
+            let images = self.shape.images;
+            let mut burst: Vec<usize> = (1..images).collect();
+            for _ in 0..burst.len().min(4) {
+                let image = burst.swap_remove(self.g.random_range(0..burst.len()));
+                self.later(i, 2..3, Event::Prefetch { image, priority: 0 });
             }
         }
         Event::Reload(lines)
@@ -1353,6 +1382,7 @@ mod tests {
             "pull.registries",
             "pull.max_parallel_pulls_per_registry",
             "pull.max_parallel_image_pulls",
+            "pull.serialize_image_pulls",
             "pull.transient_retries",
             "pull.transient_retry_delay",
             "backoff.initial",
@@ -1363,16 +1393,29 @@ mod tests {
         ];
         let mut reloads = 0;
         let mut rules_reloaded = 0;
+        let (mut to_serial, mut to_parallel, mut tested_limits) = (0, 0, 0);
         for seed in 0..30 {
             let v3 = Plan::generate_shaped(seed, 2_000, &Shape::V3);
             assert!(v3.steps.iter().all(|s| !matches!(s.event, Event::Reload(_))), "seed {seed}");
             let plan = Plan::generate(seed, 2_000);
             assert_eq!(plan.settings, v3.settings, "seed {seed}: the settings are V3's");
             let mut settings = plan.settings.clone();
-            for s in &plan.steps {
+            for (i, s) in plan.steps.iter().enumerate() {
                 let Event::Reload(lines) = &s.event else { continue };
                 reloads += 1;
                 assert!(!lines.is_empty());
+                to_serial += usize::from(lines.iter().any(|l| l == "pull.serialize_image_pulls = true"));
+                to_parallel += usize::from(lines.iter().any(|l| l == "pull.serialize_image_pulls = false"));
+                if lines.iter().any(|l| l.starts_with("pull.max_parallel_image_pulls")) {
+                    // Unused images go, then prefetches come, as later
+                    // events (another due then may come first).
+                    let next: Vec<&Event> = plan.steps[i + 1..].iter().take(12).map(|s| &s.event).collect();
+                    let removal = next.iter().position(|e| matches!(e, Event::DeleteUnused));
+                    let prefetches = next.iter().filter(|e| matches!(e, Event::Prefetch { .. })).count();
+                    if removal.is_some() && prefetches >= 2 {
+                        tested_limits += 1;
+                    }
+                }
                 for l in lines {
                     let key = l.split(" = ").next().unwrap_or_default();
                     assert!(live.contains(&key), "seed {seed}: {l} does not apply live");
@@ -1392,6 +1435,8 @@ mod tests {
         // About one step in a hundred, a few of them the registries' rules.
         assert!((300..900).contains(&reloads), "{reloads} reloads in 30 seeds");
         assert!(rules_reloaded > 0, "no reload changed the registries' rules");
+        assert!(to_serial > 0 && to_parallel > 0, "serial {to_serial}, parallel {to_parallel}: both ways");
+        assert!(tested_limits > 0, "no new limit was followed by a burst of pulls");
     }
 
     #[test]

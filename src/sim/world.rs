@@ -656,6 +656,7 @@ impl World {
         (next.pull.registry_limit, next.pull.registry_limits) =
             (parsed.pull.registry_limit, parsed.pull.registry_limits);
         (next.pull.pull_deadline, next.pull.retries) = (parsed.pull.pull_deadline, parsed.pull.retries);
+        next.pull.concurrency = parsed.pull.concurrency;
         next.backoff.delays = parsed.backoff.delays;
         next.gc = next.gc.with_policy_of(&parsed.gc);
         let reloaded = node.reload(&next);
@@ -671,6 +672,7 @@ impl World {
                 c.pull.registry_limits.clone(),
                 c.pull.pull_deadline,
                 c.pull.retries,
+                c.pull.concurrency,
                 c.backoff.delays,
             )
         };
