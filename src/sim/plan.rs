@@ -1048,6 +1048,12 @@ impl Schedule {
                 set("gc.image_minimum_gc_age", &quoted(one(g, &["0s", "30s", "2m"])));
             }
         }
+        if !self.serial && !lines.iter().any(|l| l.starts_with("pull.serialize_image_pulls")) {
+            // A reload with no process serving is dropped: restated, the
+            // plan's parallel pulls hold whether an earlier switch landed
+            // or not (its other lines may need them).
+            lines.insert(0, "pull.serialize_image_pulls = false".to_string());
+        }
         if new_limit {
             self.later(i, 1..2, Event::DeleteUnused);
             let images = self.shape.images;
@@ -1400,6 +1406,9 @@ mod tests {
             let plan = Plan::generate(seed, 2_000);
             assert_eq!(plan.settings, v3.settings, "seed {seed}: the settings are V3's");
             let mut settings = plan.settings.clone();
+            // The same settings when every switch to parallel pulls was
+            // dropped (no process serving then): the rest must still load.
+            let mut dropped = plan.settings.clone();
             for (i, s) in plan.steps.iter().enumerate() {
                 let Event::Reload(lines) = &s.event else { continue };
                 reloads += 1;
@@ -1430,6 +1439,13 @@ mod tests {
                 settings = merged_settings(&settings, lines);
                 let parsed = crate::config::Config::from_toml(&settings.join("\n"));
                 assert!(parsed.is_ok(), "seed {seed}: {lines:?}: {:?}", parsed.err());
+                let to_parallel = lines.iter().any(|l| l == "pull.serialize_image_pulls = false")
+                    && dropped.iter().any(|l| l == "pull.serialize_image_pulls = true");
+                if !to_parallel || !lines.iter().any(|l| l.starts_with("pull.max_parallel_image_pulls")) {
+                    dropped = merged_settings(&dropped, lines);
+                    let parsed = crate::config::Config::from_toml(&dropped.join("\n"));
+                    assert!(parsed.is_ok(), "seed {seed}, switches dropped: {lines:?}: {:?}", parsed.err());
+                }
             }
         }
         // About one step in a hundred, a few of them the registries' rules.

@@ -677,22 +677,13 @@ impl World {
             )
         };
         if live(&in_force) != live(&next) || in_force.gc != next.gc {
+            // Every live setting, the pull limit and registry limits too.
             let e = format!(
-                "after the reload the node has pull {}/{} {:?}, back-off {:?}, gc {}/{} {:?}; it was given {}/{} {:?}, {:?}, {}/{} {:?}",
-                in_force.pull.qps,
-                in_force.pull.burst,
-                in_force.pull.throttle_mode,
-                in_force.backoff.delays,
-                in_force.gc.high_threshold_percent,
-                in_force.gc.low_threshold_percent,
-                in_force.gc.min_age,
-                next.pull.qps,
-                next.pull.burst,
-                next.pull.throttle_mode,
-                next.backoff.delays,
-                next.gc.high_threshold_percent,
-                next.gc.low_threshold_percent,
-                next.gc.min_age,
+                "after the reload the node has {:?}, gc {:?}; it was given {:?}, gc {:?}",
+                live(&in_force),
+                in_force.gc,
+                live(&next),
+                next.gc
             );
             self.record(What::Reloaded { inc: inc.id, outcome: Err(e) });
         }
