@@ -22,7 +22,7 @@
 //!   made directly (`ImageStatus`, `PullImage`, `ImageStatus` for the size)
 //!   ÷ the lone `PullImage`: the part of the ratio any kubelet-exact ensure
 //!   pays; `real_pull_over_kubelet_calls_ratio`: the ensure ÷ those calls.
-//! - `real_pull_sized_ratio`: the same pairs (21 at the default 5 rounds;
+//! - `real_pull_sized_ratio`: the same pairs (41 at the default 5 rounds;
 //!   ensure with durable records ÷ direct `PullImage`) for an image of
 //!   `REAL_BENCH_SIZED_MIB` (8) MiB of incompressible data, each side its
 //!   own content, removed (and its content collected) before its next pull:
@@ -421,7 +421,9 @@ fn sized(endpoint: &CriEndpoint, refs: &[String], rounds: usize) {
         let node = node_on(endpoint, "", &dir.path().display().to_string()).await;
         let manager = node.manager().clone();
         let bare = cri_client(endpoint);
-        let pairs = rounds.max(3) * 4 + 1;
+        // About 0.2 s a pair; at 21 pairs the median moved 1.014–1.061
+        // between runs.
+        let pairs = rounds.max(3) * 8 + 1;
         let (mut ratios, mut via, mut direct) = (Vec::new(), Vec::new(), Vec::new());
         for i in 0..pairs + 1 {
             for r in refs {
