@@ -244,13 +244,6 @@ fn library(
         // records' writes (a synced intent before the pull; the record
         // after, unsynced for these anonymous pulls) cost a pull.
         let memory_node = Arc::new(node_on(endpoint, "", "memory").await);
-        let pulls_of = |m: imaged::ensure::ImageManager, image: String, uid: String| async move {
-            let req = EnsureImageRequest::new(&uid, &image, PullPolicy::IfNotPresent);
-            let (t, r) = timed(m.ensure_image_exists(&req)).await;
-            let ok = r.expect("ensure");
-            assert!(ok.message.is_empty(), "the image was removed, so the ensure pulls: {ok:?}");
-            t
-        };
 
         let ensure = |image: String, uid: String| {
             let manager = manager.clone();
@@ -308,18 +301,9 @@ fn library(
             c.pull_image(pb::PullImageRequest { image: spec(&pull_refs[8]), auth: None, sandbox_config: None })
                 .await
                 .expect("the spacer's pull");
-            let e = || pulls_of(manager.clone(), pull_refs[0].clone(), format!("pull-{i}"));
-            let m = || pulls_of(memory_node.manager().clone(), pull_refs[1].clone(), format!("pull-{i}"));
-            let d = || {
-                let mut c = bare.clone();
-                let image = pull_refs[2].clone();
-                async move {
-                    let req = pb::PullImageRequest { image: spec(&image), auth: None, sandbox_config: None };
-                    let (t, r) = timed(c.pull_image(req)).await;
-                    r.expect("direct pull");
-                    t
-                }
-            };
+            let e = || ensure_pull(manager.clone(), pull_refs[0].clone(), format!("pull-{i}"));
+            let m = || ensure_pull(memory_node.manager().clone(), pull_refs[1].clone(), format!("pull-{i}"));
+            let d = || direct_pull(bare.clone(), pull_refs[2].clone());
             // The kubelet's own calls for a pull, made directly: `ImageStatus`
             // (absent), `PullImage`, `ImageStatus` (the size for its event).
             let k = || {
@@ -398,6 +382,23 @@ fn library(
     });
 }
 
+/// An ensure of `image` (removed before, so it pulls) for pod `uid`, timed.
+async fn ensure_pull(m: imaged::ensure::ImageManager, image: String, uid: String) -> Duration {
+    let req = EnsureImageRequest::new(&uid, &image, PullPolicy::IfNotPresent);
+    let (t, r) = timed(m.ensure_image_exists(&req)).await;
+    let ok = r.expect("ensure");
+    assert!(ok.message.is_empty(), "the image was removed, so the ensure pulls: {ok:?}");
+    t
+}
+
+/// A bare CRI `PullImage` of `image`, timed.
+async fn direct_pull(mut c: ImageServiceClient<Channel>, image: String) -> Duration {
+    let req = pb::PullImageRequest { image: spec(&image), auth: None, sandbox_config: None };
+    let (t, r) = timed(c.pull_image(req)).await;
+    r.expect("direct pull");
+    t
+}
+
 /// `len` bytes that gzip cannot shrink (xorshift from `seed`).
 fn incompressible(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -430,26 +431,8 @@ fn sized(endpoint: &CriEndpoint, refs: &[String], rounds: usize) {
                 let mut c = bare.clone();
                 let _ = c.remove_image(pb::RemoveImageRequest { image: spec(r) }).await;
             }
-            let e = || {
-                let manager = manager.clone();
-                let image = refs[0].clone();
-                async move {
-                    let req = EnsureImageRequest::new(format!("sized-{i}"), &image, PullPolicy::IfNotPresent);
-                    let (t, r) = timed(manager.ensure_image_exists(&req)).await;
-                    assert!(r.expect("sized ensure").message.is_empty(), "removed before, so pulled");
-                    t
-                }
-            };
-            let d = || {
-                let mut c = bare.clone();
-                let image = refs[1].clone();
-                async move {
-                    let req = pb::PullImageRequest { image: spec(&image), auth: None, sandbox_config: None };
-                    let (t, r) = timed(c.pull_image(req)).await;
-                    r.expect("sized direct pull");
-                    t
-                }
-            };
+            let e = || ensure_pull(manager.clone(), refs[0].clone(), format!("sized-{i}"));
+            let d = || direct_pull(bare.clone(), refs[1].clone());
             let (te, td) = if i % 2 == 0 {
                 let te = e().await;
                 (te, d().await)
