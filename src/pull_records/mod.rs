@@ -15,9 +15,10 @@
 //! it on the caller's task. It keeps every record and intent in memory
 //! (the hot path — a present image — reads memory only, and with
 //! `NeverVerify` touches nothing) and writes through to the [`Store`]
-//! (`pull_intents_v1`, `pulled_records_v1`), one transaction per change,
-//! on the blocking pool. Writes are serialised by an async mutex, so
-//! read-merge-write is atomic. Without a store the state lives in memory only.
+//! (`pull_intents_v1`, `pulled_records_v1`), one transaction per change
+//! (the intents waiting together share one: see
+//! [`PullRecords::record_pull_intent`]), on the blocking pool. Writes are
+//! serialised by an async mutex, so read-merge-write is atomic. Without a store the state lives in memory only.
 //!
 //! # Unsynced
 //!
@@ -129,6 +130,40 @@ struct Inner {
     /// Told when a pull in flight ends (its record written, or its intent
     /// ended): see [`PullRecords::pulls_ended`].
     pull_ended: tokio::sync::Notify,
+    /// Keys of intents waiting for the write lock, one entry per request
+    /// (the group commit of [`PullRecords::record_pull_intent`]).
+    waiting_intents: Mutex<Vec<String>>,
+}
+
+/// Locks `m`, poisoned or not (what it guards stays consistent: every
+/// change under it is a single step).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A request's intent in [`Inner::waiting_intents`] while it waits for the
+/// write lock; taken out when it gets the lock or gives up waiting (then
+/// no later commit writes an intent for a pull that never starts), unless
+/// a commit already took it.
+struct WaitingIntent<'a> {
+    inner: &'a Inner,
+    key: &'a str,
+}
+
+impl<'a> WaitingIntent<'a> {
+    fn new(inner: &'a Inner, key: &'a str) -> Self {
+        lock(&inner.waiting_intents).push(key.to_string());
+        Self { inner, key }
+    }
+}
+
+impl Drop for WaitingIntent<'_> {
+    fn drop(&mut self) {
+        let mut waiting = lock(&self.inner.waiting_intents);
+        if let Some(i) = waiting.iter().position(|k| k == self.key) {
+            waiting.swap_remove(i);
+        }
+    }
 }
 
 /// A must-pull check's answer, not yet counted (see
@@ -225,6 +260,7 @@ impl PullRecords {
                 writes: tokio::sync::Mutex::new(()),
                 names: Mutex::default(),
                 pull_ended: tokio::sync::Notify::new(),
+                waiting_intents: Mutex::default(),
             }),
         }
     }
@@ -286,6 +322,12 @@ impl PullRecords {
         let mut v: Vec<String> = self.state().stored_intents.iter().cloned().collect();
         v.sort();
         v
+    }
+
+    /// Keys of intents waiting for the write lock (tests).
+    #[cfg(test)]
+    fn pull_records_waiting(&self) -> Vec<String> {
+        lock(&self.inner.waiting_intents).clone()
     }
 
     fn names(&self, image: &str) -> Arc<ImageNames> {
@@ -408,16 +450,35 @@ impl PullRecords {
 
     /// The kubelet's `RecordPullIntent`: a pull of `image` is about to start.
     /// The intent is on disk when this returns `Ok`.
+    ///
+    /// Group commit: intents wait for the write lock in
+    /// [`Inner::waiting_intents`], and whoever takes the lock to write one
+    /// writes every intent waiting then, in one synced commit; the others
+    /// find theirs stored when their turn comes. A burst of pulls then
+    /// pays a sync or two, not one each in turn (the kubelet writes a file
+    /// per intent). Each request still counts its own pull in flight under
+    /// the lock, after checking that its intent is stored: one deleted
+    /// meanwhile (another pull of the image ended as the last) is written
+    /// again.
     pub async fn record_pull_intent(&self, image: &str) -> Result<(), StoreError> {
         let key = image_key(image);
+        let waiting = WaitingIntent::new(&self.inner, &key);
         let _w = self.inner.writes.lock().await;
+        drop(waiting);
         let stored = self.state().stored_intents.contains(&key);
         if !stored {
-            self.commit(PullRecordsWrite { put_intents: vec![key.clone()], ..Default::default() }).await?;
+            let mut keys: Vec<String> = {
+                let waiting = std::mem::take(&mut *lock(&self.inner.waiting_intents));
+                let st = self.state();
+                waiting.into_iter().filter(|k| *k != key && !st.stored_intents.contains(k)).collect()
+            };
+            keys.sort_unstable();
+            keys.dedup();
+            keys.push(key.clone());
+            self.commit(PullRecordsWrite { put_intents: keys.clone(), ..Default::default() }).await?;
+            self.state().stored_intents.extend(keys);
         }
-        let mut st = self.state();
-        st.stored_intents.insert(key.clone());
-        *st.in_flight.entry(key).or_default() += 1;
+        *self.state().in_flight.entry(key).or_default() += 1;
         Ok(())
     }
 

@@ -641,3 +641,66 @@ async fn pulls_ended_waits_for_the_pulls_in_flight_of_the_image_and_no_longer_th
     assert_eq!(started.elapsed(), Duration::from_millis(100));
     recorder.await.unwrap();
 }
+
+/// Synced commits of pull records so far, as `metrics` counts them.
+fn synced_commits(metrics: &crate::metrics::Metrics) -> f64 {
+    let s = crate::testing::Scrape::parse(&metrics.encode()).unwrap();
+    s.value("imaged_store_write_duration_seconds_count", &[("table", "pull_records")]).unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn a_burst_of_intents_is_written_in_one_or_two_synced_commits_and_each_pull_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = crate::metrics::Metrics::default();
+    let images: Vec<String> = (0..16).map(|i| format!("example.com/burst/app-{i}:1")).collect();
+    {
+        let st = store(dir.path());
+        st.set_metrics(&metrics);
+        let r = PullRecords::open(VerifyPolicy::default(), Some(st.clone())).unwrap();
+        // Two requests of the first image among them: one intent, two pulls.
+        let intents = images.iter().chain(std::iter::once(&images[0])).map(|i| r.record_pull_intent(i));
+        for done in futures_util::future::join_all(intents).await {
+            done.unwrap();
+        }
+        // The first takes the lock alone; the next writes all the others.
+        assert_eq!(synced_commits(&metrics), 2.0, "one sync per wave, not one per intent");
+        let mut want = images.clone();
+        want.sort();
+        assert_eq!(r.stored_intents(), want);
+        // Each request counts its own pull: the first pull of image 0 to
+        // end leaves the intent to the second.
+        r.record_image_pull_failed(&images[0]).await;
+        assert!(r.stored_intents().contains(&images[0]), "the other pull of it is in flight");
+        r.record_image_pull_failed(&images[0]).await;
+        assert!(!r.stored_intents().contains(&images[0]), "the last ended: deleted");
+        assert!(r.pull_records_waiting().is_empty());
+        st.fence_as_killed(); // kill -9: synced, so kept
+    }
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    let mut rest = images[1..].to_vec();
+    rest.sort();
+    assert_eq!(r.stored_intents(), rest);
+}
+
+#[tokio::test]
+async fn an_intent_whose_request_gives_up_waiting_is_not_written_by_the_next_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    let (gave_up, next) = ("example.com/team/gave-up:1", "example.com/team/next:1");
+    {
+        // Another write holds the lock; the request waits, then its caller
+        // gives up.
+        let held = r.inner.writes.lock().await;
+        let waiting = r.record_pull_intent(gave_up);
+        let timed_out = tokio::time::timeout(Duration::from_millis(20), waiting).await;
+        assert!(timed_out.is_err(), "waits for the lock");
+        drop(held);
+    }
+    assert!(r.pull_records_waiting().is_empty());
+    r.record_pull_intent(next).await.unwrap();
+    assert_eq!(r.stored_intents(), [next]);
+    // What the store holds, too.
+    drop(r);
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    assert_eq!(r.stored_intents(), [next]);
+}
