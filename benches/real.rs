@@ -35,6 +35,10 @@
 //!   with them in memory (a busy node's start);
 //!   `real_burst_synced_writes_per_burst`: the synced commits each burst
 //!   of the durable node made (its intents are group-committed).
+//! - `real_front_burst_ratio`: the same 16 images pulled as the kubelet
+//!   pulls them at a busy node's start (at most 5 at once; `ImageStatus`,
+//!   `PullImage`, size `ImageStatus` each), makespan through `imaged run`'s
+//!   CRI front ÷ straight to containerd.
 //!
 //! - `real_front_pull_ratio`: the kubelet's calls for one pull (`ImageStatus`,
 //!   `PullImage`, `ImageStatus` for the size) through `imaged run`'s CRI
@@ -215,7 +219,7 @@ fn main() {
     // the idle part's first window (CI run 26: containerd 552 ms a minute
     // "alone", against 283–430 with the daemon part last).
     if runs("front") {
-        front(&endpoint, &hot, &pull_refs[4..8], rounds, calls);
+        front(&endpoint, &hot, &pull_refs[4..8], &burst_refs, rounds, calls);
     }
     if runs("daemon") {
         daemon(&endpoint, &hot, rounds, calls);
@@ -519,7 +523,7 @@ fn burst(endpoint: &CriEndpoint, refs: &[String], rounds: usize) {
         };
         let (mut on_disk, mut in_memory, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
         let (_, writes_before) = store_writes(&durable);
-        let rounds = rounds.max(3) * 2 + 1;
+        let rounds = rounds.max(3) * 4 + 1;
         for round in 0..rounds {
             for r in refs {
                 let _ = bare.remove_image(pb::RemoveImageRequest { image: spec(r) }).await;
@@ -608,11 +612,16 @@ fn daemon(endpoint: &CriEndpoint, hot: &str, rounds: usize, calls: usize) {
 /// `ImageStatus` (the size for its event). Each image is removed before
 /// its next pull (the front's through the front, as the kubelet's GC
 /// would); the order alternates.
-fn front(endpoint: &CriEndpoint, hot: &str, refs: &[String], rounds: usize, calls: usize) {
+fn front(endpoint: &CriEndpoint, hot: &str, refs: &[String], burst_refs: &[String], rounds: usize, calls: usize) {
     let dir = tempfile::Builder::new().prefix("imf").tempdir_in("/tmp").expect("tempdir");
     let cri = dir.path().join("cri.sock");
     let socket = format!("cri_server.socket={}", cri.display());
-    let mut d = start_daemon(endpoint, &["--set", &socket, "--set", "pull.registry_pull_qps=0"]);
+    // Parallel pulls as the kubelet's own (`maxParallelImagePulls` = 5), for
+    // the burst; the other parts make one call at a time.
+    let parallel = ["--set", "pull.serialize_image_pulls=false", "--set", "pull.max_parallel_image_pulls=5"];
+    let mut args = vec!["--set", socket.as_str(), "--set", "pull.registry_pull_qps=0"];
+    args.extend_from_slice(&parallel);
+    let mut d = start_daemon(endpoint, &args);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let through = ImageServiceClient::new(CriEndpoint::Unix(cri).channel(Duration::from_secs(5)).expect("channel"));
@@ -684,6 +693,8 @@ fn front(endpoint: &CriEndpoint, hot: &str, refs: &[String], rounds: usize, call
             ratios.push(interleaved(calls, || status(&through), || status(&bare)).await);
         }
         report("real_front_status_ratio", ratios);
+
+        front_burst(&through, &bare, burst_refs, rounds).await;
     });
     let _ = d.child.kill();
     let _ = d.child.wait();
@@ -691,6 +702,70 @@ fn front(endpoint: &CriEndpoint, hot: &str, refs: &[String], rounds: usize, call
 
 /// `imaged run` on `endpoint` with its default logging and `extra` options,
 /// once its API answers; the binary is `REAL_BENCH_IMAGED` when set.
+/// A busy node's start as the kubelet makes it through the front: `BURST`
+/// images pulled with at most 5 at once (the kubelet's
+/// `maxParallelImagePulls`), each its `ImageStatus`, `PullImage` and size
+/// `ImageStatus`, through the daemon's front (durable records: the pulls'
+/// intents) and straight to containerd, alternating which side goes
+/// first; every image removed before its side's turn. Prints each side's
+/// median makespan and their ratio.
+async fn front_burst(
+    through: &ImageServiceClient<Channel>,
+    bare: &ImageServiceClient<Channel>,
+    refs: &[String],
+    rounds: usize,
+) {
+    use futures_util::StreamExt;
+    let (via_refs, direct_refs) = refs.split_at(BURST);
+    let side = |c: &ImageServiceClient<Channel>, images: &[String]| {
+        let (c, images) = (c.clone(), images.to_vec());
+        async move {
+            for image in &images {
+                let _ = c.clone().remove_image(pb::RemoveImageRequest { image: spec(image) }).await;
+            }
+            let t = Instant::now();
+            futures_util::stream::iter(images)
+                .map(|image| {
+                    let mut c = c.clone();
+                    async move {
+                        let s = c.image_status(pb::ImageStatusRequest { image: spec(&image), verbose: false }).await;
+                        assert!(s.expect("status").into_inner().image.is_none(), "removed before");
+                        let req = pb::PullImageRequest { image: spec(&image), auth: None, sandbox_config: None };
+                        let pulled = c.pull_image(req).await.expect("pull").into_inner().image_ref;
+                        let s = c.image_status(pb::ImageStatusRequest { image: spec(&pulled), verbose: false }).await;
+                        assert!(s.expect("size").into_inner().image.is_some());
+                    }
+                })
+                .buffer_unordered(5)
+                .collect::<Vec<()>>()
+                .await;
+            t.elapsed()
+        }
+    };
+    let (mut via, mut direct, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds.max(3) * 4 + 1 {
+        let (v, d) = if round % 2 == 0 {
+            let v = side(through, via_refs).await;
+            (v, side(bare, direct_refs).await)
+        } else {
+            let d = side(bare, direct_refs).await;
+            (side(through, via_refs).await, d)
+        };
+        // The first round warms the daemon's and containerd's caches.
+        if round > 0 {
+            ratios.push(v.as_secs_f64() / d.as_secs_f64());
+            via.push(v);
+            direct.push(d);
+        }
+    }
+    println!(
+        "real_front_burst_p50_ms: {:.1} through, {:.1} direct",
+        median_d(via).as_secs_f64() * 1e3,
+        median_d(direct).as_secs_f64() * 1e3
+    );
+    report("real_front_burst_ratio", ratios);
+}
+
 fn start_daemon(endpoint: &CriEndpoint, extra: &[&str]) -> support::daemon::Daemon {
     let CriEndpoint::Unix(sock) = endpoint else { unreachable!("a unix socket") };
     let endpoint = format!("unix://{}", sock.display());
