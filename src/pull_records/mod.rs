@@ -135,6 +135,21 @@ struct Inner {
     waiting_intents: Mutex<Vec<String>>,
 }
 
+/// Runs `work` — a write that may end a pull's intent: its commit and the
+/// memory that follows it — to its end even when its caller stops waiting
+/// (an ensure dropped while its pull's end is written). Dropped halfway,
+/// the commit would still land (the blocking pool runs it to its end) while
+/// memory kept the intent as stored, and the image's next intent would not
+/// be written: a pull with no intent on disk. `None` if `work` panicked.
+/// On a thread that runs writes inline (the simulator's) a write and its
+/// memory are one step already, and `work` runs here.
+async fn to_the_end<T: Send + 'static>(work: impl Future<Output = T> + Send + 'static) -> Option<T> {
+    if crate::blocking::inline_on_this_thread() {
+        return Some(work.await);
+    }
+    tokio::spawn(work).await.ok()
+}
+
 /// Locks `m`, poisoned or not (what it guards stays consistent: every
 /// change under it is a single step).
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -569,6 +584,12 @@ impl PullRecords {
     /// the intent is deleted when it was the last one in flight (and no
     /// pull of it ended unknown, see [`PullRecords::record_image_pull_unknown`]).
     pub async fn record_image_pull_failed(&self, image: &str) {
+        let (this, image) = (self.clone(), image.to_string());
+        to_the_end(async move { this.end_failed_pull(&image).await }).await;
+    }
+
+    /// [`PullRecords::record_image_pull_failed`], cancellable (see [`to_the_end`]).
+    async fn end_failed_pull(&self, image: &str) {
         let key = image_key(image);
         let _w = self.inner.writes.lock().await;
         let last = self.state().in_flight.get(&key).is_none_or(|n| *n <= 1);
@@ -601,6 +622,25 @@ impl PullRecords {
     /// `refresh` says when the record's time becomes now even though the
     /// merge changed nothing (see [`PullRecords::record_image_pulled`]).
     async fn write_pulled(
+        &self,
+        image_ref: &str,
+        repo: &str,
+        creds: &ImagePullCredentials,
+        intent: Option<&str>,
+        refresh: Refresh,
+    ) -> Result<(), StoreError> {
+        let this = self.clone();
+        let (image_ref, repo, creds) = (image_ref.to_string(), repo.to_string(), creds.clone());
+        let intent = intent.map(str::to_string);
+        let write = async move { this.write_pulled_now(&image_ref, &repo, &creds, intent.as_deref(), refresh).await };
+        match to_the_end(write).await {
+            Some(r) => r,
+            None => Err(StoreError::Blocking("the record's write stopped halfway".into())),
+        }
+    }
+
+    /// [`PullRecords::write_pulled`], cancellable (see [`to_the_end`]).
+    async fn write_pulled_now(
         &self,
         image_ref: &str,
         repo: &str,

@@ -657,13 +657,30 @@ async fn a_burst_of_intents_is_written_in_one_or_two_synced_commits_and_each_pul
         let st = store(dir.path());
         st.set_metrics(&metrics);
         let r = PullRecords::open(VerifyPolicy::default(), Some(st.clone())).unwrap();
-        // Two requests of the first image among them: one intent, two pulls.
-        let intents = images.iter().chain(std::iter::once(&images[0])).map(|i| r.record_pull_intent(i));
-        for done in futures_util::future::join_all(intents).await {
-            done.unwrap();
+        // They all wait while another write holds the lock; two requests
+        // of the first image among them: one intent, two pulls.
+        let held = r.inner.writes.lock().await;
+        let intents: Vec<_> = images
+            .iter()
+            .chain(std::iter::once(&images[0]))
+            .map(|i| {
+                let (r, i) = (r.clone(), i.clone());
+                tokio::spawn(async move { r.record_pull_intent(&i).await })
+            })
+            .collect();
+        for _ in 0..100 {
+            if r.pull_records_waiting().len() == images.len() + 1 {
+                break;
+            }
+            tokio::task::yield_now().await;
         }
-        // The first takes the lock alone; the next writes all the others.
-        assert_eq!(synced_commits(&metrics), 2.0, "one sync per wave, not one per intent");
+        assert_eq!(r.pull_records_waiting().len(), images.len() + 1, "all waiting");
+        drop(held);
+        for done in intents {
+            done.await.unwrap().unwrap();
+        }
+        // The first to get the lock writes them all.
+        assert_eq!(synced_commits(&metrics), 1.0, "one sync for the wave, not one per intent");
         let mut want = images.clone();
         want.sort();
         assert_eq!(r.stored_intents(), want);
@@ -682,6 +699,9 @@ async fn a_burst_of_intents_is_written_in_one_or_two_synced_commits_and_each_pul
     assert_eq!(r.stored_intents(), rest);
 }
 
+/// A regression test for the group's clean-up: a request that gives up
+/// before any commit took its intent leaves none (one that gives up after
+/// is written with the group, as a crash would leave it: harmless).
 #[tokio::test]
 async fn an_intent_whose_request_gives_up_waiting_is_not_written_by_the_next_commit() {
     let dir = tempfile::tempdir().unwrap();
@@ -703,4 +723,45 @@ async fn an_intent_whose_request_gives_up_waiting_is_not_written_by_the_next_com
     drop(r);
     let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
     assert_eq!(r.stored_intents(), [next]);
+}
+
+#[tokio::test]
+async fn an_intent_ended_by_a_write_its_caller_stopped_waiting_for_is_written_again_by_the_next_pull() {
+    let dir = tempfile::tempdir().unwrap();
+    let st = store(dir.path());
+    let r = PullRecords::open(VerifyPolicy::default(), Some(st.clone())).unwrap();
+    let (failed, pulled) = ("example.com/team/failed:1", "example.com/team/pulled:1");
+    let on_disk = || {
+        let mut v = st.pull_records_state().unwrap().intents;
+        v.sort();
+        v
+    };
+    for image in [failed, pulled] {
+        r.record_pull_intent(image).await.unwrap();
+    }
+    assert_eq!(on_disk(), [failed, pulled]);
+    // Each pull's end is dropped after its first poll (an ensure whose
+    // caller went away while the intent's deletion was being written).
+    let ends = [
+        Box::pin(r.record_image_pull_failed(failed)) as std::pin::Pin<Box<dyn Future<Output = ()>>>,
+        Box::pin(async {
+            let _ = r.record_image_pulled(pulled, REF, &ImagePullCredentials::node_accessible()).await;
+        }),
+    ];
+    for end in ends {
+        let _ = tokio::time::timeout(Duration::ZERO, end).await;
+    }
+    // The writes land all the same; memory follows them.
+    for _ in 0..200 {
+        if on_disk().is_empty() && r.stored_intents().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(on_disk(), Vec::<String>::new(), "the deletions landed");
+    // The next pulls of both images are on disk before they start.
+    for image in [failed, pulled] {
+        r.record_pull_intent(image).await.unwrap();
+    }
+    assert_eq!(on_disk(), [failed, pulled], "no pull without its intent on disk");
 }
