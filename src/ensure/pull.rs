@@ -73,9 +73,11 @@ impl ImageManager {
             Ok(outcome) => !self.mark_ensured_unless_removed(&outcome.image_ref).await,
             Err(_) => false,
         };
-        // The record is written while the pull task looks the size up.
-        Box::pin(self.record_pull_end(&spec.image, requested, result.as_ref(), proves, began)).await;
+        // The record is written while the pull task looks the size up. The
+        // write runs to its end even if this ensure is dropped meanwhile
+        // (`pull_records::to_the_end`): the guard is done with here.
         intent.disarm();
+        Box::pin(self.record_pull_end(&spec.image, requested, result.as_ref(), proves, began)).await;
         if let Ok(o) = &mut result {
             o.record_due = None;
         }

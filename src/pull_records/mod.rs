@@ -135,18 +135,17 @@ struct Inner {
     waiting_intents: Mutex<Vec<String>>,
 }
 
-/// Runs `work` — a write that may end a pull's intent: its commit and the
-/// memory that follows it — to its end even when its caller stops waiting
-/// (an ensure dropped while its pull's end is written). Dropped halfway,
-/// the commit would still land (the blocking pool runs it to its end) while
-/// memory kept the intent as stored, and the image's next intent would not
-/// be written: a pull with no intent on disk. `None` if `work` panicked.
-/// On a thread that runs writes inline (the simulator's) a write and its
-/// memory are one step already, and `work` runs here.
+/// Runs `work` — the end of a pull: its commit and the memory that follows
+/// it — to its end even when its caller stops waiting (an ensure dropped
+/// while its pull's end is written). Dropped halfway, the commit would
+/// still land (the blocking pool runs it to its end) while memory kept the
+/// intent as stored, and the image's next intent would not be written: a
+/// pull with no intent on disk. So a caller that has begun ending a pull
+/// may disarm its `IntentGuard` before it waits. `None` if `work` panicked.
+/// Under the simulator too (writes inline), as `work` may first wait for
+/// the write lock; a process the simulator kills meanwhile has its store
+/// fenced first, so what `work` writes after is refused.
 async fn to_the_end<T: Send + 'static>(work: impl Future<Output = T> + Send + 'static) -> Option<T> {
-    if crate::blocking::inline_on_this_thread() {
-        return Some(work.await);
-    }
     tokio::spawn(work).await.ok()
 }
 
@@ -565,6 +564,12 @@ impl PullRecords {
     /// which turns an image pulled for one pod into a preloaded image every
     /// pod may use (found by the simulator, seed 3).
     pub async fn record_image_pull_unknown(&self, image: &str) {
+        let (this, image) = (self.clone(), image.to_string());
+        to_the_end(async move { this.end_unknown_pull(&image).await }).await;
+    }
+
+    /// [`PullRecords::record_image_pull_unknown`], cancellable (see [`to_the_end`]).
+    async fn end_unknown_pull(&self, image: &str) {
         let key = image_key(image);
         let _w = self.inner.writes.lock().await;
         let mut st = self.state();
