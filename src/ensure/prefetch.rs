@@ -153,6 +153,8 @@ impl ImageManager {
                     // Pulled for a pod to come: GC keeps it as if just used
                     // (marked before its record is written, which GC then keeps).
                     manager.mark_ensured_after_removals(&outcome.image_ref).await;
+                    // The end runs to its end once begun (as an ensure's).
+                    intent.disarm();
                     manager.record_pull_end(&spec.image, &requested, Ok(&outcome), &proves, began).await;
                     tracing::info!(
                         image = requested,
@@ -163,13 +165,13 @@ impl ImageManager {
                     Ok(outcome.image_ref)
                 }
                 Err(failure) => {
+                    intent.disarm();
                     manager.record_pull_end(&spec.image, &requested, Err(&failure), &proves, began).await;
                     let text = format!("Failed to pull image {}: {failure}", quote(&requested));
                     tracing::warn!(image = requested, error = %failure, "prefetch failed");
                     Err(text)
                 }
             };
-            intent.disarm();
             let _ = tx.send(result);
         });
         Ok(Prefetch::Pulling { joined, done: PrefetchDone(rx) })

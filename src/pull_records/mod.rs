@@ -572,12 +572,20 @@ impl PullRecords {
     async fn end_unknown_pull(&self, image: &str) {
         let key = image_key(image);
         let _w = self.inner.writes.lock().await;
+        self.ended_keeping_intent(&key);
+    }
+
+    /// One pull of `key` ended and its intent stays on disk for the rest of
+    /// this process (see [`PullRecords::record_image_pull_unknown`]): its
+    /// outcome is unknown, or the write that was to end it failed. Called
+    /// under the write lock.
+    fn ended_keeping_intent(&self, key: &str) {
         let mut st = self.state();
-        st.unknown.insert(key.clone());
-        if let Some(n) = st.in_flight.get_mut(&key) {
+        st.unknown.insert(key.to_string());
+        if let Some(n) = st.in_flight.get_mut(key) {
             *n = n.saturating_sub(1);
             if *n == 0 {
-                st.in_flight.remove(&key);
+                st.in_flight.remove(key);
             }
         }
         drop(st);
@@ -613,6 +621,8 @@ impl PullRecords {
         if let Err(e) = self.commit(PullRecordsWrite { delete_intents: vec![key.clone()], ..Default::default() }).await
         {
             tracing::warn!(image, error = %e, "failed to remove an image pull intent");
+            // The pull ended all the same: a check waiting for it goes on.
+            self.ended_keeping_intent(&key);
             return;
         }
         let mut st = self.state();
@@ -640,7 +650,7 @@ impl PullRecords {
         let write = async move { this.write_pulled_now(&image_ref, &repo, &creds, intent.as_deref(), refresh).await };
         match to_the_end(write).await {
             Some(r) => r,
-            None => Err(StoreError::Blocking("the record's write stopped halfway".into())),
+            None => Err(StoreError::Blocking("the record's write ended before completing".into())),
         }
     }
 
@@ -680,10 +690,18 @@ impl PullRecords {
         // See "Unsynced" above: losing this write leaves the intent (or
         // nothing, when another pull of the image still runs), never a
         // record granting more than the one before.
-        if creds.node_pods_accessible && intent.is_some() {
-            self.commit_unsynced(w).await?;
+        let written = if creds.node_pods_accessible && intent.is_some() {
+            self.commit_unsynced(w).await
         } else {
-            self.commit(w).await?;
+            self.commit(w).await
+        };
+        if let Err(e) = written {
+            // The pull ended all the same, its intent kept (a check waiting
+            // for its record goes on); its record is not written.
+            if let Some(key) = intent {
+                self.ended_keeping_intent(key);
+            }
+            return Err(e);
         }
         let mut st = self.state();
         if changed {
@@ -776,7 +794,7 @@ impl Drop for IntentGuard {
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 // Its caller gave up: the pull may go on, its outcome unknown.
-                handle.spawn(async move { records.record_image_pull_unknown(&image).await });
+                handle.spawn(async move { records.end_unknown_pull(&image).await });
             }
             Err(_) => tracing::warn!(image, "pull intent left in place: no runtime to end it on"),
         }

@@ -765,3 +765,25 @@ async fn an_intent_ended_by_a_write_its_caller_stopped_waiting_for_is_written_ag
     }
     assert_eq!(on_disk(), [failed, pulled], "no pull without its intent on disk");
 }
+
+#[tokio::test]
+async fn a_pull_whose_end_cannot_be_written_still_ends_and_keeps_its_intent() {
+    let dir = tempfile::tempdir().unwrap();
+    let st = store(dir.path());
+    let r = PullRecords::open(VerifyPolicy::default(), Some(st.clone())).unwrap();
+    let (failed, pulled) = ("example.com/team/failed:1", "example.com/team/pulled:1");
+    for image in [failed, pulled] {
+        r.record_pull_intent(image).await.unwrap();
+    }
+    st.fence(); // every write refused from here on
+    r.record_image_pull_failed(failed).await;
+    assert!(r.record_image_pulled(pulled, REF, &ImagePullCredentials::node_accessible()).await.is_err());
+    for image in [failed, pulled] {
+        // No pull of it in flight: a check does not wait for one.
+        assert!(!r.pulls_ended(image, Duration::from_millis(50)).await, "{image} ended");
+        // The intent stays: the image counts as pulled by imaged.
+        assert!(r.stored_intents().contains(&image.to_string()));
+        assert!(r.must_attempt_pull(image, REF, pod(vec![])).await.unwrap(), "{image} counts as pulled by imaged");
+    }
+    assert!(r.record(REF).is_none(), "the record was not written");
+}
