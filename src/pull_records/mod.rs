@@ -18,7 +18,9 @@
 //! (`pull_intents_v1`, `pulled_records_v1`), one transaction per change
 //! (the intents waiting together share one: see
 //! [`PullRecords::record_pull_intent`]), on the blocking pool. Writes are
-//! serialised by an async mutex, so read-merge-write is atomic. Without a store the state lives in memory only.
+//! serialised by an async mutex, so read-merge-write is atomic; the end of
+//! a pull is written to its end even if its caller goes away. Without a
+//! store the state lives in memory only.
 //!
 //! # Unsynced
 //!
@@ -188,6 +190,19 @@ pub struct MustPullCheck {
     pub must_pull: bool,
     /// The metric's result label; `None`: not counted (no image ref).
     pub result: Option<MustPullResult>,
+}
+
+/// What [`PullRecords::write_pulled`] writes.
+#[derive(Debug)]
+struct PulledWrite {
+    image_ref: String,
+    /// The normalised repository the credentials are recorded under.
+    repo: String,
+    creds: ImagePullCredentials,
+    /// The image key of the pull this ends, if it ends one.
+    intent: Option<String>,
+    /// When the record's time becomes now though the merge changed nothing.
+    refresh: Refresh,
 }
 
 /// When [`PullRecords::write_pulled`] refreshes a record the merge left
@@ -447,7 +462,14 @@ impl PullRecords {
         };
         if let (Some(repo), false) = (repo, decision.record_secrets.is_empty()) {
             let creds = ImagePullCredentials { kubernetes_secrets: decision.record_secrets, ..Default::default() };
-            if let Err(e) = self.write_pulled(image_ref, repo, &creds, None, Refresh::No).await {
+            let w = PulledWrite {
+                image_ref: image_ref.to_string(),
+                repo: repo.clone(),
+                creds,
+                intent: None,
+                refresh: Refresh::No,
+            };
+            if let Err(e) = self.write_pulled(w).await {
                 tracing::warn!(image, image_ref, error = %e, "failed to record a matching pull secret");
             }
         }
@@ -529,7 +551,14 @@ impl PullRecords {
             self.record_image_pull_failed(image).await;
             return Ok(());
         };
-        self.write_pulled(image_ref, &repo, creds, Some(&key), Refresh::Always).await
+        let w = PulledWrite {
+            image_ref: image_ref.into(),
+            repo,
+            creds: creds.clone(),
+            intent: Some(key),
+            refresh: Refresh::Always,
+        };
+        self.write_pulled(w).await
     }
 
     /// [`PullRecords::record_image_pulled`] for a request of a pull that
@@ -550,7 +579,9 @@ impl PullRecords {
             self.record_image_pull_failed(image).await;
             return Ok(());
         };
-        self.write_pulled(image_ref, &repo, creds, Some(&key), Refresh::UnlessSince(began)).await
+        let refresh = Refresh::UnlessSince(began);
+        let w = PulledWrite { image_ref: image_ref.into(), repo, creds: creds.clone(), intent: Some(key), refresh };
+        self.write_pulled(w).await
     }
 
     /// One pull of `image` ended and imaged does not know how: its reply
@@ -632,37 +663,21 @@ impl PullRecords {
         self.inner.pull_ended.notify_waiters();
     }
 
-    /// Merges `creds` into the record of `image_ref` for `repo` and, when
-    /// `intent` is given, ends one pull of that image key, in one transaction.
-    /// `refresh` says when the record's time becomes now even though the
-    /// merge changed nothing (see [`PullRecords::record_image_pulled`]).
-    async fn write_pulled(
-        &self,
-        image_ref: &str,
-        repo: &str,
-        creds: &ImagePullCredentials,
-        intent: Option<&str>,
-        refresh: Refresh,
-    ) -> Result<(), StoreError> {
+    /// Merges `w.creds` into the record of `w.image_ref` for `w.repo` and,
+    /// when `w.intent` is given, ends one pull of that image key, in one
+    /// transaction.
+    async fn write_pulled(&self, w: PulledWrite) -> Result<(), StoreError> {
         let this = self.clone();
-        let (image_ref, repo, creds) = (image_ref.to_string(), repo.to_string(), creds.clone());
-        let intent = intent.map(str::to_string);
-        let write = async move { this.write_pulled_now(&image_ref, &repo, &creds, intent.as_deref(), refresh).await };
-        match to_the_end(write).await {
+        match to_the_end(async move { this.write_pulled_now(&w).await }).await {
             Some(r) => r,
             None => Err(StoreError::Blocking("the record's write ended before completing".into())),
         }
     }
 
     /// [`PullRecords::write_pulled`], cancellable (see [`to_the_end`]).
-    async fn write_pulled_now(
-        &self,
-        image_ref: &str,
-        repo: &str,
-        creds: &ImagePullCredentials,
-        intent: Option<&str>,
-        refresh: Refresh,
-    ) -> Result<(), StoreError> {
+    async fn write_pulled_now(&self, w: &PulledWrite) -> Result<(), StoreError> {
+        let (image_ref, repo, creds, refresh) = (w.image_ref.as_str(), w.repo.as_str(), &w.creds, w.refresh);
+        let intent = w.intent.as_deref();
         let _w = self.inner.writes.lock().await;
         let (existing, last_intent) = {
             let st = self.state();
