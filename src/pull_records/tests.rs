@@ -725,27 +725,37 @@ async fn an_intent_whose_request_gives_up_waiting_is_not_written_by_the_next_com
     assert_eq!(r.stored_intents(), [next]);
 }
 
-#[tokio::test]
-async fn an_intent_ended_by_a_write_its_caller_stopped_waiting_for_is_written_again_by_the_next_pull() {
+/// The two images of the pull-end tests.
+const FAILED: &str = "example.com/team/failed:1";
+const PULLED: &str = "example.com/team/pulled:1";
+
+/// Records over a store in a new directory, a pull of each of `FAILED` and
+/// `PULLED` begun (their intents on disk).
+async fn two_pulls_begun() -> (tempfile::TempDir, Arc<crate::store::Store>, PullRecords) {
     let dir = tempfile::tempdir().unwrap();
     let st = store(dir.path());
     let r = PullRecords::open(VerifyPolicy::default(), Some(st.clone())).unwrap();
-    let (failed, pulled) = ("example.com/team/failed:1", "example.com/team/pulled:1");
+    for image in [FAILED, PULLED] {
+        r.record_pull_intent(image).await.unwrap();
+    }
+    (dir, st, r)
+}
+
+#[tokio::test]
+async fn an_intent_ended_by_a_write_its_caller_stopped_waiting_for_is_written_again_by_the_next_pull() {
+    let (_dir, st, r) = two_pulls_begun().await;
     let on_disk = || {
         let mut v = st.pull_records_state().unwrap().intents;
         v.sort();
         v
     };
-    for image in [failed, pulled] {
-        r.record_pull_intent(image).await.unwrap();
-    }
-    assert_eq!(on_disk(), [failed, pulled]);
+    assert_eq!(on_disk(), [FAILED, PULLED]);
     // Each pull's end is dropped after its first poll (an ensure whose
     // caller went away while the intent's deletion was being written).
     let ends = [
-        Box::pin(r.record_image_pull_failed(failed)) as std::pin::Pin<Box<dyn Future<Output = ()>>>,
+        Box::pin(r.record_image_pull_failed(FAILED)) as std::pin::Pin<Box<dyn Future<Output = ()>>>,
         Box::pin(async {
-            let _ = r.record_image_pulled(pulled, REF, &ImagePullCredentials::node_accessible()).await;
+            let _ = r.record_image_pulled(PULLED, REF, &ImagePullCredentials::node_accessible()).await;
         }),
     ];
     for end in ends {
@@ -760,25 +770,19 @@ async fn an_intent_ended_by_a_write_its_caller_stopped_waiting_for_is_written_ag
     }
     assert_eq!(on_disk(), Vec::<String>::new(), "the deletions landed");
     // The next pulls of both images are on disk before they start.
-    for image in [failed, pulled] {
+    for image in [FAILED, PULLED] {
         r.record_pull_intent(image).await.unwrap();
     }
-    assert_eq!(on_disk(), [failed, pulled], "no pull without its intent on disk");
+    assert_eq!(on_disk(), [FAILED, PULLED], "no pull without its intent on disk");
 }
 
 #[tokio::test]
 async fn a_pull_whose_end_cannot_be_written_still_ends_and_keeps_its_intent() {
-    let dir = tempfile::tempdir().unwrap();
-    let st = store(dir.path());
-    let r = PullRecords::open(VerifyPolicy::default(), Some(st.clone())).unwrap();
-    let (failed, pulled) = ("example.com/team/failed:1", "example.com/team/pulled:1");
-    for image in [failed, pulled] {
-        r.record_pull_intent(image).await.unwrap();
-    }
+    let (_dir, st, r) = two_pulls_begun().await;
     st.fence(); // every write refused from here on
-    r.record_image_pull_failed(failed).await;
-    assert!(r.record_image_pulled(pulled, REF, &ImagePullCredentials::node_accessible()).await.is_err());
-    for image in [failed, pulled] {
+    r.record_image_pull_failed(FAILED).await;
+    assert!(r.record_image_pulled(PULLED, REF, &ImagePullCredentials::node_accessible()).await.is_err());
+    for image in [FAILED, PULLED] {
         // No pull of it in flight: a check does not wait for one.
         assert!(!r.pulls_ended(image, Duration::from_millis(50)).await, "{image} ended");
         // The intent stays: the image counts as pulled by imaged.
