@@ -9,11 +9,24 @@
 //! simulation, and a simulated crash (dropping every task) always falls
 //! between two transactions, as redb's atomic commit makes it look to a
 //! process killed for real.
+//!
+//! The simulator may also give inline work a duration
+//! ([`answer_inline_after`]): the work still runs at once, and its caller
+//! hears of it that much later, as from a disk that takes its time to
+//! sync. Writers queue behind one another meanwhile (the pull intents'
+//! group commit needs them to), and a caller dropped or killed while it
+//! waits leaves the work done and unheard of, as one whose
+//! `spawn_blocking` it stopped waiting for would.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::time::Duration;
+
+/// How long inline work takes to answer, drawn per call.
+pub type InlineLatency = Box<dyn FnMut() -> Duration>;
 
 thread_local! {
     static INLINE: Cell<bool> = const { Cell::new(false) };
+    static LATENCY: RefCell<Option<InlineLatency>> = const { RefCell::new(None) };
 }
 
 /// Runs [`unblock`]'s work inline on this thread from now on (`true`) or on
@@ -26,6 +39,13 @@ pub fn run_inline_on_this_thread(inline: bool) {
 /// Whether [`unblock`] runs work inline on this thread.
 pub fn inline_on_this_thread() -> bool {
     INLINE.with(Cell::get)
+}
+
+/// Inline work on this thread answers after the duration `latency` draws
+/// for it (`None`: at once, the default). The simulator sets it with its
+/// model of a disk; nothing else should.
+pub fn answer_inline_after(latency: Option<InlineLatency>) {
+    LATENCY.with(|l| *l.borrow_mut() = latency);
 }
 
 /// Blocking work that could not run to its end.
@@ -41,7 +61,12 @@ where
     F: FnOnce() -> T + Send + 'static,
 {
     if inline_on_this_thread() {
-        return Ok(f());
+        let done = f();
+        let after = LATENCY.with(|l| l.borrow_mut().as_mut().map(|draw| draw()));
+        if let Some(after) = after.filter(|d| !d.is_zero()) {
+            tokio::time::sleep(after).await;
+        }
+        return Ok(done);
     }
     tokio::task::spawn_blocking(f).await.map_err(|e| BlockingError(e.to_string()))
 }
@@ -59,5 +84,26 @@ mod tests {
         let inline = unblock(|| std::thread::current().id()).await.unwrap();
         run_inline_on_this_thread(false);
         assert_eq!(inline, here, "marked: inline");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn inline_work_runs_at_once_and_answers_after_its_drawn_latency() {
+        run_inline_on_this_thread(true);
+        let mut draws = vec![Duration::from_millis(3), Duration::ZERO].into_iter();
+        answer_inline_after(Some(Box::new(move || draws.next().unwrap_or_default())));
+        let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = ran.clone();
+        let start = tokio::time::Instant::now();
+        let mut slow = Box::pin(unblock(move || flag.store(true, std::sync::atomic::Ordering::SeqCst)));
+        // One poll runs the work; the answer waits for the latency.
+        assert!(futures_util::poll!(slow.as_mut()).is_pending());
+        assert!(ran.load(std::sync::atomic::Ordering::SeqCst), "the work ran at the call");
+        slow.await.unwrap();
+        assert_eq!(start.elapsed(), Duration::from_millis(3));
+        let again = tokio::time::Instant::now();
+        unblock(|| ()).await.unwrap();
+        assert_eq!(again.elapsed(), Duration::ZERO, "a zero draw answers at once");
+        answer_inline_after(None);
+        run_inline_on_this_thread(false);
     }
 }

@@ -67,7 +67,7 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 150)]
     pub shrink_budget: usize,
     /// The shape plans are drawn in: `current`, or an earlier one (`v1`,
-    /// `v2`, `v3`) for the seeds found under it.
+    /// `v2`, `v3`, `v4`) for the seeds found under it.
     #[arg(long, value_enum, default_value_t = ShapeArg::Current)]
     pub shape: ShapeArg,
 }
@@ -83,6 +83,8 @@ pub enum ShapeArg {
     V2,
     /// `Shape::V3`.
     V3,
+    /// `Shape::V4`.
+    V4,
 }
 
 impl ShapeArg {
@@ -92,6 +94,7 @@ impl ShapeArg {
             Self::V1 => Shape::V1,
             Self::V2 => Shape::V2,
             Self::V3 => Shape::V3,
+            Self::V4 => Shape::V4,
         }
     }
 }

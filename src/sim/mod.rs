@@ -159,7 +159,9 @@ pub fn run_plan(mut plan: Plan, opts: &Options) -> Outcome {
     ACTIVE.with(|a| a.set(true));
     PANICS.with(|p| p.borrow_mut().clear());
     crate::blocking::run_inline_on_this_thread(true);
+    crate::blocking::answer_inline_after(plan.store_latency_model());
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| simulate(&plan, &dir, opts.full_trace)));
+    crate::blocking::answer_inline_after(None);
     crate::blocking::run_inline_on_this_thread(false);
     ACTIVE.with(|a| a.set(false));
     let _ = std::fs::remove_dir_all(&dir);

@@ -358,6 +358,11 @@ pub struct Plan {
     /// The kubelet's retry of a pod that did not start: after this many
     /// milliseconds (jittered in the range).
     pub retry_ms: std::ops::Range<u64>,
+    /// The store's transactions take time: each answers after a duration
+    /// drawn from a stream of the seed's own (mostly under 2 ms, sometimes
+    /// tens of milliseconds, rarely a stall of up to half a second), while
+    /// it has already happened (`crate::blocking::answer_inline_after`).
+    pub store_latency: bool,
     /// The schedule.
     pub steps: Vec<Step>,
 }
@@ -399,8 +404,11 @@ pub struct Weights {
     pub crash: u32,
     /// The credential plugin fails or goes stale (with a plugin).
     pub plugin: u32,
-    /// A reload of the settings that apply live (drawn last).
+    /// A reload of the settings that apply live.
     pub reload: u32,
+    /// Pods arrive together, a few milliseconds apart (a node's start, a
+    /// scale-up; drawn last).
+    pub burst: u32,
 }
 
 /// The shape of a seed's plan: what it draws from and how often. A seed
@@ -468,6 +476,8 @@ pub struct Shape {
     /// Draws the pull knobs beyond the kubelet's too: transient retries
     /// and registries' own rates and limits (`[[pull.registries]]`).
     pub pull_knobs: bool,
+    /// The store's transactions take time (see [`Plan::store_latency`]).
+    pub store_latency: bool,
 }
 
 use PullPolicy::{Always, AlwaysWithLocalFallback as Fallback, IfNotPresent, Never};
@@ -501,6 +511,7 @@ impl Shape {
             crash: 8,
             plugin: 0,
             reload: 0,
+            burst: 0,
         },
         pod_life: 10..400,
         doomed_life: 10..400,
@@ -523,6 +534,7 @@ impl Shape {
         preloadable: &[1, 2, 9],
         retry_ms: 1_000..15_000,
         pull_knobs: false,
+        store_latency: false,
     };
 
     /// The second shape (seed 126's regression test was found under it):
@@ -560,6 +572,7 @@ impl Shape {
             crash: 8,
             plugin: 8,
             reload: 0,
+            burst: 0,
         },
         pod_life: 10..400,
         doomed_life: 2..10,
@@ -582,6 +595,7 @@ impl Shape {
         preloadable: &[1, 2, 9, 15],
         retry_ms: 10_000..15_000,
         pull_knobs: false,
+        store_latency: false,
     };
 
     /// The third shape: [`Shape::V2`] with the pull knobs beyond the
@@ -589,11 +603,22 @@ impl Shape {
     /// limits).
     pub const V3: Shape = Shape { name: "v3", pull_knobs: true, ..Shape::V2 };
 
-    /// The shape seeds are drawn with now: [`Shape::V3`] with reloads of
-    /// the settings that apply live (the throttle, registries' rates, the
-    /// back-off delays, the GC policy), about one in a hundred steps.
-    pub const CURRENT: Shape =
-        Shape { name: "current", weights: Weights { reload: 10, ..Shape::V3.weights }, ..Shape::V3 };
+    /// The fourth shape: [`Shape::V3`] with reloads of the settings that
+    /// apply live (the throttle, registries' rates, the back-off delays,
+    /// the GC policy), about one in a hundred steps.
+    pub const V4: Shape = Shape { name: "v4", weights: Weights { reload: 10, ..Shape::V3.weights }, ..Shape::V3 };
+
+    /// The shape seeds are drawn with now: [`Shape::V4`] on a disk whose
+    /// transactions take time (writers queue behind one another: the pull
+    /// intents' group commit), with pods that arrive together, 3 to 8 of
+    /// them, about one burst in a hundred steps (a node's start, a
+    /// scale-up: their pulls begin at once).
+    pub const CURRENT: Shape = Shape {
+        name: "current",
+        weights: Weights { burst: 10, ..Shape::V4.weights },
+        store_latency: true,
+        ..Shape::V4
+    };
 }
 
 impl Default for Shape {
@@ -642,6 +667,7 @@ impl Plan {
             pull_hangs,
             registry_rules: registry_rules(&settings),
             serial: settings.iter().any(|l| l == "pull.serialize_image_pulls = true"),
+            burst: 0,
         };
         for i in 0..steps {
             s.step(i);
@@ -657,8 +683,29 @@ impl Plan {
             pods: s.pods,
             plugin,
             retry_ms: shape.retry_ms.clone(),
+            store_latency: shape.store_latency,
             steps: s.steps,
         }
+    }
+
+    /// The store's latency as [`Plan::store_latency`] has it (`None`: none),
+    /// drawn from a stream of the seed's own, so the plan draws the same.
+    pub fn store_latency_model(&self) -> Option<crate::blocking::InlineLatency> {
+        if !self.store_latency {
+            return None;
+        }
+        let mut g = StdRng::seed_from_u64(self.seed ^ 0x0D15_CA7E_1A7E);
+        Some(Box::new(move || {
+            let r: f64 = g.random();
+            let us = if r < 0.85 {
+                g.random_range(100..2_000)
+            } else if r < 0.98 {
+                g.random_range(2_000..40_000)
+            } else {
+                g.random_range(40_000..500_000)
+            };
+            Duration::from_micros(us)
+        }))
     }
 
     /// A setting's value as planned, as TOML (`None` if the plan leaves
@@ -826,6 +873,8 @@ struct Schedule {
     registry_rules: Vec<&'static str>,
     /// Pulls are serial (no registry may have a limit above 1).
     serial: bool,
+    /// Pods still to arrive in the burst under way.
+    burst: usize,
 }
 
 /// The kinds of event [`Weights`] weighs, in the order they are drawn.
@@ -847,19 +896,32 @@ enum Kind {
     Crash,
     Plugin,
     Reload,
+    Burst,
 }
 
 impl Schedule {
     fn step(&mut self, i: usize) {
-        let event = match self.later.iter().position(|(at, _)| *at <= i) {
-            Some(p) => self.later.remove(p).1,
-            None => self.fresh(i),
+        let event = if self.burst > 0 && self.alive < MAX_PODS {
+            self.burst -= 1;
+            self.arrive(i)
+        } else {
+            self.burst = 0;
+            match self.later.iter().position(|(at, _)| *at <= i) {
+                Some(p) => self.later.remove(p).1,
+                None => self.fresh(i),
+            }
         };
         if matches!(event, Event::PodDeleted(_)) {
             self.alive -= 1;
         }
-        let dt = self.dt();
+        let dt = if self.burst > 0 { self.burst_gap() } else { self.dt() };
         self.steps.push(Step { event, dt });
+    }
+
+    /// Time between two pods of a burst: mostly none, sometimes a few
+    /// milliseconds.
+    fn burst_gap(&mut self) -> Duration {
+        if self.g.random_bool(0.6) { Duration::ZERO } else { Duration::from_micros(self.g.random_range(100..5_000)) }
     }
 
     /// Time after a step: mostly short, sometimes minutes.
@@ -900,6 +962,7 @@ impl Schedule {
             (Kind::Crash, w.crash),
             (Kind::Plugin, w.plugin),
             (Kind::Reload, w.reload),
+            (Kind::Burst, w.burst),
         ];
         let mut from = 0;
         let kind = table
@@ -912,8 +975,12 @@ impl Schedule {
         let images = self.shape.images;
         match kind {
             Kind::Arrive if self.alive < MAX_PODS => self.arrive(i),
+            Kind::Burst if self.alive < MAX_PODS => {
+                self.burst = self.g.random_range(2..8);
+                self.arrive(i)
+            }
             // A full node: nothing.
-            Kind::Nothing | Kind::Arrive => Event::Nothing,
+            Kind::Nothing | Kind::Arrive | Kind::Burst => Event::Nothing,
             Kind::Prefetch => {
                 let image = self.g.random_range(1..images);
                 Event::Prefetch { image, priority: *pick(&mut self.g, &[0, -5, 1000]) }
@@ -1351,6 +1418,61 @@ mod tests {
                 assert!(alive.len() <= MAX_PODS);
             }
         }
+    }
+
+    /// The runs of pods arriving within 5 ms of one another, by length.
+    fn bursts(plan: &Plan) -> Vec<usize> {
+        let mut runs = Vec::new();
+        let mut run = 0;
+        for s in &plan.steps {
+            if matches!(s.event, Event::PodArrives(_)) {
+                run += 1;
+                if s.dt < Duration::from_millis(5) {
+                    continue;
+                }
+            }
+            if run > 1 {
+                runs.push(run);
+            }
+            run = 0;
+        }
+        runs
+    }
+
+    #[test]
+    fn the_current_shape_brings_pods_in_bursts_of_three_to_eight_on_a_disk_that_takes_time() {
+        let current: Vec<Plan> = (0..40).map(|seed| Plan::generate(seed, 2_000)).collect();
+        let runs: Vec<usize> = current.iter().flat_map(bursts).collect();
+        assert!(runs.iter().filter(|n| **n >= 3).count() >= 40, "about one burst in a hundred steps: {runs:?}");
+        // A full node cuts a burst short; a pod arriving on its own just
+        // after one may join it (a gap under 5 ms).
+        assert!(runs.iter().all(|n| *n <= 9), "{runs:?}");
+        assert!(current.iter().all(|p| p.store_latency && p.store_latency_model().is_some()));
+        // Earlier shapes draw no bursts and no latency: their seeds' plans
+        // (and the regression tests found under them) stay as they were.
+        for shape in [Shape::V1, Shape::V2, Shape::V3, Shape::V4] {
+            for seed in 0..20 {
+                let plan = Plan::generate_shaped(seed, 2_000, &shape);
+                assert!(!plan.store_latency && plan.store_latency_model().is_none(), "{}", shape.name);
+                assert!(bursts(&plan).iter().all(|n| *n < 3), "{} seed {seed}: {:?}", shape.name, bursts(&plan));
+            }
+        }
+    }
+
+    #[test]
+    fn the_store_latency_is_the_seeds_own_and_mostly_short() {
+        let draw = |seed: u64| {
+            let plan = Plan::generate(seed, 1);
+            let mut model = plan.store_latency_model().expect("the current shape has latency");
+            (0..2_000).map(|_| model()).collect::<Vec<Duration>>()
+        };
+        let a = draw(5);
+        assert_eq!(a, draw(5), "the same seed draws the same latencies");
+        assert_ne!(a, draw(6));
+        let short = a.iter().filter(|d| **d < Duration::from_millis(2)).count();
+        assert!((1_600..1_800).contains(&short), "about 85% under 2 ms: {short}");
+        assert!(a.iter().all(|d| *d >= Duration::from_micros(100) && *d < Duration::from_millis(500)));
+        assert!(a.iter().any(|d| *d >= Duration::from_millis(40)), "a stall now and then");
     }
 
     #[test]
