@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::{PullRecords, image_key};
+use super::{PullRecords, image_key, to_the_end};
 use crate::domain::Image;
 use crate::domain::pull_record::{ImagePullCredentials, PulledRecord, merge_pulled};
 use crate::store::{PullRecordsWrite, StoreError};
@@ -78,7 +78,20 @@ impl PullRecords {
     /// the CRI front): its record goes, as GC's prune would take it, unless
     /// it was updated at or after `until` (pulled again since). Returns
     /// whether a record was deleted.
+    ///
+    /// Like every deletion here it runs to its end even if its caller stops
+    /// waiting (`to_the_end`): dropped halfway, the deletion would land on
+    /// disk while memory kept the record, and went on granting what it
+    /// granted for the rest of the process.
     pub async fn forget_removed_image(&self, image_ref: &str, until: SystemTime) -> Result<bool, StoreError> {
+        let (this, image_ref) = (self.clone(), image_ref.to_string());
+        to_the_end(self, None, async move { this.forget_removed_image_now(&image_ref, until).await })
+            .await
+            .unwrap_or_else(unended)
+    }
+
+    /// [`PullRecords::forget_removed_image`], cancellable.
+    async fn forget_removed_image_now(&self, image_ref: &str, until: SystemTime) -> Result<bool, StoreError> {
         let _w = self.inner.writes.lock().await;
         let doomed = {
             let st = self.state();
@@ -100,8 +113,21 @@ impl PullRecords {
     /// updated before `until` whose image ref is not in `present` (the ids
     /// of the images the runtime still has), and every unreadable record
     /// (its time unknown) whose image ref is not in `present`. Returns how
-    /// many were deleted.
+    /// many were deleted. Runs to its end even if its caller stops waiting
+    /// (see [`PullRecords::forget_removed_image`]).
     pub async fn prune_unknown_records(
+        &self,
+        present: HashSet<String>,
+        until: SystemTime,
+    ) -> Result<usize, StoreError> {
+        let this = self.clone();
+        to_the_end(self, None, async move { this.prune_unknown_records_now(&present, until).await })
+            .await
+            .unwrap_or_else(unended)
+    }
+
+    /// [`PullRecords::prune_unknown_records`], cancellable.
+    async fn prune_unknown_records_now(
         &self,
         present: &HashSet<String>,
         until: SystemTime,
@@ -129,4 +155,9 @@ impl PullRecords {
         tracing::debug!(pruned = doomed.len(), "pulled records of removed images pruned");
         Ok(doomed.len())
     }
+}
+
+/// A deletion's task that ended before its end (it panicked).
+fn unended<T>() -> Result<T, StoreError> {
+    Err(StoreError::Blocking("the records' deletion ended before completing".into()))
 }

@@ -137,18 +137,40 @@ struct Inner {
     waiting_intents: Mutex<Vec<String>>,
 }
 
-/// Runs `work` — the end of a pull: its commit and the memory that follows
-/// it — to its end even when its caller stops waiting (an ensure dropped
-/// while its pull's end is written). Dropped halfway, the commit would
-/// still land (the blocking pool runs it to its end) while memory kept the
-/// intent as stored, and the image's next intent would not be written: a
-/// pull with no intent on disk. So a caller that has begun ending a pull
-/// may disarm its `IntentGuard` before it waits. `None` if `work` panicked.
-/// Under the simulator too (writes inline), as `work` may first wait for
-/// the write lock; a process the simulator kills meanwhile has its store
-/// fenced first, so what `work` writes after is refused.
-async fn to_the_end<T: Send + 'static>(work: impl Future<Output = T> + Send + 'static) -> Option<T> {
-    tokio::spawn(work).await.ok()
+/// Runs `work` — the end of a pull (`ends`: its image key), or a
+/// deletion — to its end even when its caller stops waiting (an ensure
+/// dropped while its pull's end is written). Dropped halfway, the commit
+/// would still land (the blocking pool runs it to its end) while memory
+/// kept the intent as stored, and the image's next intent would not be
+/// written: a pull with no intent on disk. So a caller that has begun
+/// ending a pull may disarm its `IntentGuard` before it waits. `None` if
+/// `work` panicked: the pull it ends then ends as one whose outcome is
+/// unknown (counted off, its intent kept), in the same task, or every
+/// must-pull check of the image would wait for it in vain
+/// (`PULL_END_WAIT`). Under the simulator too (writes inline), as `work`
+/// may first wait for the write lock; a process the simulator kills
+/// meanwhile has its store fenced first, so what `work` writes after is
+/// refused.
+async fn to_the_end<T: Send + 'static>(
+    records: &PullRecords,
+    ends: Option<String>,
+    work: impl Future<Output = T> + Send + 'static,
+) -> Option<T> {
+    use futures_util::FutureExt as _;
+    let this = records.clone();
+    let task = async move {
+        match std::panic::AssertUnwindSafe(work).catch_unwind().await {
+            Ok(done) => Some(done),
+            Err(_) => {
+                if let Some(key) = ends {
+                    let _w = this.inner.writes.lock().await;
+                    this.ended_keeping_intent(&key);
+                }
+                None
+            }
+        }
+    };
+    tokio::spawn(task).await.ok().flatten()
 }
 
 /// Locks `m`, poisoned or not (what it guards stays consistent: every
@@ -596,7 +618,7 @@ impl PullRecords {
     /// pod may use (found by the simulator, seed 3).
     pub async fn record_image_pull_unknown(&self, image: &str) {
         let (this, image) = (self.clone(), image.to_string());
-        to_the_end(async move { this.end_unknown_pull(&image).await }).await;
+        to_the_end(self, Some(image_key(&image)), async move { this.end_unknown_pull(&image).await }).await;
     }
 
     /// [`PullRecords::record_image_pull_unknown`], cancellable (see [`to_the_end`]).
@@ -629,7 +651,7 @@ impl PullRecords {
     /// pull of it ended unknown, see [`PullRecords::record_image_pull_unknown`]).
     pub async fn record_image_pull_failed(&self, image: &str) {
         let (this, image) = (self.clone(), image.to_string());
-        to_the_end(async move { this.end_failed_pull(&image).await }).await;
+        to_the_end(self, Some(image_key(&image)), async move { this.end_failed_pull(&image).await }).await;
     }
 
     /// [`PullRecords::record_image_pull_failed`], cancellable (see [`to_the_end`]).
@@ -668,7 +690,7 @@ impl PullRecords {
     /// transaction.
     async fn write_pulled(&self, w: PulledWrite) -> Result<(), StoreError> {
         let this = self.clone();
-        match to_the_end(async move { this.write_pulled_now(&w).await }).await {
+        match to_the_end(self, w.intent.clone(), async move { this.write_pulled_now(&w).await }).await {
             Some(r) => r,
             None => Err(StoreError::Blocking("the record's write ended before completing".into())),
         }

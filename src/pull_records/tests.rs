@@ -758,8 +758,8 @@ async fn an_intent_ended_by_a_write_its_caller_stopped_waiting_for_is_written_ag
             let _ = r.record_image_pulled(PULLED, REF, &ImagePullCredentials::node_accessible()).await;
         }),
     ];
-    for end in ends {
-        let _ = tokio::time::timeout(Duration::ZERO, end).await;
+    for mut end in ends {
+        assert!(futures_util::poll!(end.as_mut()).is_pending());
     }
     // The writes land all the same; memory follows them.
     for _ in 0..200 {
@@ -790,4 +790,17 @@ async fn a_pull_whose_end_cannot_be_written_still_ends_and_keeps_its_intent() {
         assert!(r.must_attempt_pull(image, REF, pod(vec![])).await.unwrap(), "{image} counts as pulled by imaged");
     }
     assert!(r.record(REF).is_none(), "the record was not written");
+}
+
+#[tokio::test]
+async fn a_pull_whose_end_panics_still_ends_and_keeps_its_intent() {
+    let (_dir, _st, r) = two_pulls_begun().await;
+    let key = image_key(FAILED);
+    let ended: Option<()> = to_the_end(&r, Some(key.clone()), async { panic!("a bug in a pull's end") }).await;
+    assert_eq!(ended, None, "the caller hears the end did not complete");
+    assert!(!r.pulls_ended(FAILED, Duration::from_millis(50)).await, "no pull of it in flight any more");
+    assert!(r.state().unknown.contains(&key), "ended as one whose outcome is unknown");
+    assert!(r.stored_intents().contains(&FAILED.to_string()), "its intent kept");
+    // The other image's pull is untouched.
+    assert!(r.pulls_ended(PULLED, Duration::from_millis(10)).await, "still in flight");
 }

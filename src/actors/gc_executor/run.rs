@@ -259,7 +259,7 @@ async fn prune_pull_records(ports: &GcPorts, mut present: HashSet<String>, repor
     // `started` is before detection, read from the clock the records are
     // stamped with (`GcService` shares it): a record written since (a pull
     // during this run) is newer and stays.
-    if let Err(e) = records.prune_unknown_records(&present, started).await {
+    if let Err(e) = records.prune_unknown_records(present, started).await {
         warn!(error = %e, "failed to prune pulled records of removed images");
     }
 }

@@ -69,13 +69,42 @@ async fn prune_deletes_old_records_of_absent_images_only() {
     let cutoff = r.clock().now() + Duration::from_secs(1);
     let present: HashSet<String> = ["sha256:a".to_string()].into();
     // Records newer than the GC start stay even when absent.
-    assert_eq!(r.prune_unknown_records(&present, t(0)).await.unwrap(), 0);
-    assert_eq!(r.prune_unknown_records(&present, cutoff).await.unwrap(), 1);
+    assert_eq!(r.prune_unknown_records(present.clone(), t(0)).await.unwrap(), 0);
+    assert_eq!(r.prune_unknown_records(present.clone(), cutoff).await.unwrap(), 1);
     assert!(r.record("sha256:a").is_some());
     assert!(r.record("sha256:b").is_none());
     drop(r);
     let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
     assert!(r.record("sha256:b").is_none(), "pruned on disk too");
+}
+
+#[tokio::test]
+async fn a_deletion_whose_caller_stops_waiting_is_done_in_memory_as_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let st = store(dir.path());
+    let r = PullRecords::open(VerifyPolicy::default(), Some(st.clone())).unwrap();
+    for (img, id) in [("example.com/a:1", "sha256:a"), ("example.com/b:1", "sha256:b")] {
+        r.record_pull_intent(img).await.unwrap();
+        r.record_image_pulled(img, id, &ImagePullCredentials::node_accessible()).await.unwrap();
+    }
+    r.sync().await.unwrap();
+    let later = r.clock().now() + Duration::from_secs(1);
+    // GC's prune (of b) and the CRI front's forgetting of a removed image
+    // (a), each dropped after its first poll, while its commit runs.
+    let present: HashSet<String> = ["sha256:a".to_string()].into();
+    assert!(futures_util::poll!(std::pin::pin!(r.prune_unknown_records(present, later))).is_pending());
+    assert!(futures_util::poll!(std::pin::pin!(r.forget_removed_image("sha256:a", later))).is_pending());
+    let on_disk = || st.pull_records_state().unwrap().records.len();
+    for _ in 0..200 {
+        if on_disk() == 0 && r.record("sha256:a").is_none() && r.record("sha256:b").is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(on_disk(), 0, "both deletions landed");
+    // Memory no longer grants what the disk forgot.
+    assert!(r.record("sha256:b").is_none(), "the pruned record is gone from memory too");
+    assert!(r.record("sha256:a").is_none(), "the forgotten record is gone from memory too");
 }
 
 #[tokio::test(start_paused = true)]
@@ -98,7 +127,7 @@ async fn every_pull_refreshes_the_record_time_so_a_gc_run_in_between_keeps_it() 
     let pulled_again = gc_started + Duration::from_secs(1);
     assert_eq!(r.record(REF).unwrap().last_updated_time, pulled_again);
     // The prune after that run keeps the record.
-    assert_eq!(r.prune_unknown_records(&HashSet::new(), gc_started).await.unwrap(), 0);
+    assert_eq!(r.prune_unknown_records(HashSet::new(), gc_started).await.unwrap(), 0);
     assert!(r.record(REF).is_some());
     drop(r);
     let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
@@ -128,7 +157,7 @@ async fn prune_deletes_unreadable_records_of_absent_images() {
     // Unreadable: the image counts as pulled by imaged, the check errs to a pull.
     assert!(r.must_attempt_pull("example.com/gone:1", "sha256:gone", pod(vec![])).await.unwrap());
     let present: HashSet<String> = ["sha256:kept".to_string()].into();
-    assert_eq!(r.prune_unknown_records(&present, t(0)).await.unwrap(), 1, "whatever `until` is");
+    assert_eq!(r.prune_unknown_records(present.clone(), t(0)).await.unwrap(), 1, "whatever `until` is");
     drop(r);
     let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
     let st = r.state();
