@@ -24,6 +24,7 @@ mod reload;
 mod wiring;
 
 pub use reload::Reloaded;
+pub(crate) use wiring::open_store;
 pub use wiring::{GcParts, GcService, recover_intents_from_runtime};
 
 use std::collections::HashMap;
@@ -140,7 +141,7 @@ impl Node {
         // after waiting for the runtime.
         let node_credentials = crate::connect::node_credentials(&cfg)?;
         let runtime = crate::connect::runtime(&cfg).await?;
-        wiring::start(cfg, runtime, node_credentials, Clock::new()).await
+        wiring::start(cfg, runtime, node_credentials, Clock::new(), None).await
     }
 
     /// Starts every actor over an already connected runtime (an embedder's
@@ -155,7 +156,20 @@ impl Node {
     /// wall-clock time goes on from the last one's.
     pub async fn start_on_clock(cfg: Config, runtime: ConnectedRuntime, clock: Clock) -> Result<Self, AppError> {
         let node_credentials = crate::connect::node_credentials(&cfg)?;
-        wiring::start(cfg, runtime, node_credentials, clock).await
+        wiring::start(cfg, runtime, node_credentials, clock, None).await
+    }
+
+    /// [`Node::start_on_clock`] over `store`, already opened on
+    /// `cfg.state_dir` (by [`open_store`]): the simulator holds it from
+    /// the start, to fence it if the process is killed while it starts.
+    pub(crate) async fn start_on_store(
+        cfg: Config,
+        runtime: ConnectedRuntime,
+        clock: Clock,
+        store: Arc<crate::store::Store>,
+    ) -> Result<Self, AppError> {
+        let node_credentials = crate::connect::node_credentials(&cfg)?;
+        wiring::start(cfg, runtime, node_credentials, clock, Some(store)).await
     }
 
     /// The configuration the node started with (see

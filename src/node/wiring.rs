@@ -37,6 +37,7 @@ pub(super) async fn start(
     runtime: ConnectedRuntime,
     node_credentials: Arc<NodeCredentials>,
     clock: Clock,
+    opened: Option<Arc<Store>>,
 ) -> Result<Node, AppError> {
     let gateway = &runtime.gateway;
     let mailbox = |_| AppError::Mailbox("CRI gateway".into());
@@ -54,9 +55,10 @@ pub(super) async fn start(
 
     // Durable state, and the KEP-2535 pull records in it; intents a crash
     // left are turned into records every pod must re-verify.
-    let store = match &cfg.state_dir {
-        Some(dir) => Some(open_store(dir, &cfg.pull.metrics)?),
-        None => {
+    let store = match (&cfg.state_dir, opened) {
+        (Some(_), Some(store)) => Some(store),
+        (Some(dir), None) => Some(open_store(dir, &cfg.pull.metrics)?),
+        (None, _) => {
             warn_if_forgetting_opens_private_images(&cfg, &runtime);
             None
         }

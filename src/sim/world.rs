@@ -85,6 +85,9 @@ pub struct Incarnation {
     runner: JoinHandle<()>,
     /// The node once started.
     pub node: RefCell<Option<Rc<Node>>>,
+    /// Its store, from the moment it is opened (a kill fences it, even
+    /// while the process starts).
+    store: RefCell<Option<Weak<Store>>>,
     /// A graceful stop began (new work is refused).
     pub stopping: Cell<bool>,
     /// Killed or exited.
@@ -294,7 +297,6 @@ impl World {
             *self.current.borrow_mut() = Some(inc.clone());
             match self.start_node(&inc).await {
                 Ok(node) => {
-                    *self.last_store.borrow_mut() = node.store().map(Arc::downgrade);
                     *inc.node.borrow_mut() = Some(node);
                     self.record(What::Life { inc: id, what: Life::Started });
                     if !inc.dead.get() {
@@ -334,6 +336,7 @@ impl World {
             local,
             runner,
             node: RefCell::default(),
+            store: RefCell::default(),
             stopping: Cell::new(false),
             dead: Cell::new(false),
             ended: Notify::new(),
@@ -347,6 +350,17 @@ impl World {
         let handle = self.runtime.handle();
         let clock = Clock::starting_at(SystemTime::UNIX_EPOCH + SIM_EPOCH + self.now());
         let (log, start, id) = (self.log.clone(), self.start, inc.id);
+        // Opened here, as the node would open it, so that a kill from now
+        // on fences it and the next process waits for it to close.
+        let store = match &cfg.state_dir {
+            Some(dir) => {
+                let store = crate::node::open_store(dir, &cfg.pull.metrics).map_err(|e| e.to_string())?;
+                *inc.store.borrow_mut() = Some(Arc::downgrade(&store));
+                *self.last_store.borrow_mut() = Some(Arc::downgrade(&store));
+                Some(store)
+            }
+            None => None,
+        };
         let started = inc.spawn(async move {
             let (gateway, version) =
                 CriGatewayActor::connect_client(client, &cfg.cri).await.map_err(|e| format!("connecting: {e}"))?;
@@ -356,7 +370,11 @@ impl World {
                 endpoint: CriEndpoint::Unix(IN_PROCESS_ENDPOINT.into()),
                 embedded: Some(handle),
             };
-            let node = Node::start_on_clock(cfg, runtime, clock).await.map_err(|e| e.to_string())?;
+            let node = match store {
+                Some(store) => Node::start_on_store(cfg, runtime, clock, store).await,
+                None => Node::start_on_clock(cfg, runtime, clock).await,
+            }
+            .map_err(|e| e.to_string())?;
             node.subscribe_events(EventRecorder { inc: id, log, start }.start().recipient());
             Ok(Rc::new(node))
         });
@@ -376,9 +394,8 @@ impl World {
         if inc.dead.replace(true) {
             return;
         }
-        if let Some(node) = inc.node.borrow_mut().take()
-            && let Some(store) = node.store()
-        {
+        drop(inc.node.borrow_mut().take());
+        if let Some(store) = inc.store.borrow_mut().take().and_then(|w| w.upgrade()) {
             // Killed: its unsynced writes are lost; exited: its store closes.
             if matches!(how, Life::Killed) { store.fence_as_killed() } else { store.fence() }
         }
