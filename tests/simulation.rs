@@ -348,3 +348,17 @@ fn seed_279_a_pull_that_ends_during_its_images_removal_pulls_again() {
 fn seed_425_gc_does_not_remove_an_image_pinned_since_its_detection() {
     shrunk(425, 1147, &[512, 514, 596, 600, 959, 1116, 1117, 1118, 1120, 1123, 1124, 1135, 1136], &Shape::V1);
 }
+
+/// Seeds 5570 and 5322 (`Shape::CURRENT` of 2026-11-27, the first with a
+/// disk that takes its time): a GC run began while a pull's record was
+/// being written (stamped and committed, not yet in memory: the commit's
+/// answer came 0.4 s late); the run's detection listed the image, but what
+/// it kept was filtered by the records in memory, so after its removals it
+/// pruned the record, stamped before the run began. Broke `durable` at
+/// steps 85 and 1825. Fixed in imaged: records being written count among
+/// the records a run may keep (`PullRecords::image_refs`).
+#[test]
+fn seeds_5570_and_5322_gc_keeps_a_record_written_as_its_run_began() {
+    assert_held(&run(5570, &Options { steps: 86, shape: Shape::CURRENT, ..Options::default() }));
+    assert_held(&run(5322, &Options { steps: 1_826, shape: Shape::CURRENT, ..Options::default() }));
+}

@@ -19,7 +19,8 @@
 //! (the intents waiting together share one: see
 //! [`PullRecords::record_pull_intent`]), on the blocking pool. Writes are
 //! serialised by an async mutex, so read-merge-write is atomic; the end of
-//! a pull is written to its end even if its caller goes away. Without a
+//! a pull, and a record's deletion, is written to its end even if its
+//! caller goes away. Without a
 //! store the state lives in memory only.
 //!
 //! # Unsynced
@@ -87,6 +88,13 @@ struct State {
     /// may have finished it, or may still): their intents stay on disk
     /// for the rest of this process, as a crash would leave them.
     unknown: HashSet<String>,
+    /// Image refs whose record is being written (committed, or about to
+    /// be, and not yet in `records`): [`PullRecords::image_refs`] counts
+    /// them, or a GC run that began meanwhile would not know the record,
+    /// leave its image out of what it keeps, and prune the record it
+    /// stamped before the run began (found by the simulator with a disk
+    /// that takes its time, seed 5570 of the current shape).
+    writing: HashSet<String>,
 }
 
 impl State {
@@ -201,6 +209,26 @@ impl Drop for WaitingIntent<'_> {
         if let Some(i) = waiting.iter().position(|k| k == self.key) {
             waiting.swap_remove(i);
         }
+    }
+}
+
+/// An image ref in [`State::writing`] while its record's write runs;
+/// taken out when the write ends, whichever way.
+struct Writing<'a> {
+    records: &'a PullRecords,
+    image_ref: &'a str,
+}
+
+impl<'a> Writing<'a> {
+    fn new(records: &'a PullRecords, image_ref: &'a str) -> Self {
+        records.state().writing.insert(image_ref.to_string());
+        Self { records, image_ref }
+    }
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.records.state().writing.remove(self.image_ref);
     }
 }
 
@@ -365,7 +393,7 @@ impl PullRecords {
     /// [`PullRecords::prune_unknown_records`] may delete.
     pub fn image_refs(&self) -> HashSet<String> {
         let st = self.state();
-        st.records.keys().chain(&st.unreadable).cloned().collect()
+        st.records.keys().chain(&st.unreadable).chain(&st.writing).cloned().collect()
     }
 
     /// Images (keys, see [`image_key`]) with a pull intent in the store.
@@ -727,6 +755,7 @@ impl PullRecords {
         // See "Unsynced" above: losing this write leaves the intent (or
         // nothing, when another pull of the image still runs), never a
         // record granting more than the one before.
+        let _writing = changed.then(|| Writing::new(self, image_ref));
         let written = if creds.node_pods_accessible && intent.is_some() {
             self.commit_unsynced(w).await
         } else {
@@ -744,6 +773,8 @@ impl PullRecords {
         if changed {
             st.unreadable.remove(image_ref);
             st.records.insert(image_ref.to_string(), Arc::new(record));
+            // In `records` now, before `writing` lets it go.
+            st.writing.remove(image_ref);
         }
         if let Some(key) = intent {
             if last_intent == Some(true) {

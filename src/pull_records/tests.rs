@@ -804,3 +804,34 @@ async fn a_pull_whose_end_panics_still_ends_and_keeps_its_intent() {
     // The other image's pull is untouched.
     assert!(r.pulls_ended(PULLED, Duration::from_millis(10)).await, "still in flight");
 }
+
+/// A GC run that begins while a pull's record is being written (stamped,
+/// committed, not yet in memory, as on a disk slow to sync) still counts
+/// the record among those its detection may keep: pruned after the run, it
+/// would leave a present image with neither record nor intent.
+#[tokio::test(start_paused = true)]
+async fn a_record_being_written_counts_among_the_records_gc_keeps() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    crate::blocking::run_inline_on_this_thread(true);
+    crate::blocking::answer_inline_after(Some(Box::new(|| Duration::from_millis(10))));
+    r.record_pull_intent(PULLED).await.unwrap();
+    let writer = r.clone();
+    let write =
+        tokio::spawn(
+            async move { writer.record_image_pulled(PULLED, REF, &ImagePullCredentials::node_accessible()).await },
+        );
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    // Mid-write: on disk, not yet in memory.
+    assert!(r.record(REF).is_none());
+    let gc_started = r.clock().now();
+    // The run's detection lists the image; what it keeps of the records:
+    let present: HashSet<String> = r.image_refs().into_iter().filter(|id| id == REF).collect();
+    write.await.unwrap().unwrap();
+    crate::blocking::answer_inline_after(None);
+    crate::blocking::run_inline_on_this_thread(false);
+    assert!(r.record(REF).is_some() && r.image_refs() == HashSet::from([REF.to_string()]));
+    assert!(r.state().writing.is_empty(), "the write let its ref go");
+    assert_eq!(r.prune_unknown_records(present, gc_started).await.unwrap(), 0, "the record stays");
+    assert!(r.record(REF).is_some());
+}
