@@ -58,7 +58,10 @@ pub(super) async fn start(
     let store = match (&cfg.state_dir, opened) {
         (Some(_), Some(store)) => Some(store),
         (Some(dir), None) => Some(open_store(dir, &cfg.pull.metrics)?),
-        (None, _) => {
+        (None, Some(_)) => {
+            return Err(AppError::Other("a store was given to a node with no state directory".into()));
+        }
+        (None, None) => {
             warn_if_forgetting_opens_private_images(&cfg, &runtime);
             None
         }

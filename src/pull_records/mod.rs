@@ -152,10 +152,12 @@ struct Inner {
 /// kept the intent as stored, and the image's next intent would not be
 /// written: a pull with no intent on disk. So a caller that has begun
 /// ending a pull may disarm its `IntentGuard` before it waits. `None` if
-/// `work` panicked: the pull it ends then ends as one whose outcome is
-/// unknown (counted off, its intent kept), in the same task, or every
-/// must-pull check of the image would wait for it in vain
-/// (`PULL_END_WAIT`). Under the simulator too (writes inline), as `work`
+/// `work` panicked (in a build that unwinds: tests, an embedder's; the
+/// daemon aborts on any panic): the pull it ends then ends as one whose
+/// outcome is unknown, in the same task, or every must-pull check of the
+/// image would wait for it in vain (`PULL_END_WAIT`); its intent is
+/// written again, as the panic may have come after a commit that
+/// deleted it. Under the simulator too (writes inline), as `work`
 /// may first wait for the write lock; a process the simulator kills
 /// meanwhile has its store fenced first, so what `work` writes after is
 /// refused.
@@ -172,6 +174,17 @@ async fn to_the_end<T: Send + 'static>(
             Err(_) => {
                 if let Some(key) = ends {
                     let _w = this.inner.writes.lock().await;
+                    let again = PullRecordsWrite { put_intents: vec![key.clone()], ..Default::default() };
+                    let stored = this.commit(again).await.is_ok();
+                    let mut st = this.state();
+                    if stored {
+                        st.stored_intents.insert(key.clone());
+                    } else {
+                        // Whether it is on disk is not known: the next
+                        // pull of the image writes it again.
+                        st.stored_intents.remove(&key);
+                    }
+                    drop(st);
                     this.ended_keeping_intent(&key);
                 }
                 None

@@ -794,13 +794,21 @@ async fn a_pull_whose_end_cannot_be_written_still_ends_and_keeps_its_intent() {
 
 #[tokio::test]
 async fn a_pull_whose_end_panics_still_ends_and_keeps_its_intent() {
-    let (_dir, _st, r) = two_pulls_begun().await;
+    let (_dir, st, r) = two_pulls_begun().await;
     let key = image_key(FAILED);
-    let ended: Option<()> = to_the_end(&r, Some(key.clone()), async { panic!("a bug in a pull's end") }).await;
+    // The panic comes after a commit that deleted the intent.
+    let (records, k) = (r.clone(), key.clone());
+    let ends = async move {
+        let delete = PullRecordsWrite { delete_intents: vec![k], ..Default::default() };
+        records.commit(delete).await.unwrap();
+        panic!("a bug in a pull's end");
+    };
+    let ended: Option<()> = to_the_end(&r, Some(key.clone()), ends).await;
     assert_eq!(ended, None, "the caller hears the end did not complete");
     assert!(!r.pulls_ended(FAILED, Duration::from_millis(50)).await, "no pull of it in flight any more");
     assert!(r.state().unknown.contains(&key), "ended as one whose outcome is unknown");
     assert!(r.stored_intents().contains(&FAILED.to_string()), "its intent kept");
+    assert!(st.pull_records_state().unwrap().intents.contains(&key), "and on disk again");
     // The other image's pull is untouched.
     assert!(r.pulls_ended(PULLED, Duration::from_millis(10)).await, "still in flight");
 }

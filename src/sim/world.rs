@@ -394,11 +394,14 @@ impl World {
         if inc.dead.replace(true) {
             return;
         }
-        drop(inc.node.borrow_mut().take());
+        // Fenced while the node still holds it: were the node's the last
+        // handle, dropping it first would close the store and keep the
+        // unsynced writes a kill loses.
         if let Some(store) = inc.store.borrow_mut().take().and_then(|w| w.upgrade()) {
             // Killed: its unsynced writes are lost; exited: its store closes.
             if matches!(how, Life::Killed) { store.fence_as_killed() } else { store.fence() }
         }
+        drop(inc.node.borrow_mut().take());
         inc.runner.abort();
         self.record(What::Life { inc: inc.id, what: how });
         let mut current = self.current.borrow_mut();
