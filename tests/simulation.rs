@@ -362,3 +362,15 @@ fn seeds_5570_and_5322_gc_keeps_a_record_written_as_its_run_began() {
     assert_held(&run(5570, &Options { steps: 86, shape: Shape::CURRENT, ..Options::default() }));
     assert_held(&run(5322, &Options { steps: 1_826, shape: Shape::CURRENT, ..Options::default() }));
 }
+
+/// Seeds 6123 and 6362 (`Shape::CURRENT` of 2026-11-27): a reload raised
+/// the minimum GC age while a GC run was measuring the disk; the run's
+/// detection came after it and kept a prefetched image as "ensured
+/// recently" under the new window, and `gc-reasons` allowed only the
+/// windows in force up to the run's start (fixed in the checker: up to
+/// when the report is checked). Broke `gc-reasons` at steps 71 and 754.
+#[test]
+fn seeds_6123_and_6362_a_reload_during_a_gc_run_widens_its_recent_window() {
+    assert_held(&run(6123, &Options { steps: 72, shape: Shape::CURRENT, ..Options::default() }));
+    assert_held(&run(6362, &Options { steps: 755, shape: Shape::CURRENT, ..Options::default() }));
+}

@@ -993,9 +993,14 @@ impl Checker {
     fn in_use_since(&self, id: &str, tags: &[String], started: Duration) -> bool {
         let slack = Duration::from_secs(1);
         // The detector's window is the minimum age in force at its last
-        // detection, which may be a while before the run: any value in
-        // force over the longest GC period (5 m, drawn) before it.
-        let min_age = self.facts.min_age.longest(started.saturating_sub(Duration::from_secs(600)), started);
+        // detection, which may be a while before the run (any value in
+        // force over the longest GC period, 5 m, drawn, before it) or
+        // during it, after a reload (the run's own detection comes after
+        // it measured the disk, which may take a while: seeds 6123 and
+        // 6362, found with the store's latency): up to now, when the report
+        // is checked.
+        let min_age =
+            self.facts.min_age.longest(started.saturating_sub(Duration::from_secs(600)), self.now.max(started));
         let window = started.saturating_sub(min_age + slack);
         if self.containers.contains_key(id)
             || self.used.get(id).is_some_and(|t| *t + slack >= started)

@@ -1459,6 +1459,45 @@ mod tests {
         }
     }
 
+    /// A hash of everything a plan draws (FNV-1a of its `Debug` text).
+    fn plan_hash(p: &Plan) -> u64 {
+        let text = format!(
+            "{:?}{:?}{}{}{:?}{:?}{:?}{:?}{:?}",
+            p.settings, p.retry_ms, p.allowlist_private, p.disk, p.preloaded, p.pinned, p.plugin, p.pods, p.steps
+        );
+        text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+    }
+
+    #[test]
+    fn the_earlier_shapes_draw_the_plans_their_regression_seeds_were_found_in() {
+        // Taken when the current shape became `V4` plus bursts and store
+        // latency (2026-11-27). A change here changes what every regression
+        // test of that shape replays: freeze the shape instead.
+        let expected: [(&Shape, [u64; 3]); 4] = [
+            (&Shape::V1, [0x7a67_48c1_ac41_9d7c, 0x1f6c_04ca_e159_dc74, 0x8bef_eec8_8ad4_8ee4]),
+            (&Shape::V2, [0xd5e5_71f8_a412_45a3, 0xc6cf_19bc_cece_f8da, 0x3bda_9189_b2c1_50c7]),
+            (&Shape::V3, [0x5f48_bcd4_a252_d58b, 0x7fb3_1ffe_485e_b743, 0x1942_d375_8757_f1e7]),
+            (&Shape::V4, [0xdcd8_628d_f77c_5561, 0x92f5_6a5f_fa09_8890, 0xc365_d3da_9c59_99d7]),
+        ];
+        let mut got = Vec::new();
+        for (shape, _) in &expected {
+            let hashes: Vec<u64> =
+                [1, 126, 425].iter().map(|s| plan_hash(&Plan::generate_shaped(*s, 2_000, shape))).collect();
+            got.push(format!(
+                "(&Shape::{}, [{:#x}, {:#x}, {:#x}])",
+                shape.name.to_uppercase(),
+                hashes[0],
+                hashes[1],
+                hashes[2]
+            ));
+        }
+        let want: Vec<String> = expected
+            .iter()
+            .map(|(s, h)| format!("(&Shape::{}, [{:#x}, {:#x}, {:#x}])", s.name.to_uppercase(), h[0], h[1], h[2]))
+            .collect();
+        assert_eq!(got, want);
+    }
+
     #[test]
     fn the_store_latency_is_the_seeds_own_and_mostly_short() {
         let draw = |seed: u64| {
