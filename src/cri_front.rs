@@ -31,7 +31,7 @@ use prost::bytes::Bytes;
 
 use crate::actors::cache_refresher::ImageRemoved;
 use crate::actors::cri_gateway::{CriReader, GetReader};
-use crate::actors::pull_queue::{EnqueuePull, PullFailure, PullRequest, SizeOffers};
+use crate::actors::pull_queue::{EnqueuePull, PullFailure, PullRequest, RecordDue, SizeOffers};
 use crate::api::server::ApiSocket;
 use crate::clock::Clock;
 pub use crate::config::PRIORITY_NAMESPACE_PULL;
@@ -39,7 +39,8 @@ use crate::config::{CriServerSettings, PriorityRule};
 use crate::cri::proto as pb;
 use crate::cri::server::{FrontFuture, ImageFront, ImageServiceServer, PullCall, pull_answer};
 use crate::cri::{CriError, CriErrorKind, Rpc};
-use crate::domain::{ImageSpec, SandboxConfig};
+use crate::domain::pull_record::{ImagePullCredentials, ImagePullSecret};
+use crate::domain::{AuthConfig, ImageSpec, SandboxConfig};
 use crate::ensure::{class_of_pull, failed_to_pull, pulling, successfully_pulled, using_local_image};
 use crate::error::AppError;
 use crate::events::{EventReason, EventSink, EventType, ImageEvent, ObjectRef};
@@ -88,6 +89,11 @@ pub struct CriFront {
     /// imaged's GC's in-use hints, told of the kubelet's image checks and
     /// pulls (attached by [`with_in_use_hints`](Self::with_in_use_hints)).
     hints: Option<FrontHints>,
+    /// KEP-2535: the kubelet's pulls write intents and pulled records, so
+    /// an image it pulled with a pod's credential is not taken for a
+    /// preloaded one by imaged's own ensures (attached by
+    /// [`with_pull_records`](Self::with_pull_records)).
+    records: Option<PullRecords>,
 }
 
 /// The in-use hints a front tells, and the clock their times are read on
@@ -313,7 +319,18 @@ impl CriFront {
             reads: ReadCache::new(settings.read_cache_ttl),
             offers: SizeOffers::default(),
             hints: None,
+            records: None,
         }
+    }
+
+    /// The same front keeping KEP-2535 `records` of the kubelet's pulls, as
+    /// imaged's own pulls keep them: the intent on disk before the pull
+    /// starts; once it ends, the pulled record with what the call's one
+    /// credential proves ([`front_proves`]), or the intent ended. The
+    /// record is written after the kubelet is answered (the intent covers
+    /// a crash meanwhile; imaged's own checks wait for it).
+    pub fn with_pull_records(self, records: PullRecords) -> Self {
+        Self { records: Some(records), ..self }
     }
 
     /// The same front telling `hints` (imaged's GC's) what the kubelet
@@ -486,6 +503,7 @@ impl CriFront {
             sandbox: call.sandbox,
             priority,
             wire: Some(call.wire),
+            records: self.records.is_some(),
             ..PullRequest::new(call.image)
         }
     }
@@ -520,6 +538,73 @@ impl RemoveFollowers {
             // A full mailbox leaves it to the next refresh.
             let _ = list.try_send(ImageRemoved { id: id.to_string() });
         }
+    }
+}
+
+/// A front pull's KEP-2535 bookkeeping: the records, the image as the
+/// kubelet named it, what its credential proves.
+struct FrontRecord {
+    records: PullRecords,
+    image: String,
+    proves: ImagePullCredentials,
+}
+
+impl FrontRecord {
+    /// The pull ended with `result` (whether it pulled, the image's id and
+    /// the record due it owes): the pulled record, or its intent ended (kept when the
+    /// runtime's outcome is unknown), on a task of its own so the kubelet
+    /// is answered meanwhile; the record due goes once written.
+    fn end(
+        self,
+        intent: crate::pull_records::IntentGuard,
+        began: std::time::SystemTime,
+        result: Result<(bool, String, Option<std::sync::Arc<RecordDue>>), PullFailure>,
+    ) {
+        intent.disarm();
+        let Self { records, image, proves } = self;
+        tokio::spawn(async move {
+            match result {
+                Ok((true, image_ref, due)) => {
+                    if let Err(e) = records.record_image_pulled_since(&image, &image_ref, &proves, began).await {
+                        tracing::warn!(image, error = %e, "failed to record an image pulled through the CRI front");
+                    }
+                    drop(due);
+                }
+                Err(f) if f.outcome_unknown() => records.record_image_pull_unknown(&image).await,
+                _ => records.record_image_pull_failed(&image).await,
+            }
+        });
+    }
+}
+
+/// What a front pull that succeeded with `auth` (the call's one
+/// credential) proves, for KEP-2535: none (or an empty one), every pod
+/// may use the image, as after an anonymous ensure; a user name and
+/// password, pods whose secrets hold the same credential (matched by its
+/// hash: the kubelet does not say which secret it came from, so the entry
+/// names none, its uid the hash so that each credential keeps its own);
+/// a token only, nothing (every pod must pull to use the image).
+pub fn front_proves(auth: Option<&AuthConfig>) -> ImagePullCredentials {
+    let Some(auth) = auth.filter(|a| {
+        !(a.username.is_empty()
+            && a.password.is_empty()
+            && a.auth.is_empty()
+            && a.identity_token.is_empty()
+            && a.registry_token.is_empty())
+    }) else {
+        return ImagePullCredentials::node_accessible();
+    };
+    match auth.basic_credentials() {
+        Some((user, password)) => {
+            let credential_hash = crate::credentials::Credential::new(user, password, "").auth_config_hash();
+            ImagePullCredentials::secret(ImagePullSecret {
+                uid: credential_hash.clone(),
+                namespace: String::new(),
+                name: String::new(),
+                credential_hash,
+            })
+        }
+        None => ImagePullCredentials::default(),
     }
 }
 
@@ -650,19 +735,54 @@ impl ImageFront for CriFront {
         // for GC; what it brings is marked ensured (as an ensure's pull).
         let hints = self.hints.clone();
         let in_flight = hints.as_ref().zip(normalized.ok()).map(|(h, r)| h.hints.pull_started(&r));
+        let recording = self.records.clone().map(|records| {
+            Box::new(FrontRecord { records, image: call.image.image.clone(), proves: front_proves(call.auth.as_ref()) })
+        });
         let request = self.request(call);
         let told = Told::new(&request, self.events.clone());
         let metrics = self.metrics.clone();
         let start = tokio::time::Instant::now();
         told.emit(EventReason::Pulling, pulling(&told.image), None);
-        let enqueued = self.pulls.send(EnqueuePull(request));
+        // Without records the request is sent now; with them, once its
+        // intent is on disk (boxed meanwhile: the future stays small).
+        let (mut enqueued, mut unsent) = match &recording {
+            None => (Some(self.pulls.send(EnqueuePull(request))), None),
+            Some(_) => (None, Some((self.pulls.clone(), Box::new(request)))),
+        };
         let wait = async move {
-            let Ok(ticket) = enqueued.await else {
+            let mut intent = None;
+            if let Some(r) = &recording {
+                match r.records.begin_pull(&r.image).await {
+                    Ok(guard) => intent = Some((guard, r.records.clock().now())),
+                    Err(e) => {
+                        let text = format!("imaged could not record the pull's intent: {e}");
+                        told.emit(EventReason::Failed, failed_to_pull(&told.image, &text), None);
+                        return Err(CriError::new(CriErrorKind::Other, text));
+                    }
+                }
+            }
+            if let Some((pulls, request)) = unsent.take() {
+                enqueued = Some(pulls.send(EnqueuePull(*request)));
+            }
+            let Some(Ok(ticket)) = (match enqueued {
+                Some(send) => Some(send.await),
+                None => None,
+            }) else {
                 let failure = PullFailure::Stopped;
+                if let (Some(r), Some((guard, began))) = (recording, intent) {
+                    r.end(guard, began, Err(failure.clone()));
+                }
                 told.emit(EventReason::Failed, failed_to_pull(&told.image, &failure.to_string()), Some(&failure));
                 return Err(CriError::new(CriErrorKind::RuntimeUnavailable, "imaged's pull queue has stopped"));
             };
-            let result = ticket.await;
+            let mut result = ticket.await;
+            if let (Some(r), Some((guard, began))) = (recording, intent) {
+                let mine = match &mut result {
+                    Ok(o) => Ok((o.pulled, o.image_ref.clone(), o.record_due.take())),
+                    Err(f) => Err(f.clone()),
+                };
+                r.end(guard, began, mine);
+            }
             if let (Some(h), Ok(o)) = (&hints, &result) {
                 h.hints.ensured(&o.image_ref, h.clock.now());
             }
@@ -759,6 +879,7 @@ impl CriFront {
             .with_events(node.manager().events().clone(), node.config().pull.metrics.clone())
             .with_size_offers(node.config().pull.size_offers.clone())
             .with_in_use_hints(node.manager().hints().clone(), node.manager().pull_records().clock())
+            .with_pull_records(node.manager().pull_records().clone())
             .with_remove_followers(RemoveFollowers {
                 records: Some(node.manager().pull_records().clone()),
                 image_list: Some(node.gc().refresher.clone().recipient()),
@@ -901,6 +1022,37 @@ mod tests {
         assert!(e.contains("cri_server.priority[0].priority"), "{e}");
         let e = err("namespace = \"a\"\npriority = 1\nclass = \"x\"");
         assert!(e.contains("class"), "unknown matcher refused: {e}");
+    }
+
+    #[test]
+    fn a_front_pull_proves_its_credential_by_hash_only_and_an_anonymous_one_proves_every_pod() {
+        use crate::pull_records::{PodCredentials, match_credentials};
+        assert_eq!(front_proves(None), ImagePullCredentials::node_accessible());
+        let empty = AuthConfig { server_address: "registry.example.com".into(), ..AuthConfig::default() };
+        assert_eq!(front_proves(Some(&empty)), ImagePullCredentials::node_accessible(), "no credential in it");
+        let basic = front_proves(Some(&AuthConfig::basic("", "team", "pw")));
+        let encoded = AuthConfig { auth: crate::domain::Secret::new("dGVhbTpwdw=="), ..AuthConfig::default() };
+        assert_eq!(front_proves(Some(&encoded)), basic, "`auth` is the same user and password");
+        let token = AuthConfig { registry_token: crate::domain::Secret::new("t"), ..AuthConfig::default() };
+        assert!(front_proves(Some(&token)).is_empty(), "a token proves nothing: every pod must pull");
+        let hash = crate::credentials::Credential::new("team", "pw", "").auth_config_hash();
+        let entry = &basic.kubernetes_secrets[0];
+        assert_eq!((entry.namespace.as_str(), entry.name.as_str()), ("", ""), "no secret is named");
+        assert_eq!(entry.credential_hash, hash);
+        let pod = |hash: &str, ns: &str, name: &str| PodCredentials {
+            secrets: vec![ImagePullSecret {
+                uid: entry.uid.clone(),
+                namespace: ns.into(),
+                name: name.into(),
+                credential_hash: hash.into(),
+            }],
+            service_account: None,
+        };
+        assert!(!match_credentials(&basic, &pod(&hash, "shop", "regcred")).must_pull, "the same credential");
+        assert!(match_credentials(&basic, &pod("other", "shop", "regcred")).must_pull, "another credential");
+        // Coordinates match only when they name a secret: a pod's secret
+        // without them is not taken for the front's entry.
+        assert!(match_credentials(&basic, &pod("other", "", "")).must_pull, "no coordinates to match");
     }
 
     #[test]

@@ -1039,3 +1039,55 @@ async fn a_pull_through_the_front_keeps_the_image_it_replaces_and_marks_what_it_
     assert_eq!(pulled, id, "the same content");
     assert_eq!(hints.ensured_since(started), [id], "the pull marks what it brings");
 }
+
+#[actix::test]
+async fn the_kubelets_pulls_keep_kep2535_records_so_imageds_ensures_verify_who_may_use_them() {
+    use imaged::domain::pull_policy::PullPolicy;
+    use imaged::ensure::EnsureImageRequest;
+    let f = Front::start("").await;
+    let (private, public) = ("registry.example.com/team/secret:1", "registry.example.com/team/open:1");
+    f.embedded()
+        .add_remote(
+            imaged::embedded::RemoteImage::new(private, 100)
+                .private("team", "team-password")
+                .latency(Duration::from_millis(300)),
+        )
+        .expect("add");
+    f.add(public, 0);
+    let with_auth = pb::PullImageRequest {
+        auth: Some(pb::AuthConfig { username: "team".into(), password: "team-password".into(), ..Default::default() }),
+        ..pull(private)
+    };
+    // The intent is on disk while the kubelet's pull runs.
+    let pulling = f.spawn_pull(with_auth);
+    f.until_queue_holds(1).await;
+    let records = f.node.manager().pull_records();
+    assert_eq!(records.stored_intents().len(), 1, "the intent before the pull: {:?}", records.stored_intents());
+    let id = pulling.await.expect("task").expect("the kubelet's pull with the pod's secret");
+    f.client.clone().pull_image(pull(public)).await.expect("an anonymous pull");
+    let pulls = f.runtime_pulls();
+
+    // A pod without the credential may not use the private image: it must
+    // pull, and cannot.
+    let bare = EnsureImageRequest::new("no-secret", private, PullPolicy::IfNotPresent);
+    let got = f.node.ensure_image_exists(&bare).await.expect("node");
+    assert!(got.is_err(), "a pod without the secret was given the private image: {got:?}");
+    // A pod whose secret holds the same credential may, without a pull.
+    let json = r#"{"auths":{"registry.example.com":{"username":"team","password":"team-password"}}}"#;
+    let secret = imaged::credentials::PullSecret::new("shop", "regcred", "kubernetes.io/dockerconfigjson")
+        .with_uid("uid-regcred")
+        .with_data(".dockerconfigjson", json.as_bytes().to_vec());
+    let mut same = EnsureImageRequest::new("same-secret", private, PullPolicy::IfNotPresent);
+    same.pod.namespace = "shop".into();
+    same.pull_secrets = vec![secret];
+    let ok = f.node.ensure_image_exists(&same).await.expect("node").expect("the same credential");
+    assert_eq!(ok.image_ref, id);
+    // The anonymous pull's image is every pod's.
+    let anyone = EnsureImageRequest::new("anyone", public, PullPolicy::IfNotPresent);
+    f.node.ensure_image_exists(&anyone).await.expect("node").expect("a public image");
+    assert_eq!(f.runtime_pulls(), pulls + 1, "only the pod without the secret tried to pull");
+    assert!(records.stored_intents().is_empty(), "every intent ended: {:?}", records.stored_intents());
+    let record = records.record(&id).expect("the private image's record");
+    let shown = format!("{record:?}");
+    assert!(!shown.contains("team-password"), "the credential is never stored: {shown}");
+}

@@ -93,6 +93,25 @@ impl AuthConfig {
         }
     }
 
+    /// The basic-auth user name and password these credentials carry:
+    /// `auth` (base64 `user:password`) when set, else `username` and
+    /// `password`; `None` when neither is there (or `auth` does not
+    /// decode), e.g. for a token.
+    pub fn basic_credentials(&self) -> Option<(String, Secret)> {
+        if !self.auth.is_empty() {
+            use base64::Engine as _;
+            let trimmed = self.auth.expose().trim().trim_end_matches('=');
+            let decoded = base64::engine::general_purpose::STANDARD_NO_PAD.decode(trimmed).ok()?;
+            let text = String::from_utf8(decoded).ok()?;
+            let (user, password) = text.split_once(':')?;
+            return Some((user.to_string(), Secret::new(password)));
+        }
+        if self.username.is_empty() {
+            return None;
+        }
+        Some((self.username.clone(), self.password.clone()))
+    }
+
     /// A stable, non-reversible identity for these credentials (SHA-256 of all
     /// fields), for telling credential sets apart without keeping them.
     pub fn identity(&self) -> String {

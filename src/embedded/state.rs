@@ -203,8 +203,8 @@ impl State {
                     Ok(_) => {}
                 }
             }
-            let (u, p) = credentials_of(auth).ok_or_else(unauthorized)?;
-            let taken = |(user, password): &(String, crate::domain::Secret)| u == *user && p == password.expose();
+            let (u, p) = auth.basic_credentials().ok_or_else(unauthorized)?;
+            let taken = |(user, password): &(String, crate::domain::Secret)| u == *user && p == *password;
             if !taken(&(user.clone(), password.clone())) && !remote.also_accepted.iter().any(taken) {
                 return Err(unauthorized());
             }
@@ -365,26 +365,6 @@ fn server_host(addr: &str) -> Result<String, String> {
         }
         None => Ok(String::new()),
     }
-}
-
-/// (user, password) from an AuthConfig: `auth` (base64 `user:pass`) wins.
-fn credentials_of(a: &AuthConfig) -> Option<(String, String)> {
-    if !a.auth.is_empty() {
-        let decoded = base64_decode(a.auth.expose())?;
-        let text = String::from_utf8(decoded).ok()?;
-        let (u, p) = text.split_once(':')?;
-        return Some((u.to_string(), p.to_string()));
-    }
-    if a.username.is_empty() {
-        return None;
-    }
-    Some((a.username.clone(), a.password.expose().to_string()))
-}
-
-fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    use base64::Engine as _;
-    let t = s.trim().trim_end_matches('=');
-    base64::engine::general_purpose::STANDARD_NO_PAD.decode(t).ok()
 }
 
 #[cfg(test)]

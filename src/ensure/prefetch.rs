@@ -135,6 +135,7 @@ impl ImageManager {
             absent_at: Some(absent_at),
             deadline: req.deadline,
             wire: None,
+            records: true,
         };
         // While it runs, an image it would replace counts as in use for GC.
         let in_flight = crate::domain::reference::parse_normalized_named(&spec.image)

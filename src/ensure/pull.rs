@@ -173,6 +173,7 @@ impl ImageManager {
                 absent_at,
                 deadline: req.deadline,
                 wire: None,
+                records: true,
             };
             let (result, joined) = match Box::pin(self.queue.send(EnqueuePull(request))).await {
                 Ok(ticket) => {

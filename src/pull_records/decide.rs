@@ -105,7 +105,10 @@ pub fn match_credentials(cached: &ImagePullCredentials, pod: &PodCredentials) ->
     let room = cached.kubernetes_secrets.len() < MAX_SECRETS_WRITTEN_WHILE_MATCHING;
     for pod_secret in &pod.secrets {
         for cached_secret in &cached.kubernetes_secrets {
-            let same_coordinates = pod_secret.uid == cached_secret.uid
+            // Coordinates name a secret: a record's credential without
+            // them (a CRI front's pull) matches by its hash only.
+            let same_coordinates = !cached_secret.name.is_empty()
+                && pod_secret.uid == cached_secret.uid
                 && pod_secret.namespace == cached_secret.namespace
                 && pod_secret.name == cached_secret.name;
             if !pod_secret.credential_hash.is_empty() && pod_secret.credential_hash == cached_secret.credential_hash {

@@ -97,8 +97,7 @@ struct Waiter {
     since: Instant,
     /// The pod it is for, when it named one.
     pod: Option<PullPod>,
-    /// It writes a pulled record when answered (an ensure's or a
-    /// prefetch's; a CRI front's pull records nothing).
+    /// It writes a pulled record when answered (`PullRequest::records`).
     records: bool,
 }
 
@@ -423,7 +422,7 @@ impl Handler<EnqueuePull> for PullQueueActor {
         let (admitted_tx, admitted_rx) = oneshot::channel();
         let image = key.image.clone();
         let pod = PullPod::of(request.sandbox.as_ref()).or_else(|| request.pod.clone());
-        let records = request.wire.is_none();
+        let records = request.records;
         let waiter =
             Waiter { result: tx, admitted: Some(admitted_tx), since: Instant::now(), pod: pod.clone(), records };
         let how = self.queue.submit(key, request.priority, Box::new(request), waiter);

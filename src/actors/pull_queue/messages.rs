@@ -44,6 +44,10 @@ pub struct PullRequest {
     /// ([`PullOutcome::answer`]). `credentials` must then be the request's
     /// one `auth` (or none): it is what the pull is shared by.
     pub wire: Option<prost::bytes::Bytes>,
+    /// Its requester writes a KEP-2535 pulled record when answered (an
+    /// ensure's, a prefetch's, a CRI front's with records): the queue marks
+    /// the record due ([`RecordsDue`](super::RecordsDue)) as it answers.
+    pub records: bool,
 }
 
 /// The pod a pull is for, as its sandbox's metadata names it: what
@@ -89,6 +93,7 @@ impl PullRequest {
             absent_at: None,
             deadline: None,
             wire: None,
+            records: true,
         }
     }
 }
