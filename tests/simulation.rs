@@ -349,7 +349,7 @@ fn seed_425_gc_does_not_remove_an_image_pinned_since_its_detection() {
     shrunk(425, 1147, &[512, 514, 596, 600, 959, 1116, 1117, 1118, 1120, 1123, 1124, 1135, 1136], &Shape::V1);
 }
 
-/// Seeds 5570 and 5322 (`Shape::CURRENT` of 2026-11-27, the first with a
+/// Seeds 5570 and 5322 (`Shape::V5`, the current shape of 2026-11-27, the first with a
 /// disk that takes its time): a GC run began while a pull's record was
 /// being written (stamped and committed, not yet in memory: the commit's
 /// answer came 0.4 s late); the run's detection listed the image, but what
@@ -359,11 +359,11 @@ fn seed_425_gc_does_not_remove_an_image_pinned_since_its_detection() {
 /// the records a run may keep (`PullRecords::image_refs`).
 #[test]
 fn seeds_5570_and_5322_gc_keeps_a_record_written_as_its_run_began() {
-    assert_held(&run(5570, &Options { steps: 86, shape: Shape::CURRENT, ..Options::default() }));
-    assert_held(&run(5322, &Options { steps: 1_826, shape: Shape::CURRENT, ..Options::default() }));
+    assert_held(&run(5570, &Options { steps: 86, shape: Shape::V5, ..Options::default() }));
+    assert_held(&run(5322, &Options { steps: 1_826, shape: Shape::V5, ..Options::default() }));
 }
 
-/// Seeds 6123 and 6362 (`Shape::CURRENT` of 2026-11-27): a reload raised
+/// Seeds 6123 and 6362 (`Shape::V5`, the current shape of 2026-11-27): a reload raised
 /// the minimum GC age while a GC run was measuring the disk; the run's
 /// detection came after it and kept a prefetched image as "ensured
 /// recently" under the new window, and `gc-reasons` allowed only the
@@ -371,6 +371,21 @@ fn seeds_5570_and_5322_gc_keeps_a_record_written_as_its_run_began() {
 /// when the report is checked). Broke `gc-reasons` at steps 71 and 754.
 #[test]
 fn seeds_6123_and_6362_a_reload_during_a_gc_run_widens_its_recent_window() {
-    assert_held(&run(6123, &Options { steps: 72, shape: Shape::CURRENT, ..Options::default() }));
-    assert_held(&run(6362, &Options { steps: 755, shape: Shape::CURRENT, ..Options::default() }));
+    assert_held(&run(6123, &Options { steps: 72, shape: Shape::V5, ..Options::default() }));
+    assert_held(&run(6362, &Options { steps: 755, shape: Shape::V5, ..Options::default() }));
+}
+
+/// Seeds 8 and 2 (`Shape::CURRENT` of 2026-11-27, the first where the
+/// kubelet pulls through imaged's CRI front): the front's pulls wrote no
+/// KEP-2535 intent or record. Seed 8: a pod ensured through the API was
+/// given `private.example/billing/invoicer:1`, which the kubelet had
+/// pulled through the front with another pod's secret, as a preloaded
+/// image (`kep2535`, step 1030); seed 2: a front pull in flight at a kill
+/// left its image on the node with no intent (`durable`, step 1416).
+/// Fixed in imaged: the front keeps records as imaged's own pulls do
+/// (`CriFront::with_pull_records`).
+#[test]
+fn seeds_8_and_2_the_kubelets_pulls_through_the_front_keep_kep2535_records() {
+    assert_held(&run(8, &Options { steps: 1_031, ..Options::default() }));
+    assert_held(&run(2, &Options { steps: 1_417, ..Options::default() }));
 }

@@ -83,40 +83,20 @@ impl InProcessRuntime {
         if serving.is_some() {
             return;
         }
-        let (tx, rx) = mpsc::unbounded_channel::<KillableIo>();
-        let incoming = tokio_stream::StreamExt::map(tokio_stream::wrappers::UnboundedReceiverStream::new(rx), |io| {
-            Ok::<_, io::Error>(io)
-        });
-        let service = CriService::new(self.shared.clone());
-        let server = super::router(service).serve_with_incoming(incoming);
-        let server = tokio::spawn(async move {
-            if let Err(e) = server.await {
-                tracing::error!(error = %e, "in-process embedded runtime: server failed");
-            }
-        });
-        *serving = Some(Serving { connections: tx, server, kill: Arc::default() });
+        *serving = Some(Serving::start(super::router(CriService::new(self.shared.clone()))));
     }
 
     /// Stops at once, like a killed runtime: every connection fails, calls
     /// in flight end, new connections are refused. The state stays.
     pub fn stop(&self) {
         if let Some(s) = self.serving().take() {
-            s.server.abort();
-            s.kill.kill();
+            s.stop();
         }
     }
 
     /// A connection to the runtime, or `ConnectionRefused` while stopped.
     fn connect(&self) -> io::Result<DuplexStream> {
-        let serving = self.serving();
-        let Some(s) = serving.as_ref() else {
-            return Err(io::Error::new(io::ErrorKind::ConnectionRefused, "the embedded runtime is not serving"));
-        };
-        let (client, server) = tokio::io::duplex(PIPE_BYTES);
-        s.connections
-            .send(KillableIo::new(server, &s.kill))
-            .map_err(|_| io::Error::new(io::ErrorKind::ConnectionRefused, "the embedded runtime is not serving"))?;
-        Ok(client)
+        connect(&self.serving)
     }
 
     /// A CRI client of this runtime: its channel dials a new in-memory
@@ -143,6 +123,87 @@ impl InProcessRuntime {
     /// removals), as it does it; `None` stops telling.
     pub fn set_observer(&self, observer: Option<super::Observer>) {
         *self.shared.observer.lock().unwrap_or_else(PoisonError::into_inner) = observer;
+    }
+}
+
+impl Serving {
+    /// Serves `router` on a task of the current runtime, over the
+    /// connections handed to it.
+    fn start(router: tonic::transport::server::Router) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel::<KillableIo>();
+        let incoming = tokio_stream::StreamExt::map(tokio_stream::wrappers::UnboundedReceiverStream::new(rx), |io| {
+            Ok::<_, io::Error>(io)
+        });
+        let server = router.serve_with_incoming(incoming);
+        let server = tokio::spawn(async move {
+            if let Err(e) = server.await {
+                tracing::error!(error = %e, "in-process server failed");
+            }
+        });
+        Serving { connections: tx, server, kill: Arc::default() }
+    }
+
+    /// Stops at once: every connection fails.
+    fn stop(self) {
+        self.server.abort();
+        self.kill.kill();
+    }
+}
+
+/// A new connection to what `serving` serves, or `ConnectionRefused`.
+fn connect(serving: &Mutex<Option<Serving>>) -> io::Result<DuplexStream> {
+    let serving = serving.lock().unwrap_or_else(PoisonError::into_inner);
+    let refused = || io::Error::new(io::ErrorKind::ConnectionRefused, "nothing serves the in-process socket");
+    let Some(s) = serving.as_ref() else { return Err(refused()) };
+    let (client, server) = tokio::io::duplex(PIPE_BYTES);
+    s.connections.send(KillableIo::new(server, &s.kill)).map_err(|_| refused())?;
+    Ok(client)
+}
+
+/// An in-memory socket any tonic server can be bound to, in turn, and its
+/// clients dial (the simulator's CRI front: each imaged process serves it
+/// while it lives, the kubelet's channel keeps dialling it). Closing it is
+/// a killed server's socket: every connection fails at once and new ones
+/// are refused until the next bind. Clones share it.
+#[derive(Clone, Default)]
+pub struct InProcessSocket {
+    serving: Arc<Mutex<Option<Serving>>>,
+}
+
+impl std::fmt::Debug for InProcessSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let bound = self.serving.lock().unwrap_or_else(PoisonError::into_inner).is_some();
+        f.debug_struct("InProcessSocket").field("bound", &bound).finish()
+    }
+}
+
+impl InProcessSocket {
+    /// Serves `router` on it (closing what served it before). Must be
+    /// called within a tokio runtime.
+    pub fn bind(&self, router: tonic::transport::server::Router) {
+        let old = self.serving.lock().unwrap_or_else(PoisonError::into_inner).replace(Serving::start(router));
+        if let Some(old) = old {
+            old.stop();
+        }
+    }
+
+    /// Stops serving at once: every connection fails.
+    pub fn close(&self) {
+        let old = self.serving.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(old) = old {
+            old.stop();
+        }
+    }
+
+    /// A channel that dials a new connection whenever it (re)connects.
+    pub fn channel(&self, connect_timeout: Duration) -> tonic::transport::Channel {
+        let socket = self.clone();
+        tonic::transport::Endpoint::from_static("http://in-process.socket")
+            .connect_timeout(connect_timeout)
+            .connect_with_connector_lazy(tower::service_fn(move |_| {
+                let conn = connect(&socket.serving);
+                async move { conn.map(TokioIo::new) }
+            }))
     }
 }
 

@@ -33,7 +33,7 @@ use std::thread::JoinHandle;
 use tokio::sync::oneshot;
 
 pub use catalogue::{RemoteImage, demo_catalogue};
-pub use in_process::{IN_PROCESS_ENDPOINT, InProcessRuntime};
+pub use in_process::{IN_PROCESS_ENDPOINT, InProcessRuntime, InProcessSocket};
 pub use persist::{LOCK_FILE, STATE_FILE, SaveError};
 pub use server::{PULL_LOG_MAX, RuntimeStats};
 pub use state::IMAGE_FS_MOUNTPOINT;

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::rc::Rc;
 use std::time::{Duration, SystemTime};
 
-use super::log::{Answer, Entry, Life, What, short};
+use super::log::{Answer, Entry, FrontOutcome, Life, What, short};
 use super::plan::{
     Access, IMAGES, PLUGIN_REGISTRY, PLUGIN_TOKEN, PLUGIN_USER, PRIVATE_PASSWORD, Plan, REGISTRIES, ROBOT_PASSWORD,
     ROBOT_USER, STALE_TOKEN, SecretKind, WRONG_PASSWORD,
@@ -50,7 +50,7 @@ pub const INVARIANTS: &[(&str, &str)] = &[
     ("in-use-kept", "no image used by a container, pinned, or the sandbox image is removed"),
     (
         "kep2535",
-        "a pod never gets a private image it could not pull itself (with its secret, or the node's plugin credentials), across restarts",
+        "a pod never gets a private image it could not pull itself (with its secret, or the node's plugin credentials), across restarts; the CRI front answers a pull only for a credential that can pull it",
     ),
     ("single-flight", "at most one runtime PullImage per (image, handler, credential) and kind of request in flight"),
     ("backoff-law", "back-off follows client-go's law: 10 s doubling to the cap, strict, expiry, clear and resets"),
@@ -206,6 +206,8 @@ pub struct Stats {
     pub unsynced_lost: u64,
     /// Reloads applied to a serving process.
     pub reloads: u64,
+    /// Of the ensures, the kubelet's steps through the CRI front.
+    pub front: u64,
 }
 
 /// The checker's state: what it needs of the past.
@@ -273,6 +275,9 @@ pub struct Checker {
     hash: u64,
     tail: VecDeque<String>,
     full: Option<Vec<String>>,
+    /// The uids of pods whose kubelet pulls through the CRI front: the
+    /// front keeps no back-off (their kubelet's own is not simulated).
+    front_uids: BTreeSet<String>,
     /// Counts.
     pub stats: Stats,
 }
@@ -412,6 +417,7 @@ impl Checker {
                 })
                 .unwrap_or_default(),
         };
+        let front_uids = plan.front_pods.iter().map(|&i| plan.pods[i].uid.clone()).collect();
         Self {
             plan,
             facts,
@@ -446,6 +452,7 @@ impl Checker {
             hash: 0xcbf2_9ce4_8422_2325,
             tail: VecDeque::with_capacity(TAIL),
             full: full_trace.then(Vec::new),
+            front_uids,
             stats: Stats::default(),
         }
     }
@@ -518,6 +525,8 @@ impl Checker {
                 self.reloaded(&cfg);
             }
             What::Runtime(o) => self.runtime(o)?,
+            // The front keeps no back-off: its pods' pulls are the kubelet's.
+            What::Event { event, .. } if self.front_uids.contains(&event.object.pod_uid) => {}
             What::Event { inc, event } => {
                 if event.reason == EventReason::Pulled && event.message.starts_with("Successfully pulled") {
                     self.registry_recovered(&event.image);
@@ -535,6 +544,7 @@ impl Checker {
                 }
             }
             What::EnsureEnded { id, answer } => self.answered(id, &answer)?,
+            What::FrontEnded { id, outcome } => self.front_answered(id, &outcome)?,
             What::Created { image_id, .. } => {
                 self.used.insert(image_id.clone(), self.now);
                 *self.containers.entry(image_id).or_default() += 1;
@@ -890,6 +900,63 @@ impl Checker {
                 }
             }
             Answer::Lost | Answer::NoNode => self.stats.ensure_lost += 1,
+        }
+        Ok(())
+    }
+
+    /// The kubelet's steps through the CRI front for a container ended: a
+    /// pull answered is KEP-2535's to check (the front pulls with the
+    /// call's one credential, never the node's: the registry must have
+    /// taken it); an image found present is the kubelet's own business
+    /// (this kubelet verifies nothing), but counts as ensured for GC, as
+    /// the front tells its hints.
+    fn front_answered(&mut self, id: u64, outcome: &FrontOutcome) -> Result<(), Violation> {
+        self.stats.front += 1;
+        let Some((_, inc, pod, container, _)) = self.pending.remove(&id) else {
+            self.stats.ensure_lost += 1;
+            return Ok(());
+        };
+        self.ensure_ended(pod, container);
+        let p = &self.plan.pods[pod];
+        let image = IMAGES[p.containers[container].image];
+        match outcome {
+            FrontOutcome::Present(image_id) => {
+                self.stats.ensure_ok += 1;
+                self.ensured.insert(image_id.clone(), self.now);
+            }
+            FrontOutcome::Pulled(image_id) => {
+                self.stats.ensure_ok += 1;
+                self.ensured.insert(image_id.clone(), self.now);
+                if image.private() && !(image.access == Access::Secret && p.secret.valid()) {
+                    return Err(self.fail(
+                        "kep2535",
+                        format!(
+                            "the CRI front answered pod {}/{}'s PullImage of the private image {} ({}) though its credential (secret {:?}) cannot pull it",
+                            p.namespace,
+                            p.name,
+                            image.name,
+                            short(image_id),
+                            p.secret
+                        ),
+                    ));
+                }
+            }
+            FrontOutcome::NeverPull => self.stats.ensure_err += 1,
+            FrontOutcome::Failed(_, message) => {
+                self.stats.ensure_err += 1;
+                if message.is_empty() {
+                    return Err(self.fail(
+                        "ensure-answered",
+                        format!("ensure #{id} through the CRI front failed with no message"),
+                    ));
+                }
+                if message.contains("pull queue has stopped") && !self.stopping.contains(&inc) {
+                    return Err(self.fail(
+                        "actors-alive",
+                        format!("ensure #{id} through the front of imaged#{inc}, which serves: {message}"),
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -1327,9 +1394,14 @@ impl Checker {
             // A pod's own pull deadline shorter than its image's pull time
             // (with room for a wait in the queue) fails every pull it makes.
             let in_time = |latency_ms: u64| p.deadline.is_none_or(|d| d >= 2 * Duration::from_millis(latency_ms));
+            let front = self.plan.via_front(i);
             let can = p.containers.iter().all(|c| {
                 c.policy != crate::domain::pull_policy::PullPolicy::Never
-                    && self.plan.can_pull(c.image, p.secret)
+                    && if front {
+                        self.plan.front_can_pull(c.image, p.secret)
+                    } else {
+                        self.plan.can_pull(c.image, p.secret)
+                    }
                     && in_time(IMAGES[c.image].latency_ms)
             });
             if can {

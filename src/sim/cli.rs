@@ -67,7 +67,7 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 150)]
     pub shrink_budget: usize,
     /// The shape plans are drawn in: `current`, or an earlier one (`v1`,
-    /// `v2`, `v3`, `v4`) for the seeds found under it.
+    /// `v2`, `v3`, `v4`, `v5`) for the seeds found under it.
     #[arg(long, value_enum, default_value_t = ShapeArg::Current)]
     pub shape: ShapeArg,
 }
@@ -85,6 +85,8 @@ pub enum ShapeArg {
     V3,
     /// `Shape::V4`.
     V4,
+    /// `Shape::V5`.
+    V5,
 }
 
 impl ShapeArg {
@@ -95,6 +97,7 @@ impl ShapeArg {
             Self::V2 => Shape::V2,
             Self::V3 => Shape::V3,
             Self::V4 => Shape::V4,
+            Self::V5 => Shape::V5,
         }
     }
 }
@@ -133,7 +136,7 @@ fn one(args: &SimulateArgs, seed: u64) -> Result<(), AppError> {
 fn summary_line(o: &Outcome, wall: Duration) -> String {
     let s = &o.stats;
     format!(
-        "seed {}: {} steps, {} simulated in {:.1}s: {} ensures ({} ok, {} errors, {} lost), {} runtime pulls, {} removals, \
+        "seed {}: {} steps, {} simulated in {:.1}s: {} ensures ({} ok, {} errors, {} lost; {} through the CRI front), {} runtime pulls, {} removals, \
          {} starts, {} kills, {} reloads, {} GC reports, {} store checks ({} unsynced records lost), {} plugin runs ({} failed), trace {:016x}: {}",
         o.seed,
         o.steps,
@@ -143,6 +146,7 @@ fn summary_line(o: &Outcome, wall: Duration) -> String {
         s.ensure_ok,
         s.ensure_err,
         s.ensure_lost,
+        s.front,
         s.runtime_pulls,
         s.removals,
         s.starts,
@@ -179,6 +183,7 @@ fn add(total: &mut Stats, s: &Stats) {
     total.unsynced_lost += s.unsynced_lost;
     total.plugin_runs += s.plugin_runs;
     total.plugin_failures += s.plugin_failures;
+    total.front += s.front;
 }
 
 fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
@@ -269,11 +274,12 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
         failed.len()
     );
     out!(
-        "  {} ensures ({} ok, {} errors, {} lost), {} runtime pulls, {} removals, {} starts, {} kills, {} reloads, {} GC reports, {} store checks ({} unsynced records lost), {} plugin runs ({} failed)",
+        "  {} ensures ({} ok, {} errors, {} lost; {} through the CRI front), {} runtime pulls, {} removals, {} starts, {} kills, {} reloads, {} GC reports, {} store checks ({} unsynced records lost), {} plugin runs ({} failed)",
         total.ensures,
         total.ensure_ok,
         total.ensure_err,
         total.ensure_lost,
+        total.front,
         total.runtime_pulls,
         total.removals,
         total.starts,

@@ -28,6 +28,20 @@ pub enum Answer {
     NoNode,
 }
 
+/// How the kubelet's own image steps for a container ended, through
+/// imaged's CRI front (a pod of [`Plan::front_pods`](super::plan::Plan::front_pods)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FrontOutcome {
+    /// `ImageStatus` found the image (this id): no pull.
+    Present(String),
+    /// `PullImage` answered with this id (then `ImageStatus` for the size).
+    Pulled(String),
+    /// `Never`, and `ImageStatus` found nothing.
+    NeverPull,
+    /// A call failed with this gRPC code and message.
+    Failed(i32, String),
+}
+
 /// What happened to one imaged process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Life {
@@ -97,6 +111,14 @@ pub enum What {
         pod: usize,
         /// The container (index in the pod).
         container: usize,
+    },
+    /// The kubelet's steps for it through the CRI front ended (it began
+    /// with an [`EnsureStarted`](What::EnsureStarted)).
+    FrontEnded {
+        /// The ensure.
+        id: u64,
+        /// How.
+        outcome: FrontOutcome,
     },
     /// It got its answer.
     EnsureEnded {
@@ -249,6 +271,15 @@ impl Entry {
                 )
             }
             What::EnsureEnded { id, answer } => format!("  kubelet: ensure #{id} -> {}", describe(answer)),
+            What::FrontEnded { id, outcome } => {
+                let how = match outcome {
+                    FrontOutcome::Present(i) => format!("present {}", short(i)),
+                    FrontOutcome::Pulled(i) => format!("pulled {}", short(i)),
+                    FrontOutcome::NeverPull => "ErrImageNeverPull".into(),
+                    FrontOutcome::Failed(code, message) => format!("code {code}: {message}"),
+                };
+                format!("  kubelet: ensure #{id} through the CRI front -> {how}")
+            }
             What::Created { pod: p, container, image_id } => {
                 format!("  kubelet: {} container c{container} created on {}", pod(p), short(image_id))
             }

@@ -358,6 +358,13 @@ pub struct Plan {
     /// The kubelet's retry of a pod that did not start: after this many
     /// milliseconds (jittered in the range).
     pub retry_ms: std::ops::Range<u64>,
+    /// Pods whose kubelet pulls through imaged's CRI front (`ImageStatus`,
+    /// `PullImage` with the pod's one credential, `ImageStatus` for the
+    /// size), in plan order; the others are ensured through the API. Drawn
+    /// from a stream of the seed's own (the rest of the plan draws the
+    /// same), never for a pod naming the plugin's registry (the kubelet's
+    /// own credential plugin is not simulated).
+    pub front_pods: Vec<usize>,
     /// The store's transactions take time: each answers after a duration
     /// drawn from a stream of the seed's own (mostly under 2 ms, sometimes
     /// tens of milliseconds, rarely a stall of up to half a second), while
@@ -478,6 +485,10 @@ pub struct Shape {
     pub pull_knobs: bool,
     /// The store's transactions take time (see [`Plan::store_latency`]).
     pub store_latency: bool,
+    /// Chance a seed's kubelet pulls through imaged's CRI front; on such a
+    /// node, each pod does with the same chance (the others are ensured
+    /// through imaged's API, as another agent's would be).
+    pub front: f64,
 }
 
 use PullPolicy::{Always, AlwaysWithLocalFallback as Fallback, IfNotPresent, Never};
@@ -535,6 +546,7 @@ impl Shape {
         retry_ms: 1_000..15_000,
         pull_knobs: false,
         store_latency: false,
+        front: 0.0,
     };
 
     /// The second shape (seed 126's regression test was found under it):
@@ -596,6 +608,7 @@ impl Shape {
         retry_ms: 10_000..15_000,
         pull_knobs: false,
         store_latency: false,
+        front: 0.0,
     };
 
     /// The third shape: [`Shape::V2`] with the pull knobs beyond the
@@ -608,17 +621,19 @@ impl Shape {
     /// the GC policy), about one in a hundred steps.
     pub const V4: Shape = Shape { name: "v4", weights: Weights { reload: 10, ..Shape::V3.weights }, ..Shape::V3 };
 
-    /// The shape seeds are drawn with now: [`Shape::V4`] on a disk whose
-    /// transactions take time (writers queue behind one another: the pull
-    /// intents' group commit), with pods that arrive together, 3 to 8 of
-    /// them, about one burst in a hundred steps (a node's start, a
-    /// scale-up: their pulls begin at once).
-    pub const CURRENT: Shape = Shape {
-        name: "current",
-        weights: Weights { burst: 10, ..Shape::V4.weights },
-        store_latency: true,
-        ..Shape::V4
-    };
+    /// The fifth shape: [`Shape::V4`] on a disk whose transactions take
+    /// time (writers queue behind one another: the pull intents' group
+    /// commit), with pods that arrive together, 3 to 8 of them, about one
+    /// burst in a hundred steps (a node's start, a scale-up: their pulls
+    /// begin at once).
+    pub const V5: Shape =
+        Shape { name: "v5", weights: Weights { burst: 10, ..Shape::V4.weights }, store_latency: true, ..Shape::V4 };
+
+    /// The shape seeds are drawn with now: [`Shape::V5`] where, on half the
+    /// nodes, the kubelet pulls through imaged's CRI front — half the pods
+    /// there, the others ensured through imaged's API beside them (see
+    /// [`Plan::front_pods`]).
+    pub const CURRENT: Shape = Shape { name: "current", front: 0.5, ..Shape::V5 };
 }
 
 impl Default for Shape {
@@ -672,6 +687,7 @@ impl Plan {
         for i in 0..steps {
             s.step(i);
         }
+        let front_pods = front_pods(seed, shape, &s.pods);
         Plan {
             seed,
             shape: shape.name,
@@ -684,8 +700,26 @@ impl Plan {
             plugin,
             retry_ms: shape.retry_ms.clone(),
             store_latency: shape.store_latency,
+            front_pods,
             steps: s.steps,
         }
+    }
+
+    /// Whether `pod`'s kubelet pulls through the CRI front.
+    pub fn via_front(&self, pod: usize) -> bool {
+        self.front_pods.binary_search(&pod).is_ok()
+    }
+
+    /// Whether a pod with `secret` can pull `image` through the CRI front:
+    /// with its own credential only (the front never uses the node's).
+    pub fn front_can_pull(&self, image: usize, secret: SecretKind) -> bool {
+        let img = IMAGES[image];
+        img.exists
+            && match img.access {
+                Access::Public => true,
+                Access::Secret => secret.valid(),
+                Access::Plugin => false,
+            }
     }
 
     /// The store's latency as [`Plan::store_latency`] has it (`None`: none),
@@ -729,6 +763,23 @@ impl Plan {
 }
 
 /// The node's credential plugin.
+/// [`Plan::front_pods`] of `pods` drawn in `shape`.
+fn front_pods(seed: u64, shape: &Shape, pods: &[SimPod]) -> Vec<usize> {
+    if shape.front <= 0.0 {
+        return Vec::new();
+    }
+    let mut g = StdRng::seed_from_u64(seed ^ 0x0F20_47C2_1F00);
+    if !g.random_bool(shape.front) {
+        return Vec::new();
+    }
+    (0..pods.len())
+        .filter(|&i| {
+            let drawn = g.random_bool(shape.front);
+            drawn && pods[i].containers.iter().all(|c| IMAGES[c.image].access != Access::Plugin)
+        })
+        .collect()
+}
+
 fn plugin_plan(g: &mut StdRng) -> PluginPlan {
     PluginPlan {
         covers_private: g.random_bool(0.4),
@@ -1471,13 +1522,15 @@ mod tests {
     #[test]
     fn the_earlier_shapes_draw_the_plans_their_regression_seeds_were_found_in() {
         // Taken when the current shape became `V4` plus bursts and store
-        // latency (2026-11-27). A change here changes what every regression
-        // test of that shape replays: freeze the shape instead.
-        let expected: [(&Shape, [u64; 3]); 4] = [
+        // latency (2026-11-27; `V5` when the current shape added the CRI
+        // front). A change here changes what every regression test of that
+        // shape replays: freeze the shape instead.
+        let expected: [(&Shape, [u64; 3]); 5] = [
             (&Shape::V1, [0x7a67_48c1_ac41_9d7c, 0x1f6c_04ca_e159_dc74, 0x8bef_eec8_8ad4_8ee4]),
             (&Shape::V2, [0xd5e5_71f8_a412_45a3, 0xc6cf_19bc_cece_f8da, 0x3bda_9189_b2c1_50c7]),
             (&Shape::V3, [0x5f48_bcd4_a252_d58b, 0x7fb3_1ffe_485e_b743, 0x1942_d375_8757_f1e7]),
             (&Shape::V4, [0xdcd8_628d_f77c_5561, 0x92f5_6a5f_fa09_8890, 0xc365_d3da_9c59_99d7]),
+            (&Shape::V5, [0xa93d_be62_e891_43ce, 0xd27d_61bc_8d7e_d4d9, 0xcf9a_58c2_e70f_233c]),
         ];
         let mut got = Vec::new();
         for (shape, _) in &expected {
@@ -1496,6 +1549,34 @@ mod tests {
             .map(|(s, h)| format!("(&Shape::{}, [{:#x}, {:#x}, {:#x}])", s.name.to_uppercase(), h[0], h[1], h[2]))
             .collect();
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn the_current_shape_sends_half_the_pods_of_half_the_nodes_through_the_cri_front() {
+        let (mut nodes, mut pods, mut front) = (0, 0, 0);
+        for seed in 0..200 {
+            let plan = Plan::generate(seed, 2_000);
+            let v5 = Plan::generate_shaped(seed, 2_000, &Shape::V5);
+            assert_eq!(plan_hash(&plan), plan_hash(&v5), "seed {seed}: the rest of the plan is V5's");
+            assert!(v5.front_pods.is_empty());
+            assert!(plan.front_pods.windows(2).all(|w| w[0] < w[1]), "in plan order");
+            for &i in &plan.front_pods {
+                assert!(plan.via_front(i));
+                let p = &plan.pods[i];
+                assert!(p.containers.iter().all(|c| IMAGES[c.image].access != Access::Plugin), "seed {seed} pod {i}");
+            }
+            if !plan.front_pods.is_empty() {
+                nodes += 1;
+                pods += plan.pods.len();
+                front += plan.front_pods.len();
+            }
+        }
+        assert!((70..130).contains(&nodes), "about half the nodes: {nodes} of 200");
+        let share = front as f64 / pods as f64;
+        assert!(
+            (0.3..0.6).contains(&share),
+            "about half their pods (less those naming the plugin's registry): {share}"
+        );
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! processes one after another (each a `Node` with every actor, in a
 //! `LocalSet` of its own that a kill drops mid-await), the state directory
 //! that outlives them, a service manager that starts them again, and a
-//! kubelet whose pod workers ensure images and create containers.
+//! kubelet whose pod workers ensure images (through the API, or with the
+//! kubelet's own calls to the CRI front each process serves on an
+//! in-memory socket) and create containers.
 //!
 //! Everything runs on one thread, on a paused tokio clock: the outer
 //! `LocalSet` (the actix System's) holds the simulation's own tasks — the
@@ -23,7 +25,7 @@ use tokio::sync::Notify;
 use tokio::task::{JoinHandle, LocalSet};
 use tokio::time::Instant;
 
-use super::log::{Answer, Life, Log, What};
+use super::log::{Answer, FrontOutcome, Life, Log, What};
 use super::plan::{
     Access, ClearWhat, Event, FaultKind, FaultSpec, IMAGES, PLUGIN_TOKEN, PLUGIN_USER, PRIVATE_PASSWORD, PRIVATE_USER,
     Plan, REGISTRIES, ROBOT_PASSWORD, ROBOT_USER, SecretKind, WRONG_PASSWORD,
@@ -35,9 +37,10 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::connect::ConnectedRuntime;
 use crate::credentials::PullSecret;
+use crate::cri::proto as pb;
 use crate::cri::{CriEndpoint, CriError, CriErrorKind, Rpc};
 use crate::domain::{Container, ContainerState, ImageSpec, PodSandbox, PodSandboxState};
-use crate::embedded::{EmbeddedRuntime, IN_PROCESS_ENDPOINT, InProcessRuntime, Observer, RemoteImage};
+use crate::embedded::{EmbeddedRuntime, IN_PROCESS_ENDPOINT, InProcessRuntime, InProcessSocket, Observer, RemoteImage};
 use crate::ensure::{EnsureImageRequest, Prefetch, PrefetchRequest};
 use crate::events::ImageEvent;
 use crate::fault::{FaultPlan, FaultRule};
@@ -53,6 +56,10 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// The service manager's `RestartSec`.
 const RESTART_SEC: Duration = Duration::from_secs(1);
+
+/// The kubelet's `runtimeRequestTimeout` on its `ImageStatus` calls (it
+/// sets none on `PullImage`).
+const KUBELET_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A pod's state as the kubelet knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,6 +164,11 @@ pub struct World {
     pub last_gc: Cell<Option<SystemTime>>,
     /// The node's credential plugin, if it has one.
     plugin: Option<Arc<SimPlugin>>,
+    /// imaged's CRI socket: each process serves its front there while it
+    /// lives (when the plan sends pods through it).
+    front: InProcessSocket,
+    /// The kubelet's CRI client of that socket (`imageServiceEndpoint`).
+    kubelet: pb::image_service_client::ImageServiceClient<tonic::transport::Channel>,
 }
 
 fn secret(ns: &str, name: &str, password: &str) -> PullSecret {
@@ -240,6 +252,7 @@ impl World {
                 wake: Notify::new(),
             })
             .collect();
+        let front = InProcessSocket::default();
         Ok(Rc::new(Self {
             settings: RefCell::new(plan.settings.clone()),
             plan,
@@ -264,6 +277,8 @@ impl World {
             done: Cell::new(false),
             last_gc: Cell::new(None),
             plugin,
+            kubelet: pb::image_service_client::ImageServiceClient::new(front.channel(Duration::from_secs(5))),
+            front,
         }))
     }
 
@@ -350,6 +365,7 @@ impl World {
         let handle = self.runtime.handle();
         let clock = Clock::starting_at(SystemTime::UNIX_EPOCH + SIM_EPOCH + self.now());
         let (log, start, id) = (self.log.clone(), self.start, inc.id);
+        let front = (!self.plan.front_pods.is_empty()).then(|| self.front.clone());
         // Opened here, as the node would open it, so that a kill from now
         // on fences it and the next process waits for it to close.
         let store = match &cfg.state_dir {
@@ -376,6 +392,13 @@ impl World {
             }
             .map_err(|e| e.to_string())?;
             node.subscribe_events(EventRecorder { inc: id, log, start }.start().recipient());
+            // The CRI front on imaged's socket, as `imaged run` serves it.
+            if let Some(socket) = front {
+                let settings = node.config().cri_server.clone();
+                let f = crate::cri_front::CriFront::over(&node, &settings).await.map_err(|e| e.to_string())?;
+                let service = crate::cri::server::ImageServiceServer::new(Arc::new(f));
+                socket.bind(crate::cri::transport::server().add_service(service));
+            }
             Ok(Rc::new(node))
         });
         // A kill while starting stops polling the process's tasks without
@@ -401,6 +424,8 @@ impl World {
             // Killed: its unsynced writes are lost; exited: its store closes.
             if matches!(how, Life::Killed) { store.fence_as_killed() } else { store.fence() }
         }
+        // Its socket goes with it: the kubelet's calls in flight fail.
+        self.front.close();
         drop(inc.node.borrow_mut().take());
         inc.runner.abort();
         self.record(What::Life { inc: inc.id, what: how });
@@ -488,6 +513,84 @@ impl World {
         answer
     }
 
+    /// The kubelet's own image steps for one container, through imaged's
+    /// CRI front: `ImageStatus` unless the policy always pulls; then
+    /// `PullImage` with the pod's one credential for the image's registry
+    /// (and its own deadline, if it has one) and `ImageStatus` of what it
+    /// brought (for the size). This kubelet keeps no pull records of its
+    /// own and no back-off: it retries at its sync period.
+    async fn front_ensure(&self, pod: usize, container: usize) -> Option<String> {
+        let id = self.next_ensure.get();
+        self.next_ensure.set(id + 1);
+        let inc = self.node().map_or(0, |(inc, _)| inc.id);
+        self.record(What::EnsureStarted { id, inc, pod, container });
+        let outcome = self.kubelet_steps(pod, container).await;
+        self.record(What::FrontEnded { id, outcome: outcome.clone() });
+        match outcome {
+            FrontOutcome::Present(r) | FrontOutcome::Pulled(r) => Some(r),
+            FrontOutcome::NeverPull | FrontOutcome::Failed(..) => None,
+        }
+    }
+
+    async fn kubelet_steps(&self, pod: usize, container: usize) -> FrontOutcome {
+        use crate::domain::pull_policy::PullPolicy;
+        let p = &self.plan.pods[pod];
+        let c = &p.containers[container];
+        let image = IMAGES[c.image].name;
+        let spec = |image: &str| pb::ImageSpec {
+            image: image.to_string(),
+            runtime_handler: p.runtime_handler.clone(),
+            ..pb::ImageSpec::default()
+        };
+        let failed = |s: tonic::Status| FrontOutcome::Failed(s.code() as i32, s.message().to_string());
+        let status = |image: &str| {
+            let mut client = self.kubelet.clone();
+            let mut req = tonic::Request::new(pb::ImageStatusRequest { image: Some(spec(image)), verbose: false });
+            req.set_timeout(KUBELET_REQUEST_TIMEOUT);
+            async move { client.image_status(req).await.map(|r| r.into_inner().image) }
+        };
+        if matches!(c.policy, PullPolicy::IfNotPresent | PullPolicy::Never) {
+            match status(image).await {
+                Ok(Some(found)) => return FrontOutcome::Present(found.id),
+                Ok(None) if c.policy == PullPolicy::Never => return FrontOutcome::NeverPull,
+                Ok(None) => {}
+                Err(s) => return failed(s),
+            }
+        }
+        // The pod's secret, for its registry's images only (the keyring's lookup).
+        let password = match p.secret {
+            SecretKind::None => None,
+            SecretKind::Right | SecretKind::RightElsewhere => Some(PRIVATE_PASSWORD),
+            SecretKind::Wrong => Some(WRONG_PASSWORD),
+        };
+        let auth = password.filter(|_| image.starts_with("private.example/")).map(|password| pb::AuthConfig {
+            username: PRIVATE_USER.into(),
+            password: password.into(),
+            ..pb::AuthConfig::default()
+        });
+        let sandbox = pb::PodSandboxConfig {
+            metadata: Some(pb::PodSandboxMetadata {
+                name: p.name.clone(),
+                uid: p.uid.clone(),
+                namespace: p.namespace.clone(),
+                attempt: 0,
+            }),
+            ..pb::PodSandboxConfig::default()
+        };
+        let mut req =
+            tonic::Request::new(pb::PullImageRequest { image: Some(spec(image)), auth, sandbox_config: Some(sandbox) });
+        if let Some(d) = p.deadline {
+            req.set_timeout(d);
+        }
+        let pulled = match self.kubelet.clone().pull_image(req).await {
+            Ok(r) => r.into_inner().image_ref,
+            Err(s) => return failed(s),
+        };
+        // The size, for its event: a failure only leaves it 0.
+        let _ = status(&pulled).await;
+        FrontOutcome::Pulled(pulled)
+    }
+
     /// Creates a container on `image_ref`, as the kubelet's CreateContainer
     /// (which fails when the image is gone again).
     fn create(&self, pod: usize, container: usize, image_ref: &str) -> bool {
@@ -534,14 +637,18 @@ impl World {
                 if self.pods[pod].containers.borrow()[container].is_some() {
                     continue;
                 }
-                let answer = self.ensure(pod, container).await;
+                let image_ref = if self.plan.via_front(pod) {
+                    self.front_ensure(pod, container).await
+                } else {
+                    match self.ensure(pod, container).await {
+                        Answer::Ok(ok) => Some(ok.image_ref),
+                        _ => None,
+                    }
+                };
                 if !live(&self) {
                     return;
                 }
-                let created = match &answer {
-                    Answer::Ok(ok) => self.create(pod, container, &ok.image_ref),
-                    _ => false,
-                };
+                let created = image_ref.is_some_and(|r| self.create(pod, container, &r));
                 if !created {
                     break;
                 }

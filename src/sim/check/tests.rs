@@ -205,6 +205,32 @@ fn kep2535_fails_when_a_pod_without_a_valid_secret_gets_a_private_image() {
     }
 }
 
+#[test]
+fn through_the_cri_front_kep2535_checks_pulls_only_and_back_off_is_the_kubelets() {
+    let front = |secret: SecretKind| {
+        let mut c = checker(&[], pod(PRIVATE, secret));
+        let mut plan = (*c.plan).clone();
+        plan.front_pods = vec![0];
+        let cfg = Config::from_toml("").expect("defaults");
+        c = Checker::new(Rc::new(plan), &cfg, Some(SANDBOX_ID.into()), false);
+        c.absorb(vec![at(0, What::Life { inc: 1, what: Life::Started })]).expect("a start");
+        c
+    };
+    let pulled = |id| What::FrontEnded { id, outcome: FrontOutcome::Pulled("sha256:11".into()) };
+    let present = |id| What::FrontEnded { id, outcome: FrontOutcome::Present("sha256:11".into()) };
+    assert_eq!(broke(front(SecretKind::Right).absorb(vec![at(1, started(1)), at(2, pulled(1))])), "nothing");
+    assert_eq!(broke(front(SecretKind::Wrong).absorb(vec![at(1, started(1)), at(2, pulled(1))])), "kep2535");
+    // Found present: this kubelet verifies nothing of its own; not imaged's.
+    assert_eq!(broke(front(SecretKind::Wrong).absorb(vec![at(1, started(1)), at(2, present(1))])), "nothing");
+    let failed = |message: &str| What::FrontEnded { id: 1, outcome: FrontOutcome::Failed(2, message.into()) };
+    assert_eq!(broke(front(SecretKind::Right).absorb(vec![at(1, started(1)), at(2, failed(""))])), "ensure-answered");
+    // Pulling again within what would be a back-off period is the
+    // kubelet's own choice through the front.
+    let events = vec![at(1, event(EventReason::Failed, PRIVATE)), at(2, event(EventReason::Pulling, PRIVATE))];
+    assert_eq!(broke(front(SecretKind::Right).absorb(events.clone())), "nothing");
+    assert_eq!(broke(checker(&[], pod(PRIVATE, SecretKind::Right)).absorb(events)), "backoff-law");
+}
+
 fn plugin(covers_private: bool) -> PluginPlan {
     PluginPlan {
         covers_private,
