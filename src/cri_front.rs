@@ -580,10 +580,11 @@ impl FrontRecord {
 /// What a front pull that succeeded with `auth` (the call's one
 /// credential) proves, for KEP-2535: none (or an empty one), every pod
 /// may use the image, as after an anonymous ensure; a user name and
-/// password, pods whose secrets hold the same credential (matched by its
-/// hash: the kubelet does not say which secret it came from, so the entry
-/// names none, its uid the hash so that each credential keeps its own);
-/// a token only, nothing (every pod must pull to use the image).
+/// password as the runtime uses them ([`AuthConfig::basic_credentials`]),
+/// pods whose secrets hold the same credential (matched by its hash: the
+/// kubelet does not say which secret it came from, so the entry names
+/// none, its uid the hash so that each credential keeps its own); a token,
+/// nothing (every pod must pull to use the image).
 pub fn front_proves(auth: Option<&AuthConfig>) -> ImagePullCredentials {
     let Some(auth) = auth.filter(|a| {
         !(a.username.is_empty()
@@ -735,9 +736,18 @@ impl ImageFront for CriFront {
         // for GC; what it brings is marked ensured (as an ensure's pull).
         let hints = self.hints.clone();
         let in_flight = hints.as_ref().zip(normalized.ok()).map(|(h, r)| h.hints.pull_started(&r));
-        let recording = self.records.clone().map(|records| {
-            Box::new(FrontRecord { records, image: call.image.image.clone(), proves: front_proves(call.auth.as_ref()) })
-        });
+        // A name that does not parse is the runtime's to refuse: no intent
+        // (its text may hold anything) and no record could name it.
+        let recording =
+            self.records.clone().filter(|_| crate::pull_records::image_repo(&call.image.image).is_some()).map(
+                |records| {
+                    Box::new(FrontRecord {
+                        records,
+                        image: call.image.image.clone(),
+                        proves: front_proves(call.auth.as_ref()),
+                    })
+                },
+            );
         let request = self.request(call);
         let told = Told::new(&request, self.events.clone());
         let metrics = self.metrics.clone();
@@ -752,7 +762,8 @@ impl ImageFront for CriFront {
         let wait = async move {
             let mut intent = None;
             if let Some(r) = &recording {
-                match r.records.begin_pull(&r.image).await {
+                // Boxed: a waiting pull's future keeps no room for it.
+                match Box::pin(r.records.begin_pull(&r.image)).await {
                     Ok(guard) => intent = Some((guard, r.records.clock().now())),
                     Err(e) => {
                         let text = format!("imaged could not record the pull's intent: {e}");
@@ -1035,6 +1046,13 @@ mod tests {
         assert_eq!(front_proves(Some(&encoded)), basic, "`auth` is the same user and password");
         let token = AuthConfig { registry_token: crate::domain::Secret::new("t"), ..AuthConfig::default() };
         assert!(front_proves(Some(&token)).is_empty(), "a token proves nothing: every pod must pull");
+        // What the runtime pulls with, in containerd's order: the user name
+        // before `auth`, an identity token before `auth`.
+        let both =
+            AuthConfig { auth: crate::domain::Secret::new("b3RoZXI6eA=="), ..AuthConfig::basic("", "team", "pw") };
+        assert_eq!(front_proves(Some(&both)), basic, "the user name wins over `auth`");
+        let identity = AuthConfig { identity_token: crate::domain::Secret::new("t"), ..encoded.clone() };
+        assert!(front_proves(Some(&identity)).is_empty(), "the identity token is sent, not `auth`");
         let hash = crate::credentials::Credential::new("team", "pw", "").auth_config_hash();
         let entry = &basic.kubernetes_secrets[0];
         assert_eq!((entry.namespace.as_str(), entry.name.as_str()), ("", ""), "no secret is named");

@@ -71,7 +71,8 @@ pub struct AuthConfig {
     pub username: String,
     /// Password for basic auth.
     pub password: Secret,
-    /// base64 `user:password`; overrides username/password when set.
+    /// base64 `user:password`; used by containerd when neither `username`
+    /// nor `identity_token` is set.
     pub auth: Secret,
     /// Registry the credentials are for. containerd 1.6 wants a scheme-less
     /// host or a full URL; see `cri::convert`.
@@ -93,23 +94,24 @@ impl AuthConfig {
         }
     }
 
-    /// The basic-auth user name and password these credentials carry:
-    /// `auth` (base64 `user:password`) when set, else `username` and
-    /// `password`; `None` when neither is there (or `auth` does not
-    /// decode), e.g. for a token.
+    /// The basic-auth user name and password the runtime pulls with, in
+    /// containerd's order (`ParseAuth`): `username` and `password` when a
+    /// user name is set; else none when an identity token is (the runtime
+    /// sends the token); else `auth` decoded (base64 `user:password`).
+    /// `None` also when `auth` does not decode or nothing is set.
     pub fn basic_credentials(&self) -> Option<(String, Secret)> {
-        if !self.auth.is_empty() {
-            use base64::Engine as _;
-            let trimmed = self.auth.expose().trim().trim_end_matches('=');
-            let decoded = base64::engine::general_purpose::STANDARD_NO_PAD.decode(trimmed).ok()?;
-            let text = String::from_utf8(decoded).ok()?;
-            let (user, password) = text.split_once(':')?;
-            return Some((user.to_string(), Secret::new(password)));
+        if !self.username.is_empty() {
+            return Some((self.username.clone(), self.password.clone()));
         }
-        if self.username.is_empty() {
+        if !self.identity_token.is_empty() || self.auth.is_empty() {
             return None;
         }
-        Some((self.username.clone(), self.password.clone()))
+        use base64::Engine as _;
+        let trimmed = self.auth.expose().trim().trim_end_matches('=');
+        let decoded = base64::engine::general_purpose::STANDARD_NO_PAD.decode(trimmed).ok()?;
+        let text = String::from_utf8(decoded).ok()?;
+        let (user, password) = text.split_once(':')?;
+        Some((user.to_string(), Secret::new(password)))
     }
 
     /// A stable, non-reversible identity for these credentials (SHA-256 of all

@@ -282,6 +282,17 @@ pub struct Checker {
     pub stats: Stats,
 }
 
+/// `kep2535`'s message for a front pull answered to a pod that cannot pull.
+fn front_leak(p: &super::plan::SimPod, image: &str, image_id: &str) -> String {
+    format!(
+        "the CRI front answered pod {}/{}'s PullImage of the private image {image} ({}) though its credential (secret {:?}) cannot pull it",
+        p.namespace,
+        p.name,
+        short(image_id),
+        p.secret
+    )
+}
+
 /// How long an ensure may still wait when the run ends (the quiet phase
 /// is 30 minutes; a pull takes at most a minute, back-off five).
 const LIVENESS_WAIT: Duration = Duration::from_secs(600);
@@ -544,7 +555,7 @@ impl Checker {
                 }
             }
             What::EnsureEnded { id, answer } => self.answered(id, &answer)?,
-            What::FrontEnded { id, outcome } => self.front_answered(id, &outcome)?,
+            What::FrontEnded { id, pod, container, outcome } => self.front_answered(id, pod, container, &outcome)?,
             What::Created { image_id, .. } => {
                 self.used.insert(image_id.clone(), self.now);
                 *self.containers.entry(image_id).or_default() += 1;
@@ -909,16 +920,35 @@ impl Checker {
     /// call's one credential, never the node's: the registry must have
     /// taken it); an image found present is the kubelet's own business
     /// (this kubelet verifies nothing), but counts as ensured for GC, as
-    /// the front tells its hints.
-    fn front_answered(&mut self, id: u64, outcome: &FrontOutcome) -> Result<(), Violation> {
+    /// the front tells its hints. A pull is checked whether or not its
+    /// call still counts (its process may have been killed as it answered:
+    /// the rest is then the lost call's, as for an ensure).
+    fn front_answered(
+        &mut self,
+        id: u64,
+        pod: usize,
+        container: usize,
+        outcome: &FrontOutcome,
+    ) -> Result<(), Violation> {
         self.stats.front += 1;
-        let Some((_, inc, pod, container, _)) = self.pending.remove(&id) else {
+        let pending = self.pending.remove(&id);
+        let inc = pending.map_or(0, |p| p.1);
+        if pending.is_some() {
+            self.ensure_ended(pod, container);
+        } else {
             self.stats.ensure_lost += 1;
-            return Ok(());
-        };
-        self.ensure_ended(pod, container);
+        }
         let p = &self.plan.pods[pod];
         let image = IMAGES[p.containers[container].image];
+        if pending.is_none() {
+            if let FrontOutcome::Pulled(image_id) = outcome
+                && image.private()
+                && !(image.access == Access::Secret && p.secret.valid())
+            {
+                return Err(self.fail("kep2535", front_leak(p, image.name, image_id)));
+            }
+            return Ok(());
+        }
         match outcome {
             FrontOutcome::Present(image_id) => {
                 self.stats.ensure_ok += 1;
@@ -928,17 +958,7 @@ impl Checker {
                 self.stats.ensure_ok += 1;
                 self.ensured.insert(image_id.clone(), self.now);
                 if image.private() && !(image.access == Access::Secret && p.secret.valid()) {
-                    return Err(self.fail(
-                        "kep2535",
-                        format!(
-                            "the CRI front answered pod {}/{}'s PullImage of the private image {} ({}) though its credential (secret {:?}) cannot pull it",
-                            p.namespace,
-                            p.name,
-                            image.name,
-                            short(image_id),
-                            p.secret
-                        ),
-                    ));
+                    return Err(self.fail("kep2535", front_leak(p, image.name, image_id)));
                 }
             }
             FrontOutcome::NeverPull => self.stats.ensure_err += 1,

@@ -117,6 +117,10 @@ pub enum What {
     FrontEnded {
         /// The ensure.
         id: u64,
+        /// The pod (plan index).
+        pod: usize,
+        /// The container (index in the pod).
+        container: usize,
         /// How.
         outcome: FrontOutcome,
     },
@@ -271,7 +275,7 @@ impl Entry {
                 )
             }
             What::EnsureEnded { id, answer } => format!("  kubelet: ensure #{id} -> {}", describe(answer)),
-            What::FrontEnded { id, outcome } => {
+            What::FrontEnded { id, outcome, .. } => {
                 let how = match outcome {
                     FrontOutcome::Present(i) => format!("present {}", short(i)),
                     FrontOutcome::Pulled(i) => format!("pulled {}", short(i)),

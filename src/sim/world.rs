@@ -522,10 +522,12 @@ impl World {
     async fn front_ensure(&self, pod: usize, container: usize) -> Option<String> {
         let id = self.next_ensure.get();
         self.next_ensure.set(id + 1);
-        let inc = self.node().map_or(0, |(inc, _)| inc.id);
+        // The process whose socket it is, even while it stops (the socket
+        // serves until it exits).
+        let inc = self.current.borrow().as_ref().filter(|i| !i.dead.get()).map_or(0, |i| i.id);
         self.record(What::EnsureStarted { id, inc, pod, container });
         let outcome = self.kubelet_steps(pod, container).await;
-        self.record(What::FrontEnded { id, outcome: outcome.clone() });
+        self.record(What::FrontEnded { id, pod, container, outcome: outcome.clone() });
         match outcome {
             FrontOutcome::Present(r) | FrontOutcome::Pulled(r) => Some(r),
             FrontOutcome::NeverPull | FrontOutcome::Failed(..) => None,

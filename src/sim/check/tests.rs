@@ -216,13 +216,22 @@ fn through_the_cri_front_kep2535_checks_pulls_only_and_back_off_is_the_kubelets(
         c.absorb(vec![at(0, What::Life { inc: 1, what: Life::Started })]).expect("a start");
         c
     };
-    let pulled = |id| What::FrontEnded { id, outcome: FrontOutcome::Pulled("sha256:11".into()) };
-    let present = |id| What::FrontEnded { id, outcome: FrontOutcome::Present("sha256:11".into()) };
+    let pulled = |id| What::FrontEnded { id, pod: 0, container: 0, outcome: FrontOutcome::Pulled("sha256:11".into()) };
+    let present =
+        |id| What::FrontEnded { id, pod: 0, container: 0, outcome: FrontOutcome::Present("sha256:11".into()) };
     assert_eq!(broke(front(SecretKind::Right).absorb(vec![at(1, started(1)), at(2, pulled(1))])), "nothing");
     assert_eq!(broke(front(SecretKind::Wrong).absorb(vec![at(1, started(1)), at(2, pulled(1))])), "kep2535");
+    // Also when its process was killed as it answered (the call no longer counts).
+    let killed = at(2, What::Life { inc: 1, what: Life::Killed });
+    assert_eq!(broke(front(SecretKind::Wrong).absorb(vec![at(1, started(1)), killed, at(3, pulled(1))])), "kep2535");
     // Found present: this kubelet verifies nothing of its own; not imaged's.
     assert_eq!(broke(front(SecretKind::Wrong).absorb(vec![at(1, started(1)), at(2, present(1))])), "nothing");
-    let failed = |message: &str| What::FrontEnded { id: 1, outcome: FrontOutcome::Failed(2, message.into()) };
+    let failed = |message: &str| What::FrontEnded {
+        id: 1,
+        pod: 0,
+        container: 0,
+        outcome: FrontOutcome::Failed(2, message.into()),
+    };
     assert_eq!(broke(front(SecretKind::Right).absorb(vec![at(1, started(1)), at(2, failed(""))])), "ensure-answered");
     // Pulling again within what would be a back-off period is the
     // kubelet's own choice through the front.
