@@ -550,6 +550,18 @@ struct FrontRecord {
 }
 
 impl FrontRecord {
+    /// What `call` records in `records`; `None` for a name that does not
+    /// parse: the runtime's to refuse, and no intent is written of it (its
+    /// text may hold anything) since no record could name it.
+    fn of(records: &PullRecords, call: &PullCall) -> Option<Box<Self>> {
+        crate::pull_records::image_repo(&call.image.image)?;
+        Some(Box::new(Self {
+            records: records.clone(),
+            image: call.image.image.clone(),
+            proves: front_proves(call.auth.as_ref()),
+        }))
+    }
+
     /// The pull ended with `result` (whether it pulled, the image's id and
     /// the record due it owes): the pulled record, or its intent ended (kept when the
     /// runtime's outcome is unknown), on a task of its own so the kubelet
@@ -736,18 +748,7 @@ impl ImageFront for CriFront {
         // for GC; what it brings is marked ensured (as an ensure's pull).
         let hints = self.hints.clone();
         let in_flight = hints.as_ref().zip(normalized.ok()).map(|(h, r)| h.hints.pull_started(&r));
-        // A name that does not parse is the runtime's to refuse: no intent
-        // (its text may hold anything) and no record could name it.
-        let recording =
-            self.records.clone().filter(|_| crate::pull_records::image_repo(&call.image.image).is_some()).map(
-                |records| {
-                    Box::new(FrontRecord {
-                        records,
-                        image: call.image.image.clone(),
-                        proves: front_proves(call.auth.as_ref()),
-                    })
-                },
-            );
+        let recording = self.records.as_ref().and_then(|records| FrontRecord::of(records, &call));
         let request = self.request(call);
         let told = Told::new(&request, self.events.clone());
         let metrics = self.metrics.clone();
@@ -1033,6 +1034,24 @@ mod tests {
         assert!(e.contains("cri_server.priority[0].priority"), "{e}");
         let e = err("namespace = \"a\"\npriority = 1\nclass = \"x\"");
         assert!(e.contains("class"), "unknown matcher refused: {e}");
+    }
+
+    #[test]
+    fn a_pull_of_a_name_that_does_not_parse_records_nothing() {
+        let records = PullRecords::in_memory(crate::pull_records::VerifyPolicy::default());
+        let call = |image: &str| PullCall {
+            image: ImageSpec::new(image),
+            auth: Some(AuthConfig::basic("", "team", "pw")),
+            sandbox: None,
+            deadline: None,
+            wire: Bytes::new(),
+        };
+        let kept = FrontRecord::of(&records, &call("registry.example.com/team/app:1")).expect("recorded");
+        assert_eq!(kept.image, "registry.example.com/team/app:1");
+        assert_eq!(kept.proves, front_proves(Some(&AuthConfig::basic("", "team", "pw"))));
+        for odd in ["https://team:pw@registry.example.com/team/app:1", "UPPER/Case:1", "a b"] {
+            assert!(FrontRecord::of(&records, &call(odd)).is_none(), "{odd}");
+        }
     }
 
     #[test]
