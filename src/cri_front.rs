@@ -48,7 +48,7 @@ use crate::gc::in_use_hints::InUseHints;
 use crate::gc::policy::pattern_matches;
 use crate::metrics::Metrics;
 use crate::node::Node;
-use crate::pull_records::PullRecords;
+use crate::pull_records::{PullEnd, PullRecords};
 
 /// How long the first `ImageFsInfo` waits for a runtime that is not
 /// answering yet (the kubelet allows its first call 2 minutes, and exits
@@ -541,6 +541,17 @@ impl RemoveFollowers {
     }
 }
 
+/// How a front pull reaches the queue: sent at once (no records to
+/// keep), or once its intent is on disk (the request boxed meanwhile, so
+/// the waiting future stays small).
+// The send holds its request inline: boxing it would cost the no-records
+// path an allocation per pull, and the future held it unboxed before.
+#[allow(clippy::large_enum_variant)]
+enum Enqueue {
+    Sent(actix::prelude::RecipientRequest<EnqueuePull>),
+    AfterIntent(Recipient<EnqueuePull>, Box<PullRequest>),
+}
+
 /// A front pull's KEP-2535 bookkeeping: the records, the image as the
 /// kubelet named it, what its credential proves.
 struct FrontRecord {
@@ -562,29 +573,22 @@ impl FrontRecord {
         }))
     }
 
-    /// The pull ended with `result` (whether it pulled, the image's id and
-    /// the record due it owes): the pulled record, or its intent ended (kept when the
-    /// runtime's outcome is unknown), on a task of its own so the kubelet
-    /// is answered meanwhile; the record due goes once written.
+    /// The pull ended as `end` (pulled: with `proves`, what the call's
+    /// credential proves): its record written, or its intent ended or
+    /// kept, on a task of its own so the kubelet is answered meanwhile;
+    /// `due`, the record the queue holds due, goes once written.
     fn end(
         self,
         intent: crate::pull_records::IntentGuard,
         began: std::time::SystemTime,
-        result: Result<(bool, String, Option<std::sync::Arc<RecordDue>>), PullFailure>,
+        end: PullEnd,
+        due: Option<std::sync::Arc<RecordDue>>,
     ) {
         intent.disarm();
-        let Self { records, image, proves } = self;
+        let Self { records, image, .. } = self;
         tokio::spawn(async move {
-            match result {
-                Ok((true, image_ref, due)) => {
-                    if let Err(e) = records.record_image_pulled_since(&image, &image_ref, &proves, began).await {
-                        tracing::warn!(image, error = %e, "failed to record an image pulled through the CRI front");
-                    }
-                    drop(due);
-                }
-                Err(f) if f.outcome_unknown() => records.record_image_pull_unknown(&image).await,
-                _ => records.record_image_pull_failed(&image).await,
-            }
+            records.end_pull(&image, end, began).await;
+            drop(due);
         });
     }
 }
@@ -756,9 +760,9 @@ impl ImageFront for CriFront {
         told.emit(EventReason::Pulling, pulling(&told.image), None);
         // Without records the request is sent now; with them, once its
         // intent is on disk (boxed meanwhile: the future stays small).
-        let (mut enqueued, mut unsent) = match &recording {
-            None => (Some(self.pulls.send(EnqueuePull(request))), None),
-            Some(_) => (None, Some((self.pulls.clone(), Box::new(request)))),
+        let enqueue = match &recording {
+            None => Enqueue::Sent(self.pulls.send(EnqueuePull(request))),
+            Some(_) => Enqueue::AfterIntent(self.pulls.clone(), Box::new(request)),
         };
         let wait = async move {
             let mut intent = None;
@@ -773,27 +777,25 @@ impl ImageFront for CriFront {
                     }
                 }
             }
-            if let Some((pulls, request)) = unsent.take() {
-                enqueued = Some(pulls.send(EnqueuePull(*request)));
-            }
-            let Some(Ok(ticket)) = (match enqueued {
-                Some(send) => Some(send.await),
-                None => None,
-            }) else {
+            let sent = match enqueue {
+                Enqueue::Sent(send) => send,
+                Enqueue::AfterIntent(pulls, request) => pulls.send(EnqueuePull(*request)),
+            };
+            let Ok(ticket) = sent.await else {
                 let failure = PullFailure::Stopped;
                 if let (Some(r), Some((guard, began))) = (recording, intent) {
-                    r.end(guard, began, Err(failure.clone()));
+                    r.end(guard, began, failure.pull_end(), None);
                 }
                 told.emit(EventReason::Failed, failed_to_pull(&told.image, &failure.to_string()), Some(&failure));
                 return Err(CriError::new(CriErrorKind::RuntimeUnavailable, "imaged's pull queue has stopped"));
             };
             let mut result = ticket.await;
             if let (Some(r), Some((guard, began))) = (recording, intent) {
-                let mine = match &mut result {
-                    Ok(o) => Ok((o.pulled, o.image_ref.clone(), o.record_due.take())),
-                    Err(f) => Err(f.clone()),
+                let (end, due) = match &mut result {
+                    Ok(o) => (o.pull_end(|_| r.proves.clone()), o.record_due.take()),
+                    Err(f) => (f.pull_end(), None),
                 };
-                r.end(guard, began, mine);
+                r.end(guard, began, end, due);
             }
             if let (Some(h), Ok(o)) = (&hints, &result) {
                 h.hints.ensured(&o.image_ref, h.clock.now());

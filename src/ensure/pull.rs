@@ -282,16 +282,11 @@ impl ImageManager {
         proves: &[ImagePullCredentials],
         began: std::time::SystemTime,
     ) {
-        match result {
-            Ok(o) if o.pulled => {
-                let used = credentials_used(proves, o.credential, requested);
-                if let Err(e) = self.records.record_image_pulled_since(image, &o.image_ref, &used, began).await {
-                    tracing::warn!(image = requested, error = %e, "failed to record an image pulled record");
-                }
-            }
-            Err(f) if f.outcome_unknown() => self.records.record_image_pull_unknown(image).await,
-            _ => self.records.record_image_pull_failed(image).await,
-        }
+        let end = match result {
+            Ok(o) => o.pull_end(|credential| credentials_used(proves, credential, requested)),
+            Err(f) => f.pull_end(),
+        };
+        self.records.end_pull(image, end, began).await;
     }
 
     /// A pull's success, `size` its image's size (looked up after the pull).

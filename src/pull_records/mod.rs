@@ -67,6 +67,23 @@ use std::sync::{Arc, Mutex};
 pub use decide::{Decision, PodCredentials, RecordLookup, Step, decide, decide_without_credentials, match_credentials};
 pub use policy::{Allowlist, AllowlistError, UnknownPolicy, VerificationPolicy, VerifyPolicy};
 
+/// How one pull ended, for its KEP-2535 records ([`PullRecords::end_pull`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PullEnd {
+    /// It pulled the image.
+    Pulled {
+        /// The pulled image's id.
+        image_ref: String,
+        /// What the credential it pulled with proves.
+        credentials: ImagePullCredentials,
+    },
+    /// The runtime may have pulled the image or may still (its reply was
+    /// lost, its queue stopped): the intent stays.
+    Unknown,
+    /// It failed, or found the image present: the intent ends.
+    Ended,
+}
+
 use crate::clock::Clock;
 use crate::domain::pull_record::{ImagePullCredentials, MustPullResult, PulledRecord, merge_pulled};
 use crate::domain::reference::parse_normalized_named;
@@ -645,6 +662,24 @@ impl PullRecords {
         let refresh = Refresh::UnlessSince(began);
         let w = PulledWrite { image_ref: image_ref.into(), repo, creds: creds.clone(), intent: Some(key), refresh };
         self.write_pulled(w).await
+    }
+
+    /// A pull of `image` that began at `began` (on [`PullRecords::clock`])
+    /// ended as `end`: the pulled record
+    /// ([`PullRecords::record_image_pulled_since`]; a failed write is
+    /// logged), or the intent kept ([`PullRecords::record_image_pull_unknown`])
+    /// or ended ([`PullRecords::record_image_pull_failed`]). What an
+    /// ensure's pull and a CRI front's pull both do once they end.
+    pub async fn end_pull(&self, image: &str, end: PullEnd, began: std::time::SystemTime) {
+        match end {
+            PullEnd::Pulled { image_ref, credentials } => {
+                if let Err(e) = self.record_image_pulled_since(image, &image_ref, &credentials, began).await {
+                    tracing::warn!(image, error = %e, "failed to record an image pulled record");
+                }
+            }
+            PullEnd::Unknown => self.record_image_pull_unknown(image).await,
+            PullEnd::Ended => self.record_image_pull_failed(image).await,
+        }
     }
 
     /// One pull of `image` ended and imaged does not know how: its reply

@@ -10,7 +10,9 @@ use actix::{Message, Recipient};
 use tokio::sync::oneshot;
 
 use crate::cri::{CriError, CriErrorKind};
+use crate::domain::pull_record::ImagePullCredentials;
 use crate::domain::{AuthConfig, ImageSpec, SandboxConfig};
+use crate::pull_records::PullEnd;
 
 /// One image pull to make (or to join).
 #[derive(Debug, Clone)]
@@ -123,6 +125,20 @@ pub struct PullOutcome {
     /// This request's pulled record, due until dropped ([`super::RecordsDue`]):
     /// set by the queue for a request that records (not a CRI front's).
     pub record_due: Option<std::sync::Arc<super::RecordDue>>,
+}
+
+impl PullOutcome {
+    /// How this outcome ends its pull's KEP-2535 records: pulled, a record
+    /// of what `proves` (asked only then, of [`PullOutcome::credential`])
+    /// says the credential that worked proves; found present, the intent
+    /// ends.
+    pub fn pull_end(&self, proves: impl FnOnce(Option<usize>) -> ImagePullCredentials) -> PullEnd {
+        if self.pulled {
+            PullEnd::Pulled { image_ref: self.image_ref.clone(), credentials: proves(self.credential) }
+        } else {
+            PullEnd::Ended
+        }
+    }
 }
 
 /// A pulled image's size in bytes, known once the `ImageStatus` after the
@@ -262,6 +278,12 @@ impl PullFailure {
             PullFailure::DeadlineExceeded(_) | PullFailure::Stopped => true,
             PullFailure::QpsExceeded => false,
         }
+    }
+
+    /// How this failure ends its pull's KEP-2535 intent: kept while the
+    /// runtime's outcome is unknown, ended otherwise.
+    pub fn pull_end(&self) -> PullEnd {
+        if self.outcome_unknown() { PullEnd::Unknown } else { PullEnd::Ended }
     }
 
     /// The CRI errors behind this failure.
