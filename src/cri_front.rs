@@ -44,7 +44,7 @@ use crate::domain::{AuthConfig, ImageSpec, SandboxConfig};
 use crate::ensure::{class_of_pull, failed_to_pull, pulling, successfully_pulled, using_local_image};
 use crate::error::AppError;
 use crate::events::{EventReason, EventSink, EventType, ImageEvent, ObjectRef};
-use crate::gc::in_use_hints::InUseHints;
+use crate::gc::in_use_hints::{InUseHints, Kept};
 use crate::gc::policy::pattern_matches;
 use crate::metrics::Metrics;
 use crate::node::Node;
@@ -72,6 +72,9 @@ pub struct CriFront {
     metrics: Metrics,
     /// Refuse `RemoveImage` of a pinned image.
     refuse_remove_pinned: bool,
+    /// Refuse `RemoveImage` of an image in use as the hints tell (given
+    /// to a pod within the minimum age, or being pulled).
+    refuse_remove_in_use: bool,
     /// `local_fallback_images` / `local_fallback_namespaces`.
     fallback_images: Vec<String>,
     fallback_namespaces: Vec<String>,
@@ -102,6 +105,20 @@ pub struct CriFront {
 struct FrontHints {
     hints: InUseHints,
     clock: Clock,
+    /// How long an image given to a pod counts as in use for a client's
+    /// `RemoveImage` (`gc.image_minimum_gc_age`, followed live), in
+    /// milliseconds.
+    keep_ms: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl FrontHints {
+    fn keep_for(&self) -> Duration {
+        Duration::from_millis(self.keep_ms.load(Ordering::Relaxed))
+    }
+
+    fn set_keep_for(&self, window: Duration) {
+        self.keep_ms.store(u64::try_from(window.as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
 }
 
 /// Looks of one `ImageStatus` while GC removes the image it finds: after a
@@ -312,6 +329,7 @@ impl CriFront {
             events: EventSink::default(),
             metrics: Metrics::default(),
             refuse_remove_pinned: settings.refuse_remove_pinned,
+            refuse_remove_in_use: settings.refuse_remove_in_use,
             fallback_images: settings.local_fallback_images.clone(),
             fallback_namespaces: settings.local_fallback_namespaces.clone(),
             removed: RemoveFollowers::default(),
@@ -340,8 +358,14 @@ impl CriFront {
     /// replaces; and an `ImageStatus` that finds an image GC is removing
     /// waits for the removal and asks again, so the kubelet is not told
     /// of an image about to go.
-    pub fn with_in_use_hints(self, hints: InUseHints, clock: Clock) -> Self {
-        Self { hints: Some(FrontHints { hints, clock }), ..self }
+    ///
+    /// `keep_for` (the GC's minimum age): with
+    /// `cri_server.refuse_remove_in_use`, how long an image given to a pod
+    /// is kept from a client's `RemoveImage`.
+    pub fn with_in_use_hints(self, hints: InUseHints, clock: Clock, keep_for: Duration) -> Self {
+        let h = FrontHints { hints, clock, keep_ms: Arc::default() };
+        h.set_keep_for(keep_for);
+        Self { hints: Some(h), ..self }
     }
 
     /// The same front offering the sizes its clients' `ImageStatus` answers
@@ -434,8 +458,11 @@ impl CriFront {
 
     /// `RemoveImage`: the image's names first (`ImageStatus`: the call
     /// carries a ref or an id only), refused when pinned and
-    /// `refuse_remove_pinned` is set, then forwarded; once removed, the pull
-    /// records and the node's image list let it go.
+    /// `refuse_remove_pinned` is set, or in use as the in-use hints tell
+    /// and `refuse_remove_in_use` is set (then the removal holds imaged's
+    /// claim on it while it runs: a check of the image meanwhile waits for
+    /// it), then forwarded; once removed, the pull records and the node's
+    /// image list let it go.
     fn remove(&self, body: Bytes, deadline: Option<Duration>) -> FrontFuture<Bytes> {
         let spec: ImageSpec = match crate::cri::wire::peek::<pb::RemoveImageRequest>(&body) {
             Ok(req) => req.image.map(Into::into).unwrap_or_default(),
@@ -446,15 +473,24 @@ impl CriFront {
         };
         let reader = self.reader.clone();
         let refuse = self.refuse_remove_pinned.then(|| self.pins.now());
+        let in_use = self.hints.clone().filter(|_| self.refuse_remove_in_use);
         let removed = self.removed.clone();
         Box::pin(async move {
             let image = match reader.image_status(spec.clone(), false).await {
                 Ok(s) => s.image,
-                Err(e) if refuse.is_some() => return Err(e),
+                Err(e) if refuse.is_some() || in_use.is_some() => return Err(e),
                 Err(e) => {
                     tracing::debug!(image = %spec.image, error = %e, "no ImageStatus before RemoveImage; records follow at the next refresh");
                     None
                 }
+            };
+            let named = |img: &crate::domain::Image| {
+                format!(
+                    "{:?} ({}{})",
+                    spec.image,
+                    img.id,
+                    img.repo_tags.first().map(|t| format!(", {t}")).unwrap_or_default()
+                )
             };
             if let (Some(pins), Some(img)) = (&refuse, &image)
                 && (img.pinned || pins.pins(&img.repo_tags, &img.repo_digests))
@@ -462,14 +498,24 @@ impl CriFront {
                 return Err(CriError::from_status(
                     crate::cri::StatusCode::FailedPrecondition,
                     format!(
-                        "imaged refuses to remove image {:?} ({}{}): it is pinned (gc.pinned_images, the sandbox \
-                         image or the runtime's pin) and cri_server.refuse_remove_pinned is set",
-                        spec.image,
-                        img.id,
-                        img.repo_tags.first().map(|t| format!(", {t}")).unwrap_or_default(),
+                        "imaged refuses to remove image {}: it is pinned (gc.pinned_images, the sandbox image or \
+                         the runtime's pin) and cri_server.refuse_remove_pinned is set",
+                        named(img),
                     ),
                 ));
             }
+            let _claim = match (&in_use, &image) {
+                (Some(h), Some(img)) => {
+                    let names: Vec<String> = img.repo_tags.iter().chain(&img.repo_digests).cloned().collect();
+                    let (now, window) = (h.clock.now(), h.keep_for());
+                    let since = now.checked_sub(window).unwrap_or(std::time::SystemTime::UNIX_EPOCH);
+                    match h.hints.claim_client_removal(&img.id, &names, since) {
+                        Ok(claim) => claim,
+                        Err(kept) => return Err(in_use_refusal(&named(img), kept, now, window)),
+                    }
+                }
+                _ => None,
+            };
             let until = removed.records.as_ref().map(|r| r.clock().now());
             let answer = reader.forward(Rpc::RemoveImage, Some(&spec.image), body, deadline).await?;
             if let Some(img) = image {
@@ -672,6 +718,25 @@ fn image_read(rpc: Rpc, body: &[u8]) -> Option<String> {
         _ => None,
     }
     .filter(|image| !image.is_empty())
+}
+
+/// The refusal of a `RemoveImage` of `named` (the call's image, its id
+/// and first tag) that the in-use hints keep (`kept`), at `now`, an image
+/// given to a pod counting as in use for `window`.
+fn in_use_refusal(named: &str, kept: Kept, now: std::time::SystemTime, window: Duration) -> CriError {
+    let why = match kept {
+        Kept::Ensured { at } => format!(
+            "a pod was given it {} ago, and an image given to a pod counts as in use for \
+             gc.image_minimum_gc_age ({})",
+            crate::domain::go_text::duration_truncated_ms(now.duration_since(at).unwrap_or_default()),
+            crate::domain::go_text::duration(window),
+        ),
+        Kept::Pulling => "a pull of it is in flight".to_string(),
+    };
+    CriError::from_status(
+        crate::cri::StatusCode::FailedPrecondition,
+        format!("imaged refuses to remove image {named}: {why}, and cri_server.refuse_remove_in_use is set"),
+    )
 }
 
 /// A pull refused for a registry outage with no local image to fall back
@@ -892,19 +957,26 @@ impl CriFront {
         let front = Self::new(reader, node.queue().clone().recipient(), pins, settings)
             .with_events(node.manager().events().clone(), node.config().pull.metrics.clone())
             .with_size_offers(node.config().pull.size_offers.clone())
-            .with_in_use_hints(node.manager().hints().clone(), node.manager().pull_records().clock())
+            .with_in_use_hints(
+                node.manager().hints().clone(),
+                node.manager().pull_records().clock(),
+                gc.borrow().min_age,
+            )
             .with_pull_records(node.manager().pull_records().clone())
             .with_remove_followers(RemoveFollowers {
                 records: Some(node.manager().pull_records().clone()),
                 image_list: Some(node.gc().refresher.clone().recipient()),
             });
         // Ends when the node is dropped.
-        let live = front.pins.clone();
+        let (live, keep) = (front.pins.clone(), front.hints.clone());
         tokio::spawn(async move {
             while gc.changed().await.is_ok() {
-                let pins = pins_of(&gc.borrow_and_update());
-                if live.set(pins) {
+                let settings = gc.borrow_and_update().clone();
+                if live.set(pins_of(&settings)) {
                     tracing::info!("CRI front: pinned images updated");
+                }
+                if let Some(h) = &keep {
+                    h.set_keep_for(settings.min_age);
                 }
             }
         });

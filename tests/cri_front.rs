@@ -1022,6 +1022,85 @@ async fn an_image_status_during_a_gc_removal_of_its_image_waits_for_it_and_answe
     assert_eq!(gc.await.expect("task").expect("GC run"), 1, "the removal went on");
 }
 
+/// A front over a node with `cri_server.refuse_remove_in_use` and a
+/// minimum age of 2 minutes, `images` put on the node outside imaged.
+async fn front_keeping_in_use(images: &[&str]) -> (Front, Vec<String>) {
+    let toml = format!("{QUIET}image_minimum_gc_age = \"2m\"\n[cri_server]\nrefuse_remove_in_use = true\n");
+    let f = Front::start(&toml).await;
+    let ids = images
+        .iter()
+        .map(|i| f.embedded().preload(imaged::embedded::RemoteImage::new(*i, 100)).expect("preload"))
+        .collect();
+    f.settled().await;
+    (f, ids)
+}
+
+#[actix::test]
+async fn with_refuse_remove_in_use_a_remove_of_an_image_a_pod_was_just_given_or_is_being_pulled_is_refused() {
+    use imaged::domain::pull_policy::PullPolicy;
+    use imaged::ensure::EnsureImageRequest;
+    let (old, given, ensured, pulled) =
+        ("example.com/team/old:1", "example.com/team/app:1", "example.com/team/api:1", "example.com/team/re:1");
+    let (f, ids) = front_keeping_in_use(&[old, given, ensured, pulled]).await;
+    let mut c = f.client.clone();
+    // The kubelet's check finds one for a pod; imaged's API gives another.
+    assert!(f.status(given).await.is_some());
+    let req = EnsureImageRequest::new("uid-api", ensured, PullPolicy::IfNotPresent);
+    f.node.ensure_image_exists(&req).await.expect("node").expect("present");
+    for (target, named) in [(ids[1].clone(), given), (ensured.to_string(), ensured)] {
+        let err = c.remove_image(remove(&target)).await.expect_err("given to a pod just now: refused");
+        assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+        let m = err.message();
+        assert!(m.starts_with(&format!("imaged refuses to remove image {target:?} (")), "names the call's image: {m}");
+        assert!(m.contains(named), "and its tag: {m}");
+        assert!(m.contains("a pod was given it ") && m.contains("gc.image_minimum_gc_age (2m0s)"), "says why: {m}");
+        assert!(m.ends_with("cri_server.refuse_remove_in_use is set"), "and which setting: {m}");
+    }
+    assert_eq!(f.embedded().stats().calls(Rpc::RemoveImage), 0, "nothing reached the runtime");
+    // One no pod asked for goes, as the kubelet's GC wants.
+    c.remove_image(remove(old)).await.expect("unused: removed");
+    assert!(f.embedded().images().iter().all(|i| i.id != ids[0]), "gone");
+    // One being pulled again (policy Always) is kept while the pull runs.
+    f.add(pulled, 800);
+    let pulling = f.spawn_pull(pull(pulled));
+    f.until_queue_holds(1).await;
+    let err = c.remove_image(remove(&ids[3])).await.expect_err("being pulled: refused");
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    assert!(err.message().contains(": a pull of it is in flight, and"), "{}", err.message());
+    assert_eq!(pulling.await.expect("task").expect("pulled"), ids[3]);
+    for id in &ids[1..] {
+        assert!(f.embedded().images().iter().any(|i| &i.id == id), "{id} is kept");
+    }
+    // A reload of the minimum age reaches the front: at 0 s, an image given
+    // before now is no longer kept.
+    let mut cfg = f.node.config().clone();
+    cfg.gc.min_age = Duration::ZERO;
+    f.node.reload(&cfg);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    c.remove_image(remove(given)).await.expect("the window is over: removed");
+    assert!(f.embedded().images().iter().all(|i| i.id != ids[1]), "gone");
+}
+
+#[actix::test]
+async fn with_refuse_remove_in_use_an_image_status_during_the_kubelets_remove_waits_and_answers_absent() {
+    use imaged::fault::{FaultPlan, FaultRule};
+    let image = "example.com/team/app:1";
+    let (f, ids) = front_keeping_in_use(&[image]).await;
+    let removal = Duration::from_millis(800);
+    f.embedded().set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::RemoveImage).delay(removal)));
+    // The kubelet's GC removes the image no pod was given ...
+    let mut c = f.client.clone();
+    let id = ids[0].clone();
+    let removing = tokio::spawn(async move { c.remove_image(remove(&id)).await });
+    f.until_runtime_calls(Rpc::RemoveImage, 1).await;
+    let asked = tokio::time::Instant::now();
+    // ... while a pod's check of it comes: it waits for the removal.
+    let found = f.status(image).await;
+    assert!(found.is_none(), "the pod is not told of an image being removed: {found:?}");
+    assert!(asked.elapsed() >= removal / 2, "answered after the removal ended, not before");
+    removing.await.expect("task").expect("the removal went on");
+}
+
 #[actix::test]
 async fn a_pull_through_the_front_keeps_the_image_it_replaces_and_marks_what_it_brings() {
     let image = "example.com/team/app:1";

@@ -320,6 +320,7 @@ fn set_up_a_leaves_gc_to_the_kubelet_and_set_up_b_to_imaged() {
     let (a, patch_a) = kubelet_path_config("setup-a-kubelet-gc");
     assert!(a.gc.policy().is_disabled(), "(a): imaged does not collect beside the kubelet: {:?}", a.gc.policy());
     assert!(a.cri_server.pin_sandbox_image, "(a): imaged pins the sandbox image for the kubelet's GC");
+    assert!(a.cri_server.refuse_remove_in_use, "(a): the kubelet's GC cannot remove an image a pod was just given");
     assert!(patch_a.get("imageGCHighThresholdPercent").is_none(), "(a): the kubelet's GC stays as it is");
 
     let (b, patch_b) = kubelet_path_config("setup-b-imaged-gc");
@@ -327,6 +328,7 @@ fn set_up_a_leaves_gc_to_the_kubelet_and_set_up_b_to_imaged() {
     assert_eq!(patch_b["imageMaximumGCAge"].as_str(), Some("0s"));
     let policy = b.gc.policy();
     assert!(!policy.is_disabled(), "(b): imaged collects");
+    assert!(!b.cri_server.refuse_remove_in_use, "(b): the kubelet does not remove images");
     assert_eq!((policy.high_threshold_percent, policy.low_threshold_percent), (85, 80));
     for (setup, patch) in [("a", &patch_a), ("b", &patch_b)] {
         assert_eq!(patch["imageServiceEndpoint"].as_str(), Some("unix:///run/imaged/cri.sock"), "({setup})");

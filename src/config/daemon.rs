@@ -107,6 +107,11 @@ pub struct CriServerSettings {
     pub pin_sandbox_image: bool,
     /// Refuse `RemoveImage` of a pinned image (`FailedPrecondition`).
     pub refuse_remove_pinned: bool,
+    /// Refuse `RemoveImage` of an image a pod was given within
+    /// `gc.image_minimum_gc_age`, or with a pull of it in flight
+    /// (`FailedPrecondition`): the kubelet's GC then cannot remove an image
+    /// between a pod's check that finds it and its container's creation.
+    pub refuse_remove_in_use: bool,
     /// Image patterns whose failed pulls in a registry outage answer with
     /// the image on the node (`AlwaysWithLocalFallback` for the kubelet).
     pub local_fallback_images: Vec<String>,
@@ -214,6 +219,7 @@ pub(super) fn cri_server_from_raw(c: RawCriServer) -> Result<CriServerSettings, 
         priority: c.priority.into_iter().enumerate().map(|(i, r)| priority_rule(i, r)).collect::<Result<_, _>>()?,
         pin_sandbox_image: c.pin_sandbox_image,
         refuse_remove_pinned: c.refuse_remove_pinned,
+        refuse_remove_in_use: c.refuse_remove_in_use,
         local_fallback_images: c.local_fallback_images,
         local_fallback_namespaces: c.local_fallback_namespaces,
         read_cache_ttl: duration("cri_server.read_cache_ttl", &c.read_cache_ttl)?,

@@ -181,6 +181,7 @@ pub(super) struct RawCriServer {
     pub(super) priority: Vec<RawPriorityRule>,
     pub(super) pin_sandbox_image: bool,
     pub(super) refuse_remove_pinned: bool,
+    pub(super) refuse_remove_in_use: bool,
     pub(super) local_fallback_images: Vec<String>,
     pub(super) local_fallback_namespaces: Vec<String>,
     pub(super) read_cache_ttl: String,

@@ -495,6 +495,7 @@ fn the_cri_front_is_off_by_default_and_never_its_own_runtime() {
     assert_eq!(c.cri_server.socket, None);
     assert!(c.cri_server.pin_sandbox_image);
     assert!(!c.cri_server.refuse_remove_pinned);
+    assert!(!c.cri_server.refuse_remove_in_use);
     assert_eq!(c.cri_server.priority_namespaces, ["kube-system"]);
     let static_pods: Vec<_> = c.cri_server.priority.iter().filter_map(|r| r.annotation.clone()).collect();
     assert_eq!(

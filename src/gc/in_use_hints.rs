@@ -74,6 +74,19 @@ impl Drop for RemovalClaim {
     }
 }
 
+/// Why an image counts as in use for a removal
+/// ([`InUseHints::claim_client_removal`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    /// It was ensured (given to a pod) at `at`.
+    Ensured {
+        /// When it was last ensured.
+        at: SystemTime,
+    },
+    /// A pull of one of its names is in flight.
+    Pulling,
+}
+
 /// A removal in flight an ensure must wait for.
 #[derive(Debug)]
 pub struct RemovalInFlight(Arc<Semaphore>);
@@ -112,15 +125,33 @@ impl InUseHints {
     /// began at `since`: `None` when it was ensured since, a pull of one of
     /// its names is in flight, or another removal of it is.
     pub fn claim_removal(&self, image_id: &str, names: &[String], since: SystemTime) -> Option<RemovalClaim> {
+        self.claim_client_removal(image_id, names, since).ok().flatten()
+    }
+
+    /// [`InUseHints::claim_removal`] for a client's `RemoveImage` (the
+    /// kubelet's GC through the CRI front), which says why it may not
+    /// remove: `Err` when the image was ensured at or after `since` or a
+    /// pull of one of its names is in flight; `Ok(None)` when another
+    /// removal of it holds the claim (the client's goes ahead beside it:
+    /// removing an image twice is no harm, and both succeed).
+    pub fn claim_client_removal(
+        &self,
+        image_id: &str,
+        names: &[String],
+        since: SystemTime,
+    ) -> Result<Option<RemovalClaim>, Kept> {
         let mut m = self.marks();
-        if m.ensured.get(image_id).is_some_and(|at| *at >= since)
-            || m.removing.contains_key(image_id)
-            || self.pulling_any(names.iter())
-        {
-            return None;
+        if let Some(at) = m.ensured.get(image_id).filter(|at| **at >= since) {
+            return Err(Kept::Ensured { at: *at });
+        }
+        if self.pulling_any(names.iter()) {
+            return Err(Kept::Pulling);
+        }
+        if m.removing.contains_key(image_id) {
+            return Ok(None);
         }
         m.removing.insert(image_id.to_string(), Arc::new(Semaphore::new(0)));
-        Some(RemovalClaim { hints: self.clone(), image_id: image_id.to_string() })
+        Ok(Some(RemovalClaim { hints: self.clone(), image_id: image_id.to_string() }))
     }
 
     /// A pull of `reference` (normalised, as the runtime names images) is in
@@ -196,6 +227,26 @@ mod tests {
         // A window of 0 s (min age 0) does not forget an ensure a run compares with.
         assert!(h.recent(t0 + Duration::from_secs(2), Duration::ZERO).is_empty());
         assert!(h.claim_removal("sha256:a", &names, t0).is_none(), "still remembered");
+    }
+
+    #[test]
+    fn a_clients_removal_is_told_why_it_is_refused_and_goes_beside_another() {
+        let h = InUseHints::default();
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let names = ["docker.io/library/nginx:1.27".to_string()];
+        let given = t0 + Duration::from_secs(3);
+        h.ensured("sha256:a", given);
+        assert_eq!(h.claim_client_removal("sha256:a", &names, t0).err(), Some(Kept::Ensured { at: given }));
+        let later = t0 + Duration::from_secs(4);
+        let claim = h.claim_client_removal("sha256:a", &names, later).expect("given before since").expect("claimed");
+        let beside = h.claim_client_removal("sha256:a", &names, later).expect("another removal holds it: no refusal");
+        assert!(beside.is_none(), "only one holds the claim");
+        assert!(h.claim_removal("sha256:a", &names, later).is_none(), "a GC run does not take it either");
+        drop(claim);
+        let pulling = h.pull_started(&names[0]);
+        assert_eq!(h.claim_client_removal("sha256:b", &names, later).err(), Some(Kept::Pulling));
+        drop(pulling);
+        assert!(h.claim_client_removal("sha256:b", &names, later).is_ok_and(|c| c.is_some()));
     }
 
     #[tokio::test(start_paused = true)]
