@@ -375,7 +375,7 @@ fn seeds_6123_and_6362_a_reload_during_a_gc_run_widens_its_recent_window() {
     assert_held(&run(6362, &Options { steps: 755, shape: Shape::V5, ..Options::default() }));
 }
 
-/// Seeds 8 and 2 (`Shape::CURRENT` of 2026-11-27, the first where the
+/// Seeds 8 and 2 (`Shape::V6`, the current shape of 2026-11-27, the first where the
 /// kubelet pulls through imaged's CRI front): the front's pulls wrote no
 /// KEP-2535 intent or record. Seed 8: a pod ensured through the API was
 /// given `private.example/billing/invoicer:1`, which the kubelet had
@@ -386,6 +386,29 @@ fn seeds_6123_and_6362_a_reload_during_a_gc_run_widens_its_recent_window() {
 /// (`CriFront::with_pull_records`).
 #[test]
 fn seeds_8_and_2_the_kubelets_pulls_through_the_front_keep_kep2535_records() {
-    assert_held(&run(8, &Options { steps: 1_031, ..Options::default() }));
-    assert_held(&run(2, &Options { steps: 1_417, ..Options::default() }));
+    assert_held(&run(8, &Options { steps: 1_031, shape: Shape::V6, ..Options::default() }));
+    assert_held(&run(2, &Options { steps: 1_417, shape: Shape::V6, ..Options::default() }));
+}
+
+/// Seed 340 (`Shape::CURRENT` of 2026-11-27, the first where the kubelet
+/// keeps its own image GC and removes through imaged's front): with
+/// `cri_server.refuse_remove_in_use` off, the kubelet's GC removed
+/// `ecr.example/team/batch:2`, which it had listed unused, after imaged
+/// gave it to a pod whose container was then created on it (`in-use-kept`,
+/// step 249). Set-up A sets it; the same plan with it holds.
+#[test]
+fn seed_340_the_kubelets_gc_through_the_front_keeps_an_image_a_pod_was_just_given() {
+    let plan = Plan::generate(340, 250);
+    assert!(plan.kubelet_gc.is_some(), "the kubelet keeps its own GC on this node");
+    assert_held(&run_plan(plan.clone(), &Options::steps(250)));
+    let mut off = plan;
+    for line in &mut off.settings {
+        if line.starts_with("cri_server.refuse_remove_in_use") {
+            *line = "cri_server.refuse_remove_in_use = false".into();
+        }
+    }
+    let o = run_plan(off, &Options::steps(250));
+    let v = o.violation.as_ref().expect("without the setting the kubelet's GC removes it");
+    assert_eq!((v.invariant, v.step), ("in-use-kept", 249), "{}", report(&o, None));
+    assert!(v.message.contains("the kubelet's RemoveImage through the front"), "{}", v.message);
 }

@@ -343,6 +343,11 @@ impl EmbeddedRuntime {
         self.saved();
     }
 
+    /// The containers (any state).
+    pub fn containers(&self) -> Vec<Container> {
+        self.shared.state().containers.clone()
+    }
+
     /// Removes a container by id.
     pub fn remove_container(&self, id: &str) {
         {

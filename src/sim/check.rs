@@ -208,6 +208,11 @@ pub struct Stats {
     pub reloads: u64,
     /// Of the ensures, the kubelet's steps through the CRI front.
     pub front: u64,
+    /// The kubelet's own GC's removes through the front
+    /// ([`Plan::kubelet_gc`](super::plan::Plan::kubelet_gc)).
+    pub kubelet_removes: u64,
+    /// Of them, those the front refused.
+    pub kubelet_refused: u64,
 }
 
 /// The checker's state: what it needs of the past.
@@ -278,8 +283,24 @@ pub struct Checker {
     /// The uids of pods whose kubelet pulls through the CRI front: the
     /// front keeps no back-off (their kubelet's own is not simulated).
     front_uids: BTreeSet<String>,
+    /// The kubelet's GC's removes through the front in flight: image id →
+    /// the process whose front it was sent to.
+    kubelet_removing: BTreeMap<String, u32>,
+    /// The last give of each image id to a pod (an ensure or the kubelet's
+    /// steps through the front answered with it): the process that gave
+    /// it and when that call began (imaged marks the image at or after).
+    given: BTreeMap<String, (u32, Duration)>,
     /// Counts.
     pub stats: Stats,
+}
+
+/// In `given`: process `inc` gave `image_id` to a pod in a call that
+/// began at `began` (the latest such give of the latest process is kept).
+fn gave(given: &mut BTreeMap<String, (u32, Duration)>, image_id: &str, inc: u32, began: Duration) {
+    let e = given.entry(image_id.to_string()).or_insert((inc, began));
+    if e.0 < inc || (e.0 == inc && e.1 < began) {
+        *e = (inc, began);
+    }
 }
 
 /// `kep2535`'s message for a front pull answered to a pod that cannot pull.
@@ -464,6 +485,8 @@ impl Checker {
             tail: VecDeque::with_capacity(TAIL),
             full: full_trace.then(Vec::new),
             front_uids,
+            kubelet_removing: BTreeMap::new(),
+            given: BTreeMap::new(),
             stats: Stats::default(),
         }
     }
@@ -587,6 +610,16 @@ impl Checker {
                 }
             }
             What::CreateFailed { .. } => {}
+            What::KubeletRemoving { id, inc } => {
+                self.stats.kubelet_removes += 1;
+                self.kubelet_removing.insert(id, inc);
+            }
+            What::KubeletRemoved { id, result } => {
+                self.kubelet_removing.remove(&id);
+                if result.is_err() {
+                    self.stats.kubelet_refused += 1;
+                }
+            }
             What::Gc { result, .. } => {
                 if let Ok(report) = result {
                     self.gc_report(&report)?;
@@ -677,7 +710,29 @@ impl Checker {
             Observed::Removing { id, names, pinned, used_by } => {
                 self.stats.removals += 1;
                 let name = names.first().cloned().unwrap_or_default();
-                if !used_by.is_empty() {
+                if !used_by.is_empty()
+                    && let Some(&inc) = self.kubelet_removing.get(&id)
+                {
+                    // The kubelet's GC saw the image unused, then a pod was
+                    // given it: its own race, unless imaged's front must
+                    // refuse (cri_server.refuse_remove_in_use) — a give by
+                    // the front's process within the minimum age.
+                    let min_age = self.facts.min_age.now();
+                    if let Some((_, at)) =
+                        self.given.get(&id).filter(|(by, at)| *by == inc && inc != 0 && *at + min_age >= self.now)
+                    {
+                        return Err(self.fail(
+                            "in-use-kept",
+                            format!(
+                                "the kubelet's RemoveImage through the front of imaged#{inc} removed image {name} ({}), which container(s) {} use, though imaged gave it to a pod at {:.3}s, within gc.image_minimum_gc_age ({}): cri_server.refuse_remove_in_use keeps it",
+                                short(&id),
+                                used_by.join(", "),
+                                at.as_secs_f64(),
+                                crate::domain::go_text::duration(min_age),
+                            ),
+                        ));
+                    }
+                } else if !used_by.is_empty() {
                     return Err(self.fail(
                         "in-use-kept",
                         format!(
@@ -853,7 +908,7 @@ impl Checker {
 
     /// An ensure's answer: kinds of answers, KEP-2535, what it acknowledges.
     fn answered(&mut self, id: u64, answer: &Answer) -> Result<(), Violation> {
-        let Some((_, inc, pod, container, _)) = self.pending.remove(&id) else {
+        let Some((began, inc, pod, container, _)) = self.pending.remove(&id) else {
             match answer {
                 Answer::Lost | Answer::NoNode => self.stats.ensure_lost += 1,
                 _ => {}
@@ -867,6 +922,7 @@ impl Checker {
             Answer::Ok(ok) => {
                 self.stats.ensure_ok += 1;
                 self.ensured.insert(ok.image_ref.clone(), self.now);
+                gave(&mut self.given, &ok.image_ref, inc, began);
                 let own = image.access == Access::Secret && p.secret.valid();
                 if image.private()
                     && !own
@@ -949,14 +1005,17 @@ impl Checker {
             }
             return Ok(());
         }
+        let began = pending.map_or(self.now, |p| p.0);
         match outcome {
             FrontOutcome::Present(image_id) => {
                 self.stats.ensure_ok += 1;
                 self.ensured.insert(image_id.clone(), self.now);
+                gave(&mut self.given, image_id, inc, began);
             }
             FrontOutcome::Pulled(image_id) => {
                 self.stats.ensure_ok += 1;
                 self.ensured.insert(image_id.clone(), self.now);
+                gave(&mut self.given, image_id, inc, began);
                 if image.private() && !(image.access == Access::Secret && p.secret.valid()) {
                     return Err(self.fail("kep2535", front_leak(p, image.name, image_id)));
                 }

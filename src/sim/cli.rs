@@ -67,7 +67,7 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 150)]
     pub shrink_budget: usize,
     /// The shape plans are drawn in: `current`, or an earlier one (`v1`,
-    /// `v2`, `v3`, `v4`, `v5`) for the seeds found under it.
+    /// `v2`, `v3`, `v4`, `v5`, `v6`) for the seeds found under it.
     #[arg(long, value_enum, default_value_t = ShapeArg::Current)]
     pub shape: ShapeArg,
 }
@@ -87,6 +87,8 @@ pub enum ShapeArg {
     V4,
     /// `Shape::V5`.
     V5,
+    /// `Shape::V6`.
+    V6,
 }
 
 impl ShapeArg {
@@ -98,6 +100,7 @@ impl ShapeArg {
             Self::V3 => Shape::V3,
             Self::V4 => Shape::V4,
             Self::V5 => Shape::V5,
+            Self::V6 => Shape::V6,
         }
     }
 }
@@ -136,8 +139,8 @@ fn one(args: &SimulateArgs, seed: u64) -> Result<(), AppError> {
 fn summary_line(o: &Outcome, wall: Duration) -> String {
     let s = &o.stats;
     format!(
-        "seed {}: {} steps, {} simulated in {:.1}s: {} ensures ({} ok, {} errors, {} lost; {} through the CRI front), {} runtime pulls, {} removals, \
-         {} starts, {} kills, {} reloads, {} GC reports, {} store checks ({} unsynced records lost), {} plugin runs ({} failed), trace {:016x}: {}",
+        "seed {}: {} steps, {} simulated in {:.1}s: {} ensures ({} ok, {} errors, {} lost; {} through the CRI front), {} runtime pulls, {} removals \
+         ({} by the kubelet's GC through the front, {} refused), {} starts, {} kills, {} reloads, {} GC reports, {} store checks ({} unsynced records lost), {} plugin runs ({} failed), trace {:016x}: {}",
         o.seed,
         o.steps,
         humantime::format_duration(Duration::from_secs(o.simulated.as_secs())),
@@ -149,6 +152,8 @@ fn summary_line(o: &Outcome, wall: Duration) -> String {
         s.front,
         s.runtime_pulls,
         s.removals,
+        s.kubelet_removes,
+        s.kubelet_refused,
         s.starts,
         s.kills,
         s.reloads,
@@ -184,6 +189,8 @@ fn add(total: &mut Stats, s: &Stats) {
     total.plugin_runs += s.plugin_runs;
     total.plugin_failures += s.plugin_failures;
     total.front += s.front;
+    total.kubelet_removes += s.kubelet_removes;
+    total.kubelet_refused += s.kubelet_refused;
 }
 
 fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
@@ -274,7 +281,7 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
         failed.len()
     );
     out!(
-        "  {} ensures ({} ok, {} errors, {} lost; {} through the CRI front), {} runtime pulls, {} removals, {} starts, {} kills, {} reloads, {} GC reports, {} store checks ({} unsynced records lost), {} plugin runs ({} failed)",
+        "  {} ensures ({} ok, {} errors, {} lost; {} through the CRI front), {} runtime pulls, {} removals ({} by the kubelet's GC through the front, {} refused), {} starts, {} kills, {} reloads, {} GC reports, {} store checks ({} unsynced records lost), {} plugin runs ({} failed)",
         total.ensures,
         total.ensure_ok,
         total.ensure_err,
@@ -282,6 +289,8 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
         total.front,
         total.runtime_pulls,
         total.removals,
+        total.kubelet_removes,
+        total.kubelet_refused,
         total.starts,
         total.kills,
         total.reloads,

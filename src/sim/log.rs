@@ -124,6 +124,21 @@ pub enum What {
         /// How.
         outcome: FrontOutcome,
     },
+    /// The kubelet's own image GC sends a `RemoveImage` of this image
+    /// through the CRI front ([`Plan::kubelet_gc`](super::plan::Plan::kubelet_gc)).
+    KubeletRemoving {
+        /// The image's id.
+        id: String,
+        /// The incarnation whose front it is sent to (0: none serves).
+        inc: u32,
+    },
+    /// It was answered: `Err` with the gRPC code and message.
+    KubeletRemoved {
+        /// The image's id.
+        id: String,
+        /// The answer.
+        result: Result<(), (i32, String)>,
+    },
     /// It got its answer.
     EnsureEnded {
         /// The ensure.
@@ -284,6 +299,13 @@ impl Entry {
                 };
                 format!("  kubelet: ensure #{id} through the CRI front -> {how}")
             }
+            What::KubeletRemoving { id, inc } => {
+                format!("  kubelet: GC removes {} through the front of imaged#{inc}", short(id))
+            }
+            What::KubeletRemoved { id, result } => match result {
+                Ok(()) => format!("  kubelet: GC removed {}", short(id)),
+                Err((code, message)) => format!("  kubelet: GC's remove of {} -> code {code}: {message}", short(id)),
+            },
             What::Created { pod: p, container, image_id } => {
                 format!("  kubelet: {} container c{container} created on {}", pod(p), short(image_id))
             }

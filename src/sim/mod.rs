@@ -289,6 +289,7 @@ async fn drive(world: &Rc<World>, full_trace: bool) -> Outcome {
             note(&s, r);
         }
     }));
+    let kubelet_gc = plan.kubelet_gc.map(|t| tokio::task::spawn_local(world.clone().kubelet_gc(t)));
     for (i, step) in plan.steps.iter().enumerate() {
         if slot.borrow().is_some() {
             break;
@@ -324,6 +325,9 @@ async fn drive(world: &Rc<World>, full_trace: bool) -> Outcome {
     let simulated = world.now();
     world.shut();
     supervisor.abort();
+    if let Some(k) = kubelet_gc {
+        k.abort();
+    }
     settle().await;
     let mut c = checker.borrow_mut();
     let _ = c.absorb(world.log.take());

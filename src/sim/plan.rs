@@ -365,6 +365,17 @@ pub struct Plan {
     /// same), never for a pod naming the plugin's registry (the kubelet's
     /// own credential plugin is not simulated).
     pub front_pods: Vec<usize>,
+    /// The kubelet keeps its own image GC (set-up A), with these
+    /// `imageGCHighThresholdPercent` and `imageGCLowThresholdPercent`: every
+    /// 5 minutes it asks the front's `ImageFsInfo`, and above the high
+    /// threshold it removes unused, unpinned images it first saw 2 minutes
+    /// ago or more, least recently used first, through the front, down to
+    /// the low one; above it, its eviction manager also removes every such
+    /// image every 10 seconds (`DeleteUnusedImages`). The settings then turn
+    /// imaged's thresholds off and set `cri_server.refuse_remove_in_use`
+    /// and `refuse_remove_pinned` ([`SETUP_A`]). Drawn from a stream of the
+    /// seed's own, only for a node with [`Plan::front_pods`].
+    pub kubelet_gc: Option<(u64, u64)>,
     /// The store's transactions take time: each answers after a duration
     /// drawn from a stream of the seed's own (mostly under 2 ms, sometimes
     /// tens of milliseconds, rarely a stall of up to half a second), while
@@ -489,6 +500,11 @@ pub struct Shape {
     /// node, each pod does with the same chance (the others are ensured
     /// through imaged's API, as another agent's would be).
     pub front: f64,
+    /// Chance such a node's kubelet keeps its own image GC (set-up A of
+    /// `docs/kubelet-path.md`): it removes through the front, imaged's
+    /// thresholds are off, and the front refuses removes of images in use
+    /// or pinned (see [`Plan::kubelet_gc`]).
+    pub kubelet_gc: f64,
 }
 
 use PullPolicy::{Always, AlwaysWithLocalFallback as Fallback, IfNotPresent, Never};
@@ -547,6 +563,7 @@ impl Shape {
         pull_knobs: false,
         store_latency: false,
         front: 0.0,
+        kubelet_gc: 0.0,
     };
 
     /// The second shape (seed 126's regression test was found under it):
@@ -609,6 +626,7 @@ impl Shape {
         pull_knobs: false,
         store_latency: false,
         front: 0.0,
+        kubelet_gc: 0.0,
     };
 
     /// The third shape: [`Shape::V2`] with the pull knobs beyond the
@@ -629,11 +647,17 @@ impl Shape {
     pub const V5: Shape =
         Shape { name: "v5", weights: Weights { burst: 10, ..Shape::V4.weights }, store_latency: true, ..Shape::V4 };
 
-    /// The shape seeds are drawn with now: [`Shape::V5`] where, on half the
-    /// nodes, the kubelet pulls through imaged's CRI front — half the pods
-    /// there, the others ensured through imaged's API beside them (see
-    /// [`Plan::front_pods`]).
-    pub const CURRENT: Shape = Shape { name: "current", front: 0.5, ..Shape::V5 };
+    /// The sixth shape (seeds 8 and 2's regression test was found under
+    /// it): [`Shape::V5`] where, on half the nodes, the kubelet pulls
+    /// through imaged's CRI front — half the pods there, the others ensured
+    /// through imaged's API beside them (see [`Plan::front_pods`]).
+    pub const V6: Shape = Shape { name: "v6", front: 0.5, ..Shape::V5 };
+
+    /// The shape seeds are drawn with now: [`Shape::V6`] where, on half the
+    /// nodes whose kubelet pulls through the front, it also keeps its own
+    /// image GC and removes through the front (set-up A; see
+    /// [`Plan::kubelet_gc`]).
+    pub const CURRENT: Shape = Shape { name: "current", kubelet_gc: 0.5, ..Shape::V6 };
 }
 
 impl Default for Shape {
@@ -688,6 +712,16 @@ impl Plan {
             s.step(i);
         }
         let front_pods = front_pods(seed, shape, &s.pods);
+        let kubelet_gc = (!front_pods.is_empty() && shape.kubelet_gc > 0.0)
+            .then(|| StdRng::seed_from_u64(seed ^ 0x0C0A_1E6C_6C00))
+            .and_then(|mut kg| {
+                kg.random_bool(shape.kubelet_gc).then(|| {
+                    let high = kg.random_range(50..90);
+                    (high, kg.random_range(30..high))
+                })
+            });
+        let settings =
+            if kubelet_gc.is_some() { merged_settings(&settings, &SETUP_A.map(String::from)) } else { settings };
         Plan {
             seed,
             shape: shape.name,
@@ -701,6 +735,7 @@ impl Plan {
             retry_ms: shape.retry_ms.clone(),
             store_latency: shape.store_latency,
             front_pods,
+            kubelet_gc,
             steps: s.steps,
         }
     }
@@ -763,6 +798,14 @@ impl Plan {
 }
 
 /// The node's credential plugin.
+/// The settings of a node whose kubelet keeps its own image GC
+/// ([`Plan::kubelet_gc`]), over the drawn ones: set-up A's.
+pub const SETUP_A: [&str; 3] = [
+    "gc.image_gc_high_threshold_percent = 100",
+    "cri_server.refuse_remove_in_use = true",
+    "cri_server.refuse_remove_pinned = true",
+];
+
 /// [`Plan::front_pods`] of `pods` drawn in `shape`.
 fn front_pods(seed: u64, shape: &Shape, pods: &[SimPod]) -> Vec<usize> {
     if shape.front <= 0.0 {
@@ -1552,10 +1595,43 @@ mod tests {
     }
 
     #[test]
-    fn the_current_shape_sends_half_the_pods_of_half_the_nodes_through_the_cri_front() {
-        let (mut nodes, mut pods, mut front) = (0, 0, 0);
+    fn the_current_shape_gives_half_the_front_nodes_the_kubelets_own_gc_and_set_up_as_settings() {
+        let (mut front_nodes, mut kubelet_gc) = (0, 0);
         for seed in 0..200 {
             let plan = Plan::generate(seed, 2_000);
+            let v6 = Plan::generate_shaped(seed, 2_000, &Shape::V6);
+            assert_eq!(plan.front_pods, v6.front_pods, "seed {seed}");
+            if plan.front_pods.is_empty() {
+                assert!(plan.kubelet_gc.is_none(), "seed {seed}: only where the kubelet uses the front");
+            } else {
+                front_nodes += 1;
+            }
+            let mut settings = v6.settings.clone();
+            if let Some((high, low)) = plan.kubelet_gc {
+                assert!(low < high && high < 100, "seed {seed}: {high} {low}");
+                kubelet_gc += 1;
+                settings = merged_settings(&settings, &SETUP_A.map(String::from));
+                assert_eq!(plan.setting("gc.image_gc_high_threshold_percent"), Some("100"));
+                assert_eq!(plan.setting("cri_server.refuse_remove_in_use"), Some("true"));
+            }
+            assert_eq!(plan.settings, settings, "seed {seed}: the settings are V6's, set-up A's over them");
+            let (mut a, mut b) = (plan.clone(), v6.clone());
+            a.settings.clear();
+            b.settings.clear();
+            assert_eq!(plan_hash(&a), plan_hash(&b), "seed {seed}: the rest of the plan is V6's");
+        }
+        assert!(
+            (front_nodes * 3 / 10..front_nodes * 7 / 10).contains(&kubelet_gc),
+            "about half the front nodes: {kubelet_gc} of {front_nodes}"
+        );
+    }
+
+    #[test]
+    fn the_sixth_shape_sends_half_the_pods_of_half_the_nodes_through_the_cri_front() {
+        let (mut nodes, mut pods, mut front) = (0, 0, 0);
+        for seed in 0..200 {
+            let plan = Plan::generate_shaped(seed, 2_000, &Shape::V6);
+            assert!(plan.kubelet_gc.is_none());
             let v5 = Plan::generate_shaped(seed, 2_000, &Shape::V5);
             assert_eq!(plan_hash(&plan), plan_hash(&v5), "seed {seed}: the rest of the plan is V5's");
             assert!(v5.front_pods.is_empty());
@@ -1646,7 +1722,12 @@ mod tests {
             let v3 = Plan::generate_shaped(seed, 2_000, &Shape::V3);
             assert!(v3.steps.iter().all(|s| !matches!(s.event, Event::Reload(_))), "seed {seed}");
             let plan = Plan::generate(seed, 2_000);
-            assert_eq!(plan.settings, v3.settings, "seed {seed}: the settings are V3's");
+            let drawn = if plan.kubelet_gc.is_some() {
+                merged_settings(&v3.settings, &SETUP_A.map(String::from))
+            } else {
+                v3.settings.clone()
+            };
+            assert_eq!(plan.settings, drawn, "seed {seed}: the settings are V3's (set-up A's over them)");
             let mut settings = plan.settings.clone();
             // The same settings when every switch to parallel pulls was
             // dropped (no process serving then): the rest must still load.

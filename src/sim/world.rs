@@ -61,6 +61,28 @@ const RESTART_SEC: Duration = Duration::from_secs(1);
 /// sets none on `PullImage`).
 const KUBELET_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// The kubelet's `ImageGCPeriod`.
+const KUBELET_GC_PERIOD: Duration = Duration::from_secs(300);
+
+/// The time the kubelet's GC takes before each `RemoveImage` (the
+/// listing's `GetPods`, the previous removal): a pod may be given an image
+/// it chose meanwhile.
+const KUBELET_REMOVE_GAP: Duration = Duration::from_secs(2);
+
+/// How often the kubelet's eviction manager looks at the disk.
+const KUBELET_EVICTION_PERIOD: Duration = Duration::from_secs(10);
+
+/// The kubelet's default `imageMinimumGCAge`.
+const KUBELET_MIN_AGE: Duration = Duration::from_secs(120);
+
+/// What the kubelet's image GC knows of an image: when it first saw it
+/// and when it last saw it used (run-relative).
+#[derive(Debug, Clone, Copy)]
+struct KubeletSeen {
+    first: Duration,
+    last_used: Duration,
+}
+
 /// A pod's state as the kubelet knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PodState {
@@ -169,6 +191,8 @@ pub struct World {
     front: InProcessSocket,
     /// The kubelet's CRI client of that socket (`imageServiceEndpoint`).
     kubelet: pb::image_service_client::ImageServiceClient<tonic::transport::Channel>,
+    /// The kubelet's image GC's records, by image id ([`Plan::kubelet_gc`]).
+    kubelet_seen: RefCell<std::collections::HashMap<String, KubeletSeen>>,
 }
 
 fn secret(ns: &str, name: &str, password: &str) -> PullSecret {
@@ -279,6 +303,7 @@ impl World {
             plugin,
             kubelet: pb::image_service_client::ImageServiceClient::new(front.channel(Duration::from_secs(5))),
             front,
+            kubelet_seen: RefCell::default(),
         }))
     }
 
@@ -591,6 +616,79 @@ impl World {
         // The size, for its event: a failure only leaves it 0.
         let _ = status(&pulled).await;
         FrontOutcome::Pulled(pulled)
+    }
+
+    /// The kubelet's image GC ([`Plan::kubelet_gc`]) with `thresholds`
+    /// (high, low percent): a run every [`KUBELET_GC_PERIOD`], and its
+    /// eviction manager's `DeleteUnusedImages` every
+    /// [`KUBELET_EVICTION_PERIOD`] while the disk is above the high
+    /// threshold, until the run is done.
+    pub async fn kubelet_gc(self: Rc<Self>, thresholds: (u64, u64)) {
+        let mut next_gc = KUBELET_GC_PERIOD;
+        while !self.done.get() {
+            tokio::time::sleep(KUBELET_EVICTION_PERIOD).await;
+            let periodic = self.now() >= next_gc;
+            if periodic {
+                next_gc = self.now() + KUBELET_GC_PERIOD;
+            }
+            self.kubelet_gc_run(thresholds, !periodic).await;
+        }
+    }
+
+    /// One run of the kubelet's image GC, as its `realImageGCManager` makes
+    /// it through imaged's front: `ImageFsInfo` for the usage (the capacity
+    /// is cadvisor's: the disk's); above the high threshold, `ListImages`
+    /// and the runtime's containers of every state (its `GetPods(true)`,
+    /// not through imaged) for what is in use; then `RemoveImage` of
+    /// unused images it does not see pinned and first saw
+    /// [`KUBELET_MIN_AGE`] ago or more, least recently used first, until
+    /// what it freed brings the usage to the low threshold (`all`: every
+    /// one, the eviction manager's `DeleteUnusedImages`). A remove that
+    /// fails is passed over.
+    async fn kubelet_gc_run(&self, (high, low): (u64, u64), all: bool) {
+        let mut c = self.kubelet.clone();
+        let Ok(fs) = c.image_fs_info(pb::ImageFsInfoRequest {}).await else { return };
+        let used: u64 =
+            fs.into_inner().image_filesystems.iter().filter_map(|f| f.used_bytes.as_ref()).map(|u| u.value).sum();
+        let capacity = self.rt.capacity_bytes();
+        if capacity == 0 || used.saturating_mul(100) < capacity.saturating_mul(high) {
+            return;
+        }
+        let to_free = if all { u64::MAX } else { used.saturating_sub(capacity / 100 * low) };
+        let Ok(list) = c.list_images(pb::ListImagesRequest::default()).await else { return };
+        let images = list.into_inner().images;
+        let in_use: std::collections::HashSet<String> = self.rt.containers().into_iter().map(|c| c.image_ref).collect();
+        let now = self.now();
+        let mut candidates = Vec::new();
+        {
+            let mut seen = self.kubelet_seen.borrow_mut();
+            seen.retain(|id, _| images.iter().any(|i| &i.id == id));
+            for i in &images {
+                let s = seen.entry(i.id.clone()).or_insert(KubeletSeen { first: now, last_used: now });
+                if in_use.contains(&i.id) {
+                    s.last_used = now;
+                } else if !i.pinned && now.saturating_sub(s.first) >= KUBELET_MIN_AGE {
+                    candidates.push((s.last_used, i.id.clone(), i.size));
+                }
+            }
+        }
+        candidates.sort();
+        let mut freed = 0;
+        for (_, id, size) in candidates {
+            if freed >= to_free || self.done.get() {
+                break;
+            }
+            tokio::time::sleep(KUBELET_REMOVE_GAP).await;
+            let inc = self.current.borrow().as_ref().filter(|i| !i.dead.get()).map_or(0, |i| i.id);
+            self.record(What::KubeletRemoving { id: id.clone(), inc });
+            let spec = pb::ImageSpec { image: id.clone(), ..pb::ImageSpec::default() };
+            let result = c.remove_image(pb::RemoveImageRequest { image: Some(spec) }).await;
+            let result = result.map(|_| ()).map_err(|s| (s.code() as i32, s.message().to_string()));
+            if result.is_ok() {
+                freed += size;
+            }
+            self.record(What::KubeletRemoved { id, result });
+        }
     }
 
     /// Creates a container on `image_ref`, as the kubelet's CreateContainer
