@@ -46,7 +46,7 @@ use crate::error::AppError;
 use crate::events::{EventReason, EventSink, EventType, ImageEvent, ObjectRef};
 use crate::gc::in_use_hints::{InUseHints, Kept};
 use crate::gc::policy::pattern_matches;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, RemoveRefused};
 use crate::node::Node;
 use crate::pull_records::{PullEnd, PullRecords};
 
@@ -475,6 +475,7 @@ impl CriFront {
         let refuse = self.refuse_remove_pinned.then(|| self.pins.now());
         let in_use = self.hints.clone().filter(|_| self.refuse_remove_in_use);
         let removed = self.removed.clone();
+        let metrics = self.metrics.clone();
         Box::pin(async move {
             let image = match reader.image_status(spec.clone(), false).await {
                 Ok(s) => s.image,
@@ -495,6 +496,7 @@ impl CriFront {
             if let (Some(pins), Some(img)) = (&refuse, &image)
                 && (img.pinned || pins.pins(&img.repo_tags, &img.repo_digests))
             {
+                metrics.front_remove_refused(RemoveRefused::Pinned);
                 return Err(CriError::from_status(
                     crate::cri::StatusCode::FailedPrecondition,
                     format!(
@@ -511,7 +513,13 @@ impl CriFront {
                     let since = now.checked_sub(window).unwrap_or(std::time::SystemTime::UNIX_EPOCH);
                     match h.hints.claim_client_removal(&img.id, &names, since) {
                         Ok(claim) => claim,
-                        Err(kept) => return Err(in_use_refusal(&named(img), kept, now, window)),
+                        Err(kept) => {
+                            metrics.front_remove_refused(match kept {
+                                Kept::Ensured { .. } => RemoveRefused::InUse,
+                                Kept::Pulling => RemoveRefused::Pulling,
+                            });
+                            return Err(in_use_refusal(&named(img), kept, now, window));
+                        }
                     }
                 }
                 _ => None,

@@ -1068,6 +1068,11 @@ async fn with_refuse_remove_in_use_a_remove_of_an_image_a_pod_was_just_given_or_
     assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
     assert!(err.message().contains(": a pull of it is in flight, and"), "{}", err.message());
     assert_eq!(pulling.await.expect("task").expect("pulled"), ids[3]);
+    let text = f.node.config().pull.metrics.encode();
+    for (reason, n) in [("in_use", 2), ("pulling", 1), ("pinned", 0)] {
+        let line = format!("imaged_cri_front_removes_refused_total{{reason=\"{reason}\"}} {n}");
+        assert!(text.contains(&line), "{line} in the metrics:\n{text}");
+    }
     for id in &ids[1..] {
         assert!(f.embedded().images().iter().any(|i| &i.id == id), "{id} is kept");
     }

@@ -10,6 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
+use super::labels::RemoveRefused;
 use crate::cri::Rpc;
 use crate::domain::pull_record::MustPullResult;
 
@@ -229,6 +230,9 @@ pub(super) struct CriFamilies {
     /// the method's place in [`Rpc::KEPT_BY_FRONT`]; no series for
     /// a method the front never keeps).
     pub(super) front_cached: [Counter; Rpc::KEPT_BY_FRONT.len()],
+    /// The CRI front's refused `RemoveImage`s, by reason (index:
+    /// [`RemoveRefused`] as usize).
+    pub(super) front_refused: [Counter; RemoveRefused::ALL.len()],
 }
 
 impl CriFamilies {
@@ -275,7 +279,15 @@ impl CriFamilies {
             cached_family.clone(),
         );
         let front_cached = Rpc::KEPT_BY_FRONT.map(|rpc| cached_family.get_or_create_owned(&[("method", rpc.name())]));
-        Self { duration, errors, operations, operation_errors, operation_duration, front_cached }
+        let refused_family = Family::<Labels1, Counter>::default();
+        r.register(
+            "cri_front_removes_refused",
+            "RemoveImage calls to imaged's CRI socket it refused (cri_server.refuse_remove_pinned, \
+             refuse_remove_in_use), by reason",
+            refused_family.clone(),
+        );
+        let front_refused = RemoveRefused::ALL.map(|r| refused_family.get_or_create_owned(&[("reason", r.name())]));
+        Self { duration, errors, operations, operation_errors, operation_duration, front_cached, front_refused }
     }
 }
 

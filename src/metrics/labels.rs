@@ -74,6 +74,34 @@ pub(super) fn policy_index(policy: PullPolicy) -> usize {
     }
 }
 
+/// Why the CRI front refused a `RemoveImage`
+/// (`imaged_cri_front_removes_refused_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoveRefused {
+    /// Pinned, with `cri_server.refuse_remove_pinned`.
+    Pinned,
+    /// Given to a pod within the minimum age, with
+    /// `cri_server.refuse_remove_in_use`.
+    InUse,
+    /// A pull of one of its names in flight, with
+    /// `cri_server.refuse_remove_in_use`.
+    Pulling,
+}
+
+impl RemoveRefused {
+    /// Every reason, in index order.
+    pub const ALL: [Self; 3] = [Self::Pinned, Self::InUse, Self::Pulling];
+
+    /// The `reason` label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Pinned => "pinned",
+            Self::InUse => "in_use",
+            Self::Pulling => "pulling",
+        }
+    }
+}
+
 /// Why back-offs ended before their time (`imaged_backoff_resets_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackoffResetReason {

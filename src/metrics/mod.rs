@@ -35,7 +35,7 @@ use families::{
 pub use families::{
     CRI_DURATION_BUCKETS, MAX_FAILURE_REGISTRIES, PLUGIN_DURATION_BUCKETS, PULL_DURATION_BUCKETS, STORE_WRITE_BUCKETS,
 };
-pub use labels::{BackoffResetReason, Tristate, image_size_bucket};
+pub use labels::{BackoffResetReason, RemoveRefused, Tristate, image_size_bucket};
 use labels::{POLICY_LABELS, policy_index};
 
 /// The content type of [`Metrics::encode`]'s text (OpenMetrics 1.0, which
@@ -225,6 +225,11 @@ impl Metrics {
         if let Some(i) = Rpc::KEPT_BY_FRONT.iter().position(|r| *r == rpc) {
             self.inner.cri.front_cached[i].inc();
         }
+    }
+
+    /// The CRI front refused a `RemoveImage`.
+    pub fn front_remove_refused(&self, why: RemoveRefused) {
+        self.inner.cri.front_refused[why as usize].inc();
     }
 
     /// A request joined a pull already queued or running.

@@ -167,6 +167,17 @@ fn the_fronts_kept_answers_have_a_series_only_for_the_methods_it_keeps() {
 }
 
 #[test]
+fn the_fronts_refused_removes_count_by_reason_every_series_from_the_start() {
+    let m = Metrics::default();
+    m.front_remove_refused(RemoveRefused::InUse);
+    m.front_remove_refused(RemoveRefused::InUse);
+    m.front_remove_refused(RemoveRefused::Pinned);
+    let s = scrape(&m);
+    let refused = |reason| s.value("imaged_cri_front_removes_refused_total", &[("reason", reason)]);
+    assert_eq!((refused("in_use"), refused("pinned"), refused("pulling")), (Some(2.0), Some(1.0), Some(0.0)));
+}
+
+#[test]
 fn cri_calls_feed_the_kubelets_runtime_operations_by_operation_type() {
     let m = Metrics::default();
     m.cri_call(Rpc::PullImage, Duration::from_secs(2), None);
