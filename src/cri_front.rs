@@ -44,7 +44,7 @@ use crate::domain::{AuthConfig, ImageSpec, SandboxConfig};
 use crate::ensure::{class_of_pull, failed_to_pull, pulling, successfully_pulled, using_local_image};
 use crate::error::AppError;
 use crate::events::{EventReason, EventSink, EventType, ImageEvent, ObjectRef};
-use crate::gc::in_use_hints::{InUseHints, Kept};
+use crate::gc::in_use_hints::{ClientClaim, InUseHints, Kept, RemovalInFlight};
 use crate::gc::policy::pattern_matches;
 use crate::metrics::{Metrics, RemoveRefused};
 use crate::node::Node;
@@ -509,16 +509,26 @@ impl CriFront {
             let _claim = match (&in_use, &image) {
                 (Some(h), Some(img)) => {
                     let names: Vec<String> = img.repo_tags.iter().chain(&img.repo_digests).cloned().collect();
-                    let (now, window) = (h.clock.now(), h.keep_for());
-                    let since = now.checked_sub(window).unwrap_or(std::time::SystemTime::UNIX_EPOCH);
-                    match h.hints.claim_client_removal(&img.id, &names, since) {
-                        Ok(claim) => claim,
-                        Err(kept) => {
-                            metrics.front_remove_refused(match kept {
-                                Kept::Ensured { .. } => RemoveRefused::InUse,
-                                Kept::Pulling => RemoveRefused::Pulling,
-                            });
-                            return Err(in_use_refusal(&named(img), kept, now, window));
+                    let mut waits = 0;
+                    loop {
+                        let (now, window) = (h.clock.now(), h.keep_for());
+                        let since = now.checked_sub(window).unwrap_or(std::time::SystemTime::UNIX_EPOCH);
+                        match h.hints.claim_client_removal(&img.id, &names, since) {
+                            Ok(ClientClaim::Mine(claim)) => break Some(claim),
+                            // Another removal of it (imaged's GC, another
+                            // client's): its turn after it, asked again.
+                            Ok(ClientClaim::Other(removal)) if waits < STATUS_LOOKS => {
+                                waits += 1;
+                                removal.ended().await;
+                            }
+                            Ok(ClientClaim::Other(_)) => break None,
+                            Err(kept) => {
+                                metrics.front_remove_refused(match kept {
+                                    Kept::Ensured { .. } => RemoveRefused::InUse,
+                                    Kept::Pulling => RemoveRefused::Pulling,
+                                });
+                                return Err(in_use_refusal(&named(img), kept, now, window));
+                            }
                         }
                     }
                 }
@@ -728,14 +738,34 @@ fn image_read(rpc: Rpc, body: &[u8]) -> Option<String> {
     .filter(|image| !image.is_empty())
 }
 
+/// Whether image `id`, which a pull brought while `removal` of it was in
+/// flight, is there once that removal ended (`ImageStatus`); marked
+/// ensured if so (looked at up to [`STATUS_LOOKS`] times while removals
+/// of it follow one another).
+async fn there_after(removal: RemovalInFlight, h: &FrontHints, reader: &CriReader, id: &str) -> bool {
+    let mut removal = removal;
+    for _ in 0..STATUS_LOOKS {
+        removal.ended().await;
+        let found = reader.image_status(ImageSpec::new(id), false).await.ok().and_then(|s| s.image);
+        if found.is_none() {
+            return false;
+        }
+        match h.hints.ensured_unless_removing(id, h.clock.now()) {
+            Ok(()) => return true,
+            Err(next) => removal = next,
+        }
+    }
+    false
+}
+
 /// The refusal of a `RemoveImage` of `named` (the call's image, its id
 /// and first tag) that the in-use hints keep (`kept`), at `now`, an image
 /// given to a pod counting as in use for `window`.
 fn in_use_refusal(named: &str, kept: Kept, now: std::time::SystemTime, window: Duration) -> CriError {
     let why = match kept {
         Kept::Ensured { at } => format!(
-            "a pod was given it {} ago, and an image given to a pod counts as in use for \
-             gc.image_minimum_gc_age ({})",
+            "it was ensured {} ago (pulled, or found by an ImageStatus, through imaged), and an ensured image \
+             counts as in use for gc.image_minimum_gc_age ({})",
             crate::domain::go_text::duration_truncated_ms(now.duration_since(at).unwrap_or_default()),
             crate::domain::go_text::duration(window),
         ),
@@ -825,6 +855,7 @@ impl ImageFront for CriFront {
         // for GC; what it brings is marked ensured (as an ensure's pull).
         let hints = self.hints.clone();
         let in_flight = hints.as_ref().zip(normalized.ok()).map(|(h, r)| h.hints.pull_started(&r));
+        let recheck = hints.as_ref().map(|_| Box::new(self.reader.clone()));
         let recording = self.records.as_ref().and_then(|records| FrontRecord::of(records, &call));
         let request = self.request(call);
         let told = Told::new(&request, self.events.clone());
@@ -870,8 +901,22 @@ impl ImageFront for CriFront {
                 };
                 r.end(guard, began, end, due);
             }
-            if let (Some(h), Ok(o)) = (&hints, &result) {
-                h.hints.ensured(&o.image_ref, h.clock.now());
+            if let (Some(h), Ok(o)) = (&hints, &result)
+                && let Err(removal) = h.hints.ensured_unless_removing(&o.image_ref, h.clock.now())
+            {
+                // A removal of what it brought is in flight (imaged's GC's,
+                // or a client's through this socket claimed before the pull
+                // began): the kubelet is not told of an image about to go.
+                // Boxed: a rare path.
+                let there = match &recheck {
+                    Some(reader) => Box::pin(there_after(removal, h, reader, &o.image_ref)).await,
+                    None => false,
+                };
+                if !there {
+                    let text = "the image was removed through imaged while it was pulled; pull it again".to_string();
+                    told.emit(EventReason::Failed, failed_to_pull(&told.image, &text), None);
+                    return Err(CriError::new(CriErrorKind::Other, text));
+                }
             }
             drop(in_flight);
             match result {

@@ -1053,7 +1053,7 @@ async fn with_refuse_remove_in_use_a_remove_of_an_image_a_pod_was_just_given_or_
         let m = err.message();
         assert!(m.starts_with(&format!("imaged refuses to remove image {target:?} (")), "names the call's image: {m}");
         assert!(m.contains(named), "and its tag: {m}");
-        assert!(m.contains("a pod was given it ") && m.contains("gc.image_minimum_gc_age (2m0s)"), "says why: {m}");
+        assert!(m.contains(": it was ensured ") && m.contains("gc.image_minimum_gc_age (2m0s)"), "says why: {m}");
         assert!(m.ends_with("cri_server.refuse_remove_in_use is set"), "and which setting: {m}");
     }
     assert_eq!(f.embedded().stats().calls(Rpc::RemoveImage), 0, "nothing reached the runtime");
@@ -1104,6 +1104,31 @@ async fn with_refuse_remove_in_use_an_image_status_during_the_kubelets_remove_wa
     assert!(found.is_none(), "the pod is not told of an image being removed: {found:?}");
     assert!(asked.elapsed() >= removal / 2, "answered after the removal ended, not before");
     removing.await.expect("task").expect("the removal went on");
+}
+
+#[actix::test]
+async fn a_pull_that_brings_an_image_being_removed_waits_for_the_remove_and_says_pull_again() {
+    use imaged::fault::{FaultPlan, FaultRule};
+    let image = "example.com/team/app:1";
+    let (f, ids) = front_keeping_in_use(&[image]).await;
+    let removal = Duration::from_millis(800);
+    f.embedded().set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::RemoveImage).delay(removal)));
+    let mut c = f.client.clone();
+    let id = ids[0].clone();
+    let removing = tokio::spawn(async move { c.remove_image(remove(&id)).await });
+    f.until_runtime_calls(Rpc::RemoveImage, 1).await;
+    // The kubelet pulls it again (policy Always) while the remove runs: the
+    // runtime has it, but not for long.
+    let asked = tokio::time::Instant::now();
+    let err = f.spawn_pull(pull(image)).await.expect("task").expect_err("the image went: not answered with it");
+    assert!(asked.elapsed() >= removal / 2, "answered after the removal ended, not before");
+    assert!(err.message().contains("removed through imaged while it was pulled; pull it again"), "{err:?}");
+    removing.await.expect("task").expect("the removal went on");
+    // The kubelet's next try pulls it.
+    f.add(image, 0);
+    let again = f.spawn_pull(pull(image)).await.expect("task").expect("pulled again");
+    assert_eq!(again, ids[0]);
+    assert!(f.status(image).await.is_some());
 }
 
 #[actix::test]

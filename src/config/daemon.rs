@@ -107,7 +107,7 @@ pub struct CriServerSettings {
     pub pin_sandbox_image: bool,
     /// Refuse `RemoveImage` of a pinned image (`FailedPrecondition`).
     pub refuse_remove_pinned: bool,
-    /// Refuse `RemoveImage` of an image a pod was given within
+    /// Refuse `RemoveImage` of an image ensured (for a pod or a client) within
     /// `gc.image_minimum_gc_age`, or with a pull of it in flight
     /// (`FailedPrecondition`): the kubelet's GC then cannot remove an image
     /// between a pod's check that finds it and its container's creation.

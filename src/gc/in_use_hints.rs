@@ -87,6 +87,15 @@ pub enum Kept {
     Pulling,
 }
 
+/// What [`InUseHints::claim_client_removal`] got.
+#[derive(Debug)]
+pub enum ClientClaim {
+    /// The claim: the removal may go ahead while it is held.
+    Mine(RemovalClaim),
+    /// Another removal of the image holds it.
+    Other(RemovalInFlight),
+}
+
 /// A removal in flight an ensure must wait for.
 #[derive(Debug)]
 pub struct RemovalInFlight(Arc<Semaphore>);
@@ -125,21 +134,23 @@ impl InUseHints {
     /// began at `since`: `None` when it was ensured since, a pull of one of
     /// its names is in flight, or another removal of it is.
     pub fn claim_removal(&self, image_id: &str, names: &[String], since: SystemTime) -> Option<RemovalClaim> {
-        self.claim_client_removal(image_id, names, since).ok().flatten()
+        match self.claim_client_removal(image_id, names, since) {
+            Ok(ClientClaim::Mine(claim)) => Some(claim),
+            Ok(ClientClaim::Other(_)) | Err(_) => None,
+        }
     }
 
     /// [`InUseHints::claim_removal`] for a client's `RemoveImage` (the
     /// kubelet's GC through the CRI front), which says why it may not
     /// remove: `Err` when the image was ensured at or after `since` or a
-    /// pull of one of its names is in flight; `Ok(None)` when another
-    /// removal of it holds the claim (the client's goes ahead beside it:
-    /// removing an image twice is no harm, and both succeed).
+    /// pull of one of its names is in flight; [`ClientClaim::Other`] when
+    /// another removal of it holds the claim (wait for it, then ask again).
     pub fn claim_client_removal(
         &self,
         image_id: &str,
         names: &[String],
         since: SystemTime,
-    ) -> Result<Option<RemovalClaim>, Kept> {
+    ) -> Result<ClientClaim, Kept> {
         let mut m = self.marks();
         if let Some(at) = m.ensured.get(image_id).filter(|at| **at >= since) {
             return Err(Kept::Ensured { at: *at });
@@ -147,11 +158,11 @@ impl InUseHints {
         if self.pulling_any(names.iter()) {
             return Err(Kept::Pulling);
         }
-        if m.removing.contains_key(image_id) {
-            return Ok(None);
+        if let Some(done) = m.removing.get(image_id) {
+            return Ok(ClientClaim::Other(RemovalInFlight(done.clone())));
         }
         m.removing.insert(image_id.to_string(), Arc::new(Semaphore::new(0)));
-        Ok(Some(RemovalClaim { hints: self.clone(), image_id: image_id.to_string() }))
+        Ok(ClientClaim::Mine(RemovalClaim { hints: self.clone(), image_id: image_id.to_string() }))
     }
 
     /// A pull of `reference` (normalised, as the runtime names images) is in
@@ -229,8 +240,8 @@ mod tests {
         assert!(h.claim_removal("sha256:a", &names, t0).is_none(), "still remembered");
     }
 
-    #[test]
-    fn a_clients_removal_is_told_why_it_is_refused_and_goes_beside_another() {
+    #[tokio::test]
+    async fn a_clients_removal_is_told_why_it_is_refused_and_waits_for_another() {
         let h = InUseHints::default();
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
         let names = ["docker.io/library/nginx:1.27".to_string()];
@@ -238,15 +249,20 @@ mod tests {
         h.ensured("sha256:a", given);
         assert_eq!(h.claim_client_removal("sha256:a", &names, t0).err(), Some(Kept::Ensured { at: given }));
         let later = t0 + Duration::from_secs(4);
-        let claim = h.claim_client_removal("sha256:a", &names, later).expect("given before since").expect("claimed");
-        let beside = h.claim_client_removal("sha256:a", &names, later).expect("another removal holds it: no refusal");
-        assert!(beside.is_none(), "only one holds the claim");
+        let Ok(ClientClaim::Mine(claim)) = h.claim_client_removal("sha256:a", &names, later) else {
+            panic!("given before since: claimed")
+        };
+        let Ok(ClientClaim::Other(first)) = h.claim_client_removal("sha256:a", &names, later) else {
+            panic!("another removal holds it: wait for it, no refusal")
+        };
         assert!(h.claim_removal("sha256:a", &names, later).is_none(), "a GC run does not take it either");
         drop(claim);
+        first.ended().await;
+        assert!(matches!(h.claim_client_removal("sha256:a", &names, later), Ok(ClientClaim::Mine(_))), "then its turn");
         let pulling = h.pull_started(&names[0]);
         assert_eq!(h.claim_client_removal("sha256:b", &names, later).err(), Some(Kept::Pulling));
         drop(pulling);
-        assert!(h.claim_client_removal("sha256:b", &names, later).is_ok_and(|c| c.is_some()));
+        assert!(matches!(h.claim_client_removal("sha256:b", &names, later), Ok(ClientClaim::Mine(_))));
     }
 
     #[tokio::test(start_paused = true)]

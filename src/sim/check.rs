@@ -284,8 +284,8 @@ pub struct Checker {
     /// front keeps no back-off (their kubelet's own is not simulated).
     front_uids: BTreeSet<String>,
     /// The kubelet's GC's removes through the front in flight: image id →
-    /// the process whose front it was sent to.
-    kubelet_removing: BTreeMap<String, u32>,
+    /// the process whose front it was sent to, and when it was sent.
+    kubelet_removing: BTreeMap<String, (u32, Duration)>,
     /// The last give of each image id to a pod (an ensure or the kubelet's
     /// steps through the front answered with it): the process that gave
     /// it and when that call began (imaged marks the image at or after).
@@ -407,6 +407,11 @@ impl History<Duration> {
     /// The longest value in force within `from..=to`.
     fn longest(&self, from: Duration, to: Duration) -> Duration {
         self.during(from, to).map(|(v, _)| v).max().unwrap_or_else(|| self.now())
+    }
+
+    /// The shortest value in force within `from..=to`.
+    fn shortest(&self, from: Duration, to: Duration) -> Duration {
+        self.during(from, to).map(|(v, _)| v).min().unwrap_or_else(|| self.now())
     }
 }
 
@@ -612,7 +617,7 @@ impl Checker {
             What::CreateFailed { .. } => {}
             What::KubeletRemoving { id, inc } => {
                 self.stats.kubelet_removes += 1;
-                self.kubelet_removing.insert(id, inc);
+                self.kubelet_removing.insert(id, (inc, self.now));
             }
             What::KubeletRemoved { id, result } => {
                 self.kubelet_removing.remove(&id);
@@ -711,13 +716,15 @@ impl Checker {
                 self.stats.removals += 1;
                 let name = names.first().cloned().unwrap_or_default();
                 if !used_by.is_empty()
-                    && let Some(&inc) = self.kubelet_removing.get(&id)
+                    && let Some(&(inc, sent)) = self.kubelet_removing.get(&id)
                 {
                     // The kubelet's GC saw the image unused, then a pod was
                     // given it: its own race, unless imaged's front must
                     // refuse (cri_server.refuse_remove_in_use) — a give by
-                    // the front's process within the minimum age.
-                    let min_age = self.facts.min_age.now();
+                    // the front's process within the minimum age (the
+                    // shortest in force since the remove was sent: the
+                    // front follows a reload a moment later).
+                    let min_age = self.facts.min_age.shortest(sent, self.now);
                     if let Some((_, at)) =
                         self.given.get(&id).filter(|(by, at)| *by == inc && inc != 0 && *at + min_age >= self.now)
                     {

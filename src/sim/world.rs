@@ -866,7 +866,12 @@ impl World {
     /// serving there is none to signal: nothing changes.
     fn reload(&self, lines: &[String]) {
         let Some((inc, node)) = self.node() else { return };
-        let settings = super::plan::merged_settings(&self.settings.borrow(), lines);
+        let mut settings = super::plan::merged_settings(&self.settings.borrow(), lines);
+        // The operator of set-up A keeps imaged's own GC off whatever else
+        // the edit changes (the other lines of set-up A need a restart).
+        if self.plan.kubelet_gc.is_some() {
+            settings = super::plan::merged_settings(&settings, &[super::plan::SETUP_A[0].to_string()]);
+        }
         let parsed = match Config::from_toml(&settings.join("\n")) {
             Ok(c) => c,
             Err(e) => {
