@@ -1035,6 +1035,24 @@ async fn front_keeping_in_use(images: &[&str]) -> (Front, Vec<String>) {
     (f, ids)
 }
 
+impl Front {
+    /// A `RemoveImage` of `id` through the front that the runtime takes
+    /// 800 ms to carry out, sent on a task of its own; returns once the
+    /// runtime has it, with the task and the removal's time.
+    async fn remove_slowly(
+        &self,
+        id: &str,
+    ) -> (tokio::task::JoinHandle<Result<tonic::Response<pb::RemoveImageResponse>, tonic::Status>>, Duration) {
+        use imaged::fault::{FaultPlan, FaultRule};
+        let removal = Duration::from_millis(800);
+        self.embedded().set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::RemoveImage).delay(removal)));
+        let (mut c, id) = (self.client.clone(), id.to_string());
+        let removing = tokio::spawn(async move { c.remove_image(remove(&id)).await });
+        self.until_runtime_calls(Rpc::RemoveImage, 1).await;
+        (removing, removal)
+    }
+}
+
 #[actix::test]
 async fn with_refuse_remove_in_use_a_remove_of_an_image_a_pod_was_just_given_or_is_being_pulled_is_refused() {
     use imaged::domain::pull_policy::PullPolicy;
@@ -1088,16 +1106,10 @@ async fn with_refuse_remove_in_use_a_remove_of_an_image_a_pod_was_just_given_or_
 
 #[actix::test]
 async fn with_refuse_remove_in_use_an_image_status_during_the_kubelets_remove_waits_and_answers_absent() {
-    use imaged::fault::{FaultPlan, FaultRule};
     let image = "example.com/team/app:1";
     let (f, ids) = front_keeping_in_use(&[image]).await;
-    let removal = Duration::from_millis(800);
-    f.embedded().set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::RemoveImage).delay(removal)));
     // The kubelet's GC removes the image no pod was given ...
-    let mut c = f.client.clone();
-    let id = ids[0].clone();
-    let removing = tokio::spawn(async move { c.remove_image(remove(&id)).await });
-    f.until_runtime_calls(Rpc::RemoveImage, 1).await;
+    let (removing, removal) = f.remove_slowly(&ids[0]).await;
     let asked = tokio::time::Instant::now();
     // ... while a pod's check of it comes: it waits for the removal.
     let found = f.status(image).await;
@@ -1108,15 +1120,9 @@ async fn with_refuse_remove_in_use_an_image_status_during_the_kubelets_remove_wa
 
 #[actix::test]
 async fn a_pull_that_brings_an_image_being_removed_waits_for_the_remove_and_says_pull_again() {
-    use imaged::fault::{FaultPlan, FaultRule};
     let image = "example.com/team/app:1";
     let (f, ids) = front_keeping_in_use(&[image]).await;
-    let removal = Duration::from_millis(800);
-    f.embedded().set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::RemoveImage).delay(removal)));
-    let mut c = f.client.clone();
-    let id = ids[0].clone();
-    let removing = tokio::spawn(async move { c.remove_image(remove(&id)).await });
-    f.until_runtime_calls(Rpc::RemoveImage, 1).await;
+    let (removing, removal) = f.remove_slowly(&ids[0]).await;
     // The kubelet pulls it again (policy Always) while the remove runs: the
     // runtime has it, but not for long.
     let asked = tokio::time::Instant::now();
