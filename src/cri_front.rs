@@ -48,7 +48,7 @@ use crate::gc::in_use_hints::{ClientClaim, InUseHints, Kept, RemovalInFlight};
 use crate::gc::policy::pattern_matches;
 use crate::metrics::{Metrics, RemoveRefused};
 use crate::node::Node;
-use crate::pull_records::{PullEnd, PullRecords};
+use crate::pull_records::{PodCredentials, PullEnd, PullRecords};
 
 /// How long the first `ImageFsInfo` waits for a runtime that is not
 /// answering yet (the kubelet allows its first call 2 minutes, and exits
@@ -657,6 +657,58 @@ impl FrontRecord {
     }
 }
 
+/// What a pull that failed in a registry outage may fall back to: the
+/// image on the node, for a call whose credential imaged's KEP-2535
+/// records show may use it (`records`: them and the call's credential as
+/// a pod's; none without records: every pod may).
+struct Fallback {
+    reader: CriReader,
+    spec: ImageSpec,
+    records: Option<(PullRecords, PodCredentials)>,
+}
+
+/// What [`Fallback::local`] found.
+#[derive(Debug, PartialEq, Eq)]
+enum Local {
+    /// On the node, and the call may use it: its id.
+    Usable(String),
+    /// On the node, but the call's credential has not been shown to the
+    /// registry for it: the kubelet may be pulling to verify a pod's
+    /// credentials (`ensureSecretPulledImages`), which an outage must not
+    /// answer for the registry.
+    NotShown,
+    /// Not on the node (or the runtime did not say).
+    Absent,
+}
+
+/// Said after the registry's error when [`Local::NotShown`] kept the
+/// fallback from answering.
+const NOT_SHOWN: &str = "; the image on the node was not used: imaged's pull records do not show that the \
+     credential of this pull may use it (KEP-2535)";
+
+impl Fallback {
+    async fn local(self) -> Local {
+        let Some(img) = self.reader.image_status(self.spec.clone(), false).await.ok().and_then(|s| s.image) else {
+            return Local::Absent;
+        };
+        if let Some((records, pod)) = self.records {
+            let pod = std::future::ready(Ok::<_, std::convert::Infallible>(pod));
+            // Infallible: the credential is the call's own.
+            if records.must_attempt_pull_with(&self.spec.image, &img.id, || pod).await.unwrap_or(true) {
+                return Local::NotShown;
+            }
+        }
+        Local::Usable(img.id)
+    }
+}
+
+/// A front call's credential as a pod's, for a KEP-2535 check: the entry
+/// [`front_proves`] records of it (matched by its hash), none for no
+/// credential or a token.
+fn front_pod_credentials(auth: Option<&AuthConfig>) -> PodCredentials {
+    PodCredentials { secrets: front_proves(auth).kubernetes_secrets, service_account: None }
+}
+
 /// What a front pull that succeeded with `auth` (the call's one
 /// credential) proves, for KEP-2535: none (or an empty one), every pod
 /// may use the image, as after an anonymous ensure; a user name and
@@ -848,9 +900,13 @@ impl ImageFront for CriFront {
         // with a deadline carries its timer.
         let deadline = call.deadline;
         let normalized = crate::domain::reference::parse_normalized_named(&call.image.image).map(|n| n.docker_ref());
-        let fallback = self
-            .falls_back(&call, normalized.as_deref().ok())
-            .then(|| Box::new((self.reader.clone(), call.image.clone())));
+        let fallback = self.falls_back(&call, normalized.as_deref().ok()).then(|| {
+            Box::new(Fallback {
+                reader: self.reader.clone(),
+                spec: call.image.clone(),
+                records: self.records.clone().map(|r| (r, front_pod_credentials(call.auth.as_ref()))),
+            })
+        });
         // While the pull runs, an image it would replace counts as in use
         // for GC; what it brings is marked ensured (as an ensure's pull).
         let hints = self.hints.clone();
@@ -945,23 +1001,24 @@ impl ImageFront for CriFront {
                     Ok(answer)
                 }
                 Err(failure) if fallback.is_some() && failure.registry_unreachable() => {
-                    let present = match fallback {
+                    let local = match fallback {
                         // Boxed: a rare path, and every waiting pull would
                         // otherwise hold room for this call's future.
-                        Some(f) => {
-                            let (reader, spec) = *f;
-                            Box::pin(reader.image_status(spec, false)).await.ok().and_then(|s| s.image)
-                        }
-                        None => None,
+                        Some(f) => Box::pin(f.local()).await,
+                        None => Local::Absent,
                     };
-                    let text = failure.to_string();
-                    if let Some(img) = present {
-                        if let Some(h) = &hints {
-                            h.hints.ensured(&img.id, h.clock.now());
+                    let mut text = failure.to_string();
+                    match local {
+                        Local::Usable(id) => {
+                            if let Some(h) = &hints {
+                                h.hints.ensured(&id, h.clock.now());
+                            }
+                            let msg = using_local_image(&told.image, &text);
+                            told.emit_as(EventType::Warning, EventReason::Pulled, msg, Some(&failure));
+                            return Ok(pull_answer(id));
                         }
-                        let msg = using_local_image(&told.image, &text);
-                        told.emit_as(EventType::Warning, EventReason::Pulled, msg, Some(&failure));
-                        return Ok(pull_answer(img.id));
+                        Local::NotShown => text.push_str(NOT_SHOWN),
+                        Local::Absent => {}
                     }
                     told.emit(EventReason::Failed, failed_to_pull(&told.image, &text), Some(&failure));
                     Err(registry_unavailable(&text))

@@ -1206,3 +1206,37 @@ async fn the_kubelets_pulls_keep_kep2535_records_so_imageds_ensures_verify_who_m
     let shown = format!("{record:?}");
     assert!(!shown.contains("team-password"), "the credential is never stored: {shown}");
 }
+
+#[actix::test]
+async fn in_a_registry_outage_the_fallback_answers_only_a_credential_imageds_records_show_may_use_the_image() {
+    use imaged::cri::{CriError, CriErrorKind};
+    use imaged::fault::{FaultPlan, FaultRule};
+    let f = Front::start("[cri_server]\nlocal_fallback_namespaces = [\"edge\"]").await;
+    let private = "registry.example.com/team/secret:1";
+    f.embedded()
+        .add_remote(imaged::embedded::RemoteImage::new(private, 100).private("team", "team-password"))
+        .expect("add");
+    let as_pod = |auth: Option<(&str, &str)>| pb::PullImageRequest {
+        auth: auth.map(|(u, p)| pb::AuthConfig { username: u.into(), password: p.into(), ..Default::default() }),
+        ..pull_for(private, pod("edge", "cam-0", &[]))
+    };
+    let mut c = f.client.clone();
+    let id = c.pull_image(as_pod(Some(("team", "team-password")))).await.expect("pulled").into_inner().image_ref;
+    let outage = CriError::new(CriErrorKind::RegistryUnavailable, "dial tcp 10.0.0.1:443: i/o timeout");
+    f.embedded().set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::PullImage).fail(outage)));
+
+    // The kubelet verifying a pod without the credential, or with another:
+    // the image is on the node, but the registry would have had to say.
+    for auth in [None, Some(("team", "guess"))] {
+        let err = c.pull_image(as_pod(auth)).await.expect_err("no verdict without the registry");
+        assert_eq!(err.code(), Code::Unknown, "{err:?}");
+        assert!(err.message().starts_with("RegistryUnavailable"), "{}", err.message());
+        assert!(err.message().contains("i/o timeout"), "the registry's error first: {}", err.message());
+        assert!(err.message().contains("was not used") && err.message().contains("KEP-2535"), "{}", err.message());
+        assert!(!err.message().contains("guess"), "never a credential: {}", err.message());
+    }
+    // The credential the image was pulled with: the image on the node.
+    let got = c.pull_image(as_pod(Some(("team", "team-password")))).await.expect("falls back").into_inner();
+    assert_eq!(got.image_ref, id);
+    assert_eq!(f.runtime_pulls(), 4, "each call tried the registry");
+}
