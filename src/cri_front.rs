@@ -105,7 +105,7 @@ pub struct CriFront {
 struct FrontHints {
     hints: InUseHints,
     clock: Clock,
-    /// How long an image given to a pod counts as in use for a client's
+    /// How long an ensured image counts as in use for a client's
     /// `RemoveImage` (`gc.image_minimum_gc_age`, followed live), in
     /// milliseconds.
     keep_ms: Arc<std::sync::atomic::AtomicU64>,
@@ -360,8 +360,8 @@ impl CriFront {
     /// of an image about to go.
     ///
     /// `keep_for` (the GC's minimum age): with
-    /// `cri_server.refuse_remove_in_use`, how long an image given to a pod
-    /// is kept from a client's `RemoveImage`.
+    /// `cri_server.refuse_remove_in_use`, how long an ensured image is
+    /// kept from a client's `RemoveImage`.
     pub fn with_in_use_hints(self, hints: InUseHints, clock: Clock, keep_for: Duration) -> Self {
         let h = FrontHints { hints, clock, keep_ms: Arc::default() };
         h.set_keep_for(keep_for);
@@ -812,7 +812,7 @@ async fn there_after(removal: RemovalInFlight, h: &FrontHints, reader: &CriReade
 
 /// The refusal of a `RemoveImage` of `named` (the call's image, its id
 /// and first tag) that the in-use hints keep (`kept`), at `now`, an image
-/// given to a pod counting as in use for `window`.
+/// ensured counting as in use for `window`.
 fn in_use_refusal(named: &str, kept: Kept, now: std::time::SystemTime, window: Duration) -> CriError {
     let why = match kept {
         Kept::Ensured { at } => format!(
