@@ -390,7 +390,7 @@ fn seeds_8_and_2_the_kubelets_pulls_through_the_front_keep_kep2535_records() {
     assert_held(&run(2, &Options { steps: 1_417, shape: Shape::V6, ..Options::default() }));
 }
 
-/// Seed 340 (`Shape::CURRENT` of 2026-11-27, the first where the kubelet
+/// Seed 340 (`Shape::V7`, the current shape of 2026-11-27, the first where the kubelet
 /// keeps its own image GC and removes through imaged's front): with
 /// `cri_server.refuse_remove_in_use` off, the kubelet's GC removed
 /// `ecr.example/team/batch:2`, which it had listed unused, after imaged
@@ -398,7 +398,7 @@ fn seeds_8_and_2_the_kubelets_pulls_through_the_front_keep_kep2535_records() {
 /// step 249). Set-up A sets it; the same plan with it holds.
 #[test]
 fn seed_340_the_kubelets_gc_through_the_front_keeps_an_image_a_pod_was_just_given() {
-    let plan = Plan::generate(340, 250);
+    let plan = Plan::generate_shaped(340, 250, &Shape::V7);
     assert!(plan.kubelet_gc.is_some(), "the kubelet keeps its own GC on this node");
     assert_held(&run_plan(plan.clone(), &Options::steps(250)));
     let mut off = plan;
@@ -411,4 +411,20 @@ fn seed_340_the_kubelets_gc_through_the_front_keeps_an_image_a_pod_was_just_give
     let v = o.violation.as_ref().expect("without the setting the kubelet's GC removes it");
     assert_eq!((v.invariant, v.step), ("in-use-kept", 249), "{}", report(&o, None));
     assert!(v.message.contains("the kubelet's RemoveImage through the front"), "{}", v.message);
+}
+
+/// Seed 17 (the current shape of 2026-11-28, the first where the front
+/// falls back to the local image in a registry outage): before the
+/// fallback asked imaged's KEP-2535 records, the kubelet's `PullImage` of
+/// `private.example/billing/ledger:2` for a pod whose secret holds the
+/// wrong password was answered with the image on the node during an
+/// outage (`kep2535`, step 595; seeds 180 and 243 of the first 300 too).
+/// The fallback now refuses it, saying so.
+#[test]
+fn seed_17_the_fronts_outage_fallback_gives_a_private_image_only_to_a_credential_that_may_use_it() {
+    let plan = Plan::generate(17, 600);
+    assert!(plan.front_fallback, "the front falls back on this node");
+    let o = run_plan(plan, &Options::steps(600));
+    assert_held(&o);
+    assert!(o.stats.fallback_refused >= 1, "the wrong password's fallback was refused: {}", report(&o, None));
 }

@@ -50,7 +50,7 @@ pub const INVARIANTS: &[(&str, &str)] = &[
     ("in-use-kept", "no image used by a container, pinned, or the sandbox image is removed"),
     (
         "kep2535",
-        "a pod never gets a private image it could not pull itself (with its secret, or the node's plugin credentials), across restarts; the CRI front answers a pull only for a credential that can pull it",
+        "a pod never gets a private image it could not pull itself (with its secret, or the node's plugin credentials), across restarts; the CRI front answers a pull only for a credential that can pull it (its outage fallback too)",
     ),
     ("single-flight", "at most one runtime PullImage per (image, handler, credential) and kind of request in flight"),
     ("backoff-law", "back-off follows client-go's law: 10 s doubling to the cap, strict, expiry, clear and resets"),
@@ -213,6 +213,10 @@ pub struct Stats {
     pub kubelet_removes: u64,
     /// Of them, those the front refused.
     pub kubelet_refused: u64,
+    /// Front pulls in a registry outage whose fallback the KEP-2535 records
+    /// kept from the image on the node
+    /// ([`Plan::front_fallback`](super::plan::Plan::front_fallback)).
+    pub fallback_refused: u64,
 }
 
 /// The checker's state: what it needs of the past.
@@ -1003,10 +1007,16 @@ impl Checker {
         }
         let p = &self.plan.pods[pod];
         let image = IMAGES[p.containers[container].image];
+        // A pod may be answered a private image it cannot pull only when
+        // the node's credentials pulled it or the policy exempts it: the
+        // outage fallback answers the image on the node (as an ensure's).
+        let own = image.access == Access::Secret && p.secret.valid();
+        let leak = |c: &Self, image_id: &str| {
+            image.private() && !own && !c.node_pulled.contains(image_id) && !c.exempt(pod, container, image_id)
+        };
         if pending.is_none() {
             if let FrontOutcome::Pulled(image_id) = outcome
-                && image.private()
-                && !(image.access == Access::Secret && p.secret.valid())
+                && leak(self, image_id)
             {
                 return Err(self.fail("kep2535", front_leak(p, image.name, image_id)));
             }
@@ -1023,13 +1033,16 @@ impl Checker {
                 self.stats.ensure_ok += 1;
                 self.ensured.insert(image_id.clone(), self.now);
                 gave(&mut self.given, image_id, inc, began);
-                if image.private() && !(image.access == Access::Secret && p.secret.valid()) {
+                if leak(self, image_id) {
                     return Err(self.fail("kep2535", front_leak(p, image.name, image_id)));
                 }
             }
             FrontOutcome::NeverPull => self.stats.ensure_err += 1,
             FrontOutcome::Failed(_, message) => {
                 self.stats.ensure_err += 1;
+                if message.contains("the image on the node was not used") {
+                    self.stats.fallback_refused += 1;
+                }
                 if message.is_empty() {
                     return Err(self.fail(
                         "ensure-answered",

@@ -89,6 +89,8 @@ pub enum ShapeArg {
     V5,
     /// `Shape::V6`.
     V6,
+    /// `Shape::V7`.
+    V7,
 }
 
 impl ShapeArg {
@@ -101,6 +103,7 @@ impl ShapeArg {
             Self::V4 => Shape::V4,
             Self::V5 => Shape::V5,
             Self::V6 => Shape::V6,
+            Self::V7 => Shape::V7,
         }
     }
 }
@@ -140,7 +143,7 @@ fn summary_line(o: &Outcome, wall: Duration) -> String {
     let s = &o.stats;
     format!(
         "seed {}: {} steps, {} simulated in {:.1}s: {} ensures ({} ok, {} errors, {} lost; {} through the CRI front), {} runtime pulls, {} removals \
-         ({} by the kubelet's GC through the front, {} refused), {} starts, {} kills, {} reloads, {} GC reports, {} store checks ({} unsynced records lost), {} plugin runs ({} failed), trace {:016x}: {}",
+         ({} by the kubelet's GC through the front, {} refused), {} outage fallbacks refused, {} starts, {} kills, {} reloads, {} GC reports, {} store checks ({} unsynced records lost), {} plugin runs ({} failed), trace {:016x}: {}",
         o.seed,
         o.steps,
         humantime::format_duration(Duration::from_secs(o.simulated.as_secs())),
@@ -154,6 +157,7 @@ fn summary_line(o: &Outcome, wall: Duration) -> String {
         s.removals,
         s.kubelet_removes,
         s.kubelet_refused,
+        s.fallback_refused,
         s.starts,
         s.kills,
         s.reloads,
@@ -191,6 +195,7 @@ fn add(total: &mut Stats, s: &Stats) {
     total.front += s.front;
     total.kubelet_removes += s.kubelet_removes;
     total.kubelet_refused += s.kubelet_refused;
+    total.fallback_refused += s.fallback_refused;
 }
 
 fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
@@ -281,7 +286,7 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
         failed.len()
     );
     out!(
-        "  {} ensures ({} ok, {} errors, {} lost; {} through the CRI front), {} runtime pulls, {} removals ({} by the kubelet's GC through the front, {} refused), {} starts, {} kills, {} reloads, {} GC reports, {} store checks ({} unsynced records lost), {} plugin runs ({} failed)",
+        "  {} ensures ({} ok, {} errors, {} lost; {} through the CRI front), {} runtime pulls, {} removals ({} by the kubelet's GC through the front, {} refused), {} outage fallbacks refused, {} starts, {} kills, {} reloads, {} GC reports, {} store checks ({} unsynced records lost), {} plugin runs ({} failed)",
         total.ensures,
         total.ensure_ok,
         total.ensure_err,
@@ -291,6 +296,7 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
         total.removals,
         total.kubelet_removes,
         total.kubelet_refused,
+        total.fallback_refused,
         total.starts,
         total.kills,
         total.reloads,

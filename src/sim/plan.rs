@@ -376,6 +376,12 @@ pub struct Plan {
     /// and `refuse_remove_pinned` ([`SETUP_A`]). Drawn from a stream of the
     /// seed's own, only for a node with [`Plan::front_pods`].
     pub kubelet_gc: Option<(u64, u64)>,
+    /// The front answers a `PullImage` that fails because the registry is
+    /// unreachable with the image on the node, for a pod of any namespace
+    /// ([`FALLBACK`] in the settings) — but only for a credential imaged's
+    /// KEP-2535 records show may use it. Drawn from a stream of the seed's
+    /// own, only for a node with [`Plan::front_pods`].
+    pub front_fallback: bool,
     /// The store's transactions take time: each answers after a duration
     /// drawn from a stream of the seed's own (mostly under 2 ms, sometimes
     /// tens of milliseconds, rarely a stall of up to half a second), while
@@ -505,6 +511,9 @@ pub struct Shape {
     /// thresholds are off, and the front refuses removes of images in use
     /// or pinned (see [`Plan::kubelet_gc`]).
     pub kubelet_gc: f64,
+    /// Chance such a node's front falls back to the local image in a
+    /// registry outage (see [`Plan::front_fallback`]).
+    pub front_fallback: f64,
 }
 
 use PullPolicy::{Always, AlwaysWithLocalFallback as Fallback, IfNotPresent, Never};
@@ -564,6 +573,7 @@ impl Shape {
         store_latency: false,
         front: 0.0,
         kubelet_gc: 0.0,
+        front_fallback: 0.0,
     };
 
     /// The second shape (seed 126's regression test was found under it):
@@ -627,6 +637,7 @@ impl Shape {
         store_latency: false,
         front: 0.0,
         kubelet_gc: 0.0,
+        front_fallback: 0.0,
     };
 
     /// The third shape: [`Shape::V2`] with the pull knobs beyond the
@@ -653,11 +664,17 @@ impl Shape {
     /// through imaged's API beside them (see [`Plan::front_pods`]).
     pub const V6: Shape = Shape { name: "v6", front: 0.5, ..Shape::V5 };
 
-    /// The shape seeds are drawn with now: [`Shape::V6`] where, on half the
-    /// nodes whose kubelet pulls through the front, it also keeps its own
-    /// image GC and removes through the front (set-up A; see
-    /// [`Plan::kubelet_gc`]).
-    pub const CURRENT: Shape = Shape { name: "current", kubelet_gc: 0.5, ..Shape::V6 };
+    /// The seventh shape (seed 340's regression test was found under it):
+    /// [`Shape::V6`] where, on half the nodes whose kubelet pulls through
+    /// the front, it also keeps its own image GC and removes through the
+    /// front (set-up A; see [`Plan::kubelet_gc`]).
+    pub const V7: Shape = Shape { name: "v7", kubelet_gc: 0.5, ..Shape::V6 };
+
+    /// The shape seeds are drawn with now: [`Shape::V7`] where, on half the
+    /// nodes whose kubelet pulls through the front, the front falls back
+    /// to the local image in a registry outage, for every pod's namespace
+    /// (see [`Plan::front_fallback`]).
+    pub const CURRENT: Shape = Shape { name: "current", front_fallback: 0.5, ..Shape::V7 };
 }
 
 impl Default for Shape {
@@ -722,6 +739,10 @@ impl Plan {
             });
         let settings =
             if kubelet_gc.is_some() { merged_settings(&settings, &SETUP_A.map(String::from)) } else { settings };
+        let front_fallback = !front_pods.is_empty()
+            && shape.front_fallback > 0.0
+            && StdRng::seed_from_u64(seed ^ 0x0FA1_1BAC_0000).random_bool(shape.front_fallback);
+        let settings = if front_fallback { merged_settings(&settings, &[FALLBACK.to_string()]) } else { settings };
         Plan {
             seed,
             shape: shape.name,
@@ -736,6 +757,7 @@ impl Plan {
             store_latency: shape.store_latency,
             front_pods,
             kubelet_gc,
+            front_fallback,
             steps: s.steps,
         }
     }
@@ -805,6 +827,12 @@ pub const SETUP_A: [&str; 3] = [
     "cri_server.refuse_remove_in_use = true",
     "cri_server.refuse_remove_pinned = true",
 ];
+
+/// The setting of a node whose front falls back to the local image in a
+/// registry outage ([`Plan::front_fallback`]): every namespace pods are
+/// drawn in.
+pub const FALLBACK: &str =
+    "cri_server.local_fallback_namespaces = [\"billing\", \"shop\", \"default\", \"kube-system\"]";
 
 /// [`Plan::front_pods`] of `pods` drawn in `shape`.
 fn front_pods(seed: u64, shape: &Shape, pods: &[SimPod]) -> Vec<usize> {
@@ -1595,10 +1623,11 @@ mod tests {
     }
 
     #[test]
-    fn the_current_shape_gives_half_the_front_nodes_the_kubelets_own_gc_and_set_up_as_settings() {
+    fn the_seventh_shape_gives_half_the_front_nodes_the_kubelets_own_gc_and_set_up_as_settings() {
         let (mut front_nodes, mut kubelet_gc) = (0, 0);
         for seed in 0..200 {
-            let plan = Plan::generate(seed, 2_000);
+            let plan = Plan::generate_shaped(seed, 2_000, &Shape::V7);
+            assert!(!plan.front_fallback);
             let v6 = Plan::generate_shaped(seed, 2_000, &Shape::V6);
             assert_eq!(plan.front_pods, v6.front_pods, "seed {seed}");
             if plan.front_pods.is_empty() {
@@ -1624,6 +1653,40 @@ mod tests {
             (front_nodes * 3 / 10..front_nodes * 7 / 10).contains(&kubelet_gc),
             "about half the front nodes: {kubelet_gc} of {front_nodes}"
         );
+    }
+
+    #[test]
+    fn the_current_shape_gives_half_the_front_nodes_the_outage_fallback_for_every_namespace() {
+        let (mut front_nodes, mut fallback) = (0, 0);
+        for seed in 0..200 {
+            let plan = Plan::generate(seed, 2_000);
+            let v7 = Plan::generate_shaped(seed, 2_000, &Shape::V7);
+            assert_eq!((&plan.front_pods, plan.kubelet_gc), (&v7.front_pods, v7.kubelet_gc), "seed {seed}");
+            if plan.front_pods.is_empty() {
+                assert!(!plan.front_fallback, "seed {seed}: only where the kubelet uses the front");
+            } else {
+                front_nodes += 1;
+            }
+            let mut settings = v7.settings.clone();
+            if plan.front_fallback {
+                fallback += 1;
+                settings = merged_settings(&settings, &[FALLBACK.to_string()]);
+                for p in &plan.pods {
+                    assert!(FALLBACK.contains(&format!("\"{}\"", p.namespace)), "seed {seed}: {}", p.namespace);
+                }
+            }
+            assert_eq!(plan.settings, settings, "seed {seed}: the settings are V7's, the fallback's over them");
+            let (mut a, mut b) = (plan.clone(), v7.clone());
+            a.settings.clear();
+            b.settings.clear();
+            assert_eq!(plan_hash(&a), plan_hash(&b), "seed {seed}: the rest of the plan is V7's");
+        }
+        assert!(
+            (front_nodes * 3 / 10..front_nodes * 7 / 10).contains(&fallback),
+            "about half the front nodes: {fallback} of {front_nodes}"
+        );
+        let config = crate::config::Config::from_toml(FALLBACK).expect("the setting loads");
+        assert_eq!(config.cri_server.local_fallback_namespaces.len(), 4);
     }
 
     #[test]
@@ -1722,12 +1785,17 @@ mod tests {
             let v3 = Plan::generate_shaped(seed, 2_000, &Shape::V3);
             assert!(v3.steps.iter().all(|s| !matches!(s.event, Event::Reload(_))), "seed {seed}");
             let plan = Plan::generate(seed, 2_000);
-            let drawn = if plan.kubelet_gc.is_some() {
-                merged_settings(&v3.settings, &SETUP_A.map(String::from))
-            } else {
-                v3.settings.clone()
-            };
-            assert_eq!(plan.settings, drawn, "seed {seed}: the settings are V3's (set-up A's over them)");
+            let mut drawn = v3.settings.clone();
+            if plan.kubelet_gc.is_some() {
+                drawn = merged_settings(&drawn, &SETUP_A.map(String::from));
+            }
+            if plan.front_fallback {
+                drawn = merged_settings(&drawn, &[FALLBACK.to_string()]);
+            }
+            assert_eq!(
+                plan.settings, drawn,
+                "seed {seed}: the settings are V3's (set-up A's, the fallback's over them)"
+            );
             let mut settings = plan.settings.clone();
             // The same settings when every switch to parallel pulls was
             // dropped (no process serving then): the rest must still load.
