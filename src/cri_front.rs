@@ -639,21 +639,22 @@ impl FrontRecord {
 
     /// The pull ended as `end` (pulled: with `proves`, what the call's
     /// credential proves): its record written, or its intent ended or
-    /// kept, on a task of its own so the kubelet is answered meanwhile;
-    /// `due`, the record the queue holds due, goes once written.
+    /// kept, on a task of its own so the kubelet is answered meanwhile
+    /// (its handle, for a caller that must wait for it); `due`, the record
+    /// the queue holds due, goes once written.
     fn end(
         self,
         intent: crate::pull_records::IntentGuard,
         began: std::time::SystemTime,
         end: PullEnd,
         due: Option<std::sync::Arc<RecordDue>>,
-    ) {
+    ) -> tokio::task::JoinHandle<()> {
         intent.disarm();
         let Self { records, image, .. } = self;
         tokio::spawn(async move {
             records.end_pull(&image, end, began).await;
             drop(due);
-        });
+        })
     }
 }
 
@@ -665,6 +666,8 @@ struct Fallback {
     reader: CriReader,
     spec: ImageSpec,
     records: Option<(PullRecords, PodCredentials)>,
+    /// What [`Local::NotShown`] says of the call's credential.
+    which: &'static str,
 }
 
 /// What [`Fallback::local`] found.
@@ -675,18 +678,29 @@ enum Local {
     /// On the node, but the call's credential has not been shown to the
     /// registry for it: the kubelet may be pulling to verify a pod's
     /// credentials (`ensureSecretPulledImages`), which an outage must not
-    /// answer for the registry.
-    NotShown,
+    /// answer for the registry. What to add to the error, saying so.
+    NotShown(String),
     /// Not on the node (or the runtime did not say).
     Absent,
 }
 
-/// Said after the registry's error when [`Local::NotShown`] kept the
-/// fallback from answering.
-const NOT_SHOWN: &str = "; the image on the node was not used: imaged's pull records do not show that the \
-     credential of this pull may use it (KEP-2535)";
-
 impl Fallback {
+    /// The fallback of a call of `spec` with `auth`: its credential as a
+    /// pod's (the entry [`front_proves`] records of it, matched by its
+    /// hash; none for no credential or a token), and how a refusal names it.
+    fn new(reader: CriReader, spec: ImageSpec, records: Option<PullRecords>, auth: Option<&AuthConfig>) -> Self {
+        let proves = front_proves(auth);
+        let which = if proves.node_pods_accessible {
+            "a pull without a credential"
+        } else if proves.kubernetes_secrets.is_empty() {
+            "a pull with a token (a token is not matched: every pod pulls to use the image)"
+        } else {
+            "the credential of this pull"
+        };
+        let pod = PodCredentials { secrets: proves.kubernetes_secrets, service_account: None };
+        Self { reader, spec, records: records.map(|r| (r, pod)), which }
+    }
+
     async fn local(self) -> Local {
         let Some(img) = self.reader.image_status(self.spec.clone(), false).await.ok().and_then(|s| s.image) else {
             return Local::Absent;
@@ -695,18 +709,15 @@ impl Fallback {
             let pod = std::future::ready(Ok::<_, std::convert::Infallible>(pod));
             // Infallible: the credential is the call's own.
             if records.must_attempt_pull_with(&self.spec.image, &img.id, || pod).await.unwrap_or(true) {
-                return Local::NotShown;
+                return Local::NotShown(format!(
+                    "; the image on the node was not used: imaged's pull records do not show that {} may use it \
+                     (KEP-2535)",
+                    self.which
+                ));
             }
         }
         Local::Usable(img.id)
     }
-}
-
-/// A front call's credential as a pod's, for a KEP-2535 check: the entry
-/// [`front_proves`] records of it (matched by its hash), none for no
-/// credential or a token.
-fn front_pod_credentials(auth: Option<&AuthConfig>) -> PodCredentials {
-    PodCredentials { secrets: front_proves(auth).kubernetes_secrets, service_account: None }
 }
 
 /// What a front pull that succeeded with `auth` (the call's one
@@ -901,11 +912,7 @@ impl ImageFront for CriFront {
         let deadline = call.deadline;
         let normalized = crate::domain::reference::parse_normalized_named(&call.image.image).map(|n| n.docker_ref());
         let fallback = self.falls_back(&call, normalized.as_deref().ok()).then(|| {
-            Box::new(Fallback {
-                reader: self.reader.clone(),
-                spec: call.image.clone(),
-                records: self.records.clone().map(|r| (r, front_pod_credentials(call.auth.as_ref()))),
-            })
+            Box::new(Fallback::new(self.reader.clone(), call.image.clone(), self.records.clone(), call.auth.as_ref()))
         });
         // While the pull runs, an image it would replace counts as in use
         // for GC; what it brings is marked ensured (as an ensure's pull).
@@ -950,12 +957,13 @@ impl ImageFront for CriFront {
                 return Err(CriError::new(CriErrorKind::RuntimeUnavailable, "imaged's pull queue has stopped"));
             };
             let mut result = ticket.await;
+            let mut ended = None;
             if let (Some(r), Some((guard, began))) = (recording, intent) {
                 let (end, due) = match &mut result {
                     Ok(o) => (o.pull_end(|_| r.proves.clone()), o.record_due.take()),
                     Err(f) => (f.pull_end(), None),
                 };
-                r.end(guard, began, end, due);
+                ended = Some(r.end(guard, began, end, due));
             }
             if let (Some(h), Ok(o)) = (&hints, &result)
                 && let Err(removal) = h.hints.ensured_unless_removing(&o.image_ref, h.clock.now())
@@ -1001,6 +1009,13 @@ impl ImageFront for CriFront {
                     Ok(answer)
                 }
                 Err(failure) if fallback.is_some() && failure.registry_unreachable() => {
+                    // The pull's own intent ended first: while it counts, the
+                    // records take the image for one imaged pulled, not a
+                    // preloaded one (as an ensure's fallback, which asks
+                    // after its pull's end is recorded).
+                    if let Some(ended) = ended {
+                        let _ = ended.await;
+                    }
                     let local = match fallback {
                         // Boxed: a rare path, and every waiting pull would
                         // otherwise hold room for this call's future.
@@ -1017,7 +1032,7 @@ impl ImageFront for CriFront {
                             told.emit_as(EventType::Warning, EventReason::Pulled, msg, Some(&failure));
                             return Ok(pull_answer(id));
                         }
-                        Local::NotShown => text.push_str(NOT_SHOWN),
+                        Local::NotShown(why) => text.push_str(&why),
                         Local::Absent => {}
                     }
                     told.emit(EventReason::Failed, failed_to_pull(&told.image, &text), Some(&failure));

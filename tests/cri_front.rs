@@ -1227,16 +1227,61 @@ async fn in_a_registry_outage_the_fallback_answers_only_a_credential_imageds_rec
 
     // The kubelet verifying a pod without the credential, or with another:
     // the image is on the node, but the registry would have had to say.
-    for auth in [None, Some(("team", "guess"))] {
+    for (auth, named) in
+        [(None, "a pull without a credential"), (Some(("team", "guess")), "the credential of this pull")]
+    {
         let err = c.pull_image(as_pod(auth)).await.expect_err("no verdict without the registry");
         assert_eq!(err.code(), Code::Unknown, "{err:?}");
         assert!(err.message().starts_with("RegistryUnavailable"), "{}", err.message());
         assert!(err.message().contains("i/o timeout"), "the registry's error first: {}", err.message());
         assert!(err.message().contains("was not used") && err.message().contains("KEP-2535"), "{}", err.message());
+        assert!(err.message().contains(&format!("do not show that {named} may use it")), "{}", err.message());
         assert!(!err.message().contains("guess"), "never a credential: {}", err.message());
     }
     // The credential the image was pulled with: the image on the node.
     let got = c.pull_image(as_pod(Some(("team", "team-password")))).await.expect("falls back").into_inner();
     assert_eq!(got.image_ref, id);
     assert_eq!(f.runtime_pulls(), 4, "each call tried the registry");
+}
+
+#[actix::test]
+async fn in_a_registry_outage_a_preloaded_image_falls_back_for_any_credential_unless_the_policy_verifies_it() {
+    use imaged::cri::{CriError, CriErrorKind};
+    use imaged::fault::{FaultPlan, FaultRule};
+    let private = "registry.example.com/team/edge:1";
+    for (policy, falls_back) in [("NeverVerifyPreloadedImages", true), ("AlwaysVerify", false)] {
+        // Durable records: their writes take the disk's time.
+        let state = tempfile::tempdir().expect("tempdir");
+        let toml = format!(
+            "[cri_server]\nlocal_fallback_namespaces = [\"edge\"]\n[credential_verification]\npolicy = \"{policy}\"\n\
+             [state]\ndir = \"{}\"",
+            state.path().display()
+        );
+        let f = Front::start(&toml).await;
+        // A disk that takes its time to answer (the store's work inline on
+        // this thread, answered 50 ms later): the pull's intent ends well
+        // after its failure.
+        imaged::blocking::run_inline_on_this_thread(true);
+        imaged::blocking::answer_inline_after(Some(Box::new(|| Duration::from_millis(50))));
+        let id = f
+            .embedded()
+            .preload(imaged::embedded::RemoteImage::new(private, 100).private("team", "team-password"))
+            .expect("preload");
+        let outage = CriError::new(CriErrorKind::RegistryUnavailable, "dial tcp 10.0.0.1:443: i/o timeout");
+        f.embedded().set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::PullImage).fail(outage)));
+        // No credential (a `:latest` image's `Always`, or the kubelet verifying).
+        let got = f.client.clone().pull_image(pull_for(private, pod("edge", "cam-0", &[]))).await;
+        if falls_back {
+            assert_eq!(got.expect("the preloaded image, as for an ensure").into_inner().image_ref, id, "{policy}");
+        } else {
+            let err = got.expect_err("the policy verifies preloaded images too");
+            assert!(err.message().starts_with("RegistryUnavailable") && err.message().contains("KEP-2535"), "{err:?}");
+        }
+        // The same again: the first call's intent ended, nothing changed.
+        let again = f.client.clone().pull_image(pull_for(private, pod("edge", "cam-1", &[]))).await;
+        assert_eq!(again.is_ok(), falls_back, "{policy}: {again:?}");
+        assert!(f.node.manager().pull_records().stored_intents().is_empty(), "{policy}: every intent ended");
+        imaged::blocking::answer_inline_after(None);
+        imaged::blocking::run_inline_on_this_thread(false);
+    }
 }
