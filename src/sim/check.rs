@@ -50,7 +50,7 @@ pub const INVARIANTS: &[(&str, &str)] = &[
     ("in-use-kept", "no image used by a container, pinned, or the sandbox image is removed"),
     (
         "kep2535",
-        "a pod never gets a private image it could not pull itself (with its secret, or the node's plugin credentials), across restarts; the CRI front answers a pull only for a credential that can pull it (its outage fallback too)",
+        "a pod never gets a private image it could not pull itself (with its secret, or the node's plugin credentials), across restarts; the CRI front answers a pull only for a credential that can pull it, its outage fallback as an ensure's",
     ),
     ("single-flight", "at most one runtime PullImage per (image, handler, credential) and kind of request in flight"),
     ("backoff-law", "back-off follows client-go's law: 10 s doubling to the cap, strict, expiry, clear and resets"),
@@ -213,6 +213,9 @@ pub struct Stats {
     pub kubelet_removes: u64,
     /// Of them, those the front refused.
     pub kubelet_refused: u64,
+    /// Front pulls answered in a registry outage with the image on the
+    /// node ([`Plan::front_fallback`](super::plan::Plan::front_fallback)).
+    pub fallback_used: u64,
     /// Front pulls in a registry outage whose fallback the KEP-2535 records
     /// kept from the image on the node
     /// ([`Plan::front_fallback`](super::plan::Plan::front_fallback)).
@@ -287,6 +290,10 @@ pub struct Checker {
     /// The uids of pods whose kubelet pulls through the CRI front: the
     /// front keeps no back-off (their kubelet's own is not simulated).
     front_uids: BTreeSet<String>,
+    /// The front's outage fallbacks told (its `Warning` `Pulled` event) and
+    /// not yet matched with their call's answer: (pod uid, image) → how
+    /// many.
+    fell_back: BTreeMap<(String, String), u32>,
     /// The kubelet's GC's removes through the front in flight: image id →
     /// the process whose front it was sent to, and when it was sent.
     kubelet_removing: BTreeMap<String, (u32, Duration)>,
@@ -494,6 +501,7 @@ impl Checker {
             tail: VecDeque::with_capacity(TAIL),
             full: full_trace.then(Vec::new),
             front_uids,
+            fell_back: BTreeMap::new(),
             kubelet_removing: BTreeMap::new(),
             given: BTreeMap::new(),
             stats: Stats::default(),
@@ -569,7 +577,11 @@ impl Checker {
             }
             What::Runtime(o) => self.runtime(o)?,
             // The front keeps no back-off: its pods' pulls are the kubelet's.
-            What::Event { event, .. } if self.front_uids.contains(&event.object.pod_uid) => {}
+            What::Event { event, .. } if self.front_uids.contains(&event.object.pod_uid) => {
+                if event.reason == EventReason::Pulled && event.message.contains("so the local image is used") {
+                    *self.fell_back.entry((event.object.pod_uid.clone(), event.image.clone())).or_default() += 1;
+                }
+            }
             What::Event { inc, event } => {
                 if event.reason == EventReason::Pulled && event.message.starts_with("Successfully pulled") {
                     self.registry_recovered(&event.image);
@@ -1007,12 +1019,28 @@ impl Checker {
         }
         let p = &self.plan.pods[pod];
         let image = IMAGES[p.containers[container].image];
-        // A pod may be answered a private image it cannot pull only when
-        // the node's credentials pulled it or the policy exempts it: the
-        // outage fallback answers the image on the node (as an ensure's).
+        // The front pulls with the call's credential only: the registry
+        // must have taken it. Its outage fallback (told by its event before
+        // it answers) gives the image on the node as an ensure's does: to
+        // a pod that cannot pull it only when the node's credentials
+        // pulled it or the policy exempts it.
+        let key = (p.uid.clone(), image.name.to_string());
+        let fell_back = match self.fell_back.get_mut(&key) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                true
+            }
+            Some(_) => self.fell_back.remove(&key).is_some(),
+            None => false,
+        };
+        if fell_back && matches!(outcome, FrontOutcome::Pulled(_)) {
+            self.stats.fallback_used += 1;
+        }
         let own = image.access == Access::Secret && p.secret.valid();
         let leak = |c: &Self, image_id: &str| {
-            image.private() && !own && !c.node_pulled.contains(image_id) && !c.exempt(pod, container, image_id)
+            image.private()
+                && !own
+                && !(fell_back && (c.node_pulled.contains(image_id) || c.exempt(pod, container, image_id)))
         };
         if pending.is_none() {
             if let FrontOutcome::Pulled(image_id) = outcome

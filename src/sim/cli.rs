@@ -143,7 +143,7 @@ fn summary_line(o: &Outcome, wall: Duration) -> String {
     let s = &o.stats;
     format!(
         "seed {}: {} steps, {} simulated in {:.1}s: {} ensures ({} ok, {} errors, {} lost; {} through the CRI front), {} runtime pulls, {} removals \
-         ({} by the kubelet's GC through the front, {} refused), {} outage fallbacks refused, {} starts, {} kills, {} reloads, {} GC reports, {} store checks ({} unsynced records lost), {} plugin runs ({} failed), trace {:016x}: {}",
+         ({} by the kubelet's GC through the front, {} refused), {} outage fallbacks answered, {} refused, {} starts, {} kills, {} reloads, {} GC reports, {} store checks ({} unsynced records lost), {} plugin runs ({} failed), trace {:016x}: {}",
         o.seed,
         o.steps,
         humantime::format_duration(Duration::from_secs(o.simulated.as_secs())),
@@ -157,6 +157,7 @@ fn summary_line(o: &Outcome, wall: Duration) -> String {
         s.removals,
         s.kubelet_removes,
         s.kubelet_refused,
+        s.fallback_used,
         s.fallback_refused,
         s.starts,
         s.kills,
@@ -196,6 +197,7 @@ fn add(total: &mut Stats, s: &Stats) {
     total.kubelet_removes += s.kubelet_removes;
     total.kubelet_refused += s.kubelet_refused;
     total.fallback_refused += s.fallback_refused;
+    total.fallback_used += s.fallback_used;
 }
 
 fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
@@ -286,7 +288,7 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
         failed.len()
     );
     out!(
-        "  {} ensures ({} ok, {} errors, {} lost; {} through the CRI front), {} runtime pulls, {} removals ({} by the kubelet's GC through the front, {} refused), {} outage fallbacks refused, {} starts, {} kills, {} reloads, {} GC reports, {} store checks ({} unsynced records lost), {} plugin runs ({} failed)",
+        "  {} ensures ({} ok, {} errors, {} lost; {} through the CRI front), {} runtime pulls, {} removals ({} by the kubelet's GC through the front, {} refused), {} outage fallbacks answered, {} refused, {} starts, {} kills, {} reloads, {} GC reports, {} store checks ({} unsynced records lost), {} plugin runs ({} failed)",
         total.ensures,
         total.ensure_ok,
         total.ensure_err,
@@ -296,6 +298,7 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
         total.removals,
         total.kubelet_removes,
         total.kubelet_refused,
+        total.fallback_used,
         total.fallback_refused,
         total.starts,
         total.kills,

@@ -240,6 +240,42 @@ fn through_the_cri_front_kep2535_checks_pulls_only_and_back_off_is_the_kubelets(
     assert_eq!(broke(checker(&[], pod(PRIVATE, SecretKind::Right)).absorb(events)), "backoff-law");
 }
 
+#[test]
+fn through_the_cri_front_only_a_told_outage_fallback_gives_an_exempt_private_image_to_a_pod_without_the_secret() {
+    let front = |policy: &str| {
+        let settings = [format!("credential_verification.policy = \"{policy}\"")];
+        let mut c = checker(&[settings[0].as_str()], pod(PRIVATE, SecretKind::Wrong));
+        let mut plan = (*c.plan).clone();
+        plan.front_pods = vec![0];
+        let cfg = Config::from_toml(&settings[0]).expect("settings");
+        c = Checker::new(Rc::new(plan), &cfg, Some(SANDBOX_ID.into()), false);
+        c.absorb(vec![at(0, What::Life { inc: 1, what: Life::Started })]).expect("a start");
+        c
+    };
+    let pulled = What::FrontEnded { id: 1, pod: 0, container: 0, outcome: FrontOutcome::Pulled("sha256:11".into()) };
+    let fell_back = |image: usize| {
+        let What::Event { inc, mut event } = event(EventReason::Pulled, image) else { unreachable!() };
+        event.event_type = EventType::Warning;
+        event.message = crate::ensure::using_local_image(IMAGES[image].name, "RegistryUnavailable: down");
+        What::Event { inc, event }
+    };
+    // Under NeverVerify every pod may use a present image: the fallback's
+    // answer is no leak, and is counted.
+    let mut c = front("NeverVerify");
+    let told = vec![at(1, started(1)), at(2, fell_back(PRIVATE)), at(3, pulled.clone())];
+    assert_eq!(broke(c.absorb(told)), "nothing");
+    assert_eq!(c.stats.fallback_used, 1);
+    // A pull the front answered without falling back went to the registry
+    // with this pod's wrong password: whatever the policy, a leak.
+    assert_eq!(broke(front("NeverVerify").absorb(vec![at(1, started(1)), at(2, pulled.clone())])), "kep2535");
+    // The event of another image's fallback does not count for this one.
+    let other = vec![at(1, started(1)), at(2, fell_back(PUBLIC)), at(3, pulled.clone())];
+    assert_eq!(broke(front("NeverVerify").absorb(other)), "kep2535");
+    // A fallback the policy does not exempt: a leak.
+    let told = vec![at(1, started(1)), at(2, fell_back(PRIVATE)), at(3, pulled)];
+    assert_eq!(broke(front("AlwaysVerify").absorb(told)), "kep2535");
+}
+
 fn plugin(covers_private: bool) -> PluginPlan {
     PluginPlan {
         covers_private,
