@@ -659,15 +659,14 @@ impl FrontRecord {
 }
 
 /// What a pull that failed in a registry outage may fall back to: the
-/// image on the node, for a call whose credential imaged's KEP-2535
-/// records show may use it (`records`: them and the call's credential as
-/// a pod's; none without records: every pod may).
+/// image on the node, for a call whose credential (`auth`) imaged's
+/// KEP-2535 `records` show may use it (none without records: every pod
+/// may).
 struct Fallback {
     reader: CriReader,
     spec: ImageSpec,
-    records: Option<(PullRecords, PodCredentials)>,
-    /// What [`Local::NotShown`] says of the call's credential.
-    which: &'static str,
+    records: Option<PullRecords>,
+    auth: Option<AuthConfig>,
 }
 
 /// What [`Fallback::local`] found.
@@ -685,34 +684,29 @@ enum Local {
 }
 
 impl Fallback {
-    /// The fallback of a call of `spec` with `auth`: its credential as a
-    /// pod's (the entry [`front_proves`] records of it, matched by its
-    /// hash; none for no credential or a token), and how a refusal names it.
-    fn new(reader: CriReader, spec: ImageSpec, records: Option<PullRecords>, auth: Option<&AuthConfig>) -> Self {
-        let proves = front_proves(auth);
-        let which = if proves.node_pods_accessible {
-            "a pull without a credential"
-        } else if proves.kubernetes_secrets.is_empty() {
-            "a pull with a token (a token is not matched: every pod pulls to use the image)"
-        } else {
-            "the credential of this pull"
-        };
-        let pod = PodCredentials { secrets: proves.kubernetes_secrets, service_account: None };
-        Self { reader, spec, records: records.map(|r| (r, pod)), which }
-    }
-
+    /// The image on the node, if the call may use it: its credential
+    /// checked as a pod's (the entry [`front_proves`] records of it,
+    /// matched by its hash; none for no credential or a token).
     async fn local(self) -> Local {
         let Some(img) = self.reader.image_status(self.spec.clone(), false).await.ok().and_then(|s| s.image) else {
             return Local::Absent;
         };
-        if let Some((records, pod)) = self.records {
+        if let Some(records) = self.records {
+            let proves = front_proves(self.auth.as_ref());
+            let which = if proves.node_pods_accessible {
+                "a pull without a credential"
+            } else if proves.kubernetes_secrets.is_empty() {
+                "a pull with a token (a token is not matched: every pod pulls to use the image)"
+            } else {
+                "the credential of this pull"
+            };
+            let pod = PodCredentials { secrets: proves.kubernetes_secrets, service_account: None };
             let pod = std::future::ready(Ok::<_, std::convert::Infallible>(pod));
             // Infallible: the credential is the call's own.
             if records.must_attempt_pull_with(&self.spec.image, &img.id, || pod).await.unwrap_or(true) {
                 return Local::NotShown(format!(
-                    "; the image on the node was not used: imaged's pull records do not show that {} may use it \
-                     (KEP-2535)",
-                    self.which
+                    "; the image on the node was not used: imaged's pull records do not show that {which} may use it \
+                     (KEP-2535)"
                 ));
             }
         }
@@ -912,7 +906,12 @@ impl ImageFront for CriFront {
         let deadline = call.deadline;
         let normalized = crate::domain::reference::parse_normalized_named(&call.image.image).map(|n| n.docker_ref());
         let fallback = self.falls_back(&call, normalized.as_deref().ok()).then(|| {
-            Box::new(Fallback::new(self.reader.clone(), call.image.clone(), self.records.clone(), call.auth.as_ref()))
+            Box::new(Fallback {
+                reader: self.reader.clone(),
+                spec: call.image.clone(),
+                records: self.records.clone(),
+                auth: call.auth.clone(),
+            })
         });
         // While the pull runs, an image it would replace counts as in use
         // for GC; what it brings is marked ensured (as an ensure's pull).
