@@ -670,7 +670,6 @@ struct Fallback {
 }
 
 /// What [`Fallback::local`] found.
-#[derive(Debug, PartialEq, Eq)]
 enum Local {
     /// On the node, and the call may use it: its id.
     Usable(String),
