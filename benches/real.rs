@@ -18,6 +18,10 @@
 //!   (resolve the tag, fetch the manifest, create the image), ~10 ms, the
 //!   least a pull can cost. `REAL_BENCH_PULL_PAIRS` sets the pairs.
 //!   `real_pull_p50_ratio` gives the same from the sides' medians.
+//!   The ensure's name was pulled before, so its intent is on disk
+//!   (credentials.md, "Kept intents"); `real_pull_new_name_ratio`: the
+//!   same for a name the node never pulled (a new tag of the image each
+//!   pair), which writes its intent, synced, before the pull.
 //!   `real_pull_kubelet_floor_ratio`: the kubelet's own calls for a pull
 //!   made directly (`ImageStatus`, `PullImage`, `ImageStatus` for the size)
 //!   ÷ the lone `PullImage`: the part of the ratio any kubelet-exact ensure
@@ -32,7 +36,8 @@
 //!   `PullImage` calls as containerd's own log counts them. Goal 1.
 //! - `real_burst_durable_records_ratio`: 16 pods with an image each, ensured
 //!   at once with parallel pulls: makespan with durable KEP-2535 records ÷
-//!   with them in memory (a busy node's start);
+//!   with them in memory (a busy node's start: no intent of the names on
+//!   disk, as after a graceful stop);
 //!   `real_burst_synced_writes_per_burst`: the synced commits each burst
 //!   of the durable node made (its intents are group-committed).
 //! - `real_front_burst_ratio`: the same 16 images pulled as the kubelet
@@ -167,6 +172,9 @@ fn main() {
     let mut burst_refs = Vec::new();
     let sized_mib = env_usize("REAL_BENCH_SIZED_MIB", 8);
     let mut sized_refs = Vec::new();
+    // Names the library's pulls meet once each (`real_pull_new_name_ratio`).
+    let new_names = env_usize("REAL_BENCH_PULL_PAIRS", env_usize("REAL_BENCH_ROUNDS", 5).max(3) * 48 + 1) + 2;
+    let mut new_refs = Vec::new();
     let (hot, pull_refs, sf) = rt.block_on(async {
         let hot = registry.push_image("bench/hot", "v1", &[("hot.bin", &small)]).await.expect("push");
         let mut pull_refs = Vec::new();
@@ -184,6 +192,10 @@ fn main() {
         for side in sides {
             let p = registry.push_image(&format!("bench/pull-{side}"), "v1", &[("small.bin", &small)]).await;
             pull_refs.push(p.expect("push").reference);
+        }
+        for i in 0..new_names {
+            let p = registry.push_image("bench/pull-new", &format!("v{i}"), &[("small.bin", &small)]).await;
+            new_refs.push(p.expect("push").reference);
         }
         let sf = registry.push_image("bench/single-flight", "v1", &[("sf.bin", &small)]).await.expect("push");
         for (seed, side) in [(1u64, "ensure"), (2, "direct")] {
@@ -208,7 +220,7 @@ fn main() {
     let only = std::env::var("REAL_BENCH_ONLY").ok();
     let runs = |part: &str| only.as_deref().is_none_or(|o| o == part);
     if runs("library") {
-        library(&endpoint, &hot, &pull_refs, &sf, &containerd_log, rounds, calls);
+        library(&endpoint, &hot, &pull_refs, &new_refs, &sf, &containerd_log, rounds, calls);
         sized(&endpoint, &sized_refs, rounds);
     }
     if runs("burst") {
@@ -232,10 +244,12 @@ fn main() {
 }
 
 /// The library's figures: hot path, pulls, single flight.
+#[allow(clippy::too_many_arguments)] // the part's whole setting, each used once
 fn library(
     endpoint: &CriEndpoint,
     hot: &str,
     pull_refs: &[String],
+    new_refs: &[String],
     sf: &str,
     containerd_log: &std::path::Path,
     rounds: usize,
@@ -250,6 +264,12 @@ fn library(
         // records' writes (a synced intent before the pull; the record
         // after, unsynced for these anonymous pulls) cost a pull.
         let memory_node = Arc::new(node_on(endpoint, "", "memory").await);
+        // Durable records too, pulling a name it never pulled each time: the
+        // synced intent before every pull (the node above finds the intent
+        // its last pull of the name kept on disk: credentials.md, "Kept
+        // intents").
+        let new_dir = tempfile::tempdir().expect("tempdir");
+        let new_node = Arc::new(node_on(endpoint, "", &new_dir.path().display().to_string()).await);
 
         let ensure = |image: String, uid: String| {
             let manager = manager.clone();
@@ -291,12 +311,14 @@ fn library(
         // still (each takes about 60 ms). At 61 pairs the median moved
         // ±0.05 between runs of one binary (1.134, 1.137, 1.185).
         let pairs = env_usize("REAL_BENCH_PULL_PAIRS", rounds.max(3) * 48 + 1);
-        let writes_before = store_writes(&node);
-        let (mut ratios, mut memory_ratios, mut kubelet_ratios, mut over_kubelet) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let (mut via, mut via_memory, mut direct, mut kubelet) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        assert!(new_refs.len() >= pairs + 2, "a new name for each pair");
+        let writes_before = (store_writes(&node), store_writes(&new_node));
+        let (mut ratios, mut memory_ratios, mut kubelet_ratios, mut over_kubelet, mut new_ratios) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut via, mut via_memory, mut direct, mut kubelet, mut via_new) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for i in 0..pairs + 2 {
-            for r in pull_refs {
+            for r in pull_refs.iter().chain(i.checked_sub(1).map(|p| &new_refs[p])) {
                 remove(r.clone()).await;
             }
             // containerd's first pull after removals takes 3–4× as long (35–45
@@ -310,6 +332,7 @@ fn library(
             let e = || ensure_pull(manager.clone(), pull_refs[0].clone(), format!("pull-{i}"));
             let m = || ensure_pull(memory_node.manager().clone(), pull_refs[1].clone(), format!("pull-{i}"));
             let d = || direct_pull(bare.clone(), pull_refs[2].clone());
+            let n = || ensure_pull(new_node.manager().clone(), new_refs[i].clone(), format!("pull-{i}"));
             // The kubelet's own calls for a pull, made directly: `ImageStatus`
             // (absent), `PullImage`, `ImageStatus` (the size for its event).
             let k = || {
@@ -327,12 +350,13 @@ fn library(
                 }
             };
             // The order rotates, so no side always meets a warm or cold runtime.
-            let (mut te, mut tm, mut td, mut tk) = (Duration::ZERO, Duration::ZERO, Duration::ZERO, Duration::ZERO);
-            for j in 0..4 {
-                match (i + j) % 4 {
+            let (mut te, mut tm, mut td, mut tk, mut tn) = Default::default();
+            for j in 0..5 {
+                match (i + j) % 5 {
                     0 => te = e().await,
                     1 => tm = m().await,
                     2 => td = d().await,
+                    3 => tn = n().await,
                     _ => tk = k().await,
                 }
             }
@@ -342,6 +366,8 @@ fn library(
                 memory_ratios.push(tm.as_secs_f64() / td.as_secs_f64());
                 kubelet_ratios.push(tk.as_secs_f64() / td.as_secs_f64());
                 over_kubelet.push(te.as_secs_f64() / tk.as_secs_f64());
+                new_ratios.push(tn.as_secs_f64() / td.as_secs_f64());
+                via_new.push(tn);
                 via.push(te);
                 via_memory.push(tm);
                 direct.push(td);
@@ -349,15 +375,20 @@ fn library(
             }
         }
         println!("real_pull_pairs: {pairs}");
-        // The durable records' writes during those pulls, as the node's own
+        // The durable records' writes during those pulls, as each node's own
         // `imaged_store_write_duration_seconds` has them (the synced
-        // intent before each pull; these anonymous pulls' records are
-        // unsynced, uncounted): what durability costs a pull.
-        let (sum, count) = store_writes(&node);
-        let (sum, count) = (sum - writes_before.0, count - writes_before.1);
-        if count > 0.0 {
-            println!("real_pull_store_writes_per_pull: {:.2}", count / (pairs + 2) as f64);
-            println!("real_pull_store_write_mean_ms: {:.3}", sum / count * 1e3);
+        // intent before a pull of a name without one on disk; these
+        // anonymous pulls' records are unsynced, uncounted): what
+        // durability costs a pull, of a name pulled before and of a new one.
+        for (prefix, n, before) in
+            [("real_pull", &node, writes_before.0), ("real_pull_new_name", &new_node, writes_before.1)]
+        {
+            let (sum, count) = store_writes(n);
+            let (sum, count) = (sum - before.0, count - before.1);
+            println!("{prefix}_store_writes_per_pull: {:.2}", count / (pairs + 2) as f64);
+            if count > 0.0 {
+                println!("{prefix}_store_write_mean_ms: {:.3}", sum / count * 1e3);
+            }
         }
         let (via_p50, memory_p50, direct_p50) =
             (median_d(via).as_secs_f64(), median_d(via_memory).as_secs_f64(), median_d(direct).as_secs_f64());
@@ -365,12 +396,14 @@ fn library(
         println!("real_pull_kubelet_calls_p50_ms: {:.2}", kubelet_p50 * 1e3);
         println!("real_pull_ensure_p50_ms: {:.2}", via_p50 * 1e3);
         println!("real_pull_ensure_memory_records_p50_ms: {:.2}", memory_p50 * 1e3);
+        println!("real_pull_new_name_ensure_p50_ms: {:.2}", median_d(via_new).as_secs_f64() * 1e3);
         println!("real_pull_direct_p50_ms: {:.2}", direct_p50 * 1e3);
         // The same from the sides' medians (less moved by single pulls).
         println!("real_pull_p50_ratio: {:.3}", via_p50 / direct_p50);
         println!("real_pull_memory_records_p50_ratio: {:.3}", memory_p50 / direct_p50);
         report("real_pull_ratio", ratios);
         report("real_pull_memory_records_ratio", memory_ratios);
+        report("real_pull_new_name_ratio", new_ratios);
         // The floor a kubelet-exact ensure stands on: the kubelet's own
         // three calls ÷ a lone PullImage; and the ensure ÷ those calls, what
         // imaged adds to them (its actors, the KEP-2535 records).
@@ -522,12 +555,16 @@ fn burst(endpoint: &CriEndpoint, refs: &[String], rounds: usize) {
             }
         };
         let (mut on_disk, mut in_memory, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-        let (_, writes_before) = store_writes(&durable);
+        let mut writes = 0.0;
         let rounds = rounds.max(3) * 4 + 1;
         for round in 0..rounds {
             for r in refs {
                 let _ = bare.remove_image(pb::RemoveImageRequest { image: spec(r) }).await;
             }
+            // As at a node's start, no intent of these names is on disk
+            // (a graceful stop deletes those its pulls kept).
+            durable.manager().pull_records().sync().await.expect("sync");
+            let (_, before) = store_writes(&durable);
             let (d, m) = if round % 2 == 0 {
                 let d = all(durable.manager().clone(), durable_refs, round).await;
                 (d, all(memory.manager().clone(), memory_refs, round).await)
@@ -535,6 +572,7 @@ fn burst(endpoint: &CriEndpoint, refs: &[String], rounds: usize) {
                 let m = all(memory.manager().clone(), memory_refs, round).await;
                 (all(durable.manager().clone(), durable_refs, round).await, m)
             };
+            writes += store_writes(&durable).1 - before;
             // The first round warms the registry's and containerd's caches.
             if round > 0 {
                 ratios.push(d.as_secs_f64() / m.as_secs_f64());
@@ -542,11 +580,10 @@ fn burst(endpoint: &CriEndpoint, refs: &[String], rounds: usize) {
                 in_memory.push(m);
             }
         }
-        let (_, writes) = store_writes(&durable);
         println!("real_burst_images: {BURST}");
         // Synced: intents (a burst's are written together) and records
         // that must be; unsynced ones are not counted.
-        println!("real_burst_synced_writes_per_burst: {:.1}", (writes - writes_before) / rounds as f64);
+        println!("real_burst_synced_writes_per_burst: {:.1}", writes / rounds as f64);
         println!("real_burst_durable_p50_ms: {:.1}", median_d(on_disk).as_secs_f64() * 1e3);
         println!("real_burst_memory_records_p50_ms: {:.1}", median_d(in_memory).as_secs_f64() * 1e3);
         report("real_burst_durable_records_ratio", ratios);

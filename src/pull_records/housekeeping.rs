@@ -133,7 +133,7 @@ impl PullRecords {
         until: SystemTime,
     ) -> Result<usize, StoreError> {
         let _w = self.inner.writes.lock().await;
-        let doomed: Vec<String> = {
+        let (doomed, kept): (Vec<String>, Vec<String>) = {
             let st = self.state();
             let old = st
                 .records
@@ -141,16 +141,23 @@ impl PullRecords {
                 .filter(|r| r.last_updated_time < until && !present.contains(&r.image_ref))
                 .map(|r| r.image_ref.clone());
             let unreadable = st.unreadable.iter().filter(|r| !present.contains(*r)).cloned();
-            old.chain(unreadable).collect()
+            // A kept intent goes with its image (it only spares the name's
+            // next pull a synced write).
+            let kept = st.kept.iter().filter(|(_, r)| !present.contains(*r)).map(|(k, _)| k.clone());
+            (old.chain(unreadable).collect(), kept.collect())
         };
-        if doomed.is_empty() {
+        if doomed.is_empty() && kept.is_empty() {
             return Ok(0);
         }
-        self.commit(PullRecordsWrite { delete_records: doomed.clone(), ..Default::default() }).await?;
+        let w = PullRecordsWrite { delete_records: doomed.clone(), delete_intents: kept.clone(), ..Default::default() };
+        self.commit(w).await?;
         let mut st = self.state();
         for r in &doomed {
             st.records.remove(r);
             st.unreadable.remove(r);
+        }
+        for k in &kept {
+            st.kept.remove(k);
         }
         tracing::debug!(pruned = doomed.len(), "pulled records of removed images pruned");
         Ok(doomed.len())

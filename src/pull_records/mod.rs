@@ -41,6 +41,25 @@
 //! In exchange the pull waits for one sync instead of two (the kubelet
 //! does not sync its files at all).
 //!
+//! # Kept intents
+//!
+//! The kubelet deletes a pull's intent when it writes the pull's record.
+//! Here the last pull in flight of a name leaves its intent on disk (its
+//! record write no longer deletes it) and memory keeps it apart
+//! from open intents: in this process it counts for nothing (the record
+//! decides, as in the kubelet), but the name's next pull finds its intent
+//! on disk and starts without a synced write. Names are pulled again
+//! often: every `Always` pod's start, a pod that must show its
+//! credentials, an image GC or an operator removed. A crash leaves kept
+//! intents on disk, and the next start recovers them as it recovers any
+//! (records without credentials for the images of those names): the
+//! image a name resolved to when imaged pulled it already has its record,
+//! so this only matters for an image of that name brought outside imaged
+//! since, which pods must then pull (never the reverse). A kept intent is
+//! deleted with its image's record ([`PullRecords::prune_unknown_records`])
+//! and at a graceful stop ([`PullRecords::sync`]), so a restart after one
+//! finds only the intents of pulls that may still run, as before.
+//!
 //! At start, [`PullRecords::open`] loads the store, and
 //! [`PullRecords::recover_intents`] turns intents left by a crash into
 //! records *without credentials* for images the runtime has (every pod must
@@ -101,6 +120,10 @@ struct State {
     in_flight: HashMap<String, u32>,
     /// Images with an intent in the store (this process's, or left by a crash).
     stored_intents: HashSet<String>,
+    /// Intents left on disk after their pulls ended with a record (image
+    /// key → the image ref recorded): see "Kept intents" above. Not in
+    /// `stored_intents`: they grant and refuse nothing in this process.
+    kept: HashMap<String, String>,
     /// Images a pull of which ended with its outcome unknown (the runtime
     /// may have finished it, or may still): their intents stay on disk
     /// for the rest of this process, as a crash would leave them.
@@ -433,6 +456,14 @@ impl PullRecords {
         v
     }
 
+    /// Images (keys) whose intents stay on disk after their pulls ended
+    /// with a record (see "Kept intents" in the module's documentation).
+    pub fn kept_intents(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.state().kept.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
     /// Keys of intents waiting for the write lock (tests).
     #[cfg(test)]
     fn pull_records_waiting(&self) -> Vec<String> {
@@ -581,12 +612,20 @@ impl PullRecords {
         let waiting = WaitingIntent::new(&self.inner, &key);
         let _w = self.inner.writes.lock().await;
         drop(waiting);
-        let stored = self.state().stored_intents.contains(&key);
+        let stored = {
+            let mut st = self.state();
+            // Kept on disk by an earlier pull of the name: open again.
+            if st.kept.remove(&key).is_some() {
+                st.stored_intents.insert(key.clone());
+            }
+            st.stored_intents.contains(&key)
+        };
         if !stored {
             let mut keys: Vec<String> = {
                 let waiting = std::mem::take(&mut *lock(&self.inner.waiting_intents));
                 let st = self.state();
-                waiting.into_iter().filter(|k| *k != key && !st.stored_intents.contains(k)).collect()
+                let on_disk = |k: &String| st.stored_intents.contains(k) || st.kept.contains_key(k);
+                waiting.into_iter().filter(|k| *k != key && !on_disk(k)).collect()
             };
             keys.sort_unstable();
             keys.dedup();
@@ -797,9 +836,7 @@ impl PullRecords {
         if changed {
             w.upsert_records.push(record.clone());
         }
-        if let (Some(key), Some(true)) = (intent, last_intent) {
-            w.delete_intents.push(key.to_string());
-        }
+        // The last pull in flight leaves its intent on disk ("Kept intents").
         // See "Unsynced" above: losing this write leaves the intent (or
         // nothing, when another pull of the image still runs), never a
         // record granting more than the one before.
@@ -828,6 +865,7 @@ impl PullRecords {
             if last_intent == Some(true) {
                 st.in_flight.remove(key);
                 st.stored_intents.remove(key);
+                st.kept.insert(key.to_string(), image_ref.to_string());
             } else if let Some(n) = st.in_flight.get_mut(key) {
                 *n = n.saturating_sub(1);
                 if *n == 0 {
@@ -878,10 +916,23 @@ impl PullRecords {
         }
     }
 
-    /// Puts the unsynced writes on disk (see "Unsynced" above); a graceful
-    /// stop calls it last. Nothing to do without a store or without one.
+    /// Puts the unsynced writes on disk (see "Unsynced" above) and deletes
+    /// the kept intents (see "Kept intents" above), so the next start
+    /// finds only the intents of pulls that may still be running; a
+    /// graceful stop calls it last. Nothing to do without a store.
     pub async fn sync(&self) -> Result<(), StoreError> {
         let Some(store) = self.inner.store.clone() else { return Ok(()) };
+        let _w = self.inner.writes.lock().await;
+        let kept: Vec<String> = self.state().kept.keys().cloned().collect();
+        if !kept.is_empty() {
+            // Synced: it puts the unsynced writes before it on disk too.
+            self.commit(PullRecordsWrite { delete_intents: kept.clone(), ..Default::default() }).await?;
+            let mut st = self.state();
+            for key in &kept {
+                st.kept.remove(key);
+            }
+            return Ok(());
+        }
         match crate::blocking::unblock(move || store.sync()).await {
             Ok(r) => r.map(|_| ()),
             Err(e) => Err(StoreError::Blocking(e.to_string())),

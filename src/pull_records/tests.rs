@@ -450,9 +450,12 @@ async fn every_pods_record_is_written_unsynced_a_secrets_synced_and_a_kill_leave
     }
     let st = store(dir.path());
     let r = PullRecords::open(VerifyPolicy::default(), Some(st.clone())).unwrap();
-    assert_eq!(r.record(REF).expect("synced").credential_mapping[REPO].kubernetes_secrets, [a]);
+    assert_eq!(r.record(REF).expect("synced").credential_mapping[REPO].kubernetes_secrets, std::slice::from_ref(&a));
     assert!(r.record(other_ref).is_none(), "written unsynced, lost");
-    assert_eq!(r.stored_intents(), [other], "the intent, synced before the pull, is left");
+    // The intent, synced before the pull, is left; so is the first pull's,
+    // kept (its synced record decides for it).
+    assert_eq!(r.stored_intents(), [IMAGE, other], "the intent, synced before the pull, is left");
+    assert!(!r.must_attempt_pull(IMAGE, REF, pod(vec![a])).await.unwrap());
     // So the image counts as pulled by imaged: a pod without credentials must pull.
     assert!(r.must_attempt_pull(other, other_ref, pod(vec![])).await.unwrap());
     // Synced (as a graceful stop does), a kill loses nothing.
@@ -464,7 +467,9 @@ async fn every_pods_record_is_written_unsynced_a_secrets_synced_and_a_kill_leave
     drop(st);
     let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
     assert!(r.record(other_ref).is_some_and(|c| c.credential_mapping[REPO].node_pods_accessible));
-    assert!(r.stored_intents().is_empty());
+    // The graceful stop deleted `other`'s kept intent; the first image's,
+    // left by the kill, was never recovered here.
+    assert_eq!(r.stored_intents(), [IMAGE]);
 }
 
 #[tokio::test]
@@ -763,12 +768,13 @@ async fn an_intent_ended_by_a_write_its_caller_stopped_waiting_for_is_written_ag
     }
     // The writes land all the same; memory follows them.
     for _ in 0..200 {
-        if on_disk().is_empty() && r.stored_intents().is_empty() {
+        if on_disk() == [PULLED] && r.stored_intents().is_empty() && r.kept_intents() == [PULLED] {
             break;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!(on_disk(), Vec::<String>::new(), "the deletions landed");
+    assert_eq!(on_disk(), [PULLED], "the failed pull's deletion landed; the pulled one's intent is kept");
+    assert_eq!(r.kept_intents(), [PULLED]);
     // The next pulls of both images are on disk before they start.
     for image in [FAILED, PULLED] {
         r.record_pull_intent(image).await.unwrap();

@@ -164,3 +164,78 @@ async fn prune_deletes_unreadable_records_of_absent_images() {
     assert!(!st.unreadable.contains("sha256:gone"), "deleted on disk");
     assert!(st.unreadable.contains("sha256:kept"), "a present image's record stays");
 }
+
+/// The intents on disk of `st`, sorted.
+fn on_disk(st: &crate::store::Store) -> Vec<String> {
+    let mut v = st.pull_records_state().unwrap().intents;
+    v.sort();
+    v
+}
+
+#[tokio::test]
+async fn a_kept_intent_spares_the_names_next_pull_its_write_grants_nothing_and_goes_with_its_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let st = store(dir.path());
+    let r = PullRecords::open(VerifyPolicy::default(), Some(st.clone())).unwrap();
+    r.record_pull_intent(IMAGE).await.unwrap();
+    r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::node_accessible()).await.unwrap();
+    assert!(r.stored_intents().is_empty(), "the pull ended");
+    assert_eq!(r.kept_intents(), [IMAGE]);
+    assert_eq!(on_disk(&st), [IMAGE], "its intent stays on disk");
+    // In this process it counts for nothing: another image of the name
+    // that imaged never pulled is preloaded (the default policy lets every
+    // pod use it), as when the kubelet has deleted the intent.
+    assert!(!r.must_attempt_pull(IMAGE, "sha256:other", pod(vec![])).await.unwrap());
+    // A GC run that finds the image still there keeps it; one that finds it
+    // gone deletes it with the record.
+    let present: HashSet<String> = [REF.to_string()].into();
+    let cutoff = r.clock().now() + Duration::from_secs(1);
+    assert_eq!(r.prune_unknown_records(present, cutoff).await.unwrap(), 0);
+    assert_eq!(on_disk(&st), [IMAGE]);
+    assert_eq!(r.prune_unknown_records(HashSet::new(), cutoff).await.unwrap(), 1);
+    assert_eq!((on_disk(&st), r.kept_intents()), (vec![], vec![]), "deleted with its image's record");
+    // The next pull of the name writes its intent again, and keeps it.
+    r.record_pull_intent(IMAGE).await.unwrap();
+    assert_eq!(on_disk(&st), [IMAGE]);
+    r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::node_accessible()).await.unwrap();
+    // With every write refused, the name's next pull still begins (its
+    // intent is on disk): no write before it. Another name's cannot.
+    st.fence();
+    r.record_pull_intent(IMAGE).await.expect("no write needed");
+    assert_eq!(r.stored_intents(), [IMAGE], "open again while the pull runs");
+    assert!(r.kept_intents().is_empty());
+    assert!(r.record_pull_intent("example.com/private:2").await.is_err(), "a name without an intent writes one");
+}
+
+#[tokio::test]
+async fn kept_intents_go_at_a_graceful_stop_and_after_a_kill_are_recovered_as_any() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = secret("ns", "a", "u1", "h1");
+    let other = "example.com/private:2";
+    {
+        let st = store(dir.path());
+        let r = PullRecords::open(VerifyPolicy::default(), Some(st.clone())).unwrap();
+        for image in [IMAGE, other] {
+            r.record_pull_intent(image).await.unwrap();
+        }
+        r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::secret(a.clone())).await.unwrap();
+        r.record_image_pulled(other, "sha256:bbbb", &ImagePullCredentials::secret(a.clone())).await.unwrap();
+        assert_eq!(on_disk(&st), [IMAGE, other]);
+        r.sync().await.unwrap();
+        assert_eq!(on_disk(&st), Vec::<String>::new(), "a graceful stop deletes them");
+        // Pulled again, then killed.
+        r.record_pull_intent(IMAGE).await.unwrap();
+        r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::secret(a.clone())).await.unwrap();
+        st.fence_as_killed();
+    }
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    assert_eq!(r.stored_intents(), [IMAGE], "left by the kill, as an intent of a pull in flight");
+    assert!(r.has_stored_intents());
+    // The image the name resolved to keeps its record as it was: the pod
+    // whose secret pulled it still uses it without pulling.
+    let images = [crate::domain::Image { id: REF.into(), repo_tags: vec![IMAGE.into()], ..Default::default() }];
+    assert_eq!(r.recover_intents(&images).await.unwrap(), 1);
+    assert!(r.stored_intents().is_empty());
+    assert!(!r.must_attempt_pull(IMAGE, REF, pod(vec![a])).await.unwrap());
+    assert!(r.must_attempt_pull(IMAGE, REF, pod(vec![])).await.unwrap());
+}
