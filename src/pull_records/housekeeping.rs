@@ -101,10 +101,21 @@ impl PullRecords {
             return Ok(false);
         }
         let image_ref = image_ref.to_string();
-        self.commit(PullRecordsWrite { delete_records: vec![image_ref.clone()], ..Default::default() }).await?;
+        // The kept intents of names last pulled as this image go with it.
+        let kept: Vec<String> =
+            self.state().kept.iter().filter(|(_, r)| **r == image_ref).map(|(k, _)| k.clone()).collect();
+        let w = PullRecordsWrite {
+            delete_records: vec![image_ref.clone()],
+            delete_intents: kept.clone(),
+            ..Default::default()
+        };
+        self.commit(w).await?;
         let mut st = self.state();
         st.records.remove(&image_ref);
         st.unreadable.remove(&image_ref);
+        for k in &kept {
+            st.kept.remove(k);
+        }
         tracing::debug!(image = %image_ref, "pulled record of a removed image deleted");
         Ok(true)
     }

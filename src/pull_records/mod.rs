@@ -56,8 +56,8 @@
 //! image a name resolved to when imaged pulled it already has its record,
 //! so this only matters for an image of that name brought outside imaged
 //! since, which pods must then pull (never the reverse). A kept intent is
-//! deleted with its image's record ([`PullRecords::prune_unknown_records`])
-//! and at a graceful stop ([`PullRecords::sync`]), so a restart after one
+//! deleted with its image's record ([`PullRecords::prune_unknown_records`],
+//! [`PullRecords::forget_removed_image`]) and at a graceful stop ([`PullRecords::sync`]), so a restart after one
 //! finds only the intents of pulls that may still run, as before.
 //!
 //! At start, [`PullRecords::open`] loads the store, and

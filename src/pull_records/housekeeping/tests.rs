@@ -173,7 +173,7 @@ fn on_disk(st: &crate::store::Store) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn a_kept_intent_spares_the_names_next_pull_its_write_grants_nothing_and_goes_with_its_image() {
+async fn a_kept_intent_spares_the_names_next_pull_a_write_grants_nothing_and_goes_with_its_image() {
     let dir = tempfile::tempdir().unwrap();
     let st = store(dir.path());
     let r = PullRecords::open(VerifyPolicy::default(), Some(st.clone())).unwrap();
@@ -194,9 +194,14 @@ async fn a_kept_intent_spares_the_names_next_pull_its_write_grants_nothing_and_g
     assert_eq!(on_disk(&st), [IMAGE]);
     assert_eq!(r.prune_unknown_records(HashSet::new(), cutoff).await.unwrap(), 1);
     assert_eq!((on_disk(&st), r.kept_intents()), (vec![], vec![]), "deleted with its image's record");
-    // The next pull of the name writes its intent again, and keeps it.
+    // The next pull of the name writes its intent again, and keeps it; the
+    // kubelet's removal of the image through the CRI front deletes it.
     r.record_pull_intent(IMAGE).await.unwrap();
     assert_eq!(on_disk(&st), [IMAGE]);
+    r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::node_accessible()).await.unwrap();
+    assert!(r.forget_removed_image(REF, r.clock().now() + Duration::from_secs(1)).await.unwrap());
+    assert_eq!((on_disk(&st), r.kept_intents()), (vec![], vec![]), "deleted with the removed image's record");
+    r.record_pull_intent(IMAGE).await.unwrap();
     r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::node_accessible()).await.unwrap();
     // With every write refused, the name's next pull still begins (its
     // intent is on disk): no write before it. Another name's cannot.
