@@ -48,7 +48,7 @@ use crate::gc::in_use_hints::{ClientClaim, InUseHints, Kept, RemovalInFlight};
 use crate::gc::policy::pattern_matches;
 use crate::metrics::{Metrics, RemoveRefused};
 use crate::node::Node;
-use crate::pull_records::{PodCredentials, PullEnd, PullRecords};
+use crate::pull_records::{PodCredentials, PullEnd, PullRecords, VerifyPolicy};
 
 /// How long the first `ImageFsInfo` waits for a runtime that is not
 /// answering yet (the kubelet allows its first call 2 minutes, and exits
@@ -1123,9 +1123,99 @@ pub async fn serve(
         .map_err(|e| AppError::Other(format!("CRI server on {}: {e}", socket.path().display())))
 }
 
+/// Why the outage fallback (`cri_server.local_fallback_*`) may answer a
+/// kubelet pull the kubelet itself would have had verify a pod's
+/// credentials: it decides KEP-2535 on imaged's records and policy, which
+/// stand for the kubelet's only when they saw the same pulls and apply
+/// the same policy. One text per reason, none when the fallback is off or
+/// no reason is known. `kubelet`: the kubelet's configuration, when given
+/// (`--kubelet-config`); `in_memory`: `state.dir = "memory"`.
+pub fn fallback_warnings(
+    settings: &CriServerSettings,
+    verification: &VerifyPolicy,
+    in_memory: bool,
+    kubelet: Option<&crate::kubelet_config::KubeletImageFields>,
+) -> Vec<String> {
+    use crate::pull_records::VerificationPolicy as P;
+    if settings.local_fallback_images.is_empty() && settings.local_fallback_namespaces.is_empty() {
+        return Vec::new();
+    }
+    let ours = verification.policy;
+    let mut out = Vec::new();
+    if in_memory && !matches!(ours, P::AlwaysVerify | P::NeverVerify) {
+        out.push(format!(
+            "imaged's KEP-2535 pull records are in memory (state.dir = \"memory\"): after a restart every image on \
+             the node counts as preloaded under credential_verification.policy {ours:?}, and in a registry outage \
+             cri_server.local_fallback_* would let any pod use an image the kubelet pulled with a secret; set state.dir",
+            ours = ours.as_str()
+        ));
+    }
+    match kubelet {
+        None => out.push(format!(
+            "cri_server.local_fallback_* decides KEP-2535 with imaged's credential_verification.policy {:?}, and \
+             without the kubelet's configuration (--kubelet-config) imaged cannot tell whether the kubelet's \
+             imagePullCredentialsVerificationPolicy is the same",
+            ours.as_str()
+        )),
+        Some(k) => {
+            // The kubelet's default when the field is absent.
+            let theirs =
+                k.image_pull_credentials_verification_policy.as_deref().unwrap_or("NeverVerifyPreloadedImages");
+            if theirs != ours.as_str() {
+                out.push(format!(
+                    "credential_verification.policy is {:?} but the kubelet's imagePullCredentialsVerificationPolicy \
+                     is {theirs:?} ({}): in a registry outage cri_server.local_fallback_* may let a pod use an image \
+                     the kubelet would have it verify",
+                    ours.as_str(),
+                    k.file.display()
+                ));
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fallback_warns_when_imageds_records_or_policy_may_not_stand_for_the_kubelets() {
+        use crate::kubelet_config::KubeletImageFields;
+        use crate::pull_records::VerificationPolicy as P;
+        let off = crate::config::Config::defaults().unwrap().cri_server;
+        let on = CriServerSettings { local_fallback_namespaces: vec!["shop".into()], ..off.clone() };
+        let preloaded = VerifyPolicy::new(P::NeverVerifyPreloadedImages);
+        let same = KubeletImageFields { file: "/var/lib/kubelet/config.yaml".into(), ..KubeletImageFields::default() };
+        // Off: nothing to say, whatever the rest.
+        assert!(fallback_warnings(&off, &preloaded, true, None).is_empty());
+        // The kubelet's config given, its policy (absent: the default) the same, records on disk.
+        assert!(fallback_warnings(&on, &preloaded, false, Some(&same)).is_empty());
+        // Not given: imaged cannot tell.
+        let w = fallback_warnings(&on, &preloaded, false, None);
+        assert_eq!(w.len(), 1);
+        assert!(w[0].contains("--kubelet-config") && w[0].contains("\"NeverVerifyPreloadedImages\""), "{w:?}");
+        // Given, another policy: both named, and the file.
+        let always = KubeletImageFields {
+            image_pull_credentials_verification_policy: Some("AlwaysVerify".into()),
+            ..same.clone()
+        };
+        let w = fallback_warnings(&on, &preloaded, false, Some(&always));
+        assert_eq!(w.len(), 1);
+        assert!(
+            w[0].contains("\"NeverVerifyPreloadedImages\"")
+                && w[0].contains("is \"AlwaysVerify\"")
+                && w[0].contains("/var/lib/kubelet/config.yaml"),
+            "{w:?}"
+        );
+        // Records in memory: a restart makes every image preloaded.
+        let w = fallback_warnings(&on, &preloaded, true, Some(&same));
+        assert_eq!(w.len(), 1);
+        assert!(w[0].contains("state.dir"), "{w:?}");
+        // ... which AlwaysVerify does not exempt (and the kubelet's is the same).
+        let both_always = VerifyPolicy::new(P::AlwaysVerify);
+        assert!(fallback_warnings(&on, &both_always, true, Some(&always)).is_empty());
+    }
 
     #[test]
     fn an_answer_is_read_for_pins_only_when_a_pinned_name_can_be_in_it() {

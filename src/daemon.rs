@@ -183,6 +183,14 @@ async fn serve_cri(
     if let Some(file) = &sources.kubelet_config {
         warn_if_the_kubelet_bypasses_or_limits_pulls(file, path);
     }
+    let kubelet =
+        sources.kubelet_config.as_deref().and_then(|f| crate::kubelet_config::KubeletImageFields::read(f).ok());
+    let cfg = node.config();
+    for reason in
+        crate::cri_front::fallback_warnings(settings, &cfg.verification, cfg.state_dir.is_none(), kubelet.as_ref())
+    {
+        warn!("{reason}");
+    }
     let socket = match ApiSocket::inherited("CRI socket", crate::api::server::CRI_FD_NAME, path)? {
         Some(passed) => passed,
         None => ApiSocket::bind_at("CRI socket", path, settings.socket_group.as_deref()).await?,

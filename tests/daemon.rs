@@ -806,6 +806,7 @@ fn imaged_run_serves_the_kubelets_image_calls_on_its_cri_socket() {
         assert!(images.iter().any(|i| i.id == pulled.image_ref), "{images:?}");
     });
     assert!(d.log().contains("CRI ImageService serving"), "{}", d.log());
+    assert!(!d.log().contains("local_fallback"), "no outage fallback, no warning about it: {}", d.log());
     // imagectl as crictl with an image endpoint: the README's walk-through.
     let endpoint = format!("unix://{}", cri.display());
     let pulled = d.imagectl(&["cri", "--image-endpoint", &endpoint, "pull", "docker.io/library/redis:7"]);
@@ -820,6 +821,28 @@ fn imaged_run_serves_the_kubelets_image_calls_on_its_cri_socket() {
     assert!(stdout(&version).contains("imaged-embedded"), "the runtime's answer: {}", stdout(&version));
     let ps = d.imagectl(&["cri", "--image-endpoint", &endpoint, "ps", "-a"]);
     assert_eq!(ps.status.code(), Some(0), "{}", stderr(&ps));
+}
+
+#[test]
+fn imaged_run_warns_when_the_fronts_outage_fallback_may_not_decide_as_the_kubelet() {
+    let dir = tempfile::Builder::new().prefix("imdf").tempdir_in("/tmp").expect("tempdir");
+    let cri = dir.path().join("cri.sock");
+    // No --kubelet-config, and the records in memory.
+    let d = Daemon::start(&[
+        "--set",
+        &format!("cri_server.socket={}", cri.display()),
+        "--set",
+        r#"cri_server.local_fallback_namespaces=["shop"]"#,
+        "--set",
+        "state.dir=memory",
+    ]);
+    let log = d.log();
+    assert!(log.contains("CRI ImageService serving"), "{log}");
+    assert!(
+        log.contains("without the kubelet's configuration (--kubelet-config) imaged cannot tell"),
+        "the policy cannot be checked: {log}"
+    );
+    assert!(log.contains(r#"pull records are in memory (state.dir = "memory")"#), "{log}");
 }
 
 /// The embedded runtime served on its own (its images outlive imaged's
