@@ -102,20 +102,21 @@ impl PullRecords {
         }
         let image_ref = image_ref.to_string();
         // The kept intents of names last pulled as this image go with it.
-        let kept: Vec<String> =
-            self.state().kept.iter().filter(|(_, r)| **r == image_ref).map(|(k, _)| k.clone()).collect();
-        let w = PullRecordsWrite {
-            delete_records: vec![image_ref.clone()],
-            delete_intents: kept.clone(),
-            ..Default::default()
+        // Out of memory before the commit (see `PullRecords::sync`).
+        let kept: Vec<String> = {
+            let mut st = self.state();
+            let kept: Vec<String> = st.kept.iter().filter(|(_, r)| **r == image_ref).map(|(k, _)| k.clone()).collect();
+            for k in &kept {
+                st.kept.remove(k);
+            }
+            kept
         };
+        let w =
+            PullRecordsWrite { delete_records: vec![image_ref.clone()], delete_intents: kept, ..Default::default() };
         self.commit(w).await?;
         let mut st = self.state();
         st.records.remove(&image_ref);
         st.unreadable.remove(&image_ref);
-        for k in &kept {
-            st.kept.remove(k);
-        }
         tracing::debug!(image = %image_ref, "pulled record of a removed image deleted");
         Ok(true)
     }
@@ -145,30 +146,33 @@ impl PullRecords {
     ) -> Result<usize, StoreError> {
         let _w = self.inner.writes.lock().await;
         let (doomed, kept): (Vec<String>, Vec<String>) = {
-            let st = self.state();
+            let mut st = self.state();
             let old = st
                 .records
                 .values()
                 .filter(|r| r.last_updated_time < until && !present.contains(&r.image_ref))
                 .map(|r| r.image_ref.clone());
             let unreadable = st.unreadable.iter().filter(|r| !present.contains(*r)).cloned();
+            let doomed = old.chain(unreadable).collect();
             // A kept intent goes with its image (it only spares the name's
-            // next pull a synced write).
-            let kept = st.kept.iter().filter(|(_, r)| !present.contains(*r)).map(|(k, _)| k.clone());
-            (old.chain(unreadable).collect(), kept.collect())
+            // next pull a synced write); out of memory before the commit
+            // (see `PullRecords::sync`).
+            let kept: Vec<String> =
+                st.kept.iter().filter(|(_, r)| !present.contains(*r)).map(|(k, _)| k.clone()).collect();
+            for k in &kept {
+                st.kept.remove(k);
+            }
+            (doomed, kept)
         };
         if doomed.is_empty() && kept.is_empty() {
             return Ok(0);
         }
-        let w = PullRecordsWrite { delete_records: doomed.clone(), delete_intents: kept.clone(), ..Default::default() };
+        let w = PullRecordsWrite { delete_records: doomed.clone(), delete_intents: kept, ..Default::default() };
         self.commit(w).await?;
         let mut st = self.state();
         for r in &doomed {
             st.records.remove(r);
             st.unreadable.remove(r);
-        }
-        for k in &kept {
-            st.kept.remove(k);
         }
         tracing::debug!(pruned = doomed.len(), "pulled records of removed images pruned");
         Ok(doomed.len())

@@ -50,15 +50,22 @@
 //! decides, as in the kubelet), but the name's next pull finds its intent
 //! on disk and starts without a synced write. Names are pulled again
 //! often: every `Always` pod's start, a pod that must show its
-//! credentials, an image GC or an operator removed. A crash leaves kept
-//! intents on disk, and the next start recovers them as it recovers any
-//! (records without credentials for the images of those names): the
-//! image a name resolved to when imaged pulled it already has its record,
-//! so this only matters for an image of that name brought outside imaged
-//! since, which pods must then pull (never the reverse). A kept intent is
+//! credentials, an image GC or an operator removed. A kept intent is
 //! deleted with its image's record ([`PullRecords::prune_unknown_records`],
-//! [`PullRecords::forget_removed_image`]) and at a graceful stop ([`PullRecords::sync`]), so a restart after one
-//! finds only the intents of pulls that may still run, as before.
+//! [`PullRecords::forget_removed_image`]) and at a graceful stop
+//! ([`PullRecords::sync`]), so a restart after one finds only the intents
+//! of pulls that may still run, as before; memory lets it go before the
+//! deletion's commit, so a deletion dropped or failed halfway costs the
+//! name's next pull its write, never its intent. A crash leaves kept
+//! intents on disk, and the next start cannot tell them from a pull that
+//! was running (the skipped write is the point): it recovers them as any.
+//! A name whose image is the one imaged pulled changes nothing (an empty
+//! mapping merges into its record). Otherwise the change is the one a
+//! crash mid-pull always made, now for every name pulled since the last
+//! prune: an image of the name brought outside imaged since gets a record
+//! without credentials (its other names too lose their preloaded
+//! standing), and a name whose image is gone keeps an intent, counting as
+//! pulled by imaged until its next pull ends. Pods pull more, never less.
 //!
 //! At start, [`PullRecords::open`] loads the store, and
 //! [`PullRecords::recover_intents`] turns intents left by a crash into
@@ -795,6 +802,7 @@ impl PullRecords {
         }
         let mut st = self.state();
         st.stored_intents.remove(&key);
+        st.kept.remove(&key);
         st.in_flight.remove(&key);
         drop(st);
         self.inner.pull_ended.notify_waiters();
@@ -864,8 +872,11 @@ impl PullRecords {
         if let Some(key) = intent {
             if last_intent == Some(true) {
                 st.in_flight.remove(key);
-                st.stored_intents.remove(key);
-                st.kept.insert(key.to_string(), image_ref.to_string());
+                // Kept only if on disk: a record written without its
+                // pull's intent (no `begin_pull`) keeps nothing.
+                if st.stored_intents.remove(key) {
+                    st.kept.insert(key.to_string(), image_ref.to_string());
+                }
             } else if let Some(n) = st.in_flight.get_mut(key) {
                 *n = n.saturating_sub(1);
                 if *n == 0 {
@@ -923,15 +934,14 @@ impl PullRecords {
     pub async fn sync(&self) -> Result<(), StoreError> {
         let Some(store) = self.inner.store.clone() else { return Ok(()) };
         let _w = self.inner.writes.lock().await;
-        let kept: Vec<String> = self.state().kept.keys().cloned().collect();
+        // Out of memory before the commit: if this is dropped, or fails,
+        // after the commit wrote them, the names' next pulls write their
+        // intents again (an intent on disk that memory does not know is
+        // only one the next start recovers).
+        let kept: Vec<String> = self.state().kept.drain().map(|(k, _)| k).collect();
         if !kept.is_empty() {
             // Synced: it puts the unsynced writes before it on disk too.
-            self.commit(PullRecordsWrite { delete_intents: kept.clone(), ..Default::default() }).await?;
-            let mut st = self.state();
-            for key in &kept {
-                st.kept.remove(key);
-            }
-            return Ok(());
+            return self.commit(PullRecordsWrite { delete_intents: kept, ..Default::default() }).await;
         }
         match crate::blocking::unblock(move || store.sync()).await {
             Ok(r) => r.map(|_| ()),

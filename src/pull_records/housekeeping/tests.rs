@@ -228,19 +228,88 @@ async fn kept_intents_go_at_a_graceful_stop_and_after_a_kill_are_recovered_as_an
         assert_eq!(on_disk(&st), [IMAGE, other]);
         r.sync().await.unwrap();
         assert_eq!(on_disk(&st), Vec::<String>::new(), "a graceful stop deletes them");
-        // Pulled again, then killed.
-        r.record_pull_intent(IMAGE).await.unwrap();
-        r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::secret(a.clone())).await.unwrap();
+        // Both pulled again, then killed.
+        for (image, id) in [(IMAGE, REF), (other, "sha256:bbbb")] {
+            r.record_pull_intent(image).await.unwrap();
+            r.record_image_pulled(image, id, &ImagePullCredentials::secret(a.clone())).await.unwrap();
+        }
         st.fence_as_killed();
     }
     let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
-    assert_eq!(r.stored_intents(), [IMAGE], "left by the kill, as an intent of a pull in flight");
+    assert_eq!(r.stored_intents(), [IMAGE, other], "left by the kill, as intents of pulls in flight");
     assert!(r.has_stored_intents());
+    // `other` now names an image brought outside imaged, with a preloaded
+    // name of its own.
+    let outside = "sha256:outside";
+    let images = [
+        crate::domain::Image { id: REF.into(), repo_tags: vec![IMAGE.into()], ..Default::default() },
+        crate::domain::Image {
+            id: outside.into(),
+            repo_tags: vec![other.into(), "example.com/preloaded:1".into()],
+            ..Default::default()
+        },
+    ];
+    assert_eq!(r.recover_intents(&images).await.unwrap(), 2);
+    assert!(r.stored_intents().is_empty());
     // The image the name resolved to keeps its record as it was: the pod
     // whose secret pulled it still uses it without pulling.
-    let images = [crate::domain::Image { id: REF.into(), repo_tags: vec![IMAGE.into()], ..Default::default() }];
-    assert_eq!(r.recover_intents(&images).await.unwrap(), 1);
-    assert!(r.stored_intents().is_empty());
     assert!(!r.must_attempt_pull(IMAGE, REF, pod(vec![a])).await.unwrap());
     assert!(r.must_attempt_pull(IMAGE, REF, pod(vec![])).await.unwrap());
+    // The outside image counts as pulled by imaged, under every name: pods pull it.
+    assert!(r.record(outside).is_some_and(|rec| rec.credential_mapping.is_empty()));
+    assert!(r.must_attempt_pull(other, outside, pod(vec![])).await.unwrap());
+    assert!(r.must_attempt_pull("example.com/preloaded:1", outside, pod(vec![])).await.unwrap());
+}
+
+#[tokio::test]
+async fn only_the_last_pull_that_records_keeps_the_intent_and_a_failed_or_unknown_end_keeps_it_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let st = store(dir.path());
+    let r = PullRecords::open(VerifyPolicy::default(), Some(st.clone())).unwrap();
+    let node = ImagePullCredentials::node_accessible();
+    // Two pulls of the name: the first records (not the last), the second
+    // fails (the last): the intent is deleted, none is kept.
+    r.record_pull_intent(IMAGE).await.unwrap();
+    r.record_pull_intent(IMAGE).await.unwrap();
+    r.record_image_pulled(IMAGE, REF, &node).await.unwrap();
+    assert_eq!((r.stored_intents(), r.kept_intents()), (vec![IMAGE.to_string()], vec![]), "one pull still runs");
+    r.record_image_pull_failed(IMAGE).await;
+    assert_eq!((on_disk(&st), r.kept_intents()), (vec![], vec![]));
+    // A record written without its pull's intent keeps nothing.
+    r.record_image_pulled("example.com/private:2", "sha256:bbbb", &node).await.unwrap();
+    assert!(r.kept_intents().is_empty() && on_disk(&st).is_empty());
+    // Kept, reopened by the next pull, which ends unknown: it stays open,
+    // and a graceful stop leaves it on disk (that pull may still run).
+    r.record_pull_intent(IMAGE).await.unwrap();
+    r.record_image_pulled(IMAGE, REF, &node).await.unwrap();
+    assert_eq!(r.kept_intents(), [IMAGE]);
+    r.record_pull_intent(IMAGE).await.unwrap();
+    r.record_image_pull_unknown(IMAGE).await;
+    r.sync().await.unwrap();
+    assert_eq!(
+        (on_disk(&st), r.stored_intents(), r.kept_intents()),
+        (vec![IMAGE.to_string()], vec![IMAGE.to_string()], vec![])
+    );
+}
+
+#[tokio::test]
+async fn a_stop_dropped_while_it_deletes_the_kept_intents_leaves_the_next_pull_writing_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let st = store(dir.path());
+    let r = PullRecords::open(VerifyPolicy::default(), Some(st.clone())).unwrap();
+    r.record_pull_intent(IMAGE).await.unwrap();
+    r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::node_accessible()).await.unwrap();
+    // The stop's sync, dropped after its first poll (a shutdown cut short)
+    // while its commit runs: the commit lands all the same.
+    assert!(futures_util::poll!(std::pin::pin!(r.sync())).is_pending());
+    for _ in 0..200 {
+        if on_disk(&st).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(on_disk(&st).is_empty(), "the deletion landed");
+    // Memory did not keep the intent it deleted: the next pull writes one.
+    r.record_pull_intent(IMAGE).await.unwrap();
+    assert_eq!(on_disk(&st), [IMAGE], "no pull without its intent on disk");
 }
