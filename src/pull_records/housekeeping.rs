@@ -102,15 +102,7 @@ impl PullRecords {
         }
         let image_ref = image_ref.to_string();
         // The kept intents of names last pulled as this image go with it.
-        // Out of memory before the commit (see `PullRecords::sync`).
-        let kept: Vec<String> = {
-            let mut st = self.state();
-            let kept: Vec<String> = st.kept.iter().filter(|(_, r)| **r == image_ref).map(|(k, _)| k.clone()).collect();
-            for k in &kept {
-                st.kept.remove(k);
-            }
-            kept
-        };
+        let kept = self.take_kept(|r| r == image_ref);
         let w =
             PullRecordsWrite { delete_records: vec![image_ref.clone()], delete_intents: kept, ..Default::default() };
         self.commit(w).await?;
@@ -145,25 +137,19 @@ impl PullRecords {
         until: SystemTime,
     ) -> Result<usize, StoreError> {
         let _w = self.inner.writes.lock().await;
-        let (doomed, kept): (Vec<String>, Vec<String>) = {
-            let mut st = self.state();
+        let doomed: Vec<String> = {
+            let st = self.state();
             let old = st
                 .records
                 .values()
                 .filter(|r| r.last_updated_time < until && !present.contains(&r.image_ref))
                 .map(|r| r.image_ref.clone());
             let unreadable = st.unreadable.iter().filter(|r| !present.contains(*r)).cloned();
-            let doomed = old.chain(unreadable).collect();
-            // A kept intent goes with its image (it only spares the name's
-            // next pull a synced write); out of memory before the commit
-            // (see `PullRecords::sync`).
-            let kept: Vec<String> =
-                st.kept.iter().filter(|(_, r)| !present.contains(*r)).map(|(k, _)| k.clone()).collect();
-            for k in &kept {
-                st.kept.remove(k);
-            }
-            (doomed, kept)
+            old.chain(unreadable).collect()
         };
+        // A kept intent goes with its image (it only spares the name's next
+        // pull a synced write).
+        let kept = self.take_kept(|r| !present.contains(r));
         if doomed.is_empty() && kept.is_empty() {
             return Ok(0);
         }

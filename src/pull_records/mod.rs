@@ -471,6 +471,20 @@ impl PullRecords {
         v
     }
 
+    /// Takes out of memory the kept intents whose image refs `doomed`
+    /// names, for a commit that deletes them. Before the commit: one
+    /// dropped or failed after it wrote costs their names' next pulls a
+    /// write, never their intents (memory would otherwise claim intents
+    /// the disk no longer has). Under the write lock.
+    fn take_kept(&self, doomed: impl Fn(&str) -> bool) -> Vec<String> {
+        let mut st = self.state();
+        let keys: Vec<String> = st.kept.iter().filter(|(_, r)| doomed(r)).map(|(k, _)| k.clone()).collect();
+        for k in &keys {
+            st.kept.remove(k);
+        }
+        keys
+    }
+
     /// Keys of intents waiting for the write lock (tests).
     #[cfg(test)]
     fn pull_records_waiting(&self) -> Vec<String> {
@@ -934,11 +948,9 @@ impl PullRecords {
     pub async fn sync(&self) -> Result<(), StoreError> {
         let Some(store) = self.inner.store.clone() else { return Ok(()) };
         let _w = self.inner.writes.lock().await;
-        // Out of memory before the commit: if this is dropped, or fails,
-        // after the commit wrote them, the names' next pulls write their
-        // intents again (an intent on disk that memory does not know is
-        // only one the next start recovers).
-        let kept: Vec<String> = self.state().kept.drain().map(|(k, _)| k).collect();
+        // See `take_kept`: an intent on disk that memory does not know is
+        // only one the next start recovers.
+        let kept = self.take_kept(|_| true);
         if !kept.is_empty() {
             // Synced: it puts the unsynced writes before it on disk too.
             return self.commit(PullRecordsWrite { delete_intents: kept, ..Default::default() }).await;
