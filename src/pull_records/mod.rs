@@ -887,8 +887,9 @@ impl PullRecords {
             if last_intent == Some(true) {
                 st.in_flight.remove(key);
                 // Kept only if on disk: a record written without its
-                // pull's intent (no `begin_pull`) keeps nothing.
-                if st.stored_intents.remove(key) {
+                // pull's intent (no `begin_pull`) keeps nothing, nor do
+                // records in memory (no write to spare).
+                if st.stored_intents.remove(key) && self.inner.store.is_some() {
                     st.kept.insert(key.to_string(), image_ref.to_string());
                 }
             } else if let Some(n) = st.in_flight.get_mut(key) {

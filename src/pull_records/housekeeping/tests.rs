@@ -275,9 +275,14 @@ async fn only_the_last_pull_that_records_keeps_the_intent_and_a_failed_or_unknow
     assert_eq!((r.stored_intents(), r.kept_intents()), (vec![IMAGE.to_string()], vec![]), "one pull still runs");
     r.record_image_pull_failed(IMAGE).await;
     assert_eq!((on_disk(&st), r.kept_intents()), (vec![], vec![]));
-    // A record written without its pull's intent keeps nothing.
+    // A record written without its pull's intent keeps nothing; nor do
+    // records kept in memory only.
     r.record_image_pulled("example.com/private:2", "sha256:bbbb", &node).await.unwrap();
     assert!(r.kept_intents().is_empty() && on_disk(&st).is_empty());
+    let memory = PullRecords::in_memory(VerifyPolicy::default());
+    memory.record_pull_intent(IMAGE).await.unwrap();
+    memory.record_image_pulled(IMAGE, REF, &node).await.unwrap();
+    assert!(memory.kept_intents().is_empty() && memory.stored_intents().is_empty());
     // Kept, reopened by the next pull, which ends unknown: it stays open,
     // and a graceful stop leaves it on disk (that pull may still run).
     r.record_pull_intent(IMAGE).await.unwrap();
