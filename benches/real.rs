@@ -92,6 +92,12 @@ fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
+/// The library's pull pairs (see the top): `REAL_BENCH_PULL_PAIRS`, or
+/// 48 a round (at least 3 rounds) and one.
+fn pull_pairs(rounds: usize) -> usize {
+    env_usize("REAL_BENCH_PULL_PAIRS", rounds.max(3) * 48 + 1)
+}
+
 fn median_f(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -173,7 +179,7 @@ fn main() {
     let sized_mib = env_usize("REAL_BENCH_SIZED_MIB", 8);
     let mut sized_refs = Vec::new();
     // Names the library's pulls meet once each (`real_pull_new_name_ratio`).
-    let new_names = env_usize("REAL_BENCH_PULL_PAIRS", env_usize("REAL_BENCH_ROUNDS", 5).max(3) * 48 + 1) + 2;
+    let new_names = pull_pairs(rounds) + 2;
     let mut new_refs = Vec::new();
     let (hot, pull_refs, sf) = rt.block_on(async {
         let hot = registry.push_image("bench/hot", "v1", &[("hot.bin", &small)]).await.expect("push");
@@ -310,7 +316,7 @@ fn library(
         // work moves by ±3× either way: enough pairs that the median holds
         // still (each takes about 60 ms). At 61 pairs the median moved
         // ±0.05 between runs of one binary (1.134, 1.137, 1.185).
-        let pairs = env_usize("REAL_BENCH_PULL_PAIRS", rounds.max(3) * 48 + 1);
+        let pairs = pull_pairs(rounds);
         assert!(new_refs.len() >= pairs + 2, "a new name for each pair");
         let writes_before = (store_writes(&node), store_writes(&new_node));
         let (mut ratios, mut memory_ratios, mut kubelet_ratios, mut over_kubelet, mut new_ratios) =

@@ -180,11 +180,12 @@ async fn serve_cri(
 ) -> Result<Option<tokio::task::JoinHandle<Result<(), AppError>>>, AppError> {
     let settings = &node.config().cri_server;
     let Some(path) = &settings.socket else { return Ok(None) };
-    if let Some(file) = &sources.kubelet_config {
-        warn_if_the_kubelet_bypasses_or_limits_pulls(file, path);
-    }
+    // Read once for both checks (an unreadable file was refused at load).
     let kubelet =
         sources.kubelet_config.as_deref().and_then(|f| crate::kubelet_config::KubeletImageFields::read(f).ok());
+    if let Some(k) = &kubelet {
+        warn_if_the_kubelet_bypasses_or_limits_pulls(k, path);
+    }
     let cfg = node.config();
     for reason in
         crate::cri_front::fallback_warnings(settings, &cfg.verification, cfg.state_dir.is_none(), kubelet.as_ref())
@@ -207,8 +208,11 @@ async fn serve_cri(
 /// With imaged in the kubelet's path: a kubelet whose `imageServiceEndpoint`
 /// is not imaged's CRI socket bypasses imaged, and the kubelet's own serial
 /// pulls and pull QPS would hold pulls back before imaged's queue sees them.
-fn warn_if_the_kubelet_bypasses_or_limits_pulls(file: &std::path::Path, cri_socket: &std::path::Path) {
-    let Ok(k) = crate::kubelet_config::KubeletImageFields::read(file) else { return };
+fn warn_if_the_kubelet_bypasses_or_limits_pulls(
+    k: &crate::kubelet_config::KubeletImageFields,
+    cri_socket: &std::path::Path,
+) {
+    let file = &k.file;
     let ours = format!("unix://{}", cri_socket.display());
     match k.image_service_endpoint.as_deref() {
         Some(e) if e == ours || e == cri_socket.to_string_lossy() => {}

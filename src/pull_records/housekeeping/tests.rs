@@ -172,13 +172,20 @@ fn on_disk(st: &crate::store::Store) -> Vec<String> {
     v
 }
 
-#[tokio::test]
-async fn a_kept_intent_spares_the_names_next_pull_a_write_grants_nothing_and_goes_with_its_image() {
+/// Records over a store in a new directory, after one pull of `IMAGE`
+/// (as `REF`, every pod's) that kept its intent.
+async fn one_pull_kept() -> (tempfile::TempDir, Arc<crate::store::Store>, PullRecords) {
     let dir = tempfile::tempdir().unwrap();
     let st = store(dir.path());
     let r = PullRecords::open(VerifyPolicy::default(), Some(st.clone())).unwrap();
     r.record_pull_intent(IMAGE).await.unwrap();
     r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::node_accessible()).await.unwrap();
+    (dir, st, r)
+}
+
+#[tokio::test]
+async fn a_kept_intent_spares_the_names_next_pull_a_write_grants_nothing_and_goes_with_its_image() {
+    let (_dir, st, r) = one_pull_kept().await;
     assert!(r.stored_intents().is_empty(), "the pull ended");
     assert_eq!(r.kept_intents(), [IMAGE]);
     assert_eq!(on_disk(&st), [IMAGE], "its intent stays on disk");
@@ -299,11 +306,7 @@ async fn only_the_last_pull_that_records_keeps_the_intent_and_a_failed_or_unknow
 
 #[tokio::test]
 async fn a_stop_dropped_while_it_deletes_the_kept_intents_leaves_the_next_pull_writing_its_own() {
-    let dir = tempfile::tempdir().unwrap();
-    let st = store(dir.path());
-    let r = PullRecords::open(VerifyPolicy::default(), Some(st.clone())).unwrap();
-    r.record_pull_intent(IMAGE).await.unwrap();
-    r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::node_accessible()).await.unwrap();
+    let (_dir, st, r) = one_pull_kept().await;
     // The stop's sync, dropped after its first poll (a shutdown cut short)
     // while its commit runs: the commit lands all the same.
     assert!(futures_util::poll!(std::pin::pin!(r.sync())).is_pending());
