@@ -78,7 +78,7 @@ impl Drop for RemovalClaim {
 /// ([`InUseHints::claim_client_removal`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kept {
-    /// It was ensured (given to a pod) at `at`.
+    /// It was ensured (pulled, or found by an `ImageStatus`, through imaged) at `at`.
     Ensured {
         /// When it was last ensured.
         at: SystemTime,
