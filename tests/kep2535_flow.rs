@@ -321,7 +321,8 @@ async fn a_crash_between_intent_and_record_is_recovered_at_the_next_start() {
     let m = manager(&rt, state.path(), VerificationPolicy::NeverVerifyPreloadedImages, Concurrency::Serial).await;
     assert!(m.pull_records().stored_intents().is_empty(), "matched to the present image");
     let record = m.pull_records().record(&image_id).expect("record written by recovery");
-    assert!(record.credential_mapping.is_empty(), "with no credentials");
+    let entries: Vec<_> = record.credential_mapping.iter().map(|(repo, c)| (repo.as_str(), c.is_empty())).collect();
+    assert_eq!(entries, [(REPO, true)], "with no credentials, under the name's repository");
     // A pod without credentials must pull, and is refused.
     let b = m.ensure_image_exists(&req("b", PullPolicy::IfNotPresent, vec![])).await;
     assert!(refused_by_the_registry(&b), "{b:?}");

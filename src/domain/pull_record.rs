@@ -94,9 +94,13 @@ pub struct PulledRecord {
 /// Returns the record to store and whether anything changed.
 ///
 /// - No record yet: a new record, with `creds` under `repo` as given (not
-///   sorted) unless they are empty (a record with no credentials: tracked,
-///   every pod must verify).
-/// - Empty `creds`: no change.
+///   sorted), a hollow entry (no pod shown) when they are empty; with no
+///   `repo` either, a record without a mapping (tracked, every name of
+///   the image counts as pulled by imaged, every pod must verify).
+/// - Empty `creds`: a hollow entry under `repo` when it has none and the
+///   record names repositories (a pull that proved nothing still made the
+///   name imaged's: every pod of it must verify, kubernetes/kubernetes#138175
+///   aside); otherwise no change.
 /// - No mapping for `repo`: added, as given.
 /// - The mapping is node-accessible already: no change.
 /// - `creds` node-accessible: the mapping becomes node-accessible, lists cleared.
@@ -117,14 +121,20 @@ pub fn merge_pulled(
 ) -> (PulledRecord, bool) {
     let Some(existing) = existing else {
         let mut credential_mapping = BTreeMap::new();
-        if !creds.is_empty() {
+        if !creds.is_empty() || !repo.is_empty() {
             credential_mapping.insert(repo.to_string(), creds.clone());
         }
         return (PulledRecord { last_updated_time: now, image_ref: image_ref.to_string(), credential_mapping }, true);
     };
     let mut record = existing.clone();
     if creds.is_empty() {
-        return (record, false);
+        // A record without a mapping already counts every name as imaged's.
+        if repo.is_empty() || record.credential_mapping.is_empty() || record.credential_mapping.contains_key(repo) {
+            return (record, false);
+        }
+        record.credential_mapping.insert(repo.to_string(), creds.clone());
+        record.last_updated_time = now;
+        return (record, true);
     }
     let changed = match record.credential_mapping.get_mut(repo) {
         None => {

@@ -1,5 +1,5 @@
 //! The records' housekeeping outside a pull: at start, intents a crash
-//! left become records without credentials ([`PullRecords::recover_intents`]);
+//! left become record entries without credentials ([`PullRecords::recover_intents`]);
 //! after each image GC run, records of images the runtime no longer has are
 //! pruned ([`PullRecords::prune_unknown_records`]).
 
@@ -19,8 +19,10 @@ mod tests;
 
 impl PullRecords {
     /// The kubelet's `initialize`: every stored intent whose image is one of
-    /// `images`' tags or digests (compared normalised) becomes a record with
-    /// no credentials for that image, and the intent is deleted, in one
+    /// `images`' tags or digests (compared normalised) becomes an entry
+    /// with no credentials under its repository in that image's record (a
+    /// hollow one, unless the repository has an entry; in a new record if
+    /// need be), and the intent is deleted, in one
     /// transaction. Returns how many intents were recovered. Call once at
     /// start, before ensuring images.
     pub async fn recover_intents(&self, images: &[Image]) -> Result<usize, StoreError> {
@@ -38,14 +40,19 @@ impl PullRecords {
                 if !intents.contains(&key) || w.delete_intents.contains(&key) {
                     continue;
                 }
+                // Under the intent's own repository (a hollow entry): a
+                // record of the image under another name must not leave
+                // this one preloaded (kubernetes/kubernetes#138175 aside).
+                let repo = super::image_repo(name).unwrap_or_default();
                 w.delete_intents.push(key);
-                if !records.contains_key(&image.id) {
-                    let existing = self.state().records.get(&image.id).cloned();
-                    let (record, changed) =
-                        merge_pulled(existing.as_deref(), &image.id, "", &ImagePullCredentials::default(), now);
-                    if changed {
-                        records.insert(image.id.clone(), record);
-                    }
+                let existing = records
+                    .get(&image.id)
+                    .cloned()
+                    .or_else(|| self.state().records.get(&image.id).map(|r| PulledRecord::clone(r)));
+                let (record, changed) =
+                    merge_pulled(existing.as_ref(), &image.id, &repo, &ImagePullCredentials::default(), now);
+                if changed {
+                    records.insert(image.id.clone(), record);
                 }
             }
         }

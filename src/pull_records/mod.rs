@@ -59,18 +59,18 @@
 //! name's next pull its write, never its intent. A crash leaves kept
 //! intents on disk, and the next start cannot tell them from a pull that
 //! was running (the skipped write is the point): it recovers them as any.
-//! A name whose image is the one imaged pulled changes nothing (an empty
-//! mapping merges into its record). Otherwise the change is the one a
-//! crash mid-pull always made, now for every name pulled since the last
-//! prune: an image of the name brought outside imaged since gets a record
-//! without credentials (its other names too lose their preloaded
-//! standing), and a name whose image is gone keeps an intent, counting as
-//! pulled by imaged until its next pull ends. Pods pull more, never less.
+//! A name whose image is the one imaged pulled changes nothing (its entry
+//! is there). Otherwise the change is the one a crash mid-pull always
+//! made, now for every name pulled since the last prune: the image's
+//! record gets a hollow entry (no pod shown) under the name's repository,
+//! and a name whose image is gone keeps an intent, counting as pulled by
+//! imaged until its next pull ends. Pods pull more, never less.
 //!
 //! At start, [`PullRecords::open`] loads the store, and
 //! [`PullRecords::recover_intents`] turns intents left by a crash into
-//! records *without credentials* for images the runtime has (every pod must
-//! then pull to use them); intents for absent images stay, so the images
+//! entries *without credentials* (hollow, under the intent's repository)
+//! in the records of images the runtime has (every pod must then pull to
+//! use them under that name); intents for absent images stay, so the images
 //! still count as pulled by imaged. After each image GC run the GC executor
 //! calls [`PullRecords::prune_unknown_records`] with the time the run
 //! started, read from [`PullRecords::clock`]: records are stamped with that
@@ -148,8 +148,10 @@ impl State {
     /// Whether imaged pulled the image `image_ref` under this name
     /// (`image_key`, normalised repository `repo`): a pull of the name is in
     /// flight or left an intent, or the image's record is unreadable, has
-    /// no mapping at all (recovered from an intent: which names is not
-    /// known), or has one for this repository.
+    /// no mapping at all (written before recovered intents named their
+    /// repository: which names is not known), or has one for this
+    /// repository (a hollow one too: recovered, or a pull that proved
+    /// nothing).
     ///
     /// The kubelet (1.35, 1.36) asks only whether *a* record exists for the
     /// image id, so a pull of the same image under another repository (the

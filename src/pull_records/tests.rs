@@ -44,15 +44,29 @@ fn merge_into_no_record_creates_one_and_empty_creds_make_an_empty_mapping() {
 
     let (r, changed) = merge_pulled(None, REF, REPO, &ImagePullCredentials::default(), t(5));
     assert!(changed, "a record without credentials is still a record");
-    assert!(r.credential_mapping.is_empty());
+    assert_eq!(r.credential_mapping[REPO], ImagePullCredentials::default(), "a hollow entry names the repository");
+    let (r, changed) = merge_pulled(None, REF, "", &ImagePullCredentials::default(), t(5));
+    assert!(changed);
+    assert!(r.credential_mapping.is_empty(), "no repository: no mapping");
 }
 
 #[test]
-fn merge_of_empty_creds_changes_nothing() {
+fn merge_of_empty_creds_adds_only_a_missing_hollow_entry() {
     let existing = record_with(ImagePullCredentials::secret(secret("ns", "a", "u1", "h1")));
     let (r, changed) = merge_pulled(Some(&existing), REF, REPO, &ImagePullCredentials::default(), t(500));
-    assert!(!changed);
+    assert!(!changed, "the repository has an entry");
     assert_eq!(r, existing);
+    let (r, changed) =
+        merge_pulled(Some(&existing), REF, "example.com/other", &ImagePullCredentials::default(), t(500));
+    assert!(changed, "another repository gets a hollow entry");
+    assert_eq!(r.credential_mapping["example.com/other"], ImagePullCredentials::default());
+    assert_eq!(r.credential_mapping[REPO], existing.credential_mapping[REPO]);
+    assert_eq!(r.last_updated_time, t(500));
+    let unmapped = merge_pulled(None, REF, "", &ImagePullCredentials::default(), t(5)).0;
+    assert!(
+        !merge_pulled(Some(&unmapped), REF, REPO, &ImagePullCredentials::default(), t(500)).1,
+        "every name already"
+    );
 }
 
 #[test]
@@ -591,10 +605,14 @@ async fn a_name_imaged_never_pulled_keeps_its_preloaded_standing() {
     preloaded.record_image_pulled(X, REF, &y_secret).await.unwrap();
     intent.disarm();
     assert!(preloaded.must_attempt_pull(X, REF, pod(vec![])).await.unwrap(), "X pulled with a secret");
-    // A record without any mapping (recovered from an intent): every name is imaged's.
-    let recovered = PullRecords::in_memory(VerifyPolicy::default());
-    recovered.record_image_pulled(IMAGE, REF, &ImagePullCredentials::default()).await.unwrap();
-    assert!(recovered.must_attempt_pull(X, REF, pod(vec![])).await.unwrap());
+    // A pull that proved nothing (a token through the front) makes its
+    // name imaged's though the image has a record under Y.
+    let token = PullRecords::in_memory(VerifyPolicy::default());
+    token.record_image_pulled(IMAGE, REF, &y_secret).await.unwrap();
+    let intent = token.begin_pull(X).await.unwrap();
+    token.record_image_pulled(X, REF, &ImagePullCredentials::default()).await.unwrap();
+    intent.disarm();
+    assert!(token.must_attempt_pull(X, REF, pod(vec![])).await.unwrap(), "X pulled with a token");
     // AlwaysVerify exempts nothing.
     let strict = PullRecords::in_memory(VerifyPolicy::new(VerificationPolicy::AlwaysVerify));
     strict.record_image_pulled(IMAGE, REF, &y_secret).await.unwrap();

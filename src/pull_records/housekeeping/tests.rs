@@ -47,7 +47,8 @@ async fn recovery_turns_matched_intents_into_records_without_credentials() {
     assert_eq!(r.recover_intents(&images).await.unwrap(), 1);
     assert_eq!(r.stored_intents(), ["example.com/gone:1"], "an intent for an absent image stays");
     let rec = r.record(REF).expect("record without credentials");
-    assert!(rec.credential_mapping.is_empty());
+    let hollow: Vec<_> = rec.credential_mapping.iter().map(|(repo, c)| (repo.as_str(), c.is_empty())).collect();
+    assert_eq!(hollow, [("example.com/private", true)], "a hollow entry under the intent's repository");
     // A pod without credentials must pull it; so must one with a secret.
     assert!(r.must_attempt_pull(IMAGE, REF, pod(vec![])).await.unwrap());
     assert!(r.must_attempt_pull(IMAGE, REF, pod(vec![secret("ns", "a", "u1", "h1")])).await.unwrap());
@@ -262,10 +263,16 @@ async fn kept_intents_go_at_a_graceful_stop_and_after_a_kill_are_recovered_as_an
     // whose secret pulled it still uses it without pulling.
     assert!(!r.must_attempt_pull(IMAGE, REF, pod(vec![a])).await.unwrap());
     assert!(r.must_attempt_pull(IMAGE, REF, pod(vec![])).await.unwrap());
-    // The outside image counts as pulled by imaged, under every name: pods pull it.
-    assert!(r.record(outside).is_some_and(|rec| rec.credential_mapping.is_empty()));
+    // The outside image counts as pulled by imaged under the recovered
+    // name (a hollow entry: pods pull it); its own name, which imaged
+    // never pulled, stays preloaded (kubernetes/kubernetes#138175).
+    let entries = r.record(outside).map(|rec| rec.credential_mapping.clone()).unwrap_or_default();
+    assert_eq!(
+        entries.into_iter().collect::<Vec<_>>(),
+        [("example.com/private".to_string(), ImagePullCredentials::default())]
+    );
     assert!(r.must_attempt_pull(other, outside, pod(vec![])).await.unwrap());
-    assert!(r.must_attempt_pull("example.com/preloaded:1", outside, pod(vec![])).await.unwrap());
+    assert!(!r.must_attempt_pull("example.com/preloaded:1", outside, pod(vec![])).await.unwrap());
 }
 
 #[tokio::test]
@@ -320,4 +327,42 @@ async fn a_stop_dropped_while_it_deletes_the_kept_intents_leaves_the_next_pull_w
     // Memory did not keep the intent it deleted: the next pull writes one.
     r.record_pull_intent(IMAGE).await.unwrap();
     assert_eq!(on_disk(&st), [IMAGE], "no pull without its intent on disk");
+}
+
+#[tokio::test]
+async fn a_recovered_name_must_pull_though_its_image_has_a_record_under_another_name() {
+    // A mirror: the same image id, recorded under Y with a secret.
+    const Y: &str = "mirror.example.com/private:1";
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+        r.record_pull_intent(Y).await.unwrap();
+        r.record_image_pulled(Y, REF, &ImagePullCredentials::secret(secret("ns", "y", "u1", "h1"))).await.unwrap();
+        r.record_pull_intent(IMAGE).await.unwrap();
+        // "Crash": IMAGE's pull brought REF, its record was never written
+        // (Y's kept intent is left too).
+    }
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    let images =
+        [crate::domain::Image { id: REF.into(), repo_tags: vec![IMAGE.into(), Y.into()], ..Default::default() }];
+    assert_eq!(r.recover_intents(&images).await.unwrap(), 2);
+    assert!(
+        r.must_attempt_pull(IMAGE, REF, pod(vec![])).await.unwrap(),
+        "a pod without credentials must pull the recovered name, not take it for preloaded"
+    );
+    let ys = r.record(REF).unwrap().credential_mapping["mirror.example.com/private"].clone();
+    assert_eq!(ys, ImagePullCredentials::secret(secret("ns", "y", "u1", "h1")), "Y's entry as it was");
+
+    // With no record of the image before, a later pull of Y with a secret
+    // must not hand the recovered name back its preloaded standing.
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+        r.record_pull_intent(IMAGE).await.unwrap();
+    }
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    assert_eq!(r.recover_intents(&images).await.unwrap(), 1);
+    r.record_pull_intent(Y).await.unwrap();
+    r.record_image_pulled(Y, REF, &ImagePullCredentials::secret(secret("ns", "y", "u1", "h1"))).await.unwrap();
+    assert!(r.must_attempt_pull(IMAGE, REF, pod(vec![])).await.unwrap());
 }
