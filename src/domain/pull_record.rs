@@ -127,14 +127,12 @@ pub fn merge_pulled(
         return (PulledRecord { last_updated_time: now, image_ref: image_ref.to_string(), credential_mapping }, true);
     };
     let mut record = existing.clone();
-    if creds.is_empty() {
-        // A record without a mapping already counts every name as imaged's.
-        if repo.is_empty() || record.credential_mapping.is_empty() || record.credential_mapping.contains_key(repo) {
-            return (record, false);
-        }
-        record.credential_mapping.insert(repo.to_string(), creds.clone());
-        record.last_updated_time = now;
-        return (record, true);
+    // Empty `creds` add only a missing hollow entry (below); a record
+    // without a mapping already counts every name as imaged's.
+    if creds.is_empty()
+        && (repo.is_empty() || record.credential_mapping.is_empty() || record.credential_mapping.contains_key(repo))
+    {
+        return (record, false);
     }
     let changed = match record.credential_mapping.get_mut(repo) {
         None => {
