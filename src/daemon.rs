@@ -56,6 +56,7 @@ pub fn abort_on_panic() {
 /// actors.md ("The daemon") describe: keep them in step.
 pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Result<(), AppError> {
     abort_on_panic();
+    raise_fd_limit();
     let mut signals = Signals::install()?;
     let daemon = cfg.daemon.clone();
     // One registry for every component (a loaded Config already shares one).
@@ -243,6 +244,24 @@ impl Signals {
         let term = signal(SignalKind::terminate()).map_err(|e| AppError::Other(format!("SIGTERM handler: {e}")))?;
         let hup = signal(SignalKind::hangup()).map_err(|e| AppError::Other(format!("SIGHUP handler: {e}")))?;
         Ok(Self { term, hup })
+    }
+}
+
+/// Raises the soft limit on open descriptors to the hard one, as Go
+/// programs (containerd, the kubelet) do at start. systemd's default soft
+/// limit is 1024: a busy node's connections (the kubelet's, imagectl's,
+/// scrapers', the runtime's) and the state files share it, and the CRI
+/// front cannot accept once it is reached. Children (credential plugins)
+/// inherit the raised limit.
+fn raise_fd_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => info!(from = soft, to = hard, "raised the open-file limit"),
+            Err(e) => warn!(soft, hard, error = %e, "cannot raise the open-file limit"),
+        },
+        Ok(_) => {}
+        Err(e) => warn!(error = %e, "cannot read the open-file limit"),
     }
 }
 

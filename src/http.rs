@@ -215,18 +215,123 @@ pub fn router(metrics: Metrics, health: Health) -> Router {
         .with_state(AppState { metrics, health })
 }
 
+/// What one client may hold of the HTTP listener.
+///
+/// Any local user or `hostNetwork` pod can reach the metrics port: without
+/// these bounds, a thousand connections that send nothing would hold a
+/// thousand of the daemon's descriptors for ever, and the CRI front and the
+/// API socket, which share them, could no longer accept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// Connections served at once; one more is closed as soon as it is
+    /// accepted (a scraper holds one).
+    pub max_connections: usize,
+    /// How long a connection may take to send a request's headers, counted
+    /// from when the server waits for them: an idle keep-alive connection
+    /// is closed after this too.
+    pub header_read_timeout: Duration,
+    /// How long shutdown waits for requests in progress.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 64,
+            header_read_timeout: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(5),
+        }
+    }
+}
+
+/// How long an accept loop rests after `accept` fails (out of descriptors:
+/// `EMFILE`), rather than spinning on the error.
+pub const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
 /// Serves [`router`] on `listener` until `shutdown` resolves, then lets
-/// requests in progress finish.
+/// requests in progress finish, within [`HttpLimits::default`].
 pub async fn serve_http(
     listener: TcpListener,
     metrics: Metrics,
     health: Health,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_http_with(HttpLimits::default(), listener, metrics, health, shutdown).await
+}
+
+/// [`serve_http`] within `limits`.
+pub async fn serve_http_with(
+    limits: HttpLimits,
+    listener: TcpListener,
+    metrics: Metrics,
+    health: Health,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use tower::ServiceExt as _;
+
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
     }
-    axum::serve(listener, router(metrics, health)).with_graceful_shutdown(shutdown).await
+    let app = router(metrics, health);
+    let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
+    let mut over_cap = Warned::default();
+    let mut accept_failed = Warned::default();
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    if accept_failed.first() {
+                        tracing::warn!(error = %e, "metrics listener: accept failed; retrying");
+                    }
+                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            if over_cap.first() {
+                tracing::warn!(
+                    max = limits.max_connections,
+                    "metrics listener: connection limit reached; closing new connections until one ends"
+                );
+            }
+            drop(stream);
+            continue;
+        };
+        if permits.available_permits() > 0 {
+            over_cap = Warned::default();
+        }
+        accept_failed = Warned::default();
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |req| app.clone().oneshot(req));
+        let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            // A client that goes away mid-request is its own business.
+            let _ = conn.await;
+            drop(permit);
+        });
+    }
+    drop(listener);
+    // Idle connections close at once; requests in progress get the grace.
+    let _ = tokio::time::timeout(limits.shutdown_grace, graceful.shutdown()).await;
+    Ok(())
+}
+
+/// Logs a condition once per episode, not once per connection.
+#[derive(Default)]
+struct Warned(bool);
+
+impl Warned {
+    fn first(&mut self) -> bool {
+        !std::mem::replace(&mut self.0, true)
+    }
 }
 
 async fn metrics_handler(State(s): State<AppState>, headers: axum::http::HeaderMap) -> Response {

@@ -615,6 +615,38 @@ fn metrics_and_health_are_served_next_to_the_api() {
 }
 
 #[test]
+fn idle_connections_to_the_metrics_port_cannot_take_the_descriptors_the_api_needs() {
+    // A low limit, as a unit without LimitNOFILE= gets (1024), scaled down:
+    // 400 connections that send nothing are more than the daemon has.
+    let mut d = Daemon::start_with_open_file_limit(&[], 160);
+    let addr: std::net::SocketAddr = d.http_addr().parse().expect("address");
+    let idle: Vec<std::net::TcpStream> =
+        (0..400).filter_map(|_| std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()).collect();
+    assert!(idle.len() >= 300, "the kernel queues what imaged closes: {}", idle.len());
+    // The API socket still accepts, and works.
+    let out = d.imagectl(&["ensure", "busybox:1.36", "--pod-uid", "fd1"]);
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", stderr(&out), d.log());
+    assert!(d.running());
+    d.wait_for_log("connection limit reached", Duration::from_secs(10), "the cap is logged");
+    drop(idle);
+    // Freed places serve a scrape again.
+    let base = format!("http://{addr}");
+    rt().block_on(async {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let r = reqwest::Client::new().get(format!("{base}/healthz")).timeout(Duration::from_secs(2)).send().await;
+            if matches!(&r, Ok(r) if r.status() == 200) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "healthz after the idle connections went: {r:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let warnings = d.log().matches("connection limit reached").count();
+    assert!(warnings <= 3, "a warning per episode, not per connection: {warnings}");
+}
+
+#[test]
 fn a_fault_plan_file_injects_failures_and_a_panic_ends_the_daemon_loudly() {
     use std::os::unix::process::ExitStatusExt;
     let dir = tempfile::tempdir().expect("dir");

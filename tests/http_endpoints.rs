@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use imaged::http::{Health, serve_http};
+use imaged::http::{Health, HttpLimits, serve_http, serve_http_with};
 use imaged::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE};
 use imaged::testing::Scrape;
 use tokio::net::TcpListener;
@@ -24,6 +24,33 @@ async fn serve(metrics: Metrics, health: Health) -> Server {
         let _ = rx.await;
     }));
     Server { base: format!("http://{addr}"), stop: Some(tx), task }
+}
+
+async fn serve_within(limits: HttpLimits) -> (Server, std::net::SocketAddr) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (tx, rx) = oneshot::channel::<()>();
+    let health = Health::new();
+    health.set_ready();
+    let task = tokio::spawn(serve_http_with(limits, listener, Metrics::new(), health, async move {
+        let _ = rx.await;
+    }));
+    (Server { base: format!("http://{addr}"), stop: Some(tx), task }, addr)
+}
+
+/// Reads until the server closes `conn` (or it resets): how long it took,
+/// `None` when it stays open past `within`.
+async fn closed_within(conn: &mut tokio::net::TcpStream, within: Duration) -> Option<Duration> {
+    use tokio::io::AsyncReadExt;
+    let start = std::time::Instant::now();
+    let mut buf = [0u8; 1024];
+    loop {
+        match tokio::time::timeout(within.saturating_sub(start.elapsed()), conn.read(&mut buf)).await {
+            Err(_) => return None,
+            Ok(Ok(0) | Err(_)) => return Some(start.elapsed()),
+            Ok(Ok(_)) => {}
+        }
+    }
 }
 
 /// What Prometheus 2.x sends when it scrapes (its default scrape protocols).
@@ -343,4 +370,59 @@ async fn readyz_says_the_runtime_is_unreachable_while_it_is_down_and_healthz_sta
     assert!(!body.contains("cri_runtime"), "{body}");
     probe.abort();
     server.stop().await;
+}
+
+#[tokio::test]
+async fn a_connection_that_sends_nothing_is_closed_after_the_header_read_timeout() {
+    let limits = HttpLimits { header_read_timeout: Duration::from_millis(300), ..HttpLimits::default() };
+    let (server, addr) = serve_within(limits).await;
+    let mut idle = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let took = closed_within(&mut idle, Duration::from_secs(10)).await.expect("the idle connection is closed");
+    assert!(took >= Duration::from_millis(250), "not before the timeout: {took:?}");
+
+    // A keep-alive connection that goes quiet after a request is closed too.
+    use tokio::io::AsyncWriteExt;
+    let mut kept = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.expect("write");
+    assert!(closed_within(&mut kept, Duration::from_secs(10)).await.is_some(), "the quiet keep-alive is closed");
+    assert_eq!(server.get("/healthz").await.0, 200, "still serving");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn connections_past_the_limit_are_closed_and_the_served_ones_still_answer() {
+    let limits =
+        HttpLimits { max_connections: 3, header_read_timeout: Duration::from_secs(60), ..HttpLimits::default() };
+    let (server, addr) = serve_within(limits).await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(tokio::net::TcpStream::connect(addr).await.expect("connect"));
+    }
+    // The server has taken all three (a served connection stays open).
+    for c in &mut held {
+        assert_eq!(closed_within(c, Duration::from_millis(200)).await, None, "a served connection stays open");
+    }
+    let mut over = tokio::net::TcpStream::connect(addr).await.expect("the kernel accepts it");
+    assert!(closed_within(&mut over, Duration::from_secs(10)).await.is_some(), "one past the limit is closed at once");
+
+    // One ends: its place is free for a scrape.
+    held.pop();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let answered = tokio::time::timeout(
+            Duration::from_secs(2),
+            reqwest::Client::new().get(format!("{}/healthz", server.base)).send(),
+        )
+        .await;
+        if matches!(&answered, Ok(Ok(r)) if r.status() == 200) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "a freed place serves a scrape: {answered:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Shutdown closes the idle ones and ends promptly.
+    server.stop().await;
+    for c in &mut held {
+        assert!(closed_within(c, Duration::from_secs(5)).await.is_some(), "closed at shutdown");
+    }
 }

@@ -157,9 +157,61 @@ impl ApiSocket {
     }
 
     /// The connections to serve (once).
-    pub fn incoming(&mut self) -> Result<tokio_stream::wrappers::UnixListenerStream, AppError> {
+    pub fn incoming(&mut self) -> Result<Incoming, AppError> {
         let listener = self.listener.take().ok_or_else(|| AppError::Other(format!("{} already served", self.name)))?;
-        Ok(tokio_stream::wrappers::UnixListenerStream::new(listener))
+        Ok(Incoming::new(listener, self.name.to_string()))
+    }
+}
+
+/// The connections a unix listener accepts, as tonic serves them, resting
+/// [`crate::http::ACCEPT_ERROR_PAUSE`] after a failed accept. tonic skips a
+/// failed accept and asks at once for the next: out of descriptors
+/// (`EMFILE`), the listener stays readable and the server would spin on
+/// the error, taking a core, until a descriptor is freed.
+pub struct Incoming {
+    listener: UnixListener,
+    name: String,
+    pause: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    warned: bool,
+}
+
+impl Incoming {
+    /// Connections of `listener`, named `name` in the one warning per
+    /// episode of failed accepts.
+    pub fn new(listener: UnixListener, name: String) -> Self {
+        Self { listener, name, pause: None, warned: false }
+    }
+}
+
+impl tokio_stream::Stream for Incoming {
+    type Item = std::io::Result<tokio::net::UnixStream>;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        if let Some(pause) = &mut this.pause {
+            if pause.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            this.pause = None;
+        }
+        match this.listener.poll_accept(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok((stream, _))) => {
+                this.warned = false;
+                Poll::Ready(Some(Ok(stream)))
+            }
+            Poll::Ready(Err(e)) => {
+                if !std::mem::replace(&mut this.warned, true) {
+                    tracing::warn!(socket = %this.name, error = %e, "accept failed; retrying");
+                }
+                this.pause = Some(Box::pin(tokio::time::sleep(crate::http::ACCEPT_ERROR_PAUSE)));
+                Poll::Ready(Some(Err(e)))
+            }
+        }
     }
 }
 

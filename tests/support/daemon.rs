@@ -22,6 +22,12 @@ impl Daemon {
         Self::spawn(env!("CARGO_BIN_EXE_imaged").as_ref(), args, None)
     }
 
+    /// [`Daemon::start`] with `RLIMIT_NOFILE` set to `limit` (soft and
+    /// hard), as a unit's `LimitNOFILE=` would.
+    pub fn start_with_open_file_limit(args: &[&str], limit: u64) -> Daemon {
+        Self::spawn_limited(env!("CARGO_BIN_EXE_imaged").as_ref(), args, None, Some(limit))
+    }
+
     /// [`Daemon::start`] of another `imaged` binary (a bench comparing builds).
     pub fn start_binary(bin: &std::ffi::OsStr, args: &[&str]) -> Daemon {
         Self::spawn(bin, args, None)
@@ -35,6 +41,15 @@ impl Daemon {
     }
 
     fn spawn(bin: &std::ffi::OsStr, args: &[&str], passed: Option<&std::os::unix::net::UnixListener>) -> Daemon {
+        Self::spawn_limited(bin, args, passed, None)
+    }
+
+    fn spawn_limited(
+        bin: &std::ffi::OsStr,
+        args: &[&str],
+        passed: Option<&std::os::unix::net::UnixListener>,
+        open_files: Option<u64>,
+    ) -> Daemon {
         use nix::fcntl::{FcntlArg, FdFlag, fcntl};
         use std::os::fd::AsRawFd;
         // Short path: unix socket paths are limited to ~100 bytes.
@@ -57,6 +72,17 @@ impl Daemon {
                 c
             }
         };
+        if let Some(limit) = open_files {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit is async-signal-safe, and the closure
+            // touches nothing else of the parent between fork and exec.
+            unsafe {
+                command.pre_exec(move || {
+                    nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, limit, limit)
+                        .map_err(std::io::Error::from)
+                });
+            }
+        }
         let child = command
             .env_remove("RUST_LOG")
             .arg("--set")
