@@ -97,6 +97,10 @@ pub struct CriFront {
     /// preloaded one by imaged's own ensures (attached by
     /// [`with_pull_records`](Self::with_pull_records)).
     records: Option<PullRecords>,
+    /// The node's flag: once it turns false (the daemon drains at
+    /// shutdown), a new `PullImage` is refused `Unavailable` (attached by
+    /// [`with_accepting`](Self::with_accepting)).
+    accepting: Option<Arc<AtomicBool>>,
 }
 
 /// The in-use hints a front tells, and the clock their times are read on
@@ -338,7 +342,18 @@ impl CriFront {
             offers: SizeOffers::default(),
             hints: None,
             records: None,
+            accepting: None,
         }
+    }
+
+    /// The same front refusing new pulls once `accepting` turns false, as
+    /// the node refuses new ensures: the kubelet is told `Unavailable`
+    /// "imaged is shutting down" and retries (against the next imaged,
+    /// when systemd holds the socket), where a pull taken now would stretch
+    /// the drain and be abandoned at its end. Reads and removes are still
+    /// forwarded.
+    pub fn with_accepting(self, accepting: Arc<AtomicBool>) -> Self {
+        Self { accepting: Some(accepting), ..self }
     }
 
     /// The same front keeping KEP-2535 `records` of the kubelet's pulls, as
@@ -902,6 +917,12 @@ impl ImageFront for CriFront {
         // memory"). The rare fallback's state is boxed, the request is sent
         // now (not kept in the future beside the send), and only a call
         // with a deadline carries its timer.
+        if self.accepting.as_ref().is_some_and(|a| !a.load(Ordering::Acquire)) {
+            return Box::pin(std::future::ready(Err(CriError::new(
+                CriErrorKind::RuntimeUnavailable,
+                "imaged is shutting down",
+            ))));
+        }
         let deadline = call.deadline;
         let normalized = crate::domain::reference::parse_normalized_named(&call.image.image).map(|n| n.docker_ref());
         let fallback = self.falls_back(&call, normalized.as_deref().ok()).then(|| {
@@ -1086,6 +1107,7 @@ impl CriFront {
                 gc.borrow().min_age,
             )
             .with_pull_records(node.manager().pull_records().clone())
+            .with_accepting(node.accepting_flag())
             .with_remove_followers(RemoveFollowers {
                 records: Some(node.manager().pull_records().clone()),
                 image_list: Some(node.gc().refresher.clone().recipient()),

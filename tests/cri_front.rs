@@ -448,6 +448,21 @@ async fn the_first_fs_info_waits_for_a_runtime_not_answering_yet_and_later_ones_
     assert_eq!(err.code(), Code::Unavailable, "later calls fail at once: {err:?}");
 }
 
+#[actix::test]
+async fn a_pull_once_the_node_stops_accepting_is_refused_unavailable_and_reads_still_answer() {
+    let f = Front::start("").await;
+    let mut client = f.client.clone();
+    client.pull_image(pull("docker.io/library/busybox:1.36")).await.expect("pulls while accepting");
+
+    f.node.stop_accepting();
+    let err = client.pull_image(pull("docker.io/library/nginx:1.25")).await.expect_err("refused while draining");
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert_eq!(err.message(), "imaged is shutting down");
+    assert_eq!(f.runtime_pulls(), 1, "the refused pull never reached the runtime");
+    assert_eq!(f.status("docker.io/library/nginx:1.25").await, None, "reads are still forwarded");
+    assert!(f.status("docker.io/library/busybox:1.36").await.is_some());
+}
+
 fn remove(image: &str) -> pb::RemoveImageRequest {
     pb::RemoveImageRequest { image: Some(spec(image)) }
 }

@@ -431,6 +431,12 @@ impl Node {
         if self.accepting() { Ok(()) } else { Err(NodeError::ShuttingDown) }
     }
 
+    /// The flag [`accepting`](Self::accepting) reads, for a server in
+    /// front of the node that must refuse new work with it (the CRI front).
+    pub(crate) fn accepting_flag(&self) -> Arc<AtomicBool> {
+        self.accepting.clone()
+    }
+
     /// Marks the node as not accepting (new ensures and GC runs are refused
     /// with [`NodeError::ShuttingDown`]) without waiting. `shutdown` does
     /// this first; a daemon calls it as soon as a signal arrives.
