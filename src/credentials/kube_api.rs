@@ -386,10 +386,11 @@ impl ServiceAccountTokenSource for KubeApi {
                 .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string()))).collect())
                 .unwrap_or_default();
             let info = ServiceAccountInfo { uid, annotations };
-            self.accounts
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .insert(key, (info.clone(), Instant::now()));
+            let mut accounts = self.accounts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            // Stale entries go as new ones come: the cache holds what was
+            // read within the TTL, not every account ever asked for.
+            accounts.retain(|_, (_, at)| at.elapsed() < SERVICE_ACCOUNT_TTL);
+            accounts.insert(key, (info.clone(), Instant::now()));
             Ok(info)
         })
     }
@@ -421,11 +422,14 @@ impl ServiceAccountTokenSource for KubeApi {
                 .and_then(|t| humantime::parse_rfc3339(t).ok())
                 .and_then(|exp| exp.duration_since(SystemTime::now()).ok());
             if let Some(lifetime) = lifetime {
-                let refresh_at = Instant::now() + lifetime.mul_f64(0.8);
-                self.tokens
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .insert(request.clone(), (token.clone(), refresh_at));
+                let now = Instant::now();
+                let mut tokens = self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                // Keyed by pod: tokens past their refresh time (pods gone,
+                // or renewed under this key now) go as new ones come, so
+                // the cache holds the node's live pods' tokens, not every
+                // pod's since the start.
+                tokens.retain(|_, (_, refresh_at)| now < *refresh_at);
+                tokens.insert(request.clone(), (token.clone(), now + lifetime.mul_f64(0.8)));
             }
             Ok(token)
         })

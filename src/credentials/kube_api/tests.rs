@@ -50,7 +50,9 @@ async fn mint(
     }
     let n = s.minted.fetch_add(1, Ordering::SeqCst);
     let pod = json["spec"]["boundObjectRef"]["uid"].as_str().unwrap_or_default();
-    let exp = humantime::format_rfc3339_seconds(SystemTime::now() + Duration::from_secs(3600));
+    // "brief" accounts get tokens that expire within two seconds.
+    let lifetime = if name == "brief" { Duration::from_secs(2) } else { Duration::from_secs(3600) };
+    let exp = humantime::format_rfc3339_seconds(SystemTime::now() + lifetime);
     let body = serde_json::json!({
         "kind": "TokenRequest",
         "status": {"token": format!("minted-{pod}-{n}"), "expirationTimestamp": exp.to_string()},
@@ -118,6 +120,23 @@ async fn service_accounts_are_read_and_tokens_minted_bound_to_the_pod_and_cached
         })
     );
     assert_eq!(server.auth.lock().unwrap()[0], "Bearer node-credential", "tokenFile, trimmed");
+}
+
+#[tokio::test]
+async fn tokens_past_their_refresh_time_leave_the_cache_as_new_ones_come() {
+    let (server, url) = stand_in().await;
+    let dir = tempfile::tempdir().unwrap();
+    let api = KubeApi::from_kubeconfig(&kubeconfig(dir.path(), &url, "    token: node-credential\n")).expect("loads");
+    for pod in ["gone-1", "gone-2", "gone-3"] {
+        api.token(&request(pod, "brief")).await.expect("minted");
+    }
+    assert_eq!(api.tokens.lock().unwrap().len(), 3);
+    // Their refresh time (80% of at most two seconds) passes.
+    tokio::time::sleep(Duration::from_millis(1700)).await;
+    api.token(&request("live", "builder")).await.expect("minted");
+    let cached: Vec<String> = api.tokens.lock().unwrap().keys().map(|r| r.pod_uid.clone()).collect();
+    assert_eq!(cached, ["live"], "only the live pod's token is kept");
+    assert_eq!(server.minted.load(Ordering::SeqCst), 4);
 }
 
 #[tokio::test]
