@@ -205,8 +205,10 @@ impl ReadCache {
             *entries = ReadEntries::default();
         }
         entries.bytes += size;
+        let key_len = key.1.len();
         if let Some(old) = entries.by_request.insert(key, ReadEntry { changes, read_at, answer: answer.clone() }) {
-            entries.bytes = entries.bytes.saturating_sub(old.answer.len());
+            // The same key: counted once.
+            entries.bytes = entries.bytes.saturating_sub(key_len + old.answer.len());
         }
     }
 }
@@ -479,13 +481,16 @@ impl CriFront {
     /// it), then forwarded; once removed, the pull records and the node's
     /// image list let it go.
     fn remove(&self, body: Bytes, deadline: Option<Duration>) -> FrontFuture<Bytes> {
-        let spec: ImageSpec = match crate::cri::wire::peek::<pb::RemoveImageRequest>(&body) {
+        let spec: ImageSpec = match <pb::RemoveImageRequest as prost::Message>::decode(&body[..]) {
             Ok(req) => req.image.map(Into::into).unwrap_or_default(),
             Err(e) => {
                 let e = CriError::new(CriErrorKind::InvalidArgument, format!("RemoveImageRequest: {e}"));
                 return Box::pin(std::future::ready(Err(e)));
             }
         };
+        if let Err(e) = crate::cri::server::image_named("RemoveImageRequest", &spec) {
+            return Box::pin(std::future::ready(Err(e)));
+        }
         let reader = self.reader.clone();
         let refuse = self.refuse_remove_pinned.then(|| self.pins.now());
         let in_use = self.hints.clone().filter(|_| self.refuse_remove_in_use);

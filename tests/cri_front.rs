@@ -420,6 +420,49 @@ async fn an_empty_image_is_refused_with_invalid_argument() {
 }
 
 #[actix::test]
+async fn an_image_name_over_4096_bytes_is_refused_before_any_event_or_pull() {
+    let f = Front::start("").await;
+    use actix::Actor as _;
+    let events = imaged::testing::EventLog::default().start();
+    f.node.manager().events().subscribe(events.clone().recipient());
+    let long = format!("docker.io/library/{}:1", "a".repeat(5000));
+    let err = f.client.clone().pull_image(pull(&long)).await.expect_err("refused");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert_eq!(err.message(), "PullImageRequest.image.image is longer than 4096 bytes");
+    let err = f.client.clone().remove_image(remove(&long)).await.expect_err("refused");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert_eq!(err.message(), "RemoveImageRequest.image.image is longer than 4096 bytes");
+    assert_eq!(f.runtime_pulls(), 0);
+    let told = events.send(imaged::testing::TakeEvents).await.expect("log");
+    assert!(told.is_empty(), "no event carries the name: {} events", told.len());
+    // A name at the limit is a name like any other (this one is not in the registry).
+    let at_limit = format!("docker.io/library/{}:1", "a".repeat(4096 - "docker.io/library/:1".len()));
+    assert_eq!(at_limit.len(), 4096);
+    let err = f.client.clone().pull_image(pull(&at_limit)).await.expect_err("not found");
+    assert_ne!(err.code(), Code::InvalidArgument, "{err:?}");
+}
+
+#[actix::test]
+async fn a_pull_request_that_does_not_decode_is_refused_naming_its_message() {
+    let f = Front::start("").await;
+    let mut grpc = tonic::client::Grpc::new(f.channel.clone());
+    grpc.ready().await.expect("ready");
+    // Field 1 (image) as a length-delimited value that runs past the end.
+    let err = grpc
+        .unary(
+            tonic::Request::new(prost::bytes::Bytes::from_static(&[0x0a, 0x7f, 0x01])),
+            "/runtime.v1.ImageService/PullImage".parse().expect("path"),
+            imaged::cri::wire::BytesCodec,
+        )
+        .await
+        .expect_err("refused");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().starts_with("PullImageRequest: "), "{err:?}");
+    assert!(err.message().len() > "PullImageRequest: ".len(), "prost's reason follows: {err:?}");
+    assert_eq!(f.runtime_pulls(), 0);
+}
+
+#[actix::test]
 async fn the_first_fs_info_waits_for_a_runtime_not_answering_yet_and_later_ones_do_not() {
     use imaged::actors::cri_gateway::{CriGatewayActor, CriSettings};
     let dir = tempfile::tempdir().expect("tempdir");

@@ -16,9 +16,7 @@ use crate::ensure::{EnsureError, EnsureImageRequest, EnsureOk, PodInfo, Prefetch
 use crate::events::ImageEvent;
 use crate::gc::plan::{GcMode, Verdict};
 
-/// Longest image reference accepted (the grammar's own limit is 255 for the
-/// name; a tag or digest adds at most ~140).
-const MAX_IMAGE_LEN: usize = 4096;
+use crate::domain::reference::MAX_IMAGE_LEN;
 
 fn field(name: &str, reason: impl std::fmt::Display) -> Status {
     Status::invalid_argument(format!("{name}: {reason}"))

@@ -36,7 +36,7 @@ use tonic::codegen::{Body, StdError, http};
 use tonic::server::{Grpc, NamedService, UnaryService};
 
 use super::proto as pb;
-use super::wire::{BytesCodec, peek, pin_images};
+use super::wire::{BytesCodec, pin_images};
 use super::{CriError, CriErrorKind, Rpc};
 use crate::domain::{AuthConfig, ImageSpec, SandboxConfig};
 
@@ -63,7 +63,7 @@ pub const SERVICE: &str = "runtime.v1.ImageService";
 pub type FrontFuture<T> = Pin<Box<dyn Future<Output = Result<T, CriError>> + Send>>;
 
 /// One `PullImage` as the client sent it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct PullCall {
     /// The image (name as sent, annotations, runtime handler).
     pub image: ImageSpec,
@@ -77,6 +77,30 @@ pub struct PullCall {
     /// The request as the client sent it: what the runtime gets, so fields
     /// imaged's proto does not know reach it.
     pub wire: Bytes,
+}
+
+/// Every field but the client's bytes, which hold its credential in
+/// clear: their length only.
+impl std::fmt::Debug for PullCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PullCall")
+            .field("image", &self.image)
+            .field("auth", &self.auth)
+            .field("sandbox", &self.sandbox)
+            .field("deadline", &self.deadline)
+            .field("wire", &WireLen(self.wire.len()))
+            .finish()
+    }
+}
+
+/// How a client's request bytes show in `Debug`: their length, never
+/// their content.
+pub struct WireLen(pub usize);
+
+impl std::fmt::Debug for WireLen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "<{} bytes>", self.0)
+    }
 }
 
 /// What serves the calls: imaged's front over its actors (or a test's).
@@ -182,12 +206,11 @@ pub fn pull_answer(image_ref: String) -> Bytes {
 
 /// `PullImageRequest` bytes as a [`PullCall`].
 fn pull_call(body: Bytes, deadline: Option<Duration>) -> Result<PullCall, CriError> {
-    let req: pb::PullImageRequest =
-        peek(&body).map_err(|e| CriError::new(CriErrorKind::InvalidArgument, e.to_string()))?;
+    // prost's reason names the field, never its value.
+    let req = <pb::PullImageRequest as prost::Message>::decode(&body[..])
+        .map_err(|e| CriError::new(CriErrorKind::InvalidArgument, format!("PullImageRequest: {e}")))?;
     let image: ImageSpec = req.image.map(Into::into).unwrap_or_default();
-    if image.image.is_empty() {
-        return Err(CriError::new(CriErrorKind::InvalidArgument, "PullImageRequest.image.image is empty"));
-    }
+    image_named("PullImageRequest", &image)?;
     Ok(PullCall {
         image,
         auth: req.auth.map(Into::into),
@@ -195,6 +218,23 @@ fn pull_call(body: Bytes, deadline: Option<Duration>) -> Result<PullCall, CriErr
         deadline,
         wire: body,
     })
+}
+
+/// `image` as a call must name it: not empty, at most
+/// [`MAX_IMAGE_LEN`](crate::domain::reference::MAX_IMAGE_LEN) bytes (a
+/// client's 16 MiB name would be copied into events, logs and the queue).
+pub fn image_named(message: &str, image: &ImageSpec) -> Result<(), CriError> {
+    use crate::domain::reference::MAX_IMAGE_LEN;
+    if image.image.is_empty() {
+        return Err(CriError::new(CriErrorKind::InvalidArgument, format!("{message}.image.image is empty")));
+    }
+    if image.image.len() > MAX_IMAGE_LEN {
+        return Err(CriError::new(
+            CriErrorKind::InvalidArgument,
+            format!("{message}.image.image is longer than {MAX_IMAGE_LEN} bytes"),
+        ));
+    }
+    Ok(())
 }
 
 /// One unary call: the request's bytes in, the answer's bytes out.
@@ -314,6 +354,31 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pull_call_and_its_queued_request_never_print_the_clients_bytes() {
+        let wire = prost::Message::encode_to_vec(&pb::PullImageRequest {
+            image: Some(pb::ImageSpec { image: "registry.example/app:1".into(), ..Default::default() }),
+            auth: Some(pb::AuthConfig {
+                username: "team".into(),
+                password: "hunter2-wire".into(),
+                ..Default::default()
+            }),
+            sandbox_config: None,
+        });
+        let call = pull_call(Bytes::from(wire.clone()), None).unwrap();
+        let shown = format!("{call:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains(&format!("wire: <{} bytes>", wire.len())), "{shown}");
+        assert!(shown.contains("registry.example/app:1"), "the rest still shows: {shown}");
+        let request = crate::actors::pull_queue::PullRequest {
+            wire: Some(call.wire.clone()),
+            ..crate::actors::pull_queue::PullRequest::new(call.image.clone())
+        };
+        let shown = format!("{request:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains(&format!("wire: Some(<{} bytes>)", wire.len())), "{shown}");
+    }
 
     #[test]
     fn the_deadline_left_counts_from_when_the_call_came() {

@@ -15,7 +15,7 @@ use crate::domain::{AuthConfig, ImageSpec, SandboxConfig};
 use crate::pull_records::PullEnd;
 
 /// One image pull to make (or to join).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PullRequest {
     /// What to pull (image = the defaulted reference, runtime handler, annotations).
     pub image: ImageSpec,
@@ -50,6 +50,25 @@ pub struct PullRequest {
     /// ensure's, a prefetch's, a CRI front's with records): the queue marks
     /// the record due ([`RecordsDue`](super::RecordsDue)) as it answers.
     pub records: bool,
+}
+
+/// Every field but the client's bytes, which hold its credential in
+/// clear: their length only.
+impl std::fmt::Debug for PullRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PullRequest")
+            .field("image", &self.image)
+            .field("credentials", &self.credentials)
+            .field("sandbox", &self.sandbox)
+            .field("pod", &self.pod)
+            .field("priority", &self.priority)
+            .field("skip_if_present", &self.skip_if_present)
+            .field("absent_at", &self.absent_at)
+            .field("deadline", &self.deadline)
+            .field("wire", &self.wire.as_ref().map(|w| crate::cri::server::WireLen(w.len())))
+            .field("records", &self.records)
+            .finish()
+    }
 }
 
 /// The pod a pull is for, as its sandbox's metadata names it: what
