@@ -147,7 +147,7 @@ struct State {
 impl State {
     /// Whether imaged pulled the image `image_ref` under this name
     /// (`image_key`, normalised repository `repo`): a pull of the name is in
-    /// flight or left an intent, or the image's record is unreadable, has
+    /// flight, left an intent or ended with its outcome unknown, or the image's record is unreadable, has
     /// no mapping at all (written before recovered intents named their
     /// repository: which names is not known), or has one for this
     /// repository (a hollow one too: recovered, or a pull that proved
@@ -165,6 +165,7 @@ impl State {
         if self.unreadable.contains(image_ref)
             || self.in_flight.get(image_key).is_some_and(|n| *n > 0)
             || self.stored_intents.contains(image_key)
+            || self.unknown.contains(image_key)
         {
             return true;
         }
@@ -223,17 +224,7 @@ async fn to_the_end<T: Send + 'static>(
             Err(_) => {
                 if let Some(key) = ends {
                     let _w = this.inner.writes.lock().await;
-                    let again = PullRecordsWrite { put_intents: vec![key.clone()], ..Default::default() };
-                    let stored = this.commit(again).await.is_ok();
-                    let mut st = this.state();
-                    if stored {
-                        st.stored_intents.insert(key.clone());
-                    } else {
-                        // Whether it is on disk is not known: the next
-                        // pull of the image writes it again.
-                        st.stored_intents.remove(&key);
-                    }
-                    drop(st);
+                    this.rewrite_intent(&key).await;
                     this.ended_keeping_intent(&key);
                 }
                 None
@@ -766,6 +757,22 @@ impl PullRecords {
         self.ended_keeping_intent(&key);
     }
 
+    /// Writes `key`'s intent again after a write that may or may not have
+    /// deleted it (a panic after its commit, a commit that failed after
+    /// reaching the disk). Stored, memory says so; not stored either, memory
+    /// drops its claim, so the next pull of the image writes it again
+    /// rather than take it for on disk. Called under the write lock.
+    async fn rewrite_intent(&self, key: &str) {
+        let again = PullRecordsWrite { put_intents: vec![key.to_string()], ..Default::default() };
+        let stored = self.commit(again).await.is_ok();
+        let mut st = self.state();
+        if stored {
+            st.stored_intents.insert(key.to_string());
+        } else {
+            st.stored_intents.remove(key);
+        }
+    }
+
     /// One pull of `key` ended and its intent stays on disk for the rest of
     /// this process (see [`PullRecords::record_image_pull_unknown`]): its
     /// outcome is unknown, or the write that was to end it failed. Called
@@ -812,7 +819,11 @@ impl PullRecords {
         if let Err(e) = self.commit(PullRecordsWrite { delete_intents: vec![key.clone()], ..Default::default() }).await
         {
             tracing::warn!(image, error = %e, "failed to remove an image pull intent");
-            // The pull ended all the same: a check waiting for it goes on.
+            // A commit can fail after reaching the disk: whether the intent
+            // is still there is not known, so it is written again, and the
+            // pull ends as one whose outcome is unknown (a check waiting for
+            // it goes on).
+            self.rewrite_intent(&key).await;
             self.ended_keeping_intent(&key);
             return;
         }

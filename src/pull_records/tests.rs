@@ -422,6 +422,28 @@ fn pod(secrets: Vec<ImagePullSecret>) -> impl FnOnce() -> Result<PodCredentials,
 }
 
 #[tokio::test]
+async fn an_intent_whose_deletion_failed_after_reaching_the_disk_is_written_again() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let st = store(dir.path());
+        let r = PullRecords::open(VerifyPolicy::default(), Some(st.clone())).unwrap();
+        r.record_pull_intent(IMAGE).await.unwrap();
+        // The pull fails; deleting its intent reaches the disk, then the
+        // commit reports a failure.
+        st.fail_after_next_commit.store(true, std::sync::atomic::Ordering::Release);
+        r.record_image_pull_failed(IMAGE).await;
+        assert_eq!(r.stored_intents(), [IMAGE], "written again: memory and disk agree");
+        // Meanwhile, in this process, the name counts as pulled by imaged.
+        assert!(r.must_attempt_pull(IMAGE, REF, pod(vec![])).await.unwrap());
+        // The next pull of the name, then a crash before its record.
+        r.record_pull_intent(IMAGE).await.unwrap();
+    }
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    assert_eq!(r.stored_intents(), [IMAGE], "the crashed pull's intent is on disk");
+    assert!(r.must_attempt_pull(IMAGE, REF, pod(vec![])).await.unwrap(), "not taken for preloaded");
+}
+
+#[tokio::test]
 async fn intents_and_records_persist_and_reload() {
     let dir = tempfile::tempdir().unwrap();
     let a = secret("ns", "a", "u1", "h1");
@@ -809,10 +831,13 @@ async fn a_pull_whose_end_cannot_be_written_still_ends_and_keeps_its_intent() {
     for image in [FAILED, PULLED] {
         // No pull of it in flight: a check does not wait for one.
         assert!(!r.pulls_ended(image, Duration::from_millis(50)).await, "{image} ended");
-        // The intent stays: the image counts as pulled by imaged.
-        assert!(r.stored_intents().contains(&image.to_string()));
+        // The image counts as pulled by imaged (its outcome is unknown).
         assert!(r.must_attempt_pull(image, REF, pod(vec![])).await.unwrap(), "{image} counts as pulled by imaged");
     }
+    // The record's write touched no intent: it stays. The failed deletion
+    // might have reached the disk, and writing the intent again was refused
+    // too: memory does not claim it, so the next pull writes it.
+    assert_eq!(r.stored_intents(), [PULLED]);
     assert!(r.record(REF).is_none(), "the record was not written");
 }
 

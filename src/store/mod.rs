@@ -129,6 +129,10 @@ pub struct Store {
     unsynced: std::sync::Mutex<Vec<Undo>>,
     /// Where durable writes' durations go ([`Store::set_metrics`]).
     metrics: std::sync::OnceLock<crate::metrics::Metrics>,
+    /// Tests: the next pull-records write commits, then reports a failure,
+    /// as a commit whose second fsync fails after the data reached the disk.
+    #[cfg(test)]
+    pub(crate) fail_after_next_commit: std::sync::atomic::AtomicBool,
 }
 
 /// The value a key of the KEP-2535 tables had before an unsynced write
@@ -523,6 +527,8 @@ fn open_database(file: File, path: &Path) -> Result<Store, StoreError> {
         fenced: std::sync::atomic::AtomicBool::new(false),
         unsynced: std::sync::Mutex::default(),
         metrics: std::sync::OnceLock::new(),
+        #[cfg(test)]
+        fail_after_next_commit: std::sync::atomic::AtomicBool::new(false),
     };
     store.init_schema()?;
     store.read_every_entry()?;

@@ -157,9 +157,15 @@ impl Store {
                 intents.remove(key.as_str()).map_err(|e| self.tx_error(op, e))?;
             }
         }
-        if synced {
-            return self.commit_timed(op, txn, began, true);
+        let committed = if synced {
+            self.commit_timed(op, txn, began, true)
+        } else {
+            txn.commit().map_err(|e| self.tx_error(op, e))
+        };
+        #[cfg(test)]
+        if committed.is_ok() && self.fail_after_next_commit.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            return Err(StoreError::Blocking("injected: the commit reached the disk, then failed".into()));
         }
-        txn.commit().map_err(|e| self.tx_error(op, e))
+        committed
     }
 }
