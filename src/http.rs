@@ -283,6 +283,7 @@ pub async fn serve_http_with(
     tokio::pin!(shutdown);
     loop {
         let stream = tokio::select! {
+            biased;
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
