@@ -965,14 +965,22 @@ impl PullRecords {
         // See `take_kept`: an intent on disk that memory does not know is
         // only one the next start recovers.
         let kept = self.take_kept(|_| true);
+        let mut deleted = Ok(());
         if !kept.is_empty() {
             // Synced: it puts the unsynced writes before it on disk too.
-            return self.commit(PullRecordsWrite { delete_intents: kept, ..Default::default() }).await;
+            match self.commit(PullRecordsWrite { delete_intents: kept, ..Default::default() }).await {
+                Ok(()) => return Ok(()),
+                // The kept intents stay on disk (the next start recovers
+                // them, on the strict side); the unsynced records must
+                // still go on disk.
+                Err(e) => deleted = Err(e),
+            }
         }
-        match crate::blocking::unblock(move || store.sync()).await {
+        let synced = match crate::blocking::unblock(move || store.sync()).await {
             Ok(r) => r.map(|_| ()),
             Err(e) => Err(StoreError::Blocking(e.to_string())),
-        }
+        };
+        deleted.and(synced)
     }
 }
 

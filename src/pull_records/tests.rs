@@ -444,6 +444,25 @@ async fn an_intent_whose_deletion_failed_after_reaching_the_disk_is_written_agai
 }
 
 #[tokio::test]
+async fn a_sync_whose_kept_intents_cannot_be_deleted_still_puts_the_unsynced_records_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let st = store(dir.path());
+        let r = PullRecords::open(VerifyPolicy::default(), Some(st.clone())).unwrap();
+        r.record_pull_intent(IMAGE).await.unwrap();
+        // Unsynced (node-accessible), its intent kept on disk.
+        r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::node_accessible()).await.unwrap();
+        assert_eq!(r.kept_intents(), [IMAGE]);
+        st.refuse_next_write.store(true, std::sync::atomic::Ordering::Release);
+        assert!(r.sync().await.is_err(), "the deletion's failure is reported");
+        st.fence_as_killed(); // kill -9 after the graceful stop's sync
+    }
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    assert!(r.record(REF).is_some(), "the unsynced record was put on disk all the same");
+    assert_eq!(r.stored_intents(), [IMAGE], "the kept intent stays, recovered as any");
+}
+
+#[tokio::test]
 async fn intents_and_records_persist_and_reload() {
     let dir = tempfile::tempdir().unwrap();
     let a = secret("ns", "a", "u1", "h1");

@@ -133,6 +133,9 @@ pub struct Store {
     /// as a commit whose second fsync fails after the data reached the disk.
     #[cfg(test)]
     pub(crate) fail_after_next_commit: std::sync::atomic::AtomicBool,
+    /// Tests: the next pull-records write fails before it writes anything.
+    #[cfg(test)]
+    pub(crate) refuse_next_write: std::sync::atomic::AtomicBool,
 }
 
 /// The value a key of the KEP-2535 tables had before an unsynced write
@@ -529,6 +532,8 @@ fn open_database(file: File, path: &Path) -> Result<Store, StoreError> {
         metrics: std::sync::OnceLock::new(),
         #[cfg(test)]
         fail_after_next_commit: std::sync::atomic::AtomicBool::new(false),
+        #[cfg(test)]
+        refuse_next_write: std::sync::atomic::AtomicBool::new(false),
     };
     store.init_schema()?;
     store.read_every_entry()?;

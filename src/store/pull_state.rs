@@ -110,6 +110,10 @@ impl Store {
     }
 
     fn apply_pull_records_as(&self, w: &PullRecordsWrite, synced: bool) -> Result<(), StoreError> {
+        #[cfg(test)]
+        if self.refuse_next_write.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            return Err(StoreError::Blocking("injected: the write was refused".into()));
+        }
         let encoded =
             w.upsert_records
                 .iter()
