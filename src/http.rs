@@ -325,12 +325,13 @@ pub async fn serve_http_with(
     Ok(())
 }
 
-/// Logs a condition once per episode, not once per connection.
-#[derive(Default)]
-struct Warned(bool);
+/// Logs a condition once per episode, not once per connection: `first`
+/// is true once until the episode ends (a fresh `Warned`).
+#[derive(Debug, Default)]
+pub(crate) struct Warned(bool);
 
 impl Warned {
-    fn first(&mut self) -> bool {
+    pub(crate) fn first(&mut self) -> bool {
         !std::mem::replace(&mut self.0, true)
     }
 }

@@ -172,14 +172,14 @@ pub struct Incoming {
     listener: UnixListener,
     name: String,
     pause: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
-    warned: bool,
+    failing: crate::http::Warned,
 }
 
 impl Incoming {
     /// Connections of `listener`, named `name` in the one warning per
     /// episode of failed accepts.
     pub fn new(listener: UnixListener, name: String) -> Self {
-        Self { listener, name, pause: None, warned: false }
+        Self { listener, name, pause: None, failing: crate::http::Warned::default() }
     }
 }
 
@@ -201,11 +201,11 @@ impl tokio_stream::Stream for Incoming {
         match this.listener.poll_accept(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Ok((stream, _))) => {
-                this.warned = false;
+                this.failing = crate::http::Warned::default();
                 Poll::Ready(Some(Ok(stream)))
             }
             Poll::Ready(Err(e)) => {
-                if !std::mem::replace(&mut this.warned, true) {
+                if this.failing.first() {
                     tracing::warn!(socket = %this.name, error = %e, "accept failed; retrying");
                 }
                 this.pause = Some(Box::pin(tokio::time::sleep(crate::http::ACCEPT_ERROR_PAUSE)));

@@ -147,9 +147,10 @@ struct State {
 impl State {
     /// Whether imaged pulled the image `image_ref` under this name
     /// (`image_key`, normalised repository `repo`): a pull of the name is in
-    /// flight, left an intent or ended with its outcome unknown, or the image's record is unreadable, has
-    /// no mapping at all (written before recovered intents named their
-    /// repository: which names is not known), or has one for this
+    /// flight, left an intent or ended with its outcome unknown, or the
+    /// image's record is unreadable, has no mapping at all (written before
+    /// recovered intents named their repository: which names is not
+    /// known), or has one for this
     /// repository (a hollow one too: recovered, or a pull that proved
     /// nothing).
     ///
