@@ -12,11 +12,10 @@ use crate::actors::pull_queue::{PullInfo, PullPhase, PullPhaseChanged, PullPod};
 use crate::credentials::PullSecret;
 use crate::domain::Image;
 use crate::domain::pull_policy::{PullPolicy, default_pull_policy};
+use crate::domain::reference::MAX_IMAGE_LEN;
 use crate::ensure::{EnsureError, EnsureImageRequest, EnsureOk, PodInfo, PrefetchRequest};
 use crate::events::ImageEvent;
 use crate::gc::plan::{GcMode, Verdict};
-
-use crate::domain::reference::MAX_IMAGE_LEN;
 
 fn field(name: &str, reason: impl std::fmt::Display) -> Status {
     Status::invalid_argument(format!("{name}: {reason}"))

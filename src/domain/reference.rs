@@ -29,15 +29,15 @@
 //! domain group is greedy, so a first component that is both a domain and a
 //! path component is the domain).
 
+use std::fmt;
+
+use super::go_text::quote;
+
 /// Longest image reference imaged accepts from a client, on its API and
 /// its CRI front (the grammar's own limit is 255 for the name; a tag or
 /// digest adds at most ~140): a longer one is refused `InvalidArgument`,
 /// not copied into events, logs and the pull queue.
 pub const MAX_IMAGE_LEN: usize = 4096;
-
-use std::fmt;
-
-use super::go_text::quote;
 
 /// Docker Hub's canonical domain.
 pub const DEFAULT_DOMAIN: &str = "docker.io";
