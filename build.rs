@@ -23,7 +23,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // SAFETY-free: build scripts are single-threaded at this point.
         unsafe { std::env::set_var("PROTOC", protoc) };
     }
-    let protos = ["proto/runtime/v1/api.proto", "proto/imaged/v1/imaged.proto"];
+    let protos =
+        ["proto/runtime/v1/api.proto", "proto/imaged/v1/imaged.proto", "proto/containerd/content/v1/content.proto"];
     for p in protos {
         println!("cargo:rerun-if-changed={p}");
     }

@@ -321,7 +321,10 @@ fn imagectl_pulls_shows_the_running_pull_and_the_queue_behind_it() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stdout(&o).contains("(no pulls running or waiting)"), "{}", stdout(&o));
     let o = d.imagectl(&["-o", "json", "pulls"]);
-    assert_eq!(serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("json"), serde_json::json!({"pulls": []}));
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("json"),
+        serde_json::json!({"pulls": [], "downloads": [], "downloads_unavailable": ""})
+    );
 
     // Serial pulls: nginx (400 ms) runs while redis waits behind it.
     let socket = d.socket.clone();
@@ -343,11 +346,20 @@ fn imagectl_pulls_shows_the_running_pull_and_the_queue_behind_it() {
         let line = |image: &str| out.lines().find(|l| l.contains(image)).map(str::split_whitespace);
         let nginx: Option<Vec<&str>> = line("docker.io/library/nginx:1.27").map(Iterator::collect);
         let redis: Option<Vec<&str>> = line("docker.io/library/redis:7").map(Iterator::collect);
-        if let (Some(n), Some(r)) = (nginx, redis)
+        // The embedded runtime lists its pull as a download (as containerd
+        // lists its ingests) once the pull reaches it.
+        let download =
+            out.lines().find(|l| l.contains("layer-sha256:")).map(|l| l.split_whitespace().collect::<Vec<_>>());
+        if let (Some(n), Some(r), Some(dl)) = (nginx, redis, download)
             && n[0] == "pulling"
         {
-            // STATE POS PRIO WAITERS WAITING RUNNING CREDS MUST IMAGE
+            // STATE POS PRIO WAITERS WAITING RUNNING CREDS MUST BYTES IMAGE
             assert_eq!((n[1], n[3], n[6], n[7]), ("-", "1", "no", "no"), "{out}");
+            // The one pull in the runtime's hands: the download is its own.
+            assert!(n[8].contains('/') && n[8] != "-", "{out}");
+            // BYTES RUNNING IDLE STALLED DOWNLOAD
+            assert_eq!(dl[3], "no", "a moving download is no stall: {out}");
+            assert_eq!(r[8], "-", "a queued pull has no bytes: {out}");
             assert_eq!((r[0], r[1], r[3], r[5]), ("queued", "1", "1", "-"), "{out}");
             // Each pull with the pod an API ensure names (no sandbox).
             assert!(out.contains("docker.io/library/nginx:1.27  (ns/p1)"), "{out}");
@@ -365,7 +377,12 @@ fn imagectl_pulls_shows_the_running_pull_and_the_queue_behind_it() {
     assert!(table.starts_with("STATE"), "{table}");
     assert!(runtime.block_on(ensures).expect("task"), "both ensures answered");
     let o = d.imagectl(&["-o", "json", "pulls"]);
-    assert_eq!(serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("json"), serde_json::json!({"pulls": []}));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(
+        v,
+        serde_json::json!({"pulls": [], "downloads": [], "downloads_unavailable": ""}),
+        "the pull's download ended with it"
+    );
 }
 
 #[test]

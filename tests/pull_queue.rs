@@ -980,3 +980,57 @@ async fn a_full_serial_queue_admits_in_arrival_order_and_starts_by_priority() {
     log.push("example.com/low:1".into());
     assert_eq!(rt.runtime.pull_log(), log);
 }
+
+fn stalls_warned(m: &imaged::metrics::Metrics) -> (f64, f64) {
+    let s = imaged::testing::Scrape::parse(&m.encode()).expect("the scrape parses");
+    let warned = s.value("imaged_pull_stalled_downloads_total", &[]).expect("the counter is exported");
+    let now = s.value("imaged_pull_downloads_stalled", &[]).expect("the gauge is exported");
+    (warned, now)
+}
+
+#[actix::test]
+async fn a_download_that_stops_moving_is_warned_of_once_and_a_moving_one_never() {
+    let rt = runtime().await;
+    let ms = Duration::from_millis;
+    rt.runtime.add_remote(RemoteImage::new("example.com/moving:1", 1_000).latency(ms(600))).expect("add");
+    // Its download writes nothing after 100 ms of its 900: idle 200 ms
+    // from 300 ms on, with checks every 50 ms.
+    let stuck = RemoteImage::new("example.com/stuck:1", 1_000).latency(ms(900)).stalling(ms(100));
+    rt.runtime.add_remote(stuck).expect("add");
+    let metrics = imaged::metrics::Metrics::new();
+    let cfg = PullQueueSettings {
+        stall_warning: Some(ms(200)),
+        metrics: metrics.clone(),
+        ..no_throttle(Concurrency::Serial)
+    };
+    let q = queue(&rt, cfg).await;
+    q.send(EnqueuePull(req("example.com/moving:1"))).await.expect("admitted").await.expect("pulled");
+    assert_eq!(stalls_warned(&metrics), (0.0, 0.0), "a moving download is no stall");
+    let listings = rt.runtime.stats().calls(Rpc::ListStatuses);
+    assert!(listings >= 5, "listed while the pull ran: {listings}");
+
+    q.send(EnqueuePull(req("example.com/stuck:1"))).await.expect("admitted").await.expect("a stall only warns");
+    assert_eq!(stalls_warned(&metrics), (1.0, 1.0), "warned once, for its one stall");
+    // With no pull running, nothing is stalled (the next check says so)
+    // and the runtime is not asked.
+    tokio::time::sleep(ms(120)).await;
+    assert_eq!(stalls_warned(&metrics), (1.0, 0.0));
+    let idle = rt.runtime.stats().calls(Rpc::ListStatuses);
+    tokio::time::sleep(ms(200)).await;
+    assert_eq!(rt.runtime.stats().calls(Rpc::ListStatuses), idle, "no listing while no pull runs");
+}
+
+#[actix::test]
+async fn a_runtime_that_does_not_list_downloads_is_asked_once_and_pulls_go_on() {
+    use imaged::cri::{CriError, StatusCode};
+    use imaged::fault::{FaultPlan, FaultRule};
+    let rt = runtime().await;
+    add(&rt, "example.com/slow:1", 500);
+    let unimplemented =
+        CriError::from_status(StatusCode::Unimplemented, "unknown service containerd.services.content.v1.Content");
+    rt.runtime.set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::ListStatuses).fail(unimplemented)));
+    let cfg = PullQueueSettings { stall_warning: Some(Duration::from_millis(200)), ..no_throttle(Concurrency::Serial) };
+    let q = queue(&rt, cfg).await;
+    q.send(EnqueuePull(req("example.com/slow:1"))).await.expect("admitted").await.expect("pulled");
+    assert_eq!(rt.runtime.stats().calls(Rpc::ListStatuses), 1, "asked once in ten checks, then left alone");
+}

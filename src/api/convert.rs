@@ -8,11 +8,11 @@ use tonic::Status;
 use super::proto;
 use crate::actors::backoff_registry::{BackoffKey, BackoffView, ClearScope};
 use crate::actors::gc_executor::GcReport;
-use crate::actors::pull_queue::{PullInfo, PullPhase, PullPhaseChanged, PullPod};
+use crate::actors::pull_queue::{PullInfo, PullPhase, PullPhaseChanged, PullPod, PullStage};
 use crate::credentials::PullSecret;
-use crate::domain::Image;
 use crate::domain::pull_policy::{PullPolicy, default_pull_policy};
 use crate::domain::reference::MAX_IMAGE_LEN;
+use crate::domain::{Download, Image};
 use crate::ensure::{EnsureError, EnsureImageRequest, EnsureOk, PodInfo, PrefetchRequest};
 use crate::events::ImageEvent;
 use crate::gc::plan::{GcMode, Verdict};
@@ -270,6 +270,46 @@ pub fn pull(p: &PullInfo) -> proto::Pull {
         with_credentials: p.with_credentials,
         must_pull: p.must_pull,
         pods: p.pods.iter().map(pod_ref).collect(),
+        downloaded_bytes: None,
+        download_total_bytes: None,
+    }
+}
+
+/// `ListPulls`' answer: the pulls, and the runtime's downloads (or why
+/// they are not known). While one pull is in the runtime's hands, every
+/// download is its own and its bytes are summed into it.
+pub fn pulls(
+    pulls: &[PullInfo],
+    downloads: Result<Vec<Download>, String>,
+    stall: Option<Duration>,
+    now: SystemTime,
+) -> proto::ListPullsResponse {
+    let mut listed: Vec<proto::Pull> = pulls.iter().map(pull).collect();
+    let (mut downloads, unavailable) = match downloads {
+        Ok(d) => (d, String::new()),
+        Err(why) => (Vec::new(), why),
+    };
+    downloads.sort_by(|a, b| a.started.cmp(&b.started).then_with(|| a.reference.cmp(&b.reference)));
+    let in_runtime: Vec<usize> =
+        pulls.iter().enumerate().filter(|(_, p)| matches!(p.stage, PullStage::Pulling)).map(|(i, _)| i).collect();
+    if let ([only], true) = (in_runtime.as_slice(), unavailable.is_empty()) {
+        let (done, total) = crate::domain::download::progress(&downloads);
+        listed[*only].downloaded_bytes = Some(done);
+        listed[*only].download_total_bytes = Some(total);
+    }
+    let download = |d: &Download| proto::Download {
+        r#ref: d.reference.clone(),
+        digest: d.digest.clone(),
+        offset: d.offset,
+        total: d.total,
+        running_ms: millis(now.duration_since(d.started).unwrap_or_default()),
+        idle_ms: millis(d.idle(now)),
+        stalled: stall.is_some_and(|after| d.stalled(now, after)),
+    };
+    proto::ListPullsResponse {
+        pulls: listed,
+        downloads: downloads.iter().map(download).collect(),
+        downloads_unavailable: unavailable,
     }
 }
 

@@ -137,6 +137,10 @@ impl ImagedService {
                 "pull.slow_pull_warning = {}",
                 c.pull.slow_pull_warning.map_or_else(|| "off".to_string(), crate::domain::go_text::duration)
             ),
+            format!(
+                "pull.stall_warning = {}",
+                c.pull.stall_warning.map_or_else(|| "off".to_string(), crate::domain::go_text::duration)
+            ),
             format!("backoff.initial = {}", crate::domain::go_text::duration(c.backoff.delays.initial)),
             format!("backoff.max = {}", crate::domain::go_text::duration(c.backoff.delays.max)),
             format!("backoff.reset_on_credential_change = {}", c.ensure.reset_backoff_on_credential_change),
@@ -225,6 +229,7 @@ fn settings(c: &crate::config::Config) -> proto::Settings {
             .to_string(),
             single_flight: c.pull.single_flight,
             slow_pull_warning: duration(c.pull.slow_pull_warning.unwrap_or_default()),
+            stall_warning: duration(c.pull.stall_warning.unwrap_or_default()),
             registries: registries(&c.pull)
                 .into_iter()
                 .map(|(registry, rate, limit)| proto::RegistrySettings {
@@ -401,8 +406,15 @@ impl Imaged for ImagedService {
         &self,
         _: Request<proto::ListPullsRequest>,
     ) -> Result<Response<proto::ListPullsResponse>, Status> {
-        let pulls = self.node.list_pulls().await.map_err(status_of)?;
-        Ok(Response::new(proto::ListPullsResponse { pulls: pulls.iter().map(convert::pull).collect() }))
+        let (pulls, downloads) = tokio::join!(self.node.list_pulls(), self.node.list_downloads());
+        let pulls = pulls.map_err(status_of)?;
+        let stall = self.node.config().pull.stall_warning;
+        Ok(Response::new(convert::pulls(
+            &pulls,
+            downloads.map_err(|e| e.to_string()),
+            stall,
+            std::time::SystemTime::now(),
+        )))
     }
 
     async fn prefetch_image(

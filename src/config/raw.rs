@@ -108,6 +108,7 @@ pub(super) struct RawPull {
     pub(super) single_flight: bool,
     pub(super) pull_deadline: String,
     pub(super) slow_pull_warning: String,
+    pub(super) stall_warning: String,
     pub(super) annotate_error_class: bool,
     pub(super) transient_retries: i64,
     pub(super) transient_retry_delay: String,

@@ -95,7 +95,9 @@ pub(super) fn cri_from_raw(r: RawRuntime) -> Result<CriSettings, ConfigError> {
         .with(Rpc::ImageFsInfo, deadline("image_fs_info", &d.image_fs_info)?)
         .with(Rpc::ListContainers, deadline("list_containers", &d.list_containers)?)
         .with(Rpc::ListPodSandbox, deadline("list_pod_sandbox", &d.list_pod_sandbox)?)
-        .with(Rpc::ContainerStatus, deadline("container_status", &d.container_status)?);
+        .with(Rpc::ContainerStatus, deadline("container_status", &d.container_status)?)
+        // Not CRI, not configured: a listing for progress and stall checks.
+        .with(Rpc::ListStatuses, Some(crate::actors::cri_gateway::DOWNLOADS_DEADLINE));
     let connect_timeout = duration("runtime.connect_timeout", &r.connect_timeout)?;
     if connect_timeout.is_zero() {
         return Err(invalid("runtime.connect_timeout", &r.connect_timeout, "must be more than 0s"));

@@ -80,6 +80,7 @@ fn durations_past_gos_largest_are_refused_in_every_section() {
     let keys = [
         ("pull", "pull_deadline"),
         ("pull", "slow_pull_warning"),
+        ("pull", "stall_warning"),
         ("runtime", "connect_timeout"),
         ("runtime", "startup_timeout"),
         ("runtime.deadlines", "image_status"),
@@ -296,6 +297,12 @@ fn pull_values_are_validated_with_kubelet_texts() {
     assert_eq!(slow("5m").unwrap(), Some(Duration::from_secs(300)));
     let err = slow("soon").unwrap_err().to_string();
     assert!(err.contains("pull.slow_pull_warning") && err.contains("soon"), "{err}");
+    assert_eq!(c.pull.stall_warning, Some(Duration::from_secs(60)), "the default");
+    let stall = |v: &str| Config::from_toml(&format!("[pull]\nstall_warning = {v:?}")).map(|c| c.pull.stall_warning);
+    assert_eq!(stall("0s").unwrap(), None);
+    assert_eq!(stall("90s").unwrap(), Some(Duration::from_secs(90)));
+    let err = stall("never").unwrap_err().to_string();
+    assert!(err.contains("pull.stall_warning") && err.contains("never"), "{err}");
     let err = Config::from_toml("[backoff]\ninitial = \"0s\"").unwrap_err().to_string();
     assert!(err.contains("backoff"), "{err}");
     let c = Config::from_toml("[backoff]\nmax = \"60s\"\ngc_interval = \"0s\"").unwrap();

@@ -12,17 +12,22 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::Channel;
 
 use super::proto as pb;
+use super::proto::content::content_client::ContentClient;
 use super::proto::image_service_client::ImageServiceClient;
 use super::proto::runtime_service_client::RuntimeServiceClient;
 use super::transport::CallSlots;
 use super::{CriEndpoint, CriError, CriErrorKind, InvalidEndpoint, Rpc};
 use crate::domain::{
-    AuthConfig, Container, ContainerFilter, ContainerStatus, Image, ImageFsInfo, ImageSpec, ImageStatus, PodSandbox,
-    PodSandboxFilter, RuntimeVersion, SandboxConfig,
+    AuthConfig, Container, ContainerFilter, ContainerStatus, Download, Image, ImageFsInfo, ImageSpec, ImageStatus,
+    PodSandbox, PodSandboxFilter, RuntimeVersion, SandboxConfig,
 };
 
 /// Version of the kubelet runtime API imaged sends in `VersionRequest`.
 pub const KUBE_RUNTIME_API_VERSION: &str = "0.1.0";
+
+/// The containerd namespace of the CRI plugin's images and pulls (fixed in
+/// containerd: `k8s.io`), sent as `containerd-namespace` on content calls.
+pub const CONTAINERD_CRI_NAMESPACE: &str = "k8s.io";
 
 /// Largest message imaged accepts from a runtime (ListImages on a busy node
 /// can pass tonic's 4 MiB default).
@@ -36,6 +41,8 @@ pub struct CriClient {
     endpoint: CriEndpoint,
     images: ImageServiceClient<Channel>,
     runtime: RuntimeServiceClient<Channel>,
+    /// containerd's content service, on the same socket (downloads).
+    content: ContentClient<Channel>,
     /// The channel itself, for calls forwarded as bytes.
     channel: Channel,
     /// Calls in flight on the channel.
@@ -108,6 +115,7 @@ impl CriClient {
             endpoint: endpoint.clone(),
             images: ImageServiceClient::new(channel.clone()).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE),
             runtime: RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE),
+            content: ContentClient::new(channel.clone()).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE),
             channel,
             slots: Arc::default(),
         })
@@ -120,6 +128,7 @@ impl CriClient {
             endpoint,
             images: ImageServiceClient::new(channel.clone()).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE),
             runtime: RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE),
+            content: ContentClient::new(channel.clone()).max_decoding_message_size(MAX_DECODING_MESSAGE_SIZE),
             channel,
             slots: Arc::default(),
         }
@@ -285,6 +294,18 @@ impl CriClient {
         let mut runtime = self.runtime.clone();
         let resp = read(deadline, runtime.list_pod_sandbox(tonic::Request::new(req))).await?;
         Ok(resp.items.into_iter().map(PodSandbox::from).collect())
+    }
+
+    /// containerd's `Content/ListStatuses` in the CRI plugin's namespace:
+    /// the blobs being written now (see [`Download`]). A runtime that is
+    /// not containerd answers `Unimplemented`.
+    pub async fn list_downloads(&self, deadline: Option<Duration>) -> Result<Vec<Download>, CriError> {
+        let (_slot, deadline) = self.slots.take(Rpc::ListStatuses, deadline).await?;
+        let mut req = tonic::Request::new(super::proto::content::ListStatusesRequest { filters: Vec::new() });
+        req.metadata_mut().insert("containerd-namespace", MetadataValue::from_static(CONTAINERD_CRI_NAMESPACE));
+        let mut content = self.content.clone();
+        let resp = read(deadline, content.list_statuses(req)).await?;
+        Ok(resp.statuses.into_iter().map(Download::from).collect())
     }
 
     /// `ContainerStatus`.

@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::proto as pb;
 use crate::domain::{
-    AuthConfig, Container, ContainerFilter, ContainerState, ContainerStatus, FilesystemUsage, Image, ImageFsInfo,
-    ImageSpec, PodSandbox, PodSandboxFilter, PodSandboxState, RuntimeVersion, SandboxConfig, Secret,
+    AuthConfig, Container, ContainerFilter, ContainerState, ContainerStatus, Download, FilesystemUsage, Image,
+    ImageFsInfo, ImageSpec, PodSandbox, PodSandboxFilter, PodSandboxState, RuntimeVersion, SandboxConfig, Secret,
 };
 
 fn btree(m: HashMap<String, String>) -> BTreeMap<String, String> {
@@ -408,6 +408,51 @@ impl From<pb::PodSandboxFilter> for PodSandboxFilter {
     }
 }
 
+// === Downloads (containerd's ingests) ===
+
+/// A wire timestamp as a time; one before the epoch (Go's zero time, which
+/// containerd sends for a time it never set) as the epoch.
+fn time_of(t: Option<pb::content::Timestamp>) -> SystemTime {
+    let Some(t) = t else { return UNIX_EPOCH };
+    let (Ok(secs), Ok(nanos)) = (u64::try_from(t.seconds), u32::try_from(t.nanos)) else { return UNIX_EPOCH };
+    UNIX_EPOCH.checked_add(Duration::new(secs, nanos.min(999_999_999))).unwrap_or(UNIX_EPOCH)
+}
+
+/// The times and sizes as they came; negative sizes as 0.
+impl From<pb::content::Status> for Download {
+    fn from(s: pb::content::Status) -> Self {
+        Self {
+            reference: s.r#ref,
+            digest: s.expected,
+            offset: u64::try_from(s.offset).unwrap_or(0),
+            total: u64::try_from(s.total).unwrap_or(0),
+            started: time_of(s.started_at),
+            updated: time_of(s.updated_at),
+        }
+    }
+}
+
+/// What a runtime serving the content service (the embedded one) sends.
+impl From<Download> for pb::content::Status {
+    fn from(d: Download) -> Self {
+        let wire = |t: SystemTime| {
+            let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+            pb::content::Timestamp {
+                seconds: i64::try_from(since.as_secs()).unwrap_or(i64::MAX),
+                nanos: i32::try_from(since.subsec_nanos()).unwrap_or(0),
+            }
+        };
+        Self {
+            started_at: Some(wire(d.started)),
+            updated_at: Some(wire(d.updated)),
+            r#ref: d.reference,
+            offset: i64::try_from(d.offset).unwrap_or(i64::MAX),
+            total: i64::try_from(d.total).unwrap_or(i64::MAX),
+            expected: d.digest,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -440,5 +485,29 @@ mod tests {
         assert_eq!(ContainerFilter::from(pb::ContainerFilter::from(f.clone())), f);
         let s = PodSandboxFilter { id: Some("x".into()), ..Default::default() };
         assert_eq!(PodSandboxFilter::from(pb::PodSandboxFilter::from(s.clone())), s);
+    }
+
+    #[test]
+    fn a_download_crosses_the_wire_and_back_and_odd_values_read_as_nothing() {
+        let d = Download {
+            reference: "layer-sha256:ab".into(),
+            digest: "sha256:ab".into(),
+            offset: 7,
+            total: 9,
+            started: UNIX_EPOCH + Duration::new(1_700_000_000, 5),
+            updated: UNIX_EPOCH + Duration::new(1_700_000_001, 999_999_999),
+        };
+        assert_eq!(Download::from(pb::content::Status::from(d.clone())), d);
+        // Go's zero time (year 1), a negative size, a missing time.
+        let odd = pb::content::Status {
+            started_at: Some(pb::content::Timestamp { seconds: -62_135_596_800, nanos: 0 }),
+            updated_at: None,
+            r#ref: "x".into(),
+            offset: -1,
+            total: -5,
+            expected: String::new(),
+        };
+        let d = Download::from(odd);
+        assert_eq!((d.offset, d.total, d.started, d.updated), (0, 0, UNIX_EPOCH, UNIX_EPOCH));
     }
 }

@@ -29,6 +29,9 @@ pub enum Rpc {
     ListPodSandbox,
     /// `RuntimeService/ContainerStatus`.
     ContainerStatus,
+    /// containerd's `Content/ListStatuses` (not CRI: the downloads in
+    /// progress, on the same socket; other runtimes answer `Unimplemented`).
+    ListStatuses,
 }
 
 impl Rpc {
@@ -38,7 +41,7 @@ impl Rpc {
     pub const KEPT_BY_FRONT: [Rpc; 2] = [Rpc::ImageStatus, Rpc::ListImages];
 
     /// Every RPC, in declaration order.
-    pub const ALL: [Rpc; 9] = [
+    pub const ALL: [Rpc; 10] = [
         Rpc::Version,
         Rpc::ListImages,
         Rpc::ImageStatus,
@@ -48,6 +51,7 @@ impl Rpc {
         Rpc::ListContainers,
         Rpc::ListPodSandbox,
         Rpc::ContainerStatus,
+        Rpc::ListStatuses,
     ];
 
     /// The CRI service the RPC belongs to (`ImageService`).
@@ -55,6 +59,7 @@ impl Rpc {
         match self {
             Rpc::Version | Rpc::ListContainers | Rpc::ListPodSandbox | Rpc::ContainerStatus => "RuntimeService",
             Rpc::ListImages | Rpc::ImageStatus | Rpc::PullImage | Rpc::RemoveImage | Rpc::ImageFsInfo => "ImageService",
+            Rpc::ListStatuses => "Content",
         }
     }
 
@@ -70,6 +75,7 @@ impl Rpc {
             Rpc::ListContainers => "ListContainers",
             Rpc::ListPodSandbox => "ListPodSandbox",
             Rpc::ContainerStatus => "ContainerStatus",
+            Rpc::ListStatuses => "ListStatuses",
         }
     }
 }
@@ -88,6 +94,7 @@ impl Rpc {
             Rpc::ListContainers => "list_containers",
             Rpc::ListPodSandbox => "list_podsandbox",
             Rpc::ContainerStatus => "container_status",
+            Rpc::ListStatuses => "list_content_statuses",
         }
     }
 }

@@ -11,3 +11,9 @@ fn container_state_name<S: serde::Serializer>(state: &i32, s: S) -> Result<S::Ok
         Err(_) => s.serialize_i32(*state),
     }
 }
+
+/// containerd's content service, the one call imaged makes of it
+/// (`proto/containerd/content/v1/content.proto`): the downloads in progress.
+pub mod content {
+    tonic::include_proto!("containerd.services.content.v1");
+}

@@ -2,6 +2,7 @@
 //! runtime, independent of CRI's wire types. Imports neither actix nor tonic.
 
 mod containers;
+pub mod download;
 pub mod go_text;
 mod image;
 mod image_error;
@@ -16,6 +17,7 @@ pub use containers::{
     Container, ContainerFilter, ContainerState, ContainerStatus, PodSandbox, PodSandboxFilter, PodSandboxState,
     RuntimeVersion,
 };
+pub use download::Download;
 pub use image::{AuthConfig, FilesystemUsage, Image, ImageFsInfo, ImageSpec, ImageStatus, SandboxConfig};
 pub use image_error::{ErrorClass, ImageErrorKind, eval_cri_pull_err};
 pub use secret::Secret;

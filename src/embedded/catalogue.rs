@@ -25,6 +25,10 @@ pub struct RemoteImage {
     pub credentials: Option<(String, Secret)>,
     /// Other credentials it takes as well (a robot account's).
     pub also_accepted: Vec<(String, Secret)>,
+    /// Its download stops moving this long into the pull (a stalled
+    /// registry), though the pull still ends on time: what the content
+    /// service lists (see [`Self::stalling`]).
+    pub stalls_after: Option<Duration>,
 }
 
 fn sha(parts: &[&str]) -> String {
@@ -51,7 +55,17 @@ impl RemoteImage {
             pull_latency: Duration::ZERO,
             credentials: None,
             also_accepted: Vec::new(),
+            stalls_after: None,
         }
+    }
+
+    /// Its download, as the content service lists it, writes nothing more
+    /// once `after` of the pull has passed: a stall for the stall check to
+    /// find. The pull itself still takes its latency.
+    #[must_use]
+    pub fn stalling(mut self, after: Duration) -> Self {
+        self.stalls_after = Some(after);
+        self
     }
 
     /// Pulls take `d`.

@@ -51,7 +51,7 @@ pub const RUNTIME_NAME: &str = "imaged-embedded";
 /// Largest message the embedded runtime accepts or sends.
 const MAX_MESSAGE_SIZE: usize = 64 * 1024 * 1024;
 
-/// The runtime's two services on one server, on a socket or in process
+/// The runtime's services on one server, on a socket or in process
 /// alike: bounded streams and window (a burst cannot close the
 /// connection) and the message limit.
 fn router(service: CriService) -> tonic::transport::server::Router {
@@ -62,10 +62,13 @@ fn router(service: CriService) -> tonic::transport::server::Router {
                 .max_encoding_message_size(MAX_MESSAGE_SIZE),
         )
         .add_service(
-            RuntimeServiceServer::new(service)
+            RuntimeServiceServer::new(service.clone())
                 .max_decoding_message_size(MAX_MESSAGE_SIZE)
                 .max_encoding_message_size(MAX_MESSAGE_SIZE),
         )
+        // containerd's content service, as the embedded runtime plays it:
+        // its pulls in their simulated time, as downloads.
+        .add_service(crate::cri::proto::content::content_server::ContentServer::new(service))
 }
 
 /// Why the embedded runtime could not start.

@@ -126,6 +126,58 @@ pub struct Shared {
     pub observed_calls: AtomicU64,
     /// Where the state is kept across restarts (`None` = memory only).
     pub(super) state_dir: Option<super::persist::StateDir>,
+    /// Pulls waiting out their simulated time, by a number of their own:
+    /// what the content service lists as downloads (as containerd's
+    /// ingests; one per pull, its image's whole size).
+    pub(super) downloads: Mutex<std::collections::BTreeMap<u64, Ingest>>,
+    /// Numbers the entries of `downloads`.
+    pub(super) download_seq: AtomicU64,
+}
+
+/// A pull in its simulated time, as a download.
+#[derive(Debug)]
+pub(super) struct Ingest {
+    digest: String,
+    size: u64,
+    started: std::time::SystemTime,
+    since: tokio::time::Instant,
+    takes: std::time::Duration,
+    stalls_after: Option<std::time::Duration>,
+}
+
+impl Ingest {
+    /// The download as of now: written in proportion to the time passed
+    /// (short of the whole until the pull ends), last written now.
+    fn now(&self) -> crate::domain::Download {
+        let mut passed =
+            (self.since.elapsed().as_secs_f64() / self.takes.as_secs_f64().max(f64::MIN_POSITIVE)).clamp(0.0, 1.0);
+        let mut updated = std::time::SystemTime::now();
+        if let Some(stop) = self.stalls_after
+            && self.since.elapsed() > stop
+        {
+            passed = passed.min(stop.as_secs_f64() / self.takes.as_secs_f64().max(f64::MIN_POSITIVE));
+            updated = self.started + stop;
+        }
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+        let offset = ((self.size as f64) * passed) as u64;
+        crate::domain::Download {
+            reference: format!("layer-{}", self.digest),
+            digest: self.digest.clone(),
+            offset: offset.min(self.size.saturating_sub(1)),
+            total: self.size,
+            started: self.started,
+            updated,
+        }
+    }
+}
+
+/// Removes a pull's download when the pull ends, however it ends.
+struct Downloading<'a>(&'a Shared, u64);
+
+impl Drop for Downloading<'_> {
+    fn drop(&mut self) {
+        self.0.downloads.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&self.1);
+    }
 }
 
 /// Images per `StreamImagesResponse` the embedded runtime sends.
@@ -157,6 +209,21 @@ impl Shared {
             auth: auth.map(AuthConfig::identity),
         });
         ObservedPull { shared: self, call, ended: false }
+    }
+
+    /// Lists a pull as a download until the guard drops.
+    fn downloading(&self, remote: &super::RemoteImage) -> Downloading<'_> {
+        let n = self.download_seq.fetch_add(1, Ordering::Relaxed);
+        let ingest = Ingest {
+            digest: remote.digest.clone(),
+            size: remote.size,
+            started: std::time::SystemTime::now(),
+            since: tokio::time::Instant::now(),
+            takes: remote.pull_latency,
+            stalls_after: remote.stalls_after,
+        };
+        self.downloads.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(n, ingest);
+        Downloading(self, n)
     }
 
     /// Waits a simulated pull time.
@@ -369,6 +436,7 @@ impl ImageService for CriService {
         c.max_pulls_in_flight.fetch_max(now, Ordering::Relaxed);
         let guard = InFlight(c);
         if !planned.remote.pull_latency.is_zero() {
+            let _listed = self.shared.downloading(&planned.remote);
             self.shared.pull_time(planned.remote.pull_latency).await;
         }
         // Room is checked again at the end: other pulls may have filled the disk.
@@ -422,6 +490,22 @@ impl ImageService for CriService {
         let (lost, _serving) = self.shared.gate(Rpc::ImageFsInfo, None).await?;
         let info = self.shared.state().image_fs_info();
         reply(lost, Ok(info.into())).await
+    }
+}
+
+#[tonic::async_trait]
+impl pb::content::content_server::Content for CriService {
+    /// The pulls in their simulated time, as containerd lists its ingests.
+    async fn list_statuses(
+        &self,
+        _req: Request<pb::content::ListStatusesRequest>,
+    ) -> Result<Response<pb::content::ListStatusesResponse>, Status> {
+        let (lost, _serving) = self.shared.gate(Rpc::ListStatuses, None).await?;
+        let statuses = {
+            let downloads = self.shared.downloads.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            downloads.values().map(|i| i.now().into()).collect()
+        };
+        reply(lost, Ok(pb::content::ListStatusesResponse { statuses })).await
     }
 }
 

@@ -125,6 +125,8 @@ pub(super) struct PullQueueFamilies {
     pub(super) throttle_waits: Counter,
     pub(super) throttle_rejections: Counter,
     pub(super) slow_pulls: Counter,
+    pub(super) stalled_downloads: Counter,
+    pub(super) stalled_now: Gauge,
     pub(super) transient_retries: Counter,
     pub(super) failures: Family<MixedLabels2, Counter>,
     /// The registries `failures` has a label value of its own for (at most
@@ -168,6 +170,19 @@ impl PullQueueFamilies {
             "Pulls still running after pull.slow_pull_warning while other pulls waited (warned once per pull)",
             slow_pulls.clone(),
         );
+        let stalled_downloads = Counter::default();
+        r.register(
+            "pull_stalled_downloads",
+            "Downloads of the runtime's that wrote no byte for pull.stall_warning while a pull ran \
+             (warned once per download)",
+            stalled_downloads.clone(),
+        );
+        let stalled_now = Gauge::default();
+        r.register(
+            "pull_downloads_stalled",
+            "Downloads of the runtime's idle for pull.stall_warning or longer at the last check (while pulls run)",
+            stalled_now.clone(),
+        );
         let transient_retries = Counter::default();
         r.register(
             "pull_transient_retries",
@@ -189,6 +204,8 @@ impl PullQueueFamilies {
             throttle_waits,
             throttle_rejections,
             slow_pulls,
+            stalled_downloads,
+            stalled_now,
             transient_retries,
             failures,
             failure_registries: std::sync::Mutex::default(),

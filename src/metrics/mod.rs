@@ -247,6 +247,17 @@ impl Metrics {
         self.inner.queue.slow_pulls.inc();
     }
 
+    /// A download of the runtime's was found idle for `pull.stall_warning`
+    /// (once per download).
+    pub fn download_stalled(&self) {
+        self.inner.queue.stalled_downloads.inc();
+    }
+
+    /// The downloads idle for `pull.stall_warning` or longer now.
+    pub fn set_stalled_downloads(&self, n: usize) {
+        self.inner.queue.stalled_now.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
     /// A pull is tried again after a transient failure.
     pub fn pull_retried(&self) {
         self.inner.queue.transient_retries.inc();

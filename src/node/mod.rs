@@ -39,7 +39,7 @@ use crate::actors::backoff_registry::{
     BackoffRegistryActor, BackoffView, ClearBackoff, ClearScope, ListBackoffs, UpdateBackoffDelays,
 };
 use crate::actors::cache_refresher::ImageListReader;
-use crate::actors::cri_gateway::{CriGatewayActor, ListImages};
+use crate::actors::cri_gateway::{CriGatewayActor, ListDownloads, ListImages};
 use crate::actors::detector::{DetectImages, SetRecentWindow};
 use crate::actors::gc_executor::{DeleteUnusedImages, GcError, GcReport, GetLastGcReport, RunGc, UpdateGcPolicy};
 use crate::actors::pull_queue::{
@@ -376,6 +376,13 @@ impl Node {
     /// The pulls the queue holds now: running, queued, parked (see [`ListPulls`]).
     pub async fn list_pulls(&self) -> Result<Vec<PullInfo>, NodeError> {
         self.queue.send(ListPulls).await.map_err(|_| NodeError::Stopped("pull queue"))
+    }
+
+    /// The runtime's downloads in progress (containerd's ingests, see
+    /// [`ListDownloads`]); a runtime other than containerd answers
+    /// `Unimplemented`.
+    pub async fn list_downloads(&self) -> Result<Vec<crate::domain::Download>, NodeError> {
+        Ok(self.runtime.gateway.send(ListDownloads).await.map_err(|_| NodeError::Stopped("CRI gateway"))??)
     }
 
     /// The node-status image list, as the cache refresher last saw it.

@@ -14,7 +14,7 @@ use super::messages::*;
 use super::{CriDeadlines, CriSettings};
 use crate::cri::{CriClient, CriEndpoint, CriError, CriErrorKind, Rpc};
 use crate::domain::{
-    Container, ContainerStatus, Image, ImageFsInfo, ImageSpec, ImageStatus, PodSandbox, RuntimeVersion,
+    Container, ContainerStatus, Download, Image, ImageFsInfo, ImageSpec, ImageStatus, PodSandbox, RuntimeVersion,
 };
 use crate::fault::{FaultAction, FaultPlan};
 use crate::metrics::Metrics;
@@ -133,6 +133,14 @@ impl CriReader {
         let name = image.image.clone();
         self.core.call_within(Rpc::ImageStatus, Some(name), None, move |c, d| async move {
             c.image_status(image, verbose, d).await
+        })
+    }
+
+    /// containerd's downloads in progress, exactly as [`ListDownloads`]
+    /// through the actor.
+    pub fn list_downloads(&self) -> impl Future<Output = Result<Vec<Download>, CriError>> + 'static + use<> {
+        self.core.call_within(Rpc::ListStatuses, None, Some(DOWNLOADS_DEADLINE), move |c, d| async move {
+            c.list_downloads(d).await
         })
     }
 
@@ -463,6 +471,14 @@ impl Handler<GetContainerStatus> for CriGatewayActor {
     fn handle(&mut self, m: GetContainerStatus, _: &mut Self::Context) -> Self::Result {
         let verbose = m.verbose;
         self.call(Rpc::ContainerStatus, None, move |c, d| async move { c.container_status(m.id, verbose, d).await })
+    }
+}
+
+impl Handler<ListDownloads> for CriGatewayActor {
+    type Result = ResponseFuture<Result<Vec<Download>, CriError>>;
+    /// Lists containerd's downloads in progress.
+    fn handle(&mut self, _: ListDownloads, _: &mut Self::Context) -> Self::Result {
+        Box::pin(CriReader { core: self.core.clone() }.list_downloads())
     }
 }
 

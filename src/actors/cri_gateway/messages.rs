@@ -4,8 +4,8 @@ use actix::Message;
 
 use crate::cri::CriError;
 use crate::domain::{
-    AuthConfig, Container, ContainerFilter, ContainerStatus, Image, ImageFsInfo, ImageSpec, ImageStatus, PodSandbox,
-    PodSandboxFilter, RuntimeVersion, SandboxConfig,
+    AuthConfig, Container, ContainerFilter, ContainerStatus, Download, Image, ImageFsInfo, ImageSpec, ImageStatus,
+    PodSandbox, PodSandboxFilter, RuntimeVersion, SandboxConfig,
 };
 use crate::fault::FaultPlan;
 
@@ -93,6 +93,17 @@ pub struct GetContainerStatus {
     /// Ask for runtime-specific details.
     pub verbose: bool,
 }
+
+/// containerd's `Content/ListStatuses`: the downloads in progress on the
+/// node (not CRI; a runtime other than containerd answers `Unimplemented`).
+/// Bounded by [`DOWNLOADS_DEADLINE`] when no deadline is configured for it.
+#[derive(Debug, Clone, Copy, Default, Message)]
+#[rtype(result = "Result<Vec<Download>, CriError>")]
+pub struct ListDownloads;
+
+/// The bound of a [`ListDownloads`] call: a listing of a few ingests that
+/// takes longer is no use to a progress view or a stall check.
+pub const DOWNLOADS_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Replaces the gateway's fault plan (an empty plan turns faults off).
 #[derive(Debug, Clone, Message)]

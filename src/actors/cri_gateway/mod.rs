@@ -16,7 +16,7 @@ mod tests;
 
 pub use actor::{CriGatewayActor, CriReader};
 pub use messages::{
-    GetContainerStatus, GetImageFsInfo, GetImageStatus, GetReader, GetVersion, ListContainers, ListImages,
-    ListPodSandboxes, PullImage, RemoveImage, SetFaultPlan,
+    DOWNLOADS_DEADLINE, GetContainerStatus, GetImageFsInfo, GetImageStatus, GetReader, GetVersion, ListContainers,
+    ListDownloads, ListImages, ListPodSandboxes, PullImage, RemoveImage, SetFaultPlan,
 };
 pub use settings::{CriDeadlines, CriSettings};

@@ -52,7 +52,9 @@ impl Default for CriSettings {
             connect_timeout: Duration::from_secs(10),
             startup_timeout: Duration::from_secs(30),
             mailbox_capacity: 256,
-            deadlines: CriDeadlines::uniform(Some(Duration::from_secs(120))).with(Rpc::PullImage, None),
+            deadlines: CriDeadlines::uniform(Some(Duration::from_secs(120)))
+                .with(Rpc::PullImage, None)
+                .with(Rpc::ListStatuses, Some(super::DOWNLOADS_DEADLINE)),
             metrics: Metrics::default(),
         }
     }

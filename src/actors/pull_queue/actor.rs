@@ -9,13 +9,14 @@ use std::time::Duration;
 use actix::prelude::*;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
-use tracing::warn;
+use tracing::{debug, info, warn};
 
 use super::messages::*;
 use super::pull_task::{self, Progress, PullTask, RECHECK_WINDOW, Retries, StageCell};
 use super::queue::{Concurrency, Place, PullKey, PullQueue, Submitted};
 use super::records_due::RecordsDue;
 use super::size_offers::SizeOffers;
+use super::stalls::StallWatch;
 use super::throttle::{PullThrottle, RegistryRate, ThrottleMode};
 use crate::actors::cri_gateway::CriReader;
 use crate::domain::AuthConfig;
@@ -55,6 +56,10 @@ pub struct PullQueueSettings {
     /// Warn (once per pull) when a pull is still running this long after
     /// its start while other pulls wait behind it (None = never).
     pub slow_pull_warning: Option<Duration>,
+    /// Warn (once per download) when a download of the runtime's has not
+    /// moved for this long while a pull runs (None = never; the runtime
+    /// must list its downloads, as containerd does).
+    pub stall_warning: Option<Duration>,
     /// Where the queue reports its depths, joins and throttling (and, as
     /// `node::Node` wires it, the ensure flow its requests and pull durations).
     pub metrics: Metrics,
@@ -79,6 +84,7 @@ impl Default for PullQueueSettings {
             pull_deadline: None,
             retries: Retries::default(),
             slow_pull_warning: Some(DEFAULT_SLOW_PULL_WARNING),
+            stall_warning: Some(DEFAULT_STALL_WARNING),
             metrics: Metrics::default(),
             size_offers: SizeOffers::default(),
             records_due: RecordsDue::default(),
@@ -88,6 +94,10 @@ impl Default for PullQueueSettings {
 
 /// `pull.slow_pull_warning` by default.
 pub const DEFAULT_SLOW_PULL_WARNING: Duration = Duration::from_secs(60);
+
+/// `pull.stall_warning` by default: the dockershim's
+/// `--image-pull-progress-deadline` (a pull with no progress for 1m).
+pub const DEFAULT_STALL_WARNING: Duration = Duration::from_secs(60);
 
 struct Waiter {
     result: oneshot::Sender<PullResult>,
@@ -127,6 +137,12 @@ struct CheckSlowPulls {
     after: Duration,
 }
 
+/// Self-notification, from the stall timer: list the runtime's downloads
+/// and warn of those that stopped moving (`pull.stall_warning`).
+#[derive(Message)]
+#[rtype(result = "()")]
+struct CheckStalls;
+
 /// Self-notification: a pull task ended without pulling (it failed, or
 /// found its image present).
 #[derive(Message)]
@@ -155,6 +171,8 @@ pub struct PullQueueActor {
     /// A pump when the soonest registry token passed over comes (wait
     /// mode with registries' own rates), and when it fires.
     token_timer: Option<(SpawnHandle, Instant)>,
+    /// The stall check (`pull.stall_warning`; None when off).
+    stalls: Option<StallWatch>,
 }
 
 /// Bounds of the slow-pull check's period (a quarter of the warning time).
@@ -165,6 +183,7 @@ impl PullQueueActor {
     /// A queue that pulls and looks images up through the gateway's direct
     /// handle (`reader`, from [`GetReader`](crate::actors::cri_gateway::GetReader)).
     pub fn new(cfg: PullQueueSettings, reader: CriReader) -> Self {
+        let cfg_stall = cfg.stall_warning.map(StallWatch::new);
         Self {
             reader,
             queue: PullQueue::new(cfg.concurrency, cfg.capacity, cfg.single_flight)
@@ -182,6 +201,7 @@ impl PullQueueActor {
             finished: HashMap::new(),
             started: BTreeMap::new(),
             token_timer: None,
+            stalls: cfg_stall,
         }
     }
 
@@ -287,6 +307,57 @@ impl PullQueueActor {
         }
     }
 
+    /// Warns of the downloads a listing finds newly stalled (see
+    /// [`StallWatch`]), naming the pulls running.
+    fn downloads_listed(&mut self, listing: Result<Vec<crate::domain::Download>, crate::cri::CriError>) {
+        let Some(watch) = self.stalls.as_mut() else { return };
+        watch.checking = false;
+        let downloads = match listing {
+            Ok(d) => d,
+            Err(e) => {
+                if watch.failed(&e, Instant::now()) {
+                    info!(error = %e, "the runtime does not list its downloads (containerd's content service): \
+                        pull.stall_warning cannot tell a stalled pull, and `imagectl pulls` shows no bytes");
+                } else {
+                    debug!(error = %e, "listing the runtime's downloads failed");
+                }
+                return;
+            }
+        };
+        if self.started.is_empty() {
+            return;
+        }
+        let after = watch.after;
+        let review = watch.review(&downloads, std::time::SystemTime::now());
+        self.cfg.metrics.set_stalled_downloads(review.stalled);
+        if review.newly.is_empty() {
+            return;
+        }
+        let running: Vec<&str> = self.started.keys().map(|k| k.image.as_str()).collect();
+        let now = std::time::SystemTime::now();
+        let after = crate::domain::go_text::duration(after);
+        for d in review.newly {
+            self.cfg.metrics.download_stalled();
+            let idle =
+                crate::domain::go_text::duration(Duration::from_millis(crate::domain::limits::millis(d.idle(now))));
+            let size =
+                if d.total > 0 { format!("{} of {} bytes", d.offset, d.total) } else { format!("{} bytes", d.offset) };
+            let whose = match running.as_slice() {
+                [one] => format!("the pull of {one:?}"),
+                many => format!("one of {} pulls running ({})", many.len(), many.join(", ")),
+            };
+            warn!(
+                download = %d.reference,
+                idle = %idle,
+                offset = d.offset,
+                total = d.total,
+                "download {:?} of {whose} has written no byte for {idle} ({size}): \
+                 stalled past {after}; `imagectl pulls` lists the downloads (pull.stall_warning)",
+                d.reference
+            );
+        }
+    }
+
     /// Publishes the queue's depths (after every change: each goes through `pump`).
     fn report_depths(&self) {
         self.cfg.metrics.set_pull_queue(self.queue.queued(), self.queue.parked(), self.queue.running());
@@ -355,6 +426,31 @@ fn normalized_or_raw(image: &str) -> String {
 /// only `do_send`/`try_send` see it, as `send` never waits for room.
 pub const UNBOUNDED_QUEUE_MAILBOX: usize = 1024;
 
+/// Sends the actor `message()` every `tick`, from a task of its own: a
+/// timer in the actor's context would be polled on every wake-up of the
+/// actor (it measurably slowed the ensure bench's makespan). It holds a
+/// weak address, so it never keeps the actor alive.
+fn tick_every<M>(tick: Duration, ctx: &mut Context<PullQueueActor>, message: impl Fn() -> M + 'static)
+where
+    M: Message<Result = ()> + Send + 'static,
+    PullQueueActor: Handler<M>,
+{
+    let me = ctx.address().downgrade();
+    actix::spawn(async move {
+        let mut every = tokio::time::interval_at(Instant::now() + tick, tick);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            let Some(queue) = me.upgrade() else { break };
+            // A freshly upgraded address is never refused as full; a
+            // closed mailbox ends the timer.
+            if let Err(actix::dev::SendError::Closed(_)) = queue.try_send(message()) {
+                break;
+            }
+        }
+    });
+}
+
 impl Actor for PullQueueActor {
     type Context = Context<Self>;
 
@@ -365,25 +461,10 @@ impl Actor for PullQueueActor {
         // sender's send() resolves when it is admitted.
         ctx.set_mailbox_capacity(self.cfg.capacity.unwrap_or(UNBOUNDED_QUEUE_MAILBOX).max(1));
         if let Some(after) = self.cfg.slow_pull_warning {
-            // One timer for every pull, on a task of its own: a timer in the
-            // actor's context would be polled on every wake-up of the actor
-            // (it measurably slowed the ensure bench's makespan). It holds a
-            // weak address, so it never keeps the actor alive.
-            let tick = (after / 4).clamp(SLOW_CHECK_MIN, SLOW_CHECK_MAX);
-            let me = ctx.address().downgrade();
-            actix::spawn(async move {
-                let mut every = tokio::time::interval_at(Instant::now() + tick, tick);
-                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    every.tick().await;
-                    let Some(queue) = me.upgrade() else { break };
-                    // A freshly upgraded address is never refused as full;
-                    // a closed mailbox ends the timer.
-                    if let Err(actix::dev::SendError::Closed(_)) = queue.try_send(CheckSlowPulls { after }) {
-                        break;
-                    }
-                }
-            });
+            tick_every((after / 4).clamp(SLOW_CHECK_MIN, SLOW_CHECK_MAX), ctx, move || CheckSlowPulls { after });
+        }
+        if let Some(after) = self.cfg.stall_warning {
+            tick_every((after / 4).clamp(SLOW_CHECK_MIN, SLOW_CHECK_MAX), ctx, || CheckStalls);
         }
     }
 
@@ -578,6 +659,27 @@ impl Handler<CheckSlowPulls> for PullQueueActor {
     /// Warns of pulls running past the warning time while others wait.
     fn handle(&mut self, m: CheckSlowPulls, _: &mut Self::Context) {
         self.warn_slow(m.after);
+    }
+}
+
+impl Handler<CheckStalls> for PullQueueActor {
+    type Result = ();
+
+    /// Lists the runtime's downloads while pulls run (one listing at a
+    /// time), for [`PullQueueActor::downloads_listed`].
+    fn handle(&mut self, _: CheckStalls, ctx: &mut Self::Context) {
+        let Some(watch) = self.stalls.as_mut() else { return };
+        if self.started.is_empty() {
+            watch.idle();
+            self.cfg.metrics.set_stalled_downloads(0);
+            return;
+        }
+        if !watch.due(Instant::now()) {
+            return;
+        }
+        watch.checking = true;
+        let listing = self.reader.list_downloads();
+        ctx.spawn(actix::fut::wrap_future(listing).map(|r, act: &mut Self, _| act.downloads_listed(r)));
     }
 }
 

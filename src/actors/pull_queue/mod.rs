@@ -9,9 +9,10 @@ mod pull_task;
 pub mod queue;
 mod records_due;
 mod size_offers;
+mod stalls;
 pub mod throttle;
 
-pub use actor::{PullQueueActor, PullQueueSettings};
+pub use actor::{DEFAULT_STALL_WARNING, PullQueueActor, PullQueueSettings};
 pub use messages::{
     EnqueuePull, GetQueueStatus, ImageSize, ListPulls, PullFailure, PullInfo, PullOutcome, PullPhase, PullPhaseChanged,
     PullPod, PullRequest, PullResult, PullStage, PullTicket, QueueStatus, SubscribePhases, UpdateConcurrency,

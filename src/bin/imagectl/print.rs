@@ -231,13 +231,23 @@ pub fn print_pulls(r: &proto::ListPullsResponse, f: Format, o: &mut impl Write) 
     if f.is_document() {
         return f.document(r, o);
     }
-    if r.pulls.is_empty() {
+    if r.pulls.is_empty() && r.downloads.is_empty() {
         return writeln!(o, "(no pulls running or waiting)").map_err(out);
     }
     let yes_no = |b: bool| if b { "yes" } else { "no" }.to_string();
-    let mut t =
-        Plain::new(&["STATE", "POS", "PRIO", "WAITERS", "WAITING", "RUNNING", "CREDS", "MUST", "IMAGE  (PODS)"])
-            .right(&[1, 2, 3, 4, 5]);
+    let mut t = Plain::new(&[
+        "STATE",
+        "POS",
+        "PRIO",
+        "WAITERS",
+        "WAITING",
+        "RUNNING",
+        "CREDS",
+        "MUST",
+        "BYTES",
+        "IMAGE  (PODS)",
+    ])
+    .right(&[1, 2, 3, 4, 5]);
     for p in &r.pulls {
         let mut image = if p.runtime_handler.is_empty() {
             p.image.clone()
@@ -257,7 +267,45 @@ pub fn print_pulls(r: &proto::ListPullsResponse, f: Format, o: &mut impl Write) 
             p.running_ms.map_or_else(|| "-".to_string(), go_ms),
             yes_no(p.with_credentials),
             yes_no(p.must_pull),
+            match (p.downloaded_bytes, p.download_total_bytes) {
+                (Some(done), Some(total)) => format!("{}/{}", human_bytes(done), human_bytes(total)),
+                _ => "-".to_string(),
+            },
             image,
+        ]);
+    }
+    if r.pulls.is_empty() {
+        writeln!(o, "(no pulls running or waiting)").map_err(out)?;
+    } else {
+        t.write(o)?;
+    }
+    print_downloads(r, o)
+}
+
+/// The runtime's downloads under the pulls: each blob's bytes, how long
+/// it has run and how long it has written nothing; or why they are not
+/// known, while a pull runs.
+fn print_downloads(r: &proto::ListPullsResponse, o: &mut impl Write) -> Result<(), AppError> {
+    if r.downloads.is_empty() {
+        if !r.downloads_unavailable.is_empty() && r.pulls.iter().any(|p| p.state == "pulling") {
+            writeln!(o, "\n(the runtime's downloads are not known: {})", r.downloads_unavailable).map_err(out)?;
+        }
+        return Ok(());
+    }
+    writeln!(o).map_err(out)?;
+    let mut t = Plain::new(&["BYTES", "RUNNING", "IDLE", "STALLED", "DOWNLOAD (RUNTIME)"]).right(&[1, 2]);
+    for d in &r.downloads {
+        let bytes = if d.total > 0 {
+            format!("{}/{}", human_bytes(d.offset), human_bytes(d.total))
+        } else {
+            human_bytes(d.offset)
+        };
+        t.row([
+            bytes,
+            go_ms(d.running_ms),
+            go_ms(d.idle_ms),
+            if d.stalled { "yes" } else { "no" }.to_string(),
+            d.r#ref.clone(),
         ]);
     }
     t.write(o)
@@ -395,6 +443,55 @@ mod tests {
     }
 
     #[test]
+    fn pulls_show_the_runtimes_downloads_their_bytes_and_stalls() {
+        let p = proto::Pull {
+            image: "docker.io/library/nginx:1.27".into(),
+            state: "pulling".into(),
+            downloaded_bytes: Some(1_500_000),
+            download_total_bytes: Some(8_000_000),
+            ..Default::default()
+        };
+        let d = |r: &str, offset, total, stalled| proto::Download {
+            r#ref: r.into(),
+            offset,
+            total,
+            running_ms: 90_000,
+            idle_ms: if stalled { 75_000 } else { 0 },
+            stalled,
+            ..Default::default()
+        };
+        let r = proto::ListPullsResponse {
+            pulls: vec![p.clone()],
+            downloads: vec![
+                d("layer-sha256:aa", 1_000_000, 7_000_000, true),
+                d("manifest-sha256:bb", 500_000, 0, false),
+            ],
+            downloads_unavailable: String::new(),
+        };
+        let table = text(|o| print_pulls(&r, Format::Table, o));
+        let row = |needle: &str| {
+            table.lines().find(|l| l.contains(needle)).map(|l| l.split_whitespace().collect::<Vec<_>>()).unwrap()
+        };
+        assert_eq!(row("nginx")[8], "1.5MB/8.0MB", "{table}");
+        assert_eq!(row("layer-sha256:aa"), ["1.0MB/7.0MB", "1m30s", "1m15s", "yes", "layer-sha256:aa"], "{table}");
+        assert_eq!(row("manifest-sha256:bb"), ["500.0kB", "1m30s", "0s", "no", "manifest-sha256:bb"], "{table}");
+        // Not known while a pull runs: the reason, once.
+        let r = proto::ListPullsResponse {
+            pulls: vec![proto::Pull { downloaded_bytes: None, download_total_bytes: None, ..p }],
+            downloads: vec![],
+            downloads_unavailable: "rpc error: code = Unimplemented desc = unknown service".into(),
+        };
+        let table = text(|o| print_pulls(&r, Format::Table, o));
+        assert!(table.contains("(the runtime's downloads are not known: rpc error: code = Unimplemented"), "{table}");
+        assert_eq!(table.lines().find(|l| l.contains("nginx")).unwrap().split_whitespace().nth(8), Some("-"));
+        let v: Value = serde_json::from_str(&text(|o| print_pulls(&r, Format::Json, o))).unwrap();
+        assert_eq!(v["downloads_unavailable"], "rpc error: code = Unimplemented desc = unknown service");
+        // No pull: nothing about downloads.
+        let idle = proto::ListPullsResponse { downloads_unavailable: "x".into(), ..Default::default() };
+        assert_eq!(text(|o| print_pulls(&idle, Format::Table, o)), "(no pulls running or waiting)\n");
+    }
+
+    #[test]
     fn pulls_and_phases_show_their_pods() {
         let p = proto::Pull {
             image: "docker.io/library/nginx:1.27".into(),
@@ -403,7 +500,7 @@ mod tests {
             pods: vec![pod("web-0"), pod("web-1")],
             ..Default::default()
         };
-        let r = proto::ListPullsResponse { pulls: vec![p] };
+        let r = proto::ListPullsResponse { pulls: vec![p], ..Default::default() };
         let table = text(|o| print_pulls(&r, Format::Table, o));
         assert!(table.contains("docker.io/library/nginx:1.27  (shop/web-0, shop/web-1)"), "{table}");
         let v: Value = serde_json::from_str(&text(|o| print_pulls(&r, Format::Json, o))).unwrap();
