@@ -136,6 +136,7 @@ async fn scenario(env: ContainerdEnv) {
     ensure_flow(&env, g.clone()).await;
     preloaded_name_flow(&env, g.clone()).await;
     node_credentials_flow(&env, g.clone()).await;
+    downloads_flow(&env, g.clone()).await;
     gc_flow(&env, g).await;
     daemon_flow(&env).await;
 }
@@ -492,4 +493,151 @@ async fn node_credentials_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGate
         .expect_err("the plugin's password is wrong");
     assert_eq!(err.kind, ImageErrorKind::ErrImagePull);
     assert!(err.message.contains("401 Unauthorized") && !err.message.contains("plugin-wrong-pw"), "{}", err.message);
+}
+
+/// Bytes that do not compress (so a layer's size is its data's).
+fn noise(len: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// A loopback TCP forwarder to `upstream` whose answers flow at about
+/// 1.6 MB/s (16 KiB every 10 ms), and not at all while `paused`: a slow
+/// registry, and a stalled one. Returns its `127.0.0.1:PORT`.
+async fn throttled_proxy(upstream: String, paused: std::sync::Arc<std::sync::atomic::AtomicBool>) -> String {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the proxy");
+    let addr = listener.local_addr().expect("proxy address").to_string();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(up) = tokio::net::TcpStream::connect(&upstream).await else { continue };
+            let paused = paused.clone();
+            tokio::spawn(async move {
+                let (mut client_read, mut client_write) = client.into_split();
+                let (mut up_read, mut up_write) = up.into_split();
+                let requests = tokio::io::copy(&mut client_read, &mut up_write);
+                let answers = async {
+                    let mut buf = vec![0u8; 16 * 1024];
+                    loop {
+                        let n = up_read.read(&mut buf).await?;
+                        if n == 0 {
+                            return Ok::<_, std::io::Error>(());
+                        }
+                        while paused.load(Ordering::Acquire) {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                        client_write.write_all(&buf[..n]).await?;
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                };
+                let _ = tokio::join!(requests, answers);
+            });
+        }
+    });
+    addr
+}
+
+/// containerd's downloads (its content service's ingests) through the
+/// gateway, and the pull queue's stall warning, on a pull from a registry
+/// behind a throttled proxy that is then paused.
+async fn downloads_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActor>) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use imaged::actors::pull_queue::PullQueueSettings;
+    use imaged::domain::pull_policy::PullPolicy;
+    use imaged::ensure::{EnsureImageRequest, EnsureSettings};
+
+    let Some(dir) =
+        env.vars.get("CONTAINERD_ENV_DIR").map(std::path::PathBuf::from).filter(|d| d.join("certs.d").is_dir())
+    else {
+        eprintln!(
+            "downloads_flow: skipped (this containerd reads no hosts.toml: CONTAINERD_ENV_REGISTRY_CONFIG=mirrors)"
+        );
+        return;
+    };
+    const SIZE: usize = 6 << 20;
+    let pushed = Registry::open(&env.registry_open)
+        .push_image("imaged/slow", "v1", &[("slow.bin", &noise(SIZE))])
+        .await
+        .expect("push");
+    let paused = Arc::new(AtomicBool::new(false));
+    let proxy = throttled_proxy(env.registry_open.clone(), paused.clone()).await;
+    // containerd reads hosts.toml at each pull: plain HTTP to the proxy.
+    let hosts = dir.join("certs.d").join(&proxy);
+    std::fs::create_dir_all(&hosts).expect("hosts dir");
+    let toml =
+        format!("server = \"http://{proxy}\"\n\n[host.\"http://{proxy}\"]\n  capabilities = [\"pull\", \"resolve\"]\n");
+    std::fs::write(hosts.join("hosts.toml"), toml).expect("hosts.toml");
+    let image = pushed.reference.replacen(&env.registry_open, &proxy, 1);
+
+    let metrics = imaged::metrics::Metrics::new();
+    let settings = PullQueueSettings {
+        stall_warning: Some(Duration::from_secs(1)),
+        metrics: metrics.clone(),
+        ..Default::default()
+    };
+    let manager = imaged::testing::start_manager(
+        &gateway,
+        &settings,
+        &imaged::actors::backoff_registry::BackoffSettings::default(),
+        EnsureSettings::default(),
+    )
+    .await
+    .expect("manager starts")
+    .manager;
+    let stalls = move || {
+        let s = imaged::testing::Scrape::parse(&metrics.encode()).expect("the scrape parses");
+        s.value("imaged_pull_stalled_downloads_total", &[]).expect("the counter is exported")
+    };
+    let wanted = image.clone();
+    let pull = actix::spawn(async move {
+        manager.ensure_image_exists(&EnsureImageRequest::new("pod-slow", wanted, PullPolicy::IfNotPresent)).await
+    });
+
+    // containerd lists the layer's download, part written.
+    let give_up = std::time::Instant::now() + Duration::from_secs(30);
+    let layer = loop {
+        let listed = gateway.send(ListDownloads).await.unwrap().expect("containerd lists its downloads");
+        if let Some(d) = listed.into_iter().find(|d| d.reference.starts_with("layer-") && d.offset > 0) {
+            break d;
+        }
+        assert!(std::time::Instant::now() < give_up, "no layer download seen in 30 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(layer.reference, format!("layer-{}", layer.digest), "{layer:?}");
+    assert!(layer.total >= SIZE as u64 && layer.offset < layer.total, "{layer:?}");
+    assert!(layer.updated >= layer.started, "{layer:?}");
+    assert_eq!(stalls(), 0.0, "a slow but moving download is no stall");
+
+    // The registry stops answering: the download stops, and the queue
+    // warns of it once.
+    paused.store(true, Ordering::Release);
+    let give_up = std::time::Instant::now() + Duration::from_secs(20);
+    while stalls() < 1.0 {
+        assert!(std::time::Instant::now() < give_up, "no stall warned of in 20 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let listed = gateway.send(ListDownloads).await.unwrap().expect("listed");
+    let held = listed.iter().find(|d| d.reference == layer.reference).expect("the stalled download is still listed");
+    assert!(held.idle(std::time::SystemTime::now()) >= Duration::from_secs(1), "{held:?}");
+    assert!(held.offset >= layer.offset && held.offset < held.total, "{held:?}");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(stalls(), 1.0, "warned once per stall");
+
+    // It moves again: the pull ends well and its download is gone.
+    paused.store(false, Ordering::Release);
+    let ok = pull.await.expect("the pull's task").expect("the pull ends once the registry answers again");
+    assert_eq!(ok.image_ref, pushed.config_digest);
+    let listed = gateway.send(ListDownloads).await.unwrap().expect("listed");
+    assert!(listed.iter().all(|d| d.reference != layer.reference), "{listed:?}");
+    gateway.send(RemoveImage { image: spec(&image) }).await.unwrap().expect("remove");
 }

@@ -418,12 +418,24 @@ fn time_of(t: Option<pb::content::Timestamp>) -> SystemTime {
     UNIX_EPOCH.checked_add(Duration::new(secs, nanos.min(999_999_999))).unwrap_or(UNIX_EPOCH)
 }
 
-/// The times and sizes as they came; negative sizes as 0.
+/// The digest in a pull's ingest key (`layer-sha256:…`: containerd's
+/// `<kind>-<digest>`), for a runtime that leaves `expected` empty, as
+/// containerd 1.6 does in its listing.
+fn digest_in_key(key: &str) -> String {
+    key.split_once('-')
+        .map(|(_, d)| d)
+        .filter(|d| d.starts_with("sha256:") || d.starts_with("sha512:"))
+        .map_or_else(String::new, str::to_string)
+}
+
+/// The times and sizes as they came; negative sizes as 0; the digest from
+/// the key when the runtime does not say it.
 impl From<pb::content::Status> for Download {
     fn from(s: pb::content::Status) -> Self {
+        let digest = if s.expected.is_empty() { digest_in_key(&s.r#ref) } else { s.expected };
         Self {
             reference: s.r#ref,
-            digest: s.expected,
+            digest,
             offset: u64::try_from(s.offset).unwrap_or(0),
             total: u64::try_from(s.total).unwrap_or(0),
             started: time_of(s.started_at),
@@ -509,5 +521,12 @@ mod tests {
         };
         let d = Download::from(odd);
         assert_eq!((d.offset, d.total, d.started, d.updated), (0, 0, UNIX_EPOCH, UNIX_EPOCH));
+        assert_eq!(d.digest, "", "no digest in the key");
+        // containerd 1.6 sends no `expected`: the digest is the key's.
+        let key = |r: &str| Download::from(pb::content::Status { r#ref: r.into(), ..Default::default() }).digest;
+        assert_eq!(key("layer-sha256:ab12"), "sha256:ab12");
+        assert_eq!(key("manifest-sha512:cd"), "sha512:cd");
+        assert_eq!(key("push-x-y"), "");
+        assert_eq!(key("layer-"), "");
     }
 }
