@@ -231,6 +231,7 @@ fn json_and_yaml_are_the_apis_messages_with_stable_field_names() {
     assert_eq!(settings["pull"]["serialize_image_pulls"], true, "{status}");
     assert_eq!(settings["pull"]["registry_pull_qps"], 5.0, "{status}");
     assert_eq!(settings["backoff"]["max"], "5m0s", "{status}");
+    assert_eq!(settings["pull"]["stall_warning"], "1m0s", "{status}");
     assert!(status.get("config").is_none(), "{status}");
     assert_eq!(status["runtime_name"], "imaged-embedded");
     assert!(status["backoffs"].as_array().is_some_and(|b| b.len() == 1), "{status}");
@@ -240,7 +241,10 @@ fn json_and_yaml_are_the_apis_messages_with_stable_field_names() {
     let gc = yaml_of(&d.imagectl(&["-o", "yaml", "gc", "--dry-run"]));
     assert_eq!((gc["mode"].as_str(), gc["dry_run"].as_bool()), (Some("threshold"), Some(true)), "{gc}");
     assert!(gc["entries"].as_array().is_some_and(|e| e.iter().any(|e| e["verdict"] == "keep")), "{gc}");
-    assert_eq!(yaml_of(&d.imagectl(&["-o", "yaml", "pulls"])), json!({"pulls": []}));
+    assert_eq!(
+        yaml_of(&d.imagectl(&["-o", "yaml", "pulls"])),
+        json!({"pulls": [], "downloads": [], "downloads_unavailable": ""})
+    );
     let v = json_of(&d.imagectl(&["-o", "json", "prefetch", "--wait", "busybox:1.36"]));
     assert_eq!(v["results"][0]["image"], "busybox:1.36", "{v}");
     assert_eq!(v["results"][0]["state"], "present", "{v}");
