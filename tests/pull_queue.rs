@@ -1034,3 +1034,45 @@ async fn a_runtime_that_does_not_list_downloads_is_asked_once_and_pulls_go_on() 
     q.send(EnqueuePull(req("example.com/slow:1"))).await.expect("admitted").await.expect("pulled");
     assert_eq!(rt.runtime.stats().calls(Rpc::ListStatuses), 1, "asked once in ten checks, then left alone");
 }
+
+#[actix::test]
+async fn a_pull_whose_download_stops_moving_past_the_timeout_is_cancelled_as_the_registry_unavailable() {
+    use imaged::cri::CriErrorKind;
+    let rt = runtime().await;
+    let ms = Duration::from_millis;
+    // A long pull whose download writes nothing after 100 ms.
+    let stuck = RemoteImage::new("example.com/stuck:1", 1_000).latency(Duration::from_secs(30)).stalling(ms(100));
+    rt.runtime.add_remote(stuck).expect("add");
+    rt.runtime.add_remote(RemoteImage::new("example.com/moving:1", 1_000).latency(ms(700))).expect("add");
+    let metrics = imaged::metrics::Metrics::new();
+    let cfg = PullQueueSettings {
+        stall_warning: None,
+        stall_timeout: Some(ms(200)),
+        metrics: metrics.clone(),
+        ..no_throttle(Concurrency::Serial)
+    };
+    let q = queue(&rt, cfg).await;
+    // A download that keeps moving is never cut short, however long the
+    // pull runs past the timeout.
+    q.send(EnqueuePull(req("example.com/moving:1"))).await.expect("admitted").await.expect("pulled");
+
+    let started = std::time::Instant::now();
+    let failure =
+        q.send(EnqueuePull(req("example.com/stuck:1"))).await.expect("admitted").await.expect_err("cancelled");
+    assert!(started.elapsed() < Duration::from_secs(10), "ended long before its 30 s: {:?}", started.elapsed());
+    let PullFailure::Cri(errors) = &failure else { panic!("a runtime failure: {failure:?}") };
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].kind(), CriErrorKind::RegistryUnavailable, "{}", errors[0]);
+    let text = errors[0].to_string();
+    assert!(text.starts_with("RegistryUnavailable: download \"layer-sha256:"), "{text}");
+    assert!(text.contains("imaged cancelled the pull (pull.stall_timeout 200ms)"), "{text}");
+    let s = imaged::testing::Scrape::parse(&metrics.encode()).expect("the scrape parses");
+    assert_eq!(s.value("imaged_pull_stall_cancels_total", &[]), Some(1.0));
+    // The runtime's call was ended, not left running.
+    let give_up = std::time::Instant::now() + Duration::from_secs(5);
+    while rt.runtime.stats().pulls_in_flight > 0 {
+        assert!(std::time::Instant::now() < give_up, "the runtime still pulls");
+        tokio::time::sleep(ms(10)).await;
+    }
+    assert_eq!(rt.runtime.stats().pulls_completed, 1, "only the moving pull completed");
+}

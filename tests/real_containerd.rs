@@ -495,9 +495,10 @@ async fn node_credentials_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGate
     assert!(err.message.contains("401 Unauthorized") && !err.message.contains("plugin-wrong-pw"), "{}", err.message);
 }
 
-/// Bytes that do not compress (so a layer's size is its data's).
-fn noise(len: usize) -> Vec<u8> {
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+/// Bytes that do not compress (so a layer's size is its data's), one
+/// sequence per seed.
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ seed.wrapping_mul(0xD1B5_4A32_D192_ED03);
     (0..len)
         .map(|_| {
             x ^= x << 13;
@@ -566,7 +567,7 @@ async fn downloads_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActo
     };
     const SIZE: usize = 6 << 20;
     let pushed = Registry::open(&env.registry_open)
-        .push_image("imaged/slow", "v1", &[("slow.bin", &noise(SIZE))])
+        .push_image("imaged/slow", "v1", &[("slow.bin", &noise(SIZE, 1))])
         .await
         .expect("push");
     let paused = Arc::new(AtomicBool::new(false));
@@ -640,4 +641,48 @@ async fn downloads_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActo
     let listed = gateway.send(ListDownloads).await.unwrap().expect("listed");
     assert!(listed.iter().all(|d| d.reference != layer.reference), "{listed:?}");
     gateway.send(RemoveImage { image: spec(&image) }).await.unwrap().expect("remove");
+
+    // pull.stall_timeout: the same stall ends the pull's call, which
+    // containerd cancels; the pull fails as the registry unavailable.
+    let other = Registry::open(&env.registry_open)
+        .push_image("imaged/stuck", "v1", &[("stuck.bin", &noise(SIZE, 2))])
+        .await
+        .expect("push");
+    let image = other.reference.replacen(&env.registry_open, &proxy, 1);
+    paused.store(false, Ordering::Release);
+    let settings =
+        PullQueueSettings { stall_warning: None, stall_timeout: Some(Duration::from_secs(1)), ..Default::default() };
+    let manager = imaged::testing::start_manager(
+        &gateway,
+        &settings,
+        &imaged::actors::backoff_registry::BackoffSettings::default(),
+        EnsureSettings::default(),
+    )
+    .await
+    .expect("manager starts")
+    .manager;
+    let wanted = image.clone();
+    let pull = actix::spawn(async move {
+        manager.ensure_image_exists(&EnsureImageRequest::new("pod-stuck", wanted, PullPolicy::IfNotPresent)).await
+    });
+    let give_up = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let listed = gateway.send(ListDownloads).await.unwrap().expect("listed");
+        if listed.iter().any(|d| d.reference.starts_with("layer-") && d.offset > 0) {
+            break;
+        }
+        assert!(std::time::Instant::now() < give_up, "no layer download seen in 30 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    paused.store(true, Ordering::Release);
+    let failed = tokio::time::timeout(Duration::from_secs(20), pull)
+        .await
+        .expect("the stalled pull ends within 20 s")
+        .expect("the pull's task")
+        .expect_err("a stalled pull fails");
+    let text = failed.to_string();
+    assert!(text.contains("RegistryUnavailable") && text.contains("pull.stall_timeout 1s"), "{text}");
+    let status = gateway.send(GetImageStatus { image: spec(&image), verbose: false }).await.unwrap().expect("status");
+    assert_eq!(status.image, None, "containerd did not finish the cancelled pull");
+    paused.store(false, Ordering::Release);
 }

@@ -141,6 +141,10 @@ impl ImagedService {
                 "pull.stall_warning = {}",
                 c.pull.stall_warning.map_or_else(|| "off".to_string(), crate::domain::go_text::duration)
             ),
+            format!(
+                "pull.stall_timeout = {}",
+                c.pull.stall_timeout.map_or_else(|| "off".to_string(), crate::domain::go_text::duration)
+            ),
             format!("backoff.initial = {}", crate::domain::go_text::duration(c.backoff.delays.initial)),
             format!("backoff.max = {}", crate::domain::go_text::duration(c.backoff.delays.max)),
             format!("backoff.reset_on_credential_change = {}", c.ensure.reset_backoff_on_credential_change),
@@ -230,6 +234,7 @@ fn settings(c: &crate::config::Config) -> proto::Settings {
             single_flight: c.pull.single_flight,
             slow_pull_warning: duration(c.pull.slow_pull_warning.unwrap_or_default()),
             stall_warning: duration(c.pull.stall_warning.unwrap_or_default()),
+            stall_timeout: duration(c.pull.stall_timeout.unwrap_or_default()),
             registries: registries(&c.pull)
                 .into_iter()
                 .map(|(registry, rate, limit)| proto::RegistrySettings {

@@ -65,6 +65,7 @@ pub(super) fn pull_from_raw(p: RawPull) -> Result<(PullQueueSettings, EnsureSett
     let deadline = duration("pull.pull_deadline", &p.pull_deadline)?;
     let slow = duration("pull.slow_pull_warning", &p.slow_pull_warning)?;
     let stall = duration("pull.stall_warning", &p.stall_warning)?;
+    let stall_timeout = duration("pull.stall_timeout", &p.stall_timeout)?;
     Ok((
         PullQueueSettings {
             concurrency,
@@ -81,6 +82,7 @@ pub(super) fn pull_from_raw(p: RawPull) -> Result<(PullQueueSettings, EnsureSett
             pull_deadline: if deadline.is_zero() { None } else { Some(deadline) },
             slow_pull_warning: if slow.is_zero() { None } else { Some(slow) },
             stall_warning: if stall.is_zero() { None } else { Some(stall) },
+            stall_timeout: if stall_timeout.is_zero() { None } else { Some(stall_timeout) },
             metrics: Metrics::default(),
             size_offers: SizeOffers::default(),
             records_due: crate::actors::pull_queue::RecordsDue::default(),

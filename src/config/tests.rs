@@ -81,6 +81,7 @@ fn durations_past_gos_largest_are_refused_in_every_section() {
         ("pull", "pull_deadline"),
         ("pull", "slow_pull_warning"),
         ("pull", "stall_warning"),
+        ("pull", "stall_timeout"),
         ("runtime", "connect_timeout"),
         ("runtime", "startup_timeout"),
         ("runtime.deadlines", "image_status"),
@@ -303,6 +304,9 @@ fn pull_values_are_validated_with_kubelet_texts() {
     assert_eq!(stall("90s").unwrap(), Some(Duration::from_secs(90)));
     let err = stall("never").unwrap_err().to_string();
     assert!(err.contains("pull.stall_warning") && err.contains("never"), "{err}");
+    assert_eq!(c.pull.stall_timeout, None, "off by default, as the kubelet");
+    let c = Config::from_toml("[pull]\nstall_timeout = \"2m\"").unwrap();
+    assert_eq!(c.pull.stall_timeout, Some(Duration::from_secs(120)));
     let err = Config::from_toml("[backoff]\ninitial = \"0s\"").unwrap_err().to_string();
     assert!(err.contains("backoff"), "{err}");
     let c = Config::from_toml("[backoff]\nmax = \"60s\"\ngc_interval = \"0s\"").unwrap();

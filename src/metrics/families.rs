@@ -127,6 +127,7 @@ pub(super) struct PullQueueFamilies {
     pub(super) slow_pulls: Counter,
     pub(super) stalled_downloads: Counter,
     pub(super) stalled_now: Gauge,
+    pub(super) stall_cancels: Counter,
     pub(super) transient_retries: Counter,
     pub(super) failures: Family<MixedLabels2, Counter>,
     /// The registries `failures` has a label value of its own for (at most
@@ -183,6 +184,12 @@ impl PullQueueFamilies {
             "Downloads of the runtime's idle for pull.stall_warning or longer at the last check (while pulls run)",
             stalled_now.clone(),
         );
+        let stall_cancels = Counter::default();
+        r.register(
+            "pull_stall_cancels",
+            "Pulls whose runtime call imaged ended because a download wrote no byte for pull.stall_timeout",
+            stall_cancels.clone(),
+        );
         let transient_retries = Counter::default();
         r.register(
             "pull_transient_retries",
@@ -206,6 +213,7 @@ impl PullQueueFamilies {
             slow_pulls,
             stalled_downloads,
             stalled_now,
+            stall_cancels,
             transient_retries,
             failures,
             failure_registries: std::sync::Mutex::default(),

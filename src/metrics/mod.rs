@@ -253,6 +253,12 @@ impl Metrics {
         self.inner.queue.stalled_downloads.inc();
     }
 
+    /// A pull's runtime call was ended for a stalled download
+    /// (`pull.stall_timeout`).
+    pub fn stalled_pull_cancelled(&self) {
+        self.inner.queue.stall_cancels.inc();
+    }
+
     /// The downloads idle for `pull.stall_warning` or longer now.
     pub fn set_stalled_downloads(&self, n: usize) {
         self.inner.queue.stalled_now.set(i64::try_from(n).unwrap_or(i64::MAX));

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::messages::*;
-use super::pull_task::{self, Progress, PullTask, RECHECK_WINDOW, Retries, StageCell};
+use super::pull_task::{self, Progress, PullTask, RECHECK_WINDOW, Retries, StageCell, StopCall};
 use super::queue::{Concurrency, Place, PullKey, PullQueue, Submitted};
 use super::records_due::RecordsDue;
 use super::size_offers::SizeOffers;
@@ -60,6 +60,11 @@ pub struct PullQueueSettings {
     /// moved for this long while a pull runs (None = never; the runtime
     /// must list its downloads, as containerd does).
     pub stall_warning: Option<Duration>,
+    /// End a pull's runtime call when a download has not moved for this
+    /// long while it is the one pull in the runtime's hands (None = never,
+    /// the default). It fails as the registry being unavailable, so
+    /// `transient_retries` and the pod's back-off take it from there.
+    pub stall_timeout: Option<Duration>,
     /// Where the queue reports its depths, joins and throttling (and, as
     /// `node::Node` wires it, the ensure flow its requests and pull durations).
     pub metrics: Metrics,
@@ -85,6 +90,7 @@ impl Default for PullQueueSettings {
             retries: Retries::default(),
             slow_pull_warning: Some(DEFAULT_SLOW_PULL_WARNING),
             stall_warning: Some(DEFAULT_STALL_WARNING),
+            stall_timeout: None,
             metrics: Metrics::default(),
             size_offers: SizeOffers::default(),
             records_due: RecordsDue::default(),
@@ -114,8 +120,12 @@ struct Waiter {
 /// A pull that started: when, its stage, and whether it was warned slow.
 struct Started {
     at: Instant,
+    /// `at` on the wall clock, to compare with the runtime's download times.
+    since: std::time::SystemTime,
     stage: Arc<StageCell>,
     warned: bool,
+    /// Ends its runtime call in flight (`pull.stall_timeout`).
+    stop: Arc<StopCall>,
 }
 
 /// Self-notification: a pull's CRI call succeeded. The pull ends for the
@@ -183,7 +193,7 @@ impl PullQueueActor {
     /// A queue that pulls and looks images up through the gateway's direct
     /// handle (`reader`, from [`GetReader`](crate::actors::cri_gateway::GetReader)).
     pub fn new(cfg: PullQueueSettings, reader: CriReader) -> Self {
-        let cfg_stall = cfg.stall_warning.map(StallWatch::new);
+        let cfg_stall = StallWatch::new(cfg.stall_warning, cfg.stall_timeout);
         Self {
             reader,
             queue: PullQueue::new(cfg.concurrency, cfg.capacity, cfg.single_flight)
@@ -308,7 +318,9 @@ impl PullQueueActor {
     }
 
     /// Warns of the downloads a listing finds newly stalled (see
-    /// [`StallWatch`]), naming the pulls running.
+    /// [`StallWatch`]), naming the pulls running; ends the runtime call of
+    /// the one pull in the runtime's hands when one of its downloads is
+    /// past `pull.stall_timeout`.
     fn downloads_listed(&mut self, listing: Result<Vec<crate::domain::Download>, crate::cri::CriError>) {
         let Some(watch) = self.stalls.as_mut() else { return };
         watch.checking = false;
@@ -317,31 +329,29 @@ impl PullQueueActor {
             Err(e) => {
                 if watch.failed(&e, Instant::now()) {
                     info!(error = %e, "the runtime does not list its downloads (containerd's content service): \
-                        pull.stall_warning cannot tell a stalled pull, and `imagectl pulls` shows no bytes");
+                        pull.stall_warning and pull.stall_timeout cannot tell a stalled pull, and `imagectl pulls` shows no bytes");
                 } else {
                     debug!(error = %e, "listing the runtime's downloads failed");
                 }
                 return;
             }
         };
-        if self.started.is_empty() {
-            return;
-        }
-        let after = watch.after;
-        let review = watch.review(&downloads, std::time::SystemTime::now());
-        self.cfg.metrics.set_stalled_downloads(review.stalled);
-        if review.newly.is_empty() {
-            return;
-        }
-        let running: Vec<&str> = self.started.keys().map(|k| k.image.as_str()).collect();
+        let Some(since) = self.started.values().map(|s| s.since).min() else { return };
         let now = std::time::SystemTime::now();
-        let after = crate::domain::go_text::duration(after);
-        for d in review.newly {
+        let review = watch.review(&downloads, now, since);
+        let warn_after = watch.warn_after.map(crate::domain::go_text::duration).unwrap_or_default();
+        let cancel_after = watch.cancel_after;
+        self.cfg.metrics.set_stalled_downloads(review.stalled);
+        let running: Vec<&str> = self.started.keys().map(|k| k.image.as_str()).collect();
+        let idle_text = |d: &crate::domain::Download| {
+            crate::domain::go_text::duration(Duration::from_millis(crate::domain::limits::millis(d.idle(now))))
+        };
+        let size_text = |d: &crate::domain::Download| {
+            if d.total > 0 { format!("{} of {} bytes", d.offset, d.total) } else { format!("{} bytes", d.offset) }
+        };
+        for d in &review.newly {
             self.cfg.metrics.download_stalled();
-            let idle =
-                crate::domain::go_text::duration(Duration::from_millis(crate::domain::limits::millis(d.idle(now))));
-            let size =
-                if d.total > 0 { format!("{} of {} bytes", d.offset, d.total) } else { format!("{} bytes", d.offset) };
+            let (idle, size) = (idle_text(d), size_text(d));
             let whose = match running.as_slice() {
                 [one] => format!("the pull of {one:?}"),
                 many => format!("one of {} pulls running ({})", many.len(), many.join(", ")),
@@ -352,10 +362,29 @@ impl PullQueueActor {
                 offset = d.offset,
                 total = d.total,
                 "download {:?} of {whose} has written no byte for {idle} ({size}): \
-                 stalled past {after}; `imagectl pulls` lists the downloads (pull.stall_warning)",
+                 stalled past {warn_after}; `imagectl pulls` lists the downloads (pull.stall_warning)",
                 d.reference
             );
         }
+        let Some(cancel_after) = cancel_after else { return };
+        // Only a download written since the one pull in the runtime's hands
+        // started is surely its own.
+        let mut pulling = self.started.iter().filter(|(_, s)| s.stage.get() == PullStage::Pulling);
+        let (Some((key, pull)), None) = (pulling.next(), pulling.next()) else { return };
+        let Some(d) = review.past_cancel.iter().find(|d| d.updated >= pull.since) else { return };
+        let (idle, size) = (idle_text(d), size_text(d));
+        let limit = crate::domain::go_text::duration(cancel_after);
+        warn!(image = %key.image, download = %d.reference, idle = %idle,
+            "cancelling the pull of {:?}: its download {:?} has written no byte for {idle} ({size}), \
+             past pull.stall_timeout ({limit})", key.image, d.reference);
+        self.cfg.metrics.stalled_pull_cancelled();
+        pull.stop.stop(crate::cri::CriError::new(
+            crate::cri::CriErrorKind::RegistryUnavailable,
+            format!(
+                "{}: download {:?} wrote no byte for {idle} ({size}); imaged cancelled the pull (pull.stall_timeout {limit})",
+                crate::cri::REGISTRY_UNAVAILABLE, d.reference
+            ),
+        ));
     }
 
     /// Publishes the queue's depths (after every change: each goes through `pump`).
@@ -369,7 +398,15 @@ impl PullQueueActor {
         let me = ctx.address();
         let now = Instant::now();
         let stage = Arc::new(StageCell::default());
-        self.started.insert(key.clone(), Started { at: now, stage: stage.clone(), warned: false });
+        let stop = Arc::new(StopCall::default());
+        let started = Started {
+            at: now,
+            since: std::time::SystemTime::now(),
+            stage: stage.clone(),
+            warned: false,
+            stop: stop.clone(),
+        };
+        self.started.insert(key.clone(), started);
         let pod = PullPod::of(request.sandbox.as_ref()).or_else(|| request.pod.clone());
         // A client's own pull through the front: it may offer the size.
         let offers = (request.wire.is_some() && self.cfg.size_offers.attached()).then(|| self.cfg.size_offers.clone());
@@ -390,6 +427,7 @@ impl PullQueueActor {
             retries: self.cfg.retries,
             registry_token,
             wanted: (self.cfg.retries.times > 0).then(|| (me.clone().recipient(), key.clone())),
+            stop,
         };
         // A task of its own (not ctx.spawn): actix polls every context future
         // on each wake-up, which would make many parallel pulls quadratic.
@@ -463,8 +501,8 @@ impl Actor for PullQueueActor {
         if let Some(after) = self.cfg.slow_pull_warning {
             tick_every((after / 4).clamp(SLOW_CHECK_MIN, SLOW_CHECK_MAX), ctx, move || CheckSlowPulls { after });
         }
-        if let Some(after) = self.cfg.stall_warning {
-            tick_every((after / 4).clamp(SLOW_CHECK_MIN, SLOW_CHECK_MAX), ctx, || CheckStalls);
+        if let Some(watch) = &self.stalls {
+            tick_every(watch.tick(), ctx, || CheckStalls);
         }
     }
 

@@ -182,6 +182,44 @@ pub(super) struct PullTask<R> {
     /// Asks the queue whether anyone still waits on this pull, before a
     /// retry (`None`: someone always does).
     pub wanted: Option<(Recipient<StillWanted>, PullKey)>,
+    /// Set by the queue to end the runtime call in flight with an error
+    /// (a stalled download, `pull.stall_timeout`).
+    pub stop: Arc<StopCall>,
+}
+
+/// Ends a pull's runtime call in flight with an error, from outside the
+/// pull's task: the call is dropped (its stream reset, so the runtime
+/// cancels it) and fails as [`StopCall::stop`] said. A call made after the
+/// stop is not stopped: a retry gets its chance.
+#[derive(Debug, Default)]
+pub struct StopCall {
+    why: std::sync::Mutex<Option<CriError>>,
+    told: tokio::sync::Notify,
+}
+
+impl StopCall {
+    /// Ends the call in flight with `why` (no call in flight: nothing).
+    pub fn stop(&self, why: CriError) {
+        *self.why.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(why);
+        self.told.notify_waiters();
+    }
+
+    /// Runs `call` unless the queue stops it first.
+    pub(super) async fn guard<T>(&self, call: impl Future<Output = Result<T, CriError>>) -> Result<T, CriError> {
+        // A stop from before this call was for an earlier one.
+        self.why.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        let told = self.told.notified();
+        tokio::select! {
+            biased;
+            r = call => r,
+            () = told => Err(self
+                .why
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take()
+                .unwrap_or_else(|| CriError::new(CriErrorKind::Other, "pull stopped"))),
+        }
+    }
 }
 
 /// Whether anyone still waits on the pull of this key (a retry is made
@@ -452,7 +490,7 @@ impl<R: PullRuntime> PullTask<R> {
                 sandbox: self.request.sandbox.clone(),
                 deadline: left,
             };
-            match self.runtime.pull(msg).await {
+            match self.stop.guard(self.runtime.pull(msg)).await {
                 Ok(image_ref) => return Ok((image_ref, with_credential.then_some(index))),
                 Err(e) => {
                     if let Some(failure) = deadline_passed(self.deadline, &e, started.elapsed()) {
@@ -474,7 +512,7 @@ impl<R: PullRuntime> PullTask<R> {
         started: Instant,
     ) -> Result<(String, Option<usize>, Option<Bytes>), PullFailure> {
         let left = time_left(self.deadline, started.elapsed())?;
-        let answer = match self.runtime.pull_wire(&self.request.image.image, body, left).await {
+        let answer = match self.stop.guard(self.runtime.pull_wire(&self.request.image.image, body, left)).await {
             Ok(a) => a,
             Err(e) => {
                 return Err(

@@ -182,6 +182,7 @@ fn task(script: &Script, request: PullRequest) -> PullTask<&Script> {
         retries: Retries::default(),
         registry_token: false,
         wanted: None,
+        stop: Arc::default(),
     }
 }
 
@@ -607,4 +608,22 @@ async fn a_failed_pull_of_a_name_that_does_not_parse_is_counted_under_invalid() 
         s.value("imaged_pull_failures_total", &[("registry", "example.com"), ("reason", "not_found")]),
         Some(1.0)
     );
+}
+
+#[tokio::test]
+async fn a_stop_ends_the_call_in_flight_and_an_earlier_stop_no_later_call() {
+    let stop = Arc::new(StopCall::default());
+    let stopper = stop.clone();
+    let call = stop.guard(async {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        Ok::<_, CriError>(1)
+    });
+    let stopping = async move {
+        tokio::task::yield_now().await;
+        stopper.stop(CriError::new(CriErrorKind::RegistryUnavailable, "stalled"));
+    };
+    let (ended, ()) = tokio::join!(call, stopping);
+    assert_eq!(ended.map_err(|e| e.kind()), Err(CriErrorKind::RegistryUnavailable));
+    stop.stop(CriError::new(CriErrorKind::Other, "for a call long gone"));
+    assert_eq!(stop.guard(async { Ok::<_, CriError>(2) }).await, Ok(2), "a later call gets its chance");
 }
