@@ -371,6 +371,10 @@ impl PullQueueActor {
         // started is surely its own.
         let mut pulling = self.started.iter().filter(|(_, s)| s.stage.get() == PullStage::Pulling);
         let (Some((key, pull)), None) = (pulling.next(), pulling.next()) else { return };
+        // Each call (a retry's, the next credential's) gets the whole time.
+        if pull.stop.call_running_for().is_none_or(|ran| ran < cancel_after) {
+            return;
+        }
         let Some(d) = review.past_cancel.iter().find(|d| d.updated >= pull.since) else { return };
         let (idle, size) = (idle_text(d), size_text(d));
         let limit = crate::domain::go_text::duration(cancel_after);

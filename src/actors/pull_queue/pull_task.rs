@@ -193,32 +193,40 @@ pub(super) struct PullTask<R> {
 /// stop is not stopped: a retry gets its chance.
 #[derive(Debug, Default)]
 pub struct StopCall {
-    why: std::sync::Mutex<Option<CriError>>,
+    /// Why the call in flight is to end, and when that call started.
+    state: std::sync::Mutex<(Option<CriError>, Option<Instant>)>,
     told: tokio::sync::Notify,
 }
 
 impl StopCall {
+    fn state(&self) -> std::sync::MutexGuard<'_, (Option<CriError>, Option<Instant>)> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Ends the call in flight with `why` (no call in flight: nothing).
     pub fn stop(&self, why: CriError) {
-        *self.why.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(why);
+        self.state().0 = Some(why);
         self.told.notify_waiters();
+    }
+
+    /// How long the call in flight has run (`None`: none in flight), so
+    /// that each call, a retry's too, gets the whole stall time.
+    pub fn call_running_for(&self) -> Option<Duration> {
+        self.state().1.map(|at| at.elapsed())
     }
 
     /// Runs `call` unless the queue stops it first.
     pub(super) async fn guard<T>(&self, call: impl Future<Output = Result<T, CriError>>) -> Result<T, CriError> {
         // A stop from before this call was for an earlier one.
-        self.why.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        *self.state() = (None, Some(Instant::now()));
         let told = self.told.notified();
-        tokio::select! {
+        let ended = tokio::select! {
             biased;
             r = call => r,
-            () = told => Err(self
-                .why
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .take()
-                .unwrap_or_else(|| CriError::new(CriErrorKind::Other, "pull stopped"))),
-        }
+            () = told => Err(self.state().0.take().unwrap_or_else(|| CriError::new(CriErrorKind::Other, "pull stopped"))),
+        };
+        self.state().1 = None;
+        ended
     }
 }
 

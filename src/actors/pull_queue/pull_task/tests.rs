@@ -620,10 +620,13 @@ async fn a_stop_ends_the_call_in_flight_and_an_earlier_stop_no_later_call() {
     });
     let stopping = async move {
         tokio::task::yield_now().await;
+        assert!(stopper.call_running_for().is_some(), "the call is in flight");
         stopper.stop(CriError::new(CriErrorKind::RegistryUnavailable, "stalled"));
     };
+    assert_eq!(stop.call_running_for(), None, "no call yet");
     let (ended, ()) = tokio::join!(call, stopping);
     assert_eq!(ended.map_err(|e| e.kind()), Err(CriErrorKind::RegistryUnavailable));
+    assert_eq!(stop.call_running_for(), None, "the call ended");
     stop.stop(CriError::new(CriErrorKind::Other, "for a call long gone"));
     assert_eq!(stop.guard(async { Ok::<_, CriError>(2) }).await, Ok(2), "a later call gets its chance");
 }
