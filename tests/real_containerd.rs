@@ -546,6 +546,35 @@ async fn throttled_proxy(upstream: String, paused: std::sync::Arc<std::sync::ato
     addr
 }
 
+/// A pull queue and ensure flow over `gateway` with `settings`.
+async fn manager_with(
+    gateway: &actix::Addr<CriGatewayActor>,
+    settings: &imaged::actors::pull_queue::PullQueueSettings,
+) -> imaged::ensure::ImageManager {
+    imaged::testing::start_manager(
+        gateway,
+        settings,
+        &imaged::actors::backoff_registry::BackoffSettings::default(),
+        imaged::ensure::EnsureSettings::default(),
+    )
+    .await
+    .expect("manager starts")
+    .manager
+}
+
+/// The first layer download containerd lists part-written (within 30 s).
+async fn layer_download(gateway: &actix::Addr<CriGatewayActor>) -> imaged::domain::Download {
+    let give_up = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let listed = gateway.send(ListDownloads).await.unwrap().expect("containerd lists its downloads");
+        if let Some(d) = listed.into_iter().find(|d| d.reference.starts_with("layer-") && d.offset > 0) {
+            return d;
+        }
+        assert!(std::time::Instant::now() < give_up, "no layer download seen in 30 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// containerd's downloads (its content service's ingests) through the
 /// gateway, and the pull queue's stall warning, on a pull from a registry
 /// behind a throttled proxy that is then paused.
@@ -555,7 +584,7 @@ async fn downloads_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActo
 
     use imaged::actors::pull_queue::PullQueueSettings;
     use imaged::domain::pull_policy::PullPolicy;
-    use imaged::ensure::{EnsureImageRequest, EnsureSettings};
+    use imaged::ensure::EnsureImageRequest;
 
     let Some(dir) =
         env.vars.get("CONTAINERD_ENV_DIR").map(std::path::PathBuf::from).filter(|d| d.join("certs.d").is_dir())
@@ -586,15 +615,7 @@ async fn downloads_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActo
         metrics: metrics.clone(),
         ..Default::default()
     };
-    let manager = imaged::testing::start_manager(
-        &gateway,
-        &settings,
-        &imaged::actors::backoff_registry::BackoffSettings::default(),
-        EnsureSettings::default(),
-    )
-    .await
-    .expect("manager starts")
-    .manager;
+    let manager = manager_with(&gateway, &settings).await;
     let stalls = move || {
         let s = imaged::testing::Scrape::parse(&metrics.encode()).expect("the scrape parses");
         s.value("imaged_pull_stalled_downloads_total", &[]).expect("the counter is exported")
@@ -605,15 +626,7 @@ async fn downloads_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActo
     });
 
     // containerd lists the layer's download, part written.
-    let give_up = std::time::Instant::now() + Duration::from_secs(30);
-    let layer = loop {
-        let listed = gateway.send(ListDownloads).await.unwrap().expect("containerd lists its downloads");
-        if let Some(d) = listed.into_iter().find(|d| d.reference.starts_with("layer-") && d.offset > 0) {
-            break d;
-        }
-        assert!(std::time::Instant::now() < give_up, "no layer download seen in 30 s");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let layer = layer_download(&gateway).await;
     assert_eq!(layer.reference, format!("layer-{}", layer.digest), "{layer:?}");
     assert!(layer.total >= SIZE as u64 && layer.offset < layer.total, "{layer:?}");
     assert!(layer.updated >= layer.started, "{layer:?}");
@@ -652,28 +665,12 @@ async fn downloads_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActo
     paused.store(false, Ordering::Release);
     let settings =
         PullQueueSettings { stall_warning: None, stall_timeout: Some(Duration::from_secs(1)), ..Default::default() };
-    let manager = imaged::testing::start_manager(
-        &gateway,
-        &settings,
-        &imaged::actors::backoff_registry::BackoffSettings::default(),
-        EnsureSettings::default(),
-    )
-    .await
-    .expect("manager starts")
-    .manager;
+    let manager = manager_with(&gateway, &settings).await;
     let wanted = image.clone();
     let pull = actix::spawn(async move {
         manager.ensure_image_exists(&EnsureImageRequest::new("pod-stuck", wanted, PullPolicy::IfNotPresent)).await
     });
-    let give_up = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let listed = gateway.send(ListDownloads).await.unwrap().expect("listed");
-        if listed.iter().any(|d| d.reference.starts_with("layer-") && d.offset > 0) {
-            break;
-        }
-        assert!(std::time::Instant::now() < give_up, "no layer download seen in 30 s");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    layer_download(&gateway).await;
     paused.store(true, Ordering::Release);
     let failed = tokio::time::timeout(Duration::from_secs(20), pull)
         .await

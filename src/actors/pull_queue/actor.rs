@@ -185,9 +185,9 @@ pub struct PullQueueActor {
     stalls: Option<StallWatch>,
 }
 
-/// Bounds of the slow-pull check's period (a quarter of the warning time).
-const SLOW_CHECK_MIN: Duration = Duration::from_millis(50);
-const SLOW_CHECK_MAX: Duration = Duration::from_secs(15);
+/// Bounds of a check's period (a quarter of the time it watches for).
+const CHECK_MIN: Duration = Duration::from_millis(50);
+const CHECK_MAX: Duration = Duration::from_secs(15);
 
 impl PullQueueActor {
     /// A queue that pulls and looks images up through the gateway's direct
@@ -468,15 +468,17 @@ fn normalized_or_raw(image: &str) -> String {
 /// only `do_send`/`try_send` see it, as `send` never waits for room.
 pub const UNBOUNDED_QUEUE_MAILBOX: usize = 1024;
 
-/// Sends the actor `message()` every `tick`, from a task of its own: a
-/// timer in the actor's context would be polled on every wake-up of the
-/// actor (it measurably slowed the ensure bench's makespan). It holds a
-/// weak address, so it never keeps the actor alive.
-fn tick_every<M>(tick: Duration, ctx: &mut Context<PullQueueActor>, message: impl Fn() -> M + 'static)
+/// Sends the actor `message()` every quarter of `watched` (the time the
+/// check looks for, within [`CHECK_MIN`] and [`CHECK_MAX`]), from a task
+/// of its own: a timer in the actor's context would be polled on every
+/// wake-up of the actor (it measurably slowed the ensure bench's
+/// makespan). It holds a weak address, so it never keeps the actor alive.
+fn check_every<M>(watched: Duration, ctx: &mut Context<PullQueueActor>, message: impl Fn() -> M + 'static)
 where
     M: Message<Result = ()> + Send + 'static,
     PullQueueActor: Handler<M>,
 {
+    let tick = (watched / 4).clamp(CHECK_MIN, CHECK_MAX);
     let me = ctx.address().downgrade();
     actix::spawn(async move {
         let mut every = tokio::time::interval_at(Instant::now() + tick, tick);
@@ -503,10 +505,10 @@ impl Actor for PullQueueActor {
         // sender's send() resolves when it is admitted.
         ctx.set_mailbox_capacity(self.cfg.capacity.unwrap_or(UNBOUNDED_QUEUE_MAILBOX).max(1));
         if let Some(after) = self.cfg.slow_pull_warning {
-            tick_every((after / 4).clamp(SLOW_CHECK_MIN, SLOW_CHECK_MAX), ctx, move || CheckSlowPulls { after });
+            check_every(after, ctx, move || CheckSlowPulls { after });
         }
         if let Some(watch) = &self.stalls {
-            tick_every(watch.tick(), ctx, || CheckStalls);
+            check_every(watch.shortest(), ctx, || CheckStalls);
         }
     }
 

@@ -16,10 +16,6 @@ use tokio::time::Instant;
 use crate::cri::{CriError, StatusCode};
 use crate::domain::Download;
 
-/// Bounds of the check's period.
-const MIN_TICK: Duration = Duration::from_millis(50);
-const MAX_TICK: Duration = Duration::from_secs(15);
-
 /// How long a runtime that answered `Unimplemented` is not asked again.
 pub(super) const UNSUPPORTED_RETRY: Duration = Duration::from_secs(600);
 
@@ -66,13 +62,9 @@ impl StallWatch {
         })
     }
 
-    /// The check's period: a quarter of the shorter time, 50 ms to 15 s.
-    pub(super) fn tick(&self) -> Duration {
-        let shortest = match (self.warn_after, self.cancel_after) {
-            (Some(w), Some(c)) => w.min(c),
-            (w, c) => w.or(c).unwrap_or(MAX_TICK),
-        };
-        (shortest / 4).clamp(MIN_TICK, MAX_TICK)
+    /// The shorter of the two times (what the check's period follows).
+    pub(super) fn shortest(&self) -> Duration {
+        [self.warn_after, self.cancel_after].into_iter().flatten().min().unwrap_or(Duration::MAX)
     }
 
     /// Whether to list the downloads now.
@@ -199,11 +191,10 @@ mod tests {
     }
 
     #[test]
-    fn the_check_runs_four_times_in_the_shorter_time_within_bounds() {
+    fn the_check_follows_the_shorter_time() {
         let s = Duration::from_secs;
-        assert_eq!(StallWatch::new(Some(s(60)), None).unwrap().tick(), s(15));
-        assert_eq!(StallWatch::new(Some(s(60)), Some(s(20))).unwrap().tick(), s(5));
-        assert_eq!(StallWatch::new(None, Some(Duration::from_millis(100))).unwrap().tick(), MIN_TICK);
-        assert_eq!(StallWatch::new(Some(s(3600)), None).unwrap().tick(), MAX_TICK);
+        assert_eq!(StallWatch::new(Some(s(60)), None).unwrap().shortest(), s(60));
+        assert_eq!(StallWatch::new(Some(s(60)), Some(s(20))).unwrap().shortest(), s(20));
+        assert_eq!(StallWatch::new(None, Some(s(90))).unwrap().shortest(), s(90));
     }
 }
