@@ -1076,3 +1076,40 @@ async fn a_pull_whose_download_stops_moving_past_the_timeout_is_cancelled_as_the
     }
     assert_eq!(rt.runtime.stats().pulls_completed, 1, "only the moving pull completed");
 }
+
+#[actix::test]
+async fn a_download_that_drips_under_the_floor_is_warned_of_and_cancelled_though_it_never_stops() {
+    use imaged::cri::CriErrorKind;
+    let rt = runtime().await;
+    let ms = Duration::from_millis;
+    // 100 kB in 500 ms (200 kB/s), and 1 kB over 30 s (33 bytes/s): both
+    // write all the time, so neither is ever idle.
+    rt.runtime.add_remote(RemoteImage::new("example.com/fast:1", 100_000).latency(ms(500))).expect("add");
+    rt.runtime.add_remote(RemoteImage::new("example.com/drip:1", 1_000).latency(Duration::from_secs(30))).expect("add");
+    let metrics = imaged::metrics::Metrics::new();
+    let cfg = PullQueueSettings {
+        stall_warning: Some(ms(200)),
+        stall_timeout: Some(ms(300)),
+        min_download_rate: 10_000,
+        metrics: metrics.clone(),
+        ..no_throttle(Concurrency::Serial)
+    };
+    let q = queue(&rt, cfg).await;
+    q.send(EnqueuePull(req("example.com/fast:1"))).await.expect("admitted").await.expect("pulled");
+    assert_eq!(stalls_warned(&metrics), (0.0, 0.0), "over the floor: no stall");
+
+    let started = std::time::Instant::now();
+    let failure = q.send(EnqueuePull(req("example.com/drip:1"))).await.expect("admitted").await.expect_err("cancelled");
+    assert!(started.elapsed() < Duration::from_secs(10), "ended long before its 30 s: {:?}", started.elapsed());
+    let PullFailure::Cri(errors) = &failure else { panic!("a runtime failure: {failure:?}") };
+    assert_eq!(errors[0].kind(), CriErrorKind::RegistryUnavailable, "{}", errors[0]);
+    let text = errors[0].to_string();
+    assert!(text.starts_with("RegistryUnavailable: download \"layer-sha256:"), "{text}");
+    assert!(text.contains(" bytes in ") && text.contains("under pull.min_download_rate (10000 bytes/s)"), "{text}");
+    assert!(text.contains("imaged cancelled the pull (pull.stall_timeout 300ms)"), "{text}");
+    // Warned of on the way (the warning's time is the shorter).
+    assert_eq!(stalls_warned(&metrics).0, 1.0);
+    let s = imaged::testing::Scrape::parse(&metrics.encode()).expect("the scrape parses");
+    assert_eq!(s.value("imaged_pull_stall_cancels_total", &[]), Some(1.0));
+    assert_eq!(rt.runtime.stats().pulls_completed, 1, "only the fast pull completed");
+}

@@ -682,4 +682,37 @@ async fn downloads_flow(env: &ContainerdEnv, gateway: actix::Addr<CriGatewayActo
     let status = gateway.send(GetImageStatus { image: spec(&image), verbose: false }).await.unwrap().expect("status");
     assert_eq!(status.image, None, "containerd did not finish the cancelled pull");
     paused.store(false, Ordering::Release);
+
+    // pull.min_download_rate: the proxy's 1.6 MB/s never stops, but it is
+    // under a 4 MiB/s floor, so the moving download counts as stalled and
+    // the pull ends well before its 4 s.
+    let dripping = Registry::open(&env.registry_open)
+        .push_image("imaged/drip", "v1", &[("drip.bin", &noise(SIZE, 3))])
+        .await
+        .expect("push");
+    let image = dripping.reference.replacen(&env.registry_open, &proxy, 1);
+    let settings = PullQueueSettings {
+        stall_warning: None,
+        stall_timeout: Some(Duration::from_secs(1)),
+        min_download_rate: 4 << 20,
+        ..Default::default()
+    };
+    let manager = manager_with(&gateway, &settings).await;
+    let wanted = image.clone();
+    let failed = tokio::time::timeout(
+        Duration::from_secs(20),
+        manager.ensure_image_exists(&EnsureImageRequest::new("pod-drip", wanted, PullPolicy::IfNotPresent)),
+    )
+    .await
+    .expect("the dripping pull ends within 20 s")
+    .expect_err("a pull under the floor fails");
+    let text = failed.to_string();
+    assert!(
+        text.contains("RegistryUnavailable")
+            && text.contains("under pull.min_download_rate (4194304 bytes/s)")
+            && text.contains("pull.stall_timeout 1s"),
+        "{text}"
+    );
+    let status = gateway.send(GetImageStatus { image: spec(&image), verbose: false }).await.unwrap().expect("status");
+    assert_eq!(status.image, None, "containerd did not finish the cancelled pull");
 }

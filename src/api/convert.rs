@@ -277,11 +277,14 @@ pub fn pull(p: &PullInfo) -> proto::Pull {
 
 /// `ListPulls`' answer: the pulls, and the runtime's downloads (or why
 /// they are not known). While one pull is in the runtime's hands, every
-/// download is its own and its bytes are summed into it.
+/// download is its own and its bytes are summed into it. A download is
+/// shown stalled by `stall` (`pull.stall_warning` and
+/// `pull.min_download_rate`): idle that long, or under the floor on
+/// average since its start (the listing keeps no readings of its own).
 pub fn pulls(
     pulls: &[PullInfo],
     downloads: Result<Vec<Download>, String>,
-    stall: Option<Duration>,
+    stall: Option<(Duration, u64)>,
     now: SystemTime,
 ) -> proto::ListPullsResponse {
     let mut listed: Vec<proto::Pull> = pulls.iter().map(pull).collect();
@@ -304,7 +307,7 @@ pub fn pulls(
         total: d.total,
         running_ms: millis(now.duration_since(d.started).unwrap_or_default()),
         idle_ms: millis(d.idle(now)),
-        stalled: stall.is_some_and(|after| d.stalled(now, after)),
+        stalled: stall.is_some_and(|(after, min_rate)| d.stall(now, after, min_rate, None).is_some()),
     };
     proto::ListPullsResponse {
         pulls: listed,

@@ -145,6 +145,10 @@ impl ImagedService {
                 "pull.stall_timeout = {}",
                 c.pull.stall_timeout.map_or_else(|| "off".to_string(), crate::domain::go_text::duration)
             ),
+            match c.pull.min_download_rate {
+                0 => "pull.min_download_rate = off".to_string(),
+                rate => format!("pull.min_download_rate = {rate} bytes/s"),
+            },
             format!("backoff.initial = {}", crate::domain::go_text::duration(c.backoff.delays.initial)),
             format!("backoff.max = {}", crate::domain::go_text::duration(c.backoff.delays.max)),
             format!("backoff.reset_on_credential_change = {}", c.ensure.reset_backoff_on_credential_change),
@@ -235,6 +239,7 @@ fn settings(c: &crate::config::Config) -> proto::Settings {
             slow_pull_warning: duration(c.pull.slow_pull_warning.unwrap_or_default()),
             stall_warning: duration(c.pull.stall_warning.unwrap_or_default()),
             stall_timeout: duration(c.pull.stall_timeout.unwrap_or_default()),
+            min_download_rate: c.pull.min_download_rate,
             registries: registries(&c.pull)
                 .into_iter()
                 .map(|(registry, rate, limit)| proto::RegistrySettings {
@@ -413,11 +418,11 @@ impl Imaged for ImagedService {
     ) -> Result<Response<proto::ListPullsResponse>, Status> {
         let (pulls, downloads) = tokio::join!(self.node.list_pulls(), self.node.list_downloads());
         let pulls = pulls.map_err(status_of)?;
-        let stall = self.node.config().pull.stall_warning;
+        let pull = &self.node.config().pull;
         Ok(Response::new(convert::pulls(
             &pulls,
             downloads.map_err(|e| e.to_string()),
-            stall,
+            pull.stall_warning.map(|after| (after, pull.min_download_rate)),
             std::time::SystemTime::now(),
         )))
     }

@@ -66,6 +66,7 @@ pub(super) fn pull_from_raw(p: RawPull) -> Result<(PullQueueSettings, EnsureSett
     let slow = duration("pull.slow_pull_warning", &p.slow_pull_warning)?;
     let stall = duration("pull.stall_warning", &p.stall_warning)?;
     let stall_timeout = duration("pull.stall_timeout", &p.stall_timeout)?;
+    let min_download_rate = download_rate(&p.min_download_rate, stall.is_zero() && stall_timeout.is_zero())?;
     Ok((
         PullQueueSettings {
             concurrency,
@@ -83,6 +84,7 @@ pub(super) fn pull_from_raw(p: RawPull) -> Result<(PullQueueSettings, EnsureSett
             slow_pull_warning: if slow.is_zero() { None } else { Some(slow) },
             stall_warning: if stall.is_zero() { None } else { Some(stall) },
             stall_timeout: if stall_timeout.is_zero() { None } else { Some(stall_timeout) },
+            min_download_rate,
             metrics: Metrics::default(),
             size_offers: SizeOffers::default(),
             records_due: crate::actors::pull_queue::RecordsDue::default(),
@@ -94,6 +96,23 @@ pub(super) fn pull_from_raw(p: RawPull) -> Result<(PullQueueSettings, EnsureSett
             ..EnsureSettings::default()
         },
     ))
+}
+
+/// `pull.min_download_rate`: a quantity of bytes (a second), such as
+/// `"100Ki"`; it needs a stall time to be measured over.
+fn download_rate(v: &str, no_stall_time: bool) -> Result<u64, ConfigError> {
+    let key = "pull.min_download_rate";
+    let rate = crate::gc::eviction::quantity_bytes(v.trim()).ok_or_else(|| {
+        invalid(key, v, "must be a quantity of bytes a second, such as \"100Ki\" or \"1M\" (\"0\" = no floor)")
+    })?;
+    if rate > 0 && no_stall_time {
+        return Err(invalid(
+            key,
+            v,
+            "is measured over pull.stall_warning and pull.stall_timeout, and both are \"0s\" (set one, or the rate to \"0\")",
+        ));
+    }
+    Ok(rate)
 }
 
 /// The most `pull.transient_retries`: with the delay doubling, ten from

@@ -110,6 +110,7 @@ pub(super) struct RawPull {
     pub(super) slow_pull_warning: String,
     pub(super) stall_warning: String,
     pub(super) stall_timeout: String,
+    pub(super) min_download_rate: String,
     pub(super) annotate_error_class: bool,
     pub(super) transient_retries: i64,
     pub(super) transient_retry_delay: String,

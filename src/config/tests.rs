@@ -307,6 +307,21 @@ fn pull_values_are_validated_with_kubelet_texts() {
     assert_eq!(c.pull.stall_timeout, None, "off by default, as the kubelet");
     let c = Config::from_toml("[pull]\nstall_timeout = \"2m\"").unwrap();
     assert_eq!(c.pull.stall_timeout, Some(Duration::from_secs(120)));
+    assert_eq!(c.pull.min_download_rate, 0, "no floor by default");
+    let rate =
+        |v: &str| Config::from_toml(&format!("[pull]\nmin_download_rate = {v:?}")).map(|c| c.pull.min_download_rate);
+    assert_eq!(rate("100Ki").unwrap(), 102_400);
+    assert_eq!(rate(" 1M ").unwrap(), 1_000_000);
+    assert_eq!(rate("1.5k").unwrap(), 1500);
+    for bad in ["fast", "-1", "10KB/s", "99999999999999999999Ei"] {
+        let err = rate(bad).unwrap_err().to_string();
+        assert!(err.contains("pull.min_download_rate") && err.contains(bad.trim()) && err.contains("100Ki"), "{err}");
+    }
+    let err = Config::from_toml("[pull]\nstall_warning = \"0s\"\nmin_download_rate = \"1Mi\"").unwrap_err().to_string();
+    assert!(err.contains("pull.min_download_rate") && err.contains("both are \"0s\""), "{err}");
+    let c = Config::from_toml("[pull]\nstall_warning = \"0s\"\nstall_timeout = \"2m\"\nmin_download_rate = \"1Mi\"")
+        .unwrap();
+    assert_eq!(c.pull.min_download_rate, 1 << 20, "over the timeout alone");
     let err = Config::from_toml("[backoff]\ninitial = \"0s\"").unwrap_err().to_string();
     assert!(err.contains("backoff"), "{err}");
     let c = Config::from_toml("[backoff]\nmax = \"60s\"\ngc_interval = \"0s\"").unwrap();

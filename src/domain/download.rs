@@ -35,6 +35,65 @@ impl Download {
     pub fn stalled(&self, now: SystemTime, after: Duration) -> bool {
         self.idle(now) >= after
     }
+
+    /// Whether it has stalled as of `now`: no byte written for `after`, or,
+    /// with a floor (`min_rate` bytes a second, `pull.min_download_rate`),
+    /// fewer bytes than the floor asks since `anchor`, an earlier reading
+    /// of it (time, offset) at least `after` ago. Without such a reading its
+    /// start serves (0 bytes then; containerd keeps a resumed ingest's
+    /// start), which averages over its whole run: a drip after a fast
+    /// start is caught later, never wrongly.
+    pub fn stall(
+        &self,
+        now: SystemTime,
+        after: Duration,
+        min_rate: u64,
+        anchor: Option<(SystemTime, u64)>,
+    ) -> Option<Stall> {
+        if self.stalled(now, after) {
+            return Some(Stall::Idle(self.idle(now)));
+        }
+        if min_rate == 0 {
+            return None;
+        }
+        let latest = now.checked_sub(after)?;
+        let (at, offset) = anchor.filter(|(at, _)| *at <= latest && *at >= self.started).unwrap_or((self.started, 0));
+        let over = now.duration_since(at).ok().filter(|_| at <= latest)?;
+        let moved = self.offset.saturating_sub(offset);
+        #[allow(clippy::cast_precision_loss)]
+        let floor = min_rate as f64 * over.as_secs_f64();
+        #[allow(clippy::cast_precision_loss)]
+        ((moved as f64) < floor).then_some(Stall::Slow { moved, over })
+    }
+}
+
+/// Why a download counts as stalled (see [`Download::stall`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stall {
+    /// No byte written for this long.
+    Idle(Duration),
+    /// Only `moved` bytes written over the last `over`, under the floor.
+    Slow {
+        /// Bytes written over the span.
+        moved: u64,
+        /// The span (at least the stall time).
+        over: Duration,
+    },
+}
+
+impl Stall {
+    /// What it did, for a log line or an error: "wrote no byte for 1m0s"
+    /// or "wrote 12000 bytes in 1m0s, under pull.min_download_rate
+    /// (1024 bytes/s)".
+    pub fn text(&self, min_rate: u64) -> String {
+        let go = |d: Duration| super::go_text::duration(Duration::from_millis(super::limits::millis(d)));
+        match self {
+            Self::Idle(idle) => format!("wrote no byte for {}", go(*idle)),
+            Self::Slow { moved, over } => {
+                format!("wrote {moved} bytes in {}, under pull.min_download_rate ({min_rate} bytes/s)", go(*over))
+            }
+        }
+    }
 }
 
 /// The bytes written and expected over `downloads` (a pull's progress when
@@ -78,6 +137,48 @@ mod tests {
         let d = download(10, 100, 200);
         assert_eq!(d.idle(at(100)), Duration::ZERO);
         assert!(!d.stalled(at(100), Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn a_download_under_the_floor_since_a_reading_at_least_the_stall_time_ago_is_slow() {
+        let after = Duration::from_secs(60);
+        // Started at 0, 6000 bytes by 100, written just now.
+        let d = download(6000, 100_000, 100);
+        assert_eq!(d.stall(at(100), after, 0, None), None, "no floor: moving is enough");
+        // Since its start: 6000 bytes in 100s = 60/s.
+        assert_eq!(d.stall(at(100), after, 60, None), None, "at the floor");
+        assert_eq!(
+            d.stall(at(100), after, 61, None),
+            Some(Stall::Slow { moved: 6000, over: Duration::from_secs(100) })
+        );
+        // A reading at 30 (5000 bytes) is 70s old: 1000 bytes in 70s.
+        let since_30 = Some((at(30), 5000));
+        assert_eq!(
+            d.stall(at(100), after, 20, since_30),
+            Some(Stall::Slow { moved: 1000, over: Duration::from_secs(70) })
+        );
+        assert_eq!(d.stall(at(100), after, 14, since_30), None);
+        // A reading younger than the stall time is not used: its start is.
+        assert_eq!(d.stall(at(100), after, 20, Some((at(50), 5999))), None);
+        // Not yet running for the stall time: nothing to judge.
+        assert_eq!(d.stall(at(59), after, 1_000_000, None), None);
+        // A reading from before its start (an ingest begun again) is not
+        // its own: 6000 bytes since its start at 20.
+        let again = Download { started: at(20), ..d };
+        assert_eq!(
+            again.stall(at(100), after, 76, Some((at(10), 0))),
+            Some(Stall::Slow { moved: 6000, over: Duration::from_secs(80) })
+        );
+    }
+
+    #[test]
+    fn an_idle_download_is_idle_whatever_the_floor_and_both_read_as_go_text() {
+        let d = download(6000, 100_000, 10);
+        let idle = d.stall(at(100), Duration::from_secs(60), 1, None);
+        assert_eq!(idle, Some(Stall::Idle(Duration::from_secs(90))));
+        assert_eq!(idle.map(|s| s.text(1)).as_deref(), Some("wrote no byte for 1m30s"));
+        let slow = Stall::Slow { moved: 1000, over: Duration::from_millis(70_500) };
+        assert_eq!(slow.text(20), "wrote 1000 bytes in 1m10.5s, under pull.min_download_rate (20 bytes/s)");
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub use containers::{
     Container, ContainerFilter, ContainerState, ContainerStatus, PodSandbox, PodSandboxFilter, PodSandboxState,
     RuntimeVersion,
 };
-pub use download::Download;
+pub use download::{Download, Stall};
 pub use image::{AuthConfig, FilesystemUsage, Image, ImageFsInfo, ImageSpec, ImageStatus, SandboxConfig};
 pub use image_error::{ErrorClass, ImageErrorKind, eval_cri_pull_err};
 pub use secret::Secret;

@@ -96,7 +96,7 @@ impl fmt::Display for AvailableThreshold {
 /// optional binary (`Ki` … `Ei`), decimal (`m`, `k` … `E`) or exponent
 /// (`e9`, `E9`, `e-3`) suffix; rounded up to a whole byte, as the kubelet's
 /// `Value()`. `None` for anything else or past 64 bits.
-fn quantity_bytes(t: &str) -> Option<u64> {
+pub(crate) fn quantity_bytes(t: &str) -> Option<u64> {
     // (suffix, numerator, denominator)
     const SUFFIXES: [(&str, u128, u128); 13] = [
         ("Ki", 1 << 10, 1),

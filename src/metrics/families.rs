@@ -174,20 +174,22 @@ impl PullQueueFamilies {
         let stalled_downloads = Counter::default();
         r.register(
             "pull_stalled_downloads",
-            "Downloads of the runtime's that wrote no byte for pull.stall_warning while a pull ran \
-             (warned once per download)",
+            "Downloads of the runtime's that wrote no byte (or less than pull.min_download_rate asks) for \
+             pull.stall_warning while a pull ran (warned once per stall)",
             stalled_downloads.clone(),
         );
         let stalled_now = Gauge::default();
         r.register(
             "pull_downloads_stalled",
-            "Downloads of the runtime's idle for pull.stall_warning or longer at the last check (while pulls run)",
+            "Downloads of the runtime's stalled (idle, or under pull.min_download_rate) for pull.stall_warning \
+             or longer at the last check (while pulls run)",
             stalled_now.clone(),
         );
         let stall_cancels = Counter::default();
         r.register(
             "pull_stall_cancels",
-            "Pulls whose runtime call imaged ended because a download wrote no byte for pull.stall_timeout",
+            "Pulls whose runtime call imaged ended because a download wrote no byte (or less than \
+             pull.min_download_rate asks) for pull.stall_timeout",
             stall_cancels.clone(),
         );
         let transient_retries = Counter::default();

@@ -247,8 +247,8 @@ impl Metrics {
         self.inner.queue.slow_pulls.inc();
     }
 
-    /// A download of the runtime's was found idle for `pull.stall_warning`
-    /// (once per download).
+    /// A download of the runtime's was found stalled for
+    /// `pull.stall_warning` (once per stall).
     pub fn download_stalled(&self) {
         self.inner.queue.stalled_downloads.inc();
     }
@@ -259,7 +259,7 @@ impl Metrics {
         self.inner.queue.stall_cancels.inc();
     }
 
-    /// The downloads idle for `pull.stall_warning` or longer now.
+    /// The downloads stalled for `pull.stall_warning` or longer now.
     pub fn set_stalled_downloads(&self, n: usize) {
         self.inner.queue.stalled_now.set(i64::try_from(n).unwrap_or(i64::MAX));
     }

@@ -65,6 +65,10 @@ pub struct PullQueueSettings {
     /// the default). It fails as the registry being unavailable, so
     /// `transient_retries` and the pod's back-off take it from there.
     pub stall_timeout: Option<Duration>,
+    /// The floor, in bytes a second, below which a moving download counts
+    /// as stalled too, measured over each of the two times above (0 = none,
+    /// the default: only a download that writes no byte stalls).
+    pub min_download_rate: u64,
     /// Where the queue reports its depths, joins and throttling (and, as
     /// `node::Node` wires it, the ensure flow its requests and pull durations).
     pub metrics: Metrics,
@@ -91,6 +95,7 @@ impl Default for PullQueueSettings {
             slow_pull_warning: Some(DEFAULT_SLOW_PULL_WARNING),
             stall_warning: Some(DEFAULT_STALL_WARNING),
             stall_timeout: None,
+            min_download_rate: 0,
             metrics: Metrics::default(),
             size_offers: SizeOffers::default(),
             records_due: RecordsDue::default(),
@@ -193,7 +198,7 @@ impl PullQueueActor {
     /// A queue that pulls and looks images up through the gateway's direct
     /// handle (`reader`, from [`GetReader`](crate::actors::cri_gateway::GetReader)).
     pub fn new(cfg: PullQueueSettings, reader: CriReader) -> Self {
-        let cfg_stall = StallWatch::new(cfg.stall_warning, cfg.stall_timeout);
+        let cfg_stall = StallWatch::new(cfg.stall_warning, cfg.stall_timeout, cfg.min_download_rate);
         Self {
             reader,
             queue: PullQueue::new(cfg.concurrency, cfg.capacity, cfg.single_flight)
@@ -340,7 +345,7 @@ impl PullQueueActor {
         let now = std::time::SystemTime::now();
         let review = watch.review(&downloads, now, since);
         let warn_after = watch.warn_after.map(crate::domain::go_text::duration).unwrap_or_default();
-        let cancel_after = watch.cancel_after;
+        let (cancel_after, min_rate) = (watch.cancel_after, watch.min_rate);
         self.cfg.metrics.set_stalled_downloads(review.stalled);
         let running: Vec<&str> = self.started.keys().map(|k| k.image.as_str()).collect();
         let idle_text = |d: &crate::domain::Download| {
@@ -349,9 +354,10 @@ impl PullQueueActor {
         let size_text = |d: &crate::domain::Download| {
             if d.total > 0 { format!("{} of {} bytes", d.offset, d.total) } else { format!("{} bytes", d.offset) }
         };
-        for d in &review.newly {
+        for found in &review.newly {
+            let d = found.download;
             self.cfg.metrics.download_stalled();
-            let (idle, size) = (idle_text(d), size_text(d));
+            let (idle, size, what) = (idle_text(d), size_text(d), found.stall.text(min_rate));
             let whose = match running.as_slice() {
                 [one] => format!("the pull of {one:?}"),
                 many => format!("one of {} pulls running ({})", many.len(), many.join(", ")),
@@ -361,7 +367,7 @@ impl PullQueueActor {
                 idle = %idle,
                 offset = d.offset,
                 total = d.total,
-                "download {:?} of {whose} has written no byte for {idle} ({size}): \
+                "download {:?} of {whose} {what} ({size}): \
                  stalled past {warn_after}; `imagectl pulls` lists the downloads (pull.stall_warning)",
                 d.reference
             );
@@ -375,18 +381,20 @@ impl PullQueueActor {
         if pull.stop.call_running_for().is_none_or(|ran| ran < cancel_after) {
             return;
         }
-        let Some(d) = review.past_cancel.iter().find(|d| d.updated >= pull.since) else { return };
-        let (idle, size) = (idle_text(d), size_text(d));
+        let Some(found) = review.past_cancel.iter().find(|f| f.download.updated >= pull.since) else { return };
+        let d = found.download;
+        let (idle, size, what) = (idle_text(d), size_text(d), found.stall.text(min_rate));
         let limit = crate::domain::go_text::duration(cancel_after);
         warn!(image = %key.image, download = %d.reference, idle = %idle,
-            "cancelling the pull of {:?}: its download {:?} has written no byte for {idle} ({size}), \
+            "cancelling the pull of {:?}: its download {:?} {what} ({size}), \
              past pull.stall_timeout ({limit})", key.image, d.reference);
         self.cfg.metrics.stalled_pull_cancelled();
         pull.stop.stop(crate::cri::CriError::new(
             crate::cri::CriErrorKind::RegistryUnavailable,
             format!(
-                "{}: download {:?} wrote no byte for {idle} ({size}); imaged cancelled the pull (pull.stall_timeout {limit})",
-                crate::cri::REGISTRY_UNAVAILABLE, d.reference
+                "{}: download {:?} {what} ({size}); imaged cancelled the pull (pull.stall_timeout {limit})",
+                crate::cri::REGISTRY_UNAVAILABLE,
+                d.reference
             ),
         ));
     }
