@@ -285,6 +285,8 @@ async fn a_reload_applies_the_live_parts_and_names_the_rest() {
     new.pull.registry_limits = std::collections::HashMap::from([("docker.io".to_string(), 1)]);
     new.pull.pull_deadline = Some(Duration::from_secs(90));
     new.pull.concurrency = imaged::actors::pull_queue::Concurrency::Parallel(Some(3));
+    new.pull.stall_timeout = Some(Duration::from_secs(120));
+    new.pull.min_download_rate = 100 << 10;
     let r = node.reload(&new);
     assert_eq!(
         r.applied,
@@ -294,6 +296,7 @@ async fn a_reload_applies_the_live_parts_and_names_the_rest() {
             "pull (max_parallel_pulls_per_registry, registries' max_parallel)",
             "pull (serialize_image_pulls, max_parallel_image_pulls)",
             "pull (pull_deadline, transient_retries, transient_retry_delay)",
+            "pull (slow_pull_warning, stall_warning, stall_timeout, min_download_rate)",
             "backoff (initial, max)",
         ]
     );
@@ -308,6 +311,10 @@ async fn a_reload_applies_the_live_parts_and_names_the_rest() {
     assert_eq!(in_force.pull.registry_limits.get("docker.io"), Some(&1));
     assert_eq!(in_force.pull.pull_deadline, Some(Duration::from_secs(90)));
     assert_eq!(in_force.pull.concurrency, imaged::actors::pull_queue::Concurrency::Parallel(Some(3)));
+    assert_eq!(
+        (in_force.pull.stall_timeout, in_force.pull.min_download_rate),
+        (Some(Duration::from_secs(120)), 100 << 10)
+    );
     let s = scrape(&metrics);
     let info = s.value(
         "imaged_config_info",

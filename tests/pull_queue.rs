@@ -1113,3 +1113,46 @@ async fn a_download_that_drips_under_the_floor_is_warned_of_and_cancelled_though
     assert_eq!(s.value("imaged_pull_stall_cancels_total", &[]), Some(1.0));
     assert_eq!(rt.runtime.stats().pulls_completed, 1, "only the fast pull completed");
 }
+
+#[actix::test]
+async fn a_reloaded_stall_check_starts_stops_and_follows_its_new_times() {
+    use imaged::cri::CriErrorKind;
+    let rt = runtime().await;
+    let ms = Duration::from_millis;
+    let stuck = RemoteImage::new("example.com/stuck:1", 1_000).latency(Duration::from_secs(30)).stalling(ms(50));
+    rt.runtime.add_remote(stuck).expect("add");
+    rt.runtime.add_remote(RemoteImage::new("example.com/long:1", 1_000).latency(ms(800))).expect("add");
+    let metrics = imaged::metrics::Metrics::new();
+    let off =
+        UpdatePullWatch { slow_pull_warning: None, stall_warning: None, stall_timeout: None, min_download_rate: 0 };
+    let cfg = PullQueueSettings {
+        slow_pull_warning: None,
+        stall_warning: None,
+        stall_timeout: None,
+        metrics: metrics.clone(),
+        ..no_throttle(Concurrency::Serial)
+    };
+    let q = queue(&rt, cfg).await;
+    // Off: the stuck pull runs on, nothing is listed.
+    let pulling = q.send(EnqueuePull(req("example.com/stuck:1"))).await.expect("admitted");
+    tokio::time::sleep(ms(400)).await;
+    assert_eq!(rt.runtime.stats().calls(Rpc::ListStatuses), 0, "no check while off");
+    // On, live: the running pull is judged by the new times.
+    let on = UpdatePullWatch { stall_warning: Some(ms(100)), stall_timeout: Some(ms(200)), ..off };
+    q.send(on).await.expect("updated");
+    let started = std::time::Instant::now();
+    let failure = tokio::time::timeout(Duration::from_secs(10), pulling)
+        .await
+        .expect("cancelled long before its 30 s")
+        .expect_err("cancelled");
+    let PullFailure::Cri(errors) = &failure else { panic!("a runtime failure: {failure:?}") };
+    assert_eq!(errors[0].kind(), CriErrorKind::RegistryUnavailable, "{}", errors[0]);
+    assert!(errors[0].to_string().contains("pull.stall_timeout 200ms"), "{}", errors[0]);
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert_eq!(stalls_warned(&metrics).0, 1.0, "warned at the new warning time");
+    // Off again: a pull runs and the runtime is not asked.
+    q.send(off).await.expect("updated");
+    let listed = rt.runtime.stats().calls(Rpc::ListStatuses);
+    q.send(EnqueuePull(req("example.com/long:1"))).await.expect("admitted").await.expect("pulled");
+    assert_eq!(rt.runtime.stats().calls(Rpc::ListStatuses), listed, "the check's timer sleeps");
+}

@@ -316,6 +316,18 @@ impl Node {
         self.queue.do_send(crate::actors::pull_queue::UpdatePullLimits { deadline, retries });
     }
 
+    /// Replaces the slow-pull and stall checks' settings live (a reload of
+    /// `pull.slow_pull_warning`, `stall_warning`, `stall_timeout` and
+    /// `min_download_rate`): see
+    /// [`UpdatePullWatch`](crate::actors::pull_queue::UpdatePullWatch).
+    pub fn update_pull_watch(&self, m: crate::actors::pull_queue::UpdatePullWatch) {
+        let mut in_force = self.in_force();
+        in_force.pull.slow_pull_warning = m.slow_pull_warning;
+        (in_force.pull.stall_warning, in_force.pull.stall_timeout, in_force.pull.min_download_rate) =
+            (m.stall_warning, m.stall_timeout, m.min_download_rate);
+        self.queue.do_send(m);
+    }
+
     /// Replaces the back-off delays live (a reload of `[backoff] initial`
     /// and `max`): see [`UpdateBackoffDelays`].
     pub fn update_backoff_delays(&self, delays: crate::actors::backoff_registry::BackoffDelays) {

@@ -60,6 +60,16 @@ impl Node {
             self.update_pull_limits(new.pull.pull_deadline, new.pull.retries);
             r.applied.push("pull (pull_deadline, transient_retries, transient_retry_delay)");
         }
+        let watch = |c: &Config| crate::actors::pull_queue::UpdatePullWatch {
+            slow_pull_warning: c.pull.slow_pull_warning,
+            stall_warning: c.pull.stall_warning,
+            stall_timeout: c.pull.stall_timeout,
+            min_download_rate: c.pull.min_download_rate,
+        };
+        if watch(new) != watch(&was) {
+            self.update_pull_watch(watch(new));
+            r.applied.push("pull (slow_pull_warning, stall_warning, stall_timeout, min_download_rate)");
+        }
         let prefetch = |c: &Config| (c.prefetch.images.clone(), c.prefetch.refresh);
         if prefetch(new) != prefetch(&was)
             && self.update_prefetch_list(new.prefetch.images.clone(), new.prefetch.refresh)

@@ -145,12 +145,11 @@ struct PullSucceeded {
     done: oneshot::Sender<()>,
 }
 
-/// Self-notification, from the slow-pull timer: warn of pulls running past `after`.
+/// Self-notification, from the slow-pull timer: warn of pulls running
+/// past `pull.slow_pull_warning`.
 #[derive(Message)]
 #[rtype(result = "()")]
-struct CheckSlowPulls {
-    after: Duration,
-}
+struct CheckSlowPulls;
 
 /// Self-notification, from the stall timer: list the runtime's downloads
 /// and warn of those that stopped moving (`pull.stall_warning`).
@@ -188,6 +187,10 @@ pub struct PullQueueActor {
     token_timer: Option<(SpawnHandle, Instant)>,
     /// The stall check (`pull.stall_warning`; None when off).
     stalls: Option<StallWatch>,
+    /// The periods of the two checks' timers (what each watches for;
+    /// `None`: the timer sleeps), changed by [`UpdatePullWatch`].
+    slow_period: tokio::sync::watch::Sender<Option<Duration>>,
+    stall_period: tokio::sync::watch::Sender<Option<Duration>>,
 }
 
 /// Bounds of a check's period (a quarter of the time it watches for).
@@ -199,6 +202,8 @@ impl PullQueueActor {
     /// handle (`reader`, from [`GetReader`](crate::actors::cri_gateway::GetReader)).
     pub fn new(cfg: PullQueueSettings, reader: CriReader) -> Self {
         let cfg_stall = StallWatch::new(cfg.stall_warning, cfg.stall_timeout, cfg.min_download_rate);
+        let slow_period = tokio::sync::watch::Sender::new(cfg.slow_pull_warning);
+        let stall_period = tokio::sync::watch::Sender::new(cfg_stall.as_ref().map(StallWatch::shortest));
         Self {
             reader,
             queue: PullQueue::new(cfg.concurrency, cfg.capacity, cfg.single_flight)
@@ -217,6 +222,8 @@ impl PullQueueActor {
             started: BTreeMap::new(),
             token_timer: None,
             stalls: cfg_stall,
+            slow_period,
+            stall_period,
         }
     }
 
@@ -476,28 +483,48 @@ fn normalized_or_raw(image: &str) -> String {
 /// only `do_send`/`try_send` see it, as `send` never waits for room.
 pub const UNBOUNDED_QUEUE_MAILBOX: usize = 1024;
 
-/// Sends the actor `message()` every quarter of `watched` (the time the
-/// check looks for, within [`CHECK_MIN`] and [`CHECK_MAX`]), from a task
-/// of its own: a timer in the actor's context would be polled on every
+/// Sends the actor `message()` every quarter of the time the check looks
+/// for (`watched`'s, within [`CHECK_MIN`] and [`CHECK_MAX`]; none while it
+/// is `None`, and the period follows it when it changes), from a task of
+/// its own: a timer in the actor's context would be polled on every
 /// wake-up of the actor (it measurably slowed the ensure bench's
-/// makespan). It holds a weak address, so it never keeps the actor alive.
-fn check_every<M>(watched: Duration, ctx: &mut Context<PullQueueActor>, message: impl Fn() -> M + 'static)
-where
+/// makespan). It holds a weak address, so it never keeps the actor alive,
+/// and ends with the actor (its mailbox closes, or the period's sender,
+/// the actor's, is dropped).
+fn check_every<M>(
+    mut watched: tokio::sync::watch::Receiver<Option<Duration>>,
+    ctx: &mut Context<PullQueueActor>,
+    message: impl Fn() -> M + 'static,
+) where
     M: Message<Result = ()> + Send + 'static,
     PullQueueActor: Handler<M>,
 {
-    let tick = (watched / 4).clamp(CHECK_MIN, CHECK_MAX);
     let me = ctx.address().downgrade();
     actix::spawn(async move {
-        let mut every = tokio::time::interval_at(Instant::now() + tick, tick);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            every.tick().await;
-            let Some(queue) = me.upgrade() else { break };
-            // A freshly upgraded address is never refused as full; a
-            // closed mailbox ends the timer.
-            if let Err(actix::dev::SendError::Closed(_)) = queue.try_send(message()) {
-                break;
+            let Some(period) = *watched.borrow_and_update() else {
+                if watched.changed().await.is_err() {
+                    break;
+                }
+                continue;
+            };
+            let tick = (period / 4).clamp(CHECK_MIN, CHECK_MAX);
+            let mut every = tokio::time::interval_at(Instant::now() + tick, tick);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = every.tick() => {}
+                    changed = watched.changed() => match changed {
+                        Ok(()) => break,
+                        Err(_) => return,
+                    },
+                }
+                let Some(queue) = me.upgrade() else { return };
+                // A freshly upgraded address is never refused as full; a
+                // closed mailbox ends the timer.
+                if let Err(actix::dev::SendError::Closed(_)) = queue.try_send(message()) {
+                    return;
+                }
             }
         }
     });
@@ -512,12 +539,8 @@ impl Actor for PullQueueActor {
         // `PullQueue`: a request that finds the queue full is parked and its
         // sender's send() resolves when it is admitted.
         ctx.set_mailbox_capacity(self.cfg.capacity.unwrap_or(UNBOUNDED_QUEUE_MAILBOX).max(1));
-        if let Some(after) = self.cfg.slow_pull_warning {
-            check_every(after, ctx, move || CheckSlowPulls { after });
-        }
-        if let Some(watch) = &self.stalls {
-            check_every(watch.shortest(), ctx, || CheckStalls);
-        }
+        check_every(self.slow_period.subscribe(), ctx, || CheckSlowPulls);
+        check_every(self.stall_period.subscribe(), ctx, || CheckStalls);
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
@@ -691,6 +714,37 @@ impl Handler<UpdatePullLimits> for PullQueueActor {
     }
 }
 
+impl Handler<UpdatePullWatch> for PullQueueActor {
+    type Result = ();
+
+    /// Replaces the slow-pull and stall checks' times and floor, and
+    /// re-times their timers. A stall check that stays on keeps what it
+    /// warned of and its readings.
+    fn handle(&mut self, m: UpdatePullWatch, _: &mut Self::Context) {
+        self.cfg.slow_pull_warning = m.slow_pull_warning;
+        (self.cfg.stall_warning, self.cfg.stall_timeout, self.cfg.min_download_rate) =
+            (m.stall_warning, m.stall_timeout, m.min_download_rate);
+        match (self.stalls.as_mut(), StallWatch::new(m.stall_warning, m.stall_timeout, m.min_download_rate)) {
+            (Some(watch), Some(_)) => watch.retime(m.stall_warning, m.stall_timeout, m.min_download_rate),
+            (_, fresh) => {
+                if fresh.is_none() {
+                    self.cfg.metrics.set_stalled_downloads(0);
+                }
+                self.stalls = fresh;
+            }
+        }
+        self.slow_period.send_replace(m.slow_pull_warning);
+        self.stall_period.send_replace(self.stalls.as_ref().map(StallWatch::shortest));
+        tracing::info!(
+            slow_pull_warning_ms = m.slow_pull_warning.map(crate::domain::limits::millis),
+            stall_warning_ms = m.stall_warning.map(crate::domain::limits::millis),
+            stall_timeout_ms = m.stall_timeout.map(crate::domain::limits::millis),
+            min_download_rate = m.min_download_rate,
+            "slow-pull and stall checks replaced"
+        );
+    }
+}
+
 impl Handler<GetQueueStatus> for PullQueueActor {
     type Result = MessageResult<GetQueueStatus>;
 
@@ -709,8 +763,10 @@ impl Handler<CheckSlowPulls> for PullQueueActor {
     type Result = ();
 
     /// Warns of pulls running past the warning time while others wait.
-    fn handle(&mut self, m: CheckSlowPulls, _: &mut Self::Context) {
-        self.warn_slow(m.after);
+    fn handle(&mut self, _: CheckSlowPulls, _: &mut Self::Context) {
+        if let Some(after) = self.cfg.slow_pull_warning {
+            self.warn_slow(after);
+        }
     }
 }
 

@@ -458,6 +458,24 @@ pub struct UpdatePullLimits {
     pub retries: super::Retries,
 }
 
+/// Replaces the slow-pull and stall checks' settings (a reload of
+/// `pull.slow_pull_warning`, `stall_warning`, `stall_timeout` and
+/// `min_download_rate`): each check's timer follows its new time at once,
+/// a check turned off stops, one turned on starts; the pulls running are
+/// judged by the new settings from the next check on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Message)]
+#[rtype(result = "()")]
+pub struct UpdatePullWatch {
+    /// See `PullQueueSettings::slow_pull_warning`.
+    pub slow_pull_warning: Option<Duration>,
+    /// See `PullQueueSettings::stall_warning`.
+    pub stall_warning: Option<Duration>,
+    /// See `PullQueueSettings::stall_timeout`.
+    pub stall_timeout: Option<Duration>,
+    /// See `PullQueueSettings::min_download_rate`.
+    pub min_download_rate: u64,
+}
+
 /// Asks for the queue's [`QueueStatus`].
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "QueueStatus")]

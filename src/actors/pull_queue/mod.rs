@@ -16,7 +16,7 @@ pub use actor::{DEFAULT_STALL_WARNING, PullQueueActor, PullQueueSettings};
 pub use messages::{
     EnqueuePull, GetQueueStatus, ImageSize, ListPulls, PullFailure, PullInfo, PullOutcome, PullPhase, PullPhaseChanged,
     PullPod, PullRequest, PullResult, PullStage, PullTicket, QueueStatus, SubscribePhases, UpdateConcurrency,
-    UpdatePullLimits, UpdatePullThrottle, UpdateRegistryLimits,
+    UpdatePullLimits, UpdatePullThrottle, UpdatePullWatch, UpdateRegistryLimits,
 };
 pub use pull_task::Retries;
 pub use queue::{Concurrency, registry_of};

@@ -79,6 +79,15 @@ impl StallWatch {
         })
     }
 
+    /// Takes new times and floor (a reload); what was warned of and the
+    /// readings stay (the readings' span follows at the next listing).
+    pub(super) fn retime(&mut self, warn_after: Option<Duration>, cancel_after: Option<Duration>, min_rate: u64) {
+        (self.warn_after, self.cancel_after, self.min_rate) = (warn_after, cancel_after, min_rate);
+        if min_rate == 0 {
+            self.readings.clear();
+        }
+    }
+
     /// The shorter of the two times (what the check's period follows).
     pub(super) fn shortest(&self) -> Duration {
         [self.warn_after, self.cancel_after].into_iter().flatten().min().unwrap_or(Duration::MAX)
@@ -304,6 +313,19 @@ mod tests {
         let mut no_floor = StallWatch::new(Some(Duration::from_secs(60)), None, 0).unwrap();
         no_floor.review(&[download("layer-a", 10)], at(10), at(0));
         assert!(no_floor.readings.is_empty(), "no floor, no readings");
+    }
+
+    #[test]
+    fn new_times_keep_the_warnings_and_a_floor_turned_off_drops_the_readings() {
+        let mut w = StallWatch::new(Some(Duration::from_secs(60)), None, 1).unwrap();
+        let listing = [download("layer-a", 100)];
+        assert_eq!(look(&mut w, &listing, 160), (1, vec!["layer-a"]));
+        assert_eq!(w.readings.len(), 1);
+        w.retime(Some(Duration::from_secs(30)), Some(Duration::from_secs(90)), 1);
+        assert_eq!(look(&mut w, &listing, 170), (1, vec![]), "already warned of");
+        assert_eq!(w.shortest(), Duration::from_secs(30));
+        w.retime(Some(Duration::from_secs(30)), None, 0);
+        assert!(w.readings.is_empty());
     }
 
     #[test]
