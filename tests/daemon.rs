@@ -322,7 +322,7 @@ fn imagectl_pulls_shows_the_running_pull_and_the_queue_behind_it() {
     assert!(stdout(&o).contains("(no pulls running or waiting)"), "{}", stdout(&o));
     let o = d.imagectl(&["-o", "json", "pulls"]);
     assert_eq!(
-        serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("json"),
+        made_now(serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("json")),
         serde_json::json!({"pulls": [], "downloads": [], "downloads_unavailable": ""})
     );
 
@@ -379,10 +379,120 @@ fn imagectl_pulls_shows_the_running_pull_and_the_queue_behind_it() {
     let o = d.imagectl(&["-o", "json", "pulls"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     assert_eq!(
-        v,
+        made_now(v),
         serde_json::json!({"pulls": [], "downloads": [], "downloads_unavailable": ""}),
         "the pull's download ended with it"
     );
+}
+
+/// A `ListPulls` answer without its `time_ms`, which must be within a
+/// minute of now.
+fn made_now(mut v: serde_json::Value) -> serde_json::Value {
+    let at = v.as_object_mut().and_then(|o| o.remove("time_ms")).and_then(|t| t.as_i64()).expect("time_ms");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis();
+    assert!((i128::try_from(now).expect("ms") - i128::from(at)).abs() < 60_000, "time_ms {at}, now {now}");
+    v
+}
+
+#[test]
+fn imagectl_pulls_watch_follows_a_pull_until_interrupted_and_watch_pulls_is_bounded() {
+    use std::io::BufRead as _;
+    let mut d = Daemon::start(&[]);
+    // Bad intervals: refused by imagectl, and by the daemon.
+    let o = d.imagectl(&["pulls", "--watch", "--interval", "10ms"]);
+    assert_eq!(o.status.code(), Some(64), "a usage error: {}", stderr(&o));
+    assert!(stderr(&o).contains("must be from 100ms to 1h"), "{}", stderr(&o));
+    rt().block_on(async {
+        let mut c = imaged::api::client(&d.socket).expect("client");
+        for ms in [99, 3_600_001] {
+            let e = c.watch_pulls(proto::WatchPullsRequest { interval_ms: ms }).await.expect_err("refused");
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+            assert!(e.message().contains(&format!("interval_ms {ms} is out of range")), "{}", e.message());
+        }
+        // At most 32 streams at once; a closed one makes room.
+        let mut open = Vec::new();
+        for _ in 0..32 {
+            let mut s =
+                c.watch_pulls(proto::WatchPullsRequest { interval_ms: 3_600_000 }).await.expect("rpc").into_inner();
+            // The first answer comes at once.
+            let first = tokio::time::timeout(Duration::from_secs(10), s.message()).await.expect("at once");
+            assert!(first.expect("stream").is_some_and(|r| r.time_ms > 0));
+            open.push(s);
+        }
+        let e = c.watch_pulls(proto::WatchPullsRequest::default()).await.expect_err("one too many");
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+        assert!(e.message().contains("32 WatchPulls streams are open"), "{}", e.message());
+        drop(open.pop());
+        let give_up = std::time::Instant::now() + Duration::from_secs(10);
+        while c.watch_pulls(proto::WatchPullsRequest::default()).await.is_err() {
+            assert!(std::time::Instant::now() < give_up, "a closed stream never made room");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        drop(open);
+        let r = c.ensure_image(ensure_req("p0", "busybox:1.36", "IfNotPresent")).await.expect("rpc").into_inner();
+        assert!(matches!(r.result, Some(proto::ensure_image_response::Result::Ok(_))), "still serves: {r:?}");
+    });
+
+    // imagectl pulls --watch, JSON: one object per line, every 100 ms; it
+    // sees nginx's pull (400 ms) run and end.
+    let mut watch = std::process::Command::new(env!("CARGO_BIN_EXE_imagectl"))
+        .env_remove("RUST_LOG")
+        .args(["--socket"])
+        .arg(&d.socket)
+        .args(["-o", "json", "pulls", "--watch", "--interval", "100ms"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("imagectl");
+    let lines = std::io::BufReader::new(watch.stdout.take().expect("stdout")).lines();
+    // Bounded: a watch that stops answering is ended after 30 s, and the
+    // asserts below say what it missed.
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(watch.id()).expect("pid"));
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if finished.recv_timeout(Duration::from_secs(30)).is_err() {
+            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+        }
+    });
+    let socket = d.socket.clone();
+    let ensure = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        rt().block_on(async move {
+            let mut c = imaged::api::client(&socket).expect("client");
+            c.ensure_image(ensure_req("p1", "nginx:1.27", "IfNotPresent")).await.is_ok()
+        })
+    });
+    let (mut seen, mut times) = (Vec::new(), Vec::new());
+    for line in lines {
+        let v: serde_json::Value = serde_json::from_str(&line.expect("a line")).expect("one JSON object per line");
+        times.push(v["time_ms"].as_i64().expect("time_ms"));
+        let state =
+            v["pulls"].as_array().expect("pulls").first().map(|p| p["state"].as_str().unwrap_or("").to_string());
+        if seen.last() != Some(&state) {
+            seen.push(state.clone());
+        }
+        if (seen.len() >= 3 && state.is_none()) || times.len() > 200 {
+            break;
+        }
+    }
+    let _ = done.send(());
+    let _ = watchdog.join();
+    let _ = watch.kill();
+    let _ = watch.wait();
+    assert!(ensure.join().expect("thread"), "the ensure was answered");
+    assert!(seen.contains(&Some("pulling".to_string())), "the pull was seen running: {seen:?}");
+    assert_eq!((seen.first(), seen.last()), (Some(&None), Some(&None)), "idle, the pull, idle again: {seen:?}");
+    assert!(times.windows(2).all(|w| w[1] - w[0] >= 50), "about every 100 ms: {times:?}");
+
+    // A stream open when imaged stops ends, and does not hold the stop.
+    rt().block_on(async {
+        let mut c = imaged::api::client(&d.socket).expect("client");
+        let mut s = c.watch_pulls(proto::WatchPullsRequest { interval_ms: 3_600_000 }).await.expect("rpc").into_inner();
+        assert!(s.message().await.expect("first").is_some());
+        d.signal(Signal::SIGTERM);
+        let end = tokio::time::timeout(Duration::from_secs(10), s.message()).await.expect("the stream ends");
+        assert!(!matches!(end, Ok(Some(_))), "no answer after the stop: {end:?}");
+    });
+    assert_eq!(d.wait_exit(Duration::from_secs(20)), Some(0));
 }
 
 #[test]

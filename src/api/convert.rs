@@ -313,6 +313,9 @@ pub fn pulls(
         pulls: listed,
         downloads: downloads.iter().map(download).collect(),
         downloads_unavailable: unavailable,
+        time_ms: now
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
     }
 }
 

@@ -8,6 +8,7 @@ pub mod unary;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::Stream;
 use tokio::sync::{broadcast, watch};
@@ -63,6 +64,8 @@ pub struct ImagedService {
     node: Arc<Node>,
     events: HubFeed<proto::Event>,
     stopping: watch::Receiver<bool>,
+    /// Room for `WatchPulls` streams ([`WATCH_PULLS_STREAMS`]).
+    watchers: Arc<tokio::sync::Semaphore>,
     /// The daemon's `/healthz` and `/readyz`, for `GetStatus`.
     health: Option<crate::http::Health>,
 }
@@ -88,7 +91,13 @@ impl ImagedService {
         let hub = hub.start();
         node.subscribe_events(hub.clone().recipient());
         node.subscribe_phases(hub.recipient()).await?;
-        Ok(Self { node, events, stopping, health: None })
+        Ok(Self {
+            node,
+            events,
+            stopping,
+            watchers: Arc::new(tokio::sync::Semaphore::new(WATCH_PULLS_STREAMS)),
+            health: None,
+        })
     }
 
     /// `GetStatus` also answers what `health` says (the daemon's
@@ -274,6 +283,46 @@ fn settings(c: &crate::config::Config) -> proto::Settings {
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<proto::Event, Status>> + Send>>;
 
+/// `WatchPulls`' answers.
+type PullsStream = Pin<Box<dyn Stream<Item = Result<proto::ListPullsResponse, Status>> + Send>>;
+
+/// `WatchPulls`' interval when the request sets none, and its bounds: each
+/// answer costs a message to the queue and a listing of the runtime's
+/// downloads, so a client cannot ask for more than ten a second.
+const WATCH_PULLS_DEFAULT: Duration = Duration::from_secs(1);
+const WATCH_PULLS_MIN: Duration = Duration::from_millis(100);
+const WATCH_PULLS_MAX: Duration = Duration::from_secs(3600);
+
+/// `WatchPulls` streams open at once, at most: one more is refused
+/// (`ResourceExhausted`), so clients that never hang up cannot make the
+/// runtime list its downloads without end.
+pub const WATCH_PULLS_STREAMS: usize = 32;
+
+/// A `WatchPulls` interval, checked.
+fn watch_interval(ms: u32) -> Result<Duration, Status> {
+    if ms == 0 {
+        return Ok(WATCH_PULLS_DEFAULT);
+    }
+    let d = Duration::from_millis(u64::from(ms));
+    if d < WATCH_PULLS_MIN || d > WATCH_PULLS_MAX {
+        return Err(Status::invalid_argument(format!(
+            "interval_ms {ms} is out of range: from {} to {} (0 = {})",
+            WATCH_PULLS_MIN.as_millis(),
+            WATCH_PULLS_MAX.as_millis(),
+            WATCH_PULLS_DEFAULT.as_millis()
+        )));
+    }
+    Ok(d)
+}
+
+/// `ListPulls`' answer now: the queue's pulls and the runtime's downloads.
+async fn pulls_now(node: &Node) -> Result<proto::ListPullsResponse, Status> {
+    let (pulls, downloads) = tokio::join!(node.list_pulls(), node.list_downloads());
+    let pulls = pulls.map_err(status_of)?;
+    let now = std::time::SystemTime::now();
+    Ok(convert::pulls(&pulls, downloads.map_err(|e| e.to_string()), node.stall_in_force(), now))
+}
+
 /// Images per `StreamImages` message of the API.
 pub const IMAGE_BATCH: usize = 512;
 
@@ -416,15 +465,39 @@ impl Imaged for ImagedService {
         &self,
         _: Request<proto::ListPullsRequest>,
     ) -> Result<Response<proto::ListPullsResponse>, Status> {
-        let (pulls, downloads) = tokio::join!(self.node.list_pulls(), self.node.list_downloads());
-        let pulls = pulls.map_err(status_of)?;
-        let pull = &self.node.config().pull;
-        Ok(Response::new(convert::pulls(
-            &pulls,
-            downloads.map_err(|e| e.to_string()),
-            pull.stall_warning.map(|after| (after, pull.min_download_rate)),
-            std::time::SystemTime::now(),
-        )))
+        Ok(Response::new(pulls_now(&self.node).await?))
+    }
+
+    type WatchPullsStream = PullsStream;
+
+    async fn watch_pulls(
+        &self,
+        request: Request<proto::WatchPullsRequest>,
+    ) -> Result<Response<Self::WatchPullsStream>, Status> {
+        let every = watch_interval(request.into_inner().interval_ms)?;
+        let Ok(permit) = self.watchers.clone().try_acquire_owned() else {
+            return Err(Status::resource_exhausted(format!(
+                "{WATCH_PULLS_STREAMS} WatchPulls streams are open already; close one, or use ListPulls"
+            )));
+        };
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let state = (self.node.clone(), ticks, self.stopping.clone(), permit);
+        let answers = futures_util::stream::unfold(state, |(node, mut ticks, mut stopping, permit)| async move {
+            // The first tick is at once.
+            loop {
+                if *stopping.borrow() {
+                    return None;
+                }
+                tokio::select! {
+                    _ = ticks.tick() => break,
+                    changed = stopping.changed() => if changed.is_err() { return None },
+                }
+            }
+            let answer = pulls_now(&node).await;
+            Some((answer, (node, ticks, stopping, permit)))
+        });
+        Ok(Response::new(Box::pin(answers)))
     }
 
     async fn prefetch_image(

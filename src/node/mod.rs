@@ -182,12 +182,20 @@ impl Node {
     /// The configuration in force: the start one with what each live
     /// update (a SIGHUP reload) replaced — the GC policy, the registry pull
     /// throttle, the limits on pulls at once (overall and per registry),
-    /// the pull deadline and retries, the back-off delays and the prefetch
-    /// list.
+    /// the pull deadline and retries, the slow-pull and stall checks, the
+    /// back-off delays and the prefetch list.
     pub fn settings_in_force(&self) -> Config {
         let mut cfg = self.in_force().clone();
         cfg.gc = self.gc_settings();
         cfg
+    }
+
+    /// What a download must do not to count as stalled in a listing, as
+    /// in force: `pull.stall_warning` and `pull.min_download_rate` (`None`
+    /// when the warning is off).
+    pub fn stall_in_force(&self) -> Option<(Duration, u64)> {
+        let c = self.in_force();
+        c.pull.stall_warning.map(|after| (after, c.pull.min_download_rate))
     }
 
     fn in_force(&self) -> std::sync::MutexGuard<'_, Config> {

@@ -229,11 +229,25 @@ impl<W: Write> Session<W> {
         Ok(if failed { EXIT_ENSURE_FAILED } else { 0 })
     }
 
-    /// `imagectl pulls`.
-    pub async fn pulls(&mut self) -> Result<u8, AppError> {
-        let pulls =
-            self.client.list_pulls(proto::ListPullsRequest {}).await.map_err(|s| rpc("ListPulls", s))?.into_inner();
-        print::print_pulls(&pulls, self.format, &mut self.o)?;
+    /// `imagectl pulls [--watch [--interval D]]`.
+    pub async fn pulls(&mut self, watch: Option<std::time::Duration>) -> Result<u8, AppError> {
+        let Some(every) = watch else {
+            let pulls =
+                self.client.list_pulls(proto::ListPullsRequest {}).await.map_err(|s| rpc("ListPulls", s))?.into_inner();
+            print::print_pulls(&pulls, self.format, &mut self.o)?;
+            return Ok(0);
+        };
+        let interval_ms = u32::try_from(every.as_millis()).unwrap_or(u32::MAX);
+        let mut stream = self
+            .client
+            .watch_pulls(proto::WatchPullsRequest { interval_ms })
+            .await
+            .map_err(|s| rpc("WatchPulls", s))?
+            .into_inner();
+        while let Some(pulls) = stream.message().await.map_err(|s| rpc("WatchPulls", s))? {
+            print::print_pulls_watched(&pulls, self.format, &mut self.o)?;
+            self.o.flush().map_err(out)?;
+        }
         Ok(0)
     }
 

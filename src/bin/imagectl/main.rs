@@ -85,8 +85,17 @@ enum Command {
     /// Pull images ahead of need, in the background (no pod: no events, no
     /// back-off); a pod's ensure that comes meanwhile joins the pull.
     Prefetch(PrefetchArgs),
-    /// Pulls the daemon holds now: running, queued (in start order) and parked.
-    Pulls,
+    /// Pulls the daemon holds now: running, queued (in start order) and
+    /// parked, and the runtime's downloads; with `-w`, again and again.
+    Pulls {
+        /// Keep printing them, every --interval, until interrupted (JSON:
+        /// one object per line; YAML: one document each).
+        #[arg(long, short = 'w')]
+        watch: bool,
+        /// How often with --watch: a Go duration, from 100ms to 1h.
+        #[arg(long, value_parser = parse_interval, default_value = "1s", requires = "watch")]
+        interval: std::time::Duration,
+    },
     /// Runtime, queue, back-offs, last GC and the settings in force.
     Status,
     /// Talk CRI to the runtime directly (no daemon), as crictl's image commands.
@@ -216,13 +225,24 @@ fn main() -> ExitCode {
     }
 }
 
-/// `--deadline`: a duration no larger than the daemon accepts.
 /// `--deadline`: a Go duration, as every duration imaged reads.
 fn parse_deadline(text: &str) -> Result<std::time::Duration, String> {
     imaged::config::duration("--deadline", text).map_err(|e| match e {
         imaged::config::ConfigError::Invalid { reason, .. } => reason,
         other => other.to_string(),
     })
+}
+
+/// `pulls --interval`: a Go duration the daemon's `WatchPulls` takes.
+fn parse_interval(text: &str) -> Result<std::time::Duration, String> {
+    let d = imaged::config::duration("--interval", text).map_err(|e| match e {
+        imaged::config::ConfigError::Invalid { reason, .. } => reason,
+        other => other.to_string(),
+    })?;
+    if d < std::time::Duration::from_millis(100) || d > std::time::Duration::from_secs(3600) {
+        return Err("must be from 100ms to 1h".into());
+    }
+    Ok(d)
 }
 
 /// `--pod`: NAMESPACE/NAME, both parts non-empty, as kubectl writes a pod.
@@ -273,7 +293,7 @@ fn run(cli: Cli) -> Result<u8, AppError> {
             }
             Command::Backoff { command: BackoffCommand::List } => session.backoff_list().await,
             Command::Prefetch(args) => session.prefetch(args).await,
-            Command::Pulls => session.pulls().await,
+            Command::Pulls { watch, interval } => session.pulls(watch.then_some(interval)).await,
             Command::Status => session.status().await,
             Command::Cri { .. } | Command::Completion { .. } => Ok(0),
         }

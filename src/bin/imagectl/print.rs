@@ -282,6 +282,19 @@ pub fn print_pulls(r: &proto::ListPullsResponse, f: Format, o: &mut impl Write) 
     print_downloads(r, o)
 }
 
+/// One answer of `imagectl pulls --watch`: the time it was made, then the
+/// listing, then a blank line; JSON: one object per line; YAML: one
+/// document each.
+pub fn print_pulls_watched(r: &proto::ListPullsResponse, f: Format, o: &mut impl Write) -> Result<(), AppError> {
+    if f.is_document() {
+        return f.stream_item(r, o);
+    }
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(r.time_ms).unwrap_or(0));
+    writeln!(o, "{}", humantime::format_rfc3339_millis(at)).map_err(out)?;
+    print_pulls(r, f, o)?;
+    writeln!(o).map_err(out)
+}
+
 /// The runtime's downloads under the pulls: each blob's bytes, how long
 /// it has run and how long it has written nothing; or why they are not
 /// known, while a pull runs.
@@ -467,6 +480,7 @@ mod tests {
                 d("manifest-sha256:bb", 500_000, 0, false),
             ],
             downloads_unavailable: String::new(),
+            time_ms: 0,
         };
         let table = text(|o| print_pulls(&r, Format::Table, o));
         let row = |needle: &str| {
@@ -480,6 +494,7 @@ mod tests {
             pulls: vec![proto::Pull { downloaded_bytes: None, download_total_bytes: None, ..p }],
             downloads: vec![],
             downloads_unavailable: "rpc error: code = Unimplemented desc = unknown service".into(),
+            time_ms: 0,
         };
         let table = text(|o| print_pulls(&r, Format::Table, o));
         assert!(table.contains("(the runtime's downloads are not known: rpc error: code = Unimplemented"), "{table}");
@@ -489,6 +504,20 @@ mod tests {
         // No pull: nothing about downloads.
         let idle = proto::ListPullsResponse { downloads_unavailable: "x".into(), ..Default::default() };
         assert_eq!(text(|o| print_pulls(&idle, Format::Table, o)), "(no pulls running or waiting)\n");
+    }
+
+    #[test]
+    fn a_watched_listing_says_when_it_was_made_and_json_is_one_line_each() {
+        let r = proto::ListPullsResponse { time_ms: 1_764_343_927_123, ..Default::default() };
+        let table = text(|o| print_pulls_watched(&r, Format::Table, o));
+        assert_eq!(table, "2025-11-28T15:32:07.123Z\n(no pulls running or waiting)\n\n");
+        let lines = text(|o| {
+            print_pulls_watched(&r, Format::Json, o)?;
+            print_pulls_watched(&r, Format::Json, o)
+        });
+        assert_eq!(lines.lines().count(), 2, "{lines}");
+        let v: Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
+        assert_eq!(v["time_ms"], 1_764_343_927_123_i64);
     }
 
     #[test]
