@@ -1004,13 +1004,38 @@ async fn a_download_that_stops_moving_is_warned_of_once_and_a_moving_one_never()
         ..no_throttle(Concurrency::Serial)
     };
     let q = queue(&rt, cfg).await;
+    let phases = support_phases::Recorder::start();
+    q.send(SubscribePhases(phases.clone().recipient())).await.expect("subscribe");
     q.send(EnqueuePull(req("example.com/moving:1"))).await.expect("admitted").await.expect("pulled");
     assert_eq!(stalls_warned(&metrics), (0.0, 0.0), "a moving download is no stall");
     let listings = rt.runtime.stats().calls(Rpc::ListStatuses);
     assert!(listings >= 5, "listed while the pull ran: {listings}");
 
-    q.send(EnqueuePull(req("example.com/stuck:1"))).await.expect("admitted").await.expect("a stall only warns");
+    let pod = PullPod { namespace: "shop".into(), name: "web-0".into(), uid: "uid-web-0".into() };
+    let stuck = PullRequest { pod: Some(pod.clone()), ..req("example.com/stuck:1") };
+    q.send(EnqueuePull(stuck)).await.expect("admitted").await.expect("a stall only warns");
     assert_eq!(stalls_warned(&metrics), (1.0, 1.0), "warned once, for its one stall");
+    // Its pod hears of it once, between pulling and done (the moving pull
+    // not at all).
+    let seen: Vec<(String, PullPhase, Option<PullPod>)> = phases
+        .send(support_phases::Take)
+        .await
+        .expect("phases")
+        .into_iter()
+        .filter(|p| matches!(p.phase, PullPhase::Pulling | PullPhase::Stalled | PullPhase::Done))
+        .map(|p| (p.image, p.phase, p.pod))
+        .collect();
+    let (moving, stuck) = ("example.com/moving:1".to_string(), "example.com/stuck:1".to_string());
+    assert_eq!(
+        seen,
+        [
+            (moving.clone(), PullPhase::Pulling, None),
+            (moving, PullPhase::Done, None),
+            (stuck.clone(), PullPhase::Pulling, Some(pod.clone())),
+            (stuck.clone(), PullPhase::Stalled, Some(pod.clone())),
+            (stuck, PullPhase::Done, Some(pod)),
+        ]
+    );
     // With no pull running, nothing is stalled (the next check says so)
     // and the runtime is not asked.
     tokio::time::sleep(ms(120)).await;

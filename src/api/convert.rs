@@ -345,6 +345,7 @@ pub fn phase_name(p: PullPhase) -> &'static str {
         PullPhase::WaitingOnSharedPull => "waiting-on-shared-pull",
         PullPhase::Throttled => "throttled",
         PullPhase::Pulling => "pulling",
+        PullPhase::Stalled => "stalled",
         PullPhase::AlreadyPresent => "already-present",
         PullPhase::Done => "done",
         PullPhase::Failed => "failed",

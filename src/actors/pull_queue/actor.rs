@@ -131,6 +131,8 @@ struct Started {
     warned: bool,
     /// Ends its runtime call in flight (`pull.stall_timeout`).
     stop: Arc<StopCall>,
+    /// The pod its phases name (as its task's).
+    pod: Option<PullPod>,
 }
 
 /// Self-notification: a pull's CRI call succeeded. The pull ends for the
@@ -379,11 +381,14 @@ impl PullQueueActor {
                 d.reference
             );
         }
-        let Some(cancel_after) = cancel_after else { return };
         // Only a download written since the one pull in the runtime's hands
         // started is surely its own.
         let mut pulling = self.started.iter().filter(|(_, s)| s.stage.get() == PullStage::Pulling);
         let (Some((key, pull)), None) = (pulling.next(), pulling.next()) else { return };
+        if review.newly.iter().any(|f| f.download.updated >= pull.since) {
+            pull_task::publish(&self.subscribers, &key.image, PullPhase::Stalled, pull.pod.as_ref());
+        }
+        let Some(cancel_after) = cancel_after else { return };
         // Each call (a retry's, the next credential's) gets the whole time.
         if pull.stop.call_running_for().is_none_or(|ran| ran < cancel_after) {
             return;
@@ -418,15 +423,16 @@ impl PullQueueActor {
         let now = Instant::now();
         let stage = Arc::new(StageCell::default());
         let stop = Arc::new(StopCall::default());
+        let pod = PullPod::of(request.sandbox.as_ref()).or_else(|| request.pod.clone());
         let started = Started {
             at: now,
             since: std::time::SystemTime::now(),
             stage: stage.clone(),
             warned: false,
             stop: stop.clone(),
+            pod: pod.clone(),
         };
         self.started.insert(key.clone(), started);
-        let pod = PullPod::of(request.sandbox.as_ref()).or_else(|| request.pod.clone());
         // A client's own pull through the front: it may offer the size.
         let offers = (request.wire.is_some() && self.cfg.size_offers.attached()).then(|| self.cfg.size_offers.clone());
         let task = PullTask {

@@ -571,6 +571,10 @@ pub enum PullPhase {
     Throttled,
     /// The CRI pull is running.
     Pulling,
+    /// A download of the running pull has stalled (`pull.stall_warning`);
+    /// the pull goes on. Once per stall, and only when the download is
+    /// surely this pull's (it is the one pull in the runtime's hands).
+    Stalled,
     /// Found present when its turn came; no pull made.
     AlreadyPresent,
     /// Pulled.
