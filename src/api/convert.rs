@@ -276,9 +276,12 @@ pub fn pull(p: &PullInfo) -> proto::Pull {
 }
 
 /// `ListPulls`' answer: the pulls, and the runtime's downloads (or why
-/// they are not known). While one pull is in the runtime's hands, every
-/// download is its own and its bytes are summed into it. A download is
-/// shown stalled by `stall` (`pull.stall_warning` and
+/// they are not known). A download not written since the earliest of the
+/// running pulls started (every download, when none runs) is none of
+/// theirs: a partial ingest an abandoned pull left, or another client's;
+/// it is marked so and never judged. While one pull is in the runtime's
+/// hands, the other downloads are its own and their bytes are summed into
+/// it. A download is shown stalled by `stall` (`pull.stall_warning` and
 /// `pull.min_download_rate`): idle that long, or under the floor on
 /// average since its start (the listing keeps no readings of its own).
 pub fn pulls(
@@ -293,10 +296,16 @@ pub fn pulls(
         Err(why) => (Vec::new(), why),
     };
     downloads.sort_by(|a, b| a.started.cmp(&b.started).then_with(|| a.reference.cmp(&b.reference)));
+    // The earliest running pull's start on the wall clock, a second early
+    // (its `running` is read on another clock, a moment apart).
+    let earliest =
+        pulls.iter().filter_map(|p| p.running).max().and_then(|r| now.checked_sub(r + Duration::from_secs(1)));
+    let theirs = |d: &Download| earliest.is_some_and(|e| d.updated >= e);
     let in_runtime: Vec<usize> =
         pulls.iter().enumerate().filter(|(_, p)| matches!(p.stage, PullStage::Pulling)).map(|(i, _)| i).collect();
     if let ([only], true) = (in_runtime.as_slice(), unavailable.is_empty()) {
-        let (done, total) = crate::domain::download::progress(&downloads);
+        let own: Vec<Download> = downloads.iter().filter(|d| theirs(d)).cloned().collect();
+        let (done, total) = crate::domain::download::progress(&own);
         listed[*only].downloaded_bytes = Some(done);
         listed[*only].download_total_bytes = Some(total);
     }
@@ -307,7 +316,8 @@ pub fn pulls(
         total: d.total,
         running_ms: millis(now.duration_since(d.started).unwrap_or_default()),
         idle_ms: millis(d.idle(now)),
-        stalled: stall.is_some_and(|(after, min_rate)| d.stall(now, after, min_rate, None).is_some()),
+        stalled: theirs(d) && stall.is_some_and(|(after, min_rate)| d.stall(now, after, min_rate, None).is_some()),
+        before_pulls: !theirs(d),
     };
     proto::ListPullsResponse {
         pulls: listed,
@@ -404,6 +414,44 @@ mod tests {
 
     use super::*;
     use crate::testing::props::{config, marker};
+
+    #[test]
+    fn downloads_older_than_the_running_pulls_are_none_of_theirs_never_stalled_never_summed() {
+        let at = |secs: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+        let download = |reference: &str, offset, updated| Download {
+            reference: reference.into(),
+            digest: String::new(),
+            offset,
+            total: 1000,
+            started: at(0),
+            updated: at(updated),
+        };
+        let pulling = PullInfo {
+            image: "docker.io/library/nginx:1.27".into(),
+            runtime_handler: String::new(),
+            stage: PullStage::Pulling,
+            priority: 0,
+            waiters: 1,
+            waiting: Duration::from_secs(200),
+            running: Some(Duration::from_secs(200)),
+            with_credentials: false,
+            must_pull: false,
+            pods: Vec::new(),
+        };
+        // The pull started at 800; an abandoned ingest was last written at
+        // 500, one of the pull's at 900 (idle 100 s), one just now.
+        let listing =
+            vec![download("layer-old", 5, 500), download("layer-idle", 10, 900), download("layer-moving", 20, 1000)];
+        let r = pulls(&[pulling], Ok(listing.clone()), Some((Duration::from_secs(60), 0)), at(1000));
+        let marks: Vec<(&str, bool, bool)> =
+            r.downloads.iter().map(|d| (d.r#ref.as_str(), d.before_pulls, d.stalled)).collect();
+        // (Oldest first, then by key.)
+        assert_eq!(marks, [("layer-idle", false, true), ("layer-moving", false, false), ("layer-old", true, false)]);
+        assert_eq!((r.pulls[0].downloaded_bytes, r.pulls[0].download_total_bytes), (Some(30), Some(2000)));
+        // No pull running: every download is before them.
+        let r = pulls(&[], Ok(listing), Some((Duration::from_secs(60), 0)), at(1000));
+        assert!(r.downloads.iter().all(|d| d.before_pulls && !d.stalled), "{:?}", r.downloads);
+    }
 
     /// Largest `deadline_ms` accepted.
     fn max_deadline_ms() -> u64 {
