@@ -519,11 +519,13 @@ fn check_every<M>(
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
-                    _ = every.tick() => {}
+                    // The simulator replays runs: no random branch order.
+                    biased;
                     changed = watched.changed() => match changed {
                         Ok(()) => break,
                         Err(_) => return,
                     },
+                    _ = every.tick() => {}
                 }
                 let Some(queue) = me.upgrade() else { return };
                 // A freshly upgraded address is never refused as full; a
