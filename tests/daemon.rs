@@ -401,7 +401,7 @@ fn imagectl_pulls_watch_follows_a_pull_until_interrupted_and_watch_pulls_is_boun
     // Bad intervals: refused by imagectl, and by the daemon.
     let o = d.imagectl(&["pulls", "--watch", "--interval", "10ms"]);
     assert_eq!(o.status.code(), Some(64), "a usage error: {}", stderr(&o));
-    assert!(stderr(&o).contains("must be from 100ms to 1h"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("must be from 100ms to 1h0m0s"), "{}", stderr(&o));
     rt().block_on(async {
         let mut c = imaged::api::client(&d.socket).expect("client");
         for ms in [99, 3_600_001] {

@@ -289,9 +289,11 @@ type PullsStream = Pin<Box<dyn Stream<Item = Result<proto::ListPullsResponse, St
 /// `WatchPulls`' interval when the request sets none, and its bounds: each
 /// answer costs a message to the queue and a listing of the runtime's
 /// downloads, so a client cannot ask for more than ten a second.
-const WATCH_PULLS_DEFAULT: Duration = Duration::from_secs(1);
-const WATCH_PULLS_MIN: Duration = Duration::from_millis(100);
-const WATCH_PULLS_MAX: Duration = Duration::from_secs(3600);
+pub const WATCH_PULLS_DEFAULT: Duration = Duration::from_secs(1);
+/// See [`WATCH_PULLS_DEFAULT`].
+pub const WATCH_PULLS_MIN: Duration = Duration::from_millis(100);
+/// See [`WATCH_PULLS_DEFAULT`].
+pub const WATCH_PULLS_MAX: Duration = Duration::from_secs(3600);
 
 /// `WatchPulls` streams open at once, at most: one more is refused
 /// (`ResourceExhausted`), so clients that never hang up cannot make the

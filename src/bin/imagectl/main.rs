@@ -239,8 +239,10 @@ fn parse_interval(text: &str) -> Result<std::time::Duration, String> {
         imaged::config::ConfigError::Invalid { reason, .. } => reason,
         other => other.to_string(),
     })?;
-    if d < std::time::Duration::from_millis(100) || d > std::time::Duration::from_secs(3600) {
-        return Err("must be from 100ms to 1h".into());
+    let (min, max) = (imaged::api::WATCH_PULLS_MIN, imaged::api::WATCH_PULLS_MAX);
+    if d < min || d > max {
+        let go = imaged::domain::go_text::duration;
+        return Err(format!("must be from {} to {}", go(min), go(max)));
     }
     Ok(d)
 }
