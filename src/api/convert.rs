@@ -281,13 +281,14 @@ pub fn pull(p: &PullInfo) -> proto::Pull {
 /// theirs: a partial ingest an abandoned pull left, or another client's;
 /// it is marked so and never judged. While one pull is in the runtime's
 /// hands, the other downloads are its own and their bytes are summed into
-/// it. A download is shown stalled by `stall` (`pull.stall_warning` and
-/// `pull.min_download_rate`): idle that long, or under the floor on
-/// average since its start (the listing keeps no readings of its own).
+/// it. A download is shown stalled by `stall` (`pull.stall_warning`): idle
+/// that long. The floor (`pull.min_download_rate`) needs readings over
+/// time, which only the queue's check keeps (its warning, metric and
+/// `stalled` phase), so the listing does not judge it.
 pub fn pulls(
     pulls: &[PullInfo],
     downloads: Result<Vec<Download>, String>,
-    stall: Option<(Duration, u64)>,
+    stall: Option<Duration>,
     now: SystemTime,
 ) -> proto::ListPullsResponse {
     let mut listed: Vec<proto::Pull> = pulls.iter().map(pull).collect();
@@ -316,7 +317,7 @@ pub fn pulls(
         total: d.total,
         running_ms: millis(now.duration_since(d.started).unwrap_or_default()),
         idle_ms: millis(d.idle(now)),
-        stalled: theirs(d) && stall.is_some_and(|(after, min_rate)| d.stall(now, after, min_rate, None).is_some()),
+        stalled: theirs(d) && stall.is_some_and(|after| d.stalled(now, after)),
         before_pulls: !theirs(d),
     };
     proto::ListPullsResponse {
@@ -442,14 +443,14 @@ mod tests {
         // 500, one of the pull's at 900 (idle 100 s), one just now.
         let listing =
             vec![download("layer-old", 5, 500), download("layer-idle", 10, 900), download("layer-moving", 20, 1000)];
-        let r = pulls(&[pulling], Ok(listing.clone()), Some((Duration::from_secs(60), 0)), at(1000));
+        let r = pulls(&[pulling], Ok(listing.clone()), Some(Duration::from_secs(60)), at(1000));
         let marks: Vec<(&str, bool, bool)> =
             r.downloads.iter().map(|d| (d.r#ref.as_str(), d.before_pulls, d.stalled)).collect();
         // (Oldest first, then by key.)
         assert_eq!(marks, [("layer-idle", false, true), ("layer-moving", false, false), ("layer-old", true, false)]);
         assert_eq!((r.pulls[0].downloaded_bytes, r.pulls[0].download_total_bytes), (Some(30), Some(2000)));
         // No pull running: every download is before them.
-        let r = pulls(&[], Ok(listing), Some((Duration::from_secs(60), 0)), at(1000));
+        let r = pulls(&[], Ok(listing), Some(Duration::from_secs(60)), at(1000));
         assert!(r.downloads.iter().all(|d| d.before_pulls && !d.stalled), "{:?}", r.downloads);
     }
 

@@ -190,12 +190,10 @@ impl Node {
         cfg
     }
 
-    /// What a download must do not to count as stalled in a listing, as
-    /// in force: `pull.stall_warning` and `pull.min_download_rate` (`None`
-    /// when the warning is off).
-    pub fn stall_in_force(&self) -> Option<(Duration, u64)> {
-        let c = self.in_force();
-        c.pull.stall_warning.map(|after| (after, c.pull.min_download_rate))
+    /// How long a download may stay idle before a listing shows it
+    /// stalled, as in force: `pull.stall_warning` (`None` when off).
+    pub fn stall_in_force(&self) -> Option<Duration> {
+        self.in_force().pull.stall_warning
     }
 
     fn in_force(&self) -> std::sync::MutexGuard<'_, Config> {

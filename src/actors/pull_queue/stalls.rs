@@ -109,7 +109,7 @@ impl StallWatch {
             let Some(after) = after else { return Vec::new() };
             ours.iter()
                 .filter_map(|&d| {
-                    let anchor = self.anchor(d, now, after);
+                    let anchor = self.anchor(d, now, after, since);
                     d.stall(now, after, self.min_rate, anchor).map(|stall| Found { download: d, stall })
                 })
                 .collect()
@@ -124,10 +124,13 @@ impl StallWatch {
         Review { stalled, newly, past_cancel }
     }
 
-    /// The latest reading of `d` at least `after` before `now`.
-    fn anchor(&self, d: &Download, now: SystemTime, after: Duration) -> Option<(SystemTime, u64)> {
+    /// The latest reading of `d` at least `after` before `now`, taken
+    /// since the pulls began (`since`): an earlier one may predate a
+    /// resume of the download, and its bytes lay still meanwhile.
+    fn anchor(&self, d: &Download, now: SystemTime, after: Duration, since: SystemTime) -> Option<(SystemTime, u64)> {
         let latest = now.checked_sub(after)?;
-        self.readings.get(&d.reference)?.iter().rev().find(|(at, _)| *at <= latest).copied()
+        let reading = self.readings.get(&d.reference)?.iter().rev().find(|(at, _)| *at <= latest).copied();
+        reading.filter(|(at, _)| *at >= since)
     }
 
     /// Keeps this listing's readings (with a floor): each download's bytes
@@ -283,8 +286,9 @@ mod tests {
             (warned, cancelled)
         };
         let s = Duration::from_secs;
-        // Since its start, it averages over 2500 bytes a second all along:
-        // only the readings, from 100, show the drip, a minute later.
+        // Since its start, it averages over 2500 bytes a second all along,
+        // and that average is not used: the readings, from 100, show the
+        // drip, a minute later.
         assert_eq!(
             first(100),
             (
@@ -294,6 +298,21 @@ mod tests {
         );
         assert_eq!(first(0), (None, None), "no floor: a moving download never stalls");
         assert_eq!(first(10), (None, None), "a drip at the floor is no stall");
+    }
+
+    #[test]
+    fn a_reading_from_before_the_pulls_began_is_no_baseline_for_a_resumed_download() {
+        let mut w = StallWatch::new(Some(Duration::from_secs(60)), None, 10_000).unwrap();
+        // While an earlier pull ran, an abandoned ingest lay still (1000
+        // bytes, last written at 50): read from 100 to 190.
+        for t in (100..=190).step_by(15) {
+            w.review(&[Download { offset: 1000, ..download("layer-x", 50) }], at(t), at(0));
+        }
+        // A pull starting at 200 resumes it at 10 kB/s, the floor. From the
+        // reading at 160, 300 kB in 70 s would read as a drip.
+        let resumed = [Download { offset: 1000 + 300_000, ..download("layer-x", 230) }];
+        let r = w.review(&resumed, at(230), at(200));
+        assert_eq!((r.stalled, r.newly.len()), (0, 0), "{r:?}");
     }
 
     #[test]
