@@ -1175,8 +1175,10 @@ async fn a_reloaded_stall_check_starts_stops_and_follows_its_new_times() {
     assert!(errors[0].to_string().contains("pull.stall_timeout 200ms"), "{}", errors[0]);
     assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
     assert_eq!(stalls_warned(&metrics).0, 1.0, "warned at the new warning time");
-    // Off again: a pull runs and the runtime is not asked.
+    // Off again: a pull runs and the runtime is not asked (after a quiet
+    // moment: a listing sent before the stop may still be on its way).
     q.send(off).await.expect("updated");
+    tokio::time::sleep(ms(200)).await;
     let listed = rt.runtime.stats().calls(Rpc::ListStatuses);
     q.send(EnqueuePull(req("example.com/long:1"))).await.expect("admitted").await.expect("pulled");
     assert_eq!(rt.runtime.stats().calls(Rpc::ListStatuses), listed, "the check's timer sleeps");

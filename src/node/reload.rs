@@ -21,7 +21,8 @@ impl Node {
     /// pull throttle (the node's and each registry's rate), the limits on
     /// pulls at once (serial or parallel, the overall limit, per registry),
     /// the pull deadline and transient retries
-    /// (for pulls that start from then on), the prefetch
+    /// (for pulls that start from then on), the slow-pull and stall checks
+    /// (their times and floor), the prefetch
     /// list (when the node started with one) and the back-off delays — and
     /// names the other changed sections, which keep their values until a
     /// restart. The log filter is the caller's (it belongs to the process,

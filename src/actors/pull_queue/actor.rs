@@ -741,8 +741,12 @@ impl Handler<UpdatePullWatch> for PullQueueActor {
                 self.stalls = fresh;
             }
         }
-        self.slow_period.send_replace(m.slow_pull_warning);
-        self.stall_period.send_replace(self.stalls.as_ref().map(StallWatch::shortest));
+        // A timer re-times only when its own period changed.
+        let retime = |period: &tokio::sync::watch::Sender<Option<Duration>>, new: Option<Duration>| {
+            period.send_if_modified(|p| std::mem::replace(p, new) != new);
+        };
+        retime(&self.slow_period, m.slow_pull_warning);
+        retime(&self.stall_period, self.stalls.as_ref().map(StallWatch::shortest));
         tracing::info!(
             slow_pull_warning_ms = m.slow_pull_warning.map(crate::domain::limits::millis),
             stall_warning_ms = m.stall_warning.map(crate::domain::limits::millis),
