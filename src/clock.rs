@@ -3,6 +3,8 @@
 //! (credential caches, deadlines) and as wall-clock time (records that must
 //! survive a restart: the system time when the clock was made plus tokio
 //! time since). A [`ManualClock`] stands still until a test moves it.
+//! [`Clock::system`] reads the system's own time instead, to compare with
+//! another process's time stamps (a runtime's downloads).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -16,6 +18,8 @@ pub struct Clock {
     start: Instant,
     /// Set for a [`ManualClock`]'s clock: time moved by hand since `start`.
     manual: Option<Arc<Mutex<Duration>>>,
+    /// [`now`](Self::now) reads the system's time ([`Clock::system`]).
+    system: bool,
 }
 
 impl Default for Clock {
@@ -33,7 +37,15 @@ impl Clock {
     /// A clock on tokio's time whose wall-clock reading starts at `base`
     /// (tests).
     pub fn starting_at(base: SystemTime) -> Self {
-        Self { base, start: Instant::now(), manual: None }
+        Self { base, start: Instant::now(), manual: None, system: false }
+    }
+
+    /// A clock whose wall-clock reading is the system's own time, as
+    /// another process on the node stamps it (containerd's downloads): it
+    /// follows the system clock's steps, which tokio time does not. Its
+    /// [`instant`](Self::instant) is tokio's.
+    pub fn system() -> Self {
+        Self { system: true, ..Self::new() }
     }
 
     fn elapsed(&self) -> Duration {
@@ -50,6 +62,9 @@ impl Clock {
 
     /// Now, as wall-clock time.
     pub fn now(&self) -> SystemTime {
+        if self.system {
+            return SystemTime::now();
+        }
         self.base + self.elapsed()
     }
 
@@ -115,5 +130,16 @@ mod tests {
         m.advance(Duration::from_secs(5));
         assert_eq!(c.instant() - t0, Duration::from_secs(5));
         assert_eq!(m.clock().since(w0), Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_system_clock_reads_the_system_time_whatever_tokio_time_does() {
+        let c = Clock::system();
+        let t0 = c.instant();
+        tokio::time::advance(Duration::from_secs(3_600)).await;
+        assert_eq!(c.instant() - t0, Duration::from_secs(3_600));
+        // Paused tokio time moved an hour; the system's barely did.
+        let (before, read, after) = (SystemTime::now(), c.now(), SystemTime::now());
+        assert!(before <= read && read <= after, "{read:?} not between {before:?} and {after:?}");
     }
 }

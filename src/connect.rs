@@ -32,6 +32,15 @@ impl std::fmt::Debug for ConnectedRuntime {
     }
 }
 
+impl ConnectedRuntime {
+    /// The clock the runtime's download times are on: the system's for a
+    /// runtime of its own (containerd stamps its ingests with it), the
+    /// embedded runtime's own otherwise.
+    pub fn downloads_clock(&self) -> crate::clock::Clock {
+        self.embedded.as_ref().map_or_else(crate::clock::Clock::system, EmbeddedRuntime::downloads_clock)
+    }
+}
+
 /// Starts the embedded runtime if configured (with the demo catalogue, and
 /// its state directory when `runtime.embedded_state_dir` names one) and
 /// connects a CRI gateway to the runtime. Must run inside an actix System.

@@ -1183,3 +1183,45 @@ async fn a_reloaded_stall_check_starts_stops_and_follows_its_new_times() {
     q.send(EnqueuePull(req("example.com/long:1"))).await.expect("admitted").await.expect("pulled");
     assert_eq!(rt.runtime.stats().calls(Rpc::ListStatuses), listed, "the check's timer sleeps");
 }
+
+/// The in-process runtime on paused time (the simulator's) stamps its
+/// downloads on tokio's clock: a check reading that clock
+/// (`with_downloads_clock`) sees a stall as paused time passes and cancels
+/// on time; reading the system's clock, which paused time does not move,
+/// it sees every download written just now and never cancels.
+#[actix::test]
+async fn on_paused_time_the_check_reads_the_runtimes_clock_and_cancels_a_stall_on_time() {
+    use imaged::actors::cri_gateway::{CriGatewayActor, CriSettings, GetReader};
+    use imaged::embedded::InProcessRuntime;
+    tokio::time::pause();
+    let ms = Duration::from_millis;
+    let rt = InProcessRuntime::start();
+    let stuck = RemoteImage::new("example.com/stuck:1", 1_000_000).latency(Duration::from_secs(600)).stalling(ms(100));
+    rt.handle().add_remote(stuck).expect("add");
+    let (gateway, _) = CriGatewayActor::connect_client(rt.client(Duration::from_secs(5)), &CriSettings::default())
+        .await
+        .expect("connected");
+    let cfg = PullQueueSettings {
+        stall_warning: Some(Duration::from_secs(10)),
+        stall_timeout: Some(Duration::from_secs(20)),
+        ..no_throttle(Concurrency::Serial)
+    };
+    let reader = gateway.send(GetReader).await.expect("reader");
+    let q =
+        PullQueueActor::new(cfg.clone(), reader.clone()).with_downloads_clock(rt.handle().downloads_clock()).start();
+    let began = tokio::time::Instant::now();
+    let failure =
+        q.send(EnqueuePull(req("example.com/stuck:1"))).await.expect("admitted").await.expect_err("cancelled");
+    let took = began.elapsed();
+    assert!(took >= Duration::from_secs(20) && took < Duration::from_secs(30), "cancelled after {took:?}");
+    let PullFailure::Cri(errors) = &failure else { panic!("a runtime failure: {failure:?}") };
+    let text = errors[0].to_string();
+    assert!(text.contains("wrote no byte for ") && text.contains("pull.stall_timeout 20s"), "{text}");
+
+    // The same stall on the system's clock: never seen, the pull runs its 10 minutes.
+    let q = PullQueueActor::new(cfg, reader).start();
+    let began = tokio::time::Instant::now();
+    q.send(EnqueuePull(req("example.com/stuck:1"))).await.expect("admitted").await.expect("pulled in the end");
+    assert!(began.elapsed() >= Duration::from_secs(600), "{:?}", began.elapsed());
+    rt.stop();
+}

@@ -413,7 +413,7 @@ fn seed_340_the_kubelets_gc_through_the_front_keeps_an_image_a_pod_was_just_give
     assert!(v.message.contains("the kubelet's RemoveImage through the front"), "{}", v.message);
 }
 
-/// Seed 17 (the current shape of 2026-11-28, the first where the front
+/// Seed 17 (`Shape::V8`, the current shape of 2026-11-28, the first where the front
 /// falls back to the local image in a registry outage): before the
 /// fallback asked imaged's KEP-2535 records, the kubelet's `PullImage` of
 /// `private.example/billing/ledger:2` for a pod whose secret holds the
@@ -423,10 +423,28 @@ fn seed_340_the_kubelets_gc_through_the_front_keeps_an_image_a_pod_was_just_give
 /// that may use the image.
 #[test]
 fn seed_17_the_fronts_outage_fallback_gives_a_private_image_only_to_a_credential_that_may_use_it() {
-    let plan = Plan::generate(17, 800);
+    let plan = Plan::generate_shaped(17, 800, &Shape::V8);
     assert!(plan.front_fallback, "the front falls back on this node");
     let o = run_plan(plan, &Options::steps(800));
     assert_held(&o);
     assert!(o.stats.fallback_refused >= 1, "the wrong password's fallback was refused: {}", report(&o, None));
     assert!(o.stats.fallback_used >= 1, "a fallback answered too: {}", report(&o, None));
+}
+
+/// Seed 30 (the current shape of 2026-11-28, the first where registries'
+/// downloads stall): its node arms the stall check, and pulls begun while
+/// a registry stalls are cancelled by it — each only once its download
+/// was idle (or under the floor) for `pull.stall_timeout`, and each one
+/// alone in the runtime on a clean wire within the timeout and two checks
+/// (`stall-cancel`). The embedded runtime and the check read one clock,
+/// paused tokio time, so the simulator sees the downloads stall.
+#[test]
+fn seed_30_pulls_of_a_stalled_registry_are_cancelled_by_the_stall_check_and_no_other() {
+    let plan = Plan::generate(30, 400);
+    let check = plan.stall_check.expect("the node arms the stall check");
+    assert!(plan.settings.contains(&check.lines()[0]), "{:?}", plan.settings);
+    assert!(plan.steps.iter().any(|s| matches!(s.event, imaged::sim::Event::RegistryStalls { .. })));
+    let o = run_plan(plan, &Options::steps(400));
+    assert_held(&o);
+    assert!(o.stats.stall_cancels >= 1, "a stalled pull was cancelled: {}", report(&o, None));
 }

@@ -321,7 +321,7 @@ fn watch_interval(ms: u32) -> Result<Duration, Status> {
 async fn pulls_now(node: &Node) -> Result<proto::ListPullsResponse, Status> {
     let (pulls, downloads) = tokio::join!(node.list_pulls(), node.list_downloads());
     let pulls = pulls.map_err(status_of)?;
-    let now = std::time::SystemTime::now();
+    let now = node.runtime().downloads_clock().now();
     Ok(convert::pulls(&pulls, downloads.map_err(|e| e.to_string()), node.stall_in_force(), now))
 }
 

@@ -29,6 +29,9 @@ pub struct RemoteImage {
     /// registry), though the pull still ends on time: what the content
     /// service lists (see [`Self::stalling`]).
     pub stalls_after: Option<Duration>,
+    /// Bytes a second its download still writes once stalled (a registry
+    /// that drips: see [`Self::dripping`]).
+    pub drips: u64,
 }
 
 fn sha(parts: &[&str]) -> String {
@@ -56,6 +59,7 @@ impl RemoteImage {
             credentials: None,
             also_accepted: Vec::new(),
             stalls_after: None,
+            drips: 0,
         }
     }
 
@@ -65,6 +69,15 @@ impl RemoteImage {
     #[must_use]
     pub fn stalling(mut self, after: Duration) -> Self {
         self.stalls_after = Some(after);
+        self
+    }
+
+    /// Its download, once `after` of the pull has passed, writes only
+    /// `bytes_per_sec`: never idle, but slow (for `pull.min_download_rate`).
+    #[must_use]
+    pub fn dripping(mut self, after: Duration, bytes_per_sec: u64) -> Self {
+        self.stalls_after = Some(after);
+        self.drips = bytes_per_sec;
         self
     }
 

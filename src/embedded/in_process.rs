@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::EmbeddedRuntime;
-use super::server::{CriService, Shared};
+use super::server::{CriService, DownloadsClock, Shared};
 use crate::cri::{CriClient, CriEndpoint};
 
 /// Bytes each direction of an in-memory connection buffers.
@@ -61,7 +61,14 @@ impl InProcessRuntime {
     /// pull times are tokio sleeps (paused time drives them). Must be called
     /// within a tokio runtime.
     pub fn start() -> Self {
-        let shared = Shared::default();
+        Self::start_at(std::time::SystemTime::now())
+    }
+
+    /// [`start`](Self::start), its downloads stamped on tokio's time from
+    /// `base` (the simulator's epoch: its runs do not read the system's
+    /// time).
+    pub fn start_at(base: std::time::SystemTime) -> Self {
+        let shared = Shared { clock: DownloadsClock(crate::clock::Clock::starting_at(base)), ..Shared::default() };
         shared.tokio_time.store(true, Ordering::Relaxed);
         let rt = Self { shared: Arc::new(shared), serving: Arc::default() };
         rt.resume();

@@ -121,6 +121,21 @@ pub enum Observed {
         /// The image pulled, `None` when it did not finish.
         image_id: Option<String>,
     },
+    /// That pull began to download (its registry answered): stalling this
+    /// far into it, and then still writing `drips` bytes a second, when
+    /// its registry stalls ([`RemoteImage::stalling`]).
+    Downloading {
+        /// The `PullStarted` call.
+        call: u64,
+        /// When its download stops moving, if it does.
+        stalls_after: Option<std::time::Duration>,
+        /// Bytes a second it writes once stalled.
+        drips: u64,
+        /// Its size in bytes.
+        size: u64,
+        /// Its pull time: it writes in proportion until it stalls.
+        takes: std::time::Duration,
+    },
     /// A `RemoveImage` is about to remove this image.
     Removing {
         /// Image id.
@@ -379,6 +394,12 @@ impl EmbeddedRuntime {
     /// Sets the simulated image filesystem's capacity in bytes.
     pub fn set_capacity(&self, bytes: u64) {
         self.shared.state().capacity_bytes = bytes;
+    }
+
+    /// The clock its downloads' times are on (the system's, or tokio's for
+    /// an [`InProcessRuntime`]): what a stall check compares them with.
+    pub fn downloads_clock(&self) -> crate::clock::Clock {
+        self.shared.clock.0.clone()
     }
 
     /// The simulated filesystem's capacity, as a GC capacity source.

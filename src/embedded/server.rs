@@ -132,6 +132,19 @@ pub struct Shared {
     pub(super) downloads: Mutex<std::collections::BTreeMap<u64, Ingest>>,
     /// Numbers the entries of `downloads`.
     pub(super) download_seq: AtomicU64,
+    /// The clock the downloads' times are on.
+    pub(super) clock: DownloadsClock,
+}
+
+/// The clock a runtime stamps its downloads with: the system's (as
+/// containerd's), or, in process on the simulator's paused time, tokio's.
+#[derive(Debug, Clone)]
+pub(super) struct DownloadsClock(pub(super) crate::clock::Clock);
+
+impl Default for DownloadsClock {
+    fn default() -> Self {
+        Self(crate::clock::Clock::system())
+    }
 }
 
 /// A pull in its simulated time, as a download.
@@ -143,23 +156,32 @@ pub(super) struct Ingest {
     since: tokio::time::Instant,
     takes: std::time::Duration,
     stalls_after: Option<std::time::Duration>,
+    /// Bytes a second it still writes once stalled (0: none).
+    drips: u64,
 }
 
 impl Ingest {
-    /// The download as of now: written in proportion to the time passed
-    /// (short of the whole until the pull ends), last written now.
-    fn now(&self) -> crate::domain::Download {
-        let mut passed =
-            (self.since.elapsed().as_secs_f64() / self.takes.as_secs_f64().max(f64::MIN_POSITIVE)).clamp(0.0, 1.0);
-        let mut updated = std::time::SystemTime::now();
-        if let Some(stop) = self.stalls_after
-            && self.since.elapsed() > stop
-        {
-            passed = passed.min(stop.as_secs_f64() / self.takes.as_secs_f64().max(f64::MIN_POSITIVE));
-            updated = self.started + stop;
-        }
+    /// The download as of `now` on the runtime's clock: written in
+    /// proportion to the time passed (short of the whole until the pull
+    /// ends), last written now; once stalled, only its drip.
+    fn at(&self, now: std::time::SystemTime) -> crate::domain::Download {
+        let elapsed = self.since.elapsed();
+        let share = |d: std::time::Duration| {
+            (d.as_secs_f64() / self.takes.as_secs_f64().max(f64::MIN_POSITIVE)).clamp(0.0, 1.0)
+        };
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
-        let offset = ((self.size as f64) * passed) as u64;
+        let bytes = |share: f64| ((self.size as f64) * share) as u64;
+        let (mut offset, mut updated) = (bytes(share(elapsed)), now);
+        if let Some(stop) = self.stalls_after
+            && elapsed > stop
+        {
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+            let dripped = ((self.drips as f64) * elapsed.saturating_sub(stop).as_secs_f64()) as u64;
+            offset = bytes(share(stop)).saturating_add(dripped);
+            if self.drips == 0 {
+                updated = self.started + stop;
+            }
+        }
         crate::domain::Download {
             reference: format!("layer-{}", self.digest),
             digest: self.digest.clone(),
@@ -217,10 +239,11 @@ impl Shared {
         let ingest = Ingest {
             digest: remote.digest.clone(),
             size: remote.size,
-            started: std::time::SystemTime::now(),
+            started: self.clock.0.now(),
             since: tokio::time::Instant::now(),
             takes: remote.pull_latency,
             stalls_after: remote.stalls_after,
+            drips: remote.drips,
         };
         self.downloads.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(n, ingest);
         Downloading(self, n)
@@ -437,6 +460,13 @@ impl ImageService for CriService {
         let guard = InFlight(c);
         if !planned.remote.pull_latency.is_zero() {
             let _listed = self.shared.downloading(&planned.remote);
+            self.shared.observe(&super::Observed::Downloading {
+                call: observed.call,
+                stalls_after: planned.remote.stalls_after,
+                drips: planned.remote.drips,
+                size: planned.remote.size,
+                takes: planned.remote.pull_latency,
+            });
             self.shared.pull_time(planned.remote.pull_latency).await;
         }
         // Room is checked again at the end: other pulls may have filled the disk.
@@ -503,7 +533,8 @@ impl pb::content::content_server::Content for CriService {
         let (lost, _serving) = self.shared.gate(Rpc::ListStatuses, None).await?;
         let statuses = {
             let downloads = self.shared.downloads.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            downloads.values().map(|i| i.now().into()).collect()
+            let now = self.shared.clock.0.now();
+            downloads.values().map(|i| i.at(now).into()).collect()
         };
         reply(lost, Ok(pb::content::ListStatusesResponse { statuses })).await
     }
@@ -582,5 +613,29 @@ mod tests {
         let first: usize = log[0].trim_start_matches("img:").parse().unwrap();
         let in_order = log.iter().enumerate().all(|(n, l)| *l == format!("img:{}", first + n));
         assert!(in_order, "arrival order, no gaps");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_download_stops_at_its_stall_and_a_dripping_one_writes_on_slowly() {
+        let clock = crate::clock::Clock::starting_at(std::time::UNIX_EPOCH);
+        let ingest = |drips: u64| Ingest {
+            digest: "sha256:ab".into(),
+            size: 10_000_000,
+            started: clock.now(),
+            since: tokio::time::Instant::now(),
+            takes: std::time::Duration::from_secs(10),
+            stalls_after: Some(std::time::Duration::from_secs(1)),
+            drips,
+        };
+        let (stalled, dripping) = (ingest(0), ingest(1_000));
+        tokio::time::advance(std::time::Duration::from_millis(500)).await;
+        let d = stalled.at(clock.now());
+        assert_eq!((d.offset, d.updated), (500_000, clock.now()), "moving: written now");
+        tokio::time::advance(std::time::Duration::from_secs(30)).await;
+        let d = stalled.at(clock.now());
+        assert_eq!(d.offset, 1_000_000, "a tenth of the pull's time: a tenth of its bytes");
+        assert_eq!(d.updated, std::time::UNIX_EPOCH + std::time::Duration::from_secs(1), "last written at the stall");
+        let d = dripping.at(clock.now());
+        assert_eq!((d.offset, d.updated), (1_029_500, clock.now()), "29.5 s of drip after the stall at 1 s");
     }
 }

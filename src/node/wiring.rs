@@ -80,7 +80,8 @@ pub(super) async fn start(
     // mailbox hop); the ensure handle talks to the queue and the back-off
     // registry through the messages it sends.
     let reader = gateway.send(GetReader).await.map_err(mailbox)?;
-    let queue = PullQueueActor::new(cfg.pull.clone(), reader.clone()).start();
+    let queue =
+        PullQueueActor::new(cfg.pull.clone(), reader.clone()).with_downloads_clock(runtime.downloads_clock()).start();
     let backoff = BackoffRegistryActor::from_settings(&cfg.backoff).start();
     let manager = ImageManager::new(reader, queue.clone().recipient(), (&backoff).into(), cfg.ensure.clone())
         .with_records_due(cfg.pull.records_due.clone())

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use super::log::{Answer, Entry, FrontOutcome, Life, What, short};
 use super::plan::{
     Access, IMAGES, PLUGIN_REGISTRY, PLUGIN_TOKEN, PLUGIN_USER, PRIVATE_PASSWORD, Plan, REGISTRIES, ROBOT_PASSWORD,
-    ROBOT_USER, STALE_TOKEN, SecretKind, WRONG_PASSWORD,
+    ROBOT_USER, STALE_TOKEN, SecretKind, StallCheck, WRONG_PASSWORD,
 };
 use super::plugin::STDERR_TOKEN;
 use crate::actors::backoff_registry::BackoffView;
@@ -64,6 +64,10 @@ pub const INVARIANTS: &[(&str, &str)] = &[
     ("reload-live", "a reload of settings that apply live applies them, and names nothing as needing a restart"),
     ("actors-alive", "no actor stops while its process serves, and nothing panics"),
     ("secrets-hidden", "no password, token or plugin output appears in an event, an answer, a report or the trace"),
+    (
+        "stall-cancel",
+        "imaged cancels a pull for a stall only after its download stalled (or dripped under pull.min_download_rate) for pull.stall_timeout, and cancels a stalled pull alone in the runtime on a clean wire within that time and two checks",
+    ),
     (
         "liveness",
         "once faults end, every pod whose images can be pulled with its credentials, within its own pull deadline, starts",
@@ -139,6 +143,8 @@ struct Ack {
 #[derive(Debug, Clone)]
 struct OpenPull {
     inc: u32,
+    /// Its download, when it stalls.
+    stall: Option<StalledDownload>,
     /// When the runtime's call began.
     since: Duration,
     image: String,
@@ -220,7 +226,56 @@ pub struct Stats {
     /// kept from the image on the node
     /// ([`Plan::front_fallback`](super::plan::Plan::front_fallback)).
     pub fallback_refused: u64,
+    /// Pulls imaged cancelled for a stall (`pull.stall_timeout`), as their
+    /// ensures were answered.
+    pub stall_cancels: u64,
 }
+
+/// A download that stalls, as the embedded runtime writes it: in
+/// proportion to its pull time from `since` until `at`, then `drips` bytes
+/// a second.
+#[derive(Debug, Clone, Copy)]
+struct StalledDownload {
+    since: Duration,
+    at: Duration,
+    /// Bytes a second before it stalls.
+    rate: f64,
+    drips: u64,
+}
+
+impl StalledDownload {
+    /// Bytes written by `t`.
+    #[allow(clippy::cast_precision_loss)]
+    fn bytes(&self, t: Duration) -> f64 {
+        let moving = t.min(self.at).saturating_sub(self.since).as_secs_f64() * self.rate;
+        moving + t.saturating_sub(self.at).as_secs_f64() * self.drips as f64
+    }
+
+    /// Whether the stall check may rightly cancel it at `now`: idle for
+    /// `timeout`, or (with a floor) under the floor over the last
+    /// `timeout`, which a reading that old shows, as the bytes written
+    /// only slow down.
+    #[allow(clippy::cast_precision_loss)]
+    fn cancellable(&self, now: Duration, check: &StallCheck) -> bool {
+        let idle = self.drips == 0 && now.saturating_sub(self.at) >= check.timeout;
+        let Some(from) = now.checked_sub(check.timeout).filter(|f| *f >= self.since) else { return idle };
+        let floor = check.min_rate as f64 * check.timeout.as_secs_f64();
+        // A byte's rounding either way.
+        idle || (check.min_rate > 0 && self.bytes(now) - self.bytes(from) < floor + 1.0)
+    }
+
+    /// It may stall for good: idle, or dripping under a floor.
+    fn judged(&self, check: &StallCheck) -> bool {
+        self.drips == 0 || check.min_rate > self.drips
+    }
+}
+
+/// What the pull's error says when imaged cancelled it for a stall.
+const STALL_CANCEL: &str = "imaged cancelled the pull (pull.stall_timeout";
+
+/// Time beyond the stall check's own a stalled pull alone in the runtime
+/// may run: a retry's delay, a call between the queue and the runtime.
+const STALL_SLACK: Duration = Duration::from_secs(10);
 
 /// The checker's state: what it needs of the past.
 pub struct Checker {
@@ -237,6 +292,14 @@ pub struct Checker {
     open: BTreeMap<u64, OpenPull>,
     /// Calls of a killed process still open (ignored).
     orphans: BTreeSet<u64>,
+    /// Since when the wire is clean ([`What::Clean`]; `None`: faulty).
+    clean_since: Option<Duration>,
+    /// The stalled call alone in the runtime for the serving process on a
+    /// clean wire, and since when.
+    alone: Option<(u64, Duration)>,
+    /// When a call of each image (key) last ended after its download
+    /// stalled for `pull.stall_timeout` or more.
+    stalled_out: BTreeMap<String, Duration>,
     /// A third call of one key began: (when, the call, the others open then).
     suspects: Vec<(Duration, u64, Vec<u64>)>,
     /// Image ids some pull finished with (ever).
@@ -476,6 +539,9 @@ impl Checker {
             pending: BTreeMap::new(),
             open: BTreeMap::new(),
             orphans: BTreeSet::new(),
+            clean_since: Some(Duration::ZERO),
+            alone: None,
+            stalled_out: BTreeMap::new(),
             suspects: Vec::new(),
             pulled_ids: BTreeSet::new(),
             node_pulled: BTreeSet::new(),
@@ -556,6 +622,7 @@ impl Checker {
             }
             self.trace(line);
             self.entry(e.what)?;
+            self.watch_alone();
         }
         Ok(())
     }
@@ -576,6 +643,7 @@ impl Checker {
                 self.reloaded(&cfg);
             }
             What::Runtime(o) => self.runtime(o)?,
+            What::Clean(clean) => self.clean_since = if clean { self.clean_since.or(Some(self.now)) } else { None },
             // The front keeps no back-off: its pods' pulls are the kubelet's.
             What::Event { event, .. } if self.front_uids.contains(&event.object.pod_uid) => {
                 if event.reason == EventReason::Pulled && event.message.contains("so the local image is used") {
@@ -630,7 +698,7 @@ impl Checker {
                     self.ensured.insert(id, self.now);
                 }
             }
-            What::CreateFailed { .. } => {}
+            What::CreateFailed { .. } | What::Stall { .. } => {}
             What::KubeletRemoving { id, inc } => {
                 self.stats.kubelet_removes += 1;
                 self.kubelet_removing.insert(id, (inc, self.now));
@@ -710,10 +778,22 @@ impl Checker {
                 if self.facts.single_flight && same.len() >= 2 {
                     self.suspects.push((self.now, call, same));
                 }
-                self.open.insert(call, OpenPull { inc: self.inc, since: self.now, image, key });
+                self.open.insert(call, OpenPull { inc: self.inc, stall: None, since: self.now, image, key });
+            }
+            Observed::Downloading { call, stalls_after, drips, size, takes } => {
+                if let (Some(p), Some(after)) = (self.open.get_mut(&call), stalls_after) {
+                    #[allow(clippy::cast_precision_loss)]
+                    let rate = size as f64 / takes.as_secs_f64().max(f64::MIN_POSITIVE);
+                    p.stall = Some(StalledDownload { since: self.now, at: self.now + after, rate, drips });
+                }
             }
             Observed::PullEnded { call, image_id } => {
                 if let Some(p) = self.open.remove(&call) {
+                    if let (Some(d), Some(check)) = (p.stall, self.plan.stall_check)
+                        && d.cancellable(self.now, &check)
+                    {
+                        self.stalled_out.insert(image_key(&p.image), self.now);
+                    }
                     self.busy_until.insert(image_key(&p.image), self.now);
                     if let Some(id) = image_id {
                         if p.key.2.as_ref().is_some_and(|a| self.facts.node_auths.contains(a)) {
@@ -977,6 +1057,9 @@ impl Checker {
             }
             Answer::Err(e) => {
                 self.stats.ensure_err += 1;
+                if e.kind == crate::domain::ImageErrorKind::ErrImagePull {
+                    self.stall_cancel(id, image.name, began, &e.message)?;
+                }
                 if e.message.is_empty() {
                     return Err(
                         self.fail("ensure-answered", format!("ensure #{id} failed with {} and no message", e.kind))
@@ -1068,6 +1151,7 @@ impl Checker {
             FrontOutcome::NeverPull => self.stats.ensure_err += 1,
             FrontOutcome::Failed(_, message) => {
                 self.stats.ensure_err += 1;
+                self.stall_cancel(id, image.name, began, message)?;
                 if message.contains("the image on the node was not used") {
                     self.stats.fallback_refused += 1;
                 }
@@ -1086,6 +1170,80 @@ impl Checker {
             }
         }
         Ok(())
+    }
+
+    /// An ensure of `image` begun at `began` failed with `message`: if imaged
+    /// cancelled its pull for a stall, a call of the image must have ended
+    /// since, its download stalled for `pull.stall_timeout` or more.
+    fn stall_cancel(&mut self, id: u64, image: &str, began: Duration, message: &str) -> Result<(), Violation> {
+        if !message.contains(STALL_CANCEL) {
+            return Ok(());
+        }
+        self.stats.stall_cancels += 1;
+        let Some(check) = self.plan.stall_check else {
+            return Err(self.fail(
+                "stall-cancel",
+                format!("ensure #{id} of {image} failed with a stall cancel, but pull.stall_timeout is off: {message}"),
+            ));
+        };
+        if self.stalled_out.get(&image_key(image)).is_some_and(|at| *at >= began) {
+            return Ok(());
+        }
+        Err(self.fail(
+            "stall-cancel",
+            format!(
+                "ensure #{id} of {image} (begun at {}) failed with a stall cancel, but no PullImage of it ended since with its download idle{} for pull.stall_timeout ({}): {message}",
+                secs(began),
+                if check.min_rate > 0 { " or under pull.min_download_rate" } else { "" },
+                crate::domain::go_text::duration(check.timeout)
+            ),
+        ))
+    }
+
+    /// Follows the one stalled call alone in the runtime for the serving
+    /// process on a clean wire (one the check must cancel).
+    fn watch_alone(&mut self) {
+        let Some(check) = self.plan.stall_check else { return };
+        let serving = self.inc != 0 && !self.stopping.contains(&self.inc);
+        let mut mine = self.open.iter().filter(|(_, p)| serving && p.inc == self.inc);
+        let one = match (mine.next(), mine.next()) {
+            (Some((call, p)), None) if self.clean_since.is_some() && p.stall.is_some_and(|d| d.judged(&check)) => {
+                Some(*call)
+            }
+            _ => None,
+        };
+        self.alone = match (one, self.alone) {
+            (Some(c), Some((a, since))) if a == c => Some((a, since)),
+            (Some(c), _) => Some((c, self.now)),
+            (None, _) => None,
+        };
+    }
+
+    /// A stalled call alone in the runtime on a clean wire ends within the
+    /// stall timeout and two checks of its stall (and a little slack).
+    fn stall_bound(&self) -> Result<(), Violation> {
+        let (Some(check), Some((call, alone))) = (self.plan.stall_check, self.alone) else { return Ok(()) };
+        let Some(p) = self.open.get(&call) else { return Ok(()) };
+        let Some(StalledDownload { at: stalled, drips, .. }) = p.stall else { return Ok(()) };
+        let from = alone.max(stalled).max(self.clean_since.unwrap_or(alone));
+        let bound = check.timeout + 2 * check.period() + STALL_SLACK;
+        if self.now <= from + bound {
+            return Ok(());
+        }
+        Err(self.fail(
+            "stall-cancel",
+            format!(
+                "PullImage #{call} of {}, its download {} since {}, alone in the runtime on a clean wire since {}, still runs at {} (pull.stall_timeout {}, checked every {}, bound {})",
+                p.image,
+                if drips > 0 { "dripping" } else { "stalled" },
+                secs(stalled),
+                secs(alone.max(self.clean_since.unwrap_or(alone))),
+                secs(self.now),
+                crate::domain::go_text::duration(check.timeout),
+                crate::domain::go_text::duration(check.period()),
+                secs(bound)
+            ),
+        ))
     }
 
     /// An ensure of `pod`'s `container` stopped being in flight.
@@ -1228,6 +1386,8 @@ impl Checker {
             ));
         }
         self.ensure_bounds()?;
+        self.watch_alone();
+        self.stall_bound()?;
         self.pull_bounds(view)?;
         if let Some(r) = &view.last_gc {
             self.gc_report(r)?;

@@ -91,6 +91,8 @@ pub enum ShapeArg {
     V6,
     /// `Shape::V7`.
     V7,
+    /// `Shape::V8`.
+    V8,
 }
 
 impl ShapeArg {
@@ -104,6 +106,7 @@ impl ShapeArg {
             Self::V5 => Shape::V5,
             Self::V6 => Shape::V6,
             Self::V7 => Shape::V7,
+            Self::V8 => Shape::V8,
         }
     }
 }
@@ -143,7 +146,7 @@ fn summary_line(o: &Outcome, wall: Duration) -> String {
     let s = &o.stats;
     format!(
         "seed {}: {} steps, {} simulated in {:.1}s: {} ensures ({} ok, {} errors, {} lost; {} through the CRI front), {} runtime pulls, {} removals \
-         ({} by the kubelet's GC through the front, {} refused), {} outage fallbacks answered, {} refused, {} starts, {} kills, {} reloads, {} GC reports, {} store checks ({} unsynced records lost), {} plugin runs ({} failed), trace {:016x}: {}",
+         ({} by the kubelet's GC through the front, {} refused), {} outage fallbacks answered, {} refused, {} starts, {} kills, {} reloads, {} GC reports, {} store checks ({} unsynced records lost), {} plugin runs ({} failed), {} stall cancels, trace {:016x}: {}",
         o.seed,
         o.steps,
         humantime::format_duration(Duration::from_secs(o.simulated.as_secs())),
@@ -167,6 +170,7 @@ fn summary_line(o: &Outcome, wall: Duration) -> String {
         s.unsynced_lost,
         s.plugin_runs,
         s.plugin_failures,
+        s.stall_cancels,
         o.trace_hash,
         o.violation.as_ref().map_or("every invariant held".to_string(), |v| format!("`{}` broke", v.invariant)),
     )
@@ -198,6 +202,7 @@ fn add(total: &mut Stats, s: &Stats) {
     total.kubelet_refused += s.kubelet_refused;
     total.fallback_refused += s.fallback_refused;
     total.fallback_used += s.fallback_used;
+    total.stall_cancels += s.stall_cancels;
 }
 
 fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
@@ -288,7 +293,7 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
         failed.len()
     );
     out!(
-        "  {} ensures ({} ok, {} errors, {} lost; {} through the CRI front), {} runtime pulls, {} removals ({} by the kubelet's GC through the front, {} refused), {} outage fallbacks answered, {} refused, {} starts, {} kills, {} reloads, {} GC reports, {} store checks ({} unsynced records lost), {} plugin runs ({} failed)",
+        "  {} ensures ({} ok, {} errors, {} lost; {} through the CRI front), {} runtime pulls, {} removals ({} by the kubelet's GC through the front, {} refused), {} outage fallbacks answered, {} refused, {} starts, {} kills, {} reloads, {} GC reports, {} store checks ({} unsynced records lost), {} plugin runs ({} failed), {} stall cancels",
         total.ensures,
         total.ensure_ok,
         total.ensure_err,
@@ -307,7 +312,8 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
         total.store_checks,
         total.unsynced_lost,
         total.plugin_runs,
-        total.plugin_failures
+        total.plugin_failures,
+        total.stall_cancels
     );
     for (invariant, seeds) in &by {
         let list: Vec<String> = seeds.iter().take(20).map(ToString::to_string).collect();

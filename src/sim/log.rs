@@ -192,6 +192,18 @@ pub enum What {
         /// The report, or the error.
         result: Result<Arc<GcReport>, String>,
     },
+    /// A registry's downloads stall from now on (`Some(drips)`), or flow
+    /// again (`None`): pulls begun meanwhile stall
+    /// ([`Event::RegistryStalls`](super::plan::Event::RegistryStalls)).
+    Stall {
+        /// Index in [`REGISTRIES`](super::plan::REGISTRIES).
+        registry: usize,
+        /// Stalled (dripping or not), or flowing.
+        drips: Option<bool>,
+    },
+    /// Whether the wire is clean from now on: no runtime or gateway fault
+    /// rules in force and the runtime serving (said when it changes).
+    Clean(bool),
     /// Back-offs were cleared.
     BackoffCleared {
         /// Which pod's (`None` = every pod's); with `image`, which image's.
@@ -265,6 +277,14 @@ impl Entry {
                 if runtime_handler.is_empty() { String::new() } else { format!(" handler {runtime_handler}") },
                 auth.as_ref().map_or(String::new(), |a| format!(" auth {}", a.get(..8).unwrap_or(a)))
             ),
+            What::Runtime(Observed::Downloading { call, stalls_after, drips, .. }) => match stalls_after {
+                Some(after) => format!(
+                    "  runtime: PullImage #{call} downloads, stalling after {}{}",
+                    crate::domain::go_text::duration(*after),
+                    if *drips > 0 { format!(", then {drips} bytes/s") } else { String::new() }
+                ),
+                None => format!("  runtime: PullImage #{call} downloads"),
+            },
             What::Runtime(Observed::PullEnded { call, image_id }) => match image_id {
                 Some(id) => format!("  runtime: PullImage #{call} done: {}", short(id)),
                 None => format!("  runtime: PullImage #{call} ended without an image"),
@@ -334,6 +354,16 @@ impl Entry {
                 ),
                 Err(e) => format!("  gc{}: {e}", if *requested { " (asked)" } else { "" }),
             },
+            What::Stall { registry, drips } => format!(
+                "  downloads of {} {}",
+                super::plan::REGISTRIES[*registry],
+                match drips {
+                    Some(true) => "stall (dripping)",
+                    Some(false) => "stall",
+                    None => "flow",
+                }
+            ),
+            What::Clean(clean) => format!("  wire {}", if *clean { "clean" } else { "faulty" }),
             What::BackoffCleared { pod_uid, image } => format!("  back-off cleared: pod {pod_uid:?} image {image:?}"),
             What::PluginRun { run, image } => format!("  plugin: run #{run} for {image}"),
             What::PluginEnded { run, outcome } => match outcome {

@@ -311,6 +311,17 @@ pub enum Event {
     RegistryDown(usize),
     /// It answers again.
     RegistryUp(usize),
+    /// A registry's downloads stall: a pull begun from now on writes its
+    /// first bytes, then nothing (or, `drips`, [`DRIP`] bytes a second)
+    /// for [`STALL_HANG`] before it ends, as a stuck connection does.
+    RegistryStalls {
+        /// Index in [`REGISTRIES`].
+        registry: usize,
+        /// It still writes a little (only `pull.min_download_rate` tells).
+        drips: bool,
+    },
+    /// Its downloads flow again (pulls begun stalled stay so).
+    RegistryFlows(usize),
     /// The runtime pins (or unpins) an image it has.
     Pin(usize, bool),
     /// imaged is stopped gracefully and started again.
@@ -382,6 +393,11 @@ pub struct Plan {
     /// KEP-2535 records show may use it. Drawn from a stream of the seed's
     /// own, only for a node with [`Plan::front_pods`].
     pub front_fallback: bool,
+    /// The node's stall check, armed: `pull.stall_timeout`, its own
+    /// `pull.stall_warning` and `pull.min_download_rate` in the settings
+    /// (else the defaults: a warning after 1m, no cancel). Drawn from a
+    /// stream of the seed's own.
+    pub stall_check: Option<StallCheck>,
     /// The store's transactions take time: each answers after a duration
     /// drawn from a stream of the seed's own (mostly under 2 ms, sometimes
     /// tens of milliseconds, rarely a stall of up to half a second), while
@@ -433,6 +449,8 @@ pub struct Weights {
     /// Pods arrive together, a few milliseconds apart (a node's start, a
     /// scale-up; drawn last).
     pub burst: u32,
+    /// A registry's downloads stall ([`Event::RegistryStalls`]).
+    pub stall: u32,
 }
 
 /// The shape of a seed's plan: what it draws from and how often. A seed
@@ -514,6 +532,10 @@ pub struct Shape {
     /// Chance such a node's front falls back to the local image in a
     /// registry outage (see [`Plan::front_fallback`]).
     pub front_fallback: f64,
+    /// Chance a node arms the stall check: `pull.stall_timeout`, its own
+    /// `pull.stall_warning`, perhaps `pull.min_download_rate` (see
+    /// [`Plan::stall_check`]).
+    pub stall_check: f64,
 }
 
 use PullPolicy::{Always, AlwaysWithLocalFallback as Fallback, IfNotPresent, Never};
@@ -548,6 +570,7 @@ impl Shape {
             plugin: 0,
             reload: 0,
             burst: 0,
+            stall: 0,
         },
         pod_life: 10..400,
         doomed_life: 10..400,
@@ -574,6 +597,7 @@ impl Shape {
         front: 0.0,
         kubelet_gc: 0.0,
         front_fallback: 0.0,
+        stall_check: 0.0,
     };
 
     /// The second shape (seed 126's regression test was found under it):
@@ -612,6 +636,7 @@ impl Shape {
             plugin: 8,
             reload: 0,
             burst: 0,
+            stall: 0,
         },
         pod_life: 10..400,
         doomed_life: 2..10,
@@ -638,6 +663,7 @@ impl Shape {
         front: 0.0,
         kubelet_gc: 0.0,
         front_fallback: 0.0,
+        stall_check: 0.0,
     };
 
     /// The third shape: [`Shape::V2`] with the pull knobs beyond the
@@ -670,11 +696,21 @@ impl Shape {
     /// front (set-up A; see [`Plan::kubelet_gc`]).
     pub const V7: Shape = Shape { name: "v7", kubelet_gc: 0.5, ..Shape::V6 };
 
-    /// The shape seeds are drawn with now: [`Shape::V7`] where, on half the
-    /// nodes whose kubelet pulls through the front, the front falls back
-    /// to the local image in a registry outage, for every pod's namespace
-    /// (see [`Plan::front_fallback`]).
-    pub const CURRENT: Shape = Shape { name: "current", front_fallback: 0.5, ..Shape::V7 };
+    /// The eighth shape: [`Shape::V7`] where, on half the nodes whose
+    /// kubelet pulls through the front, the front falls back to the local
+    /// image in a registry outage, for every pod's namespace (see
+    /// [`Plan::front_fallback`]).
+    pub const V8: Shape = Shape { name: "v8", front_fallback: 0.5, ..Shape::V7 };
+
+    /// The shape seeds are drawn with now: [`Shape::V8`] where registries'
+    /// downloads stall now and then, some dripping, and half the nodes arm
+    /// the stall check (see [`Plan::stall_check`]).
+    pub const CURRENT: Shape = Shape {
+        name: "current",
+        weights: Weights { nothing: Shape::V8.weights.nothing - 20, stall: 20, ..Shape::V8.weights },
+        stall_check: 0.5,
+        ..Shape::V8
+    };
 }
 
 impl Default for Shape {
@@ -743,6 +779,13 @@ impl Plan {
             && shape.front_fallback > 0.0
             && StdRng::seed_from_u64(seed ^ 0x0FA1_1BAC_0000).random_bool(shape.front_fallback);
         let settings = if front_fallback { merged_settings(&settings, &[FALLBACK.to_string()]) } else { settings };
+        let stall_check = (shape.stall_check > 0.0)
+            .then(|| StdRng::seed_from_u64(seed ^ 0x57A1_1C4E_C000))
+            .and_then(|mut sg| sg.random_bool(shape.stall_check).then(|| StallCheck::draw(&mut sg)));
+        let settings = match &stall_check {
+            Some(c) => merged_settings(&settings, &c.lines()),
+            None => settings,
+        };
         Plan {
             seed,
             shape: shape.name,
@@ -758,6 +801,7 @@ impl Plan {
             front_pods,
             kubelet_gc,
             front_fallback,
+            stall_check,
             steps: s.steps,
         }
     }
@@ -950,6 +994,58 @@ fn settings(g: &mut StdRng, shape: &Shape) -> Vec<String> {
     s
 }
 
+/// A stalled download's drip, bytes a second: far under the stall check's
+/// floor ([`StallCheck::min_rate`]), far over nothing.
+pub const DRIP: u64 = 1_000;
+
+/// How long a stalled pull runs before it ends on its own (unless the stall
+/// check, a deadline or a kill ends it first).
+pub const STALL_HANG: Duration = Duration::from_secs(240);
+
+/// How far into its pull a stalled download stops moving: a quarter of the
+/// image's pull time, at most half a second.
+pub fn stalls_after(image: usize) -> Duration {
+    Duration::from_millis(IMAGES[image].latency_ms / 4).min(Duration::from_millis(500))
+}
+
+/// The stall check a node arms ([`Plan::stall_check`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StallCheck {
+    /// `pull.stall_timeout`.
+    pub timeout: Duration,
+    /// `pull.stall_warning`.
+    pub warning: Duration,
+    /// `pull.min_download_rate`, bytes a second (0: none).
+    pub min_rate: u64,
+}
+
+impl StallCheck {
+    fn draw(g: &mut StdRng) -> Self {
+        let secs = |s: u64| Duration::from_secs(s);
+        Self {
+            timeout: secs(*pick(g, &[5, 20])),
+            warning: secs(*pick(g, &[2, 10, 60])),
+            // Every image downloads at 5 MB/s or more: only a drip is under.
+            min_rate: *pick(g, &[0, 64 * 1024]),
+        }
+    }
+
+    /// Its settings lines.
+    pub fn lines(&self) -> Vec<String> {
+        let text = |d: Duration| format!("{:?}", crate::domain::go_text::duration(d));
+        vec![
+            format!("pull.stall_timeout = {}", text(self.timeout)),
+            format!("pull.stall_warning = {}", text(self.warning)),
+            format!("pull.min_download_rate = \"{}\"", self.min_rate),
+        ]
+    }
+
+    /// The check's period: a quarter of the shorter time.
+    pub fn period(&self) -> Duration {
+        self.timeout.min(self.warning) / 4
+    }
+}
+
 /// `base` settings lines with each of `over` in place of the line of the
 /// same key (appended when `base` has none): what a reload's lines make
 /// of the settings in force.
@@ -1019,6 +1115,7 @@ enum Kind {
     Plugin,
     Reload,
     Burst,
+    Stall,
 }
 
 impl Schedule {
@@ -1085,6 +1182,7 @@ impl Schedule {
             (Kind::Plugin, w.plugin),
             (Kind::Reload, w.reload),
             (Kind::Burst, w.burst),
+            (Kind::Stall, w.stall),
         ];
         let mut from = 0;
         let kind = table
@@ -1152,6 +1250,11 @@ impl Schedule {
                 None => Event::Nothing,
             },
             Kind::Reload => self.reload(i),
+            Kind::Stall => {
+                let registry = self.g.random_range(0..self.shape.registries);
+                self.later(i, self.shape.registry_window.clone(), Event::RegistryFlows(registry));
+                Event::RegistryStalls { registry, drips: self.g.random_bool(0.3) }
+            }
         }
     }
 
@@ -1506,6 +1609,12 @@ impl Event {
             Event::Disk(b) => format!("image filesystem capacity {} MB", b / MB),
             Event::RegistryDown(r) => format!("registry {} goes down", REGISTRIES[*r]),
             Event::RegistryUp(r) => format!("registry {} is back", REGISTRIES[*r]),
+            Event::RegistryStalls { registry, drips } => format!(
+                "registry {}'s downloads stall{}",
+                REGISTRIES[*registry],
+                if *drips { format!(" (dripping {DRIP} bytes/s)") } else { String::new() }
+            ),
+            Event::RegistryFlows(r) => format!("registry {}'s downloads flow again", REGISTRIES[*r]),
             Event::Pin(i, on) => format!("runtime {} {}", if *on { "pins" } else { "unpins" }, IMAGES[*i].name),
             Event::Restart => "imaged restarts gracefully".into(),
             Event::Crash => "imaged is killed (kill -9) and started again".into(),
@@ -1592,6 +1701,9 @@ mod tests {
         if !p.front_pods.is_empty() || p.kubelet_gc.is_some() || p.front_fallback {
             text = format!("{text}{:?}{:?}{}", p.front_pods, p.kubelet_gc, p.front_fallback);
         }
+        if let Some(check) = p.stall_check {
+            text = format!("{text}{check:?}");
+        }
         text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
     }
 
@@ -1613,9 +1725,11 @@ mod tests {
     fn the_earlier_shapes_draw_the_plans_their_regression_seeds_were_found_in() {
         // Taken when the current shape became `V4` plus bursts and store
         // latency (2026-11-27; `V5` when the current shape added the CRI
-        // front; `V6` and `V7`, and seed 340, on 2026-11-28). A change here changes what every regression test of that
-        // shape replays: freeze the shape instead.
-        let expected: [(&Shape, [u64; 4]); 7] = [
+        // front; `V6` and `V7`, and seed 340, on 2026-11-28; `V8` when
+        // the current shape added stalls, on 2026-11-28). A change here
+        // changes what every regression test of that shape replays:
+        // freeze the shape instead.
+        let expected: [(&Shape, [u64; 4]); 8] = [
             (&Shape::V1, [0x7a67_48c1_ac41_9d7c, 0x1f6c_04ca_e159_dc74, 0x8bef_eec8_8ad4_8ee4, 0xf747_6993_e17d_86e6]),
             (&Shape::V2, [0xd5e5_71f8_a412_45a3, 0xc6cf_19bc_cece_f8da, 0x3bda_9189_b2c1_50c7, 0x2335_517e_9a55_69e5]),
             (&Shape::V3, [0x5f48_bcd4_a252_d58b, 0x7fb3_1ffe_485e_b743, 0x1942_d375_8757_f1e7, 0x345d_f906_cd41_ad11]),
@@ -1623,6 +1737,7 @@ mod tests {
             (&Shape::V5, [0xa93d_be62_e891_43ce, 0xd27d_61bc_8d7e_d4d9, 0xcf9a_58c2_e70f_233c, 0x917a_cedf_e0d2_489c]),
             (&Shape::V6, [0xa93d_be62_e891_43ce, 0xd27d_61bc_8d7e_d4d9, 0xcf9a_58c2_e70f_233c, 0xc253_c79a_a281_558c]),
             (&Shape::V7, [0xa93d_be62_e891_43ce, 0xd27d_61bc_8d7e_d4d9, 0xcf9a_58c2_e70f_233c, 0x203f_9fe7_856d_4037]),
+            (&Shape::V8, [0xa93d_be62_e891_43ce, 0xd27d_61bc_8d7e_d4d9, 0xcf9a_58c2_e70f_233c, 0x203f_9fe7_856d_4037]),
         ];
         // Seeds 1, 126 and 425 draw no front under V6 and V7 (their hashes
         // are V5's): seed 340 draws the front and the kubelet's GC.
@@ -1671,10 +1786,70 @@ mod tests {
     }
 
     #[test]
-    fn the_current_shape_gives_half_the_front_nodes_the_outage_fallback_for_every_namespace() {
-        let (mut front_nodes, mut fallback) = (0, 0);
+    fn the_current_shape_stalls_registries_for_a_while_and_arms_the_stall_check_on_half_the_nodes() {
+        let (mut armed, mut floors, mut stalls, mut drips) = (0, 0, 0, 0);
         for seed in 0..200 {
             let plan = Plan::generate(seed, 2_000);
+            assert!(Plan::generate_shaped(seed, 2_000, &Shape::V8).stall_check.is_none());
+            if let Some(check) = plan.stall_check {
+                armed += 1;
+                floors += usize::from(check.min_rate > 0);
+                assert!(check.min_rate == 0 || check.min_rate > DRIP, "seed {seed}: a drip is under the floor");
+                for line in check.lines() {
+                    assert!(plan.settings.contains(&line), "seed {seed}: {line} in the settings");
+                }
+                let config = crate::config::Config::from_toml(&plan.settings.join("\n")).expect("the settings load");
+                assert_eq!(config.pull.stall_timeout, Some(check.timeout), "seed {seed}");
+                assert_eq!(config.pull.stall_warning, Some(check.warning), "seed {seed}");
+                assert_eq!(config.pull.min_download_rate, check.min_rate, "seed {seed}");
+            } else {
+                assert!(plan.setting("pull.stall_timeout").is_none(), "seed {seed}: the default (off)");
+            }
+            // Every stall ends some steps later (or with the run).
+            let mut stalled: Vec<(usize, usize)> = Vec::new();
+            for (i, s) in plan.steps.iter().enumerate() {
+                match s.event {
+                    Event::RegistryStalls { registry, drips: d } => {
+                        stalls += 1;
+                        drips += usize::from(d);
+                        stalled.push((registry, i));
+                    }
+                    Event::RegistryFlows(r) => {
+                        let at = stalled.iter().position(|(x, _)| *x == r).expect("a stall to end");
+                        let (_, from) = stalled.remove(at);
+                        assert!(i - from >= 3, "seed {seed}: {from}..{i}");
+                    }
+                    _ => {}
+                }
+            }
+            assert!(stalled.iter().all(|(_, from)| from + 60 > plan.steps.len()), "seed {seed}: {stalled:?}");
+        }
+        assert!((60..140).contains(&armed), "about half the nodes: {armed} of 200");
+        assert!(floors * 4 > armed && floors * 4 < 3 * armed, "about half with a floor: {floors} of {armed}");
+        assert!((200 * 25..200 * 55).contains(&stalls), "about 40 stalls a run: {stalls}");
+        assert!(drips * 5 > stalls && drips * 5 < 2 * stalls, "about 30% drip: {drips} of {stalls}");
+        // The old shapes draw none.
+        for shape in [Shape::V1, Shape::V5, Shape::V8] {
+            let plan = Plan::generate_shaped(1, 2_000, &shape);
+            assert!(plan.steps.iter().all(|s| !matches!(s.event, Event::RegistryStalls { .. })), "{}", shape.name);
+        }
+    }
+
+    #[test]
+    fn a_stalled_download_stops_early_and_hangs_on() {
+        for (i, image) in IMAGES.iter().enumerate() {
+            let after = stalls_after(i);
+            assert!(after > Duration::ZERO && after <= Duration::from_millis(500), "{}", image.name);
+            assert!(after < Duration::from_millis(image.latency_ms), "{}", image.name);
+        }
+        assert!(STALL_HANG > Duration::from_secs(60), "longer than any stall timeout drawn");
+    }
+
+    #[test]
+    fn the_eighth_shape_gives_half_the_front_nodes_the_outage_fallback_for_every_namespace() {
+        let (mut front_nodes, mut fallback) = (0, 0);
+        for seed in 0..200 {
+            let plan = Plan::generate_shaped(seed, 2_000, &Shape::V8);
             let v7 = Plan::generate_shaped(seed, 2_000, &Shape::V7);
             assert_eq!((&plan.front_pods, plan.kubelet_gc), (&v7.front_pods, v7.kubelet_gc), "seed {seed}");
             if plan.front_pods.is_empty() {
@@ -1804,9 +1979,12 @@ mod tests {
             if plan.front_fallback {
                 drawn = merged_settings(&drawn, &[FALLBACK.to_string()]);
             }
+            if let Some(check) = plan.stall_check {
+                drawn = merged_settings(&drawn, &check.lines());
+            }
             assert_eq!(
                 plan.settings, drawn,
-                "seed {seed}: the settings are V3's (set-up A's, the fallback's over them)"
+                "seed {seed}: the settings are V3's (set-up A's, the fallback's, the stall check's over them)"
             );
             let mut settings = plan.settings.clone();
             // The same settings when every switch to parallel pulls was

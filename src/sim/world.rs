@@ -27,8 +27,8 @@ use tokio::time::Instant;
 
 use super::log::{Answer, FrontOutcome, Life, Log, What};
 use super::plan::{
-    Access, ClearWhat, Event, FaultKind, FaultSpec, IMAGES, PLUGIN_TOKEN, PLUGIN_USER, PRIVATE_PASSWORD, PRIVATE_USER,
-    Plan, REGISTRIES, ROBOT_PASSWORD, ROBOT_USER, SecretKind, WRONG_PASSWORD,
+    Access, ClearWhat, DRIP, Event, FaultKind, FaultSpec, IMAGES, PLUGIN_TOKEN, PLUGIN_USER, PRIVATE_PASSWORD,
+    PRIVATE_USER, Plan, REGISTRIES, ROBOT_PASSWORD, ROBOT_USER, STALL_HANG, SecretKind, WRONG_PASSWORD, stalls_after,
 };
 use super::plugin::SimPlugin;
 use crate::actors::backoff_registry::{BackoffKey, ClearScope};
@@ -139,12 +139,19 @@ impl Incarnation {
     }
 }
 
-/// Faults in force at the runtime: random rules and registry outages.
+/// Faults in force at the runtime: random rules, registry outages and
+/// stalls; and whether the serving process has gateway fault rules.
 #[derive(Default)]
 struct Faults {
     random: Vec<FaultSpec>,
     registries_down: Vec<usize>,
     changes: u64,
+    /// Registries whose downloads stall, and whether they drip.
+    stalling: Vec<(usize, bool)>,
+    /// The serving process has gateway fault rules.
+    gateway: bool,
+    /// The wire was last said to be faulty ([`What::Clean`]).
+    faulty: bool,
 }
 
 /// The simulated node.
@@ -220,6 +227,19 @@ fn remote(i: usize) -> Option<RemoteImage> {
     Some(r)
 }
 
+/// The catalogue entry of an image whose registry stalls: its download
+/// stops moving (or drips) early and its pull hangs on for [`STALL_HANG`].
+fn stalled(i: usize, drips: bool) -> Option<RemoteImage> {
+    let r = remote(i)?;
+    let r = r.clone().latency(r.pull_latency + STALL_HANG);
+    Some(if drips { r.dripping(stalls_after(i), DRIP) } else { r.stalling(stalls_after(i)) })
+}
+
+/// Indices in [`IMAGES`] of a registry's images.
+fn images_of(registry: usize) -> impl Iterator<Item = usize> {
+    (0..IMAGES.len()).filter(move |i| IMAGES[*i].name.split('/').next() == Some(REGISTRIES[registry]))
+}
+
 impl World {
     /// Sets up the node for `plan` with its state in `dir` (created by the
     /// store) and its credential plugin's files in `plugin_dir` (both
@@ -248,7 +268,7 @@ impl World {
             cfg.credentials.provider_timeout = p.timeout;
             cfg = cfg.with_plugin_runner(plugin.clone());
         }
-        let runtime = InProcessRuntime::start();
+        let runtime = InProcessRuntime::start_at(SystemTime::UNIX_EPOCH + SIM_EPOCH);
         let rt = runtime.handle();
         let ids = (0..IMAGES.len()).map(|i| remote(i).map(|r| r.id)).collect();
         for i in 0..IMAGES.len() {
@@ -858,6 +878,48 @@ impl World {
                 }
             }
             Event::Reload(lines) => self.reload(lines),
+            Event::RegistryStalls { registry, drips } => self.stall(*registry, Some(*drips)),
+            Event::RegistryFlows(r) => self.stall(*r, None),
+        }
+        if matches!(event, Event::Restart | Event::Crash) {
+            self.faults.borrow_mut().gateway = false;
+        }
+        if let Event::GatewayFaults(rules) = event {
+            self.faults.borrow_mut().gateway = !rules.is_empty() && self.node().is_some();
+        }
+        self.note_clean();
+    }
+
+    /// A registry's downloads stall (`Some(drips)`) or flow again (`None`)
+    /// for pulls begun from now on.
+    fn stall(&self, registry: usize, drips: Option<bool>) {
+        let mut f = self.faults.borrow_mut();
+        f.stalling.retain(|(r, _)| *r != registry);
+        if let Some(d) = drips {
+            f.stalling.push((registry, d));
+        }
+        drop(f);
+        for i in images_of(registry) {
+            let entry = match drips {
+                Some(d) => stalled(i, d),
+                None => remote(i),
+            };
+            if let Some(r) = entry {
+                // A name the catalogue took before takes it again.
+                let _ = self.rt.add_remote(r);
+            }
+        }
+        self.record(What::Stall { registry, drips });
+    }
+
+    /// Says whether the wire is clean when that changes.
+    fn note_clean(&self) {
+        let mut f = self.faults.borrow_mut();
+        let faulty = !f.random.is_empty() || f.gateway || !self.runtime.is_serving();
+        if faulty != f.faulty {
+            f.faulty = faulty;
+            drop(f);
+            self.record(What::Clean(!faulty));
         }
     }
 
@@ -938,9 +1000,15 @@ impl World {
         if let Some((_, node)) = self.node() {
             let _ = node.gateway().send(SetFaultPlan(FaultPlan::default())).await;
         }
-        *self.faults.borrow_mut() = Faults::default();
+        let stalling = std::mem::take(&mut self.faults.borrow_mut().stalling);
+        for (r, _) in stalling {
+            self.stall(r, None);
+        }
+        let faulty = self.faults.borrow().faulty;
+        *self.faults.borrow_mut() = Faults { faulty, ..Faults::default() };
         self.rt.set_fault_plan(FaultPlan::default());
         self.runtime.resume();
+        self.note_clean();
         self.rt.set_capacity(20_000 * 1_000_000);
         if let Some(p) = &self.plugin {
             p.heal();

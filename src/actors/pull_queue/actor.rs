@@ -193,6 +193,8 @@ pub struct PullQueueActor {
     /// `None`: the timer sleeps), changed by [`UpdatePullWatch`].
     slow_period: tokio::sync::watch::Sender<Option<Duration>>,
     stall_period: tokio::sync::watch::Sender<Option<Duration>>,
+    /// The clock the runtime's download times are on.
+    downloads_clock: crate::clock::Clock,
 }
 
 /// Bounds of a check's period (a quarter of the time it watches for).
@@ -226,7 +228,17 @@ impl PullQueueActor {
             stalls: cfg_stall,
             slow_period,
             stall_period,
+            downloads_clock: crate::clock::Clock::system(),
         }
+    }
+
+    /// Reads the runtime's download times on `clock` (the system's by
+    /// default, as containerd stamps them; the simulator's runtime stamps
+    /// them on paused tokio time).
+    #[must_use]
+    pub fn with_downloads_clock(mut self, clock: crate::clock::Clock) -> Self {
+        self.downloads_clock = clock;
+        self
     }
 
     /// Starts every pull a slot allows, admitting parked requests as room frees.
@@ -351,7 +363,7 @@ impl PullQueueActor {
             }
         };
         let Some(since) = self.started.values().map(|s| s.since).min() else { return };
-        let now = std::time::SystemTime::now();
+        let now = self.downloads_clock.now();
         let review = watch.review(&downloads, now, since);
         let warn_after = watch.warn_after.map(crate::domain::go_text::duration).unwrap_or_default();
         let (cancel_after, min_rate) = (watch.cancel_after, watch.min_rate);
@@ -426,7 +438,7 @@ impl PullQueueActor {
         let pod = PullPod::of(request.sandbox.as_ref()).or_else(|| request.pod.clone());
         let started = Started {
             at: now,
-            since: std::time::SystemTime::now(),
+            since: self.downloads_clock.now(),
             stage: stage.clone(),
             warned: false,
             stop: stop.clone(),

@@ -156,9 +156,107 @@ fn every_invariant_has_a_test_here() {
         "reload-live",
         "actors-alive",
         "secrets-hidden",
+        "stall-cancel",
         "liveness",
     ];
     assert_eq!(INVARIANTS.iter().map(|(n, _)| *n).collect::<Vec<_>>(), tested);
+}
+
+/// A checker of a node whose stall check is armed as `check` (`None`: off).
+fn stall_checker(check: Option<StallCheck>) -> Checker {
+    let mut plan = Plan::generate(0, 0);
+    plan.stall_check = check;
+    // Parallel pulls: two calls at once break no bound.
+    plan.settings = vec!["pull.serialize_image_pulls = false".to_string()];
+    plan.settings.extend(check.map(|c| c.lines()).unwrap_or_default());
+    plan.pods = vec![pod(PUBLIC, SecretKind::None)];
+    plan.preloaded = vec![0];
+    let cfg = Config::from_toml(&plan.settings.join("\n")).expect("settings");
+    let mut c = Checker::new(Rc::new(plan), &cfg, Some(SANDBOX_ID.into()), false);
+    c.absorb(vec![at(0, What::Life { inc: 1, what: Life::Started })]).expect("a start breaks nothing");
+    c
+}
+
+/// Call `call` of busybox (4 MB in 500 ms, then 240 s more) downloads,
+/// stalling after 100 ms (then dripping `drips` bytes a second).
+fn stalling(call: u64, drips: u64) -> What {
+    What::Runtime(Observed::Downloading {
+        call,
+        stalls_after: Some(Duration::from_millis(100)),
+        drips,
+        size: 4_000_000,
+        takes: Duration::from_millis(240_500),
+    })
+}
+
+fn stall_cancelled(id: u64) -> What {
+    let message = "RegistryUnavailable: download \"layer-sha256:ab\" wrote no byte for 20s (1 of 4000000 bytes); \
+                   imaged cancelled the pull (pull.stall_timeout 20s)";
+    let err = EnsureError { kind: ImageErrorKind::ErrImagePull, message: message.into(), class: ErrorClass::Transient };
+    What::EnsureEnded { id, answer: Answer::Err(err) }
+}
+
+#[test]
+fn stall_cancel_fails_on_a_cancel_before_the_stall_timeout_or_with_the_check_off() {
+    let check = StallCheck { timeout: s(20), warning: s(60), min_rate: 0 };
+    let cancel_at = |end: u64, drips: u64, check: Option<StallCheck>| {
+        let mut c = stall_checker(check);
+        broke(c.absorb(vec![
+            at(1, started(1)),
+            at(1, pull(1, PUBLIC)),
+            at(1, stalling(1, drips)),
+            at(end, What::Runtime(Observed::PullEnded { call: 1, image_id: None })),
+            at(end, stall_cancelled(1)),
+        ]))
+    };
+    assert_eq!(cancel_at(22, 0, Some(check)), "nothing", "idle for 20.9 s");
+    assert_eq!(cancel_at(20, 0, Some(check)), "stall-cancel", "idle for 18.9 s only");
+    assert_eq!(cancel_at(22, 0, None), "stall-cancel", "no stall timeout set");
+    // A drip is idle never: only a floor over it may cancel.
+    assert_eq!(cancel_at(60, 1_000, Some(check)), "stall-cancel", "no floor");
+    let floor = StallCheck { min_rate: 64 * 1024, ..check };
+    assert_eq!(cancel_at(22, 1_000, Some(floor)), "nothing", "1 kB/s under 64 KiB/s over the last 20 s");
+    assert_eq!(cancel_at(20, 1_000, Some(floor)), "stall-cancel", "no reading 20 s old since it began");
+    assert_eq!(cancel_at(22, 100_000, Some(floor)), "stall-cancel", "100 kB/s is over the floor");
+    // A call of the image that stalled long enough but ended before the
+    // ensure began is not this ensure's.
+    let mut c = stall_checker(Some(check));
+    let r = c.absorb(vec![
+        at(1, pull(1, PUBLIC)),
+        at(1, stalling(1, 0)),
+        at(30, What::Runtime(Observed::PullEnded { call: 1, image_id: None })),
+        at(31, started(1)),
+        at(32, stall_cancelled(1)),
+    ]);
+    assert_eq!(broke(r), "stall-cancel");
+}
+
+#[test]
+fn stall_cancel_fails_when_a_stalled_pull_alone_on_a_clean_wire_runs_past_the_check() {
+    // Bound: the timeout, two checks (a quarter of 20 s each), 10 s.
+    let check = StallCheck { timeout: s(20), warning: s(60), min_rate: 0 };
+    let run = |extra: Vec<Entry>, end: u64| {
+        let mut c = stall_checker(Some(check));
+        let mut log = vec![at(1, pull(1, PUBLIC)), at(1, stalling(1, 0))];
+        log.extend(extra);
+        c.absorb(log).expect("nothing breaks on the way");
+        broke(c.step_end(s(end), &StepView::default()))
+    };
+    assert_eq!(run(Vec::new(), 40), "nothing", "within 20 s + 2 × 5 s + 10 s of the stall");
+    assert_eq!(run(Vec::new(), 42), "stall-cancel");
+    // Another call in the runtime: the check cannot tell whose download stalled.
+    assert_eq!(run(vec![at(2, pull(2, PRIVATE))], 42), "nothing");
+    // Faults on the wire until 30 s: the bound runs from then.
+    assert_eq!(run(vec![at(2, What::Clean(false)), at(30, What::Clean(true))], 42), "nothing");
+    assert_eq!(run(vec![at(2, What::Clean(false)), at(30, What::Clean(true))], 71), "stall-cancel");
+    // A drip with no floor is never judged.
+    let mut c = stall_checker(Some(check));
+    c.absorb(vec![at(1, pull(1, PUBLIC)), at(1, stalling(1, 1_000))]).expect("nothing breaks");
+    assert_eq!(broke(c.step_end(s(600), &StepView::default())), "nothing");
+    // Nor anything with the check off.
+    let mut c = stall_checker(None);
+    c.absorb(vec![at(1, pull(1, PUBLIC)), at(1, stalling(1, 0))]).expect("nothing breaks");
+    assert_eq!(broke(c.step_end(s(600), &StepView::default())), "nothing");
 }
 
 #[test]
