@@ -297,6 +297,10 @@ pub struct Checker {
     /// The stalled call alone in the runtime for the serving process on a
     /// clean wire, and since when.
     alone: Option<(u64, Duration)>,
+    /// Since the first step end from which the serving process's queue has
+    /// run one pull at every step end (a call a fault held on its way to
+    /// the runtime runs too, unseen there).
+    one_running_since: Option<Duration>,
     /// When a call of each image (key) last ended after its download
     /// stalled for `pull.stall_timeout` or more.
     stalled_out: BTreeMap<String, Duration>,
@@ -541,6 +545,7 @@ impl Checker {
             orphans: BTreeSet::new(),
             clean_since: Some(Duration::ZERO),
             alone: None,
+            one_running_since: None,
             stalled_out: BTreeMap::new(),
             suspects: Vec::new(),
             pulled_ids: BTreeSet::new(),
@@ -1222,9 +1227,14 @@ impl Checker {
     /// A stalled call alone in the runtime on a clean wire ends within the
     /// stall timeout and two checks of its stall (and a little slack).
     fn stall_bound(&self) -> Result<(), Violation> {
-        let (Some(check), Some((call, alone))) = (self.plan.stall_check, self.alone) else { return Ok(()) };
+        let (Some(check), Some((call, alone)), Some(one_running)) =
+            (self.plan.stall_check, self.alone, self.one_running_since)
+        else {
+            return Ok(());
+        };
         let Some(p) = self.open.get(&call) else { return Ok(()) };
         let Some(StalledDownload { at: stalled, drips, .. }) = p.stall else { return Ok(()) };
+        let alone = alone.max(one_running);
         let from = alone.max(stalled).max(self.clean_since.unwrap_or(alone));
         let bound = check.timeout + 2 * check.period() + STALL_SLACK;
         if self.now <= from + bound {
@@ -1387,6 +1397,8 @@ impl Checker {
         }
         self.ensure_bounds()?;
         self.watch_alone();
+        let one = view.inc == self.inc && self.inc != 0 && view.queue.is_some_and(|q| q.running == 1);
+        self.one_running_since = if one { self.one_running_since.or(Some(now)) } else { None };
         self.stall_bound()?;
         self.pull_bounds(view)?;
         if let Some(r) = &view.last_gc {

@@ -177,6 +177,11 @@ fn stall_checker(check: Option<StallCheck>) -> Checker {
     c
 }
 
+/// imaged#1's queue runs one pull.
+fn one_running() -> StepView {
+    StepView { inc: 1, queue: Some(QueueStatus { running: 1, ..QueueStatus::default() }), ..StepView::default() }
+}
+
 /// Call `call` of busybox (4 MB in 500 ms, then 240 s more) downloads,
 /// stalling after 100 ms (then dripping `drips` bytes a second).
 fn stalling(call: u64, drips: u64) -> What {
@@ -237,13 +242,22 @@ fn stall_cancel_fails_when_a_stalled_pull_alone_on_a_clean_wire_runs_past_the_ch
     let check = StallCheck { timeout: s(20), warning: s(60), min_rate: 0 };
     let run = |extra: Vec<Entry>, end: u64| {
         let mut c = stall_checker(Some(check));
-        let mut log = vec![at(1, pull(1, PUBLIC)), at(1, stalling(1, 0))];
-        log.extend(extra);
-        c.absorb(log).expect("nothing breaks on the way");
-        broke(c.step_end(s(end), &StepView::default()))
+        c.absorb(vec![at(1, pull(1, PUBLIC)), at(1, stalling(1, 0))]).expect("nothing breaks");
+        c.step_end(s(1), &one_running()).expect("nothing breaks at the first step");
+        c.absorb(extra).expect("nothing breaks on the way");
+        broke(c.step_end(s(end), &one_running()))
     };
     assert_eq!(run(Vec::new(), 40), "nothing", "within 20 s + 2 × 5 s + 10 s of the stall");
     assert_eq!(run(Vec::new(), 42), "stall-cancel");
+    // The queue runs another pull (its call held on its way): not alone.
+    let mut c = stall_checker(Some(check));
+    c.absorb(vec![at(1, pull(1, PUBLIC)), at(1, stalling(1, 0))]).expect("nothing breaks");
+    let two = StepView { queue: Some(QueueStatus { running: 2, ..QueueStatus::default() }), ..one_running() };
+    c.step_end(s(1), &two).expect("nothing breaks");
+    assert_eq!(broke(c.step_end(s(42), &two)), "nothing");
+    c.step_end(s(50), &one_running()).expect("one from 50 on");
+    assert_eq!(broke(c.step_end(s(89), &one_running())), "nothing", "within the bound from 50");
+    assert_eq!(broke(c.step_end(s(91), &one_running())), "stall-cancel");
     // Another call in the runtime: the check cannot tell whose download stalled.
     assert_eq!(run(vec![at(2, pull(2, PRIVATE))], 42), "nothing");
     // Faults on the wire until 30 s: the bound runs from then.
