@@ -1225,3 +1225,41 @@ async fn on_paused_time_the_check_reads_the_runtimes_clock_and_cancels_a_stall_o
     assert!(began.elapsed() >= Duration::from_secs(600), "{:?}", began.elapsed());
     rt.stop();
 }
+
+/// The listing of pulls keeps no readings over time, so the stall check
+/// names the downloads it last found under `pull.min_download_rate`
+/// (`ListSlowDownloads`, `imagectl pulls`' STALLED `slow`), and forgets
+/// them once no pull runs.
+#[actix::test]
+async fn the_check_names_a_download_under_the_floor_while_it_runs_and_forgets_it_after() {
+    let rt = runtime().await;
+    let ms = Duration::from_millis;
+    // 1 kB over 3 s: always written, under 10 kB/s.
+    let drip = RemoteImage::new("example.com/drip:1", 1_000).latency(Duration::from_secs(3));
+    let digest = drip.digest.clone();
+    rt.runtime.add_remote(drip).expect("add");
+    let cfg = PullQueueSettings {
+        stall_warning: Some(ms(300)),
+        stall_timeout: None,
+        min_download_rate: 10_000,
+        ..no_throttle(Concurrency::Serial)
+    };
+    let q = queue(&rt, cfg).await;
+    assert!(q.send(ListSlowDownloads).await.expect("listed").is_empty(), "no pull, none");
+    let pulling = q.send(EnqueuePull(req("example.com/drip:1"))).await.expect("admitted");
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+    let slow = loop {
+        let slow = q.send(ListSlowDownloads).await.expect("listed");
+        if !slow.is_empty() || std::time::Instant::now() > give_up {
+            break slow;
+        }
+        tokio::time::sleep(ms(20)).await;
+    };
+    assert_eq!(slow, [format!("layer-{digest}")]);
+    pulling.await.expect("pulled: a drip is only warned of without a timeout");
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+    while !q.send(ListSlowDownloads).await.expect("listed").is_empty() {
+        assert!(std::time::Instant::now() < give_up, "still named after the pull");
+        tokio::time::sleep(ms(20)).await;
+    }
+}

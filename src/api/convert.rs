@@ -275,20 +275,30 @@ pub fn pull(p: &PullInfo) -> proto::Pull {
     }
 }
 
+/// How a listing judges stalls: idle for `after` (`pull.stall_warning`),
+/// or named by the stall check as under `pull.min_download_rate`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stall<'a> {
+    /// Idle this long is stalled (`None`: never).
+    pub after: Option<Duration>,
+    /// The check's slow downloads, by ingest key.
+    pub slow: &'a [String],
+}
+
 /// `ListPulls`' answer: the pulls, and the runtime's downloads (or why
 /// they are not known). A download not written since the earliest of the
 /// running pulls started (every download, when none runs) is none of
 /// theirs: a partial ingest an abandoned pull left, or another client's;
 /// it is marked so and never judged. While one pull is in the runtime's
 /// hands, the other downloads are its own and their bytes are summed into
-/// it. A download is shown stalled by `stall` (`pull.stall_warning`): idle
-/// that long. The floor (`pull.min_download_rate`) needs readings over
-/// time, which only the queue's check keeps (its warning, metric and
-/// `stalled` phase), so the listing does not judge it.
+/// it. A download is shown stalled by `stall`: idle for
+/// `pull.stall_warning`, or slow — under `pull.min_download_rate`, which
+/// needs readings over time that only the queue's check keeps, so the
+/// check names them.
 pub fn pulls(
     pulls: &[PullInfo],
     downloads: Result<Vec<Download>, String>,
-    stall: Option<Duration>,
+    stall: &Stall<'_>,
     now: SystemTime,
 ) -> proto::ListPullsResponse {
     let mut listed: Vec<proto::Pull> = pulls.iter().map(pull).collect();
@@ -310,6 +320,7 @@ pub fn pulls(
         listed[*only].downloaded_bytes = Some(done);
         listed[*only].download_total_bytes = Some(total);
     }
+    let slow = |d: &Download| stall.slow.contains(&d.reference);
     let download = |d: &Download| proto::Download {
         r#ref: d.reference.clone(),
         digest: d.digest.clone(),
@@ -317,8 +328,9 @@ pub fn pulls(
         total: d.total,
         running_ms: millis(now.duration_since(d.started).unwrap_or_default()),
         idle_ms: millis(d.idle(now)),
-        stalled: theirs(d) && stall.is_some_and(|after| d.stalled(now, after)),
+        stalled: theirs(d) && (stall.after.is_some_and(|after| d.stalled(now, after)) || slow(d)),
         before_pulls: !theirs(d),
+        slow: theirs(d) && slow(d),
     };
     proto::ListPullsResponse {
         pulls: listed,
@@ -443,15 +455,24 @@ mod tests {
         // 500, one of the pull's at 900 (idle 100 s), one just now.
         let listing =
             vec![download("layer-old", 5, 500), download("layer-idle", 10, 900), download("layer-moving", 20, 1000)];
-        let r = pulls(&[pulling], Ok(listing.clone()), Some(Duration::from_secs(60)), at(1000));
+        let idle = Stall { after: Some(Duration::from_secs(60)), slow: &[] };
+        let r = pulls(std::slice::from_ref(&pulling), Ok(listing.clone()), &idle, at(1000));
         let marks: Vec<(&str, bool, bool)> =
             r.downloads.iter().map(|d| (d.r#ref.as_str(), d.before_pulls, d.stalled)).collect();
         // (Oldest first, then by key.)
         assert_eq!(marks, [("layer-idle", false, true), ("layer-moving", false, false), ("layer-old", true, false)]);
         assert_eq!((r.pulls[0].downloaded_bytes, r.pulls[0].download_total_bytes), (Some(30), Some(2000)));
+        assert!(r.downloads.iter().all(|d| !d.slow));
+        // The check names the moving one and the old one slow: only the
+        // pulls' own is shown so (and stalled).
+        let slow = ["layer-moving".to_string(), "layer-old".to_string()];
+        let r = pulls(&[pulling], Ok(listing.clone()), &Stall { slow: &slow, ..idle }, at(1000));
+        let marks: Vec<(&str, bool, bool)> =
+            r.downloads.iter().map(|d| (d.r#ref.as_str(), d.slow, d.stalled)).collect();
+        assert_eq!(marks, [("layer-idle", false, true), ("layer-moving", true, true), ("layer-old", false, false)]);
         // No pull running: every download is before them.
-        let r = pulls(&[], Ok(listing), Some(Duration::from_secs(60)), at(1000));
-        assert!(r.downloads.iter().all(|d| d.before_pulls && !d.stalled), "{:?}", r.downloads);
+        let r = pulls(&[], Ok(listing), &Stall { slow: &slow, ..idle }, at(1000));
+        assert!(r.downloads.iter().all(|d| d.before_pulls && !d.stalled && !d.slow), "{:?}", r.downloads);
     }
 
     /// Largest `deadline_ms` accepted.

@@ -319,10 +319,11 @@ fn watch_interval(ms: u32) -> Result<Duration, Status> {
 
 /// `ListPulls`' answer now: the queue's pulls and the runtime's downloads.
 async fn pulls_now(node: &Node) -> Result<proto::ListPullsResponse, Status> {
-    let (pulls, downloads) = tokio::join!(node.list_pulls(), node.list_downloads());
-    let pulls = pulls.map_err(status_of)?;
+    let (pulls, downloads, slow) = tokio::join!(node.list_pulls(), node.list_downloads(), node.slow_downloads());
+    let (pulls, slow) = (pulls.map_err(status_of)?, slow.map_err(status_of)?);
     let now = node.runtime().downloads_clock().now();
-    Ok(convert::pulls(&pulls, downloads.map_err(|e| e.to_string()), node.stall_in_force(), now))
+    let stall = convert::Stall { after: node.stall_in_force(), slow: &slow };
+    Ok(convert::pulls(&pulls, downloads.map_err(|e| e.to_string()), &stall, now))
 }
 
 /// Images per `StreamImages` message of the API.

@@ -43,7 +43,8 @@ use crate::actors::cri_gateway::{CriGatewayActor, ListDownloads, ListImages};
 use crate::actors::detector::{DetectImages, SetRecentWindow};
 use crate::actors::gc_executor::{DeleteUnusedImages, GcError, GcReport, GetLastGcReport, RunGc, UpdateGcPolicy};
 use crate::actors::pull_queue::{
-    GetQueueStatus, ListPulls, PullInfo, PullPhaseChanged, PullQueueActor, QueueStatus, SubscribePhases,
+    GetQueueStatus, ListPulls, ListSlowDownloads, PullInfo, PullPhaseChanged, PullQueueActor, QueueStatus,
+    SubscribePhases,
 };
 use crate::clock::Clock;
 use crate::config::{Config, GcSettings};
@@ -394,6 +395,12 @@ impl Node {
     /// The pulls the queue holds now: running, queued, parked (see [`ListPulls`]).
     pub async fn list_pulls(&self) -> Result<Vec<PullInfo>, NodeError> {
         self.queue.send(ListPulls).await.map_err(|_| NodeError::Stopped("pull queue"))
+    }
+
+    /// The downloads the stall check last found under
+    /// `pull.min_download_rate` ([`ListSlowDownloads`]).
+    pub async fn slow_downloads(&self) -> Result<Vec<String>, NodeError> {
+        self.queue.send(ListSlowDownloads).await.map_err(|_| NodeError::Stopped("pull queue"))
     }
 
     /// The runtime's downloads in progress (containerd's ingests, see

@@ -815,6 +815,14 @@ impl Handler<CheckStalls> for PullQueueActor {
     }
 }
 
+impl Handler<ListSlowDownloads> for PullQueueActor {
+    type Result = MessageResult<ListSlowDownloads>;
+
+    fn handle(&mut self, _: ListSlowDownloads, _: &mut Self::Context) -> Self::Result {
+        MessageResult(self.stalls.as_ref().map(StallWatch::slow).unwrap_or_default())
+    }
+}
+
 impl Handler<ListPulls> for PullQueueActor {
     type Result = MessageResult<ListPulls>;
 

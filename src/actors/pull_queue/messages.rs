@@ -558,6 +558,14 @@ pub struct PullInfo {
 #[rtype(result = "Vec<PullInfo>")]
 pub struct ListPulls;
 
+/// The downloads the stall check last found writing under
+/// `pull.min_download_rate` (by ingest key, sorted; none without a floor or
+/// while no pull runs): what a listing of the downloads, which keeps no
+/// readings over time, cannot tell itself.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "Vec<String>")]
+pub struct ListSlowDownloads;
+
 /// The phase a request is in, for progress watchers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PullPhase {

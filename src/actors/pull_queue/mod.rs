@@ -14,9 +14,9 @@ pub mod throttle;
 
 pub use actor::{DEFAULT_STALL_WARNING, PullQueueActor, PullQueueSettings};
 pub use messages::{
-    EnqueuePull, GetQueueStatus, ImageSize, ListPulls, PullFailure, PullInfo, PullOutcome, PullPhase, PullPhaseChanged,
-    PullPod, PullRequest, PullResult, PullStage, PullTicket, QueueStatus, SubscribePhases, UpdateConcurrency,
-    UpdatePullLimits, UpdatePullThrottle, UpdatePullWatch, UpdateRegistryLimits,
+    EnqueuePull, GetQueueStatus, ImageSize, ListPulls, ListSlowDownloads, PullFailure, PullInfo, PullOutcome,
+    PullPhase, PullPhaseChanged, PullPod, PullRequest, PullResult, PullStage, PullTicket, QueueStatus, SubscribePhases,
+    UpdateConcurrency, UpdatePullLimits, UpdatePullThrottle, UpdatePullWatch, UpdateRegistryLimits,
 };
 pub use pull_task::Retries;
 pub use queue::{Concurrency, registry_of};

@@ -38,6 +38,9 @@ pub(super) struct StallWatch {
     readings: HashMap<String, VecDeque<(SystemTime, u64)>>,
     /// Downloads warned of that have not recovered since (by ingest key).
     warned: HashSet<String>,
+    /// Downloads the last listing found under the floor (by ingest key),
+    /// for the listing of pulls, which keeps no readings.
+    slow: HashSet<String>,
     /// A listing is on its way (one at a time).
     pub(super) checking: bool,
     /// Not asked before this: the runtime answered `Unimplemented`.
@@ -73,6 +76,7 @@ impl StallWatch {
             min_rate,
             readings: HashMap::new(),
             warned: HashSet::new(),
+            slow: HashSet::new(),
             checking: false,
             unsupported_until: None,
             told_unsupported: false,
@@ -120,6 +124,12 @@ impl StallWatch {
         self.warned.retain(|r| warn.iter().any(|f| &f.download.reference == r));
         let newly: Vec<Found> =
             warn.iter().copied().filter(|f| self.warned.insert(f.download.reference.clone())).collect();
+        self.slow = warn
+            .iter()
+            .chain(&past_cancel)
+            .filter(|f| matches!(f.stall, Stall::Slow { .. }))
+            .map(|f| f.download.reference.clone())
+            .collect();
         let stalled = if self.warn_after.is_some() { warn.len() } else { past_cancel.len() };
         Review { stalled, newly, past_cancel }
     }
@@ -165,8 +175,7 @@ impl StallWatch {
             return false;
         }
         self.unsupported_until = Some(now + UNSUPPORTED_RETRY);
-        self.warned.clear();
-        self.readings.clear();
+        self.idle();
         !std::mem::replace(&mut self.told_unsupported, true)
     }
 
@@ -174,6 +183,14 @@ impl StallWatch {
     pub(super) fn idle(&mut self) {
         self.warned.clear();
         self.readings.clear();
+        self.slow.clear();
+    }
+
+    /// The downloads the last listing found under the floor, by ingest key.
+    pub(super) fn slow(&self) -> Vec<String> {
+        let mut slow: Vec<String> = self.slow.iter().cloned().collect();
+        slow.sort();
+        slow
     }
 }
 
@@ -298,6 +315,30 @@ mod tests {
         );
         assert_eq!(first(0), (None, None), "no floor: a moving download never stalls");
         assert_eq!(first(10), (None, None), "a drip at the floor is no stall");
+    }
+
+    #[test]
+    fn the_downloads_under_the_floor_are_named_for_the_listing_until_they_move_or_no_pull_runs() {
+        let mut w = StallWatch::new(Some(Duration::from_secs(60)), None, 100).unwrap();
+        // layer-a drips (10 bytes a second) but from 300 to 310, when it
+        // writes 3 MB; layer-b lies idle since 100.
+        let listing = |t: u64, a: u64| {
+            [Download { offset: a, ..download("layer-a", t) }, Download { offset: 5, ..download("layer-b", 100) }]
+        };
+        for t in (100..=145).step_by(15) {
+            w.review(&listing(t, 10 * t), at(t), at(0));
+        }
+        assert!(w.slow().is_empty(), "no reading a minute old yet");
+        w.review(&listing(160, 1_600), at(160), at(0));
+        // The idle one is stalled, not slow: the listing tells it itself.
+        assert_eq!(w.slow(), ["layer-a"]);
+        // It moved: slow no more.
+        w.review(&listing(310, 3_000_000), at(310), at(0));
+        assert!(w.slow().is_empty());
+        w.review(&listing(400, 3_000_900), at(400), at(0));
+        assert_eq!(w.slow(), ["layer-a"], "900 bytes in 90 s");
+        w.idle();
+        assert!(w.slow().is_empty(), "no pull runs: nothing named");
     }
 
     #[test]

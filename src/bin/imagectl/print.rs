@@ -317,10 +317,11 @@ fn print_downloads(r: &proto::ListPullsResponse, o: &mut impl Write) -> Result<(
             bytes,
             go_ms(d.running_ms),
             go_ms(d.idle_ms),
-            match (d.before_pulls, d.stalled) {
-                (true, _) => "-",
-                (false, true) => "yes",
-                (false, false) => "no",
+            match (d.before_pulls, d.slow, d.stalled) {
+                (true, _, _) => "-",
+                (false, true, _) => "slow",
+                (false, false, true) => "yes",
+                (false, false, false) => "no",
             }
             .to_string(),
             d.r#ref.clone(),
@@ -484,6 +485,7 @@ mod tests {
                 d("layer-sha256:aa", 1_000_000, 7_000_000, true),
                 d("manifest-sha256:bb", 500_000, 0, false),
                 proto::Download { before_pulls: true, ..d("layer-sha256:cc", 9, 10, false) },
+                proto::Download { slow: true, ..d("layer-sha256:dd", 20_000, 9_000_000, true) },
             ],
             downloads_unavailable: String::new(),
             time_ms: 0,
@@ -496,6 +498,7 @@ mod tests {
         assert_eq!(row("layer-sha256:aa"), ["1.0MB/7.0MB", "1m30s", "1m15s", "yes", "layer-sha256:aa"], "{table}");
         assert_eq!(row("manifest-sha256:bb"), ["500.0kB", "1m30s", "0s", "no", "manifest-sha256:bb"], "{table}");
         assert_eq!(row("layer-sha256:cc")[3], "-", "not the pulls', not judged: {table}");
+        assert_eq!(row("layer-sha256:dd")[3], "slow", "under the floor: {table}");
         // Not known while a pull runs: the reason, once.
         let r = proto::ListPullsResponse {
             pulls: vec![proto::Pull { downloaded_bytes: None, download_total_bytes: None, ..p }],
