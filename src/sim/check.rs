@@ -412,7 +412,7 @@ fn sim_time(t: SystemTime) -> Option<Duration> {
     t.duration_since(SystemTime::UNIX_EPOCH + super::world::SIM_EPOCH).ok()
 }
 
-fn registry_of(image: &str) -> &str {
+pub(super) fn registry_of(image: &str) -> &str {
     image.split('/').next().unwrap_or(image)
 }
 

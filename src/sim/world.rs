@@ -146,8 +146,8 @@ struct Faults {
     random: Vec<FaultSpec>,
     registries_down: Vec<usize>,
     changes: u64,
-    /// Registries whose downloads stall, and whether they drip.
-    stalling: Vec<(usize, bool)>,
+    /// Registries whose downloads stall.
+    stalling: Vec<usize>,
     /// The serving process has gateway fault rules.
     gateway: bool,
     /// The wire was last said to be faulty ([`What::Clean`]).
@@ -231,13 +231,14 @@ fn remote(i: usize) -> Option<RemoteImage> {
 /// stops moving (or drips) early and its pull hangs on for [`STALL_HANG`].
 fn stalled(i: usize, drips: bool) -> Option<RemoteImage> {
     let r = remote(i)?;
-    let r = r.clone().latency(r.pull_latency + STALL_HANG);
+    let hang = r.pull_latency + STALL_HANG;
+    let r = r.latency(hang);
     Some(if drips { r.dripping(stalls_after(i), DRIP) } else { r.stalling(stalls_after(i)) })
 }
 
 /// Indices in [`IMAGES`] of a registry's images.
 fn images_of(registry: usize) -> impl Iterator<Item = usize> {
-    (0..IMAGES.len()).filter(move |i| IMAGES[*i].name.split('/').next() == Some(REGISTRIES[registry]))
+    (0..IMAGES.len()).filter(move |i| super::check::registry_of(IMAGES[*i].name) == REGISTRIES[registry])
 }
 
 impl World {
@@ -894,9 +895,9 @@ impl World {
     /// for pulls begun from now on.
     fn stall(&self, registry: usize, drips: Option<bool>) {
         let mut f = self.faults.borrow_mut();
-        f.stalling.retain(|(r, _)| *r != registry);
-        if let Some(d) = drips {
-            f.stalling.push((registry, d));
+        f.stalling.retain(|r| *r != registry);
+        if drips.is_some() {
+            f.stalling.push(registry);
         }
         drop(f);
         for i in images_of(registry) {
@@ -1001,7 +1002,7 @@ impl World {
             let _ = node.gateway().send(SetFaultPlan(FaultPlan::default())).await;
         }
         let stalling = std::mem::take(&mut self.faults.borrow_mut().stalling);
-        for (r, _) in stalling {
+        for r in stalling {
             self.stall(r, None);
         }
         let faulty = self.faults.borrow().faulty;
