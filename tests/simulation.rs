@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use imaged::sim::{Options, Outcome, Plan, Shape, report, run, run_plan, shrink_plan};
+use imaged::sim::{DEFAULT_STEPS, Options, Outcome, Plan, Shape, report, run, run_plan, shrink_plan};
 
 /// Seeds the sweep runs by default, and steps per seed.
 const SWEEP_SEEDS: u64 = 24;
@@ -89,12 +89,11 @@ fn a_seed_replays_bit_for_bit_on_any_thread() {
     assert_ne!(other.trace_hash, here.trace_hash);
 }
 
-#[test]
-fn a_seed_replays_bit_for_bit_in_other_processes() {
-    // Another process has other HashMap keys and another seed for tokio's
-    // select! fairness: neither may change a run.
-    let steps = 250;
-    let here = run(2, &Options::steps(steps));
+/// Runs `seed` for `steps` here and in two other processes at once: one
+/// trace hash.
+#[allow(clippy::unwrap_used, reason = "a test's helper: a failure is the test's")]
+fn replays_in_other_processes(seed: u64, steps: usize) {
+    let here = run(seed, &Options::steps(steps));
     let hash = |out: std::process::Output| {
         let stdout = String::from_utf8(out.stdout).unwrap();
         let at = stdout.find(", trace ").unwrap_or_else(|| panic!("no trace hash in {stdout:?}"));
@@ -102,7 +101,7 @@ fn a_seed_replays_bit_for_bit_in_other_processes() {
     };
     let spawn = || {
         std::process::Command::new(env!("CARGO_BIN_EXE_imaged"))
-            .args(["simulate", "--seed", "2", "--steps", &steps.to_string(), "--no-shrink"])
+            .args(["simulate", "--seed", &seed.to_string(), "--steps", &steps.to_string(), "--no-shrink"])
             .output()
             .unwrap()
     };
@@ -113,8 +112,24 @@ fn a_seed_replays_bit_for_bit_in_other_processes() {
     });
     assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stdout));
     let (a, b) = (hash(a), hash(b));
-    assert_eq!(a, b, "two processes, two traces");
-    assert_eq!(a, format!("{:016x}", here.trace_hash), "the command's run is the library's");
+    assert_eq!(a, b, "seed {seed}: two processes, two traces");
+    assert_eq!(a, format!("{:016x}", here.trace_hash), "seed {seed}: the command's run is the library's");
+}
+
+#[test]
+fn a_seed_replays_bit_for_bit_in_other_processes() {
+    // Another process has other HashMap keys and another seed for tokio's
+    // select! fairness: neither may change a run.
+    replays_in_other_processes(2, 250);
+}
+
+#[test]
+fn seed_20_front_pods_joining_one_pull_replay_in_other_processes() {
+    // Three pods' pulls through the front joined one runtime pull; their
+    // Pulled events waited on the size in a tokio watch, whose receivers
+    // sit on notifiers picked by the runtime's random generator: the
+    // events came in another order in another process.
+    replays_in_other_processes(20, DEFAULT_STEPS);
 }
 
 #[test]

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -164,34 +165,57 @@ impl PullOutcome {
 /// pull returns. Cloned to every waiter of the pull; [`ImageSize::bytes`]
 /// waits for it. The lookup is best effort, as the kubelet's: a failed or
 /// abandoned one gives 0.
+///
+/// Not a `tokio::sync::watch`: a watch spreads its receivers over several
+/// notifiers picked at random, so waiters woken by one value run in an
+/// order that differs from process to process, and the simulator's seeded
+/// runs (their waiters' `Pulled` events) would not replay. A `Notify`
+/// wakes its waiters in the order they came.
 #[derive(Debug, Clone)]
-pub struct ImageSize(tokio::sync::watch::Receiver<Option<u64>>);
+pub struct ImageSize(Arc<SizeCell>);
+
+#[derive(Debug, Default)]
+struct SizeCell {
+    value: std::sync::OnceLock<u64>,
+    set: tokio::sync::Notify,
+}
 
 /// Sets an [`ImageSize`] (dropped unset: the size reads 0).
 #[derive(Debug)]
-pub(crate) struct SizeSetter(tokio::sync::watch::Sender<Option<u64>>);
+pub(crate) struct SizeSetter(Arc<SizeCell>);
 
 impl ImageSize {
     /// A size known already.
     pub fn known(bytes: u64) -> Self {
-        Self(tokio::sync::watch::channel(Some(bytes)).1)
+        let cell = SizeCell::default();
+        let _ = cell.value.set(bytes);
+        Self(Arc::new(cell))
     }
 
     /// A size to be looked up, and what sets it.
     pub(crate) fn pending() -> (Self, SizeSetter) {
-        let (tx, rx) = tokio::sync::watch::channel(None);
-        (Self(rx), SizeSetter(tx))
+        let cell = Arc::new(SizeCell::default());
+        (Self(cell.clone()), SizeSetter(cell))
     }
 
     /// The size, once known (at once when it is).
     pub async fn bytes(&self) -> u64 {
-        let mut rx = self.0.clone();
-        rx.wait_for(Option::is_some).await.map_or(0, |v| v.unwrap_or(0))
+        loop {
+            let set = self.0.set.notified();
+            tokio::pin!(set);
+            // Registered before the value is read: a set between the two
+            // still wakes this wait.
+            set.as_mut().enable();
+            if let Some(v) = self.0.value.get() {
+                return *v;
+            }
+            set.await;
+        }
     }
 
     /// The size if it is known by now.
     pub fn now(&self) -> Option<u64> {
-        *self.0.borrow()
+        self.0.value.get().copied()
     }
 }
 
@@ -207,7 +231,17 @@ impl Eq for ImageSize {}
 impl SizeSetter {
     /// Sets the size; every waiter's [`ImageSize::bytes`] returns it.
     pub(crate) fn set(self, bytes: u64) {
-        self.0.send_replace(Some(bytes));
+        let _ = self.0.value.set(bytes);
+        // `self` drops here: its drop wakes the waiters.
+    }
+}
+
+/// Set or dropped unset (the lookup failed or was abandoned: 0), the
+/// waiters are woken, in the order they began to wait.
+impl Drop for SizeSetter {
+    fn drop(&mut self) {
+        let _ = self.0.value.set(0);
+        self.0.set.notify_waiters();
     }
 }
 
@@ -615,6 +649,50 @@ pub struct SubscribePhases(pub Recipient<PullPhaseChanged>);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_size_wakes_its_waiters_in_the_order_they_came() {
+        // A watch woke them in an order drawn at random per process; the
+        // simulator's replays need the order they began to wait.
+        let (size, setter) = ImageSize::pending();
+        let order = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let local = tokio::task::LocalSet::new();
+        local
+            .run_until(async {
+                let tasks: Vec<_> = (0..16)
+                    .map(|i| {
+                        let (size, order) = (size.clone(), order.clone());
+                        tokio::task::spawn_local(async move {
+                            let bytes = size.bytes().await;
+                            order.borrow_mut().push((i, bytes));
+                        })
+                    })
+                    .collect();
+                tokio::task::yield_now().await;
+                assert_eq!(size.now(), None);
+                setter.set(42);
+                for t in tasks {
+                    t.await.unwrap();
+                }
+            })
+            .await;
+        assert_eq!(*order.borrow(), (0..16).map(|i| (i, 42)).collect::<Vec<_>>());
+        assert_eq!(size.now(), Some(42));
+        assert_eq!(size.bytes().await, 42, "a late waiter reads it at once");
+    }
+
+    #[tokio::test]
+    async fn a_size_dropped_unset_reads_zero() {
+        let (size, setter) = ImageSize::pending();
+        let waiting = tokio::spawn({
+            let size = size.clone();
+            async move { size.bytes().await }
+        });
+        tokio::task::yield_now().await;
+        drop(setter);
+        assert_eq!(waiting.await.unwrap(), 0);
+        assert_eq!(ImageSize::known(7).bytes().await, 7);
+    }
 
     #[test]
     fn a_pull_outcome_is_unknown_only_when_the_runtime_may_have_pulled() {
