@@ -38,6 +38,7 @@ macro_rules! err_inline {
 
 /// `imaged simulate`'s flags.
 #[derive(Debug, Clone, clap::Args)]
+#[allow(clippy::struct_excessive_bools, reason = "each bool is a command-line flag clap fills")]
 pub struct SimulateArgs {
     /// Run this one seed (the default: seed 1).
     #[arg(long, conflicts_with = "seeds")]
@@ -70,6 +71,15 @@ pub struct SimulateArgs {
     /// `v2`, `v3`, `v4`, `v5`, `v6`) for the seeds found under it.
     #[arg(long, value_enum, default_value_t = ShapeArg::Current)]
     pub shape: ShapeArg,
+    /// Run the same seeds again in a second process, and fail on any seed
+    /// whose trace differs there: a run must not depend on the process
+    /// (hash keys, a runtime's random choices), or no failure replays.
+    #[arg(long)]
+    pub replay_check: bool,
+    /// Print `seed N trace HASH` for each seed and nothing else (what
+    /// --replay-check's second process prints).
+    #[arg(long, hide = true, conflicts_with_all = ["trace", "replay_check"])]
+    pub hashes: bool,
 }
 
 /// `--shape`.
@@ -111,19 +121,164 @@ impl ShapeArg {
     }
 }
 
-/// Runs the command; an error when an invariant broke (exit code 1).
+/// Runs the command; an error when an invariant broke (exit code 1), or
+/// with `--replay-check` when a seed ran otherwise in a second process.
 pub fn simulate(args: &SimulateArgs) -> Result<(), AppError> {
-    match args.seeds {
+    if args.hashes {
+        return hashes(args);
+    }
+    let ran = match args.seeds {
         Some(n) => sweep(args, n),
         None => one(args, args.seed.unwrap_or(1)),
+    };
+    let (here, broke) = match ran {
+        Ok(here) => (here, None),
+        Err((here, e)) => (here, Some(e)),
+    };
+    let replay = if args.replay_check { replay_check(args, &here) } else { Ok(()) };
+    match (broke, replay) {
+        (Some(AppError::Other(a)), Err(AppError::Other(b))) => Err(AppError::Other(format!("{a}; {b}"))),
+        (Some(e), Ok(()) | Err(_)) | (None, Err(e)) => Err(e),
+        (None, Ok(())) => Ok(()),
     }
 }
 
-fn one(args: &SimulateArgs, seed: u64) -> Result<(), AppError> {
+/// Each seed's trace hash, by seed.
+type Hashes = BTreeMap<u64, u64>;
+
+/// A run's hashes, and the error when an invariant broke.
+type Ran = Result<Hashes, (Hashes, AppError)>;
+
+/// `--hashes`: the seeds asked for, run as a sweep would run them, one
+/// `seed N trace HASH` line each, in the order they end.
+fn hashes(args: &SimulateArgs) -> Result<(), AppError> {
+    let (first, n) = match args.seeds {
+        Some(n) => (args.first, n),
+        None => (args.seed.unwrap_or(1), 1),
+    };
+    let keep: Option<BTreeSet<usize>> = args.keep.as_ref().map(|k| k.iter().copied().collect());
+    let opts = Options { steps: args.steps, keep, shape: args.shape.shape(), ..Options::default() };
+    let (rx, workers) = start(args, &opts, first, n)?;
+    for o in rx {
+        out!("seed {} trace {:016x}", o.seed, o.trace_hash);
+    }
+    for w in workers {
+        let _ = w.join();
+    }
+    Ok(())
+}
+
+/// `--replay-check`: the same seeds in a second process of this program,
+/// their hashes compared with this run's.
+fn replay_check(args: &SimulateArgs, here: &Hashes) -> Result<(), AppError> {
+    let exe = std::env::current_exe()
+        .map_err(|e| AppError::Other(format!("--replay-check: finding this program to run again: {e}")))?;
+    let mut argv: Vec<String> = vec!["simulate".into(), "--hashes".into(), "--steps".into(), args.steps.to_string()];
+    match args.seeds {
+        Some(n) => argv.extend(["--seeds".into(), n.to_string(), "--first".into(), args.first.to_string()]),
+        None => argv.extend(["--seed".into(), args.seed.unwrap_or(1).to_string()]),
+    }
+    if let Some(jobs) = args.jobs {
+        argv.extend(["--jobs".into(), jobs.to_string()]);
+    }
+    if let Some(keep) = &args.keep {
+        let list: Vec<String> = keep.iter().map(ToString::to_string).collect();
+        argv.extend(["--keep".into(), list.join(",")]);
+    }
+    if let Some(shape) = clap::ValueEnum::to_possible_value(&args.shape) {
+        argv.extend(["--shape".into(), shape.get_name().to_string()]);
+    }
+    let started = Instant::now();
+    let child = std::process::Command::new(&exe)
+        .args(&argv)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| AppError::Other(format!("--replay-check: running {} again: {e}", exe.display())))?;
+    if !child.status.success() {
+        return Err(AppError::Other(format!(
+            "--replay-check: the second process ({} {}) ended with {}",
+            exe.display(),
+            argv.join(" "),
+            child.status
+        )));
+    }
+    let there = parse_hashes(&String::from_utf8_lossy(&child.stdout))
+        .map_err(|e| AppError::Other(format!("--replay-check: the second process's output: {e}")))?;
+    let differ = mismatches(here, &there);
+    let wall = started.elapsed().as_secs_f64();
+    if differ.is_empty() {
+        out!("replayed {} of {} seeds bit for bit in a second process ({wall:.1}s)", here.len(), here.len());
+        return Ok(());
+    }
+    out!("{} of {} seeds ran otherwise in a second process ({wall:.1}s):", differ.len(), here.len());
+    for m in differ.iter().take(20) {
+        out!("  {m}");
+    }
+    if differ.len() > 20 {
+        out!("  …");
+    }
+    if let Some(m) = differ.first() {
+        out!(
+            "compare: imaged simulate --seed {} --steps {} --trace --no-shrink (twice; the traces' first difference is the cause)",
+            m.seed,
+            args.steps
+        );
+    }
+    Err(AppError::Other(format!("{} of {} seeds did not replay bit for bit", differ.len(), here.len())))
+}
+
+/// `seed N trace HASH` lines, as `--hashes` prints them.
+fn parse_hashes(text: &str) -> Result<Hashes, String> {
+    let mut hashes = Hashes::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let bad = || format!("line {}: {line:?} is not `seed N trace HASH`", i + 1);
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        let ["seed", seed, "trace", hash] = parts.as_slice() else {
+            return Err(bad());
+        };
+        let seed = seed.parse::<u64>().map_err(|_| bad())?;
+        let hash = u64::from_str_radix(hash, 16).map_err(|_| bad())?;
+        if hashes.insert(seed, hash).is_some() {
+            return Err(format!("line {}: seed {seed} a second time", i + 1));
+        }
+    }
+    Ok(hashes)
+}
+
+/// A seed whose two runs differ, or that one of them lacks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Mismatch {
+    seed: u64,
+    here: Option<u64>,
+    there: Option<u64>,
+}
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = |h: Option<u64>| h.map_or_else(|| "no run".to_string(), |h| format!("trace {h:016x}"));
+        write!(f, "seed {}: {} here, {} in the second process", self.seed, text(self.here), text(self.there))
+    }
+}
+
+/// The seeds whose hashes differ between the two runs, or that only one has.
+fn mismatches(here: &Hashes, there: &Hashes) -> Vec<Mismatch> {
+    let seeds: BTreeSet<u64> = here.keys().chain(there.keys()).copied().collect();
+    seeds
+        .into_iter()
+        .filter_map(|seed| {
+            let (h, t) = (here.get(&seed).copied(), there.get(&seed).copied());
+            (h != t).then_some(Mismatch { seed, here: h, there: t })
+        })
+        .collect()
+}
+
+fn one(args: &SimulateArgs, seed: u64) -> Ran {
     let keep: Option<BTreeSet<usize>> = args.keep.as_ref().map(|k| k.iter().copied().collect());
     let opts = Options { steps: args.steps, keep: keep.clone(), full_trace: args.trace, shape: args.shape.shape() };
     let started = Instant::now();
     let o = run(seed, &opts);
+    let here = Hashes::from([(seed, o.trace_hash)]);
     if let Some(trace) = &o.trace {
         let mut out = std::io::stdout().lock();
         for l in trace {
@@ -133,13 +288,13 @@ fn one(args: &SimulateArgs, seed: u64) -> Result<(), AppError> {
     let wall = started.elapsed();
     out!("{}", summary_line(&o, wall));
     if o.passed() {
-        return Ok(());
+        return Ok(here);
     }
     out!("{}", report(&o, keep.as_ref()));
     if !args.no_shrink && keep.is_none() {
         shrink_and_report(args, &o);
     }
-    Err(AppError::Other(format!("seed {seed} broke an invariant")))
+    Err((here, AppError::Other(format!("seed {seed} broke an invariant"))))
 }
 
 fn summary_line(o: &Outcome, wall: Duration) -> String {
@@ -205,16 +360,25 @@ fn add(total: &mut Stats, s: &Stats) {
     total.stall_cancels += s.stall_cancels;
 }
 
-fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
-    let jobs =
-        args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get)).max(1);
-    let next = Arc::new(AtomicU64::new(args.first));
-    let end = args.first.saturating_add(n);
+/// Threads for a sweep: `--jobs`, or the machine's cores.
+fn jobs(args: &SimulateArgs) -> usize {
+    args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get)).max(1)
+}
+
+/// Seeds `first..first + n` on [`jobs`] threads; their outcomes come on the
+/// receiver as they end.
+fn start(
+    args: &SimulateArgs,
+    opts: &Options,
+    first: u64,
+    n: u64,
+) -> Result<(mpsc::Receiver<Outcome>, Vec<std::thread::JoinHandle<()>>), AppError> {
+    let next = Arc::new(AtomicU64::new(first));
+    let end = first.saturating_add(n);
     let (tx, rx) = mpsc::channel::<Outcome>();
     let mut workers = Vec::new();
-    for _ in 0..jobs {
-        let (next, tx) = (next.clone(), tx.clone());
-        let opts = Options { steps: args.steps, shape: args.shape.shape(), ..Options::default() };
+    for _ in 0..jobs(args) {
+        let (next, tx, opts) = (next.clone(), tx.clone(), opts.clone());
         let worker = std::thread::Builder::new().name("imaged-sim".into()).spawn(move || {
             loop {
                 let seed = next.fetch_add(1, Ordering::Relaxed);
@@ -232,6 +396,14 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
         }
     }
     drop(tx);
+    Ok((rx, workers))
+}
+
+fn sweep(args: &SimulateArgs, n: u64) -> Ran {
+    let jobs = jobs(args);
+    let opts = Options { steps: args.steps, shape: args.shape.shape(), ..Options::default() };
+    let (rx, workers) = start(args, &opts, args.first, n).map_err(|e| (Hashes::new(), e))?;
+    let mut here = Hashes::new();
     let started = Instant::now();
     let terminal = std::io::stderr().is_terminal();
     let mut done = 0u64;
@@ -241,6 +413,7 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
     let mut last_draw = Instant::now();
     for o in rx {
         done += 1;
+        here.insert(o.seed, o.trace_hash);
         add(&mut total, &o.stats);
         simulated += o.simulated;
         if let Some(v) = &o.violation {
@@ -325,7 +498,7 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
         );
     }
     if failed.is_empty() {
-        return Ok(());
+        return Ok(here);
     }
     // The first failure of each invariant, reported (and shrunk) in full.
     for seeds in by.values() {
@@ -336,7 +509,7 @@ fn sweep(args: &SimulateArgs, n: u64) -> Result<(), AppError> {
             }
         }
     }
-    Err(AppError::Other(format!("{} of {done} seeds broke an invariant", failed.len())))
+    Err((here, AppError::Other(format!("{} of {done} seeds broke an invariant", failed.len()))))
 }
 
 fn bar(done: u64, of: u64, width: u64) -> String {
@@ -344,4 +517,49 @@ fn bar(done: u64, of: u64, width: u64) -> String {
     let full = usize::try_from(full).unwrap_or(0);
     let width = usize::try_from(width).unwrap_or(0);
     format!("{}{}", "#".repeat(full), ".".repeat(width.saturating_sub(full)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_second_processs_lines_are_read_by_seed() {
+        let text = "seed 3 trace 00000000000000ff\nseed 1 trace a1c9e8dfc3b8073b\n\n";
+        let got = parse_hashes(text).expect("well-formed lines");
+        assert_eq!(got, Hashes::from([(1, 0xa1c9_e8df_c3b8_073b), (3, 0xff)]));
+    }
+
+    #[test]
+    fn a_line_that_is_not_a_seeds_hash_is_named() {
+        let e = parse_hashes("seed 1 trace 0a\nseed two trace 0b\n").expect_err("a bad seed");
+        assert_eq!(e, "line 2: \"seed two trace 0b\" is not `seed N trace HASH`");
+        let e = parse_hashes("seed 1 trace xyz").expect_err("a bad hash");
+        assert!(e.starts_with("line 1: "), "{e}");
+        let e = parse_hashes("simulated 3 seeds").expect_err("another line");
+        assert!(e.contains("is not `seed N trace HASH`"), "{e}");
+        let e = parse_hashes("seed 1 trace 0a\nseed 1 trace 0a").expect_err("twice");
+        assert_eq!(e, "line 2: seed 1 a second time");
+    }
+
+    #[test]
+    fn seeds_that_differ_or_ran_once_are_the_mismatches() {
+        let here = Hashes::from([(1, 10), (2, 20), (3, 30)]);
+        let there = Hashes::from([(1, 10), (2, 21), (4, 40)]);
+        let got = mismatches(&here, &there);
+        assert_eq!(
+            got,
+            vec![
+                Mismatch { seed: 2, here: Some(20), there: Some(21) },
+                Mismatch { seed: 3, here: Some(30), there: None },
+                Mismatch { seed: 4, here: None, there: Some(40) },
+            ]
+        );
+        assert_eq!(
+            got[0].to_string(),
+            "seed 2: trace 0000000000000014 here, trace 0000000000000015 in the second process"
+        );
+        assert_eq!(got[1].to_string(), "seed 3: trace 000000000000001e here, no run in the second process");
+        assert!(mismatches(&here, &here.clone()).is_empty());
+    }
 }
