@@ -491,5 +491,13 @@ pub fn repository_of(image: &str) -> Result<String, ImageNameError> {
     trim_image_tag_digest(image)
 }
 
+/// Whether `a` and `b` name the same image once normalised, as the
+/// kubelet's `ParseImageName` reads them (`nginx`, `nginx:latest` and
+/// `docker.io/library/nginx:latest` are one image). A name that does not
+/// parse is the same only as itself.
+pub fn same_image(a: &str, b: &str) -> bool {
+    a == b || matches!((parse_image_name(a), parse_image_name(b)), (Ok(x), Ok(y)) if x == y)
+}
+
 #[cfg(test)]
 mod tests;

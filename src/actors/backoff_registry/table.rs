@@ -133,7 +133,8 @@ pub enum ClearScope {
     All,
     /// Every image of the pod with this UID.
     Pod(String),
-    /// This image string, for every pod.
+    /// This image, for every pod (by name normalised: `nginx` is
+    /// `docker.io/library/nginx:latest`).
     Image(String),
     /// One key.
     Key(BackoffKey),
@@ -145,8 +146,9 @@ impl ClearScope {
         match self {
             Self::All => true,
             Self::Pod(uid) => key.pod_uid == *uid,
-            Self::Image(image) => key.image == *image,
-            Self::Key(k) => k == key,
+            // As an operator names it: `nginx` clears `docker.io/library/nginx:latest`.
+            Self::Image(image) => crate::domain::reference::same_image(&key.image, image),
+            Self::Key(k) => k.pod_uid == key.pod_uid && crate::domain::reference::same_image(&key.image, &k.image),
         }
     }
 }

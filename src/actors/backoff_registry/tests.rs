@@ -142,6 +142,19 @@ fn clear_by_pod_image_key_and_all_counts_entries() {
 }
 
 #[test]
+fn an_image_is_cleared_under_any_of_its_names() {
+    // Pods name images as they like; an operator clears the image.
+    let mut t = BackoffTable::new(BackoffDelays::default());
+    let now = Instant::now();
+    for (pod, image) in [("p1", "doesnotexist/foo:1"), ("p2", "docker.io/doesnotexist/foo:1"), ("p3", "nginx")] {
+        t.next(&key(pod, image), now);
+    }
+    assert_eq!(t.clear(&ClearScope::Image("docker.io/doesnotexist/foo:1".into())), 2);
+    assert_eq!(t.clear(&ClearScope::Key(key("p3", "docker.io/library/nginx:latest"))), 1);
+    assert!(t.is_empty());
+}
+
+#[test]
 fn cleared_key_starts_again_at_initial() {
     let mut t = BackoffTable::new(BackoffDelays::default());
     let k = key("p", "img");

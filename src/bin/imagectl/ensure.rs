@@ -89,8 +89,7 @@ async fn print_progress(progress: Option<Streaming<proto::Event>>, uid: String, 
 /// Whether two references name the same image, each normalised or as
 /// written: `busybox:1.36` is `docker.io/library/busybox:1.36`.
 pub fn same_image(a: &str, b: &str) -> bool {
-    let normal = |r: &str| imaged::domain::reference::parse_normalized_named(r).ok().map(|n| n.docker_ref());
-    a == b || normal(a).is_some_and(|n| Some(n) == normal(b))
+    imaged::domain::reference::same_image(a, b)
 }
 
 impl<W: Write> Session<W> {

@@ -486,6 +486,28 @@ fn no_input_panics_and_results_are_consistent() {
     }
 }
 
+#[test]
+fn one_image_under_its_familiar_and_full_names_is_the_same_image() {
+    for (a, b) in [
+        ("nginx", "docker.io/library/nginx:latest"),
+        ("nginx:latest", "docker.io/library/nginx"),
+        ("doesnotexist/foo:1", "docker.io/doesnotexist/foo:1"),
+        ("index.docker.io/x/y:2", "x/y:2"),
+        ("Bad Name", "Bad Name"),
+    ] {
+        assert!(same_image(a, b), "{a} = {b}");
+        assert!(same_image(b, a), "{b} = {a}");
+    }
+    for (a, b) in [
+        ("nginx:1.27", "nginx:1.28"),
+        ("nginx", "quay.io/library/nginx"),
+        ("Bad Name", "bad name"),
+        ("busybox@sha256:0000000000000000000000000000000000000000000000000000000000000000", "busybox"),
+    ] {
+        assert!(!same_image(a, b), "{a} != {b}");
+    }
+}
+
 // === properties ===
 
 #[allow(clippy::pedantic)] // test code: pedantic lints are for what ships
