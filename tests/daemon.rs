@@ -498,7 +498,11 @@ fn imagectl_pulls_watch_follows_a_pull_until_interrupted_and_watch_pulls_is_boun
         assert!(s.message().await.expect("first").is_some());
         d.signal(Signal::SIGTERM);
         let end = tokio::time::timeout(Duration::from_secs(10), s.message()).await.expect("the stream ends");
-        assert!(!matches!(end, Ok(Some(_))), "no answer after the stop: {end:?}");
+        // Ended with the reason, so a client reconnects rather than stops.
+        let e = end.expect_err("not a clean end: the stream did not finish, imaged stopped");
+        assert_eq!((e.code(), e.message()), (tonic::Code::Unavailable, "imaged is shutting down"), "{e:?}");
+        let what = e.metadata().get(imaged::api::UNAVAILABLE_WHAT).and_then(|v| v.to_str().ok());
+        assert_eq!(what, Some(imaged::api::UNAVAILABLE_SHUTTING_DOWN));
     });
     assert_eq!(d.wait_exit(Duration::from_secs(20)), Some(0));
 }
@@ -860,6 +864,10 @@ fn sigterm_while_waiting_for_the_runtime_exits_0_at_once() {
     assert_eq!(status.code(), Some(0));
     let text = std::fs::read_to_string(dir.path().join("log")).expect("log");
     assert!(text.contains("stopped while starting"), "{text}");
+    // The wait was said, once, at the default level: what for and how long.
+    let waiting = "waiting for the CRI runtime to answer (runtime.startup_timeout 1m0s)";
+    assert_eq!(text.matches(waiting).count(), 1, "{text}");
+    assert!(text.lines().any(|l| l.contains(waiting) && l.contains("nobody.sock")), "{text}");
 }
 
 #[test]
@@ -1367,6 +1375,9 @@ fn a_second_stop_signal_ends_the_wait_for_pulls_in_flight() {
     assert_eq!(d.wait_exit(Duration::from_secs(15)), Some(0), "{}", d.log());
     let log = d.log();
     assert!(log.contains("second stop signal") && log.contains("abandoned_pulls=1"), "{log}");
+    // The grace (10m) did not end: the signal cut the wait short.
+    assert!(log.contains("shutdown cut short with pulls still in flight"), "{log}");
+    assert!(!log.contains("grace period ended"), "{log}");
     let r = runtime.block_on(ensure).expect("task").expect("answered").into_inner();
     assert!(
         matches!(r.result, Some(proto::ensure_image_response::Result::Failure(_))),

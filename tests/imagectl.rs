@@ -119,14 +119,30 @@ fn each_error_is_printed_once_on_stderr_with_the_documented_exit_code() {
     let o = imagectl(&["--runtime-endpoint", &endpoint, "cri", "pull", "docker.io/library/missing:9"]);
     fails_once(&o, 1, "PullImage docker.io/library/missing:9: ");
     assert!(stderr(&o).contains("not found"), "{}", stderr(&o));
-    // 69: no runtime there.
+    // 69: no runtime there, said at once: a command tries the runtime
+    // once (waiting runtime.startup_timeout is the daemon's start-up).
     let gone = format!("unix://{}", d.dir.path().join("gone.sock").display());
-    let o = imagectl(&["--runtime-endpoint", &gone, "--set", "runtime.startup_timeout=300ms", "cri", "images"]);
+    let started = std::time::Instant::now();
+    let o = imagectl(&["--runtime-endpoint", &gone, "--set", "runtime.startup_timeout=1h", "cri", "images"]);
     fails_once(&o, 69, "gone.sock");
+    assert!(started.elapsed() < std::time::Duration::from_secs(60), "not a wait: {:?}", started.elapsed());
+    // 64: the default endpoint, `embedded`, is no runtime to talk to (one
+    // would start empty in the command and end with it).
+    let o = imagectl(&["--runtime-endpoint", "embedded", "cri", "pull", "busybox:1.36"]);
+    fails_once(&o, 64, "runtime.endpoint is \"embedded\": `imagectl cri` would start an empty runtime of its own");
+    assert!(stderr(&o).contains("--runtime-endpoint unix:///run/containerd/containerd.sock"), "{}", stderr(&o));
     // 64: bad usage, said once by the parser.
     let o = d.imagectl(&["ensure", "busybox", "--deadline", "soon"]);
     assert_eq!(o.status.code(), Some(64));
     assert_eq!(stderr(&o).matches("error:").count(), 1, "{}", stderr(&o));
+    // A negative duration is a duration, said to be negative (not a flag).
+    let o = d.imagectl(&["ensure", "busybox", "--deadline", "-5s"]);
+    assert_eq!(o.status.code(), Some(64));
+    assert!(
+        stderr(&o).contains("must not be negative") && !stderr(&o).contains("unexpected argument"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -393,4 +409,53 @@ fn a_reader_that_stops_early_is_not_an_error() {
     let o = child.wait_with_output().expect("wait");
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(o.stderr.is_empty(), "{}", stderr(&o));
+}
+
+#[test]
+fn a_runtime_gone_is_exit_1_and_a_stopping_daemon_ends_a_followed_stream_with_69() {
+    // The runtime in a process of its own, so that it can go while imaged stays.
+    let dir = tempfile::Builder::new().prefix("imr").tempdir_in("/tmp").expect("tempdir");
+    let cri = dir.path().join("cri.sock");
+    let mut runtime = Command::new(env!("CARGO_BIN_EXE_imaged"))
+        .env_remove("RUST_LOG")
+        .args(["embedded-runtime", "--socket", cri.to_str().expect("utf-8")])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the runtime");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !cri.exists() {
+        assert!(std::time::Instant::now() < until, "the runtime's socket never came");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let endpoint = format!("unix://{}", cri.display());
+    let d = Daemon::start(&["--runtime-endpoint", &endpoint]);
+    let mut follow = Command::new(env!("CARGO_BIN_EXE_imagectl"))
+        .env_remove("RUST_LOG")
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(["events", "-f"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("imagectl events -f");
+    let _ = runtime.kill();
+    let _ = runtime.wait();
+    // imaged answered: the runtime is what is gone (1), not imaged (69).
+    fails_once(&d.imagectl(&["images"]), 1, "StreamImages: imaged cannot reach the CRI runtime: ");
+    assert_eq!(d.imagectl(&["status"]).status.code(), Some(0), "imaged itself answers");
+    // A stop ends the followed stream with its reason: imaged is going (69).
+    d.signal(nix::sys::signal::Signal::SIGTERM);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = follow.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(std::time::Instant::now() < until, "events -f still runs after imaged stopped");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut follow.stderr.take().expect("stderr"), &mut err).expect("read");
+    assert_eq!(status.code(), Some(69), "{err}");
+    assert!(err.starts_with("imagectl: error: WatchEvents: imaged is shutting down"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
 }

@@ -29,12 +29,37 @@ pub mod proto {
 pub use proto::imaged_client::ImagedClient;
 pub use proto::imaged_server::{Imaged, ImagedServer};
 
+/// The metadata key of an `Unavailable` status that says what is: the
+/// daemon answered, so only [`UNAVAILABLE_RUNTIME`] or
+/// [`UNAVAILABLE_SHUTTING_DOWN`] follow it. A client tells "imaged is not
+/// there" (no such key: the transport's) from "imaged answered that the
+/// runtime is not" by it.
+pub const UNAVAILABLE_WHAT: &str = "imaged-unavailable";
+/// [`UNAVAILABLE_WHAT`]: the CRI runtime did not answer imaged.
+pub const UNAVAILABLE_RUNTIME: &str = "runtime";
+/// [`UNAVAILABLE_WHAT`]: imaged is stopping (a new call, or a stream that
+/// was open).
+pub const UNAVAILABLE_SHUTTING_DOWN: &str = "shutting-down";
+
+/// `Unavailable` with `message`, saying what is ([`UNAVAILABLE_WHAT`]).
+fn unavailable(what: &'static str, message: String) -> Status {
+    let mut md = tonic::metadata::MetadataMap::new();
+    md.insert(UNAVAILABLE_WHAT, tonic::metadata::MetadataValue::from_static(what));
+    Status::with_metadata(tonic::Code::Unavailable, message, md)
+}
+
+/// What ends an open stream when imaged stops: clients reconnect on
+/// `Unavailable`, where a stream that just ended looks finished.
+fn shutting_down() -> Status {
+    unavailable(UNAVAILABLE_SHUTTING_DOWN, NodeError::ShuttingDown.to_string())
+}
+
 fn status_of(e: NodeError) -> Status {
     match &e {
-        NodeError::ShuttingDown => Status::unavailable(e.to_string()),
+        NodeError::ShuttingDown => unavailable(UNAVAILABLE_SHUTTING_DOWN, e.to_string()),
         NodeError::Stopped(_) => Status::internal(e.to_string()),
         NodeError::Cri(c) => match c.kind() {
-            CriErrorKind::RuntimeUnavailable => Status::unavailable(e.to_string()),
+            CriErrorKind::RuntimeUnavailable => unavailable(UNAVAILABLE_RUNTIME, e.to_string()),
             CriErrorKind::DeadlineExceeded => Status::deadline_exceeded(e.to_string()),
             CriErrorKind::NotFound => Status::not_found(e.to_string()),
             _ => Status::unknown(e.to_string()),
@@ -444,20 +469,22 @@ impl Imaged for ImagedService {
             return Ok(Response::new(Box::pin(backlog)));
         }
         let stopping = self.stopping.clone();
-        let live = futures_util::stream::unfold((rx, stopping), |(mut rx, mut stopping)| async move {
+        // Ends with `Unavailable` when imaged stops (then nothing more).
+        let live = futures_util::stream::unfold(Some((rx, stopping)), |state| async move {
+            let (mut rx, mut stopping) = state?;
             loop {
                 if *stopping.borrow() {
-                    return None;
+                    return Some((Err(shutting_down()), None));
                 }
                 tokio::select! {
                     r = rx.recv() => match r {
-                        Ok(e) => return Some((Ok(e), (rx, stopping))),
+                        Ok(e) => return Some((Ok(e), Some((rx, stopping)))),
                         Err(broadcast::error::RecvError::Lagged(n)) => {
-                            return Some((Ok(convert::lagged(n)), (rx, stopping)));
+                            return Some((Ok(convert::lagged(n)), Some((rx, stopping))));
                         }
-                        Err(broadcast::error::RecvError::Closed) => return None,
+                        Err(broadcast::error::RecvError::Closed) => return Some((Err(shutting_down()), None)),
                     },
-                    changed = stopping.changed() => if changed.is_err() { return None },
+                    changed = stopping.changed() => if changed.is_err() { return Some((Err(shutting_down()), None)) },
                 }
             }
         });
@@ -486,19 +513,21 @@ impl Imaged for ImagedService {
         let mut ticks = tokio::time::interval(every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let state = (self.node.clone(), ticks, self.stopping.clone(), permit);
-        let answers = futures_util::stream::unfold(state, |(node, mut ticks, mut stopping, permit)| async move {
+        // Ends with `Unavailable` when imaged stops (then nothing more).
+        let answers = futures_util::stream::unfold(Some(state), |state| async move {
+            let (node, mut ticks, mut stopping, permit) = state?;
             // The first tick is at once.
             loop {
                 if *stopping.borrow() {
-                    return None;
+                    return Some((Err(shutting_down()), None));
                 }
                 tokio::select! {
                     _ = ticks.tick() => break,
-                    changed = stopping.changed() => if changed.is_err() { return None },
+                    changed = stopping.changed() => if changed.is_err() { return Some((Err(shutting_down()), None)) },
                 }
             }
             let answer = pulls_now(&node).await;
-            Some((answer, (node, ticks, stopping, permit)))
+            Some((answer, Some((node, ticks, stopping, permit))))
         });
         Ok(Response::new(Box::pin(answers)))
     }

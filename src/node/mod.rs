@@ -516,7 +516,9 @@ impl Node {
         };
         // The last detection's wait is cut short too.
         let deadline = if hurried { tokio::time::Instant::now() } else { deadline };
-        if abandoned_pulls > 0 {
+        if abandoned_pulls > 0 && hurried {
+            tracing::warn!(abandoned_pulls, ?grace, "shutdown cut short with pulls still in flight");
+        } else if abandoned_pulls > 0 {
             tracing::warn!(abandoned_pulls, ?grace, "shutdown grace period ended with pulls still in flight");
         }
         // A last detection records what the drained pulls brought (first

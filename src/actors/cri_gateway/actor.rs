@@ -351,6 +351,7 @@ impl Core {
 
 async fn wait_for_version(client: &CriClient, cfg: &CriSettings) -> Result<RuntimeVersion, CriError> {
     let give_up = Instant::now() + cfg.startup_timeout;
+    let mut said = false;
     loop {
         let deadline = cfg.deadlines.get(Rpc::Version).unwrap_or(cfg.connect_timeout);
         let started = Instant::now();
@@ -361,6 +362,13 @@ async fn wait_for_version(client: &CriClient, cfg: &CriSettings) -> Result<Runti
         match attempt {
             Ok(v) => return Ok(v),
             Err(e) if e.is_retryable() && Instant::now() + STARTUP_RETRY < give_up => {
+                // Once, so a start that waits says what for (then quiet).
+                if !said {
+                    said = true;
+                    info!(endpoint = %client.endpoint(), error = %e,
+                        "waiting for the CRI runtime to answer (runtime.startup_timeout {})",
+                        crate::domain::go_text::duration(cfg.startup_timeout));
+                }
                 debug!(error = %e, "runtime not ready yet; retrying Version");
                 tokio::time::sleep(STARTUP_RETRY).await;
             }

@@ -19,6 +19,11 @@ pub fn rpc(what: &str, s: tonic::Status) -> AppError {
         tonic::Code::InvalidArgument | tonic::Code::OutOfRange => {
             AppError::Usage(format!("{what}: the daemon rejected the request: {}", s.message()))
         }
+        // The daemon answered: the runtime is what is not there (exit 1,
+        // as any failure of the runtime's).
+        tonic::Code::Unavailable if unavailable_what(&s) == Some(imaged::api::UNAVAILABLE_RUNTIME) => {
+            AppError::Other(format!("{what}: imaged cannot reach the CRI runtime: {}", s.message()))
+        }
         tonic::Code::Unavailable => AppError::Unavailable(format!("{what}: {}", s.message())),
         // tonic's word for a connection that broke under the call (the
         // daemon killed or gone): no answer came, as with no daemon.
@@ -29,11 +34,21 @@ pub fn rpc(what: &str, s: tonic::Status) -> AppError {
                 imaged::api::CLIENT_CONNECT_TIMEOUT
             ))
         }
-        tonic::Code::Unknown if s.message().starts_with("transport error") => {
+        // A stream's body broken off (the daemon killed while it streamed).
+        tonic::Code::Unknown
+            if s.message().starts_with("transport error") || s.message().starts_with("h2 protocol error") =>
+        {
             AppError::Unavailable(format!("{what}: the connection to imaged was lost: {}", s.message()))
         }
         _ => AppError::Other(format!("{what}: {}: {}", s.code(), s.message())),
     }
+}
+
+/// What an `Unavailable` the daemon sent says is unavailable
+/// (`imaged::api::UNAVAILABLE_WHAT`); `None` when the daemon did not send
+/// it (the transport's: no daemon answering).
+fn unavailable_what(s: &tonic::Status) -> Option<&str> {
+    s.metadata().get(imaged::api::UNAVAILABLE_WHAT).and_then(|v| v.to_str().ok())
 }
 
 /// Whether `s` comes of an I/O timeout (the connect timeout).
@@ -56,7 +71,17 @@ pub const MAX_SECRET_FILE_BYTES: u64 = 1024 * 1024;
 /// [`MAX_SECRET_FILE_BYTES`] each (a device such as `/dev/zero`, a FIFO or
 /// a larger file is refused naming the file and the limit).
 pub fn read_secrets(files: &[PathBuf]) -> Result<Vec<Vec<u8>>, AppError> {
-    files.iter().map(|f| read_bounded(f, "--secret", MAX_SECRET_FILE_BYTES)).collect()
+    files
+        .iter()
+        .map(|f| {
+            let bytes = read_bounded(f, "--secret", MAX_SECRET_FILE_BYTES)?;
+            // Checked here too, so the error names the file (the daemon's
+            // names its index). The error never holds the secret's values.
+            imaged::credentials::PullSecret::from_manifest(&bytes)
+                .map_err(|e| AppError::Usage(format!("--secret {}: {e}", f.display())))?;
+            Ok(bytes)
+        })
+        .collect()
 }
 
 /// Reads `path` (named `flag` in errors) if it is a regular file of at
@@ -279,21 +304,59 @@ mod tests {
         assert!(matches!(&other, AppError::Other(m) if m.starts_with("EnsureImage: ")), "{other:?}");
         let bad = rpc("EnsureImage", tonic::Status::invalid_argument("image: must not be empty"));
         assert!(matches!(bad, AppError::Usage(_)));
+        // A stream's body broken off by a killed daemon.
+        let cut = rpc("WatchEvents", tonic::Status::unknown("h2 protocol error: error reading a body from connection"));
+        assert!(
+            matches!(&cut, AppError::Unavailable(m) if m.starts_with("WatchEvents: the connection to imaged was lost: h2 protocol error")),
+            "{cut:?}"
+        );
+    }
+
+    #[test]
+    fn an_unavailable_runtime_the_daemon_reports_is_not_an_absent_daemon() {
+        let sent = |what: &'static str| {
+            let mut md = tonic::metadata::MetadataMap::new();
+            md.insert(imaged::api::UNAVAILABLE_WHAT, tonic::metadata::MetadataValue::from_static(what));
+            tonic::Status::with_metadata(tonic::Code::Unavailable, "rpc error: code = Unavailable desc = gone", md)
+        };
+        let runtime = rpc("StreamImages", sent(imaged::api::UNAVAILABLE_RUNTIME));
+        assert!(
+            matches!(&runtime, AppError::Other(m) if m == "StreamImages: imaged cannot reach the CRI runtime: rpc error: code = Unavailable desc = gone"),
+            "{runtime:?}"
+        );
+        assert_eq!(runtime.exit_code(), 1);
+        // Shutting down, or the transport's own (no such key): no daemon, 69.
+        let stopping = rpc("StreamImages", sent(imaged::api::UNAVAILABLE_SHUTTING_DOWN));
+        assert!(matches!(stopping, AppError::Unavailable(_)), "{stopping:?}");
+        let transport = rpc("StreamImages", tonic::Status::unavailable("error trying to connect"));
+        assert!(matches!(transport, AppError::Unavailable(_)), "{transport:?}");
     }
 
     #[test]
     fn secret_files_are_bounded_and_must_be_regular() {
         let dir = tempfile::tempdir().unwrap();
+        let manifest = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: regcred\ntype: kubernetes.io/dockerconfigjson\n\
+                        stringData:\n  .dockerconfigjson: '{\"auths\":{\"r.example\":{\"auth\":\"dTpodW50ZXIy\"}}}'\n";
         let ok = dir.path().join("ok.yaml");
-        std::fs::write(&ok, b"kind: Secret").unwrap();
-        assert_eq!(read_secrets(std::slice::from_ref(&ok)).unwrap(), vec![b"kind: Secret".to_vec()]);
+        std::fs::write(&ok, manifest).unwrap();
+        assert_eq!(read_secrets(std::slice::from_ref(&ok)).unwrap(), vec![manifest.as_bytes().to_vec()]);
+
+        // A manifest that is not one is refused naming the file, not its index.
+        let junk = dir.path().join("junk.yaml");
+        std::fs::write(&junk, "metadata: {name: s\n  password: hunter2").unwrap();
+        let err = read_secrets(&[ok.clone(), junk.clone()]).unwrap_err();
+        assert!(matches!(err, AppError::Usage(_)), "{err:?}");
+        let err = err.to_string();
+        assert!(err.starts_with(&format!("--secret {}: Secret manifest", junk.display())), "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
 
         let big = dir.path().join("big.yaml");
-        std::fs::write(&big, vec![b'a'; MAX_SECRET_FILE_BYTES as usize + 1]).unwrap();
+        let pad = |n: usize| format!("#{}\n{manifest}", "a".repeat(n - manifest.len() - 2));
+        std::fs::write(&big, pad(MAX_SECRET_FILE_BYTES as usize + 1)).unwrap();
         let err = read_secrets(std::slice::from_ref(&big)).unwrap_err().to_string();
         assert!(err.contains("big.yaml") && err.contains("1048576 bytes"), "{err}");
         // Exactly at the limit is fine.
-        std::fs::write(&big, vec![b'a'; MAX_SECRET_FILE_BYTES as usize]).unwrap();
+        std::fs::write(&big, pad(MAX_SECRET_FILE_BYTES as usize)).unwrap();
         assert!(read_secrets(std::slice::from_ref(&big)).is_ok());
 
         let err = read_secrets(&[PathBuf::from("/dev/zero")]).unwrap_err().to_string();

@@ -96,6 +96,20 @@ pub fn run(
     // As crictl: `version`, `ps` and the containers `rmi --prune` keeps
     // go to the runtime endpoint, whatever the image endpoint.
     let needs_runtime = matches!(command, Command::Version | Command::Ps { .. } | Command::Rmi { prune: true, .. });
+    if (image_endpoint.is_none() || needs_runtime)
+        && matches!(cfg.endpoint, imaged::config::RuntimeEndpoint::Embedded { .. })
+    {
+        return Err(AppError::Usage(
+            "runtime.endpoint is \"embedded\": `imagectl cri` would start an empty runtime of its own, \
+             gone when the command ends. Name the node's runtime: --runtime-endpoint unix:///run/containerd/containerd.sock \
+             (or a running `imaged embedded-runtime --socket PATH`'s unix://PATH)"
+                .into(),
+        ));
+    }
+    // A command tries the runtime once: waiting `runtime.startup_timeout`
+    // for it to come up is the daemon's start-up, not a command's.
+    let mut cfg = cfg;
+    cfg.cri.startup_timeout = std::time::Duration::ZERO;
     // The password is read before connecting to the runtime.
     let password = match &command {
         Command::Pull { username: Some(_), .. } => Some(read_password()?),

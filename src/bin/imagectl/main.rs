@@ -92,7 +92,7 @@ enum Command {
         /// one object per line; YAML: one document each).
         #[arg(long, short = 'w')]
         watch: bool,
-        /// How often with --watch: a Go duration, from 100ms to 1h.
+        /// How often with --watch: a Go duration, from 100ms to 1h0m0s.
         #[arg(long, value_parser = parse_interval, default_value = "1s", requires = "watch")]
         interval: std::time::Duration,
     },
@@ -143,7 +143,7 @@ struct EnsureArgs {
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     priority: i32,
     /// Overall pull deadline (e.g. `2m`).
-    #[arg(long, value_parser = parse_deadline)]
+    #[arg(long, value_parser = parse_deadline, allow_hyphen_values = true)]
     deadline: Option<std::time::Duration>,
     /// The pod's service account (spec.serviceAccountName), for credential
     /// plugins with tokenAttributes; the daemon looks it up and mints its
@@ -182,7 +182,7 @@ struct PrefetchArgs {
     #[arg(long, value_name = "HANDLER", default_value = "")]
     runtime_handler: String,
     /// Overall pull deadline (e.g. `2m`).
-    #[arg(long, value_parser = parse_deadline)]
+    #[arg(long, value_parser = parse_deadline, allow_hyphen_values = true)]
     deadline: Option<std::time::Duration>,
     /// Wait for the pulls to end (exit 2 if one failed).
     #[arg(long)]

@@ -175,6 +175,10 @@ struct EventDoc<'a> {
     kind: &'a proto::event::Kind,
 }
 
+/// The reason (or phase) column's width: the longest phase,
+/// `waiting-on-shared-pull`, and reason, `FreeDiskSpaceFailed`, fit.
+const REASON_WIDTH: usize = 22;
+
 /// One event or pull phase (`imagectl events`, and `ensure`'s progress).
 pub fn print_event(e: &proto::Event, f: Format, o: &mut impl Write) -> Result<(), AppError> {
     let Some(kind) = &e.kind else { return Ok(()) };
@@ -188,11 +192,11 @@ pub fn print_event(e: &proto::Event, f: Format, o: &mut impl Write) -> Result<()
         proto::event::Kind::ImageEvent(ie) => {
             let pod =
                 if ie.pod_name.is_empty() { "node".to_string() } else { format!("{}/{}", ie.namespace, ie.pod_name) };
-            writeln!(o, "{ts}  {:<7} {:<18} {:<24} {}", ie.r#type, ie.reason, pod, ie.message)
+            writeln!(o, "{ts}  {:<7} {:<REASON_WIDTH$} {:<24} {}", ie.r#type, ie.reason, pod, ie.message)
         }
         proto::event::Kind::PullPhase(p) => {
             let pod = p.pod.as_ref().map(|r| format!("{}/{}", r.namespace, r.name)).unwrap_or_default();
-            writeln!(o, "{ts}  {:<7} {:<18} {:<24} {}", "Phase", p.phase, pod, p.image)
+            writeln!(o, "{ts}  {:<7} {:<REASON_WIDTH$} {:<24} {}", "Phase", p.phase, pod, p.image)
         }
         proto::event::Kind::Lagged(n) => writeln!(o, "{ts}  ({n} event(s) dropped: this watcher fell behind)"),
     }
@@ -438,6 +442,45 @@ mod tests {
         let mut o = Vec::new();
         f(&mut o).unwrap();
         String::from_utf8(o).unwrap()
+    }
+
+    #[test]
+    fn every_reason_and_phase_keeps_the_pod_column_in_line() {
+        use imaged::actors::pull_queue::PullPhase;
+        let phases = [
+            PullPhase::Queued,
+            PullPhase::Parked,
+            PullPhase::WaitingOnSharedPull,
+            PullPhase::Throttled,
+            PullPhase::Pulling,
+            PullPhase::Stalled,
+            PullPhase::AlreadyPresent,
+            PullPhase::Done,
+            PullPhase::Failed,
+        ];
+        let mut lines = Vec::new();
+        for phase in phases {
+            let kind = proto::event::Kind::PullPhase(proto::PullPhase {
+                image: "docker.io/library/nginx:1.27".into(),
+                phase: imaged::api::convert::phase_name(phase).into(),
+                pod: Some(pod("web")),
+            });
+            lines.push(text(|o| print_event(&proto::Event { time_ms: 0, kind: Some(kind) }, Format::Table, o)));
+        }
+        for reason in ["Pulling", "ErrImageNeverPull", "InvalidDiskCapacity", "FreeDiskSpaceFailed", "ImageGCFailed"] {
+            let kind = proto::event::Kind::ImageEvent(proto::ImageEvent {
+                r#type: "Warning".into(),
+                reason: reason.into(),
+                namespace: "shop".into(),
+                pod_name: "web".into(),
+                message: "m".into(),
+                ..Default::default()
+            });
+            lines.push(text(|o| print_event(&proto::Event { time_ms: 0, kind: Some(kind) }, Format::Table, o)));
+        }
+        for l in &lines {
+            assert_eq!(l.find("shop/web"), lines[0].find("shop/web"), "{l:?} against {:?}", lines[0]);
+        }
     }
 
     #[test]
