@@ -269,7 +269,12 @@ impl Config {
         };
         if sources.env.is_some() {
             // Only IMAGED_<SECTION>__<KEY> variables are configuration; other
-            // IMAGED_* variables (used by tests and tools) are left alone.
+            // IMAGED_* variables (used by tests and tools) are left alone,
+            // but one that names a section with one underscore is a
+            // configuration variable mistyped, not silently nothing.
+            if let Some(e) = single_underscore_var(sources) {
+                return Err(e);
+            }
             // Each value is text, read as its key's type.
             b = b.add_source(schema::EnvSource::new(&env_settings(sources))?);
         }
@@ -389,6 +394,35 @@ impl Loaded {
             k.warn_unknown_fields();
         }
     }
+}
+
+/// The first `IMAGED_<SECTION>_<KEY>` variable of `sources`: a section of
+/// `config/default.toml` and a key joined by one underscore where the
+/// configuration's variables take two (`IMAGED_GC_GC_PERIOD` for
+/// `IMAGED_GC__GC_PERIOD`), which the config crate would silently skip.
+/// The error names the variable, never its value, and the name it meant.
+fn single_underscore_var(sources: &Sources) -> Option<ConfigError> {
+    let defaults: toml::Table = toml::from_str(DEFAULT_TOML).ok()?;
+    let mut sections: Vec<&String> = defaults.iter().filter(|(_, v)| v.is_table()).map(|(k, _)| k).collect();
+    // `cri_server_…` is cri_server's, not a `cri` section's.
+    sections.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    let mut vars: Vec<&String> = sources.env.iter().flatten().map(|(k, _)| k).collect();
+    vars.sort();
+    vars.into_iter().find_map(|var| {
+        let rest = var.strip_prefix("IMAGED_")?;
+        if rest.contains("__") {
+            return None;
+        }
+        let lower = rest.to_lowercase();
+        let section = sections.iter().find(|s| lower.starts_with(&format!("{s}_")) && lower.len() > s.len() + 1)?;
+        let (head, key) = rest.split_at(section.len());
+        Some(ConfigError::Load(format!(
+            "environment {var} is not a configuration variable: a section and its key are joined by two \
+             underscores (IMAGED_{head}__{}, the key {section}.{})",
+            &key[1..],
+            key[1..].to_lowercase()
+        )))
+    })
 }
 
 /// The `IMAGED_<SECTION>__<KEY>` variables of `sources` (other `IMAGED_*`

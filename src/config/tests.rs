@@ -1110,6 +1110,25 @@ fn an_unknown_key_from_set_or_the_environment_names_where_it_was_given() {
 }
 
 #[test]
+fn a_variable_with_one_underscore_after_a_section_is_refused_naming_the_one_meant() {
+    let load = |vars: &[(&str, &str)]| Config::load(&Sources { env: env(vars), ..Sources::default() });
+    let err = load(&[("IMAGED_GC_IMAGE_MINIMUM_GC_AGE", "5m")]).expect_err("mistyped").to_string();
+    assert_eq!(
+        err,
+        "configuration: environment IMAGED_GC_IMAGE_MINIMUM_GC_AGE is not a configuration variable: a section and its key \
+         are joined by two underscores (IMAGED_GC__IMAGE_MINIMUM_GC_AGE, the key gc.image_minimum_gc_age)"
+    );
+    // A section with an underscore of its own; the value is never echoed.
+    let err = load(&[("IMAGED_CRI_SERVER_SOCKET", "hunter2")]).expect_err("mistyped").to_string();
+    assert!(err.contains("(IMAGED_CRI_SERVER__SOCKET, the key cri_server.socket)"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+    // Other IMAGED_* variables are tools' and tests', not configuration.
+    let c = load(&[("IMAGED_SIM_SEEDS", "9"), ("IMAGED_FOO", "1"), ("IMAGED_GC", "x"), ("IMAGED_GC__GC_PERIOD", "7m")])
+        .expect("not configuration variables");
+    assert_eq!(c.gc.gc_period, std::time::Duration::from_secs(420));
+}
+
+#[test]
 fn the_prefetch_list_is_normalised_deduplicated_and_kept_from_gc_unless_told_not_to() {
     let c = Config::defaults().expect("defaults load");
     assert_eq!(
