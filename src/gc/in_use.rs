@@ -18,7 +18,7 @@ pub const PULL_IN_FLIGHT: &str = "pull in flight";
 /// The user named, for one min-age window after a start on durable
 /// records, for every image those records knew: it may have been ensured
 /// just before the restart, and the hints of that are gone with the process.
-pub const ENSURED_BEFORE_RESTART: &str = "maybe ensured before the restart";
+pub const ENSURED_BEFORE_RESTART: &str = "maybe ensured before imaged started";
 
 /// Image id → who uses it, in this order: containers
 /// (`namespace/pod/container`, or `sandbox-id/container` when the pod is

@@ -344,7 +344,7 @@ pub struct Checker {
     /// Prefetches in flight per image key.
     prefetching: BTreeMap<String, usize>,
     /// Until when every image counts as in use after a start ("maybe
-    /// ensured before the restart": one minimum-age window from the start).
+    /// ensured before imaged started": one minimum-age window from the start).
     restart_grace: Option<Duration>,
     /// Containers (running or exited) on each image id now.
     containers: BTreeMap<String, usize>,

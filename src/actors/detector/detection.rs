@@ -78,7 +78,7 @@ pub struct Detector {
 }
 
 /// Until when every image counts as in use after a start on durable
-/// records ("maybe ensured before the restart"). Shared with each detection
+/// records ("maybe ensured before imaged started"). Shared with each detection
 /// in the grace rather than copied into its `in_use` (at 100,000 images that
 /// copy took 23 MB).
 #[derive(Debug)]

@@ -286,7 +286,7 @@ async fn min_age_counts_from_the_first_detection_before_a_restart() {
     // restarted less than min age ago, is what counts.
     let plan = gc.send(DeleteUnusedImages { dry_run: true }).await.unwrap().expect("plan");
     assert_eq!(plan.entries[0].verdict, Verdict::Keep(KeepReason::InUse), "{plan:?}");
-    assert_eq!(plan.entries[0].used_by, ["maybe ensured before the restart"]);
+    assert_eq!(plan.entries[0].used_by, ["maybe ensured before imaged started"]);
     tokio::time::sleep(Duration::from_secs(601)).await;
     let plan = gc.send(DeleteUnusedImages { dry_run: true }).await.unwrap().expect("plan");
     assert_eq!(

@@ -230,7 +230,7 @@ fn after_a_restart_on_durable_records_their_images_count_as_in_use_for_one_windo
     let (det, write) = restarted.apply(l());
     assert_eq!(
         det.used_by("sha256:old"),
-        ["maybe ensured before the restart"],
+        ["maybe ensured before imaged started"],
         "it may have been ensured just before the restart"
     );
     assert!(det.is_in_use("sha256:old"));
@@ -238,7 +238,7 @@ fn after_a_restart_on_durable_records_their_images_count_as_in_use_for_one_windo
     // crash, before a detection recorded it) too: never used, the max-age
     // pass would take it at once, min age or not.
     assert!(det.is_in_use("sha256:new"));
-    assert_eq!(det.used_by("sha256:new"), ["maybe ensured before the restart"]);
+    assert_eq!(det.used_by("sha256:new"), ["maybe ensured before imaged started"]);
     assert_eq!(det.in_use_ids(), std::collections::HashSet::from(["sha256:old".to_string(), "sha256:new".to_string()]));
     let old = det.records.get(&RecordKey::id("sha256:old")).unwrap();
     assert_eq!(old.last_used, last_used, "the grace is not a use");
