@@ -90,10 +90,13 @@ fn pod_means_namespace_and_name_and_pod_uid_the_uid_in_every_command() {
     assert_eq!(listed["backoffs"][0]["pod_uid"], "u2", "{listed}");
     // Neither --pod-uid nor --image: a usage error that clears nothing
     // (an empty `--pod-uid "$UID"` is an error too), unless --all says so.
-    for args in [&["backoff", "clear"][..], &["backoff", "clear", "--pod-uid", ""]] {
+    for args in [&["backoff", "clear"][..], &["backoff", "clear", "--pod-uid", ""], &["events", "--pod-uid", ""]] {
         let o = d.imagectl(args);
         assert_eq!(o.status.code(), Some(64), "{args:?}: {}", stderr(&o));
     }
+    // With none, the error names every way to say what to clear.
+    let o = d.imagectl(&["backoff", "clear"]);
+    assert!(stderr(&o).contains("<--pod-uid <UID>|--image <IMAGE>|--all>"), "{}", stderr(&o));
     let o = d.imagectl(&["backoff", "clear", "--all", "--image", "x"]);
     assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
     let listed = json_of(&d.imagectl(&["-o", "json", "backoff", "list"]));
@@ -349,9 +352,17 @@ fn cri_speaks_crictls_names_and_removing_what_is_not_there_fails() {
 
     // version, imagefsinfo, ps as crictl's JSON.
     assert_eq!(json_of(&cri(&["cri", "-o", "json", "version"]))["runtimeName"], "imaged-embedded");
+    assert!(cri(&["cri", "pull", "docker.io/library/redis:7"]).status.success(), "bytes to count");
     let v = json_of(&cri(&["cri", "-o", "json", "imagefsinfo"]));
     assert_eq!(v["imageFilesystems"][0]["fsId"]["mountpoint"], "/var/lib/imaged/embedded", "{v}");
     assert!(v["imageFilesystems"][0]["usedBytes"]["value"].is_u64(), "{v}");
+    // The table sizes bytes as `images` does.
+    let used = v["imageFilesystems"][0]["usedBytes"]["value"].as_u64().expect("bytes");
+    let out = stdout(&cri(&["cri", "imagefsinfo"]));
+    let row = out.lines().find(|l| l.starts_with("image ")).expect("the image filesystem's row");
+    assert!(used > 1_000_000, "{v}");
+    assert!(row.contains(&format!("{:.1}MB", used as f64 / 1e6)), "{used}: {out}");
+    assert!(!row.contains(&used.to_string()), "{out}");
     assert_eq!(json_of(&cri(&["cri", "-o", "json", "ps", "-a"])), json!({"containers": []}));
     let out = stdout(&cri(&["cri", "ps"]));
     assert!(out.starts_with("CONTAINER   IMAGE   CREATED   STATE   NAME   ATTEMPT   POD ID"), "{out}");

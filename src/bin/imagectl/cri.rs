@@ -408,13 +408,15 @@ async fn imagefsinfo(g: &Gateway, f: Format, o: &mut impl Write) -> Result<u8, A
     }
     let mut t = Plain::new(&["FILESYSTEM", "MOUNTPOINT", "USED", "INODES"]).right(&[2, 3]);
     let figure = |v: Option<&pb::UInt64Value>| v.map_or_else(|| "-".to_string(), |v| v.value.to_string());
+    // Bytes as every other table sizes them (`images`: 72.1MB); -o json keeps them exact.
+    let size = |v: Option<&pb::UInt64Value>| v.map_or_else(|| "-".to_string(), |v| human_bytes(v.value));
     for (kind, list) in [("image", &fs.image_filesystems), ("container", &fs.container_filesystems)] {
         for u in list {
             let mountpoint = u.fs_id.as_ref().map_or("", |i| i.mountpoint.as_str());
             t.row([
                 kind.to_string(),
                 mountpoint.to_string(),
-                figure(u.used_bytes.as_ref()),
+                size(u.used_bytes.as_ref()),
                 figure(u.inodes_used.as_ref()),
             ]);
         }

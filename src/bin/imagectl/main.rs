@@ -71,10 +71,11 @@ enum Command {
         #[arg(long, value_name = "NAMESPACE/NAME", value_parser = parse_pod)]
         pod: Option<(String, String)>,
         /// Only the pod with this UID.
-        #[arg(long, value_name = "UID")]
+        #[arg(long, value_name = "UID", value_parser = clap::builder::NonEmptyStringValueParser::new())]
         pod_uid: Option<String>,
-        /// Only this image's (as the pod spec names it).
-        #[arg(long, value_name = "IMAGE")]
+        /// Only this image's (under any of its names: `nginx` is
+        /// `docker.io/library/nginx:latest`).
+        #[arg(long, value_name = "IMAGE", value_parser = clap::builder::NonEmptyStringValueParser::new())]
         image: Option<String>,
     },
     /// Back-off control.
@@ -192,17 +193,19 @@ struct PrefetchArgs {
 #[derive(Debug, Subcommand)]
 enum BackoffCommand {
     /// Clear back-off: for a pod, an image, one pod's image, or with `--all` everything.
+    #[command(group(clap::ArgGroup::new("scope").args(["pod_uid", "image", "all"]).required(true).multiple(true)))]
     Clear {
         /// The pod's UID (back-off is kept per pod UID and image).
         #[arg(long, value_name = "UID", value_parser = clap::builder::NonEmptyStringValueParser::new())]
         pod_uid: Option<String>,
-        /// The image, as the pod named it.
+        /// The image, under any of its names (`nginx` clears the back-off
+        /// of a pod that named it `docker.io/library/nginx:latest`).
         #[arg(long, value_name = "IMAGE", value_parser = clap::builder::NonEmptyStringValueParser::new())]
         image: Option<String>,
         /// Every back-off on the node: said outright, so that a command
         /// whose `--pod-uid` or `--image` was left out (an empty shell
         /// variable) is a usage error, not a node-wide clear.
-        #[arg(long, conflicts_with_all = ["pod_uid", "image"], required_unless_present_any = ["pod_uid", "image"])]
+        #[arg(long, conflicts_with_all = ["pod_uid", "image"])]
         all: bool,
         // `--pod UID` was this command's spelling; `--pod` now means
         // NAMESPACE/NAME everywhere, and back-off is kept by UID, so `--pod`
