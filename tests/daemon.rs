@@ -989,12 +989,17 @@ fn imaged_run_serves_the_kubelets_image_calls_on_its_cri_socket() {
     assert!(stdout(&pulled).starts_with("Image is up to date for sha256:"), "{}", stdout(&pulled));
     let status = d.imagectl(&["cri", "--image-endpoint", &endpoint, "inspecti", "docker.io/library/redis:7"]);
     assert_eq!(status.status.code(), Some(0), "{}", stderr(&status));
-    // As crictl, `version` and `ps` go to the runtime endpoint (imagectl's
-    // own configuration's: here the in-process embedded runtime).
+    // As crictl, `version` and `ps` go to the runtime endpoint: the daemon's
+    // runtime, named; with none named (the `embedded` default) imagectl
+    // refuses rather than answer from a runtime of its own.
     let version = d.imagectl(&["cri", "--image-endpoint", &endpoint, "version"]);
+    assert_eq!(version.status.code(), Some(64), "{}", stderr(&version));
+    assert!(stderr(&version).contains("runtime.endpoint is \"embedded\""), "{}", stderr(&version));
+    let runtime = format!("unix://{}", d.dir.path().join("cri.sock").display());
+    let version = d.imagectl(&["--runtime-endpoint", &runtime, "cri", "--image-endpoint", &endpoint, "version"]);
     assert_eq!(version.status.code(), Some(0), "{}", stderr(&version));
     assert!(stdout(&version).contains("imaged-embedded"), "the runtime's answer: {}", stdout(&version));
-    let ps = d.imagectl(&["cri", "--image-endpoint", &endpoint, "ps", "-a"]);
+    let ps = d.imagectl(&["--runtime-endpoint", &runtime, "cri", "--image-endpoint", &endpoint, "ps", "-a"]);
     assert_eq!(ps.status.code(), Some(0), "{}", stderr(&ps));
 }
 
