@@ -136,26 +136,27 @@ fn seed_20_front_pods_joining_one_pull_replay_in_other_processes() {
 fn a_sweep_checks_its_replay_in_a_second_process() {
     // `--replay-check` runs the seeds again in another process and compares
     // each trace: the sweep CI runs finds a per-process order source itself.
-    // Seeds 3 and 4: seed 2 at 120 steps ran otherwise in about half the
-    // runs of a heavily loaded debug build (CI run 79 found it here: two
-    // PullImage calls failing together when the runtime is killed told
-    // their Failed events in either order), a defect of its own, open.
+    // Seed 2 at 120 steps kills the runtime under two PullImage calls at
+    // step 51: their Failed events came in either order in about half the
+    // runs of a heavily loaded debug build (CI run 79), because h2 forgot
+    // cancelled streams after a second of real time and so reordered the
+    // calls a connection error wakes. The in-process channels keep them.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_imaged"))
-        .args(["simulate", "--seeds", "2", "--first", "3", "--steps", "120", "--jobs", "2", "--replay-check"])
+        .args(["simulate", "--seeds", "3", "--first", "2", "--steps", "120", "--jobs", "2", "--replay-check"])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("replayed 2 of 2 seeds bit for bit in a second process"), "{stdout}");
+    assert!(stdout.contains("replayed 3 of 3 seeds bit for bit in a second process"), "{stdout}");
     // What the second process prints is this process's runs, seed by seed.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_imaged"))
-        .args(["simulate", "--seeds", "2", "--first", "3", "--steps", "120", "--hashes"])
+        .args(["simulate", "--seeds", "3", "--first", "2", "--steps", "120", "--hashes"])
         .output()
         .unwrap();
     let mut lines: Vec<String> = String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect();
     lines.sort();
     let want: Vec<String> =
-        (3..5).map(|seed| format!("seed {seed} trace {:016x}", run(seed, &Options::steps(120)).trace_hash)).collect();
+        (2..5).map(|seed| format!("seed {seed} trace {:016x}", run(seed, &Options::steps(120)).trace_hash)).collect();
     assert_eq!(lines, want);
 }
 

@@ -112,6 +112,7 @@ impl InProcessRuntime {
         let rt = self.clone();
         let channel = tonic::transport::Endpoint::from_static("http://in-process.embedded")
             .connect_timeout(connect_timeout)
+            .http2_reset_stream_duration(KEEP_RESET_STREAMS)
             .connect_with_connector_lazy(tower::service_fn(move |_| {
                 let conn = rt.connect();
                 async move { conn.map(TokioIo::new) }
@@ -207,12 +208,23 @@ impl InProcessSocket {
         let socket = self.clone();
         tonic::transport::Endpoint::from_static("http://in-process.socket")
             .connect_timeout(connect_timeout)
+            .http2_reset_stream_duration(KEEP_RESET_STREAMS)
             .connect_with_connector_lazy(tower::service_fn(move |_| {
                 let conn = connect(&socket.serving);
                 async move { conn.map(TokioIo::new) }
             }))
     }
 }
+
+/// How long a client keeps a stream it reset (a cancelled call). h2
+/// forgets such streams after this much *real* time (`std::time::Instant`),
+/// and forgetting one reorders its stream store, which is the order a
+/// connection error wakes the calls still open. Under paused tokio time
+/// (the simulator) that made the order of Failed events at a runtime kill
+/// depend on how loaded the machine was. A day keeps them until the count
+/// limit (`max_concurrent_reset_streams`, counted, so deterministic) or the
+/// connection's end evicts them; a reset stream costs a few hundred bytes.
+const KEEP_RESET_STREAMS: Duration = Duration::from_secs(86_400);
 
 /// Kills every connection of one serving.
 #[derive(Default)]
