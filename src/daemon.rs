@@ -15,6 +15,7 @@
 //! start, the socket taken) ends the process with the exit code of
 //! [`AppError`], for the service manager to restart it.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -28,7 +29,7 @@ use tracing::{info, warn};
 
 use crate::api::ImagedService;
 use crate::api::server::ApiSocket;
-use crate::config::{Config, Sources};
+use crate::config::{Config, Loaded, Sources, changed_keys};
 use crate::error::AppError;
 use crate::http::Health;
 use crate::metrics::Metrics;
@@ -54,7 +55,9 @@ pub fn abort_on_panic() {
 ///
 /// The start and stop order below is the one docs/daemon.md ("Inside") and
 /// actors.md ("The daemon") describe: keep them in step.
-pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Result<(), AppError> {
+pub async fn run(loaded: Loaded, sources: Sources, log: Option<LogReload>) -> Result<(), AppError> {
+    let running = loaded.effective.values();
+    let cfg = loaded.config;
     abort_on_panic();
     raise_fd_limit();
     let mut signals = Signals::install()?;
@@ -107,7 +110,8 @@ pub async fn run(cfg: Config, sources: Sources, log: Option<LogReload>) -> Resul
     });
     tokio::pin!(server);
 
-    let why = serve_until_stop_signal(server.as_mut(), &mut signals, &node, &sources, log.as_ref()).await?;
+    let mut reload = Reload { filter: node.config().log.filter.clone(), sources: sources.clone(), running };
+    let why = serve_until_stop_signal(server.as_mut(), &mut signals, &node, &mut reload, log.as_ref()).await?;
     info!(signal = why, grace = ?daemon.shutdown_grace, "shutting down: no new requests; waiting for pulls in flight");
     node.stop_accepting();
     health.set_not_ready("shutting down");
@@ -305,10 +309,9 @@ async fn serve_until_stop_signal(
     mut server: Pin<&mut impl Future<Output = Result<(), AppError>>>,
     signals: &mut Signals,
     node: &Node,
-    sources: &Sources,
+    reload: &mut Reload,
     log: Option<&LogReload>,
 ) -> Result<&'static str, AppError> {
-    let mut filter = node.config().log.filter.clone();
     loop {
         tokio::select! {
             r = &mut server => {
@@ -317,7 +320,7 @@ async fn serve_until_stop_signal(
             }
             _ = signals.term.recv() => return Ok("SIGTERM"),
             _ = tokio::signal::ctrl_c() => return Ok("SIGINT"),
-            _ = signals.hup.recv() => reload(node, sources, &mut filter, log),
+            _ = signals.hup.recv() => reload.apply(node, log),
         }
     }
 }
@@ -406,35 +409,60 @@ fn watch_actors(node: &Node, health: &Health) -> Vec<tokio::task::JoinHandle<()>
     vec![watch_runtime(probed, health.clone(), RUNTIME_PROBE_PERIOD), health.watch_all(ACTOR_CHECK_PERIOD, actors)]
 }
 
-/// SIGHUP: reloads what is safe to change live; names the rest. `filter`:
-/// the log filter in force (the process's; the node keeps the rest).
-fn reload(node: &Node, sources: &Sources, filter: &mut String, log: Option<&LogReload>) {
-    let sources = Sources { env: Some(std::env::vars().collect()), ..sources.clone() };
-    let new = match Config::load_full(&sources) {
-        Ok(loaded) => {
-            loaded.warn();
-            loaded.config
+/// What a SIGHUP compares a new configuration with.
+struct Reload {
+    /// Where the configuration comes from (the environment is read again).
+    sources: Sources,
+    /// The log filter in force (the process's; the node keeps the rest).
+    filter: String,
+    /// Every key's value as it runs: those loaded at start, with the live
+    /// keys each reload applied.
+    running: BTreeMap<String, toml::Value>,
+}
+
+impl Reload {
+    /// SIGHUP: reloads what is safe to change live; names the changed keys
+    /// that keep their value until a restart.
+    fn apply(&mut self, node: &Node, log: Option<&LogReload>) {
+        let sources = Sources { env: Some(std::env::vars().collect()), ..self.sources.clone() };
+        let (new, values) = match Config::load_full(&sources) {
+            Ok(loaded) => {
+                loaded.warn();
+                let values = loaded.effective.values();
+                (loaded.config, values)
+            }
+            Err(e) => {
+                warn!(error = %e, "SIGHUP: configuration not reloaded; keeping the running one");
+                return;
+            }
+        };
+        let mut applied = Vec::new();
+        if new.log.filter != self.filter {
+            match log.map(|l| l.set_filter(&new.log.filter)) {
+                Some(Ok(true)) => applied.push("log.filter"),
+                Some(Ok(false)) => warn!("SIGHUP: log.filter not applied: RUST_LOG is set and takes precedence"),
+                Some(Err(e)) => warn!(error = %e, "SIGHUP: log.filter not applied"),
+                None => {}
+            }
+            // Asked for once: a later SIGHUP with the same filter says nothing.
+            self.filter.clone_from(&new.log.filter);
         }
-        Err(e) => {
-            warn!(error = %e, "SIGHUP: configuration not reloaded; keeping the running one");
-            return;
+        let r = node.reload(&new);
+        applied.extend(r.applied.iter().copied());
+        info!(applied = ?applied, "SIGHUP: configuration reloaded");
+        let changed = changed_keys(&self.running, &values);
+        let restart = r.restart_keys(&changed);
+        for key in changed.iter().filter(|k| !restart.contains(k)) {
+            match values.get(key) {
+                Some(v) => self.running.insert(key.clone(), v.clone()),
+                None => self.running.remove(key),
+            };
         }
-    };
-    let mut applied = Vec::new();
-    if new.log.filter != *filter {
-        match log.map(|l| l.set_filter(&new.log.filter)) {
-            Some(Ok(true)) => applied.push("log.filter"),
-            Some(Ok(false)) => warn!("SIGHUP: log.filter not applied: RUST_LOG is set and takes precedence"),
-            Some(Err(e)) => warn!(error = %e, "SIGHUP: log.filter not applied"),
-            None => {}
+        if !restart.is_empty() {
+            warn!(keys = ?restart, "SIGHUP: these changed settings take effect only after a restart");
+        } else if !r.needs_restart.is_empty() {
+            // A difference no key shows (a configuration the embedder built).
+            warn!(keys = ?r.needs_restart, "SIGHUP: these changed settings take effect only after a restart");
         }
-        // Asked for once: a later SIGHUP with the same filter says nothing.
-        filter.clone_from(&new.log.filter);
-    }
-    let r = node.reload(&new);
-    applied.extend(r.applied);
-    info!(applied = ?applied, "SIGHUP: configuration reloaded");
-    if !r.needs_restart.is_empty() {
-        warn!(keys = ?r.needs_restart, "SIGHUP: these changed settings take effect only after a restart");
     }
 }

@@ -660,11 +660,13 @@ fn sighup_shows_the_new_gc_thresholds_in_config_info() {
     let after = config_info();
     assert!(after.contains("image_gc_high_threshold_percent=\"70\""), "{after}");
     assert!(after.contains("image_gc_low_threshold_percent=\"60\""), "{after}");
-    // A reload of the throttle alone shows in it too.
+    assert!(!d.log().contains("only after a restart"), "{}", d.log());
+    // A reload of the throttle alone shows in it too; the queue's capacity
+    // beside it is named, key by key, as waiting for a restart.
     std::fs::write(
         &cfg,
         "[gc]\nimage_gc_high_threshold_percent = 70\nimage_gc_low_threshold_percent = 60\n\
-         [pull]\nregistry_pull_qps = 7\nregistry_burst = 3\n",
+         [pull]\nregistry_pull_qps = 7\nregistry_burst = 3\nqueue_capacity = 4\n",
     )
     .expect("write");
     d.signal(Signal::SIGHUP);
@@ -672,6 +674,18 @@ fn sighup_shows_the_new_gc_thresholds_in_config_info() {
     let throttled = config_info();
     assert!(throttled.contains("registry_pull_qps=\"7\""), "{throttled}");
     assert!(throttled.contains("registry_burst=\"3\""), "{throttled}");
+    d.wait_for_log("only after a restart", Duration::from_secs(10), "no restart warning");
+    let warned =
+        |log: &str| log.lines().filter(|l| l.contains("only after a restart")).map(str::to_string).collect::<Vec<_>>();
+    let lines = warned(&d.log());
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains(r#"keys=["pull.queue_capacity"]"#), "{lines:?}");
+    // Still waiting at the next SIGHUP; what was applied is not named again.
+    d.signal(Signal::SIGHUP);
+    d.wait_for_log_count("SIGHUP: configuration reloaded", 3, Duration::from_secs(10), "no third reload");
+    d.wait_for_log_count("only after a restart", 2, Duration::from_secs(10), "no second restart warning");
+    let lines = warned(&d.log());
+    assert!(lines[1].contains(r#"keys=["pull.queue_capacity"]"#), "{lines:?}");
     d.signal(Signal::SIGTERM);
     assert_eq!(d.wait_exit(Duration::from_secs(20)), Some(0), "{}", d.log());
 }

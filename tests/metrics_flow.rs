@@ -329,6 +329,77 @@ async fn a_reload_applies_the_live_parts_and_names_the_rest() {
 }
 
 #[actix::test]
+async fn every_key_the_reload_calls_live_is_applied_and_the_others_are_named() {
+    // Each key of LIVE_KEYS, changed alone (with what it needs), is applied
+    // by Node::reload with nothing left for a restart; keys outside it are
+    // named, key by key, as the daemon's SIGHUP log names them.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = format!("runtime.embedded_socket={}", dir.path().join("cri.sock").display());
+    // Started with a prefetch list, so the list and its refresh are live.
+    let base: Vec<String> = vec![socket, r#"prefetch.images=["busybox:1.36"]"#.into()];
+    let load = |more: &[&str]| {
+        let mut overrides = base.clone();
+        overrides.extend(more.iter().map(|s| s.to_string()));
+        Config::load_full(&imaged::config::Sources { overrides, ..Default::default() }).expect("a valid change")
+    };
+    let start = load(&[]);
+    let node = imaged::node::Node::start(start.config.clone()).await.expect("node starts");
+    let live: &[&[&str]] = &[
+        &["gc.image_gc_high_threshold_percent=90"],
+        &["gc.image_gc_low_threshold_percent=70"],
+        &["gc.image_minimum_gc_age=3m"],
+        &["gc.image_maximum_gc_age=48h"],
+        &[r#"gc.pinned_images=["registry.k8s.io/*"]"#],
+        &["gc.keep_newest_tags_per_repo=2"],
+        &["pull.registry_pull_qps=7.0"],
+        &["pull.registry_burst=3"],
+        &["pull.throttle_mode=wait"],
+        &[r#"pull.registries=[{registry="docker.io", qps=0.5, burst=4, max_parallel=1}]"#],
+        &["pull.serialize_image_pulls=false", "pull.max_parallel_pulls_per_registry=2"],
+        &["pull.serialize_image_pulls=false"],
+        &["pull.serialize_image_pulls=false", "pull.max_parallel_image_pulls=3"],
+        &["pull.pull_deadline=5m"],
+        &["pull.transient_retries=2"],
+        &["pull.transient_retries=2", "pull.transient_retry_delay=2s"],
+        &["pull.slow_pull_warning=2m"],
+        &["pull.stall_warning=2m"],
+        &["pull.stall_timeout=5m"],
+        &["pull.min_download_rate=100Ki"],
+        &["backoff.initial=5s"],
+        &["backoff.max=60s"],
+        &["prefetch.keep=false"],
+        &[r#"prefetch.images=["busybox:1.36", "redis:7"]"#],
+        &["prefetch.refresh=30m"],
+    ];
+    let mut covered = std::collections::BTreeSet::new();
+    for change in live {
+        let new = load(change);
+        let changed = imaged::config::changed_keys(&start.effective.values(), &new.effective.values());
+        assert_eq!(changed.len(), change.len(), "{change:?} changes {changed:?}");
+        let r = node.reload(&new.config);
+        assert!(!r.applied.is_empty() && r.needs_restart.is_empty(), "{change:?}: {r:?}");
+        assert_eq!(r.restart_keys(&changed), Vec::<String>::new(), "{change:?}");
+        assert_eq!(node.settings_in_force(), new.config, "{change:?} is in force");
+        // Back to the start, live too.
+        let back = node.reload(&start.config);
+        assert!(back.needs_restart.is_empty(), "{change:?} undone: {back:?}");
+        covered.extend(changed);
+    }
+    // Every live key is checked here but the daemon's own log.filter.
+    let listed: std::collections::BTreeSet<String> =
+        imaged::node::LIVE_KEYS.iter().filter(|k| **k != "log.filter").map(|k| k.to_string()).collect();
+    assert_eq!(covered, listed);
+
+    // Keys outside it are named one by one, live ones left out.
+    let new =
+        load(&["pull.queue_capacity=4", "pull.registry_pull_qps=9.0", "daemon.event_buffer=64", "gc.gc_period=1m"]);
+    let changed = imaged::config::changed_keys(&start.effective.values(), &new.effective.values());
+    let r = node.reload(&new.config);
+    assert_eq!(r.restart_keys(&changed), ["daemon.event_buffer", "gc.gc_period", "pull.queue_capacity"]);
+    assert_eq!(node.settings_in_force().pull.qps, 9.0, "the live key among them is applied");
+}
+
+#[actix::test]
 async fn a_failed_pull_counts_once_however_many_wait_on_it() {
     let st = stack(parallel()).await;
     // The image is in no registry: the pull fails (not found) after 200 ms,

@@ -103,11 +103,11 @@ fn run(cli: Cli) -> Result<(), AppError> {
     let loaded = Config::load_full(&sources)?;
     let log = imaged::telemetry::init(&loaded.config.log).map_err(AppError::Other)?;
     loaded.warn();
-    let cfg: Config = loaded.config;
+    let cfg: Config = loaded.config.clone();
     match cli.command {
         Command::Run => {
             cfg.check_on_host()?;
-            actix::System::new().block_on(imaged::daemon::run(cfg, sources, Some(log)))
+            actix::System::new().block_on(imaged::daemon::run(loaded, sources, Some(log)))
         }
         Command::CheckConfig { show_origin } => {
             cfg.check_on_host()?;

@@ -3,7 +3,7 @@
 //! the same [`Config`](super::Config), and where each value came from
 //! (`--show-origin`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -108,6 +108,15 @@ impl Effective {
         }
     }
 
+    /// Every key's effective value by its dotted name
+    /// (`runtime.deadlines.version`); a list of tables is one value under
+    /// its own key (`pull.registries`), as a file sets it.
+    pub fn values(&self) -> BTreeMap<String, toml::Value> {
+        let mut out = BTreeMap::new();
+        leaves(&self.table, "", &mut out);
+        out
+    }
+
     /// The configuration as TOML that `--config` accepts; with
     /// `show_origin`, each key is followed by a comment naming its origin
     /// (`# default`, `# file /etc/imaged/imaged.toml`, …).
@@ -151,6 +160,27 @@ impl Effective {
                         self.write_table(out, inner, &key, false);
                     }
                 }
+            }
+        }
+    }
+}
+
+/// The dotted keys whose values differ between `old` and `new` (set in
+/// one only included), in order.
+pub fn changed_keys(old: &BTreeMap<String, toml::Value>, new: &BTreeMap<String, toml::Value>) -> Vec<String> {
+    let mut keys: Vec<String> = old.iter().filter(|(k, v)| new.get(*k) != Some(*v)).map(|(k, _)| k.clone()).collect();
+    keys.extend(new.keys().filter(|k| !old.contains_key(*k)).cloned());
+    keys.sort();
+    keys
+}
+
+fn leaves(table: &toml::Table, prefix: &str, out: &mut BTreeMap<String, toml::Value>) {
+    for (name, value) in table {
+        let key = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
+        match value {
+            toml::Value::Table(inner) => leaves(inner, &key, out),
+            _ => {
+                out.insert(key, value.clone());
             }
         }
     }

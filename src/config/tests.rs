@@ -1191,3 +1191,31 @@ fn keys_set_through_a_table_value_in_the_environment_name_the_variable() {
     assert_eq!(e.origin("runtime.deadlines.version"), var);
     assert_eq!(e.origin("runtime.deadlines.image_status"), Origin::Default, "a key the table did not set");
 }
+
+#[test]
+fn the_effective_values_name_every_leaf_and_a_change_names_its_keys() {
+    let load = |overrides: &[&str]| {
+        let sources = Sources { overrides: overrides.iter().map(|s| s.to_string()).collect(), ..Default::default() };
+        Config::load_full(&sources).expect("loads").effective.values()
+    };
+    let before = load(&[]);
+    // Inner tables by their dotted path; a list of tables is one value.
+    assert_eq!(before.get("runtime.deadlines.version"), Some(&toml::Value::String("2m".into())));
+    assert_eq!(before.get("gc.image_gc_high_threshold_percent"), Some(&toml::Value::Integer(85)));
+    assert!(before.contains_key("cri_server.priority"), "{:?}", before.keys().collect::<Vec<_>>());
+    assert!(!before.keys().any(|k| k.starts_with("cri_server.priority.")), "the list is one value");
+    assert!(!before.contains_key("runtime.deadlines"), "a table is not a value of its own");
+    assert_eq!(changed_keys(&before, &before), Vec::<String>::new());
+    let after = load(&[
+        "runtime.deadlines.version=1m",
+        "pull.queue_capacity=4",
+        "pull.serialize_image_pulls=false",
+        "cri_server.priority=[]",
+    ]);
+    // Set in one only (serialize_image_pulls is unset by default) counts.
+    assert_eq!(
+        changed_keys(&before, &after),
+        ["cri_server.priority", "pull.queue_capacity", "pull.serialize_image_pulls", "runtime.deadlines.version"]
+    );
+    assert_eq!(changed_keys(&after, &before), changed_keys(&before, &after));
+}

@@ -23,7 +23,7 @@ pub mod prefetch_ticker;
 mod reload;
 mod wiring;
 
-pub use reload::Reloaded;
+pub use reload::{LIVE_KEYS, Reloaded};
 pub(crate) use wiring::open_store;
 pub use wiring::{GcParts, GcService, recover_intents_from_runtime};
 

@@ -16,6 +16,63 @@ pub struct Reloaded {
     pub needs_restart: Vec<&'static str>,
 }
 
+/// What [`Reloaded::needs_restart`] names when a prefetch list is added to
+/// a node that started without one.
+const PREFETCH_NEEDS_RESTART: &str = "prefetch (images, refresh: imaged started with no list)";
+
+/// The keys of `config/default.toml` that [`Node::reload`] applies live
+/// (`prefetch.images` and `.refresh` only on a node started with a list),
+/// and `log.filter`, which the daemon applies. A changed key not here keeps
+/// its value until a restart.
+pub const LIVE_KEYS: &[&str] = &[
+    "gc.image_gc_high_threshold_percent",
+    "gc.image_gc_low_threshold_percent",
+    "gc.image_minimum_gc_age",
+    "gc.image_maximum_gc_age",
+    "gc.pinned_images",
+    "gc.keep_newest_tags_per_repo",
+    "pull.registry_pull_qps",
+    "pull.registry_burst",
+    "pull.throttle_mode",
+    "pull.registries",
+    "pull.max_parallel_pulls_per_registry",
+    "pull.serialize_image_pulls",
+    "pull.max_parallel_image_pulls",
+    "pull.pull_deadline",
+    "pull.transient_retries",
+    "pull.transient_retry_delay",
+    "pull.slow_pull_warning",
+    "pull.stall_warning",
+    "pull.stall_timeout",
+    "pull.min_download_rate",
+    "backoff.initial",
+    "backoff.max",
+    // Its images are pinned through gc.pinned_images, live.
+    "prefetch.keep",
+    "prefetch.images",
+    "prefetch.refresh",
+    "log.filter",
+];
+
+impl Reloaded {
+    /// Of the configuration keys that changed (dotted, as
+    /// [`crate::config::changed_keys`] gives them), those that keep their
+    /// old value until a restart, for an operator's log: every key but the
+    /// [`LIVE_KEYS`] this reload applied.
+    pub fn restart_keys(&self, changed: &[String]) -> Vec<String> {
+        let prefetch_live = !self.needs_restart.contains(&PREFETCH_NEEDS_RESTART);
+        changed
+            .iter()
+            .filter(|k| {
+                let live = LIVE_KEYS.contains(&k.as_str());
+                let list = matches!(k.as_str(), "prefetch.images" | "prefetch.refresh");
+                !live || (list && !prefetch_live)
+            })
+            .cloned()
+            .collect()
+    }
+}
+
 impl Node {
     /// Applies what may change live in `new` — the GC policy, the registry
     /// pull throttle (the node's and each registry's rate), the limits on
@@ -23,7 +80,8 @@ impl Node {
     /// the pull deadline and transient retries
     /// (for pulls that start from then on), the slow-pull and stall checks
     /// (their times and floor), the prefetch
-    /// list (when the node started with one) and the back-off delays — and
+    /// list (when the node started with one), `prefetch.keep` (its pins are
+    /// in `gc.pinned_images`) and the back-off delays — and
     /// names the other changed sections, which keep their values until a
     /// restart. The log filter is the caller's (it belongs to the process,
     /// not the node). `imaged_config_info` follows whatever was applied.
@@ -77,6 +135,11 @@ impl Node {
         {
             r.applied.push("prefetch (images, refresh)");
         }
+        if new.prefetch.keep != was.prefetch.keep {
+            // It acts through gc.pinned_images, applied above.
+            self.in_force().prefetch.keep = new.prefetch.keep;
+            r.applied.push("prefetch (keep)");
+        }
         if new.backoff.delays != was.backoff.delays {
             self.update_backoff_delays(new.backoff.delays);
             r.applied.push("backoff (initial, max)");
@@ -102,7 +165,7 @@ impl Node {
             ("log.format", new.log.format != now.log.format),
             // The list's pins are in gc.pinned_images (applied above); the
             // list itself, above, when the node started with one.
-            ("prefetch (images, refresh: imaged started with no list)", prefetch(new) != prefetch(&now)),
+            (PREFETCH_NEEDS_RESTART, prefetch(new) != prefetch(&now)),
         ] {
             if changed {
                 r.needs_restart.push(name);
@@ -113,5 +176,29 @@ impl Node {
             self.cfg.pull.metrics.set_config_info(&self.info_labels());
         }
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(k: &[&str]) -> Vec<String> {
+        k.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn the_restart_keys_are_the_changed_ones_a_reload_does_not_apply() {
+        let changed = keys(&["gc.gc_period", "gc.image_gc_high_threshold_percent", "log.filter", "prefetch.images"]);
+        let applied = Reloaded {
+            applied: vec!["gc (thresholds, ages, pinned_images, keep_newest_tags_per_repo)"],
+            needs_restart: vec!["gc"],
+        };
+        assert_eq!(applied.restart_keys(&changed), ["gc.gc_period"]);
+        // A list added to a node started without one waits for a restart.
+        let no_list = Reloaded { applied: Vec::new(), needs_restart: vec![PREFETCH_NEEDS_RESTART] };
+        assert_eq!(no_list.restart_keys(&changed), ["gc.gc_period", "prefetch.images"]);
+        assert_eq!(no_list.restart_keys(&keys(&["prefetch.keep"])), Vec::<String>::new(), "its pins are live");
+        assert_eq!(applied.restart_keys(&[]), Vec::<String>::new());
     }
 }

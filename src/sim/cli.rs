@@ -156,8 +156,7 @@ fn hashes(args: &SimulateArgs) -> Result<(), AppError> {
         Some(n) => (args.first, n),
         None => (args.seed.unwrap_or(1), 1),
     };
-    let keep: Option<BTreeSet<usize>> = args.keep.as_ref().map(|k| k.iter().copied().collect());
-    let opts = Options { steps: args.steps, keep, shape: args.shape.shape(), ..Options::default() };
+    let opts = Options { full_trace: false, ..options(args) };
     let (rx, workers) = start(args, &opts, first, n)?;
     for o in rx {
         out!("seed {} trace {:016x}", o.seed, o.trace_hash);
@@ -273,9 +272,19 @@ fn mismatches(here: &Hashes, there: &Hashes) -> Vec<Mismatch> {
         .collect()
 }
 
+/// The run options the arguments ask for: steps, `--keep`, `--trace`, shape.
+fn options(args: &SimulateArgs) -> Options {
+    Options {
+        steps: args.steps,
+        keep: args.keep.as_ref().map(|k| k.iter().copied().collect()),
+        full_trace: args.trace,
+        shape: args.shape.shape(),
+    }
+}
+
 fn one(args: &SimulateArgs, seed: u64) -> Ran {
-    let keep: Option<BTreeSet<usize>> = args.keep.as_ref().map(|k| k.iter().copied().collect());
-    let opts = Options { steps: args.steps, keep: keep.clone(), full_trace: args.trace, shape: args.shape.shape() };
+    let opts = options(args);
+    let keep = opts.keep.clone();
     let started = Instant::now();
     let o = run(seed, &opts);
     let here = Hashes::from([(seed, o.trace_hash)]);

@@ -6,6 +6,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use imaged::api::{ImagedClient, proto};
+use imaged::domain::reference::same_image;
 use imaged::error::AppError;
 use tonic::transport::Channel;
 
@@ -122,13 +123,13 @@ impl EventFilter {
             Some(proto::event::Kind::ImageEvent(ie)) => {
                 self.pod.as_ref().is_none_or(|(ns, name)| ie.namespace == *ns && ie.pod_name == *name)
                     && self.pod_uid.as_ref().is_none_or(|uid| ie.pod_uid == *uid)
-                    && self.image.as_ref().is_none_or(|i| crate::ensure::same_image(&ie.image, i))
+                    && self.image.as_ref().is_none_or(|i| same_image(&ie.image, i))
             }
             Some(proto::event::Kind::PullPhase(p)) => {
                 let pod = p.pod.as_ref();
                 self.pod.as_ref().is_none_or(|(ns, name)| pod.is_some_and(|r| r.namespace == *ns && r.name == *name))
                     && self.pod_uid.as_ref().is_none_or(|uid| pod.is_some_and(|r| r.uid == *uid))
-                    && self.image.as_ref().is_none_or(|i| crate::ensure::same_image(&p.image, i))
+                    && self.image.as_ref().is_none_or(|i| same_image(&p.image, i))
             }
             Some(proto::event::Kind::Lagged(_)) => true,
             None => false,

@@ -502,6 +502,7 @@ fn one_image_under_its_familiar_and_full_names_is_the_same_image() {
         ("nginx:1.27", "nginx:1.28"),
         ("nginx", "quay.io/library/nginx"),
         ("Bad Name", "bad name"),
+        ("Bad Name", "busybox"),
         ("busybox@sha256:0000000000000000000000000000000000000000000000000000000000000000", "busybox"),
     ] {
         assert!(!same_image(a, b), "{a} != {b}");
