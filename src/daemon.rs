@@ -110,7 +110,8 @@ pub async fn run(loaded: Loaded, sources: Sources, log: Option<LogReload>) -> Re
     });
     tokio::pin!(server);
 
-    let mut reload = Reload { filter: node.config().log.filter.clone(), sources: sources.clone(), running };
+    let mut reload =
+        Reload { filter: node.config().log.filter.clone(), sources: sources.clone(), running, health: health.clone() };
     let why = serve_until_stop_signal(server.as_mut(), &mut signals, &node, &mut reload, log.as_ref()).await?;
     info!(signal = why, grace = ?daemon.shutdown_grace, "shutting down: no new requests; waiting for pulls in flight");
     node.stop_accepting();
@@ -418,6 +419,8 @@ struct Reload {
     /// Every key's value as it runs: those loaded at start, with the live
     /// keys each reload applied.
     running: BTreeMap<String, toml::Value>,
+    /// Where the keys waiting for a restart are shown (`imagectl status`).
+    health: Health,
 }
 
 impl Reload {
@@ -458,11 +461,14 @@ impl Reload {
                 None => self.running.remove(key),
             };
         }
-        if !restart.is_empty() {
-            warn!(keys = ?restart, "SIGHUP: these changed settings take effect only after a restart");
-        } else if !r.needs_restart.is_empty() {
-            // A difference no key shows (a configuration the embedder built).
-            warn!(keys = ?r.needs_restart, "SIGHUP: these changed settings take effect only after a restart");
+        // A difference no key shows (a configuration built in code) is
+        // named by its section.
+        let pending =
+            if restart.is_empty() { r.needs_restart.iter().map(|s| (*s).to_string()).collect() } else { restart };
+        if !pending.is_empty() {
+            warn!(keys = ?pending, "SIGHUP: these changed settings take effect only after a restart");
         }
+        node.config().pull.metrics.set_restart_pending(pending.len());
+        self.health.set_restart_pending(pending);
     }
 }

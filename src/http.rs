@@ -40,6 +40,9 @@ struct HealthState {
     /// Dependencies that cannot be reached (the CRI runtime): name → reason.
     /// Not ready while any is listed; liveness is unaffected.
     unreachable: BTreeMap<String, String>,
+    /// Configuration keys a SIGHUP read that keep their old value until a
+    /// restart (neither liveness nor readiness: the daemon runs as before).
+    restart_pending: Vec<String>,
 }
 
 /// Liveness and readiness, shared by the daemon, its supervisor and the
@@ -73,6 +76,7 @@ impl Health {
                 not_ready_reason: "starting: the runtime has not answered Version yet".into(),
                 failed: BTreeMap::new(),
                 unreachable: BTreeMap::new(),
+                restart_pending: Vec::new(),
             })),
         }
     }
@@ -126,6 +130,17 @@ impl Health {
         if self.lock().unreachable.remove(dependency).is_some() {
             tracing::info!(dependency, "dependency reachable again");
         }
+    }
+
+    /// The changed configuration keys that wait for a restart (a SIGHUP's
+    /// finding, replacing the last one's; empty: none).
+    pub fn set_restart_pending(&self, keys: Vec<String>) {
+        self.lock().restart_pending = keys;
+    }
+
+    /// What [`set_restart_pending`](Self::set_restart_pending) last said.
+    pub fn restart_pending(&self) -> Vec<String> {
+        self.lock().restart_pending.clone()
     }
 
     /// True while no component has failed.

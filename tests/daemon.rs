@@ -686,6 +686,25 @@ fn sighup_shows_the_new_gc_thresholds_in_config_info() {
     d.wait_for_log_count("only after a restart", 2, Duration::from_secs(10), "no second restart warning");
     let lines = warned(&d.log());
     assert!(lines[1].contains(r#"keys=["pull.queue_capacity"]"#), "{lines:?}");
+    // imagectl status and the metric say so until the key is set back.
+    let status = d.imagectl(&["status"]);
+    assert!(stdout(&status).contains("restart: needed to apply pull.queue_capacity"), "{}", stdout(&status));
+    let metric =
+        |text: &str| text.lines().find(|l| l.starts_with("imaged_config_restart_pending ")).map(str::to_string);
+    let scrape = || rt().block_on(async { reqwest::get(&url).await.expect("metrics").text().await.expect("body") });
+    assert_eq!(metric(&scrape()).as_deref(), Some("imaged_config_restart_pending 1"));
+    std::fs::write(
+        &cfg,
+        "[gc]\nimage_gc_high_threshold_percent = 70\nimage_gc_low_threshold_percent = 60\n\
+         [pull]\nregistry_pull_qps = 7\nregistry_burst = 3\n",
+    )
+    .expect("write");
+    d.signal(Signal::SIGHUP);
+    d.wait_for_log_count("SIGHUP: configuration reloaded", 4, Duration::from_secs(10), "no fourth reload");
+    assert_eq!(warned(&d.log()).len(), 2, "set back: nothing waits");
+    assert_eq!(metric(&scrape()).as_deref(), Some("imaged_config_restart_pending 0"));
+    let status = d.imagectl(&["status"]);
+    assert!(!stdout(&status).contains("restart:"), "{}", stdout(&status));
     d.signal(Signal::SIGTERM);
     assert_eq!(d.wait_exit(Duration::from_secs(20)), Some(0), "{}", d.log());
 }

@@ -417,7 +417,12 @@ pub(super) fn daemon_health(health: &crate::http::Health) -> proto::DaemonHealth
         Verdict::Ok => Vec::new(),
         Verdict::Failing(lines) => lines,
     };
-    proto::DaemonHealth { alive: health.is_alive(), ready: reasons.is_empty(), reasons }
+    proto::DaemonHealth {
+        alive: health.is_alive(),
+        ready: reasons.is_empty(),
+        reasons,
+        restart_pending: health.restart_pending(),
+    }
 }
 
 #[cfg(test)]
@@ -628,16 +633,28 @@ mod tests {
         use crate::http::Health;
         let h = Health::new();
         h.set_ready();
-        assert_eq!(daemon_health(&h), proto::DaemonHealth { alive: true, ready: true, reasons: vec![] });
+        assert_eq!(
+            daemon_health(&h),
+            proto::DaemonHealth { alive: true, ready: true, reasons: vec![], restart_pending: vec![] }
+        );
         h.unreachable("cri_runtime", "unreachable: connection refused");
         assert_eq!(
             daemon_health(&h),
             proto::DaemonHealth {
                 alive: true,
                 ready: false,
-                reasons: vec!["cri_runtime: unreachable: connection refused".into()]
+                reasons: vec!["cri_runtime: unreachable: connection refused".into()],
+                restart_pending: vec![],
             }
         );
+        // Keys waiting for a restart are shown, and neither fail nor unready it.
+        h.set_restart_pending(vec!["pull.queue_capacity".into()]);
+        assert_eq!(daemon_health(&h).restart_pending, ["pull.queue_capacity"]);
+        h.reachable("cri_runtime");
+        assert!(daemon_health(&h).ready);
+        h.set_restart_pending(Vec::new());
+        assert_eq!(daemon_health(&h).restart_pending, Vec::<String>::new());
+        h.unreachable("cri_runtime", "unreachable: connection refused");
         h.component_failed("pull_queue", "stopped");
         let d = daemon_health(&h);
         assert!(!d.alive && !d.ready, "{d:?}");

@@ -379,6 +379,7 @@ impl StoreFamilies {
 /// `build_info` (set here, once) and `config_info` (set by the daemon).
 pub(super) struct InfoFamilies {
     pub(super) config: Family<Vec<(&'static str, String)>, Gauge>,
+    pub(super) restart_pending: Gauge,
 }
 
 impl InfoFamilies {
@@ -388,6 +389,12 @@ impl InfoFamilies {
         build_info.get_or_create(&[("version", env!("CARGO_PKG_VERSION").to_string())]).set(1);
         let config = Family::<Vec<(&'static str, String)>, Gauge>::default();
         r.register("config_info", "Key settings of the running configuration (value 1)", config.clone());
-        Self { config }
+        let restart_pending = Gauge::default();
+        r.register(
+            "config_restart_pending",
+            "Changed configuration keys a SIGHUP read that take effect only after a restart (0 = none)",
+            restart_pending.clone(),
+        );
+        Self { config, restart_pending }
     }
 }

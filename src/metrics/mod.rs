@@ -351,4 +351,10 @@ impl Metrics {
         self.inner.info.config.clear();
         self.inner.info.config.get_or_create(&labels).set(1);
     }
+
+    /// How many changed configuration keys wait for a restart
+    /// (`imaged_config_restart_pending`), as the last SIGHUP found.
+    pub fn set_restart_pending(&self, keys: usize) {
+        self.inner.info.restart_pending.set(i64::try_from(keys).unwrap_or(i64::MAX));
+    }
 }

@@ -391,6 +391,9 @@ pub fn print_status(s: &proto::StatusResponse, f: Format, o: &mut impl Write) ->
             ),
         }
         .map_err(out)?;
+        if !h.restart_pending.is_empty() {
+            writeln!(o, "restart: needed to apply {}", h.restart_pending.join(", ")).map_err(out)?;
+        }
     }
     writeln!(
         o,
@@ -677,7 +680,12 @@ mod tests {
             table.lines().find(|l| l.starts_with("health:")).map(str::to_string)
         };
         let h = |alive: bool, ready: bool, reasons: &[&str]| {
-            Some(proto::DaemonHealth { alive, ready, reasons: reasons.iter().map(|r| (*r).to_string()).collect() })
+            Some(proto::DaemonHealth {
+                alive,
+                ready,
+                reasons: reasons.iter().map(|r| (*r).to_string()).collect(),
+                restart_pending: Vec::new(),
+            })
         };
         assert_eq!(with(h(true, true, &[])).as_deref(), Some("health:  ready"));
         assert_eq!(
@@ -693,6 +701,20 @@ mod tests {
             Some("health:  failing — pull_queue: stopped; cri_runtime: unreachable: x")
         );
         assert_eq!(with(None), None, "an older daemon, or one without health: no line");
+        // Keys that wait for a restart get a line of their own, only then.
+        let pending = proto::DaemonHealth {
+            alive: true,
+            ready: true,
+            restart_pending: vec!["daemon.event_buffer".into(), "pull.queue_capacity".into()],
+            ..Default::default()
+        };
+        let s = proto::StatusResponse { health: Some(pending), ..Default::default() };
+        let table = text(|o| print_status(&s, Format::Table, o));
+        let lines: Vec<&str> =
+            table.lines().filter(|l| l.starts_with("health:") || l.starts_with("restart:")).collect();
+        assert_eq!(lines, ["health:  ready", "restart: needed to apply daemon.event_buffer, pull.queue_capacity"]);
+        let s = proto::StatusResponse { health: h(true, true, &[]), ..Default::default() };
+        assert!(!text(|o| print_status(&s, Format::Table, o)).contains("restart:"));
     }
 
     #[test]
