@@ -343,6 +343,30 @@ async fn pulls_waiting_for_a_registrys_token_leave_queue_room_for_the_others() {
 }
 
 #[actix::test]
+async fn a_registry_rate_given_by_a_reload_gives_the_others_queue_room_too() {
+    let rt = runtime().await;
+    for i in 0..4 {
+        add(&rt, &format!("hub.example/h{i}:1"), 0);
+    }
+    add(&rt, "fast.example/f0:1", 0);
+    // Started with no rule: one queue of two for all registries.
+    let cfg =
+        PullQueueSettings { capacity: Some(2), throttle_mode: ThrottleMode::Wait, ..no_throttle(Concurrency::Serial) };
+    let q = queue(&rt, cfg).await;
+    let hub = RegistryRate { registry: "hub.example".into(), qps: 0.01, burst: 1 };
+    let reload = UpdatePullThrottle { qps: 0.0, burst: 0, mode: ThrottleMode::Wait, registries: vec![hub] };
+    q.send(reload).await.expect("updated");
+    pull(&q, "hub.example/h0:1".into()).await.expect("its token");
+    let _hub: Vec<PullTicket> = vec![
+        q.send(EnqueuePull(req("hub.example/h1:1"))).await.expect("admitted"),
+        q.send(EnqueuePull(req("hub.example/h2:1"))).await.expect("admitted"),
+    ];
+    assert_eq!(status(&q).await.queued, 2, "the hub's two fill its share");
+    let fast = tokio::time::timeout(Duration::from_secs(5), pull(&q, "fast.example/f0:1".into())).await;
+    assert!(matches!(fast, Ok(Ok(_))), "admitted and pulled beside them, as with the rule at start: {fast:?}");
+}
+
+#[actix::test]
 async fn in_fail_mode_a_registry_without_a_token_spends_none_of_the_nodes() {
     let rt = runtime().await;
     for i in 0..2 {

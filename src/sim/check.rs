@@ -1495,7 +1495,7 @@ impl Checker {
             // Limits may come and go with reloads: pulls admitted under a
             // registry's share of the queue stay when the shares go.
             let by_registry = self.facts.registry_limits.during(Duration::ZERO, self.now).any(|(l, _)| l.any())
-                || !self.facts.registry_token.now().is_zero();
+                || self.facts.registry_token.during(Duration::ZERO, self.now).any(|(t, _)| !t.is_zero());
             let per = if by_registry { REGISTRIES.len() } else { 1 };
             if q.queued > cap * per {
                 return Err(self.fail(

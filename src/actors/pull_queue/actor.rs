@@ -687,6 +687,8 @@ impl Handler<UpdatePullThrottle> for PullQueueActor {
         (self.cfg.qps, self.cfg.burst, self.cfg.throttle_mode) = (m.qps, m.burst, m.mode);
         let registries = m.registries.iter().filter(|r| r.qps > 0.0).count();
         self.cfg.registry_rates = m.registries;
+        // Any rule bounds each registry's waiting pulls, as at start.
+        self.queue.set_per_registry_capacity(!self.cfg.registry_rates.is_empty());
         tracing::info!(qps = m.qps, burst = m.burst, mode = ?m.mode, registries, "registry pull throttle replaced");
         // Pulls passed over for an old bucket's token may start now.
         self.pump(ctx);

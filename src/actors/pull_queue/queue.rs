@@ -264,6 +264,12 @@ impl<R, W> PullQueue<R, W> {
         self
     }
 
+    /// The same, on a running queue (a reload of the registries' rates):
+    /// pulls already admitted stay; admission follows the new counting.
+    pub fn set_per_registry_capacity(&mut self, on: bool) {
+        self.per_registry = on;
+    }
+
     /// Whether pulls are counted per registry: any registry has a limit,
     /// or [`with_per_registry_capacity`](Self::with_per_registry_capacity).
     fn by_registry(&self) -> bool {
