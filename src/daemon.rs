@@ -29,7 +29,7 @@ use tracing::{info, warn};
 
 use crate::api::ImagedService;
 use crate::api::server::ApiSocket;
-use crate::config::{Config, Loaded, Sources, changed_keys};
+use crate::config::{Config, Loaded, Sources, changed_keys, same_meaning};
 use crate::error::AppError;
 use crate::http::Health;
 use crate::metrics::Metrics;
@@ -454,7 +454,13 @@ impl Reload {
         applied.extend(r.applied.iter().copied());
         info!(applied = ?applied, "SIGHUP: configuration reloaded");
         let changed = changed_keys(&self.running, &values);
-        let restart = r.restart_keys(&changed);
+        // A key written otherwise with the same meaning ("300s" for "5m")
+        // changes nothing a restart would.
+        let restart: Vec<String> = r
+            .restart_keys(&changed)
+            .into_iter()
+            .filter(|k| !same_meaning(k, self.running.get(k), values.get(k)))
+            .collect();
         for key in changed.iter().filter(|k| !restart.contains(k)) {
             match values.get(key) {
                 Some(v) => self.running.insert(key.clone(), v.clone()),

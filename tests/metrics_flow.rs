@@ -396,6 +396,17 @@ async fn every_key_the_reload_calls_live_is_applied_and_the_others_are_named() {
     let changed = imaged::config::changed_keys(&start.effective.values(), &new.effective.values());
     let r = node.reload(&new.config);
     assert_eq!(r.restart_keys(&changed), ["daemon.event_buffer", "gc.gc_period", "pull.queue_capacity"]);
+    // And the node did leave them: its own comparison names their sections.
+    assert_eq!(
+        r.needs_restart,
+        ["gc (periods, sandbox_image, node_status_max_images, eviction_available)", "pull", "daemon"]
+    );
+    let in_force = node.settings_in_force();
+    assert_eq!(
+        (in_force.pull.capacity, in_force.daemon.event_buffer),
+        (start.config.pull.capacity, start.config.daemon.event_buffer)
+    );
+    assert_eq!(in_force.gc.gc_period, start.config.gc.gc_period);
     assert_eq!(node.settings_in_force().pull.qps, 9.0, "the live key among them is applied");
 }
 

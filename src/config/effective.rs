@@ -174,6 +174,29 @@ pub fn changed_keys(old: &BTreeMap<String, toml::Value>, new: &BTreeMap<String, 
     keys
 }
 
+/// Whether `a` and `b` (`None`: unset) give `key` the same meaning, as
+/// `"300s"` and `"5m"` do: each is set alone over the defaults and the
+/// configurations compared. A value refused alone (one checked against
+/// another key) counts as different.
+pub fn same_meaning(key: &str, a: Option<&toml::Value>, b: Option<&toml::Value>) -> bool {
+    let load = |v: Option<&toml::Value>| {
+        let mut table = toml::Table::new();
+        if let Some(v) = v {
+            let mut path: Vec<&str> = key.split('.').collect();
+            let last = path.pop().unwrap_or_default();
+            let mut inner = &mut table;
+            for name in path {
+                let entry = inner.entry(name).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+                let toml::Value::Table(t) = entry else { return None };
+                inner = t;
+            }
+            inner.insert(last.to_string(), v.clone());
+        }
+        super::Config::from_toml(&toml::to_string(&table).ok()?).ok()
+    };
+    matches!((load(a), load(b)), (Some(x), Some(y)) if x == y)
+}
+
 fn leaves(table: &toml::Table, prefix: &str, out: &mut BTreeMap<String, toml::Value>) {
     for (name, value) in table {
         let key = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };

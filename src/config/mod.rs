@@ -21,7 +21,7 @@ mod state;
 mod values;
 
 pub use daemon::{CriServerSettings, DaemonSettings, PRIORITY_NAMESPACE_PULL, PriorityRule};
-pub use effective::{Effective, Origin, changed_keys};
+pub use effective::{Effective, Origin, changed_keys, same_meaning};
 pub use gc::GcSettings;
 pub use prefetch::PrefetchSettings;
 pub use runtime::{LogFormat, LogSettings, RuntimeEndpoint};

@@ -1219,3 +1219,18 @@ fn the_effective_values_name_every_leaf_and_a_change_names_its_keys() {
     );
     assert_eq!(changed_keys(&after, &before), changed_keys(&before, &after));
 }
+
+#[test]
+fn a_value_written_otherwise_has_the_same_meaning_and_a_new_one_does_not() {
+    let s = |v: &str| toml::Value::String(v.into());
+    let i = toml::Value::Integer;
+    assert!(same_meaning("gc.gc_period", Some(&s("5m")), Some(&s("300s"))));
+    assert!(same_meaning("gc.gc_period", None, Some(&s("5m0s"))), "unset is the default");
+    assert!(same_meaning("runtime.deadlines.version", Some(&s("2m")), Some(&s("120s"))));
+    assert!(!same_meaning("gc.gc_period", Some(&s("5m")), Some(&s("6m"))));
+    assert!(!same_meaning("pull.queue_capacity", Some(&i(10)), Some(&i(4))));
+    assert!(!same_meaning("runtime.deadlines.version", None, Some(&s("1m"))));
+    // Refused alone (the low threshold must stay under the high one): different.
+    assert!(!same_meaning("gc.image_gc_low_threshold_percent", Some(&i(90)), Some(&i(90))));
+    assert!(!same_meaning("no.such_key", Some(&i(1)), Some(&i(1))));
+}
