@@ -317,13 +317,33 @@ async fn waiting_for_a_registrys_token_holds_up_no_other_registry() {
     tokio::time::timeout(Duration::from_secs(5), second).await.expect("started when its token came").expect("pulled");
 }
 
-#[actix::test]
-async fn pulls_waiting_for_a_registrys_token_leave_queue_room_for_the_others() {
+/// The hub's images and one of fast.example's.
+async fn hub_and_fast() -> Runtime {
     let rt = runtime().await;
     for i in 0..4 {
         add(&rt, &format!("hub.example/h{i}:1"), 0);
     }
     add(&rt, "fast.example/f0:1", 0);
+    rt
+}
+
+/// With the hub at one pull per 100 s and a queue of two: the hub's first
+/// pull takes its token, its next two fill its share, and a pull from
+/// another registry is still admitted and pulled beside them.
+async fn the_hubs_share_leaves_room_for_another_registry(q: &Addr<PullQueueActor>, why: &str) {
+    pull(q, "hub.example/h0:1".into()).await.expect("its token");
+    let _hub: Vec<PullTicket> = vec![
+        q.send(EnqueuePull(req("hub.example/h1:1"))).await.expect("admitted"),
+        q.send(EnqueuePull(req("hub.example/h2:1"))).await.expect("admitted"),
+    ];
+    assert_eq!(status(q).await.queued, 2, "the hub's two fill its share");
+    let fast = tokio::time::timeout(Duration::from_secs(5), pull(q, "fast.example/f0:1".into())).await;
+    assert!(matches!(fast, Ok(Ok(_))), "{why}: {fast:?}");
+}
+
+#[actix::test]
+async fn pulls_waiting_for_a_registrys_token_leave_queue_room_for_the_others() {
+    let rt = hub_and_fast().await;
     // A queue of two, the hub at one pull per 100 s.
     let cfg = PullQueueSettings {
         capacity: Some(2),
@@ -332,23 +352,12 @@ async fn pulls_waiting_for_a_registrys_token_leave_queue_room_for_the_others() {
         ..no_throttle(Concurrency::Serial)
     };
     let q = queue(&rt, cfg).await;
-    pull(&q, "hub.example/h0:1".into()).await.expect("its token");
-    let _hub: Vec<PullTicket> = vec![
-        q.send(EnqueuePull(req("hub.example/h1:1"))).await.expect("admitted"),
-        q.send(EnqueuePull(req("hub.example/h2:1"))).await.expect("admitted"),
-    ];
-    assert_eq!(status(&q).await.queued, 2, "the hub's two fill its share");
-    let fast = tokio::time::timeout(Duration::from_secs(5), pull(&q, "fast.example/f0:1".into())).await;
-    assert!(matches!(fast, Ok(Ok(_))), "admitted and pulled beside them: {fast:?}");
+    the_hubs_share_leaves_room_for_another_registry(&q, "admitted and pulled beside them").await;
 }
 
 #[actix::test]
 async fn a_registry_rate_given_by_a_reload_gives_the_others_queue_room_too() {
-    let rt = runtime().await;
-    for i in 0..4 {
-        add(&rt, &format!("hub.example/h{i}:1"), 0);
-    }
-    add(&rt, "fast.example/f0:1", 0);
+    let rt = hub_and_fast().await;
     // Started with no rule: one queue of two for all registries.
     let cfg =
         PullQueueSettings { capacity: Some(2), throttle_mode: ThrottleMode::Wait, ..no_throttle(Concurrency::Serial) };
@@ -356,14 +365,8 @@ async fn a_registry_rate_given_by_a_reload_gives_the_others_queue_room_too() {
     let hub = RegistryRate { registry: "hub.example".into(), qps: 0.01, burst: 1 };
     let reload = UpdatePullThrottle { qps: 0.0, burst: 0, mode: ThrottleMode::Wait, registries: vec![hub] };
     q.send(reload).await.expect("updated");
-    pull(&q, "hub.example/h0:1".into()).await.expect("its token");
-    let _hub: Vec<PullTicket> = vec![
-        q.send(EnqueuePull(req("hub.example/h1:1"))).await.expect("admitted"),
-        q.send(EnqueuePull(req("hub.example/h2:1"))).await.expect("admitted"),
-    ];
-    assert_eq!(status(&q).await.queued, 2, "the hub's two fill its share");
-    let fast = tokio::time::timeout(Duration::from_secs(5), pull(&q, "fast.example/f0:1".into())).await;
-    assert!(matches!(fast, Ok(Ok(_))), "admitted and pulled beside them, as with the rule at start: {fast:?}");
+    the_hubs_share_leaves_room_for_another_registry(&q, "admitted and pulled beside them, as with the rule at start")
+        .await;
 }
 
 #[actix::test]

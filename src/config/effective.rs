@@ -113,7 +113,9 @@ impl Effective {
     /// its own key (`pull.registries`), as a file sets it.
     pub fn values(&self) -> BTreeMap<String, toml::Value> {
         let mut out = BTreeMap::new();
-        leaves(&self.table, "", &mut out);
+        for_each_leaf(&self.table, "", &mut |key, value| {
+            out.insert(key, value.clone());
+        });
         out
     }
 
@@ -197,14 +199,14 @@ pub fn same_meaning(key: &str, a: Option<&toml::Value>, b: Option<&toml::Value>)
     matches!((load(a), load(b)), (Some(x), Some(y)) if x == y)
 }
 
-fn leaves(table: &toml::Table, prefix: &str, out: &mut BTreeMap<String, toml::Value>) {
+/// Calls `f` with every leaf of `table` (a value that is not a table; a
+/// list is one leaf) and its dotted key under `prefix`.
+fn for_each_leaf(table: &toml::Table, prefix: &str, f: &mut impl FnMut(String, &toml::Value)) {
     for (name, value) in table {
         let key = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
         match value {
-            toml::Value::Table(inner) => leaves(inner, &key, out),
-            _ => {
-                out.insert(key, value.clone());
-            }
+            toml::Value::Table(inner) => for_each_leaf(inner, &key, f),
+            _ => f(key, value),
         }
     }
 }
@@ -236,13 +238,7 @@ fn set_inner(origins: &mut HashMap<String, Origin>, key: &str, value: &str, orig
 }
 
 fn set_all(origins: &mut HashMap<String, Origin>, table: &toml::Table, prefix: &str, origin: &Origin) {
-    for (name, value) in table {
-        let key = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
-        match value {
-            toml::Value::Table(inner) => set_all(origins, inner, &key, origin),
-            _ => {
-                origins.insert(key, origin.clone());
-            }
-        }
-    }
+    for_each_leaf(table, prefix, &mut |key, _| {
+        origins.insert(key, origin.clone());
+    });
 }
