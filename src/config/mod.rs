@@ -289,10 +289,12 @@ impl Config {
         }
         let raw: RawConfig = b.build()?.try_deserialize()?;
         let effective = Effective::new(&raw, sources, file_text.as_deref(), kubelet.as_ref())?;
-        let config = Self::from_raw(raw).map_err(|e| match &kubelet {
-            Some(k) => blame_kubelet_field(e, k, sources),
-            None => e,
-        })?;
+        let config = Self::from_raw(raw)
+            .map_err(|e| match &kubelet {
+                Some(k) => blame_kubelet_field(e, k, sources),
+                None => e,
+            })
+            .map_err(|e| values::locate_invalid(e, &effective, file_text.as_deref()))?;
         Ok(Loaded { config, kubelet, effective })
     }
 

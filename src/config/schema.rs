@@ -94,7 +94,7 @@ pub(super) struct Place<'a> {
 
 impl Place<'_> {
     /// `(FILE, line N)` for the key at `path`, when it can be found.
-    fn line_of(&self, path: &[&str]) -> Option<String> {
+    pub(super) fn line_of(&self, path: &[&str]) -> Option<String> {
         let (origin, text) = (self.origin, self.text?);
         let doc = toml::de::DeTable::parse(text).ok()?;
         let mut table = doc.get_ref();

@@ -1234,3 +1234,43 @@ fn a_value_written_otherwise_has_the_same_meaning_and_a_new_one_does_not() {
     assert!(!same_meaning("gc.image_gc_low_threshold_percent", Some(&i(90)), Some(&i(90))));
     assert!(!same_meaning("no.such_key", Some(&i(1)), Some(&i(1))));
 }
+
+#[test]
+fn a_value_refused_after_loading_names_where_it_was_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("imaged.toml");
+    std::fs::write(&file, "[gc]\nimage_gc_high_threshold_percent = 85\ngc_period = \"5 minutes\"\n").unwrap();
+    let reason = |sources: &Sources| match Config::load(sources) {
+        Err(ConfigError::Invalid { key, reason, .. }) => (key, reason),
+        other => panic!("{other:?}"),
+    };
+    let (key, r) = reason(&Sources { file: Some(file.clone()), ..Sources::default() });
+    assert_eq!(key, "gc.gc_period");
+    assert!(r.ends_with(&format!("({}, line 3)", file.display())), "{r}");
+
+    // A later layer that gives the key is the one named.
+    let env = std::collections::HashMap::from([("IMAGED_GC__GC_PERIOD".to_string(), "1day".to_string())]);
+    let (key, r) = reason(&Sources { file: Some(file.clone()), env: Some(env), ..Sources::default() });
+    assert_eq!(key, "gc.gc_period");
+    assert!(r.ends_with("(environment IMAGED_GC__GC_PERIOD)"), "{r}");
+    let (_, r) = reason(&Sources {
+        file: Some(file.clone()),
+        overrides: vec!["gc.gc_period=2min".into()],
+        ..Sources::default()
+    });
+    assert!(r.ends_with("here \"2m0s\" (command line)"), "{r}");
+
+    // Inside a list of tables: the item refused, not the first one.
+    let rules = dir.path().join("rules.toml");
+    let text = "[pull]\n[[pull.registries]]\nregistry = \"a.io\"\nqps = 1\n\n[[pull.registries]]\nregistry = \"b.io\"\nqps = -1\n";
+    std::fs::write(&rules, text).unwrap();
+    let (key, r) = reason(&Sources { file: Some(rules.clone()), ..Sources::default() });
+    assert_eq!(key, "pull.registries[1].qps");
+    assert!(r.ends_with(&format!("({}, line 8)", rules.display())), "{r}");
+
+    // A default refused beside another key (a cross-key check) names no place.
+    let (key, r) =
+        reason(&Sources { overrides: vec!["gc.image_gc_high_threshold_percent=5".into()], ..Sources::default() });
+    assert_eq!(key, "gc.image_gc_low_threshold_percent");
+    assert!(r.ends_with("(gc.image_gc_high_threshold_percent is 5)"), "the default has no place: {r}");
+}

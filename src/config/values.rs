@@ -37,6 +37,40 @@ pub(super) fn blame_kubelet_field(
     .into()
 }
 
+/// A value the layers gave that validation refused: where it was given,
+/// after its reason (` (FILE, line N)`, ` (environment IMAGED_…)`,
+/// ` (command line)`), so an operator finds it in a long file. A default
+/// (a cross-key check naming the key left alone) and a KubeletConfiguration
+/// field ([`blame_kubelet_field`]) are left as they are.
+pub(super) fn locate_invalid(e: ConfigError, effective: &super::Effective, file_text: Option<&str>) -> ConfigError {
+    use super::Origin;
+    let ConfigError::Invalid { key, value, reason } = e else { return e };
+    // `pull.registries[1].qps`: the key `pull.registries.qps` of item 1.
+    let mut item = None;
+    let path: Vec<&str> = key
+        .split('.')
+        .map(|part| match part.split_once('[') {
+            Some((name, index)) => {
+                item = index.trim_end_matches(']').parse().ok();
+                name
+            }
+            None => part,
+        })
+        .collect();
+    let at = match effective.origin(&path.join(".")) {
+        Origin::File(file) => {
+            let origin = file.display().to_string();
+            let place = super::schema::Place { origin: &origin, text: file_text, locate_types: true, item };
+            place.line_of(&path).unwrap_or(origin)
+        }
+        Origin::Environment(var) => format!("environment {var}"),
+        Origin::Flag => "command line".to_string(),
+        Origin::Default | Origin::Kubelet { .. } => return ConfigError::Invalid { key, value, reason },
+    };
+    let reason = if reason.ends_with(&format!("({at})")) { reason } else { format!("{reason} ({at})") };
+    ConfigError::Invalid { key, value, reason }
+}
+
 /// An actor's mailbox capacity: from 1 to 1,000,000, naming `key` otherwise.
 pub(super) fn mailbox_capacity(key: &str, v: i64) -> Result<usize, ConfigError> {
     usize::try_from(v)
