@@ -69,6 +69,8 @@ struct RawKubeletConfiguration {
     eviction_hard: Option<serde_yaml_ng::Value>,
     eviction_soft: Option<serde_yaml_ng::Value>,
     merge_default_eviction_settings: Option<serde_yaml_ng::Value>,
+    runtime_request_timeout: Option<serde_yaml_ng::Value>,
+    node_status_max_images: Option<serde_yaml_ng::Value>,
 }
 
 /// The kubelet's default `evictionHard` thresholds for the filesystems
@@ -118,6 +120,11 @@ pub struct KubeletImageFields {
     /// (`"15%"`, `"2Gi"`), those the kubelet ignores left out; and the
     /// fields they come from, as `--show-origin` names them.
     pub eviction_available: (Vec<String>, &'static str),
+    /// `runtimeRequestTimeout`: the deadline of every CRI call but
+    /// `PullImage`, which has none.
+    pub runtime_request_timeout: Option<Duration>,
+    /// `nodeStatusMaxImages`.
+    pub node_status_max_images: Option<i64>,
     /// Fields the kubelet does not know (misspelled, or from another
     /// version), as its strict decoding names them (`imageMinimumGCAg`,
     /// `authentication.x509.foo`): ignored, and logged as a warning
@@ -170,10 +177,14 @@ impl KubeletImageFields {
             serialize_image_pulls,
             max_parallel_image_pulls,
             registry_pull_qps: registry_pull_qps.map(|n| n as f64),
-            registry_burst,
+            // The kubelet's defaulting reads these zeros as unset (kubeadm
+            // writes every duration, `imageMinimumGCAge: 0s` among them):
+            // burst 10, minimum age 2m and request timeout 2m, as when the
+            // field is absent.
+            registry_burst: registry_burst.filter(|&b| b != 0),
             image_gc_high_threshold_percent: high,
             image_gc_low_threshold_percent: low,
-            image_minimum_gc_age: f.duration("imageMinimumGCAge", raw.image_minimum_gc_age)?,
+            image_minimum_gc_age: f.duration("imageMinimumGCAge", raw.image_minimum_gc_age)?.filter(|d| !d.is_zero()),
             image_maximum_gc_age: f.duration("imageMaximumGCAge", raw.image_maximum_gc_age)?,
             image_pull_credentials_verification_policy: f
                 .string("imagePullCredentialsVerificationPolicy", raw.image_pull_credentials_verification_policy)?,
@@ -182,6 +193,10 @@ impl KubeletImageFields {
             container_runtime_endpoint: runtime,
             image_service_endpoint: image,
             eviction_available,
+            runtime_request_timeout: f
+                .duration("runtimeRequestTimeout", raw.runtime_request_timeout)?
+                .filter(|d| !d.is_zero()),
+            node_status_max_images: f.int("nodeStatusMaxImages", raw.node_status_max_images)?,
             unknown_fields,
         })
     }
@@ -250,6 +265,11 @@ impl KubeletImageFields {
             self.container_runtime_endpoint.clone().or_else(|| self.image_service_endpoint.clone()).map(KeyValue::Str),
             if self.container_runtime_endpoint.is_some() { "containerRuntimeEndpoint" } else { "imageServiceEndpoint" },
         );
+        // The kubelet gives every CRI call but `PullImage` this deadline.
+        for key in crate::config::REQUEST_DEADLINE_KEYS {
+            put(key, self.runtime_request_timeout.map(duration_text), "runtimeRequestTimeout");
+        }
+        put("gc.node_status_max_images", self.node_status_max_images.map(KeyValue::Int), "nodeStatusMaxImages");
         let (lines, fields) = &self.eviction_available;
         put("gc.eviction_available", Some(KeyValue::List(lines.clone())), fields);
         out

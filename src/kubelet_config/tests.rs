@@ -375,3 +375,68 @@ fn eviction_thresholds_for_the_image_filesystem_follow_the_kubelets_defaulting()
     assert_eq!(loaded.config.gc.eviction_available, [crate::gc::eviction::AvailableThreshold::Bytes(2 << 30)]);
     assert!(loaded.effective.to_toml(true).contains("evictionHard"), "{}", loaded.effective.to_toml(true));
 }
+
+#[test]
+fn the_zeros_kubeadm_writes_read_as_unset_as_the_kubelets_defaulting_reads_them() {
+    // kubeadm writes every duration; the kubelet's defaulting turns these
+    // zeros into its defaults (burst 10, minimum age 2m, timeout 2m).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let yaml = "imageMinimumGCAge: 0s\nruntimeRequestTimeout: 0s\nregistryBurst: 0\n\
+                imageMaximumGCAge: 0s\nregistryPullQPS: 0\nnodeStatusMaxImages: 0\n";
+    let k = KubeletImageFields::parse(Path::new("k.yaml"), &minimal(yaml)).expect("parses");
+    let keys: Vec<&str> = k.overrides().iter().map(|(key, _, _)| *key).collect();
+    for unset in ["gc.image_minimum_gc_age", "pull.registry_burst", "runtime.deadlines.image_status"] {
+        assert!(!keys.contains(&unset), "{unset}: {keys:?}");
+    }
+    // Zeros that mean something to the kubelet are handed on.
+    for (key, value) in [
+        ("gc.image_maximum_gc_age", KeyValue::Str("0s".into())),
+        ("pull.registry_pull_qps", KeyValue::Float(0.0)),
+        ("gc.node_status_max_images", KeyValue::Int(0)),
+    ] {
+        assert!(k.overrides().iter().any(|(k, v, _)| *k == key && *v == value), "{key}: {:?}", k.overrides());
+    }
+    // Through a configuration file whose keys the kubelet's zeros leave alone.
+    let kubelet = write(&dir, "kubelet.yaml", &minimal(yaml));
+    let file =
+        write(&dir, "imaged.toml", "[gc]\nimage_minimum_gc_age = \"3m\"\n[runtime.deadlines]\nversion = \"7s\"\n");
+    let c = Config::load(&Sources { file: Some(file), kubelet_config: Some(kubelet), ..Sources::default() })
+        .expect("loads");
+    assert_eq!(c.gc.min_age, Duration::from_secs(180));
+    assert_eq!(c.cri.deadlines.get(crate::cri::Rpc::Version), Some(Duration::from_secs(7)));
+    assert_eq!(c.gc.node_status_max_images, Some(0));
+}
+
+#[test]
+fn the_request_timeout_is_every_cri_calls_deadline_but_the_pulls() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubelet = write(&dir, "kubelet.yaml", &minimal("runtimeRequestTimeout: 4m30s\nnodeStatusMaxImages: -1\n"));
+    let loaded =
+        Config::load_full(&Sources { kubelet_config: Some(kubelet.clone()), ..Sources::default() }).expect("loads");
+    use crate::cri::Rpc;
+    for rpc in [
+        Rpc::Version,
+        Rpc::ListImages,
+        Rpc::ImageStatus,
+        Rpc::RemoveImage,
+        Rpc::ImageFsInfo,
+        Rpc::ListContainers,
+        Rpc::ListPodSandbox,
+        Rpc::ContainerStatus,
+    ] {
+        assert_eq!(loaded.config.cri.deadlines.get(rpc), Some(Duration::from_secs(270)), "{rpc:?}");
+    }
+    assert_eq!(loaded.config.cri.deadlines.get(Rpc::PullImage), None, "a pull has no deadline, as in the kubelet");
+    assert_eq!(loaded.config.gc.node_status_max_images, None, "-1: every image");
+    assert_eq!(
+        loaded.effective.origin("runtime.deadlines.list_images"),
+        crate::config::Origin::Kubelet { file: kubelet.clone(), field: "runtimeRequestTimeout" }
+    );
+
+    // A value the kubelet refuses is refused naming the kubelet's field.
+    let bad = write(&dir, "bad.yaml", &minimal("nodeStatusMaxImages: -2\n"));
+    let e = Config::load(&Sources { kubelet_config: Some(bad), ..Sources::default() }).expect_err("refused");
+    let text = e.to_string();
+    assert!(text.contains("nodeStatusMaxImages") && text.contains("must be -1 or greater"), "{text}");
+    assert!(text.contains("bad.yaml"), "{text}");
+}
