@@ -351,6 +351,7 @@ fn exported_sample_names() -> std::collections::BTreeSet<String> {
     m.single_flight_joined();
     m.throttle_waited();
     m.throttle_rejected();
+    m.pull_failed("registry.example", "unauthorized");
     m.slow_pull_blocking();
     m.backoff_reset(imaged::metrics::BackoffResetReason::Cleared, 1);
     m.cri_call(Rpc::Version, std::time::Duration::from_millis(1), Some(&CriError::deadline_exceeded()));
