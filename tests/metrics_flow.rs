@@ -140,6 +140,9 @@ async fn pulls_joins_failures_and_gc_show_in_the_scrape() {
         Some(report.removed.len() as f64)
     );
     assert_eq!(s.value("imaged_image_gc_freed_bytes_total", &[]), Some(freed as f64));
+    let measured = report.bytes_freed_measured.expect("measured after the run");
+    assert!(measured > 0, "{measured}");
+    assert_eq!(s.value("imaged_image_gc_reclaimed_bytes_total", &[]), Some(measured as f64));
     assert!(
         s.value("imaged_cri_request_duration_seconds_count", &[("method", "RemoveImage")]).is_some_and(|n| n >= 1.0)
     );

@@ -322,6 +322,7 @@ impl CriFamilies {
 pub(super) struct GcFamilies {
     pub(super) runs: Family<Labels1, Counter>,
     pub(super) bytes_freed: Counter,
+    pub(super) bytes_reclaimed: Counter,
 }
 
 impl GcFamilies {
@@ -335,7 +336,14 @@ impl GcFamilies {
             Unit::Bytes,
             bytes_freed.clone(),
         );
-        Self { runs, bytes_freed }
+        let bytes_reclaimed = Counter::default();
+        r.register_with_unit(
+            "image_gc_reclaimed",
+            "Bytes image garbage collection gave back on the image filesystem, measured before and after each run",
+            Unit::Bytes,
+            bytes_reclaimed.clone(),
+        );
+        Self { runs, bytes_freed, bytes_reclaimed }
     }
 }
 

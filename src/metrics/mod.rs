@@ -176,6 +176,13 @@ impl Metrics {
         self.inner.gc.bytes_freed.inc_by(size);
     }
 
+    /// A run's removals gave back `measured` bytes on the image filesystem
+    /// (available after − before). A run during which something else
+    /// filled the disk more than it freed adds nothing.
+    pub fn gc_reclaimed(&self, measured: i128) {
+        self.inner.gc.bytes_reclaimed.inc_by(u64::try_from(measured.max(0)).unwrap_or(u64::MAX));
+    }
+
     /// Starts counting one `EnsureImageExists` request; counted when the tally drops.
     pub fn ensure_request(&self, policy: PullPolicy) -> EnsureTally<'_> {
         EnsureTally {

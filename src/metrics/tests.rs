@@ -69,6 +69,7 @@ fn every_family_is_prefixed_and_typed() {
         ("imaged_cri_request_errors", "counter"),
         ("imaged_image_gc_runs", "counter"),
         ("imaged_image_gc_freed_bytes", "counter"),
+        ("imaged_image_gc_reclaimed_bytes", "counter"),
         ("imaged_build_info", "gauge"),
     ] {
         assert_eq!(s.types.get(family).map(String::as_str), Some(ty), "{family}");
@@ -229,6 +230,8 @@ fn gauges_counters_and_info_report_what_they_were_told() {
     m.set_backoff_entries(4);
     m.image_garbage_collected("space", 100);
     m.image_garbage_collected("age", 50);
+    m.gc_reclaimed(120);
+    m.gc_reclaimed(-40);
     m.gc_run(true);
     m.gc_run(false);
     m.mustpull_check(crate::domain::pull_record::MustPullResult::CredentialRecordFound);
@@ -246,6 +249,7 @@ fn gauges_counters_and_info_report_what_they_were_told() {
     assert_eq!(s.value("imaged_image_garbage_collected_total", &[("reason", "space")]), Some(1.0));
     assert_eq!(s.value("imaged_image_garbage_collected_total", &[("reason", "age")]), Some(1.0));
     assert_eq!(s.value("imaged_image_gc_freed_bytes_total", &[]), Some(150.0));
+    assert_eq!(s.value("imaged_image_gc_reclaimed_bytes_total", &[]), Some(120.0), "a run that lost space adds 0");
     assert_eq!(s.value("imaged_image_gc_runs_total", &[("result", "success")]), Some(1.0));
     assert_eq!(s.value("imaged_image_gc_runs_total", &[("result", "failure")]), Some(1.0));
     assert_eq!(

@@ -114,7 +114,9 @@ pub async fn run_gc(ports: GcPorts, spec: RunSpec, clock: Clock) -> Result<GcRep
     }
     remove_in_order(&ports, &mut report, started).await;
     if let Ok((after, _)) = measure(&ports.fs_info, &spec.capacity).await {
-        report.bytes_freed_measured = Some(i128::from(after.available) - i128::from(before.available));
+        let measured = i128::from(after.available) - i128::from(before.available);
+        ports.metrics.gc_reclaimed(measured);
+        report.bytes_freed_measured = Some(measured);
     }
     if let Some(listed) = listed_pull_refs {
         prune_pull_records(&ports, listed, &report, started).await;
