@@ -452,5 +452,13 @@ async fn durable_writes_are_timed_by_table() {
     assert!(sum.is_some_and(|t| t > 0.0), "{sum:?}");
     // Image records are written by detections (none may have run yet).
     assert!(count("image_records").is_some(), "the series exists from the start");
+    // The kubelet's file counts, read from the tables at the scrape: the
+    // image's record, and the name's intent kept for its next pull.
+    assert_eq!(s.value("imaged_imagemanager_ondisk_pulledrecords", &[]), Some(1.0));
+    assert_eq!(s.value("imaged_imagemanager_ondisk_pullintents", &[]), Some(1.0));
     node.shutdown(Duration::from_secs(5)).await;
+    // A graceful stop deletes the kept intents.
+    let s = scrape(&metrics);
+    assert_eq!(s.value("imaged_imagemanager_ondisk_pullintents", &[]), Some(0.0));
+    assert_eq!(s.value("imaged_imagemanager_ondisk_pulledrecords", &[]), Some(1.0));
 }

@@ -50,6 +50,10 @@ pub(super) struct KubeletFamilies {
     pub(super) mustpull_checks: Family<Labels1, Counter>,
     /// `mustpull_checks` counters by [`MustPullResult::index`], resolved on first use.
     pub(super) mustpull_cells: [std::sync::OnceLock<Counter>; MustPullResult::ALL.len()],
+    /// `imagemanager_ondisk_pullintents`, `_pulledrecords`: read from the
+    /// store at each scrape ([`super::Metrics::count_pull_records_in`]).
+    pub(super) ondisk_intents: Gauge,
+    pub(super) ondisk_records: Gauge,
     pub(super) plugin_duration: HistogramFamily<OwnedLabels1>,
     pub(super) plugin_errors: Family<OwnedLabels1, Counter>,
     pub(super) provider_config_info: Family<OwnedLabels1, Gauge>,
@@ -83,6 +87,18 @@ impl KubeletFamilies {
             "Checks whether a present image must be pulled again to verify the pod's credentials, by result",
             mustpull_checks.clone(),
         );
+        let ondisk_intents = Gauge::default();
+        r.register(
+            "imagemanager_ondisk_pullintents",
+            "Pull intents in the state database (KEP-2535): pulls begun and not ended, and kept intents",
+            ondisk_intents.clone(),
+        );
+        let ondisk_records = Gauge::default();
+        r.register(
+            "imagemanager_ondisk_pulledrecords",
+            "Pulled records in the state database (KEP-2535), one per image",
+            ondisk_records.clone(),
+        );
         let plugin_duration: HistogramFamily<OwnedLabels1> =
             Family::new_with_constructor(|| Histogram::new(PLUGIN_DURATION_BUCKETS));
         r.register(
@@ -109,6 +125,8 @@ impl KubeletFamilies {
             ensure_cells: std::array::from_fn(|_| std::sync::OnceLock::new()),
             mustpull_checks,
             mustpull_cells: std::array::from_fn(|_| std::sync::OnceLock::new()),
+            ondisk_intents,
+            ondisk_records,
             plugin_duration,
             plugin_errors,
             provider_config_info,

@@ -82,6 +82,8 @@ struct Inner {
     gc: GcFamilies,
     store: StoreFamilies,
     info: InfoFamilies,
+    /// The state database whose KEP-2535 tables each scrape counts.
+    pull_records_store: std::sync::OnceLock<Arc<crate::store::Store>>,
 }
 
 /// The metrics handle: cheap to clone (an `Arc`), shared by every actor of
@@ -126,11 +128,15 @@ impl Metrics {
         let gc = GcFamilies::register(&mut r);
         let store = StoreFamilies::register(&mut r);
         let info = InfoFamilies::register(&mut r);
-        Self { inner: Arc::new(Inner { registry: r, kubelet, queue, backoff, cri, gc, store, info }) }
+        let pull_records_store = std::sync::OnceLock::new();
+        Self {
+            inner: Arc::new(Inner { registry: r, kubelet, queue, backoff, cri, gc, store, info, pull_records_store }),
+        }
     }
 
     /// Every family in the Prometheus/OpenMetrics text format ([`CONTENT_TYPE`]).
     pub fn encode(&self) -> String {
+        self.refresh_pull_record_counts();
         let mut out = String::with_capacity(8 * 1024);
         // Writing to a String cannot fail; the encoder reports only the writer's errors.
         if encode(&mut out, &self.inner.registry).is_err() {
@@ -151,6 +157,26 @@ impl Metrics {
         match format {
             Format::OpenMetrics => self.encode(),
             Format::Prometheus => self.encode_prometheus(),
+        }
+    }
+
+    /// Counts `store`'s pull intents and pulled records at each scrape
+    /// (`imaged_imagemanager_ondisk_pullintents`, `_pulledrecords`, the
+    /// kubelet's file counts); the first store given stays. Without one
+    /// (records in memory) both read 0, as nothing is on disk.
+    pub fn count_pull_records_in(&self, store: Arc<crate::store::Store>) {
+        let _ = self.inner.pull_records_store.set(store);
+    }
+
+    /// One read transaction, off the pull path: a scrape every few seconds
+    /// costs the store less than a gauge kept at every write would. A store
+    /// that cannot be read (fenced at a stop) leaves the last counts.
+    fn refresh_pull_record_counts(&self) {
+        let Some(store) = self.inner.pull_records_store.get() else { return };
+        if let Ok((intents, records)) = store.pull_record_counts() {
+            let k = &self.inner.kubelet;
+            k.ondisk_intents.set(i64::try_from(intents).unwrap_or(i64::MAX));
+            k.ondisk_records.set(i64::try_from(records).unwrap_or(i64::MAX));
         }
     }
 

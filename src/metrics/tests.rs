@@ -70,6 +70,8 @@ fn every_family_is_prefixed_and_typed() {
         ("imaged_image_gc_runs", "counter"),
         ("imaged_image_gc_freed_bytes", "counter"),
         ("imaged_image_gc_reclaimed_bytes", "counter"),
+        ("imaged_imagemanager_ondisk_pullintents", "gauge"),
+        ("imaged_imagemanager_ondisk_pulledrecords", "gauge"),
         ("imaged_build_info", "gauge"),
     ] {
         assert_eq!(s.types.get(family).map(String::as_str), Some(ty), "{family}");

@@ -149,7 +149,9 @@ pub(crate) fn open_store(dir: &std::path::Path, metrics: &crate::metrics::Metric
         metrics.store_recovered();
     }
     store.set_metrics(metrics);
-    Ok(Arc::new(store))
+    let store = Arc::new(store);
+    metrics.count_pull_records_in(store.clone());
+    Ok(store)
 }
 
 /// [`PullRecords::recover_intents`] over the images the runtime behind

@@ -48,6 +48,18 @@ impl PullRecordsWrite {
 // === impl Store: pull records ===
 
 impl Store {
+    /// How many pull intents and pulled records (readable or not) the
+    /// tables hold, from one read transaction.
+    pub fn pull_record_counts(&self) -> Result<(u64, u64), StoreError> {
+        use redb::ReadableTableMetadata;
+        let op = "counting pull records";
+        let txn = self.db.begin_read().map_err(|e| self.tx_error(op, e))?;
+        let intents = txn.open_table(PULL_INTENTS).map_err(|e| self.tx_error(op, e))?;
+        let records = txn.open_table(PULLED_RECORDS).map_err(|e| self.tx_error(op, e))?;
+        let count = |n: Result<u64, redb::StorageError>| n.map_err(|e| self.tx_error(op, e));
+        Ok((count(intents.len())?, count(records.len())?))
+    }
+
     /// The pulled records (and the keys of those that do not decode) and the
     /// pull intents, from one read transaction.
     pub fn pull_records_state(&self) -> Result<PullRecordsState, StoreError> {
