@@ -1064,6 +1064,48 @@ fn imaged_run_warns_when_the_fronts_outage_fallback_may_not_decide_as_the_kubele
     assert!(log.contains(r#"pull records are in memory (state.dir = "memory")"#), "{log}");
 }
 
+#[test]
+fn imaged_run_warns_when_the_kubelets_config_bypasses_or_holds_back_its_front() {
+    let dir = tempfile::Builder::new().prefix("imkb").tempdir_in("/tmp").expect("tempdir");
+    let cri = dir.path().join("cri.sock");
+    let start = |name: &str, fields: &str| {
+        let kubelet = dir.path().join(name);
+        let yaml = format!("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n{fields}");
+        std::fs::write(&kubelet, yaml).expect("write");
+        let d = Daemon::start(&[
+            "--kubelet-config",
+            kubelet.to_str().expect("utf-8"),
+            "--set",
+            &format!("cri_server.socket={}", cri.display()),
+            // The runtime stays the embedded one, whatever the file says.
+            "--set",
+            "runtime.endpoint=embedded",
+        ]);
+        let log = d.log();
+        assert!(log.contains("CRI ImageService serving"), "{log}");
+        log
+    };
+    const BYPASS: &str = "the kubelet's imageServiceEndpoint is not imaged's CRI socket: its image calls bypass imaged";
+    const SERIAL: &str = "the kubelet serializes its image pulls (serializeImagePulls is not false)";
+    const QPS: &str = "the kubelet throttles its image pulls (registryPullQPS is not 0)";
+
+    // A kubelet left as it was: its image calls go to containerd, one at a
+    // time, at its default 5 QPS.
+    let log = start("kubelet.yaml", "imageServiceEndpoint: unix:///run/containerd/containerd.sock\n");
+    for warning in [BYPASS, SERIAL, QPS] {
+        assert!(log.contains(warning), "{warning}: {log}");
+    }
+    assert!(log.contains(r#"image_service_endpoint="unix:///run/containerd/containerd.sock""#), "{log}");
+
+    // The patch the deploy files give: no warning.
+    let patched =
+        format!("imageServiceEndpoint: unix://{}\nserializeImagePulls: false\nregistryPullQPS: 0\n", cri.display());
+    let log = start("patched.yaml", &patched);
+    for warning in [BYPASS, SERIAL, QPS] {
+        assert!(!log.contains(warning), "{warning}: {log}");
+    }
+}
+
 /// The embedded runtime served on its own (its images outlive imaged's
 /// restarts), stopped on drop.
 struct ServedRuntime(std::process::Child);
