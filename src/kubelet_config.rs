@@ -266,7 +266,7 @@ impl KubeletImageFields {
             if self.container_runtime_endpoint.is_some() { "containerRuntimeEndpoint" } else { "imageServiceEndpoint" },
         );
         // The kubelet gives every CRI call but `PullImage` this deadline.
-        for key in crate::config::REQUEST_DEADLINE_KEYS {
+        for key in REQUEST_DEADLINE_KEYS {
             put(key, self.runtime_request_timeout.map(duration_text), "runtimeRequestTimeout");
         }
         put("gc.node_status_max_images", self.node_status_max_images.map(KeyValue::Int), "nodeStatusMaxImages");
@@ -275,6 +275,19 @@ impl KubeletImageFields {
         out
     }
 }
+
+/// The deadlines the kubelet's `runtimeRequestTimeout` sets: every CRI
+/// call but `PullImage`, which has none.
+pub const REQUEST_DEADLINE_KEYS: [&str; 8] = [
+    "runtime.deadlines.version",
+    "runtime.deadlines.list_images",
+    "runtime.deadlines.image_status",
+    "runtime.deadlines.remove_image",
+    "runtime.deadlines.image_fs_info",
+    "runtime.deadlines.list_containers",
+    "runtime.deadlines.list_pod_sandbox",
+    "runtime.deadlines.container_status",
+];
 
 /// A value for one imaged key.
 #[derive(Debug, Clone, PartialEq)]

@@ -24,7 +24,7 @@ pub use daemon::{CriServerSettings, DaemonSettings, PRIORITY_NAMESPACE_PULL, Pri
 pub use effective::{Effective, Origin, changed_keys, same_meaning};
 pub use gc::GcSettings;
 pub use prefetch::PrefetchSettings;
-pub use runtime::{LogFormat, LogSettings, REQUEST_DEADLINE_KEYS, RuntimeEndpoint};
+pub use runtime::{LogFormat, LogSettings, RuntimeEndpoint};
 pub use state::{MEMORY as STATE_IN_MEMORY, SYSTEM_DIR as DEFAULT_STATE_DIR};
 pub use values::duration;
 

@@ -78,19 +78,6 @@ pub(super) fn fault_plan_from_raw(file: &str) -> Result<Option<PathBuf>, ConfigE
     Ok(Some(path))
 }
 
-/// The deadlines the kubelet's `runtimeRequestTimeout` sets: every CRI
-/// call but `PullImage`, which has none.
-pub const REQUEST_DEADLINE_KEYS: [&str; 8] = [
-    "runtime.deadlines.version",
-    "runtime.deadlines.list_images",
-    "runtime.deadlines.image_status",
-    "runtime.deadlines.remove_image",
-    "runtime.deadlines.image_fs_info",
-    "runtime.deadlines.list_containers",
-    "runtime.deadlines.list_pod_sandbox",
-    "runtime.deadlines.container_status",
-];
-
 /// The CRI gateway's settings: timeouts, per-RPC deadlines, mailbox.
 pub(super) fn cri_from_raw(r: RawRuntime) -> Result<CriSettings, ConfigError> {
     let mailbox_capacity = mailbox_capacity("runtime.mailbox_capacity", r.mailbox_capacity)?;

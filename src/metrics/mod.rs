@@ -82,8 +82,19 @@ struct Inner {
     gc: GcFamilies,
     store: StoreFamilies,
     info: InfoFamilies,
-    /// The state database whose KEP-2535 tables each scrape counts.
-    pull_records_store: std::sync::OnceLock<Arc<crate::store::Store>>,
+    /// The state database whose KEP-2535 tables each scrape counts: the
+    /// last one given, not kept open by this (a node restarted in the
+    /// process reopens its file).
+    pull_records_store: std::sync::Mutex<Option<std::sync::Weak<dyn PullRecordCounts>>>,
+}
+
+/// What the `imagemanager_ondisk_*` gauges read at each scrape: the state
+/// database ([`crate::store::Store`]), given by
+/// [`Metrics::count_pull_records_in`].
+pub trait PullRecordCounts: Send + Sync {
+    /// How many pull intents and pulled records are on disk now (`None`:
+    /// they cannot be read).
+    fn pull_record_counts(&self) -> Option<(u64, u64)>;
 }
 
 /// The metrics handle: cheap to clone (an `Arc`), shared by every actor of
@@ -128,7 +139,7 @@ impl Metrics {
         let gc = GcFamilies::register(&mut r);
         let store = StoreFamilies::register(&mut r);
         let info = InfoFamilies::register(&mut r);
-        let pull_records_store = std::sync::OnceLock::new();
+        let pull_records_store = std::sync::Mutex::new(None);
         Self {
             inner: Arc::new(Inner { registry: r, kubelet, queue, backoff, cri, gc, store, info, pull_records_store }),
         }
@@ -162,18 +173,24 @@ impl Metrics {
 
     /// Counts `store`'s pull intents and pulled records at each scrape
     /// (`imaged_imagemanager_ondisk_pullintents`, `_pulledrecords`, the
-    /// kubelet's file counts); the first store given stays. Without one
-    /// (records in memory) both read 0, as nothing is on disk.
-    pub fn count_pull_records_in(&self, store: Arc<crate::store::Store>) {
-        let _ = self.inner.pull_records_store.set(store);
+    /// kubelet's file counts) while it is open; the last store given
+    /// counts. Without one (records in memory) both read 0, as nothing is
+    /// on disk; once it is closed they keep its last counts.
+    pub fn count_pull_records_in<S: PullRecordCounts + 'static>(&self, store: &Arc<S>) {
+        let weak: std::sync::Weak<S> = Arc::downgrade(store);
+        *self.pull_records_store() = Some(weak as std::sync::Weak<dyn PullRecordCounts>);
+    }
+
+    fn pull_records_store(&self) -> std::sync::MutexGuard<'_, Option<std::sync::Weak<dyn PullRecordCounts>>> {
+        self.inner.pull_records_store.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// One read transaction, off the pull path: a scrape every few seconds
     /// costs the store less than a gauge kept at every write would. A store
     /// that cannot be read (fenced at a stop) leaves the last counts.
     fn refresh_pull_record_counts(&self) {
-        let Some(store) = self.inner.pull_records_store.get() else { return };
-        if let Ok((intents, records)) = store.pull_record_counts() {
+        let Some(store) = self.pull_records_store().as_ref().and_then(std::sync::Weak::upgrade) else { return };
+        if let Some((intents, records)) = store.pull_record_counts() {
             let k = &self.inner.kubelet;
             k.ondisk_intents.set(i64::try_from(intents).unwrap_or(i64::MAX));
             k.ondisk_records.set(i64::try_from(records).unwrap_or(i64::MAX));

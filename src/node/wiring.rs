@@ -150,7 +150,7 @@ pub(crate) fn open_store(dir: &std::path::Path, metrics: &crate::metrics::Metric
     }
     store.set_metrics(metrics);
     let store = Arc::new(store);
-    metrics.count_pull_records_in(store.clone());
+    metrics.count_pull_records_in(&store);
     Ok(store)
 }
 

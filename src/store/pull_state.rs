@@ -45,6 +45,12 @@ impl PullRecordsWrite {
     }
 }
 
+impl crate::metrics::PullRecordCounts for Store {
+    fn pull_record_counts(&self) -> Option<(u64, u64)> {
+        Store::pull_record_counts(self).ok()
+    }
+}
+
 // === impl Store: pull records ===
 
 impl Store {
