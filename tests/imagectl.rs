@@ -215,6 +215,13 @@ fn a_declared_prefetch_image_is_pulled_at_start_without_a_pod_and_shown_pinned()
     // The settings in force say so.
     let status = json_of(&d.imagectl(&["-o", "json", "status"]));
     assert_eq!(status["settings"]["gc"]["pinned_images"], json!(["docker.io/library/nginx:1.27"]), "{status}");
+    // And what came of the declared image, with its image id.
+    let declared = &status["prefetch"][0];
+    assert_eq!(declared["image"], "docker.io/library/nginx:1.27", "{status}");
+    assert_eq!(declared["state"], "present", "{status}");
+    assert_eq!(declared["image_ref"], found["id"], "{status}");
+    let table = stdout(&d.imagectl(&["status"]));
+    assert!(table.contains("\nprefetch: 1 declared — 1 present\n"), "{table}");
 }
 
 #[test]

@@ -168,11 +168,15 @@ async fn declared_images_are_pulled_at_start_and_again_at_a_refresh_after_they_w
     rt.runtime.add_remote(RemoteImage::new(DECLARED, 500)).expect("add");
     let named = |image: &str| rt.runtime.images().iter().any(|i| i.repo_tags.iter().any(|t| t == image));
     let refresh = Duration::from_millis(300);
-    let ticker = PrefetchTickerActor::new(m.clone(), vec![DECLARED.into(), PRESENT.into()], Some(refresh)).start();
+    let ticker =
+        PrefetchTickerActor::new(m.clone(), vec![DECLARED.into(), PRESENT.into()], Some(refresh), Default::default());
+    let declared = ticker.declared();
+    let ticker = ticker.start();
 
     // At start: the absent one is pulled, the present one is not.
     eventually("the declared image pulled", || named(DECLARED)).await;
     assert_eq!(pulls(&rt), 1);
+    eventually("both present", || states(&declared) == ["present", "present"]).await;
     // Refreshes of present images pull nothing.
     tokio::time::sleep(refresh * 3).await;
     assert_eq!(pulls(&rt), 1, "present images are checked, not pulled");
@@ -196,19 +200,45 @@ async fn declared_images_are_pulled_at_start_and_again_at_a_refresh_after_they_w
 
 #[actix::test]
 async fn a_declared_image_that_fails_is_tried_again_at_the_next_refresh() {
-    use imaged::node::prefetch_ticker::PrefetchTickerActor;
+    use imaged::node::prefetch_ticker::{DeclaredState, PrefetchTickerActor};
     let rt = runtime().await;
     let m = manager(&rt, VerificationPolicy::NeverVerifyPreloadedImages).await;
     let refresh = Duration::from_millis(200);
-    let _ticker = PrefetchTickerActor::new(m.clone(), vec![MISSING.into()], Some(refresh)).start();
+    let metrics = imaged::metrics::Metrics::default();
+    let ticker = PrefetchTickerActor::new(m.clone(), vec![MISSING.into(), SLOW.into()], Some(refresh), metrics.clone());
+    let declared = ticker.declared();
+    assert_eq!(states(&declared), ["pending", "pending"], "before the first round");
+    let _ticker = ticker.start();
+    // The slow one's pull runs while the missing one has failed.
+    eventually("one failed, one pulling", || states(&declared) == ["failed", "pulling"]).await;
+    let failed = declared.snapshot().remove(0);
+    match &failed.state {
+        DeclaredState::Failed(why) => assert!(why.starts_with(&format!("Failed to pull image \"{MISSING}\"")), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    let gauge = |state: &str| {
+        let scrape = imaged::testing::Scrape::parse(&metrics.encode_prometheus()).expect("parses");
+        scrape.value("imaged_prefetch_images", &[("state", state)])
+    };
+    assert_eq!((gauge("failed"), gauge("pulling"), gauge("present")), (Some(1.0), Some(1.0), Some(0.0)));
     // Not in any registry: each refresh tries it once (no back-off: no pod).
     eventually("three attempts", || pulls(&rt) >= 3).await;
+    assert_eq!(declared.snapshot()[0].since, failed.since, "still failed: its time is the first failure's");
     // It now appears upstream: the next refresh pulls it.
     rt.runtime.add_remote(RemoteImage::new(MISSING, 700)).expect("add");
     eventually("pulled once it exists", || {
         rt.runtime.images().iter().any(|i| i.repo_tags.iter().any(|t| t == MISSING))
     })
     .await;
+    eventually("both present", || states(&declared) == ["present", "present"]).await;
+    assert_eq!((gauge("failed"), gauge("present")), (Some(0.0), Some(2.0)));
+    let present = declared.snapshot().remove(0);
+    assert!(matches!(&present.state, DeclaredState::Present(r) if r.starts_with("sha256:")), "{present:?}");
+}
+
+/// The declared images' state names, in the list's order.
+fn states(declared: &imaged::node::prefetch_ticker::DeclaredImages) -> Vec<&'static str> {
+    declared.snapshot().iter().map(|d| d.state.name()).collect()
 }
 
 /// The image a reloaded list starts with, and the one a reload adds.
@@ -230,7 +260,7 @@ async fn a_reloaded_list_is_prefetched_at_once_and_refreshed_at_its_new_period()
     let m = manager_for_a_reloaded_list(&rt).await;
     let named = |image: &str| rt.runtime.images().iter().any(|i| i.repo_tags.iter().any(|t| t == image));
     // Started with one image and no refresh.
-    let ticker = PrefetchTickerActor::new(m.clone(), vec![FIRST.into()], None).start();
+    let ticker = PrefetchTickerActor::new(m.clone(), vec![FIRST.into()], None, Default::default()).start();
     eventually("the first image pulled", || named(FIRST)).await;
     // A reload adds one and sets a refresh: the new image comes at once.
     let refresh = Duration::from_millis(300);
@@ -267,7 +297,7 @@ async fn a_list_reloaded_while_a_round_is_being_admitted_is_prefetched_after_it(
     rt.runtime.set_fault_plan(FaultPlan::new(1).rule(slow));
     let named = |image: &str| rt.runtime.images().iter().any(|i| i.repo_tags.iter().any(|t| t == image));
     // No refresh: without the follow-up round the added image would wait forever.
-    let ticker = PrefetchTickerActor::new(m.clone(), vec![FIRST.into()], None).start();
+    let ticker = PrefetchTickerActor::new(m.clone(), vec![FIRST.into()], None, Default::default()).start();
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!named(FIRST), "the first round is still checking");
     let update = UpdatePrefetchList { images: vec![FIRST.into(), ADDED.into()], refresh: None };

@@ -410,6 +410,19 @@ pub fn lagged(n: u64) -> proto::Event {
     proto::Event { time_ms: now_ms(), kind: Some(proto::event::Kind::Lagged(n)) }
 }
 
+/// A declared prefetch image as `GetStatus` gives it.
+pub(super) fn declared_image(d: &crate::node::prefetch_ticker::DeclaredImage) -> proto::DeclaredImage {
+    use crate::node::prefetch_ticker::DeclaredState;
+    let (image_ref, error) = match &d.state {
+        DeclaredState::Present(image_ref) => (image_ref.clone(), String::new()),
+        DeclaredState::Failed(error) => (String::new(), error.clone()),
+        DeclaredState::Pending | DeclaredState::Pulling => (String::new(), String::new()),
+    };
+    let since_ms =
+        d.since.duration_since(std::time::UNIX_EPOCH).map_or(0, |t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX));
+    proto::DeclaredImage { image: d.image.clone(), state: d.state.name().to_string(), image_ref, error, since_ms }
+}
+
 /// What `health` says now, as `GetStatus` sends it.
 pub(super) fn daemon_health(health: &crate::http::Health) -> proto::DaemonHealth {
     use crate::http::Verdict;

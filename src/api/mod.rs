@@ -574,6 +574,7 @@ impl Imaged for ImagedService {
             config: self.config_summary(),
             settings: Some(settings(&self.node.settings_in_force())),
             health: self.health.as_ref().map(convert::daemon_health),
+            prefetch: self.node.declared_images().iter().map(convert::declared_image).collect(),
         }))
     }
 }

@@ -406,6 +406,7 @@ impl StoreFamilies {
 pub(super) struct InfoFamilies {
     pub(super) config: Family<Vec<(&'static str, String)>, Gauge>,
     pub(super) restart_pending: Gauge,
+    pub(super) prefetch_images: Family<Labels1, Gauge>,
 }
 
 impl InfoFamilies {
@@ -421,6 +422,12 @@ impl InfoFamilies {
             "Changed configuration keys a SIGHUP read that take effect only after a restart (0 = none)",
             restart_pending.clone(),
         );
-        Self { config, restart_pending }
+        let prefetch_images = Family::<Labels1, Gauge>::default();
+        r.register(
+            "prefetch_images",
+            "The declared images ([prefetch] images) by state: pending, present, pulling, failed",
+            prefetch_images.clone(),
+        );
+        Self { config, restart_pending, prefetch_images }
     }
 }

@@ -341,6 +341,17 @@ impl Metrics {
 
     // === back-off ===
 
+    /// The declared prefetch images by state now (`imaged_prefetch_images{state}`).
+    pub fn set_prefetch_images(&self, by_state: &[(&'static str, usize)]) {
+        for (state, n) in by_state {
+            self.inner
+                .info
+                .prefetch_images
+                .get_or_create(&[("state", state)])
+                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+        }
+    }
+
     /// Entries in the back-off table now.
     pub fn set_backoff_entries(&self, n: usize) {
         self.inner.backoff.entries.set(i64::try_from(n).unwrap_or(i64::MAX));

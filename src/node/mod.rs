@@ -125,6 +125,8 @@ pub struct Node {
     in_force: std::sync::Mutex<Config>,
     /// The declared prefetch list's ticker (`[prefetch] images`), if any.
     prefetch: Option<Addr<prefetch_ticker::PrefetchTickerActor>>,
+    /// What the ticker's rounds made of each declared image (empty without one).
+    declared: prefetch_ticker::DeclaredImages,
 }
 
 impl std::fmt::Debug for Node {
@@ -258,6 +260,13 @@ impl Node {
     /// The pull queue the ensure flow pulls through.
     pub fn queue(&self) -> &Addr<PullQueueActor> {
         &self.queue
+    }
+
+    /// The declared prefetch images (`[prefetch] images`) in the list's
+    /// order, with what the ticker's last round made of each (empty
+    /// without a list).
+    pub fn declared_images(&self) -> Vec<prefetch_ticker::DeclaredImage> {
+        self.declared.snapshot()
     }
 
     /// Replaces the declared prefetch list and its refresh live (a reload

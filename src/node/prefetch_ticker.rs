@@ -7,12 +7,16 @@
 //! that is still being admitted when the next tick comes (a full pull
 //! queue) is not doubled: that tick is skipped.
 //!
+//! What each round made of each image — present, pulling, failed and why —
+//! is kept in [`DeclaredImages`], which the node reads without a round trip
+//! (`imagectl status`, `imaged_prefetch_images{state}`).
+//!
 //! The actor is a shell: what to prefetch comes from the configuration,
 //! and everything a prefetch does is the manager's. It lives with the
 //! node's wiring, above the ensure flow it drives (`tests/layering.rs`).
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use actix::prelude::*;
 use tracing::{debug, info, warn};
@@ -23,10 +27,115 @@ use crate::ensure::{ImageManager, Prefetch, PrefetchRequest};
 /// queued meanwhile goes first.
 pub const PRIORITY: i32 = -1;
 
+/// What came of a declared image at its last check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeclaredState {
+    /// Not checked yet: the first round, or one of a new list, has not
+    /// come to it.
+    Pending,
+    /// On the node (found, or pulled by a round), with its image reference.
+    Present(String),
+    /// A pull is queued or running.
+    Pulling,
+    /// Not queued, or its pull failed: why. Tried again at each refresh,
+    /// and failed still (since its first failure, with the last one's
+    /// reason) while the retry runs, until one succeeds.
+    Failed(String),
+}
+
+impl DeclaredState {
+    /// Every state's name, as `imaged_prefetch_images{state}` and the API say it.
+    pub const NAMES: [&'static str; 4] = ["pending", "present", "pulling", "failed"];
+
+    /// This state's name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            DeclaredState::Pending => "pending",
+            DeclaredState::Present(_) => "present",
+            DeclaredState::Pulling => "pulling",
+            DeclaredState::Failed(_) => "failed",
+        }
+    }
+}
+
+/// A declared image and its state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeclaredImage {
+    /// The image, fully qualified, as declared.
+    pub image: String,
+    /// What came of it.
+    pub state: DeclaredState,
+    /// When it came to `state`.
+    pub since: SystemTime,
+}
+
+/// The declared images in the list's order, with their states: a cheap
+/// handle the ticker writes and the node reads.
+#[derive(Debug, Clone, Default)]
+pub struct DeclaredImages {
+    images: Arc<Mutex<Vec<DeclaredImage>>>,
+    metrics: crate::metrics::Metrics,
+}
+
+impl DeclaredImages {
+    fn new(images: &[String], metrics: crate::metrics::Metrics) -> Self {
+        let this = Self { images: Arc::default(), metrics };
+        this.replace(images);
+        this
+    }
+
+    /// Every declared image with its state, in the list's order.
+    pub fn snapshot(&self) -> Vec<DeclaredImage> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<DeclaredImage>> {
+        // A panic while holding it cannot leave the list half-written.
+        self.images.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A new list: images still declared keep their states; new ones are pending.
+    fn replace(&self, images: &[String]) {
+        let mut list = self.lock();
+        let now = SystemTime::now();
+        let next = images
+            .iter()
+            .map(|image| match list.iter().find(|d| d.image == *image) {
+                Some(kept) => kept.clone(),
+                None => DeclaredImage { image: image.clone(), state: DeclaredState::Pending, since: now },
+            })
+            .collect();
+        *list = next;
+        self.count(&list);
+    }
+
+    fn set(&self, image: &str, state: DeclaredState) {
+        let mut list = self.lock();
+        // An image taken off the list meanwhile stays off it.
+        if let Some(d) = list.iter_mut().find(|d| d.image == image) {
+            let retrying_a_failure = matches!(d.state, DeclaredState::Failed(_)) && state == DeclaredState::Pulling;
+            if retrying_a_failure {
+                return;
+            }
+            if d.state.name() != state.name() {
+                d.since = SystemTime::now();
+            }
+            d.state = state;
+        }
+        self.count(&list);
+    }
+
+    fn count(&self, list: &[DeclaredImage]) {
+        let by_state = DeclaredState::NAMES.map(|name| (name, list.iter().filter(|d| d.state.name() == name).count()));
+        self.metrics.set_prefetch_images(&by_state);
+    }
+}
+
 /// See the module docs.
 pub struct PrefetchTickerActor {
     manager: ImageManager,
     images: Arc<[String]>,
+    declared: DeclaredImages,
     refresh: Option<Duration>,
     /// The refresh timer, replaced when a reload changes the period.
     timer: Option<SpawnHandle>,
@@ -55,8 +164,20 @@ pub struct UpdatePrefetchList {
 impl PrefetchTickerActor {
     /// A ticker for `images` (fully qualified), every `refresh` (`None`:
     /// once, at start).
-    pub fn new(manager: ImageManager, images: Vec<String>, refresh: Option<Duration>) -> Self {
-        Self { manager, images: images.into(), refresh, timer: None, busy: false, again: false }
+    /// `metrics` gets `imaged_prefetch_images{state}`.
+    pub fn new(
+        manager: ImageManager,
+        images: Vec<String>,
+        refresh: Option<Duration>,
+        metrics: crate::metrics::Metrics,
+    ) -> Self {
+        let declared = DeclaredImages::new(&images, metrics);
+        Self { manager, images: images.into(), declared, refresh, timer: None, busy: false, again: false }
+    }
+
+    /// The declared images' states, as this ticker keeps them.
+    pub fn declared(&self) -> DeclaredImages {
+        self.declared.clone()
     }
 
     fn start_timer(&mut self, ctx: &mut Context<Self>) {
@@ -72,10 +193,10 @@ impl PrefetchTickerActor {
             return;
         }
         self.busy = true;
-        let (manager, images) = (self.manager.clone(), self.images.clone());
+        let (manager, images, declared) = (self.manager.clone(), self.images.clone(), self.declared.clone());
         let round = async move {
             for image in images.iter() {
-                prefetch_one(&manager, image).await;
+                prefetch_one(&manager, image, &declared).await;
             }
         };
         ctx.spawn(round.into_actor(self).map(|(), actor, ctx| {
@@ -87,14 +208,31 @@ impl PrefetchTickerActor {
     }
 }
 
-/// Prefetches one declared image, saying what came of it.
-async fn prefetch_one(manager: &ImageManager, image: &str) {
+/// Prefetches one declared image, saying what came of it (in the log and
+/// in `declared`; a pull's end is recorded when it comes, by a task of its
+/// own, so the round goes on to the next image at once).
+async fn prefetch_one(manager: &ImageManager, image: &str, declared: &DeclaredImages) {
     let req = PrefetchRequest { priority: PRIORITY, ..PrefetchRequest::new(image) };
     match manager.prefetch(&req).await {
-        Ok(Prefetch::Present { .. }) => debug!(image, "prefetch: declared image present"),
-        Ok(Prefetch::Pulling { joined, .. }) => info!(image, joined, "prefetch: pulling a declared image"),
+        Ok(Prefetch::Present { image_ref }) => {
+            debug!(image, "prefetch: declared image present");
+            declared.set(image, DeclaredState::Present(image_ref));
+        }
+        Ok(Prefetch::Pulling { joined, done }) => {
+            info!(image, joined, "prefetch: pulling a declared image");
+            declared.set(image, DeclaredState::Pulling);
+            let (declared, image) = (declared.clone(), image.to_string());
+            actix::spawn(async move {
+                let state = match done.await {
+                    Ok(image_ref) => DeclaredState::Present(image_ref),
+                    Err(e) => DeclaredState::Failed(e),
+                };
+                declared.set(&image, state);
+            });
+        }
         Err(e) => {
             warn!(image, reason = %e.kind, error = %e.message, "prefetch: declared image not queued; trying again at the next refresh");
+            declared.set(image, DeclaredState::Failed(format!("{}: {}", e.kind, e.message)));
         }
     }
 }
@@ -112,6 +250,7 @@ impl Handler<UpdatePrefetchList> for PrefetchTickerActor {
         let changed_list = *self.images != *m.images;
         let changed_period = self.refresh != m.refresh;
         info!(images = m.images.len(), refresh = ?m.refresh, "prefetch: declared list replaced");
+        self.declared.replace(&m.images);
         self.images = m.images.into();
         self.refresh = m.refresh;
         if changed_period {

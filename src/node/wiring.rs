@@ -105,14 +105,18 @@ pub(super) async fn start(
     let gc = GcService::start(gateway, &cfg.gc, capacity, parts);
 
     // The declared prefetch list, once the rest is up (none: no actor).
-    let prefetch = (!cfg.prefetch.images.is_empty()).then(|| {
-        super::prefetch_ticker::PrefetchTickerActor::new(
+    let (prefetch, declared) = if cfg.prefetch.images.is_empty() {
+        (None, super::prefetch_ticker::DeclaredImages::default())
+    } else {
+        let ticker = super::prefetch_ticker::PrefetchTickerActor::new(
             manager.clone(),
             cfg.prefetch.images.clone(),
             cfg.prefetch.refresh,
-        )
-        .start()
-    });
+            cfg.pull.metrics.clone(),
+        );
+        let declared = ticker.declared();
+        (Some(ticker.start()), declared)
+    };
 
     let live_gc = tokio::sync::watch::Sender::new(cfg.gc.clone());
     Ok(Node {
@@ -127,6 +131,7 @@ pub(super) async fn start(
         accepting: Arc::new(AtomicBool::new(true)),
         live_gc,
         prefetch,
+        declared,
     })
 }
 

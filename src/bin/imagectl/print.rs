@@ -370,6 +370,36 @@ fn gc_started(started_ms: i64, now: std::time::SystemTime) -> String {
     format!("{} ({} ago), ", humantime::format_rfc3339_seconds(at), imaged::domain::go_text::duration(ago))
 }
 
+/// `imagectl status`'s prefetch lines: the declared images by state, then
+/// each one not present, with how long it has been so (nothing without a
+/// declared list).
+fn print_declared(
+    declared: &[proto::DeclaredImage],
+    now: std::time::SystemTime,
+    o: &mut impl Write,
+) -> Result<(), AppError> {
+    if declared.is_empty() {
+        return Ok(());
+    }
+    let counts: Vec<String> = imaged::node::prefetch_ticker::DeclaredState::NAMES
+        .iter()
+        .filter_map(|state| {
+            let n = declared.iter().filter(|d| d.state == *state).count();
+            (n > 0).then(|| format!("{n} {state}"))
+        })
+        .collect();
+    writeln!(o, "prefetch: {} declared — {}", declared.len(), counts.join(", ")).map_err(out)?;
+    for d in declared.iter().filter(|d| d.state != "present") {
+        let since = std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(d.since_ms).unwrap_or(0));
+        let ago = now
+            .duration_since(since)
+            .map_or(std::time::Duration::ZERO, |t| std::time::Duration::from_secs(t.as_secs()));
+        let why = if d.error.is_empty() { String::new() } else { format!(": {}", d.error) };
+        writeln!(o, "  {} {} for {}{why}", d.image, d.state, imaged::domain::go_text::duration(ago)).map_err(out)?;
+    }
+    Ok(())
+}
+
 /// `imagectl status`.
 pub fn print_status(s: &proto::StatusResponse, f: Format, o: &mut impl Write) -> Result<(), AppError> {
     if f.is_document() {
@@ -407,6 +437,7 @@ pub fn print_status(s: &proto::StatusResponse, f: Format, o: &mut impl Write) ->
     )
     .map_err(out)?;
     writeln!(o, "backoff: {} key(s)", s.backoffs.len()).map_err(out)?;
+    print_declared(&s.prefetch, std::time::SystemTime::now(), o)?;
     match &s.last_gc {
         Some(r) => writeln!(
             o,
@@ -670,6 +701,38 @@ mod tests {
         // An older daemon: the lines it sent.
         let old = proto::StatusResponse { config: vec!["pull.mode = serial".into()], ..Default::default() };
         assert!(text(|o| print_status(&old, Format::Table, o)).contains("  pull.mode = serial\n"));
+    }
+
+    #[test]
+    fn status_counts_the_declared_images_and_names_those_not_present() {
+        let now = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000);
+        let ms = |ago_s: u64| i64::try_from((1_800_000_000 - ago_s) * 1000).unwrap();
+        let d = |image: &str, state: &str, error: &str, ago_s: u64| proto::DeclaredImage {
+            image: image.into(),
+            state: state.into(),
+            image_ref: if state == "present" { "sha256:aa".into() } else { String::new() },
+            error: error.into(),
+            since_ms: ms(ago_s),
+        };
+        let declared = [
+            d("docker.io/library/redis:7", "present", "", 600),
+            d("docker.io/library/nginx:1.27", "present", "", 5),
+            d("quay.io/team/app:2", "failed", "Failed to pull image \"quay.io/team/app:2\": not found", 192),
+            d("quay.io/team/big:1", "pulling", "", 42),
+        ];
+        let lines = text(|o| print_declared(&declared, now, o));
+        assert_eq!(
+            lines,
+            "prefetch: 4 declared — 2 present, 1 pulling, 1 failed\n\
+             \x20 quay.io/team/app:2 failed for 3m12s: Failed to pull image \"quay.io/team/app:2\": not found\n\
+             \x20 quay.io/team/big:1 pulling for 42s\n"
+        );
+        assert_eq!(text(|o| print_declared(&[], now, o)), "", "no list, no line");
+        let s = proto::StatusResponse { prefetch: declared.to_vec(), ..Default::default() };
+        let table = text(|o| print_status(&s, Format::Table, o));
+        assert!(table.contains("\nprefetch: 4 declared"), "{table}");
+        let json = text(|o| print_status(&s, Format::Json, o));
+        assert!(json.contains("\"state\": \"failed\""), "{json}");
     }
 
     #[test]
