@@ -121,7 +121,7 @@ pub struct KubeletImageFields {
     /// fields they come from, as `--show-origin` names them.
     pub eviction_available: (Vec<String>, &'static str),
     /// `runtimeRequestTimeout`: the deadline of every CRI call but
-    /// `PullImage`, which has none.
+    /// `PullImage` and `ImageFsInfo`, which have none.
     pub runtime_request_timeout: Option<Duration>,
     /// `nodeStatusMaxImages`.
     pub node_status_max_images: Option<i64>,
@@ -265,7 +265,7 @@ impl KubeletImageFields {
             self.container_runtime_endpoint.clone().or_else(|| self.image_service_endpoint.clone()).map(KeyValue::Str),
             if self.container_runtime_endpoint.is_some() { "containerRuntimeEndpoint" } else { "imageServiceEndpoint" },
         );
-        // The kubelet gives every CRI call but `PullImage` this deadline.
+        // The kubelet gives every CRI call but `PullImage` and `ImageFsInfo` this deadline.
         for key in REQUEST_DEADLINE_KEYS {
             put(key, self.runtime_request_timeout.map(duration_text), "runtimeRequestTimeout");
         }
@@ -277,13 +277,12 @@ impl KubeletImageFields {
 }
 
 /// The deadlines the kubelet's `runtimeRequestTimeout` sets: every CRI
-/// call but `PullImage`, which has none.
-pub const REQUEST_DEADLINE_KEYS: [&str; 8] = [
+/// call but `PullImage` and `ImageFsInfo` ("it takes time"), which have none.
+pub const REQUEST_DEADLINE_KEYS: [&str; 7] = [
     "runtime.deadlines.version",
     "runtime.deadlines.list_images",
     "runtime.deadlines.image_status",
     "runtime.deadlines.remove_image",
-    "runtime.deadlines.image_fs_info",
     "runtime.deadlines.list_containers",
     "runtime.deadlines.list_pod_sandbox",
     "runtime.deadlines.container_status",

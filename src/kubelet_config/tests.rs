@@ -419,7 +419,6 @@ fn the_request_timeout_is_every_cri_calls_deadline_but_the_pulls() {
         Rpc::ListImages,
         Rpc::ImageStatus,
         Rpc::RemoveImage,
-        Rpc::ImageFsInfo,
         Rpc::ListContainers,
         Rpc::ListPodSandbox,
         Rpc::ContainerStatus,
@@ -427,6 +426,8 @@ fn the_request_timeout_is_every_cri_calls_deadline_but_the_pulls() {
         assert_eq!(loaded.config.cri.deadlines.get(rpc), Some(Duration::from_secs(270)), "{rpc:?}");
     }
     assert_eq!(loaded.config.cri.deadlines.get(Rpc::PullImage), None, "a pull has no deadline, as in the kubelet");
+    // The kubelet sets none on ImageFsInfo either; imaged keeps its own.
+    assert_eq!(loaded.config.cri.deadlines.get(Rpc::ImageFsInfo), Some(Duration::from_secs(120)));
     assert_eq!(loaded.config.gc.node_status_max_images, None, "-1: every image");
     assert_eq!(
         loaded.effective.origin("runtime.deadlines.list_images"),
