@@ -115,7 +115,11 @@ pub async fn run_gc(ports: GcPorts, spec: RunSpec, clock: Clock) -> Result<GcRep
     remove_in_order(&ports, &mut report, started).await;
     if let Ok((after, _)) = measure(&ports.fs_info, &spec.capacity).await {
         let measured = i128::from(after.available) - i128::from(before.available);
-        ports.metrics.gc_reclaimed(measured);
+        // A run that removed nothing reclaimed nothing, whatever else
+        // freed space meanwhile (rotated logs, a pod's deleted volume).
+        if !report.removed.is_empty() {
+            ports.metrics.gc_reclaimed(measured);
+        }
         report.bytes_freed_measured = Some(measured);
     }
     if let Some(listed) = listed_pull_refs {
