@@ -280,6 +280,7 @@ impl Node {
                 let mut in_force = self.in_force();
                 in_force.prefetch.images.clone_from(&images);
                 in_force.prefetch.refresh = refresh;
+                self.declared.replace(&images);
                 ticker.do_send(prefetch_ticker::UpdatePrefetchList { images, refresh });
                 true
             }

@@ -67,6 +67,10 @@ pub struct DeclaredImage {
     pub state: DeclaredState,
     /// When it came to `state`.
     pub since: SystemTime,
+    /// Which check of it `state` is the outcome of: a pull's end that
+    /// comes after a later check (a pull under other credentials, a pull
+    /// of an entry removed and declared again) changes nothing.
+    check: u64,
 }
 
 /// The declared images in the list's order, with their states: a cheap
@@ -74,12 +78,15 @@ pub struct DeclaredImage {
 #[derive(Debug, Clone, Default)]
 pub struct DeclaredImages {
     images: Arc<Mutex<Vec<DeclaredImage>>>,
+    /// Checks numbered across the whole list, so an entry declared again
+    /// never takes a number its earlier self gave a pull.
+    checks: Arc<std::sync::atomic::AtomicU64>,
     metrics: crate::metrics::Metrics,
 }
 
 impl DeclaredImages {
     fn new(images: &[String], metrics: crate::metrics::Metrics) -> Self {
-        let this = Self { images: Arc::default(), metrics };
+        let this = Self { images: Arc::default(), checks: Arc::default(), metrics };
         this.replace(images);
         this
     }
@@ -94,35 +101,55 @@ impl DeclaredImages {
         self.images.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// A new list: images still declared keep their states; new ones are pending.
-    fn replace(&self, images: &[String]) {
+    /// A new list: images still declared keep their states; new ones are
+    /// pending. The node calls it when it sends the list to the ticker, so
+    /// a status read at once shows the new list.
+    pub(super) fn replace(&self, images: &[String]) {
         let mut list = self.lock();
         let now = SystemTime::now();
         let next = images
             .iter()
             .map(|image| match list.iter().find(|d| d.image == *image) {
                 Some(kept) => kept.clone(),
-                None => DeclaredImage { image: image.clone(), state: DeclaredState::Pending, since: now },
+                None => DeclaredImage { image: image.clone(), state: DeclaredState::Pending, since: now, check: 0 },
             })
             .collect();
         *list = next;
         self.count(&list);
     }
 
-    fn set(&self, image: &str, state: DeclaredState) {
+    /// A round's check of `image` came to `state`: a new check, whose
+    /// number (for [`finish`](Self::finish)) is returned; `None` when the
+    /// image is no longer declared (it stays off the list).
+    fn checked(&self, image: &str, state: DeclaredState) -> Option<u64> {
         let mut list = self.lock();
-        // An image taken off the list meanwhile stays off it.
-        if let Some(d) = list.iter_mut().find(|d| d.image == image) {
-            let retrying_a_failure = matches!(d.state, DeclaredState::Failed(_)) && state == DeclaredState::Pulling;
-            if retrying_a_failure {
-                return;
-            }
-            if d.state.name() != state.name() {
-                d.since = SystemTime::now();
-            }
-            d.state = state;
+        let d = list.iter_mut().find(|d| d.image == image)?;
+        let check = self.checks.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        d.check = check;
+        // A retry leaves a failure as it is until it ends.
+        let retrying_a_failure = matches!(d.state, DeclaredState::Failed(_)) && state == DeclaredState::Pulling;
+        if !retrying_a_failure {
+            Self::put(d, state);
+            self.count(&list);
         }
-        self.count(&list);
+        Some(check)
+    }
+
+    /// The pull check number `check` of `image` started ended in `state`,
+    /// unless a later check (or a new entry of the name) came since.
+    fn finish(&self, image: &str, check: u64, state: DeclaredState) {
+        let mut list = self.lock();
+        if let Some(d) = list.iter_mut().find(|d| d.image == image && d.check == check) {
+            Self::put(d, state);
+            self.count(&list);
+        }
+    }
+
+    fn put(d: &mut DeclaredImage, state: DeclaredState) {
+        if d.state.name() != state.name() {
+            d.since = SystemTime::now();
+        }
+        d.state = state;
     }
 
     fn count(&self, list: &[DeclaredImage]) {
@@ -216,23 +243,23 @@ async fn prefetch_one(manager: &ImageManager, image: &str, declared: &DeclaredIm
     match manager.prefetch(&req).await {
         Ok(Prefetch::Present { image_ref }) => {
             debug!(image, "prefetch: declared image present");
-            declared.set(image, DeclaredState::Present(image_ref));
+            declared.checked(image, DeclaredState::Present(image_ref));
         }
         Ok(Prefetch::Pulling { joined, done }) => {
             info!(image, joined, "prefetch: pulling a declared image");
-            declared.set(image, DeclaredState::Pulling);
+            let Some(check) = declared.checked(image, DeclaredState::Pulling) else { return };
             let (declared, image) = (declared.clone(), image.to_string());
             actix::spawn(async move {
                 let state = match done.await {
                     Ok(image_ref) => DeclaredState::Present(image_ref),
                     Err(e) => DeclaredState::Failed(e),
                 };
-                declared.set(&image, state);
+                declared.finish(&image, check, state);
             });
         }
         Err(e) => {
             warn!(image, reason = %e.kind, error = %e.message, "prefetch: declared image not queued; trying again at the next refresh");
-            declared.set(image, DeclaredState::Failed(format!("{}: {}", e.kind, e.message)));
+            declared.checked(image, DeclaredState::Failed(format!("{}: {}", e.kind, e.message)));
         }
     }
 }
@@ -271,5 +298,53 @@ impl Actor for PrefetchTickerActor {
     fn started(&mut self, ctx: &mut Self::Context) {
         self.round(ctx);
         self.start_timer(ctx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(d: &DeclaredImages) -> Vec<&'static str> {
+        d.snapshot().iter().map(|i| i.state.name()).collect()
+    }
+
+    #[test]
+    fn a_pulls_end_counts_only_for_the_check_that_started_it() {
+        let d = DeclaredImages::new(&["a".into(), "b".into()], crate::metrics::Metrics::default());
+        assert_eq!(names(&d), ["pending", "pending"]);
+        let first = d.checked("a", DeclaredState::Pulling).expect("declared");
+        // A later round's pull (other credentials: not joined) ends first.
+        let second = d.checked("a", DeclaredState::Pulling).expect("declared");
+        d.finish("a", second, DeclaredState::Present("sha256:1".into()));
+        d.finish("a", first, DeclaredState::Failed("late".into()));
+        assert_eq!(d.snapshot()[0].state, DeclaredState::Present("sha256:1".into()), "the stale end is dropped");
+
+        // Taken off the list and declared again: the old pull's end is not its.
+        let old = d.checked("b", DeclaredState::Pulling).expect("declared");
+        d.replace(&["a".into()]);
+        assert_eq!(d.checked("b", DeclaredState::Pulling), None, "off the list, it stays off");
+        d.replace(&["a".into(), "b".into()]);
+        let new = d.checked("b", DeclaredState::Pulling).expect("declared again");
+        assert_ne!(old, new);
+        d.finish("b", old, DeclaredState::Failed("the old pull".into()));
+        assert_eq!(names(&d), ["present", "pulling"]);
+    }
+
+    #[test]
+    fn a_retry_leaves_a_failure_failed_since_its_first_time() {
+        let d = DeclaredImages::new(&["a".into()], crate::metrics::Metrics::default());
+        let check = d.checked("a", DeclaredState::Pulling).expect("declared");
+        d.finish("a", check, DeclaredState::Failed("not found".into()));
+        let failed = d.snapshot().remove(0);
+        std::thread::sleep(Duration::from_millis(2));
+        let retry = d.checked("a", DeclaredState::Pulling).expect("declared");
+        assert_eq!(d.snapshot()[0], DeclaredImage { check: retry, ..failed.clone() }, "still failed while it retries");
+        d.finish("a", retry, DeclaredState::Failed("still not found".into()));
+        let again = d.snapshot().remove(0);
+        assert_eq!((again.state, again.since), (DeclaredState::Failed("still not found".into()), failed.since));
+        let ok = d.checked("a", DeclaredState::Pulling).expect("declared");
+        d.finish("a", ok, DeclaredState::Present("sha256:2".into()));
+        assert!(d.snapshot()[0].since > failed.since, "present since the pull ended");
     }
 }
