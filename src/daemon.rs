@@ -225,7 +225,9 @@ fn warn_if_the_kubelet_bypasses_or_limits_pulls(
         other => warn!(file = %file.display(), image_service_endpoint = other.unwrap_or(""), cri_socket = %ours,
             "the kubelet's imageServiceEndpoint is not imaged's CRI socket: its image calls bypass imaged"),
     }
-    if k.serialize_image_pulls != Some(false) {
+    // The kubelet's defaulting: unset, pulls are serial unless
+    // maxParallelImagePulls is 2 or more.
+    if k.serialize_image_pulls.unwrap_or_else(|| k.max_parallel_image_pulls.is_none_or(|n| n < 2)) {
         warn!(file = %file.display(), "the kubelet serializes its image pulls (serializeImagePulls is not false): \
             they reach imaged's CRI socket one at a time; set serializeImagePulls: false and let imaged's pull.* limits apply");
     }

@@ -1104,6 +1104,13 @@ fn imaged_run_warns_when_the_kubelets_config_bypasses_or_holds_back_its_front() 
     for warning in [BYPASS, SERIAL, QPS] {
         assert!(!log.contains(warning), "{warning}: {log}");
     }
+    // serializeImagePulls unset with maxParallelImagePulls 2 or more: the
+    // kubelet's defaulting makes its pulls parallel.
+    let parallel = patched.replace("serializeImagePulls: false", "maxParallelImagePulls: 4");
+    let log = start("parallel.yaml", &parallel);
+    assert!(!log.contains(SERIAL), "{log}");
+    let log = start("one.yaml", &patched.replace("serializeImagePulls: false", "maxParallelImagePulls: 1"));
+    assert!(log.contains(SERIAL), "{log}");
 }
 
 /// The embedded runtime served on its own (its images outlive imaged's
