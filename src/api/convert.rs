@@ -418,8 +418,7 @@ pub(super) fn declared_image(d: &crate::node::prefetch_ticker::DeclaredImage) ->
         DeclaredState::Failed(error) => (String::new(), error.clone()),
         DeclaredState::Pending | DeclaredState::Pulling => (String::new(), String::new()),
     };
-    let since_ms =
-        d.since.duration_since(std::time::UNIX_EPOCH).map_or(0, |t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX));
+    let since_ms = unix_ms(d.since);
     proto::DeclaredImage { image: d.image.clone(), state: d.state.name().to_string(), image_ref, error, since_ms }
 }
 

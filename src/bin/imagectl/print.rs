@@ -365,9 +365,14 @@ fn gc_started(started_ms: i64, now: std::time::SystemTime) -> String {
         return String::new();
     }
     let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
-    // Whole seconds: "3m12s ago", not "3m12.345s ago".
-    let ago = now.duration_since(at).map_or(std::time::Duration::ZERO, |d| std::time::Duration::from_secs(d.as_secs()));
+    let ago = whole_seconds_since(at, now);
     format!("{} ({} ago), ", humantime::format_rfc3339_seconds(at), imaged::domain::go_text::duration(ago))
+}
+
+/// How long from `at` to `now`, in whole seconds ("3m12s ago", not
+/// "3m12.345s ago"); zero for a time to come.
+fn whole_seconds_since(at: std::time::SystemTime, now: std::time::SystemTime) -> std::time::Duration {
+    now.duration_since(at).map_or(std::time::Duration::ZERO, |d| std::time::Duration::from_secs(d.as_secs()))
 }
 
 /// `imagectl status`'s prefetch lines: the declared images by state, then
@@ -390,10 +395,10 @@ fn print_declared(
         .collect();
     writeln!(o, "prefetch: {} declared — {}", declared.len(), counts.join(", ")).map_err(out)?;
     for d in declared.iter().filter(|d| d.state != "present") {
-        let since = std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(d.since_ms).unwrap_or(0));
-        let ago = now
-            .duration_since(since)
-            .map_or(std::time::Duration::ZERO, |t| std::time::Duration::from_secs(t.as_secs()));
+        let ago = whole_seconds_since(
+            std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(d.since_ms).unwrap_or(0)),
+            now,
+        );
         let why = if d.error.is_empty() { String::new() } else { format!(": {}", d.error) };
         writeln!(o, "  {} {} for {}{why}", d.image, d.state, imaged::domain::go_text::duration(ago)).map_err(out)?;
     }
