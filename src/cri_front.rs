@@ -671,10 +671,7 @@ impl FrontRecord {
     ) -> tokio::task::JoinHandle<()> {
         intent.disarm();
         let Self { records, image, .. } = self;
-        tokio::spawn(async move {
-            records.end_pull(&image, end, began).await;
-            drop(due);
-        })
+        records.end_pull_behind(image, end, began, due)
     }
 }
 

@@ -33,6 +33,40 @@ pub(crate) async fn settled(changed: &Notify, within: Duration, pending: impl Fn
     true
 }
 
+/// Work left running behind an answer (a pull's record write, its
+/// `Pulled` event waiting for the size), counted so that whoever must see
+/// it done can wait ([`Pending::settled`]).
+#[derive(Debug, Default)]
+pub(crate) struct Pending {
+    count: std::sync::atomic::AtomicUsize,
+    ended: Notify,
+}
+
+/// One piece of [`Pending`] work: counted until dropped (done, or dropped
+/// unfinished: a task cancelled at a runtime's end counts out too).
+#[derive(Debug)]
+pub(crate) struct PendingGuard(std::sync::Arc<Pending>);
+
+impl Pending {
+    /// Counts one piece of work until the guard drops.
+    pub(crate) fn begin(self: &std::sync::Arc<Self>) -> PendingGuard {
+        self.count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        PendingGuard(self.clone())
+    }
+
+    /// Waits, for at most `within`, until no work is counted.
+    pub(crate) async fn settled(&self, within: Duration) {
+        settled(&self.ended, within, || self.count.load(std::sync::atomic::Ordering::Acquire) > 0).await;
+    }
+}
+
+impl Drop for PendingGuard {
+    fn drop(&mut self) {
+        self.0.count.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        self.0.ended.notify_waiters();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
@@ -40,6 +74,24 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn pending_work_is_waited_for_until_every_guard_drops() {
+        let pending = Arc::new(Pending::default());
+        let (a, b) = (pending.begin(), pending.begin());
+        let t = tokio::time::Instant::now();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            drop(a);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            drop(b);
+        });
+        pending.settled(Duration::from_secs(5)).await;
+        assert_eq!(t.elapsed(), Duration::from_millis(200));
+        let _stuck = pending.begin();
+        pending.settled(Duration::from_secs(1)).await;
+        assert_eq!(t.elapsed(), Duration::from_millis(1200), "bounded by within");
+    }
 
     #[tokio::test(start_paused = true)]
     async fn nothing_pending_returns_at_once_false() {

@@ -194,7 +194,14 @@ struct Inner {
     /// Keys of intents waiting for the write lock, one entry per request
     /// (the group commit of [`PullRecords::record_pull_intent`]).
     waiting_intents: Mutex<Vec<String>>,
+    /// Pull ends being written behind their answers
+    /// ([`PullRecords::end_pull_behind`]).
+    behind: Arc<crate::settle::Pending>,
 }
+
+/// How long a graceful stop's [`PullRecords::sync`] waits for the pull ends
+/// still being written behind their answers (each is one store write).
+const BEHIND_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Runs `work` — the end of a pull (`ends`: its image key), or a
 /// deletion — to its end even when its caller stops waiting (an ensure
@@ -393,6 +400,7 @@ impl PullRecords {
                 writes: tokio::sync::Mutex::new(()),
                 names: Mutex::default(),
                 pull_ended: tokio::sync::Notify::new(),
+                behind: Arc::default(),
                 waiting_intents: Mutex::default(),
             }),
         }
@@ -736,6 +744,36 @@ impl PullRecords {
         }
     }
 
+    /// [`PullRecords::end_pull`] on a task of its own, so whoever asked for
+    /// the pull is answered without waiting for the store: an ensure, the
+    /// CRI front. Until the write ends the pull counts as in flight (a
+    /// check of the image waits for it: [`PullRecords::pulls_ended`]);
+    /// `due`, what else holds the record due, is dropped once it is
+    /// written. The handle is for a caller that must wait for it;
+    /// [`PullRecords::written`] waits for them all.
+    pub fn end_pull_behind<D: Send + 'static>(
+        &self,
+        image: String,
+        end: PullEnd,
+        began: std::time::SystemTime,
+        due: D,
+    ) -> tokio::task::JoinHandle<()> {
+        let counted = self.inner.behind.begin();
+        let records = self.clone();
+        tokio::spawn(async move {
+            records.end_pull(&image, end, began).await;
+            drop(due);
+            drop(counted);
+        })
+    }
+
+    /// Waits until every pull end written behind its answer
+    /// ([`PullRecords::end_pull_behind`]) is written: what a caller that
+    /// reads the records right after an ensure, or stops, waits for.
+    pub async fn written(&self) {
+        self.inner.behind.settled(std::time::Duration::MAX).await;
+    }
+
     /// One pull of `image` ended and imaged does not know how: its reply
     /// was lost (a deadline, a dropped connection), its queue stopped, or
     /// its caller gave up, while the runtime may have pulled the image or
@@ -959,9 +997,11 @@ impl PullRecords {
     /// Puts the unsynced writes on disk (see "Unsynced" above) and deletes
     /// the kept intents (see "Kept intents" above), so the next start
     /// finds only the intents of pulls that may still be running; a
-    /// graceful stop calls it last. Nothing to do without a store.
+    /// graceful stop calls it last, after the pull ends written behind
+    /// their answers (for at most 5 s). Nothing to do without a store.
     pub async fn sync(&self) -> Result<(), StoreError> {
         let Some(store) = self.inner.store.clone() else { return Ok(()) };
+        self.inner.behind.settled(BEHIND_WAIT).await;
         let _w = self.inner.writes.lock().await;
         // See `take_kept`: an intent on disk that memory does not know is
         // only one the next start recovers.
