@@ -61,6 +61,8 @@ impl Flow {
     }
 
     async fn events(&self) -> Vec<(EventType, EventReason, String)> {
+        // A pull's `Pulled` event follows its answer (it waits for the size).
+        self.manager.settled().await;
         self.events
             .send(TakeEvents)
             .await
@@ -402,6 +404,9 @@ async fn retry_after_registry_outage(reset: bool) -> (Result<EnsureOk, EnsureErr
     assert_eq!(e.class, ErrorClass::Transient);
     f.rt.runtime.set_fault_plan(FaultPlan::default());
     f.ensure("u2", "flaky.example.com/b:1", PullPolicy::IfNotPresent).await.expect("the registry is back");
+    // The recovery is told with the pull's `Pulled` event, which follows the
+    // answer (it waits for the size).
+    f.manager.settled().await;
     let before = f.pulls();
     let r = f.ensure("u1", "flaky.example.com/a:1", PullPolicy::IfNotPresent).await;
     (r, f.pulls() - before)
@@ -585,4 +590,31 @@ async fn a_pull_that_ends_while_gc_removes_its_image_pulls_it_again() {
     let ok = ensure.await.expect("pulled again");
     assert_eq!(f.pulls(), 2, "the image the first pull found was removed: pulled again");
     assert!(f.rt.runtime.images().iter().any(|i| i.id == ok.image_ref), "the answer names an image that is there");
+}
+
+#[actix::test]
+async fn a_pull_is_answered_before_the_size_lookup_and_its_pulled_event_follows_with_the_size() {
+    let f = flow().await;
+    // The size lookup after a pull asks by the image's id; the check by
+    // name before the pull is not held back.
+    let lookup = Duration::from_secs(1);
+    f.rt.runtime
+        .set_fault_plan(FaultPlan::new(1).rule(FaultRule::on(Rpc::ImageStatus).image("sha256:*").delay(lookup)));
+    let asked = tokio::time::Instant::now();
+    let ok = f.ensure("u1", ABSENT, PullPolicy::IfNotPresent).await.expect("pulled");
+    assert_eq!(ok.image_ref, RemoteImage::new(ABSENT, 0).id);
+    assert!(asked.elapsed() < lookup, "the answer waited for the size lookup: {:?}", asked.elapsed());
+    let told: Vec<_> = f.events.send(TakeEvents).await.expect("events").into_iter().map(|e| e.reason).collect();
+    assert_eq!(told, [EventReason::Pulling], "Pulled waits for the size");
+    // `settled` waits for it: worded with the size, its times ending at the answer.
+    let ev = f.events().await;
+    assert!(asked.elapsed() >= lookup, "the event waited for the lookup");
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!((ev[0].0, ev[0].1), (EventType::Normal, EventReason::Pulled));
+    assert!(success_message(&ev[0].2, ABSENT), "{}", ev[0].2);
+    let waited = ev[0].2.split(" (").nth(1).and_then(|r| r.split(" including").next()).expect("times");
+    assert!(go_ms(waited) < 1000.0, "the lookup is not part of the pod's wait: {}", ev[0].2);
+    // The record was written behind the answer; the image is this pod's.
+    let records = f.manager.pull_records();
+    assert!(records.record(&ok.image_ref).is_some(), "written once settled");
 }

@@ -124,6 +124,8 @@ async fn a_pod_without_the_secret_is_refused_a_pod_with_the_same_credential_is_s
     let ok = m.ensure_image_exists(&req("a", PullPolicy::IfNotPresent, a())).await.expect("A pulls");
     assert_eq!(ok.message, "");
     assert_eq!(pulls(&rt), 1);
+    // The record is written behind the answer.
+    m.settled().await;
     let record = m.pull_records().record(&ok.image_ref).expect("pulled record");
     let secrets = &record.credential_mapping[REPO].kubernetes_secrets;
     assert_eq!(secrets.len(), 1);
@@ -329,6 +331,7 @@ async fn a_crash_between_intent_and_record_is_recovered_at_the_next_start() {
     // A pod with the secret pulls (verifies) and is then on record.
     let a = m.ensure_image_exists(&req("a", PullPolicy::IfNotPresent, vec![secret("ns", "s", "u", PASSWORD)])).await;
     assert!(served(&a), "{a:?}");
+    m.settled().await;
     assert_eq!(
         m.pull_records().record(&image_id).expect("record").credential_mapping[REPO].kubernetes_secrets.len(),
         1
@@ -363,6 +366,8 @@ async fn gc_prunes_the_records_of_the_images_it_removes_and_keeps_the_others() {
         state: imaged::domain::ContainerState::Running,
         ..Default::default()
     });
+    // Both records written (behind the pulls' answers) before GC runs.
+    m.settled().await;
     let settings = imaged::config::Config::from_toml("[gc]\nimage_minimum_gc_age = \"0s\"\nsandbox_image = \"\"")
         .expect("config")
         .gc;

@@ -443,6 +443,8 @@ async fn durable_writes_are_timed_by_table() {
     let node = imaged::node::Node::start(cfg).await.expect("node starts");
     let req = EnsureImageRequest::new("a", "redis:7", PullPolicy::IfNotPresent);
     node.ensure_image_exists(&req).await.expect("accepted").expect("pulled");
+    // Its record is written behind the answer.
+    node.manager().settled().await;
     let s = scrape(&metrics);
     let count = |table| s.value("imaged_store_write_duration_seconds_count", &[("table", table)]);
     // The pull's intent; its record (anonymous: every pod may use the

@@ -82,6 +82,8 @@ async fn a_prefetch_pulls_in_the_background_and_an_ensure_meanwhile_joins_it() {
     assert_eq!(ok.image_ref, image_ref);
     assert_eq!(pulls(&rt), 1, "the pod's ensure joined the prefetch's pull");
     // The pod's events are the kubelet's; the prefetch adds none of its own.
+    // (`Pulled` follows the answer: it waits for the size.)
+    m.settled().await;
     let seen: Vec<(EventReason, String)> =
         events.send(TakeEvents).await.expect("events").into_iter().map(|e| (e.reason, e.object.pod_uid)).collect();
     assert_eq!(seen, [(EventReason::Pulling, "p1".to_string()), (EventReason::Pulled, "p1".to_string())]);

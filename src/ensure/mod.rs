@@ -95,6 +95,8 @@ pub struct ImageManager {
     presence_checks: Option<presence::PresenceGate>,
     /// The pull queue's records due (`PullQueueSettings::records_due`).
     records_due: crate::actors::pull_queue::RecordsDue,
+    /// `Pulled` events answered but not yet told (waiting for the size).
+    untold: Arc<crate::settle::Pending>,
 }
 
 /// Most remembered `applyDefaultImageTag` results.
@@ -130,6 +132,7 @@ impl ImageManager {
             hints: crate::gc::in_use_hints::InUseHints::default(),
             records: PullRecords::in_memory(VerifyPolicy::default()),
             defaulted: Arc::default(),
+            untold: Arc::default(),
             presence_checks: cfg.presence_window().map(|w| presence::PresenceGate::new(w, PRESENCE_CHECK_HOLD)),
             cfg,
             metrics: crate::metrics::Metrics::default(),
@@ -145,6 +148,16 @@ impl ImageManager {
     pub fn with_records_due(mut self, due: crate::actors::pull_queue::RecordsDue) -> Self {
         self.records_due = due;
         self
+    }
+
+    /// Waits until what the ensures answered so far left running is done:
+    /// each pull's `Pulled` event told (it waits for the image's size,
+    /// looked up after the answer) and its KEP-2535 record written
+    /// ([`PullRecords::written`]). For a caller that reads the events or the
+    /// records right after an ensure; nothing else needs it.
+    pub async fn settled(&self) {
+        self.untold.settled(std::time::Duration::MAX).await;
+        self.records.written().await;
     }
 
     /// The manager reporting its requests and pull durations to `metrics`,

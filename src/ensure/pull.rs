@@ -73,26 +73,30 @@ impl ImageManager {
             Ok(outcome) => !self.mark_ensured_unless_removed(&outcome.image_ref).await,
             Err(_) => false,
         };
-        // The record is written while the pull task looks the size up. The
-        // write runs to its end even if this ensure is dropped meanwhile
-        // (`pull_records::to_the_end`): the guard is done with here.
+        // The guard is done with here: the pull's end is recorded below.
         intent.disarm();
-        Box::pin(self.record_pull_end(&spec.image, requested, result.as_ref(), proves, began)).await;
-        if let Ok(o) = &mut result {
-            o.record_due = None;
+        match &mut result {
+            // A pull's record is written behind its answer, as the CRI
+            // front's: the caller does not wait for the store. Until the
+            // write ends, the pull counts as in flight and its record as
+            // due, so a check of the image waits for it.
+            Ok(o) => {
+                let due = o.record_due.take();
+                let end = o.pull_end(|credential| credentials_used(proves, credential, requested));
+                drop(self.records.end_pull_behind(spec.image.clone(), end, began, due));
+            }
+            // A failure is recorded before it is answered (it runs to its
+            // end even if this ensure is dropped: `pull_records::to_the_end`).
+            Err(_) => Box::pin(self.record_pull_end(&spec.image, requested, result.as_ref(), proves, began)).await,
         }
-        let size = match &result {
-            Ok(outcome) if outcome.pulled => outcome.size.bytes().await,
-            _ => 0,
+        // Once per pull (by the request that started it), told with its
+        // `Pulled` event (see `pulled`).
+        let recovered = match (&result, joined, &registry) {
+            (Ok(outcome), false, Some(registry)) if outcome.pulled => {
+                Some(RegistryRecovered { registry: registry.clone() })
+            }
+            _ => None,
         };
-        // Once per pull (by the request that started it), fire and forget,
-        // ahead of any later check in the mailbox; at the instant of the
-        // `Pulled` event.
-        if let (Ok(outcome), false, Some(registry)) = (&result, joined, &registry)
-            && outcome.pulled
-        {
-            let _ = self.backoff.recovered.try_send(RegistryRecovered { registry: registry.clone() });
-        }
         match result {
             Ok(_) if removed_meanwhile && !again => {
                 drop(in_flight);
@@ -102,7 +106,7 @@ impl ImageManager {
                 if removed_meanwhile {
                     self.mark_ensured_after_removals(&outcome.image_ref).await;
                 }
-                Ok(self.pulled(req, &outcome, size, start))
+                Ok(self.pulled(req, &outcome, start, recovered))
             }
             Err(failure) => Box::pin(self.pull_failed(req, spec, lookup, key, cause, registry, &failure)).await,
         }
@@ -289,8 +293,15 @@ impl ImageManager {
         self.records.end_pull(image, end, began).await;
     }
 
-    /// A pull's success, `size` its image's size (looked up after the pull).
-    fn pulled(&self, req: &EnsureImageRequest, outcome: &PullOutcome, size: u64, start: Instant) -> EnsureOk {
+    /// A pull's success; `recovered`, the registry this pull shows
+    /// recovered (`reset_backoff_on_registry_recovery`).
+    fn pulled(
+        &self,
+        req: &EnsureImageRequest,
+        outcome: &PullOutcome,
+        start: Instant,
+        recovered: Option<RegistryRecovered>,
+    ) -> EnsureOk {
         let requested = req.image.as_str();
         let now = Instant::now();
         self.recorder.finished(&req.pod.uid, now);
@@ -306,9 +317,26 @@ impl ImageManager {
             self.emit_present(req, &msg);
             return EnsureOk { image_ref: outcome.image_ref.clone(), message: msg };
         }
-        self.metrics.image_pulled(size, now.duration_since(start));
-        let msg = successfully_pulled(requested, outcome.pull_duration, now.duration_since(start), size);
-        self.emit(req, EventReason::Pulled, &msg, None);
+        // The event names the image's size, which the pull task looks up
+        // after answering its waiters: it is sent once the lookup returns
+        // (at once when the size is known), and the caller, who needs only
+        // the image reference, does not wait for it. Its times end here.
+        let (took, pulled_in) = (now.duration_since(start), outcome.pull_duration);
+        let (metrics, events) = (self.metrics.clone(), self.events.clone());
+        let recovery = recovered.map(|r| (self.backoff.recovered.clone(), r));
+        let mut event = Self::event(req, EventReason::Pulled, "", None);
+        let untold = self.untold.begin();
+        outcome.size.when_known(move |size| {
+            // At the instant of the event, fire and forget, ahead of any
+            // check sent after it.
+            if let Some((registry, recovered)) = recovery {
+                let _ = registry.try_send(recovered);
+            }
+            metrics.image_pulled(size, took);
+            event.message = successfully_pulled(&event.image, pulled_in, took, size);
+            events.emit(event);
+            drop(untold);
+        });
         EnsureOk { image_ref: outcome.image_ref.clone(), message: String::new() }
     }
 }

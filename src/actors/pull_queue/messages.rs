@@ -174,10 +174,38 @@ impl PullOutcome {
 #[derive(Debug, Clone)]
 pub struct ImageSize(Arc<SizeCell>);
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct SizeCell {
     value: std::sync::OnceLock<u64>,
     set: tokio::sync::Notify,
+    /// What runs once the size is known ([`ImageSize::when_known`]), in
+    /// the order it was handed in.
+    then: std::sync::Mutex<Vec<SizeThen>>,
+}
+
+/// Work waiting for a size.
+type SizeThen = Box<dyn FnOnce(u64) + Send>;
+
+impl std::fmt::Debug for SizeCell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SizeCell").field("value", &self.value.get()).finish_non_exhaustive()
+    }
+}
+
+impl SizeCell {
+    /// Sets the value (when unset), then runs what waited for it, in the
+    /// order it came, and wakes the waiters.
+    fn settle(&self, bytes: u64) {
+        let _ = self.value.set(bytes);
+        // Taken after the value is set: `when_known` looks at the value
+        // under the lock, so each piece of work runs exactly once.
+        let then = std::mem::take(&mut *self.then.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        let v = self.value.get().copied().unwrap_or(bytes);
+        for f in then {
+            f(v);
+        }
+        self.set.notify_waiters();
+    }
 }
 
 /// Sets an [`ImageSize`] (dropped unset: the size reads 0).
@@ -217,6 +245,22 @@ impl ImageSize {
     pub fn now(&self) -> Option<u64> {
         self.0.value.get().copied()
     }
+
+    /// Runs `f` with the size: now when it is known, otherwise where it
+    /// becomes known (by the pull task, as it sets it; 0 when the lookup
+    /// fails or is abandoned), after the work handed in before. Nothing
+    /// waits: an ensure answers its caller with the image reference, and
+    /// its `Pulled` event, which names the size, follows the lookup.
+    pub fn when_known(&self, f: impl FnOnce(u64) + Send + 'static) {
+        let mut then = self.0.then.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match self.0.value.get() {
+            Some(v) => {
+                drop(then);
+                f(*v);
+            }
+            None => then.push(Box::new(f)),
+        }
+    }
 }
 
 /// Two sizes are equal when both are known and equal, or both unknown.
@@ -231,17 +275,16 @@ impl Eq for ImageSize {}
 impl SizeSetter {
     /// Sets the size; every waiter's [`ImageSize::bytes`] returns it.
     pub(crate) fn set(self, bytes: u64) {
-        let _ = self.0.value.set(bytes);
-        // `self` drops here: its drop wakes the waiters.
+        self.0.settle(bytes);
+        // `self` drops here: the size is set, its drop changes nothing.
     }
 }
 
-/// Set or dropped unset (the lookup failed or was abandoned: 0), the
-/// waiters are woken, in the order they began to wait.
+/// Set or dropped unset (the lookup failed or was abandoned: 0), what
+/// waited runs and the waiters are woken, in the order they came.
 impl Drop for SizeSetter {
     fn drop(&mut self) {
-        let _ = self.0.value.set(0);
-        self.0.set.notify_waiters();
+        self.0.settle(0);
     }
 }
 
@@ -692,6 +735,31 @@ mod tests {
         drop(setter);
         assert_eq!(waiting.await.unwrap(), 0);
         assert_eq!(ImageSize::known(7).bytes().await, 7);
+    }
+
+    #[test]
+    fn work_waiting_for_a_size_runs_once_in_the_order_it_came_when_set_or_dropped() {
+        let ran = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let note = |tag: &'static str| {
+            let ran = ran.clone();
+            move |bytes: u64| ran.lock().unwrap().push((tag, bytes))
+        };
+        let (size, setter) = ImageSize::pending();
+        size.when_known(note("first"));
+        size.clone().when_known(note("second"));
+        assert!(ran.lock().unwrap().is_empty(), "nothing runs before the size is known");
+        setter.set(42);
+        size.when_known(note("late"));
+        assert_eq!(*ran.lock().unwrap(), [("first", 42), ("second", 42), ("late", 42)]);
+
+        // A lookup abandoned: the work runs with 0, once.
+        ran.lock().unwrap().clear();
+        let (size, setter) = ImageSize::pending();
+        size.when_known(note("abandoned"));
+        drop(setter);
+        assert_eq!(*ran.lock().unwrap(), [("abandoned", 0)]);
+        ImageSize::known(7).when_known(note("known"));
+        assert_eq!(*ran.lock().unwrap(), [("abandoned", 0), ("known", 7)]);
     }
 
     #[test]

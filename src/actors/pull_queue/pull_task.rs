@@ -353,6 +353,8 @@ impl<R: PullRuntime> PullTask<R> {
         // be the ImageStatus that gives the size.
         let offer = self.offers.as_ref().map(|o| o.expect(&outcome.image_ref));
         pulled(outcome.clone()).await;
+        // The waiters just answered run first: the lookup is no waiter's.
+        tokio::task::yield_now().await;
         let offered = match offer {
             Some(wait) => wait.offered(OFFER_WAIT).await,
             None => None,
