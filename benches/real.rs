@@ -335,6 +335,7 @@ fn library(
             c.pull_image(pb::PullImageRequest { image: spec(&pull_refs[8]), auth: None, sandbox_config: None })
                 .await
                 .expect("the spacer's pull");
+            rest().await;
             let e = || ensure_pull(manager.clone(), pull_refs[0].clone(), format!("pull-{i}"));
             let m = || ensure_pull(memory_node.manager().clone(), pull_refs[1].clone(), format!("pull-{i}"));
             let d = || direct_pull(bare.clone(), pull_refs[2].clone());
@@ -365,6 +366,7 @@ fn library(
                     3 => tn = n().await,
                     _ => tk = k().await,
                 }
+                rest().await;
             }
             if i >= 2 {
                 // The first two rounds warm the registry's and containerd's caches.
@@ -436,6 +438,15 @@ async fn ensure_pull(m: imaged::ensure::ImageManager, image: String, uid: String
     t
 }
 
+/// Untimed, after every timed pull of every side: what a call leaves
+/// running once answered (an ensure's size lookup for its `Pulled` event and
+/// its record's write; containerd's own work after a pull) ends before the
+/// next call, which it would otherwise slow. The same rest after each side,
+/// so none meets a runtime the others left busy or idle.
+async fn rest() {
+    tokio::time::sleep(Duration::from_millis(5)).await;
+}
+
 /// A bare CRI `PullImage` of `image`, timed.
 async fn direct_pull(mut c: ImageServiceClient<Channel>, image: String) -> Duration {
     let req = pb::PullImageRequest { image: spec(&image), auth: None, sandbox_config: None };
@@ -480,11 +491,14 @@ fn sized(endpoint: &CriEndpoint, refs: &[String], rounds: usize) {
             let d = || direct_pull(bare.clone(), refs[1].clone());
             let (te, td) = if i % 2 == 0 {
                 let te = e().await;
+                rest().await;
                 (te, d().await)
             } else {
                 let td = d().await;
+                rest().await;
                 (e().await, td)
             };
+            rest().await;
             if i >= 1 {
                 // The first pair warms the registry's cache.
                 ratios.push(te.as_secs_f64() / td.as_secs_f64());
