@@ -16,7 +16,10 @@
 //!   share their content, which an untimed pull of a third copy brings
 //!   before each round: each timed pull is containerd's fixed cost of one
 //!   (resolve the tag, fetch the manifest, create the image), ~10 ms, the
-//!   least a pull can cost. `REAL_BENCH_PULL_PAIRS` sets the pairs.
+//!   least a pull can cost. `REAL_BENCH_PULL_PAIRS` sets the pairs. Every
+//!   timed call of every side is followed by an untimed 5 ms rest, so the
+//!   work a call leaves behind its answer (an ensure's size lookup and
+//!   record write, containerd's own) is no other call's cost.
 //!   `real_pull_p50_ratio` gives the same from the sides' medians.
 //!   The ensure's name was pulled before, so its intent is on disk
 //!   (credentials.md, "Kept intents"); `real_pull_new_name_ratio`: the
