@@ -87,6 +87,8 @@ async fn pulls_joins_failures_and_gc_show_in_the_scrape() {
         .await
         .expect_err("missing");
     assert_eq!(err.kind.to_string(), "ErrImagePull");
+    // A pull's duration is observed with its `Pulled` event, after the size lookup.
+    m.settled().await;
 
     let s = scrape(&st.metrics);
     assert_eq!(ensure_requests(&s, "ifnotpresent", "true", "false"), Some(1.0));

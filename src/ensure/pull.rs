@@ -76,14 +76,22 @@ impl ImageManager {
         // The guard is done with here: the pull's end is recorded below.
         intent.disarm();
         match &mut result {
-            // A pull's record is written behind its answer, as the CRI
-            // front's: the caller does not wait for the store. Until the
-            // write ends, the pull counts as in flight and its record as
-            // due, so a check of the image waits for it.
+            // A record that lets every pod use the image (the one written
+            // unsynced, whose loss only costs a pull) is written behind the
+            // answer, as the CRI front's: the caller does not wait for the
+            // store. Until the write ends the pull counts as in flight and
+            // its record as due, so a check of the name waits for it.
+            // Any other record is on disk before the answer (docs/daemon.md,
+            // "After a crash"): it names who else may use the image.
             Ok(o) => {
                 let due = o.record_due.take();
                 let end = o.pull_end(|credential| credentials_used(proves, credential, requested));
-                drop(self.records.end_pull_behind(spec.image.clone(), end, began, due));
+                if end.lets_every_pod() {
+                    drop(self.records.end_pull_behind(spec.image.clone(), end, began, due));
+                } else {
+                    Box::pin(self.records.end_pull(&spec.image, end, began)).await;
+                    drop(due);
+                }
             }
             // A failure is recorded before it is answered (it runs to its
             // end even if this ensure is dropped: `pull_records::to_the_end`).
@@ -99,6 +107,10 @@ impl ImageManager {
         };
         match result {
             Ok(_) if removed_meanwhile && !again => {
+                // This pull brings no event: its recovery is told now.
+                if let Some(r) = recovered {
+                    let _ = self.backoff.recovered.try_send(r);
+                }
                 drop(in_flight);
                 Box::pin(self.pull(req, spec, lookup, Some(Instant::now()), verify, true)).await
             }

@@ -110,6 +110,17 @@ pub enum PullEnd {
     Ended,
 }
 
+impl PullEnd {
+    /// Whether this end's write is the one left unsynced (see "Unsynced"
+    /// above): a record that lets every pod use the image. Losing it can
+    /// only make pods pull again, so it may be written behind the answer
+    /// ([`PullRecords::end_pull_behind`]); every other end is on disk
+    /// before an ensure is answered.
+    pub fn lets_every_pod(&self) -> bool {
+        matches!(self, Self::Pulled { credentials, .. } if credentials.node_pods_accessible)
+    }
+}
+
 use crate::clock::Clock;
 use crate::domain::pull_record::{ImagePullCredentials, MustPullResult, PulledRecord, merge_pulled};
 use crate::domain::reference::parse_normalized_named;
