@@ -75,27 +75,24 @@ impl ImageManager {
         };
         // The guard is done with here: the pull's end is recorded below.
         intent.disarm();
-        match &mut result {
-            // A record that lets every pod use the image (the one written
-            // unsynced, whose loss only costs a pull) is written behind the
-            // answer, as the CRI front's: the caller does not wait for the
-            // store. Until the write ends the pull counts as in flight and
-            // its record as due, so a check of the name waits for it.
-            // Any other record is on disk before the answer (docs/daemon.md,
-            // "After a crash"): it names who else may use the image.
-            Ok(o) => {
-                let due = o.record_due.take();
-                let end = o.pull_end(|credential| credentials_used(proves, credential, requested));
-                if end.lets_every_pod() {
-                    drop(self.records.end_pull_behind(spec.image.clone(), end, began, due));
-                } else {
-                    Box::pin(self.records.end_pull(&spec.image, end, began)).await;
-                    drop(due);
-                }
-            }
-            // A failure is recorded before it is answered (it runs to its
-            // end even if this ensure is dropped: `pull_records::to_the_end`).
-            Err(_) => Box::pin(self.record_pull_end(&spec.image, requested, result.as_ref(), proves, began)).await,
+        // A record that lets every pod use the image (the one written
+        // unsynced, whose loss only costs a pull) is written behind the
+        // answer, as the CRI front's: the caller does not wait for the store.
+        // Until the write ends the pull counts as in flight and its record as
+        // due, so a check of the name waits for it. Any other end (a record
+        // naming who else may use the image, a failure) is on disk before the
+        // answer (docs/daemon.md, "After a crash"); it runs to its end even if
+        // this ensure is dropped (`pull_records::to_the_end`).
+        let due = result.as_mut().ok().and_then(|o| o.record_due.take());
+        let end = match &result {
+            Ok(o) => o.pull_end(|credential| credentials_used(proves, credential, requested)),
+            Err(f) => f.pull_end(),
+        };
+        if end.lets_every_pod() {
+            drop(self.records.end_pull_behind(spec.image.clone(), end, began, due));
+        } else {
+            Box::pin(self.records.end_pull(&spec.image, end, began)).await;
+            drop(due);
         }
         // Once per pull (by the request that started it), told with its
         // `Pulled` event (see `pulled`).
