@@ -158,22 +158,21 @@ impl EventSink {
             || !self.subscribers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_empty()
     }
 
+    /// Emits `event` to subscribers now and returns its log line, owed:
+    /// written by [`OwedLine::write`], or when it is dropped. For a line
+    /// whose writing can wait for something the caller waits for anyway
+    /// (the `Pulling` line, until the pull's request is out).
+    pub fn emit_owing_line(&self, event: ImageEvent) -> OwedLine {
+        self.to_subscribers(&event);
+        OwedLine(Some(event))
+    }
+
     fn deliver(&self, event: ImageEvent, routine: bool) {
-        let o = &event.object;
-        match event.event_type {
-            EventType::Normal if routine => tracing::debug!(
-                target: "imaged::events", reason = %event.reason, pod = %format!("{}/{}", o.namespace, o.pod_name),
-                pod_uid = %o.pod_uid, image = %event.image, "{}", event.message
-            ),
-            EventType::Normal => tracing::info!(
-                target: "imaged::events", reason = %event.reason, pod = %format!("{}/{}", o.namespace, o.pod_name),
-                pod_uid = %o.pod_uid, image = %event.image, "{}", event.message
-            ),
-            EventType::Warning => tracing::warn!(
-                target: "imaged::events", reason = %event.reason, pod = %format!("{}/{}", o.namespace, o.pod_name),
-                pod_uid = %o.pod_uid, image = %event.image, class = event.class.map(tracing::field::display), "{}", event.message
-            ),
-        }
+        trace(&event, routine);
+        self.to_subscribers(&event);
+    }
+
+    fn to_subscribers(&self, event: &ImageEvent) {
         let mut subs = self.subscribers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         subs.retain(|s| match s.try_send(event.clone()) {
             Ok(()) => true,
@@ -183,6 +182,45 @@ impl EventSink {
             }
             Err(actix::dev::SendError::Closed(_)) => false,
         });
+    }
+}
+
+/// An event's log line not yet written (see [`EventSink::emit_owing_line`]).
+#[derive(Debug)]
+#[must_use = "the line is written when this is dropped"]
+pub struct OwedLine(Option<ImageEvent>);
+
+impl OwedLine {
+    /// Writes the line now.
+    pub fn write(self) {
+        drop(self);
+    }
+}
+
+impl Drop for OwedLine {
+    fn drop(&mut self) {
+        if let Some(event) = self.0.take() {
+            trace(&event, false);
+        }
+    }
+}
+
+/// An event's log line: info (debug when `routine`), warn for a warning.
+fn trace(event: &ImageEvent, routine: bool) {
+    let o = &event.object;
+    match event.event_type {
+        EventType::Normal if routine => tracing::debug!(
+            target: "imaged::events", reason = %event.reason, pod = %format!("{}/{}", o.namespace, o.pod_name),
+            pod_uid = %o.pod_uid, image = %event.image, "{}", event.message
+        ),
+        EventType::Normal => tracing::info!(
+            target: "imaged::events", reason = %event.reason, pod = %format!("{}/{}", o.namespace, o.pod_name),
+            pod_uid = %o.pod_uid, image = %event.image, "{}", event.message
+        ),
+        EventType::Warning => tracing::warn!(
+            target: "imaged::events", reason = %event.reason, pod = %format!("{}/{}", o.namespace, o.pod_name),
+            pod_uid = %o.pod_uid, image = %event.image, class = event.class.map(tracing::field::display), "{}", event.message
+        ),
     }
 }
 
@@ -203,5 +241,62 @@ mod tests {
         assert!(tracing::subscriber::with_default(debug, || sink.wants_routine()), "traced at debug");
         sink.subscribe(EventLog::default().start().recipient());
         assert!(quiet(), "a subscriber gets it");
+    }
+
+    /// Log lines, as the daemon's subscriber writes them.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Lines {
+        type Writer = Lines;
+        fn make_writer(&'a self) -> Self::Writer {
+            self.clone()
+        }
+    }
+
+    impl Lines {
+        fn count(&self, text: &str) -> usize {
+            String::from_utf8_lossy(&self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+                .matches(text)
+                .count()
+        }
+    }
+
+    #[actix::test]
+    async fn an_owed_line_is_written_once_when_written_or_dropped_and_subscribers_hear_at_once() {
+        let lines = Lines::default();
+        let _traced = tracing::subscriber::set_default(
+            tracing_subscriber::fmt().with_writer(lines.clone()).with_ansi(false).finish(),
+        );
+        let sink = EventSink::default();
+        let log = EventLog::default().start();
+        sink.subscribe(log.clone().recipient());
+        let event = |message: &str| ImageEvent {
+            event_type: EventType::Normal,
+            reason: EventReason::Pulling,
+            message: message.to_string(),
+            object: ObjectRef::default(),
+            image: "a".into(),
+            class: None,
+        };
+        let owed = sink.emit_owing_line(event("Pulling image \"a\""));
+        let heard = log.send(crate::testing::TakeEvents).await.unwrap_or_default();
+        assert_eq!(heard.iter().map(|e| e.message.as_str()).collect::<Vec<_>>(), ["Pulling image \"a\""]);
+        assert_eq!(lines.count("Pulling image"), 0, "the line is owed");
+        owed.write();
+        assert_eq!(lines.count("Pulling image \"a\""), 1);
+        drop(sink.emit_owing_line(event("Pulling image \"b\"")));
+        assert_eq!(lines.count("Pulling image \"b\""), 1, "written when dropped");
+        assert_eq!(lines.count("Pulling image \"a\""), 1, "each line once");
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::{EnsureError, EnsureImageRequest, ImageManager};
 use crate::credentials::{PluginPod, PullSecret};
 use crate::domain::pull_record::{ImagePullCredentials, ImagePullSecret};
+use crate::domain::reference::{Named, ReferenceError};
 use crate::domain::{AuthConfig, ErrorClass, ImageErrorKind};
 use crate::pull_records::PodCredentials;
 
@@ -34,14 +35,26 @@ pub(super) struct LazyLookup<'a> {
     manager: &'a ImageManager,
     req: &'a EnsureImageRequest,
     image: &'a str,
+    /// `image` normalised, parsed once per name (`ImageManager::default_tag`).
+    named: &'a Result<Named, ReferenceError>,
     cell: tokio::sync::OnceCell<Result<Arc<Lookup>, EnsureError>>,
 }
 
 impl<'a> LazyLookup<'a> {
     /// Nothing is copied until the lookup is needed: most ensures (a
     /// present image under a policy that needs no credentials) never need it.
-    pub(super) fn new(manager: &'a ImageManager, req: &'a EnsureImageRequest, image: &'a str) -> Self {
-        Self { manager, req, image, cell: tokio::sync::OnceCell::new() }
+    pub(super) fn new(
+        manager: &'a ImageManager,
+        req: &'a EnsureImageRequest,
+        image: &'a str,
+        named: &'a Result<Named, ReferenceError>,
+    ) -> Self {
+        Self { manager, req, image, named, cell: tokio::sync::OnceCell::new() }
+    }
+
+    /// The image's normalised name, if it parses.
+    pub(super) fn named(&self) -> Option<&'a Named> {
+        self.named.as_ref().ok()
     }
 
     /// The lookup (made now if not yet).
@@ -55,7 +68,8 @@ impl<'a> LazyLookup<'a> {
                     uid: req.pod.uid.clone(),
                     service_account: req.pod.service_account.clone(),
                 };
-                self.manager.lookup(&req.pull_secrets, &req.credentials, &pod, self.image).await.map(Arc::new)
+                let image = (self.image, self.named);
+                self.manager.lookup(&req.pull_secrets, &req.credentials, &pod, image).await.map(Arc::new)
             })
             .await
             .clone()
@@ -72,12 +86,13 @@ impl ImageManager {
     /// matching ones (a secret that does not decode fails the request), the
     /// node's (config files, then plugins, for `pod`), then `extra`; with
     /// what each proves and the pod's credentials (see [`Lookup`]).
+    /// `image` with its normalised name (or why it has none).
     pub(super) async fn lookup(
         &self,
         pull_secrets: &[PullSecret],
         extra: &[AuthConfig],
         pod: &PluginPod,
-        image: &str,
+        (image, named): (&str, &Result<Named, ReferenceError>),
     ) -> Result<Lookup, EnsureError> {
         let bad = |e: crate::credentials::CredentialError| {
             self.fail(ImageErrorKind::ErrImagePull, e.to_string(), ErrorClass::Permanent)
@@ -89,9 +104,15 @@ impl ImageManager {
         };
         let node = match self.node_credentials.as_deref().filter(|n| !n.is_empty()) {
             Some(node) => {
-                let named = crate::credentials::image_repo(image).map_err(bad)?;
+                // As `credentials::image_repo` gives it.
+                let named = named.as_ref().map_err(|source| {
+                    bad(crate::credentials::CredentialError::InvalidImage {
+                        image: image.to_string(),
+                        source: source.clone(),
+                    })
+                })?;
                 let creds = node.lookup_for(&named.name(), pod).await;
-                creds.into_iter().map(|c| (c.to_auth_config(&named), c.service_account)).collect()
+                creds.into_iter().map(|c| (c.to_auth_config(named), c.service_account)).collect()
             }
             None => Vec::new(),
         };

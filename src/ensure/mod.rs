@@ -114,6 +114,10 @@ struct Defaulted {
     /// Its "already present" message: Go-quoting it anew was a tenth of
     /// a present-image ensure's own work.
     present: String,
+    /// The name with the default tag, normalised: a pull's credential
+    /// lookup and in-use hint need it, and each parse of it cost a pull
+    /// about 5 µs.
+    named: Result<crate::domain::reference::Named, crate::domain::reference::ReferenceError>,
 }
 
 impl ImageManager {
@@ -274,7 +278,10 @@ impl ImageManager {
             return r.clone();
         }
         let r = apply_default_image_tag(image)
-            .map(|tagged| Arc::new(Defaulted { image: tagged, present: already_present_accessible(image) }))
+            .map(|tagged| {
+                let named = crate::domain::reference::parse_normalized_named(&tagged);
+                Arc::new(Defaulted { image: tagged, present: already_present_accessible(image), named })
+            })
             .map_err(|e| e.to_string());
         if cache.len() >= DEFAULTED_CACHE {
             cache.clear();
@@ -326,7 +333,7 @@ impl ImageManager {
             image_ref: String::new(),
         };
         // Credentials: looked up once, when first needed.
-        let lookup = LazyLookup::new(self, req, &spec.image);
+        let lookup = LazyLookup::new(self, req, &spec.image, &defaulted.named);
         // 3. Pre-check by policy.
         let mut absent_at = None;
         // A present image GC was removing is looked at again once removed.

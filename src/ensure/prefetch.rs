@@ -93,12 +93,12 @@ impl ImageManager {
     /// anything is queued.
     pub async fn prefetch(&self, req: &PrefetchRequest) -> Result<Prefetch, super::EnsureError> {
         let requested = req.image.as_str();
-        let image = self.default_tag(requested).map(|d| d.image.clone()).map_err(|e| {
+        let defaulted = self.default_tag(requested).map_err(|e| {
             let msg = super::failed_to_apply_default_tag(requested, &e);
             self.fail(ImageErrorKind::InvalidImageName, msg, ErrorClass::Permanent)
         })?;
         let spec = ImageSpec {
-            image,
+            image: defaulted.image.clone(),
             runtime_handler: req.runtime_handler.clone(),
             user_specified_image: requested.to_string(),
             ..ImageSpec::default()
@@ -117,7 +117,12 @@ impl ImageManager {
         let absent_at = Instant::now();
         // No pod: plugins in token mode run without a service account (or not at all).
         let found = self
-            .lookup(&req.pull_secrets, &req.credentials, &crate::credentials::PluginPod::default(), &spec.image)
+            .lookup(
+                &req.pull_secrets,
+                &req.credentials,
+                &crate::credentials::PluginPod::default(),
+                (&spec.image, &defaulted.named),
+            )
             .await?;
         let (credentials, proves) = (found.credentials, found.proves);
         let intent = self.records.begin_pull(&spec.image).await.map_err(|e| {

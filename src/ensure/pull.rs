@@ -55,17 +55,21 @@ impl ImageManager {
         let start = Instant::now();
         let began = self.records.clock().now();
         self.recorder.started(&req.pod.uid, start);
-        self.emit(req, EventReason::Pulling, &pulling(requested), None);
+        // Its subscribers hear of the pull now; its log line waits until the
+        // pull's request is out (`queue_pull`): the line is the costliest
+        // step before the pull, and while the pull runs nothing else does.
+        let line = self.events.emit_owing_line(Self::event(req, EventReason::Pulling, &pulling(requested), None));
         let skip_if_present =
             !verify && req.pull_policy != PullPolicy::Always && req.pull_policy != PullPolicy::AlwaysWithLocalFallback;
         // While the pull runs, an image it would replace counts as in use for GC.
-        let normalized = crate::domain::reference::parse_normalized_named(&spec.image).map(|n| n.docker_ref()).ok();
+        let normalized = lookup.named().map(crate::domain::reference::Named::docker_ref);
         let registry = normalized
             .as_deref()
             .filter(|_| self.cfg.reset_backoff_on_registry_recovery)
             .map(|r| crate::actors::pull_queue::registry_of(r).to_string());
         let in_flight = normalized.map(|r| self.hints.pull_started(&r));
-        let (mut result, joined) = self.queue_pull(req, spec, lookup, credentials, skip_if_present, absent_at).await;
+        let (mut result, joined) =
+            self.queue_pull(req, spec, lookup, credentials, skip_if_present, absent_at, line).await;
         // Marked ensured before its record is written (GC keeps the records
         // of images ensured during its run); a pull that ended while GC was
         // removing its image waits for the removal, then pulls once more.
@@ -159,7 +163,10 @@ impl ImageManager {
     /// may use, and says whether it joined a pull another request started.
     /// An image found present when the pull's turn came (pulled by another
     /// pod, maybe with other credentials) is this pod's only if the records
-    /// say so; otherwise it pulls for real.
+    /// say so; otherwise it pulls for real. `line`, the `Pulling` event's
+    /// log line, is written once the queue has the request and the pull's
+    /// call (if it starts now) has gone out.
+    #[allow(clippy::too_many_arguments)] // the pull's whole context, each used once
     async fn queue_pull(
         &self,
         req: &EnsureImageRequest,
@@ -168,7 +175,9 @@ impl ImageManager {
         credentials: &[AuthConfig],
         mut skip_if_present: bool,
         absent_at: Option<Instant>,
+        line: crate::events::OwedLine,
     ) -> (Result<PullOutcome, PullFailure>, bool) {
+        let mut line = Some(line);
         loop {
             // Made for each attempt and handed over whole: the queue keeps
             // it, this future (alive for the pull's length) does not.
@@ -190,6 +199,12 @@ impl ImageManager {
             };
             let (result, joined) = match Box::pin(self.queue.send(EnqueuePull(request))).await {
                 Ok(ticket) => {
+                    if let Some(line) = line.take() {
+                        // tokio runs a yielding task again only after every
+                        // task it woke (the pull's call on its way out).
+                        tokio::task::yield_now().await;
+                        line.write();
+                    }
                     let joined = ticket.joined;
                     (ticket.await, joined)
                 }
