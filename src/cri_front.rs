@@ -43,7 +43,7 @@ use crate::domain::pull_record::{ImagePullCredentials, ImagePullSecret};
 use crate::domain::{AuthConfig, ImageSpec, SandboxConfig};
 use crate::ensure::{class_of_pull, failed_to_pull, pulling, successfully_pulled, using_local_image};
 use crate::error::AppError;
-use crate::events::{EventReason, EventSink, EventType, ImageEvent, ObjectRef};
+use crate::events::{EventReason, EventSink, EventType, ImageEvent, ObjectRef, OwedLine};
 use crate::gc::in_use_hints::{ClientClaim, InUseHints, Kept, RemovalInFlight};
 use crate::gc::policy::pattern_matches;
 use crate::metrics::{Metrics, RemoveRefused};
@@ -786,6 +786,19 @@ impl Told {
         self.emit_as(reason.event_type(), reason, message, failure);
     }
 
+    /// The `Pulling` event: to subscribers now, its log line owed (written
+    /// once the pull's call is out, as an ensure's; see `actors.md`).
+    fn pulling(&self) -> OwedLine {
+        self.events.emit_owing_line(ImageEvent {
+            event_type: EventReason::Pulling.event_type(),
+            reason: EventReason::Pulling,
+            message: pulling(&self.image),
+            object: self.object.clone(),
+            image: self.image.clone(),
+            class: None,
+        })
+    }
+
     fn emit_as(&self, event_type: EventType, reason: EventReason, message: String, failure: Option<&PullFailure>) {
         self.events.emit(ImageEvent {
             event_type,
@@ -945,7 +958,7 @@ impl ImageFront for CriFront {
         let told = Told::new(&request, self.events.clone());
         let metrics = self.metrics.clone();
         let start = tokio::time::Instant::now();
-        told.emit(EventReason::Pulling, pulling(&told.image), None);
+        let mut line = Some(told.pulling());
         // Without records the request is sent now; with them, once its
         // intent is on disk (boxed meanwhile: the future stays small).
         let enqueue = match &recording {
@@ -959,6 +972,7 @@ impl ImageFront for CriFront {
                 match Box::pin(r.records.begin_pull(&r.image)).await {
                     Ok(guard) => intent = Some((guard, r.records.clock().now())),
                     Err(e) => {
+                        drop(line.take());
                         let text = format!("imaged could not record the pull's intent: {e}");
                         told.emit(EventReason::Failed, failed_to_pull(&told.image, &text), None);
                         return Err(CriError::new(CriErrorKind::Other, text));
@@ -969,7 +983,16 @@ impl ImageFront for CriFront {
                 Enqueue::Sent(send) => send,
                 Enqueue::AfterIntent(pulls, request) => pulls.send(EnqueuePull(*request)),
             };
-            let Ok(ticket) = sent.await else {
+            let sent = sent.await;
+            if let Some(line) = line.take() {
+                // As an ensure's: once the tasks woken meanwhile (the pull's
+                // call on its way out) have run.
+                if sent.is_ok() {
+                    tokio::task::yield_now().await;
+                }
+                line.write();
+            }
+            let Ok(ticket) = sent else {
                 let failure = PullFailure::Stopped;
                 if let (Some(r), Some((guard, began))) = (recording, intent) {
                     r.end(guard, began, failure.pull_end(), None);
@@ -1010,23 +1033,14 @@ impl ImageFront for CriFront {
                     let answer = o.answer.clone().unwrap_or_else(|| pull_answer(o.image_ref.clone()));
                     // The caller is answered now; the event waits for the
                     // size (the caller's own size lookup comes next).
-                    let known = o.size.now().is_some();
-                    let told_pulled = async move {
-                        let size = o.size.bytes().await;
-                        if o.pulled {
+                    let (pulled, pull_duration) = (o.pulled, o.pull_duration);
+                    o.size.when_known(move |size| {
+                        if pulled {
                             metrics.image_pulled(size, total);
                         }
-                        told.emit(
-                            EventReason::Pulled,
-                            successfully_pulled(&told.image, o.pull_duration, total, size),
-                            None,
-                        );
-                    };
-                    if known {
-                        told_pulled.await;
-                    } else {
-                        tokio::spawn(told_pulled);
-                    }
+                        let text = successfully_pulled(&told.image, pull_duration, total, size);
+                        told.emit(EventReason::Pulled, text, None);
+                    });
                     Ok(answer)
                 }
                 Err(failure) if fallback.is_some() && failure.registry_unreachable() => {
