@@ -21,8 +21,10 @@
 //!   work a call leaves behind its answer (an ensure's size lookup and
 //!   record write, containerd's own) is no other call's cost.
 //!   `real_pull_p50_ratio` gives the same from the sides' medians. Each
-//!   pair figure also prints its median's 95 % confidence interval
-//!   (`_median_95ci`, by ranks): how far another run may put it.
+//!   `real_pull_*` figure of these pairs also prints its median's 95 %
+//!   confidence interval (`_median_95ci`, by ranks): how far another run
+//!   on the same machine state may put it (runs on different days moved
+//!   more than that).
 //!   The ensure's name was pulled before, so its intent is on disk
 //!   (credentials.md, "Kept intents"); `real_pull_new_name_ratio`: the
 //!   same for a name the node never pulled (a new tag of the image each
@@ -34,7 +36,7 @@
 //!   `real_pull_status_floor_ratio`: what an `IfNotPresent` ensure of an
 //!   absent image must call (`ImageStatus`, then `PullImage`), made
 //!   directly, ÷ the lone `PullImage`; `real_pull_over_status_and_pull_ratio`:
-//!   the ensure ÷ those two calls, imaged's own share of a pull's time.
+//!   the ensure ÷ those two calls, what imaged's own work adds to them.
 //! - `real_pull_sized_ratio`: the same pairs (41 at the default 5 rounds;
 //!   ensure with durable records ÷ direct `PullImage`) for an image of
 //!   `REAL_BENCH_SIZED_MIB` (8) MiB of incompressible data, each side its
@@ -124,9 +126,11 @@ fn median_d(mut v: Vec<Duration>) -> Duration {
 fn report_pairs(name: &str, ratios: Vec<f64>) {
     let mut s = ratios.clone();
     s.sort_by(f64::total_cmp);
+    // Ranks n/2 - 0.98 sqrt(n) and 1 + n/2 + 0.98 sqrt(n), 1-based.
     let n = s.len() as f64;
     let half = 1.96 * n.sqrt() / 2.0;
-    let (lo, hi) = (((n / 2.0 - half).floor().max(0.0)) as usize, ((n / 2.0 + half).ceil() as usize).min(s.len() - 1));
+    let lo = ((n / 2.0 - half).round() - 1.0).max(0.0) as usize;
+    let hi = (((1.0 + n / 2.0 + half).round() - 1.0).max(0.0) as usize).min(s.len() - 1);
     println!("{name}_median_95ci: {:.3} / {:.3}", s[lo], s[hi]);
     report(name, ratios);
 }

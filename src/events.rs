@@ -164,7 +164,7 @@ impl EventSink {
     /// (the `Pulling` line, until the pull's request is out).
     pub fn emit_owing_line(&self, event: ImageEvent) -> OwedLine {
         self.to_subscribers(&event);
-        OwedLine(Some(event))
+        OwedLine(Some(Box::new(event)))
     }
 
     fn deliver(&self, event: ImageEvent, routine: bool) {
@@ -186,9 +186,11 @@ impl EventSink {
 }
 
 /// An event's log line not yet written (see [`EventSink::emit_owing_line`]).
+/// Boxed: it is kept across a pull's wait, which should hold little
+/// (actors.md, "Per-waiter memory").
 #[derive(Debug)]
 #[must_use = "the line is written when this is dropped"]
-pub struct OwedLine(Option<ImageEvent>);
+pub struct OwedLine(Option<Box<ImageEvent>>);
 
 impl OwedLine {
     /// Writes the line now.

@@ -143,9 +143,7 @@ impl ImageManager {
             records: true,
         };
         // While it runs, an image it would replace counts as in use for GC.
-        let in_flight = crate::domain::reference::parse_normalized_named(&spec.image)
-            .ok()
-            .map(|n| self.hints.pull_started(&n.docker_ref()));
+        let in_flight = defaulted.named.as_ref().ok().map(|n| self.hints.pull_started(&n.docker_ref()));
         let ticket = self.queue.send(EnqueuePull(request)).await.map_err(|_| {
             self.fail(ImageErrorKind::ErrImagePull, "imaged is shutting down".into(), ErrorClass::Transient)
         })?;
