@@ -371,34 +371,10 @@ fn library(
             let n = || ensure_pull(new_node.manager().clone(), new_refs[i].clone(), format!("pull-{i}"));
             // The kubelet's own calls for a pull, made directly: `ImageStatus`
             // (absent), `PullImage`, `ImageStatus` (the size for its event).
-            let k = || {
-                let mut c = bare.clone();
-                let image = pull_refs[3].clone();
-                async move {
-                    let t = Instant::now();
-                    let s = c.image_status(pb::ImageStatusRequest { image: spec(&image), verbose: false }).await;
-                    assert!(s.expect("status").into_inner().image.is_none(), "removed before");
-                    let req = pb::PullImageRequest { image: spec(&image), auth: None, sandbox_config: None };
-                    let pulled = c.pull_image(req).await.expect("kubelet's pull").into_inner().image_ref;
-                    let s = c.image_status(pb::ImageStatusRequest { image: spec(&pulled), verbose: false }).await;
-                    assert!(s.expect("size").into_inner().image.is_some_and(|i| i.size > 0));
-                    t.elapsed()
-                }
-            };
+            let k = || direct_calls(bare.clone(), pull_refs[3].clone(), true);
             // What any `IfNotPresent` ensure of an absent image must do, made
             // directly: `ImageStatus` (absent), then `PullImage`.
-            let s = || {
-                let mut c = bare.clone();
-                let image = pull_refs[9].clone();
-                async move {
-                    let t = Instant::now();
-                    let s = c.image_status(pb::ImageStatusRequest { image: spec(&image), verbose: false }).await;
-                    assert!(s.expect("status").into_inner().image.is_none(), "removed before");
-                    let req = pb::PullImageRequest { image: spec(&image), auth: None, sandbox_config: None };
-                    c.pull_image(req).await.expect("status-pull's pull");
-                    t.elapsed()
-                }
-            };
+            let s = || direct_calls(bare.clone(), pull_refs[9].clone(), false);
             // The order rotates, so no side always meets a warm or cold runtime.
             let (mut te, mut tm, mut td, mut tk, mut tn, mut ts) = Default::default();
             for j in 0..6 {
@@ -496,6 +472,22 @@ async fn ensure_pull(m: imaged::ensure::ImageManager, image: String, uid: String
 /// so none meets a runtime the others left busy or idle.
 async fn rest() {
     tokio::time::sleep(Duration::from_millis(5)).await;
+}
+
+/// Bare CRI calls, timed: `ImageStatus` of `image` (removed before, so
+/// absent), `PullImage`, and with `sized` the `ImageStatus` of what it
+/// pulled (the kubelet's size lookup for its event).
+async fn direct_calls(mut c: ImageServiceClient<Channel>, image: String, sized: bool) -> Duration {
+    let t = Instant::now();
+    let s = c.image_status(pb::ImageStatusRequest { image: spec(&image), verbose: false }).await;
+    assert!(s.expect("status").into_inner().image.is_none(), "removed before");
+    let req = pb::PullImageRequest { image: spec(&image), auth: None, sandbox_config: None };
+    let pulled = c.pull_image(req).await.expect("direct pull").into_inner().image_ref;
+    if sized {
+        let s = c.image_status(pb::ImageStatusRequest { image: spec(&pulled), verbose: false }).await;
+        assert!(s.expect("size").into_inner().image.is_some_and(|i| i.size > 0));
+    }
+    t.elapsed()
 }
 
 /// A bare CRI `PullImage` of `image`, timed.

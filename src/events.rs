@@ -245,38 +245,10 @@ mod tests {
         assert!(quiet(), "a subscriber gets it");
     }
 
-    /// Log lines, as the daemon's subscriber writes them.
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Lines {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Lines {
-        type Writer = Lines;
-        fn make_writer(&'a self) -> Self::Writer {
-            self.clone()
-        }
-    }
-
-    impl Lines {
-        fn count(&self, text: &str) -> usize {
-            String::from_utf8_lossy(&self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
-                .matches(text)
-                .count()
-        }
-    }
-
     #[actix::test]
     async fn an_owed_line_is_written_once_when_written_or_dropped_and_subscribers_hear_at_once() {
-        let lines = Lines::default();
+        let lines = crate::testing::LogLines::default();
+        let count = |text: &str| lines.text().matches(text).count();
         let _traced = tracing::subscriber::set_default(
             tracing_subscriber::fmt().with_writer(lines.clone()).with_ansi(false).finish(),
         );
@@ -294,11 +266,11 @@ mod tests {
         let owed = sink.emit_owing_line(event("Pulling image \"a\""));
         let heard = log.send(crate::testing::TakeEvents).await.unwrap_or_default();
         assert_eq!(heard.iter().map(|e| e.message.as_str()).collect::<Vec<_>>(), ["Pulling image \"a\""]);
-        assert_eq!(lines.count("Pulling image"), 0, "the line is owed");
+        assert_eq!(count("Pulling image"), 0, "the line is owed");
         owed.write();
-        assert_eq!(lines.count("Pulling image \"a\""), 1);
+        assert_eq!(count("Pulling image \"a\""), 1);
         drop(sink.emit_owing_line(event("Pulling image \"b\"")));
-        assert_eq!(lines.count("Pulling image \"b\""), 1, "written when dropped");
-        assert_eq!(lines.count("Pulling image \"a\""), 1, "each line once");
+        assert_eq!(count("Pulling image \"b\""), 1, "written when dropped");
+        assert_eq!(count("Pulling image \"a\""), 1, "each line once");
     }
 }

@@ -10,9 +10,8 @@
 
 mod support;
 
-use std::io::Write;
 use std::os::unix::fs::PermissionsExt as _;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -26,7 +25,7 @@ use imaged::domain::ImageErrorKind;
 use imaged::domain::pull_policy::PullPolicy;
 use imaged::embedded::RemoteImage;
 use imaged::ensure::*;
-use imaged::testing::{EventLog, TakeEvents, start_manager};
+use imaged::testing::{EventLog, LogLines, TakeEvents, start_manager};
 use support::fixture::runtime;
 
 const PRIVATE: &str = "registry.example.com/team/app:v1";
@@ -35,27 +34,6 @@ const FILE_PW: &str = "pw-from-file-K3v";
 const PLUGIN_PW: &str = "pw-from-plugin-Xe9";
 /// The pod's service-account token (a token plugin gets it and returns it as the password).
 const SA_TOKEN: &str = "eyJhbGciOiJSUzI1NiJ9.sa-token-Wq8";
-
-/// A `MakeWriter` appending to a shared buffer.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
-    type Writer = Capture;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
 
 fn b64(s: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
@@ -76,7 +54,7 @@ fn forbidden() -> Vec<String> {
 
 #[actix::test]
 async fn no_password_or_auth_string_in_logs_events_errors_or_debug() {
-    let logs = Capture::default();
+    let logs = LogLines::default();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::TRACE)
         .with_ansi(false)
@@ -182,7 +160,7 @@ async fn no_password_or_auth_string_in_logs_events_errors_or_debug() {
 
     // Let other threads' log lines land.
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let log = String::from_utf8_lossy(&logs.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)).into_owned();
+    let log = logs.text();
     assert!(log.contains("registry.example.com"), "logs were captured:\n{log}");
     texts.push(log);
     let scraped = metrics.encode();

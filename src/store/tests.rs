@@ -317,19 +317,7 @@ const REDB_HEADER_FLAGS_END: usize = 16;
 
 /// Log lines written while `f` runs on this thread.
 fn with_logs<R>(f: impl FnOnce() -> R) -> (R, String) {
-    use std::sync::{Arc, Mutex};
-    #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let buf = Buf::default();
+    let buf = crate::testing::LogLines::default();
     let writer = buf.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::WARN)
@@ -337,7 +325,7 @@ fn with_logs<R>(f: impl FnOnce() -> R) -> (R, String) {
         .with_writer(move || writer.clone())
         .finish();
     let result = tracing::subscriber::with_default(subscriber, f);
-    let log = String::from_utf8_lossy(&buf.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)).into_owned();
+    let log = buf.text();
     (result, log)
 }
 

@@ -5,6 +5,7 @@
 
 mod events;
 mod fake_cri;
+mod log_lines;
 mod manager;
 #[cfg(test)]
 pub(crate) mod props;
@@ -12,5 +13,6 @@ mod scrape;
 
 pub use events::{EventLog, EventReasons, TakeEvents};
 pub use fake_cri::{FailNext, FakeCri, FakeCriCalls, GetFakeCalls, SetFakeContainers, SetFakeFs, SetFakeImages};
+pub use log_lines::LogLines;
 pub use manager::{StartedManager, start_manager};
 pub use scrape::{Sample, Scrape};

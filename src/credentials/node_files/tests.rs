@@ -183,19 +183,7 @@ async fn zero_period_re_reads_every_time() {
 
 #[tokio::test]
 async fn no_valid_file_is_logged_with_the_kubelets_text() {
-    use std::sync::{Arc, Mutex};
-    #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let buf = Buf::default();
+    let buf = crate::testing::LogLines::default();
     let writer = buf.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::TRACE)
@@ -209,7 +197,7 @@ async fn no_valid_file_is_logged_with_the_kubelets_text() {
         let _guard = tracing::subscriber::set_default(subscriber);
         assert!(files.keyring().await.is_empty());
     }
-    let log = String::from_utf8_lossy(&buf.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)).into_owned();
+    let log = buf.text();
     let (c, d) = (dir.path().join("c").display().to_string(), dir.path().join("d").display().to_string());
     assert!(
         log.contains(&format!(
