@@ -37,6 +37,9 @@
 //!   absent image must call (`ImageStatus`, then `PullImage`), made
 //!   directly, ÷ the lone `PullImage`; `real_pull_over_status_and_pull_ratio`:
 //!   the ensure ÷ those two calls, what imaged's own work adds to them.
+//!   `real_pull_always_ratio`: an `Always` ensure (no presence check: the
+//!   same one call as the direct side) of its own copy ÷ the lone
+//!   `PullImage`, imaged's own work on a pull measured call for call.
 //! - `real_pull_sized_ratio`: the same pairs (41 at the default 5 rounds;
 //!   ensure with durable records ÷ direct `PullImage`) for an image of
 //!   `REAL_BENCH_SIZED_MIB` (8) MiB of incompressible data, each side its
@@ -222,6 +225,7 @@ fn main() {
             "front-direct-2",
             "spacer",
             "status-pull",
+            "always",
         ];
         for side in sides {
             let p = registry.push_image(&format!("bench/pull-{side}"), "v1", &[("small.bin", &small)]).await;
@@ -349,7 +353,7 @@ fn library(
         let writes_before = (store_writes(&node), store_writes(&new_node));
         let (mut ratios, mut memory_ratios, mut kubelet_ratios, mut over_kubelet, mut new_ratios) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let (mut status_ratios, mut over_status) = (Vec::new(), Vec::new());
+        let (mut status_ratios, mut over_status, mut always_ratios) = (Vec::new(), Vec::new(), Vec::new());
         let (mut via, mut via_memory, mut direct, mut kubelet, mut via_new) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for i in 0..pairs + 2 {
@@ -375,15 +379,19 @@ fn library(
             // What any `IfNotPresent` ensure of an absent image must do, made
             // directly: `ImageStatus` (absent), then `PullImage`.
             let s = || direct_calls(bare.clone(), pull_refs[9].clone(), false);
+            // An `Always` ensure: no presence check, so call for call what
+            // the direct side makes, and what imaged's own work adds to it.
+            let a = || ensure_pull_as(manager.clone(), pull_refs[10].clone(), format!("pull-{i}"), PullPolicy::Always);
             // The order rotates, so no side always meets a warm or cold runtime.
-            let (mut te, mut tm, mut td, mut tk, mut tn, mut ts) = Default::default();
-            for j in 0..6 {
-                match (i + j) % 6 {
+            let (mut te, mut tm, mut td, mut tk, mut tn, mut ts, mut ta) = Default::default();
+            for j in 0..7 {
+                match (i + j) % 7 {
                     0 => te = e().await,
                     1 => tm = m().await,
                     2 => td = d().await,
                     3 => tn = n().await,
                     4 => ts = s().await,
+                    5 => ta = a().await,
                     _ => tk = k().await,
                 }
                 rest().await;
@@ -396,6 +404,7 @@ fn library(
                 over_kubelet.push(te.as_secs_f64() / tk.as_secs_f64());
                 status_ratios.push(ts.as_secs_f64() / td.as_secs_f64());
                 over_status.push(te.as_secs_f64() / ts.as_secs_f64());
+                always_ratios.push(ta.as_secs_f64() / td.as_secs_f64());
                 new_ratios.push(tn.as_secs_f64() / td.as_secs_f64());
                 via_new.push(tn);
                 via.push(te);
@@ -444,6 +453,9 @@ fn library(
         // imaged's own share of the pull's time.
         report_pairs("real_pull_status_floor_ratio", status_ratios);
         report_pairs("real_pull_over_status_and_pull_ratio", over_status);
+        // The same pull with no presence check (`Always`) ÷ the lone
+        // `PullImage`: the same calls on both sides.
+        report_pairs("real_pull_always_ratio", always_ratios);
 
         // Single flight on the real runtime (absent first: a containerd
         // kept from an earlier run may have it).
@@ -458,7 +470,12 @@ fn library(
 
 /// An ensure of `image` (removed before, so it pulls) for pod `uid`, timed.
 async fn ensure_pull(m: imaged::ensure::ImageManager, image: String, uid: String) -> Duration {
-    let req = EnsureImageRequest::new(&uid, &image, PullPolicy::IfNotPresent);
+    ensure_pull_as(m, image, uid, PullPolicy::IfNotPresent).await
+}
+
+/// [`ensure_pull`] under `policy`.
+async fn ensure_pull_as(m: imaged::ensure::ImageManager, image: String, uid: String, policy: PullPolicy) -> Duration {
+    let req = EnsureImageRequest::new(&uid, &image, policy);
     let (t, r) = timed(m.ensure_image_exists(&req)).await;
     let ok = r.expect("ensure");
     assert!(ok.message.is_empty(), "the image was removed, so the ensure pulls: {ok:?}");
