@@ -153,6 +153,11 @@ struct State {
     /// stamped before the run began (found by the simulator with a disk
     /// that takes its time, seed 5570 of the current shape).
     writing: HashSet<String>,
+    /// Image refs owed a record by pulls that have ended and whose record
+    /// is being written ([`PullRecords::end_pull`]), with how many: a
+    /// must-pull check of the image, by any name, waits for them
+    /// ([`OWED_RECORD_WAIT`]).
+    owed: HashMap<String, u32>,
 }
 
 impl State {
@@ -213,6 +218,50 @@ struct Inner {
 /// How long a graceful stop's [`PullRecords::sync`] waits for the pull ends
 /// still being written behind their answers (each is one store write).
 const BEHIND_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long a must-pull check of an image waits for the records owed to it
+/// by pulls that have ended ([`PullRecords::end_pull`], written before an
+/// ensure's answer or behind it, [`PullRecords::end_pull_behind`]; one
+/// store write each). Intents and in-flight counts are keyed by name, so
+/// without the wait a pod asking meanwhile for the image by another name of
+/// its repository (another tag, its digest) found no record of that
+/// repository and, under `NeverVerifyPreloadedImages`, took an image pulled
+/// with a secret as preloaded (under `AlwaysVerify`, pulled it again). What
+/// is left is the kubelet's own window: from the runtime showing the image
+/// to its `PullImage` returning. After the wait (a stalled disk) the check
+/// decides as it did.
+const OWED_RECORD_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// One record owed to an image ref ([`State::owed`]) until dropped:
+/// written, or its write given up.
+struct OwedRecord {
+    inner: Arc<Inner>,
+    image_ref: String,
+}
+
+impl OwedRecord {
+    fn new(inner: &Arc<Inner>, image_ref: &str) -> Self {
+        let mut st = inner.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *st.owed.entry(image_ref.to_string()).or_default() += 1;
+        drop(st);
+        Self { inner: inner.clone(), image_ref: image_ref.to_string() }
+    }
+}
+
+impl Drop for OwedRecord {
+    fn drop(&mut self) {
+        {
+            let mut st = self.inner.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(n) = st.owed.get_mut(&self.image_ref) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    st.owed.remove(&self.image_ref);
+                }
+            }
+        }
+        self.inner.pull_ended.notify_waiters();
+    }
+}
 
 /// Runs `work` — the end of a pull (`ends`: its image key), or a
 /// deletion — to its end even when its caller stops waiting (an ensure
@@ -584,11 +633,20 @@ impl PullRecords {
         }
         let names = self.names(image);
         let repo = &names.repo;
-        let (record, unreadable, pulled_by_kubelet) = {
+        let look = || {
             let st = self.state();
             let record = st.records.get(image_ref).cloned();
-            (record, st.unreadable.contains(image_ref), st.pulled_by_kubelet(image_ref, &names.key, repo.as_deref()))
+            let pulled_by_kubelet = st.pulled_by_kubelet(image_ref, &names.key, repo.as_deref());
+            (record, st.unreadable.contains(image_ref), pulled_by_kubelet, st.owed.contains_key(image_ref))
         };
+        let (mut record, mut unreadable, mut pulled_by_kubelet, owed) = look();
+        if owed {
+            // A pull of the image just ended: its record (maybe the first
+            // under this name's repository) decides once written.
+            let owed = || self.state().owed.contains_key(image_ref);
+            crate::settle::settled(&self.inner.pull_ended, OWED_RECORD_WAIT, owed).await;
+            (record, unreadable, pulled_by_kubelet, _) = look();
+        }
         let lookup = match (&record, unreadable) {
             (Some(r), _) => RecordLookup::Found(r),
             (None, true) => RecordLookup::Unreadable,
@@ -743,7 +801,26 @@ impl PullRecords {
     /// logged), or the intent kept ([`PullRecords::record_image_pull_unknown`])
     /// or ended ([`PullRecords::record_image_pull_failed`]). What an
     /// ensure's pull and a CRI front's pull both do once they end.
+    /// Until it is written, the pulled image's ref is owed a record: a
+    /// must-pull check of the image by any name waits for it
+    /// ([`OWED_RECORD_WAIT`]).
     pub async fn end_pull(&self, image: &str, end: PullEnd, began: std::time::SystemTime) {
+        let owed = self.owe(&end);
+        self.write_end(image, end, began).await;
+        drop(owed);
+    }
+
+    /// The pulled image's ref owed a record until the guard drops (nothing
+    /// for another end).
+    fn owe(&self, end: &PullEnd) -> Option<OwedRecord> {
+        match end {
+            PullEnd::Pulled { image_ref, .. } => Some(OwedRecord::new(&self.inner, image_ref)),
+            PullEnd::Unknown | PullEnd::Ended => None,
+        }
+    }
+
+    /// [`PullRecords::end_pull`]'s writes.
+    async fn write_end(&self, image: &str, end: PullEnd, began: std::time::SystemTime) {
         match end {
             PullEnd::Pulled { image_ref, credentials } => {
                 if let Err(e) = self.record_image_pulled_since(image, &image_ref, &credentials, began).await {
@@ -770,9 +847,13 @@ impl PullRecords {
         due: D,
     ) -> tokio::task::JoinHandle<()> {
         let counted = self.inner.behind.begin();
+        // Owed from before the answer: a check of the image by another
+        // name waits for it (`OWED_RECORD_WAIT`).
+        let owed = self.owe(&end);
         let records = self.clone();
         tokio::spawn(async move {
-            records.end_pull(&image, end, began).await;
+            records.write_end(&image, end, began).await;
+            drop(owed);
             drop(due);
             drop(counted);
         })

@@ -911,3 +911,76 @@ async fn a_record_being_written_counts_among_the_records_gc_keeps() {
     assert_eq!(r.prune_unknown_records(present, gc_started).await.unwrap(), 0, "the record stays");
     assert!(r.record(REF).is_some());
 }
+
+/// The record of a pull that has ended is owed to its image ref until
+/// written, before the answer (an ensure's credentialed pull) or behind it
+/// (the CRI front's, an anonymous ensure's): a pod asking meanwhile for the
+/// image by another name of its repository (another tag, its digest) waits
+/// for it, rather than find no record of that repository and take an image
+/// pulled with a secret as preloaded, also when the image has a record
+/// under another repository; a write that takes longer than the bound is
+/// waited for no longer, and the check decides as it did.
+#[tokio::test(start_paused = true)]
+async fn a_check_by_another_name_waits_for_the_record_an_ended_pull_owes_and_no_longer_than_the_bound() {
+    const OTHER_TAG: &str = "example.com/private:stable";
+    let regcred = secret("ns", "regcred", "u1", "h1");
+    let dir = tempfile::tempdir().unwrap();
+    let r = PullRecords::open(VerifyPolicy::default(), Some(store(dir.path()))).unwrap();
+    crate::blocking::run_inline_on_this_thread(true);
+    let write_takes = Arc::new(std::sync::Mutex::new(Duration::from_millis(10)));
+    let takes = write_takes.clone();
+    crate::blocking::answer_inline_after(Some(Box::new(move || *takes.lock().unwrap())));
+    let end = |image_ref: &str| PullEnd::Pulled {
+        image_ref: image_ref.to_string(),
+        credentials: ImagePullCredentials::secret(regcred.clone()),
+    };
+    let no_secret = || pod(vec![]);
+
+    // Behind the answer.
+    r.begin_pull(IMAGE).await.unwrap().disarm();
+    let write = r.end_pull_behind(IMAGE.to_string(), end(REF), r.clock().now(), ());
+    assert!(r.record(REF).is_none(), "answered; the record is a write away");
+    let started = tokio::time::Instant::now();
+    assert!(r.must_attempt_pull(OTHER_TAG, REF, no_secret()).await.unwrap(), "no secret: pull");
+    assert_eq!(started.elapsed(), Duration::from_millis(10), "decided once the record was written");
+    assert!(!r.must_attempt_pull(OTHER_TAG, REF, pod(vec![regcred.clone()])).await.unwrap(), "its secret");
+    write.await.unwrap();
+    assert!(r.state().owed.is_empty(), "the write let its ref go");
+
+    // Before the answer, the image known under another repository (a
+    // mirror's anonymous pull of the same digest).
+    const MIRRORED: &str = "sha256:dddd";
+    r.begin_pull("mirror.example.org/private:1").await.unwrap().disarm();
+    let anonymous = ImagePullCredentials::node_accessible();
+    r.record_image_pulled("mirror.example.org/private:1", MIRRORED, &anonymous).await.unwrap();
+    assert!(!r.must_attempt_pull(OTHER_TAG, MIRRORED, no_secret()).await.unwrap(), "preloaded under this name");
+    r.begin_pull(IMAGE).await.unwrap().disarm();
+    let ending = r.clone();
+    let ended = end(MIRRORED);
+    let write = tokio::spawn(async move { ending.end_pull(IMAGE, ended, ending.clock().now()).await });
+    tokio::task::yield_now().await;
+    let started = tokio::time::Instant::now();
+    assert!(
+        r.must_attempt_pull(OTHER_TAG, MIRRORED, no_secret()).await.unwrap(),
+        "pulled with a secret as this repository"
+    );
+    assert_eq!(started.elapsed(), Duration::from_millis(10));
+    write.await.unwrap();
+
+    // A disk that stalls: waited for OWED_RECORD_WAIT, then as before.
+    const STALLED: &str = "sha256:bbbb";
+    *write_takes.lock().unwrap() = Duration::from_secs(60);
+    r.begin_pull(IMAGE).await.unwrap().disarm();
+    let write = r.end_pull_behind(IMAGE.to_string(), end(STALLED), r.clock().now(), ());
+    let started = tokio::time::Instant::now();
+    assert!(!r.must_attempt_pull(OTHER_TAG, STALLED, no_secret()).await.unwrap(), "no record yet: preloaded");
+    assert_eq!(started.elapsed(), OWED_RECORD_WAIT);
+    // A check of an image owed nothing does not wait.
+    let started = tokio::time::Instant::now();
+    assert!(!r.must_attempt_pull(OTHER_TAG, "sha256:cccc", no_secret()).await.unwrap());
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    write.await.unwrap();
+    crate::blocking::answer_inline_after(None);
+    crate::blocking::run_inline_on_this_thread(false);
+    assert!(r.record(STALLED).is_some() && r.state().owed.is_empty());
+}
