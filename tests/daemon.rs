@@ -824,6 +824,24 @@ fn idle_connections_to_the_metrics_port_cannot_take_the_descriptors_the_api_need
     assert!(warnings <= 3, "a warning per episode, not per connection: {warnings}");
 }
 
+/// The reply of a pull overtakes its `Pulled` event, which waits for the
+/// image's size: `imagectl ensure` waits for that event past the half
+/// second it gives any other reply.
+#[test]
+fn imagectl_ensure_prints_the_pulled_event_of_a_size_lookup_slower_than_half_a_second() {
+    let dir = tempfile::tempdir().expect("dir");
+    let plan = dir.path().join("faults.toml");
+    // Only the size lookup names the image by its id.
+    let rule = "[[rule]]\nrpc = \"ImageStatus\"\nimage = \"sha256:*\"\naction = \"delay\"\ndelay = \"1500ms\"\n";
+    std::fs::write(&plan, rule).expect("write plan");
+    let plan_arg = format!("runtime.fault_plan={}", plan.display());
+    let d = Daemon::start(&["--set", &plan_arg]);
+    let o = d.imagectl(&["ensure", "busybox:1.36", "--pod", "web/front-1", "--pod-uid", "u1"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("Successfully pulled image \"busybox:1.36\" in "), "{err}");
+}
+
 #[test]
 fn a_fault_plan_file_injects_failures_and_a_panic_ends_the_daemon_loudly() {
     use std::os::unix::process::ExitStatusExt;

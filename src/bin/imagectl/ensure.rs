@@ -1,6 +1,7 @@
 //! `imagectl ensure`: calls EnsureImage while printing the pod's events and
 //! the image's pull phases to stderr, then prints the answer.
 
+use std::cell::Cell;
 use std::io::Write;
 
 use imaged::api::proto;
@@ -16,6 +17,15 @@ const MAX_TOKEN_FILE_BYTES: u64 = 64 * 1024;
 use crate::output::Format;
 use crate::print::{print_ensure_result, print_event};
 use crate::{EXIT_ENSURE_FAILED, EnsureArgs};
+
+/// How long `imagectl ensure` waits, after a reply that pulled, for the
+/// pod's `Pulled` event: the daemon sends it once a size lookup (one
+/// `ImageStatus`) returns, which a busy runtime can hold for seconds.
+const PULLED_EVENT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long it waits after any other reply for the pod's last event, which
+/// the reply can overtake (and which some errors never send).
+const LAST_EVENT_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The EnsureImage request `imagectl ensure` sends.
 fn request(args: EnsureArgs) -> Result<proto::EnsureImageRequest, AppError> {
@@ -67,15 +77,21 @@ fn request(args: EnsureArgs) -> Result<proto::EnsureImageRequest, AppError> {
 
 /// Prints the pod `uid`'s events and `image`'s phases from `progress` to
 /// stderr; finishes at the pod's final event for the image (Pulled, Failed,
-/// BackOff, ...), or never.
-async fn print_progress(progress: Option<Streaming<proto::Event>>, uid: String, image: String) {
-    let Some(mut stream) = progress else { return std::future::pending::<()>().await };
+/// BackOff, ...), or when no event can come: there is no stream, or it
+/// ended. `lagged` is set when the stream dropped events (a watcher that
+/// fell behind): the final one may be among them.
+async fn print_progress(progress: Option<Streaming<proto::Event>>, uid: String, image: String, lagged: &Cell<bool>) {
+    let Some(mut stream) = progress else { return };
     let mut err = std::io::stderr();
     while let Ok(Some(e)) = stream.message().await {
         let (mine, last) = match &e.kind {
             Some(proto::event::Kind::ImageEvent(ie)) => (ie.pod_uid == uid, ie.reason != "Pulling"),
             Some(proto::event::Kind::PullPhase(p)) => (same_image(&p.image, &image), false),
-            _ => (false, false),
+            Some(proto::event::Kind::Lagged(_)) => {
+                lagged.set(true);
+                (false, false)
+            }
+            None => (false, false),
         };
         if mine {
             let _ = print_event(&e, Format::Table, &mut err);
@@ -84,7 +100,6 @@ async fn print_progress(progress: Option<Streaming<proto::Event>>, uid: String, 
             }
         }
     }
-    std::future::pending::<()>().await;
 }
 
 impl<W: Write> Session<W> {
@@ -99,20 +114,28 @@ impl<W: Write> Session<W> {
             Ok(s) => Some(s.into_inner()),
             Err(_) => None,
         };
-        let printer = print_progress(progress, uid, image);
+        let lagged = Cell::new(false);
+        let printer = print_progress(progress, uid, image, &lagged);
         let call = self.client.ensure_image(req);
         tokio::pin!(call);
         tokio::pin!(printer);
-        let mut final_event_seen = false;
+        let mut printer_done = false;
         let result = loop {
             tokio::select! {
                 r = &mut call => break r,
-                () = &mut printer, if !final_event_seen => final_event_seen = true,
+                () = &mut printer, if !printer_done => printer_done = true,
             }
         };
-        if !final_event_seen {
-            // The reply can overtake the pod's last event; give it a moment.
-            let _ = tokio::time::timeout(std::time::Duration::from_millis(500), &mut printer).await;
+        if !printer_done {
+            // The reply can overtake the pod's last event. After a pull the
+            // `Pulled` event is certain to follow (the daemon sends it once it
+            // has the image's size) unless the stream dropped it; any other
+            // answer may have none to wait for. The wait ends with the stream.
+            let pulled = result.as_ref().is_ok_and(|r| {
+                matches!(&r.get_ref().result, Some(proto::ensure_image_response::Result::Ok(ok)) if ok.message.is_empty())
+            });
+            let wait = if pulled && !lagged.get() { PULLED_EVENT_WAIT } else { LAST_EVENT_WAIT };
+            let _ = tokio::time::timeout(wait, &mut printer).await;
         }
         let result = result
             .map_err(|s| rpc("EnsureImage", s))?
