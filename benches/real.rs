@@ -45,7 +45,8 @@
 //!   `REAL_BENCH_SIZED_MIB` (8) MiB of incompressible data, each side its
 //!   own content, removed (and its content collected) before its next pull:
 //!   what imaged adds to a pull that downloads and unpacks. No goal; the
-//!   small image above is the worst case.
+//!   small image above is the worst case. With its `_median_95ci`, as the
+//!   pairs above (wider: fewer pairs).
 //! - `real_single_flight_pulls`: 50 concurrent ensures of one absent image →
 //!   `PullImage` calls as containerd's own log counts them. Goal 1.
 //! - `real_burst_durable_records_ratio`: 16 pods with an image each, ensured
@@ -62,7 +63,7 @@
 //! - `real_front_pull_ratio`: the kubelet's calls for one pull (`ImageStatus`,
 //!   `PullImage`, `ImageStatus` for the size) through `imaged run`'s CRI
 //!   front ÷ the same calls straight to containerd, median over interleaved
-//!   pairs; `real_front_*_p50_ms` gives each call's median both ways. What
+//!   pairs (with its `_median_95ci`); `real_front_*_p50_ms` gives each call's median both ways. What
 //!   a node with imaged in the kubelet's path pays per pull. No goal yet.
 //!   `real_front_status_ratio`: `ImageStatus` of a present image (the
 //!   kubelet's most frequent call) through the front ÷ straight to
@@ -568,7 +569,7 @@ fn sized(endpoint: &CriEndpoint, refs: &[String], rounds: usize) {
         }
         println!("real_pull_sized_ensure_p50_ms: {:.2}", median_d(via).as_secs_f64() * 1e3);
         println!("real_pull_sized_direct_p50_ms: {:.2}", median_d(direct).as_secs_f64() * 1e3);
-        report("real_pull_sized_ratio", ratios);
+        report_pairs("real_pull_sized_ratio", ratios);
         drop(node);
     });
 }
@@ -791,7 +792,7 @@ fn front(endpoint: &CriEndpoint, hot: &str, refs: &[String], burst_refs: &[Strin
             let p50 = |v: &[[Duration; 4]]| median_d(v.iter().map(|t| t[k]).collect()).as_secs_f64() * 1e3;
             println!("real_front_{name}_p50_ms: {:.2} through, {:.2} direct", p50(&via), p50(&direct));
         }
-        report("real_front_pull_ratio", ratios);
+        report_pairs("real_front_pull_ratio", ratios);
 
         // The kubelet's most frequent call: ImageStatus of a present image
         // (each container start), as it meets the front (answers kept for
