@@ -847,8 +847,8 @@ impl PullRecords {
         due: D,
     ) -> tokio::task::JoinHandle<()> {
         let counted = self.inner.behind.begin();
-        // Owed from before the answer: a check of the image by another
-        // name waits for it (`OWED_RECORD_WAIT`).
+        // Owed from before the answer: a check of the image, by any name,
+        // waits for it (`OWED_RECORD_WAIT`).
         let owed = self.owe(&end);
         let records = self.clone();
         tokio::spawn(async move {
