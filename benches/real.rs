@@ -65,6 +65,12 @@
 //!   front ÷ the same calls straight to containerd, median over interleaved
 //!   pairs (with its `_median_95ci`); `real_front_*_p50_ms` gives each call's median both ways. What
 //!   a node with imaged in the kubelet's path pays per pull. No goal yet.
+//!   Each image is removed through the front, as the kubelet's GC removes
+//!   it; `real_front_store_writes_per_pull`: the daemon's synced
+//!   pull-record writes per pull and removal. A name's intent outlives its
+//!   image's removal, so only a name's first pull writes one; the rest
+//!   are removals deleting records (0.22; 0.63 when each removal took the
+//!   name's intent with it and the next pull wrote it again, synced).
 //!   `real_front_status_ratio`: `ImageStatus` of a present image (the
 //!   kubelet's most frequent call) through the front ÷ straight to
 //!   containerd, as the kubelet meets it (the front's kept answers on).
@@ -764,6 +770,8 @@ fn front(endpoint: &CriEndpoint, hot: &str, refs: &[String], burst_refs: &[Strin
         // At 61 pairs the median's 95 % interval was 0.85–1.27 wide: single
         // pulls move ±3×. About 20 ms a pair.
         let pairs = rounds.max(3) * 48 + 1;
+        let metrics: std::net::SocketAddr = d.http_addr().parse().expect("the metrics address");
+        let writes_before = pull_record_writes(metrics);
         let mut ratios = Vec::new();
         let (mut via, mut direct): (Vec<[Duration; 4]>, Vec<[Duration; 4]>) = (Vec::new(), Vec::new());
         // Two images a side, taken in turn: containerd pulls an image again
@@ -789,6 +797,11 @@ fn front(endpoint: &CriEndpoint, hot: &str, refs: &[String], burst_refs: &[Strin
             }
         }
         println!("real_front_pull_pairs: {pairs}");
+        // Each name's intent stays on disk past its image's removal through
+        // the front (credentials.md, "Kept intents"): only a name's first
+        // pull writes one. The removals' record deletions count too.
+        let writes = pull_record_writes(metrics) - writes_before;
+        println!("real_front_store_writes_per_pull: {:.2}", writes / (pairs + 2) as f64);
         // Each call's median, through the front and direct (ms).
         for (k, name) in ["pull", "status_absent", "pull_image", "status_size"].into_iter().enumerate() {
             let p50 = |v: &[[Duration; 4]]| median_d(v.iter().map(|t| t[k]).collect()).as_secs_f64() * 1e3;
@@ -973,13 +986,26 @@ fn idle(endpoint: &CriEndpoint, containerd: u32, window: Duration) {
 }
 
 /// `imaged_runtime_operations_total` by operation, read from `/metrics`.
-fn cri_calls(addr: std::net::SocketAddr) -> Vec<(String, f64)> {
+/// The daemon's `/metrics` text.
+fn scrape(addr: std::net::SocketAddr) -> String {
     use std::io::{Read, Write};
     let mut c = std::net::TcpStream::connect(addr).expect("metrics listener");
     c.write_all(b"GET /metrics HTTP/1.1\r\nHost: imaged\r\nConnection: close\r\n\r\n").expect("request");
     let mut body = String::new();
     c.read_to_string(&mut body).expect("answer");
-    body.lines()
+    body
+}
+
+/// The synced writes of the daemon's pull records so far (the intents
+/// written before pulls), from its `/metrics`.
+fn pull_record_writes(addr: std::net::SocketAddr) -> f64 {
+    let name = "imaged_store_write_duration_seconds_count{table=\"pull_records\"}";
+    scrape(addr).lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok()).unwrap_or(0.0)
+}
+
+fn cri_calls(addr: std::net::SocketAddr) -> Vec<(String, f64)> {
+    scrape(addr)
+        .lines()
         .filter_map(|l| l.strip_prefix("imaged_runtime_operations_total{operation_type=\""))
         .filter_map(|l| {
             let (op, rest) = l.split_once('"')?;

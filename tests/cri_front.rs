@@ -594,6 +594,36 @@ async fn a_forwarded_remove_takes_the_image_out_of_imageds_records_and_image_lis
 }
 
 #[actix::test]
+async fn a_name_pulled_again_after_the_kubelet_removed_its_image_starts_without_a_synced_write() {
+    // The kubelet's GC removes an image through the front, and a pod asks
+    // for it again: its name's intent stayed on disk past the removal
+    // (credentials.md, "Kept intents"), so the pull does not wait for one.
+    let state = tempfile::tempdir().expect("tempdir");
+    let f = Front::start(&format!("[state]\ndir = \"{}\"", state.path().display())).await;
+    let image = "docker.io/library/busybox:1.36";
+    let records = f.node.manager().pull_records();
+    let writes = || {
+        let text = f.node.config().pull.metrics.encode();
+        let name = "imaged_store_write_duration_seconds_count{table=\"pull_records\"}";
+        text.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(0.0)
+    };
+    let mut c = f.client.clone();
+    let first = writes();
+    let image_ref = c.pull_image(pull(image)).await.expect("pulled").into_inner().image_ref;
+    assert_eq!(writes() - first, 1.0, "the name's first pull writes its intent, synced");
+    records.written().await;
+    assert!(records.record(&image_ref).is_some());
+    c.remove_image(remove(image)).await.expect("removed");
+    assert!(records.record(&image_ref).is_none(), "the record follows the remove");
+    assert_eq!(records.kept_intents().len(), 1, "the name's intent stays");
+    let before = writes();
+    c.pull_image(pull(image)).await.expect("pulled again");
+    assert_eq!(writes(), before, "no synced write for the pull of a name whose intent is on disk");
+    records.written().await;
+    assert!(records.record(&image_ref).is_some(), "its record is written again");
+}
+
+#[actix::test]
 async fn a_full_serial_queue_parks_the_kubelets_pulls_and_never_refuses_them() {
     // The queue holds 10 waiting pulls (the kubelet's channel); more park
     // in arrival order with no bound, as the kubelet's own serial queue

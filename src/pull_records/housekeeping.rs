@@ -108,8 +108,10 @@ impl PullRecords {
             return Ok(false);
         }
         let image_ref = image_ref.to_string();
-        // The kept intents of names last pulled as this image go with it.
-        let kept = self.take_kept(|r| r == image_ref);
+        // The kept intents of names last pulled as this image stay on disk
+        // (the names' next pulls start without a write), unless more are
+        // kept than may outlive their images.
+        let kept = if self.kept_past_bound() { self.take_kept(|r| r == image_ref) } else { Vec::new() };
         let w =
             PullRecordsWrite { delete_records: vec![image_ref.clone()], delete_intents: kept, ..Default::default() };
         self.commit(w).await?;
@@ -154,9 +156,10 @@ impl PullRecords {
             let unreadable = st.unreadable.iter().filter(|r| !present.contains(*r)).cloned();
             old.chain(unreadable).collect()
         };
-        // A kept intent goes with its image (it only spares the name's next
-        // pull a synced write).
-        let kept = self.take_kept(|r| !present.contains(r));
+        // The kept intents of removed images stay (they only spare their
+        // names' next pulls a synced write) while few enough; past that
+        // bound they all go with their images.
+        let kept = if self.kept_past_bound() { self.take_kept(|r| !present.contains(r)) } else { Vec::new() };
         if doomed.is_empty() && kept.is_empty() {
             return Ok(0);
         }

@@ -185,8 +185,10 @@ async fn one_pull_kept() -> (tempfile::TempDir, Arc<crate::store::Store>, PullRe
 }
 
 #[tokio::test]
-async fn a_kept_intent_spares_the_names_next_pull_a_write_grants_nothing_and_goes_with_its_image() {
+async fn a_kept_intent_spares_the_names_next_pull_a_write_grants_nothing_and_outlives_its_image_up_to_a_bound() {
     let (_dir, st, r) = one_pull_kept().await;
+    let node = ImagePullCredentials::node_accessible();
+    let kept = || vec![IMAGE.to_string()];
     assert!(r.stored_intents().is_empty(), "the pull ended");
     assert_eq!(r.kept_intents(), [IMAGE]);
     assert_eq!(on_disk(&st), [IMAGE], "its intent stays on disk");
@@ -194,23 +196,38 @@ async fn a_kept_intent_spares_the_names_next_pull_a_write_grants_nothing_and_goe
     // that imaged never pulled is preloaded (the default policy lets every
     // pod use it), as when the kubelet has deleted the intent.
     assert!(!r.must_attempt_pull(IMAGE, "sha256:other", pod(vec![])).await.unwrap());
-    // A GC run that finds the image still there keeps it; one that finds it
-    // gone deletes it with the record.
+    // A GC run that finds the image still there keeps everything; one that
+    // finds it gone deletes its record and leaves the intent on disk, for
+    // the name's next pull.
     let present: HashSet<String> = [REF.to_string()].into();
     let cutoff = r.clock().now() + Duration::from_secs(1);
     assert_eq!(r.prune_unknown_records(present, cutoff).await.unwrap(), 0);
     assert_eq!(on_disk(&st), [IMAGE]);
     assert_eq!(r.prune_unknown_records(HashSet::new(), cutoff).await.unwrap(), 1);
-    assert_eq!((on_disk(&st), r.kept_intents()), (vec![], vec![]), "deleted with its image's record");
-    // The next pull of the name writes its intent again, and keeps it; the
-    // kubelet's removal of the image through the CRI front deletes it.
+    assert!(r.record(REF).is_none(), "the record goes");
+    assert_eq!((on_disk(&st), r.kept_intents()), (kept(), kept()), "the intent outlives its image");
+    // Pulled again (its intent on disk); the kubelet's removal of the image
+    // through the CRI front leaves the intent as well.
     r.record_pull_intent(IMAGE).await.unwrap();
-    assert_eq!(on_disk(&st), [IMAGE]);
-    r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::node_accessible()).await.unwrap();
+    r.record_image_pulled(IMAGE, REF, &node).await.unwrap();
     assert!(r.forget_removed_image(REF, r.clock().now() + Duration::from_secs(1)).await.unwrap());
-    assert_eq!((on_disk(&st), r.kept_intents()), (vec![], vec![]), "deleted with the removed image's record");
+    assert_eq!((on_disk(&st), r.kept_intents()), (kept(), kept()), "outlives the removal through the front");
+    // Past the bound, a removal deletes the intents of its image's names
+    // with its record, and so does a GC run's prune.
+    r.bound_kept_intents(0);
     r.record_pull_intent(IMAGE).await.unwrap();
-    r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::node_accessible()).await.unwrap();
+    r.record_image_pulled(IMAGE, REF, &node).await.unwrap();
+    assert!(r.forget_removed_image(REF, r.clock().now() + Duration::from_secs(1)).await.unwrap());
+    assert_eq!((on_disk(&st), r.kept_intents()), (vec![], vec![]), "past the bound: deleted with the record");
+    r.record_pull_intent(IMAGE).await.unwrap();
+    assert_eq!(on_disk(&st), [IMAGE], "the name's next pull writes its intent again");
+    r.record_image_pulled(IMAGE, REF, &node).await.unwrap();
+    let cutoff = r.clock().now() + Duration::from_secs(1);
+    assert_eq!(r.prune_unknown_records(HashSet::new(), cutoff).await.unwrap(), 1);
+    assert_eq!((on_disk(&st), r.kept_intents()), (vec![], vec![]), "past the bound: pruned with the record");
+    r.bound_kept_intents(crate::pull_records::KEPT_INTENTS);
+    r.record_pull_intent(IMAGE).await.unwrap();
+    r.record_image_pulled(IMAGE, REF, &node).await.unwrap();
     // With every write refused, the name's next pull still begins (its
     // intent is on disk): no write before it. Another name's cannot.
     st.fence();
