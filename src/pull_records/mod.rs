@@ -53,8 +53,8 @@
 //! credentials, an image GC or an operator removed. A kept intent outlives
 //! its image's removal ([`PullRecords::prune_unknown_records`],
 //! [`PullRecords::forget_removed_image`] delete the record and leave the
-//! intent) while at most [`KEPT_INTENTS`] are kept; past that, those of
-//! removed images go with their records. Every kept intent is deleted at
+//! intent) while no more than [`KEPT_INTENTS`] intents are on disk; past
+//! that, a removal deletes its image's with its record. Every kept intent is deleted at
 //! a graceful stop ([`PullRecords::sync`]), so a restart after one finds
 //! only the intents of pulls that may still run, as before; memory lets
 //! it go before the deletion's commit, so a deletion dropped or failed
@@ -66,8 +66,9 @@
 //! a crash mid-pull always made, now for every name with a kept intent:
 //! the image's record gets a hollow entry (no pod shown) under the name's
 //! repository, and a name whose image is gone keeps an intent, counting
-//! as pulled by imaged until its next pull ends. Pods pull more, never
-//! less.
+//! as pulled by imaged until its next pull ends, across restarts (such
+//! intents count against [`KEPT_INTENTS`], so crashes do not pile them
+//! up). Pods pull more, never less.
 //!
 //! At start, [`PullRecords::open`] loads the store, and
 //! [`PullRecords::recover_intents`] turns intents left by a crash into
@@ -221,13 +222,16 @@ struct Inner {
     behind: Arc<crate::settle::Pending>,
 }
 
-/// How many kept intents may outlive their images' removal (see "Kept
-/// intents"): up to this many, a removal (the kubelet's, through the CRI
-/// front, or a GC run's prune) deletes the image's record and leaves the
-/// intents of its names on disk, so a name pulled again after its image
-/// was removed starts without a synced write (~0.4 ms of a ~7 ms pull
-/// through the front on the CI machine). Past it, the intents of removed
-/// images go with their records. About 200 bytes each in memory.
+/// Up to how many intents on disk kept intents outlive their images'
+/// removal (see "Kept intents"): while no more than this many intents are
+/// on disk (kept ones, present images' included, and open ones), a
+/// removal (the kubelet's, through the CRI front, or a GC run's prune)
+/// deletes the image's record and leaves the intents of its names, so a
+/// name pulled again after its image was removed starts without a synced
+/// write (~0.4 ms of a ~7 ms pull through the front on the CI machine).
+/// Past it, a removal deletes the kept intents of its image (a prune:
+/// of every absent image) with the records. About 200 bytes each in
+/// memory.
 pub const KEPT_INTENTS: usize = 1024;
 
 /// How long a graceful stop's [`PullRecords::sync`] waits for the pull ends
@@ -548,11 +552,16 @@ impl PullRecords {
         v
     }
 
-    /// Whether more intents are kept than may outlive their images
-    /// ([`KEPT_INTENTS`]): then a removal deletes its image's with its record.
+    /// Whether more intents are on disk than may outlive their images
+    /// ([`KEPT_INTENTS`]): then a removal deletes its image's kept intents
+    /// with its record. Counted: every kept intent (present images' too)
+    /// and every open one, among them those a crash left for names whose
+    /// images are gone, which stay until their names' next pulls: so
+    /// crashes cannot pile up kept intents of removed images past the
+    /// bound.
     fn kept_past_bound(&self) -> bool {
         let st = self.state();
-        st.kept.len() > st.kept_bound.unwrap_or(KEPT_INTENTS)
+        st.kept.len() + st.stored_intents.len() > st.kept_bound.unwrap_or(KEPT_INTENTS)
     }
 
     /// At most `bound` kept intents outlive their images (tests).

@@ -238,6 +238,53 @@ async fn a_kept_intent_spares_the_names_next_pull_a_write_grants_nothing_and_out
 }
 
 #[tokio::test]
+async fn the_bound_counts_every_intent_on_disk_and_those_a_kill_left_and_past_it_a_removal_deletes_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = ImagePullCredentials::node_accessible();
+    let (other, third, fourth) = ("example.com/private:2", "example.com/third:1", "example.com/fourth:1");
+    let names = |v: &[&str]| v.iter().map(ToString::to_string).collect::<Vec<_>>();
+    {
+        let st = store(dir.path());
+        let r = PullRecords::open(VerifyPolicy::default(), Some(st.clone())).unwrap();
+        r.bound_kept_intents(2);
+        for (image, id) in [(IMAGE, REF), (other, "sha256:bbbb")] {
+            r.record_pull_intent(image).await.unwrap();
+            r.record_image_pulled(image, id, &node).await.unwrap();
+        }
+        // At the bound, not past it: the removed image's intent stays.
+        assert!(r.forget_removed_image(REF, r.clock().now() + Duration::from_secs(1)).await.unwrap());
+        assert_eq!((on_disk(&st), r.kept_intents()), (names(&[IMAGE, other]), names(&[IMAGE, other])));
+        // Past it: a removal deletes its own image's kept intents, and
+        // leaves those of images removed before.
+        r.record_pull_intent(third).await.unwrap();
+        r.record_image_pulled(third, "sha256:cccc", &node).await.unwrap();
+        assert!(r.forget_removed_image("sha256:cccc", r.clock().now() + Duration::from_secs(1)).await.unwrap());
+        assert_eq!(on_disk(&st), names(&[IMAGE, other]));
+        st.fence_as_killed();
+    }
+    // A kill leaves both on disk; IMAGE's image is gone, so its intent
+    // stays open after recovery (until its name's next pull), and counts.
+    let st = store(dir.path());
+    let r = PullRecords::open(VerifyPolicy::default(), Some(st.clone())).unwrap();
+    r.bound_kept_intents(2);
+    let images =
+        [crate::domain::Image { id: "sha256:bbbb".into(), repo_tags: vec![other.into()], ..Default::default() }];
+    r.recover_intents(&images).await.unwrap();
+    assert_eq!(r.stored_intents(), [IMAGE], "the gone image's name keeps its intent");
+    r.record_pull_intent(other).await.unwrap();
+    r.record_image_pulled(other, "sha256:bbbb", &node).await.unwrap();
+    assert_eq!(r.kept_intents(), [other]);
+    // One open and one kept: at the bound, a removal leaves the intent;
+    // with a third on disk, past it, the next removal takes its own.
+    assert!(r.forget_removed_image("sha256:bbbb", r.clock().now() + Duration::from_secs(1)).await.unwrap());
+    assert_eq!(on_disk(&st), names(&[IMAGE, other]));
+    r.record_pull_intent(fourth).await.unwrap();
+    r.record_image_pulled(fourth, "sha256:dddd", &node).await.unwrap();
+    assert!(r.forget_removed_image("sha256:dddd", r.clock().now() + Duration::from_secs(1)).await.unwrap());
+    assert_eq!(on_disk(&st), names(&[IMAGE, other]), "the intent the kill left counts against the bound");
+}
+
+#[tokio::test]
 async fn kept_intents_go_at_a_graceful_stop_and_after_a_kill_are_recovered_as_any() {
     let dir = tempfile::tempdir().unwrap();
     let a = secret("ns", "a", "u1", "h1");
