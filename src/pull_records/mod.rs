@@ -737,7 +737,8 @@ impl PullRecords {
     /// meanwhile (another pull of the image ended as the last) is written
     /// again.
     pub async fn record_pull_intent(&self, image: &str) -> Result<(), StoreError> {
-        let key = image_key(image);
+        // Parsed once per name (`names`): this runs before every pull.
+        let key = self.names(image).key.clone();
         let waiting = WaitingIntent::new(&self.inner, &key);
         let _w = self.inner.writes.lock().await;
         drop(waiting);
@@ -822,11 +823,12 @@ impl PullRecords {
         creds: &ImagePullCredentials,
         began: std::time::SystemTime,
     ) -> Result<(), StoreError> {
-        let key = image_key(image);
-        let Some(repo) = image_repo(image) else {
+        let names = self.names(image);
+        let Some(repo) = names.repo.clone() else {
             self.record_image_pull_failed(image).await;
             return Ok(());
         };
+        let key = names.key.clone();
         let refresh = Refresh::UnlessSince(began);
         let w = PulledWrite { image_ref: image_ref.into(), repo, creds: creds.clone(), intent: Some(key), refresh };
         self.write_pulled(w).await
