@@ -54,8 +54,9 @@
 //! its image's removal ([`PullRecords::prune_unknown_records`],
 //! [`PullRecords::forget_removed_image`] delete the record and leave the
 //! intent) while no more than [`KEPT_INTENTS`] intents are on disk; past
-//! that, a removal deletes its image's with its record. Every kept intent is deleted at
-//! a graceful stop ([`PullRecords::sync`]), so a restart after one finds
+//! that, a removal deletes its image's with its record. Every kept
+//! intent is deleted at a graceful stop ([`PullRecords::sync`]), so a
+//! restart after one finds
 //! only the intents of pulls that may still run, as before; memory lets
 //! it go before the deletion's commit, so a deletion dropped or failed
 //! halfway costs the name's next pull its write, never its intent. A

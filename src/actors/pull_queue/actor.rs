@@ -181,7 +181,7 @@ pub struct PullQueueActor {
     /// When pulls of each image last finished well (recent ones only): a
     /// request whose presence check predates one must re-check.
     finished: HashMap<String, Instant>,
-    /// Images as requested → their normalised names ([`normalized_or_raw`]).
+    /// Images as requested → their normalised names (`normalized`).
     normalized: HashMap<String, String>,
     /// The pulls that started and have not finished (in key order: the
     /// slow-pull warnings come in it).
@@ -494,24 +494,25 @@ impl PullQueueActor {
     }
 }
 
-/// The normalised reference (so `busybox` and `docker.io/library/busybox:latest`
-/// share a pull), or the text as given when it does not parse.
-fn normalized_or_raw(image: &str) -> String {
-    crate::domain::reference::parse_normalized_named(image).map_or_else(|_| image.to_string(), |n| n.docker_ref())
-}
-
-/// Most remembered [`normalized_or_raw`] results (`PullQueueActor::normalized`).
+/// Most remembered normalised names (`PullQueueActor::normalized`).
 const NORMALIZED_CACHE: usize = 4096;
 
 impl PullQueueActor {
-    /// [`normalized_or_raw`], worked out once per name: pods name the same
-    /// images over and over, and the parse was about a quarter of the
-    /// queue's work on a request. Bounded; cleared when full.
+    /// The normalised reference (so `busybox` and
+    /// `docker.io/library/busybox:latest` share a pull), or the text as
+    /// given when it does not parse; worked out once per name: pods name
+    /// the same images over and over, and the parse was about a quarter of the
+    /// queue's work on a request. Bounded; cleared when full. Only names
+    /// that parse are kept: the CRI front passes others on as sent, up to
+    /// 4 KiB each, which a full cache of them would hold 16 MiB of.
     fn normalized(&mut self, image: &str) -> String {
         if let Some(n) = self.normalized.get(image) {
             return n.clone();
         }
-        let n = normalized_or_raw(image);
+        let Ok(named) = crate::domain::reference::parse_normalized_named(image) else {
+            return image.to_string();
+        };
+        let n = named.docker_ref();
         if self.normalized.len() >= NORMALIZED_CACHE {
             self.normalized.clear();
         }
