@@ -985,7 +985,6 @@ fn idle(endpoint: &CriEndpoint, containerd: u32, window: Duration) {
     }
 }
 
-/// `imaged_runtime_operations_total` by operation, read from `/metrics`.
 /// The daemon's `/metrics` text.
 fn scrape(addr: std::net::SocketAddr) -> String {
     use std::io::{Read, Write};
@@ -996,13 +995,14 @@ fn scrape(addr: std::net::SocketAddr) -> String {
     body
 }
 
-/// The synced writes of the daemon's pull records so far (the intents
-/// written before pulls), from its `/metrics`.
+/// The synced writes of the daemon's pull records so far (intents written
+/// before pulls, records deleted by removals), from its `/metrics`.
 fn pull_record_writes(addr: std::net::SocketAddr) -> f64 {
     let name = "imaged_store_write_duration_seconds_count{table=\"pull_records\"}";
     scrape(addr).lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok()).unwrap_or(0.0)
 }
 
+/// `imaged_runtime_operations_total` by operation, read from `/metrics`.
 fn cri_calls(addr: std::net::SocketAddr) -> Vec<(String, f64)> {
     scrape(addr)
         .lines()
