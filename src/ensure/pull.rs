@@ -135,6 +135,11 @@ impl ImageManager {
         key: &BackoffKey,
         credentials: Option<String>,
     ) -> Result<(), EnsureError> {
+        // Nothing in back-off anywhere (the registry says so after each
+        // change): the answer is known, and not asked for.
+        if self.backoff.known_clear() {
+            return Ok(());
+        }
         let stopped =
             || self.fail(ImageErrorKind::ErrImagePull, "imaged is shutting down".into(), ErrorClass::Transient);
         let check =
@@ -370,7 +375,9 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
     use std::time::Duration;
 
-    use crate::actors::backoff_registry::BackoffSettings;
+    use crate::actors::backoff_registry::{
+        BackoffSettings, BeginAttempt, CheckBackoff, RecordFailure, RecordSuccess, RegistryRecovered,
+    };
     use crate::actors::cri_gateway::{CriGatewayActor, CriSettings};
     use crate::actors::pull_queue::PullQueueSettings;
     use crate::cri::Rpc;
@@ -425,5 +432,96 @@ mod tests {
             1,
             "only the slow image was pulled: no second pull of `wanted`"
         );
+    }
+    /// Answers every back-off message as an empty registry would, counting
+    /// the `CheckBackoff`s it gets.
+    #[derive(Default)]
+    struct CountingRegistry(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+    impl actix::Actor for CountingRegistry {
+        type Context = actix::Context<Self>;
+    }
+
+    impl actix::Handler<CheckBackoff> for CountingRegistry {
+        type Result = actix::MessageResult<CheckBackoff>;
+        fn handle(&mut self, _: CheckBackoff, _: &mut Self::Context) -> Self::Result {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            actix::MessageResult(crate::actors::backoff_registry::BackoffCheck {
+                in_backoff: false,
+                previous_error: None,
+                retry_in: None,
+                backoff: None,
+                credentials_changed: false,
+            })
+        }
+    }
+
+    impl actix::Handler<BeginAttempt> for CountingRegistry {
+        type Result = ();
+        fn handle(&mut self, _: BeginAttempt, _: &mut Self::Context) {}
+    }
+
+    impl actix::Handler<RecordFailure> for CountingRegistry {
+        type Result = actix::MessageResult<RecordFailure>;
+        fn handle(&mut self, _: RecordFailure, _: &mut Self::Context) -> Self::Result {
+            actix::MessageResult(Duration::from_secs(10))
+        }
+    }
+
+    impl actix::Handler<RecordSuccess> for CountingRegistry {
+        type Result = ();
+        fn handle(&mut self, _: RecordSuccess, _: &mut Self::Context) {}
+    }
+
+    impl actix::Handler<RegistryRecovered> for CountingRegistry {
+        type Result = actix::MessageResult<RegistryRecovered>;
+        fn handle(&mut self, _: RegistryRecovered, _: &mut Self::Context) -> Self::Result {
+            actix::MessageResult(0)
+        }
+    }
+
+    #[actix::test]
+    async fn a_check_is_not_sent_while_the_registry_is_known_empty_and_is_with_a_port_of_an_address() {
+        use actix::Actor as _;
+
+        use crate::actors::backoff_registry::{BackoffPort, BackoffRegistryActor};
+        use crate::actors::cri_gateway::GetReader;
+        use crate::actors::pull_queue::PullQueueActor;
+        use crate::ensure::ImageManager;
+
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = EmbeddedRuntime::start_in(dir.path()).unwrap();
+        let (gateway, _) = CriGatewayActor::connect(&runtime.endpoint(), &CriSettings::default()).await.unwrap();
+        let reader = gateway.send(GetReader).await.unwrap();
+        let queue = PullQueueActor::new(PullQueueSettings::default(), reader.clone()).start();
+        let image = "example.com/team/app:1";
+        runtime.add_remote(RemoteImage::new(image, 10)).unwrap();
+        // A registry's occupancy (empty once started), the checks counted
+        // by a registry of the test's.
+        let registry = BackoffRegistryActor::from_settings(&BackoffSettings::default());
+        let occupancy = registry.occupancy();
+        let registry = registry.start();
+        registry.send(crate::actors::backoff_registry::ListBackoffs).await.unwrap();
+        let checks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counting = CountingRegistry(checks.clone()).start();
+        let count = || checks.load(std::sync::atomic::Ordering::SeqCst);
+        let manager = |port: BackoffPort| {
+            ImageManager::new(reader.clone(), queue.clone().recipient(), port, EnsureSettings::default())
+        };
+        let req = |uid: &str| EnsureImageRequest::new(uid, image, PullPolicy::Always);
+        // Known empty: the pull goes ahead without asking.
+        let known = manager(BackoffPort::from(&counting).with_occupancy(occupancy.clone()));
+        known.ensure_image_exists(&req("a")).await.expect("pulled");
+        assert_eq!(count(), 0, "no check sent while nothing backs off");
+        // Not known (a port of an address alone): asked before each pull.
+        let asking = manager(BackoffPort::from(&counting));
+        asking.ensure_image_exists(&req("b")).await.expect("pulled");
+        assert_eq!(count(), 1, "a port without the occupancy asks");
+        // An entry in the registry: asked again.
+        let failed = RecordFailure::new(crate::actors::backoff_registry::BackoffKey::new("z", "other:1"), "x");
+        registry.send(failed).await.unwrap();
+        known.ensure_image_exists(&req("c")).await.expect("pulled");
+        assert_eq!(count(), 2, "something backs off: every check is sent");
+        assert_eq!(runtime.stats().calls(Rpc::PullImage), 3);
     }
 }

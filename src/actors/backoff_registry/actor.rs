@@ -24,6 +24,8 @@ pub struct BackoffRegistryActor {
     gc_interval: Option<Duration>,
     /// Where the table's size is reported after every change.
     metrics: Metrics,
+    /// The table's size again, for the pull pipeline (see [`BackoffOccupancy`]).
+    occupancy: BackoffOccupancy,
 }
 
 impl BackoffRegistryActor {
@@ -35,7 +37,14 @@ impl BackoffRegistryActor {
             mailbox_capacity: mailbox_capacity.max(1),
             gc_interval: gc_interval.filter(|d| !d.is_zero()),
             metrics: Metrics::default(),
+            occupancy: BackoffOccupancy::unknown(),
         }
+    }
+
+    /// The table's size as the registry publishes it, for
+    /// [`BackoffPort::with_occupancy`] (unknown until the registry starts).
+    pub fn occupancy(&self) -> BackoffOccupancy {
+        self.occupancy.clone()
     }
 
     /// A registry with `settings` (`[backoff]`), reporting to their metrics (not started).
@@ -53,6 +62,7 @@ impl BackoffRegistryActor {
 
     fn report(&self) {
         self.metrics.set_backoff_entries(self.table.len());
+        self.occupancy.set(self.table.len());
     }
 
     fn gc(&mut self, now: Instant, why: &'static str) {
@@ -69,6 +79,7 @@ impl Actor for BackoffRegistryActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(self.mailbox_capacity);
+        self.occupancy.set(self.table.len());
         if let Some(every) = self.gc_interval {
             ctx.run_interval(every, |act, _| act.gc(Instant::now(), "timer"));
         }
@@ -84,6 +95,7 @@ impl Actor for BackoffRegistryActor {
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         self.metrics.set_backoff_entries(0);
+        self.occupancy.forget();
         debug!(entries = self.table.len(), "backoff registry stopped; back-offs forgotten");
     }
 }

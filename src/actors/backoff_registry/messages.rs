@@ -4,6 +4,8 @@
 //! [`CheckBackoff`] before a pull, [`BeginAttempt`] when the pull really
 //! starts, then [`RecordFailure`] or [`RecordSuccess`] when it ends.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use actix::{Actor, Addr, Context, Handler, Message, Recipient};
@@ -125,10 +127,46 @@ pub struct UpdateBackoffDelays(pub BackoffDelays);
 #[rtype(result = "Vec<BackoffView>")]
 pub struct ListBackoffs;
 
+/// How many entries the registry's table holds, as the registry last
+/// published it (after every change, before its handler returns). A
+/// [`CheckBackoff`] of any key while it is 0 has one answer: not in
+/// back-off, no stored error, nothing to reset. So a pull pipeline that
+/// sees it at 0 need not ask (the registry's mailbox round trip is the
+/// largest of the steps before a pull). Unknown (always ask) until the
+/// registry has started and once it has stopped.
+#[derive(Debug, Clone)]
+pub struct BackoffOccupancy(Arc<AtomicUsize>);
+
+impl BackoffOccupancy {
+    /// Not known: a check must be asked.
+    const UNKNOWN: usize = usize::MAX;
+
+    /// One not known yet.
+    pub(super) fn unknown() -> Self {
+        Self(Arc::new(AtomicUsize::new(Self::UNKNOWN)))
+    }
+
+    /// Whether the table is known to be empty now.
+    pub fn is_empty(&self) -> bool {
+        self.0.load(Ordering::Acquire) == 0
+    }
+
+    /// The table holds `entries`.
+    pub(super) fn set(&self, entries: usize) {
+        self.0.store(entries.min(Self::UNKNOWN - 1), Ordering::Release);
+    }
+
+    /// The registry stopped: not known any more.
+    pub(super) fn forget(&self) {
+        self.0.store(Self::UNKNOWN, Ordering::Release);
+    }
+}
+
 /// What a pull pipeline sends the backoff registry, one recipient per
 /// message: the ensure flow depends on these messages, not on the actor.
 /// Built from the registry's address with `BackoffPort::from(&addr)` (or
-/// from any actor handling the five, e.g. a test's fake).
+/// from any actor handling the five, e.g. a test's fake), then, for the
+/// registry itself, [`BackoffPort::with_occupancy`].
 #[derive(Debug, Clone)]
 pub struct BackoffPort {
     /// [`CheckBackoff`], before a pull.
@@ -141,6 +179,26 @@ pub struct BackoffPort {
     pub success: Recipient<RecordSuccess>,
     /// [`RegistryRecovered`], when a pull from a registry succeeded (with `try_send`).
     pub recovered: Recipient<RegistryRecovered>,
+    /// The registry's [`BackoffOccupancy`]: while it is 0 the pipeline
+    /// skips [`CheckBackoff`]. `None` (a port built from an address): every
+    /// check is sent, as a fault-injection test that answers them expects.
+    pub occupancy: Option<BackoffOccupancy>,
+}
+
+impl BackoffPort {
+    /// The same port, skipping [`CheckBackoff`] while `occupancy` (the
+    /// registry's own, [`super::BackoffRegistryActor::occupancy`]) is 0.
+    #[must_use]
+    pub fn with_occupancy(mut self, occupancy: BackoffOccupancy) -> Self {
+        self.occupancy = Some(occupancy);
+        self
+    }
+
+    /// Whether a [`CheckBackoff`] now is known to answer "not in back-off,
+    /// no stored error" without being sent.
+    pub fn known_clear(&self) -> bool {
+        self.occupancy.as_ref().is_some_and(BackoffOccupancy::is_empty)
+    }
 }
 
 impl<A> From<&Addr<A>> for BackoffPort
@@ -159,6 +217,7 @@ where
             failure: addr.clone().recipient(),
             success: addr.clone().recipient(),
             recovered: addr.clone().recipient(),
+            occupancy: None,
         }
     }
 }

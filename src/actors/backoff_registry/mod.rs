@@ -22,8 +22,8 @@ mod tests;
 
 pub use actor::BackoffRegistryActor;
 pub use messages::{
-    BackoffCheck, BackoffPort, BeginAttempt, CheckBackoff, ClearBackoff, ListBackoffs, RecordFailure, RecordSuccess,
-    RegistryRecovered, UpdateBackoffDelays,
+    BackoffCheck, BackoffOccupancy, BackoffPort, BeginAttempt, CheckBackoff, ClearBackoff, ListBackoffs, RecordFailure,
+    RecordSuccess, RegistryRecovered, UpdateBackoffDelays,
 };
 pub use settings::BackoffSettings;
 pub use table::{

@@ -589,3 +589,46 @@ async fn a_reload_that_drops_expired_entries_updates_the_entries_gauge() {
     addr.send(UpdateBackoffDelays(delays)).await.expect("registry answers");
     assert_eq!(entries(), Some(0.0), "expired under the old delays: collected, and counted so");
 }
+
+#[actix::test]
+async fn the_registry_publishes_an_empty_table_so_a_check_of_it_need_not_be_sent() {
+    let registry = BackoffRegistryActor::from_settings(&BackoffSettings::default());
+    let occupancy = registry.occupancy();
+    assert!(!occupancy.is_empty(), "not known before the registry starts");
+    let addr = registry.start();
+    let port = BackoffPort::from(&addr);
+    assert!(!port.known_clear(), "a port from an address alone sends every check");
+    let port = port.with_occupancy(occupancy.clone());
+    assert_eq!(addr.send(ListBackoffs).await.unwrap(), vec![], "started");
+    assert!(port.known_clear(), "an empty table: nothing backs off");
+    let key = BackoffKey::new("u1", "example.com/a:1");
+    port.failure.send(RecordFailure::new(key.clone(), "ErrImagePull: denied")).await.unwrap();
+    assert!(!port.known_clear(), "a recorded failure is seen by the next check");
+    let check = port.check.send(CheckBackoff { key: key.clone(), credentials: None }).await.unwrap();
+    assert!(check.in_backoff, "which asks, and is told");
+    // Another key's entry: checks of every key are sent again.
+    let other = BackoffKey::new("u2", "example.com/b:1");
+    port.failure.send(RecordFailure::new(other, "ErrImagePull: denied")).await.unwrap();
+    assert_eq!(addr.send(ClearBackoff { scope: ClearScope::Key(key) }).await.unwrap(), 1);
+    assert!(!port.known_clear(), "one entry left");
+    assert_eq!(addr.send(ClearBackoff { scope: ClearScope::All }).await.unwrap(), 1);
+    assert!(port.known_clear(), "cleared: known empty again");
+    // A credentials-changed reset empties it too.
+    let key = BackoffKey::new("u3", "example.com/c:1");
+    let failed = RecordFailure { credentials: Some("h1".into()), ..RecordFailure::new(key.clone(), "ErrImagePull: x") };
+    port.failure.send(failed).await.unwrap();
+    let check = port.check.send(CheckBackoff { key, credentials: Some("h2".into()) }).await.unwrap();
+    assert!(check.credentials_changed && port.known_clear());
+    // Stopped: not known any more, so a check is sent, and fails as a
+    // stopped registry's does.
+    addr.send(crate::actors::Stop).await.unwrap();
+    for _ in 0..1000 {
+        if !occupancy.is_empty() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(!occupancy.is_empty(), "a stopped registry's table is not known");
+    assert!(!port.known_clear());
+    assert!(port.check.send(CheckBackoff { key: BackoffKey::new("u", "i"), credentials: None }).await.is_err());
+}
