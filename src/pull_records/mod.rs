@@ -740,12 +740,28 @@ impl PullRecords {
     pub async fn record_pull_intent(&self, image: &str) -> Result<(), StoreError> {
         // Parsed once per name (`names`): this runs before every pull.
         let key = self.names(image).key.clone();
+        {
+            // Kept on disk by an earlier pull of the name, with none in
+            // flight: opened again under the state lock alone. Whatever
+            // deletes a kept intent takes it out of `kept` under this lock
+            // before its commit (`take_kept`), so one found here is on disk.
+            // And no pull's end runs for it (each end follows its own
+            // `begin_pull`, which took it out of `kept`): none can undo the
+            // count taken here.
+            let mut st = self.state();
+            if st.kept.remove(&key).is_some() {
+                st.stored_intents.insert(key.clone());
+                *st.in_flight.entry(key).or_default() += 1;
+                return Ok(());
+            }
+        }
         let waiting = WaitingIntent::new(&self.inner, &key);
         let _w = self.inner.writes.lock().await;
         drop(waiting);
         let stored = {
             let mut st = self.state();
-            // Kept on disk by an earlier pull of the name: open again.
+            // Kept meanwhile (a pull of the name ended while this waited):
+            // open again.
             if st.kept.remove(&key).is_some() {
                 st.stored_intents.insert(key.clone());
             }

@@ -238,6 +238,28 @@ async fn a_kept_intent_spares_the_names_next_pull_a_write_grants_nothing_and_out
 }
 
 #[tokio::test]
+async fn a_kept_intent_opens_again_without_waiting_for_a_write_in_progress() {
+    use futures_util::FutureExt as _;
+    let (_dir, st, r) = one_pull_kept().await;
+    // Another write holds the lock (a removal's commit, a new name's intent).
+    let held = r.inner.writes.lock().await;
+    // The kept name's next pull begins at once: its intent is on disk.
+    let opened = r.record_pull_intent(IMAGE).now_or_never().expect("no wait for the write in progress");
+    opened.unwrap();
+    assert_eq!((r.stored_intents(), r.kept_intents()), (vec![IMAGE.to_string()], vec![]), "open while it runs");
+    // A name without an intent on disk waits for its turn to write one.
+    let other = "example.com/private:2";
+    let mut write = std::pin::pin!(r.record_pull_intent(other));
+    assert!((&mut write).now_or_never().is_none(), "a new name's intent waits for the lock");
+    drop(held);
+    write.await.unwrap();
+    assert_eq!(on_disk(&st), [IMAGE, other]);
+    // The reopened pull ends as any: its intent is kept again.
+    r.record_image_pulled(IMAGE, REF, &ImagePullCredentials::node_accessible()).await.unwrap();
+    assert_eq!(r.kept_intents(), [IMAGE]);
+}
+
+#[tokio::test]
 async fn the_bound_counts_every_intent_on_disk_and_those_a_kill_left_and_past_it_a_removal_deletes_its_own() {
     let dir = tempfile::tempdir().unwrap();
     let node = ImagePullCredentials::node_accessible();
