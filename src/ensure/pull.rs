@@ -337,8 +337,12 @@ impl ImageManager {
         self.mark_ensured(&outcome.image_ref);
         // Fire and forget, and without needing an actix LocalSet on this
         // task (callers may be plain tokio tasks, e.g. the API server's):
-        // a full mailbox only delays the entry GC to its periodic run.
-        let _ = self.backoff.success.try_send(RecordSuccess);
+        // a full mailbox only delays the entry GC to its periodic run. Its
+        // only work, collecting expired entries, has none to do in a table
+        // known empty.
+        if !self.backoff.known_clear() {
+            let _ = self.backoff.success.try_send(RecordSuccess);
+        }
         if !outcome.pulled {
             // Found present when the pull's turn came (another pod pulled
             // it) and the pod may use it.
@@ -433,10 +437,11 @@ mod tests {
             "only the slow image was pulled: no second pull of `wanted`"
         );
     }
+
     /// Answers every back-off message as an empty registry would, counting
-    /// the `CheckBackoff`s it gets.
+    /// the `CheckBackoff`s and `RecordSuccess`es it gets.
     #[derive(Default)]
-    struct CountingRegistry(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+    struct CountingRegistry(std::sync::Arc<[std::sync::atomic::AtomicUsize; 2]>);
 
     impl actix::Actor for CountingRegistry {
         type Context = actix::Context<Self>;
@@ -445,7 +450,7 @@ mod tests {
     impl actix::Handler<CheckBackoff> for CountingRegistry {
         type Result = actix::MessageResult<CheckBackoff>;
         fn handle(&mut self, _: CheckBackoff, _: &mut Self::Context) -> Self::Result {
-            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.0[0].fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             actix::MessageResult(crate::actors::backoff_registry::BackoffCheck {
                 in_backoff: false,
                 previous_error: None,
@@ -470,7 +475,20 @@ mod tests {
 
     impl actix::Handler<RecordSuccess> for CountingRegistry {
         type Result = ();
-        fn handle(&mut self, _: RecordSuccess, _: &mut Self::Context) {}
+        fn handle(&mut self, _: RecordSuccess, _: &mut Self::Context) {
+            self.0[1].fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// A message the counting registry answers at once: when its answer
+    /// comes, every message sent before it has been handled.
+    #[derive(actix::Message)]
+    #[rtype(result = "()")]
+    struct ListNothing;
+
+    impl actix::Handler<ListNothing> for CountingRegistry {
+        type Result = ();
+        fn handle(&mut self, _: ListNothing, _: &mut Self::Context) {}
     }
 
     impl actix::Handler<RegistryRecovered> for CountingRegistry {
@@ -481,7 +499,7 @@ mod tests {
     }
 
     #[actix::test]
-    async fn a_check_is_not_sent_while_the_registry_is_known_empty_and_is_with_a_port_of_an_address() {
+    async fn the_registry_is_not_asked_or_told_while_known_empty_and_is_with_a_port_of_an_address() {
         use actix::Actor as _;
 
         use crate::actors::backoff_registry::{BackoffPort, BackoffRegistryActor};
@@ -502,9 +520,18 @@ mod tests {
         let occupancy = registry.occupancy();
         let registry = registry.start();
         registry.send(crate::actors::backoff_registry::ListBackoffs).await.unwrap();
-        let checks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let counting = CountingRegistry(checks.clone()).start();
-        let count = || checks.load(std::sync::atomic::Ordering::SeqCst);
+        let counts =
+            std::sync::Arc::new([std::sync::atomic::AtomicUsize::new(0), std::sync::atomic::AtomicUsize::new(0)]);
+        let counting = CountingRegistry(counts.clone()).start();
+        let count = || counts[0].load(std::sync::atomic::Ordering::SeqCst);
+        // Told with `try_send`: handled once the registry has had its turn.
+        let successes = || {
+            let (registry, counts) = (counting.clone(), counts.clone());
+            async move {
+                registry.send(ListNothing).await.unwrap();
+                counts[1].load(std::sync::atomic::Ordering::SeqCst)
+            }
+        };
         let manager = |port: BackoffPort| {
             ImageManager::new(reader.clone(), queue.clone().recipient(), port, EnsureSettings::default())
         };
@@ -513,15 +540,18 @@ mod tests {
         let known = manager(BackoffPort::from(&counting).with_occupancy(occupancy.clone()));
         known.ensure_image_exists(&req("a")).await.expect("pulled");
         assert_eq!(count(), 0, "no check sent while nothing backs off");
+        assert_eq!(successes().await, 0, "nor the success, which collects nothing");
         // Not known (a port of an address alone): asked before each pull.
         let asking = manager(BackoffPort::from(&counting));
         asking.ensure_image_exists(&req("b")).await.expect("pulled");
         assert_eq!(count(), 1, "a port without the occupancy asks");
+        assert_eq!(successes().await, 1, "and tells the success");
         // An entry in the registry: asked again.
         let failed = RecordFailure::new(crate::actors::backoff_registry::BackoffKey::new("z", "other:1"), "x");
         registry.send(failed).await.unwrap();
         known.ensure_image_exists(&req("c")).await.expect("pulled");
         assert_eq!(count(), 2, "something backs off: every check is sent");
+        assert_eq!(successes().await, 2, "and every success");
         assert_eq!(runtime.stats().calls(Rpc::PullImage), 3);
     }
 }
