@@ -180,8 +180,9 @@ pub struct BackoffPort {
     /// [`RegistryRecovered`], when a pull from a registry succeeded (with `try_send`).
     pub recovered: Recipient<RegistryRecovered>,
     /// The registry's [`BackoffOccupancy`]: while it is 0 the pipeline
-    /// skips [`CheckBackoff`]. `None` (a port built from an address): every
-    /// check is sent, as a fault-injection test that answers them expects.
+    /// skips [`CheckBackoff`] and [`RecordSuccess`]. `None` (a port built
+    /// from an address): every one is sent, as an actor of an embedder's
+    /// or a test's that answers them expects.
     pub occupancy: Option<BackoffOccupancy>,
 }
 
@@ -195,7 +196,8 @@ impl BackoffPort {
     }
 
     /// Whether a [`CheckBackoff`] now is known to answer "not in back-off,
-    /// no stored error" without being sent.
+    /// no stored error" without being sent (and a [`RecordSuccess`] to
+    /// collect nothing).
     pub fn known_clear(&self) -> bool {
         self.occupancy.as_ref().is_some_and(BackoffOccupancy::is_empty)
     }
