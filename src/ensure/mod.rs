@@ -124,9 +124,8 @@ impl ImageManager {
     /// A manager over running actors: the gateway's `reader` (from
     /// `GetReader`) for presence checks, the pull queue's `queue` (its
     /// `EnqueuePull`) and the backoff registry's `backoff` (e.g.
-    /// `BackoffPort::from(&addr).with_occupancy(occupancy)`, the occupancy
-    /// taken from the registry before it starts, so no `CheckBackoff` is
-    /// sent while nothing backs off). It reports to a private metrics
+    /// the port `BackoffRegistryActor::start_with_port` returns, so no
+    /// `CheckBackoff` is sent while nothing backs off). It reports to a private metrics
     /// registry until [`with_metrics`](Self::with_metrics).
     pub fn new(reader: CriReader, queue: Recipient<EnqueuePull>, backoff: BackoffPort, cfg: EnsureSettings) -> Self {
         Self {

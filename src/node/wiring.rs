@@ -13,7 +13,7 @@ use std::sync::atomic::AtomicBool;
 use actix::prelude::*;
 
 use super::Node;
-use crate::actors::backoff_registry::{BackoffPort, BackoffRegistryActor};
+use crate::actors::backoff_registry::BackoffRegistryActor;
 use crate::actors::cache_refresher::{CacheRefresherActor, CacheRefresherSettings, ImageListReader};
 use crate::actors::cri_gateway::{CriGatewayActor, GetReader, ListImages, SetFaultPlan};
 use crate::actors::detector::{DetectorActor, DetectorCri, DetectorSettings};
@@ -82,10 +82,7 @@ pub(super) async fn start(
     let reader = gateway.send(GetReader).await.map_err(mailbox)?;
     let queue =
         PullQueueActor::new(cfg.pull.clone(), reader.clone()).with_downloads_clock(runtime.downloads_clock()).start();
-    let backoff = BackoffRegistryActor::from_settings(&cfg.backoff);
-    let occupancy = backoff.occupancy();
-    let backoff = backoff.start();
-    let port = BackoffPort::from(&backoff).with_occupancy(occupancy);
+    let (backoff, port) = BackoffRegistryActor::from_settings(&cfg.backoff).start_with_port();
     let manager = ImageManager::new(reader, queue.clone().recipient(), port, cfg.ensure.clone())
         .with_records_due(cfg.pull.records_due.clone())
         .with_metrics(cfg.pull.metrics.clone())

@@ -4,7 +4,7 @@
 
 use actix::{Actor as _, Addr, MailboxError};
 
-use crate::actors::backoff_registry::{BackoffPort, BackoffRegistryActor, BackoffSettings};
+use crate::actors::backoff_registry::{BackoffRegistryActor, BackoffSettings};
 use crate::actors::cri_gateway::{CriGatewayActor, GetReader};
 use crate::actors::pull_queue::{PullQueueActor, PullQueueSettings};
 use crate::ensure::{EnsureSettings, ImageManager};
@@ -31,10 +31,7 @@ pub async fn start_manager(
 ) -> Result<StartedManager, MailboxError> {
     let reader = gateway.send(GetReader).await?;
     let queue = PullQueueActor::new(pull.clone(), reader.clone()).start();
-    let backoff = BackoffRegistryActor::from_settings(backoff);
-    let occupancy = backoff.occupancy();
-    let backoff = backoff.start();
-    let port = BackoffPort::from(&backoff).with_occupancy(occupancy);
+    let (backoff, port) = BackoffRegistryActor::from_settings(backoff).start_with_port();
     let manager = ImageManager::new(reader, queue.clone().recipient(), port, cfg)
         .with_metrics(pull.metrics.clone())
         .with_records_due(pull.records_due.clone());

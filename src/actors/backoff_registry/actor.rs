@@ -47,6 +47,16 @@ impl BackoffRegistryActor {
         self.occupancy.clone()
     }
 
+    /// Starts the registry and returns it with the port a pull pipeline
+    /// sends to, its occupancy attached (what `Node` and the testing
+    /// helpers do).
+    pub fn start_with_port(self) -> (Addr<Self>, BackoffPort) {
+        let occupancy = self.occupancy();
+        let addr = self.start();
+        let port = BackoffPort::from(&addr).with_occupancy(occupancy);
+        (addr, port)
+    }
+
     /// A registry with `settings` (`[backoff]`), reporting to their metrics (not started).
     pub fn from_settings(settings: &BackoffSettings) -> Self {
         Self::new(settings.delays, settings.mailbox_capacity, settings.gc_interval)
